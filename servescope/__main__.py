@@ -1,0 +1,111 @@
+"""servescope's command line. Nothing heavy is imported before a command needs it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    from servescope import __version__
+
+    p = argparse.ArgumentParser(prog="servescope", description="Benchmark LLM inference servers (vLLM, "
+                                "llama.cpp's server, SGLang, any OpenAI-compatible server).")
+    p.add_argument("--version", action="version", version=f"servescope {__version__}")
+    sub = p.add_subparsers(dest="command")
+    from servescope.cli_run import add_run_args, add_target_args
+
+    run = sub.add_parser("run", help="run a sweep headless and save it as a session")
+    add_run_args(run)
+    wl = sub.add_parser("workloads", help="list the workload presets and their shapes")
+    wl.add_argument("files", nargs="*", help="also check and show these workload TOML files")
+    sub.add_parser("sim", help="run the built-in vLLM simulator (see `servescope sim --help`)", add_help=False)
+    demo = sub.add_parser("demo", help="a short sweep against the simulator's default profile")
+    demo.add_argument("--profile", default=None, help="simulator profile (default: the default profile)")
+    ses = sub.add_parser("sessions", help="list saved sessions")
+    ses.add_argument("--sessions-dir", help="sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)")
+    tui = sub.add_parser("tui", help="open the terminal app")
+    add_target_args(tui)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "sim":
+        from servescope.sim.cli import main as sim_main
+
+        return int(sim_main(argv[1:]) or 0)
+    args = _parser().parse_args(argv)
+    from servescope.core.errors import ServescopeError
+    from servescope.core.textsafe import clean_text
+
+    try:
+        if args.command == "run":
+            from servescope.cli_run import run_command
+
+            return run_command(args)
+        if args.command == "workloads":
+            return _workloads(args.files)
+        if args.command == "demo":
+            return _demo(args.profile)
+        if args.command == "sessions":
+            return _sessions(args.sessions_dir)
+        if args.command in (None, "tui"):
+            print("The terminal app is not built yet; try `servescope demo` or `servescope run --help`.", file=sys.stderr)
+            return 2
+    except ServescopeError as e:
+        print(f"servescope: error: {clean_text(e.message)}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+def _workloads(files: list[str]) -> int:
+    from servescope.workloads.spec import COMPOSITE, PRESETS, context_sweep, load_toml
+
+    print(f"{'preset':<16} {'shape':<58} stands for")
+    for w in PRESETS.values():
+        extra = ""
+        if w.default_concurrency:
+            extra = f" [default c={','.join(map(str, w.default_concurrency))}, {w.default_requests} requests]"
+        print(f"{w.name:<16} {w.shape():<58} {w.description}{extra}")
+    for name, desc in COMPOSITE.items():
+        print(f"{name:<16} {'5 workloads: ' + ', '.join(x.name.split('/')[1] for x in context_sweep()):<58} {desc}")
+    for f in files:
+        for w in load_toml(f):
+            print(f"{w.name:<16} {w.shape():<58} {f}")
+    return 0
+
+
+def _demo(profile: str | None) -> int:
+    from servescope.cli_run import _parser_for_demo, run_command
+
+    args = _parser_for_demo(profile)
+    return run_command(args)
+
+
+def _sessions(sessions_dir: str | None) -> int:
+    from pathlib import Path
+
+    from servescope.core.textsafe import clean_text
+    from servescope.sessions.store import load_session, sessions_home
+
+    base = Path(sessions_dir) if sessions_dir else sessions_home()
+    dirs = sorted(p for p in base.glob("*") if (p / "session.toml").is_file()) if base.is_dir() else []
+    if not dirs:
+        print(f"no sessions in {base}")
+        return 0
+    print(f"{'session':<48} {'status':<12} {'model':<28} {'cells':>5}  target")
+    for d in dirs:
+        try:
+            s = load_session(d)
+        except Exception as e:  # noqa: BLE001
+            print(f"{d.name:<48} unreadable: {clean_text(str(e))}")
+            continue
+        model = clean_text(str(s.meta.get("model", "?"))).rstrip("/").split("/")[-1]
+        print(f"{d.name:<48} {s.status:<12} {model[:28]:<28} {s.cells.height:>5}  "
+              f"{clean_text(str(s.meta.get('target', {}).get('url', '?')))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,386 @@
+"""`servescope run`: the headless sweep. Prints a live progress line and a table per finished cell;
+`--json` prints one JSON object at the end instead (tables then go to stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, TextIO
+
+from servescope.core.errors import ServescopeError
+from servescope.core.metrics import parse_slos
+
+JSON_STATS = ("mean", "p50", "p90", "p99")
+
+
+def parse_duration(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text or "")
+    if not m:
+        raise ServescopeError(f"bad duration {text!r}; use e.g. 60s, 5m or 90")
+    v = float(m.group(1))
+    return v * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or int(part) < 1:
+            raise ServescopeError(f"bad {flag} value {part!r}: give positive integers like 1,4,8")
+        out.append(int(part))
+    if not out:
+        raise ServescopeError(f"{flag} is empty: give positive integers like 1,4,8")
+    return out
+
+
+def parse_float_list(text: str, flag: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ServescopeError(f"bad {flag} value {part!r}: give request rates like 0.5,2,5") from None
+        if v <= 0:
+            raise ServescopeError(f"bad {flag} value {part!r}: rates must be above 0")
+        out.append(v)
+    if not out:
+        raise ServescopeError(f"{flag} is empty: give request rates like 0.5,2,5")
+    return out
+
+
+def parse_tags(items: list[str]) -> dict[str, str]:
+    tags = {}
+    for t in items:
+        k, sep, v = t.partition("=")
+        if not sep or not k.strip():
+            raise ServescopeError(f"bad --tag {t!r}; use KEY=VALUE, e.g. --tag quant=FP8")
+        tags[k.strip()] = v.strip()
+    return tags
+
+
+def add_target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=os.environ.get("SERVESCOPE_URL", "sim://"),
+                   help="server base URL, e.g. http://127.0.0.1:8000, or sim://PROFILE for the built-in simulator "
+                        "(default: sim://, the simulator's default profile)")
+    p.add_argument("--model", help="served model name (default: the only one /v1/models lists)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="environment variable holding the API key (default OPENAI_API_KEY)")
+    p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    add_target_args(p)
+    p.add_argument("--workload", "-w", default="sharegpt",
+                   help="preset name(s) or TOML file(s), comma-separated (see `servescope workloads`)")
+    p.add_argument("--concurrency", "-c", help="closed-loop users per cell, e.g. 1,4,8,16 (default: the "
+                                                "workload's own, else 1,4,16)")
+    p.add_argument("--rate", help="open-loop request rates per second, e.g. 2,5 (instead of --concurrency)")
+    p.add_argument("--arrival", choices=["constant", "poisson"], default="poisson",
+                   help="open-loop arrivals (default poisson)")
+    p.add_argument("--max-concurrency", type=int, help="cap on in-flight requests in open-loop cells")
+    p.add_argument("--requests", "-n", type=int, help="measured requests per cell (default: the workload's own, "
+                                                      "else 100; none when only --duration is given)")
+    p.add_argument("--duration", help="stop issuing requests in a cell after this long, e.g. 60s")
+    p.add_argument("--warmup", type=int, default=0, help="requests sent first in each cell and not counted")
+    p.add_argument("--slo", help="SLOs for goodput, e.g. ttft_ms=3000,tpot_ms=50")
+    p.add_argument("--tag", action="append", default=[], help="KEY=VALUE label for the session, repeatable")
+    p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
+    p.add_argument("--sessions-dir", help="where sessions go (default $SERVESCOPE_HOME/sessions or the user data dir)")
+    p.add_argument("--name", default="", help="session name")
+    p.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
+    p.add_argument("--tokenizer", help="local Hugging Face tokenizer path, for servers without /tokenize")
+    p.add_argument("--no-ignore-eos", action="store_true",
+                   help="let the model stop early (output lengths then vary; default sends ignore_eos)")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
+
+
+def api_key_from(args: argparse.Namespace) -> str | None:
+    if args.api_key:
+        return str(args.api_key)
+    return os.environ.get(args.api_key_env) or None
+
+
+def _stats(d: dict[str, Any] | None) -> dict[str, Any]:
+    d = d or {}
+    return {k: d.get(k) for k in JSON_STATS}
+
+
+def cell_json(cell: Any, summary: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
+    s = summary
+    return {
+        "index": cell.index,
+        "workload": cell.workload.name,
+        "concurrency": cell.load.concurrency,
+        "rate": cell.load.rate,
+        "status": status,
+        "reason": reason,
+        "requests_ok": s.get("requests_ok", 0),
+        "requests_failed": s.get("requests_failed", 0),
+        "wall_s": s.get("wall_s"),
+        "input_tokens_requested": s.get("input_tokens_requested"),
+        "input_tokens_mean": s.get("input_tokens_mean"),
+        "output_tokens_requested": s.get("output_tokens_requested"),
+        "output_tokens_mean": s.get("output_tokens_mean"),
+        "reasoning_tokens_mean": s.get("reasoning_tokens_mean"),
+        "request_s": s.get("request_s"),
+        "output_tok_s": s.get("output_tok_s"),
+        "total_tok_s": s.get("total_tok_s"),
+        "goodput_req_s": s.get("goodput_req_s"),
+        **{m: _stats(s.get(m)) for m in ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s",
+                                          "client_queue_ms")},
+        "server": s.get("server"),
+        "errors": s.get("errors", []),
+    }
+
+
+def _f(v: Any, nd: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{nd}f}"
+    return str(v)
+
+
+def format_cell(ev: Any, total: int) -> str:
+    from servescope.core.textsafe import clean_text
+
+    c, s = ev.cell, ev.summary
+    lines = [
+        f"cell {c.index + 1}/{total}  {c.label}  [{ev.status}]  {s.get('requests_ok', 0)} ok, "
+        f"{s.get('requests_failed', 0)} failed, wall {_f(s.get('wall_s'), 2)} s"
+        + (f"  ({clean_text(ev.reason)})" if ev.reason else ""),
+        f"  aggregate: output {_f(s.get('output_tok_s'))} tok/s, total {_f(s.get('total_tok_s'))} tok/s, "
+        f"{_f(s.get('request_s'), 2)} req/s, goodput {_f(s.get('goodput_req_s'), 2)} req/s",
+        f"  {'metric':<18}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
+    ]
+    names = [("TTFT ms", "ttft_ms"), ("TTFO ms", "ttfo_ms"), ("TPOT ms", "tpot_ms"), ("ITL ms", "itl_ms"),
+             ("E2E ms", "e2e_ms"), ("per-user tok/s", "per_user_tok_s"), ("prefill tok/s", "prefill_tok_s"),
+             ("client queue ms", "client_queue_ms")]
+    for label, key in names:
+        d = s.get(key) or {}
+        lines.append(f"  {label:<18}" + "".join(f"{_f(d.get(k), 2):>10}" for k in ("mean", "p50", "p90", "p99", "max")))
+    mm = s.get("input_tokens_mismatch") or {}
+    lines.append(
+        f"  tokens: input requested {_f(s.get('input_tokens_requested'))}, measured {_f(s.get('input_tokens_mean'))}"
+        f" (max mismatch {mm.get('max_abs', '-')}); output requested {_f(s.get('output_tokens_requested'))}, "
+        f"measured {_f(s.get('output_tokens_mean'))}"
+        + (f" (reasoning {_f(s.get('reasoning_tokens_mean'))})" if s.get("reasoning_tokens_mean") else "")
+    )
+    srv = s.get("server")
+    if srv:
+        lines.append(
+            f"  server /metrics during the cell: {_f(srv.get('requests_success'), 0)} requests, "
+            f"TTFT mean {_f(srv.get('ttft_ms_mean'), 2)} ms, ITL mean {_f(srv.get('itl_ms_mean'), 2)} ms, "
+            f"preemptions {_f(srv.get('preemptions'), 0)}"
+        )
+    for e in s.get("errors", [])[:3]:
+        lines.append(f"  errors: {e['len']} x {e['status']}: {clean_text(str(e['error']))[:160]}")
+    return "\n".join(lines)
+
+
+class _Progress:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.last = 0.0
+
+    def update(self, text: str) -> None:
+        if not self.tty:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.2:
+            return
+        self.last = now
+        self.out.write("\r\x1b[2K" + text[:200])
+        self.out.flush()
+
+    def clear(self) -> None:
+        if self.tty:
+            self.out.write("\r\x1b[2K")
+            self.out.flush()
+
+
+def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
+    from servescope.sessions.runner import SweepPlan
+    from servescope.workloads.spec import resolve
+
+    workloads = resolve(args.workload)
+    if args.rate and args.concurrency:
+        raise ServescopeError("give --concurrency (closed loop) or --rate (open loop), not both")
+    if args.requests is not None and args.requests < 1:
+        raise ServescopeError("--requests must be at least 1")
+    if args.warmup < 0:
+        raise ServescopeError("--warmup must be 0 or more")
+    return SweepPlan(
+        url=url,
+        workloads=workloads,
+        concurrency=parse_int_list(args.concurrency, "--concurrency") if args.concurrency else None,
+        rates=parse_float_list(args.rate, "--rate") if args.rate else None,
+        arrival=args.arrival,
+        max_concurrency=args.max_concurrency,
+        requests=args.requests,
+        duration_s=parse_duration(args.duration) if args.duration else None,
+        warmup=args.warmup,
+        slos=parse_slos(args.slo),
+        tags=parse_tags(args.tag),
+        model=args.model,
+        api_key=api_key_from(args),
+        timeout_s=parse_duration(args.timeout),
+        tokenizer=args.tokenizer,
+        save_dir=Path(args.save) if args.save else None,
+        sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None,
+        name=args.name,
+        ignore_eos=not args.no_ignore_eos,
+        target_label=label,
+    )
+
+
+def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | None]:
+    """sim://PROFILE starts the built-in simulator for the duration of the command."""
+    if not url.startswith("sim://"):
+        return url, None
+    profile = url[len("sim://"):].strip("/") or "default"
+    from servescope.sim.launcher import SimStartError, start_sim
+
+    try:
+        handle = start_sim(profile) if profile != "default" else start_sim_default()
+    except SimStartError as e:
+        raise ServescopeError(str(e)) from None
+    stack.callback(handle.stop)
+    print(f"started the simulator ({url}) at {handle.url}", file=err)
+    return handle.url, url
+
+
+def start_sim_default() -> Any:
+    from servescope.sim.launcher import start_sim
+
+    try:
+        from servescope.sim.profiles import DEFAULT_PROFILE  # type: ignore[attr-defined]
+    except Exception:
+        DEFAULT_PROFILE = "rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
+    return start_sim(DEFAULT_PROFILE)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    table_out = sys.stderr if args.json else sys.stdout
+    with ExitStack() as stack:
+        url, label = open_target(args.url, stack, sys.stderr)
+        plan = build_plan(args, url, label)
+        return _run_loop(plan, out, table_out, args.json)
+
+
+def _run_loop(plan: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
+    from servescope.sessions.runner import (
+        CellFinished,
+        CellSkipped,
+        CellStarted,
+        Notice,
+        RequestsDone,
+        SweepControl,
+        SweepFinished,
+        SweepStarted,
+        run_sweep,
+    )
+
+    control = SweepControl()
+    progress = _Progress(sys.stderr)
+    result: dict[str, Any] = {"session": None, "status": None, "cells": []}
+    total = 0
+
+    async def main() -> None:
+        nonlocal total
+        loop = asyncio.get_running_loop()
+        presses = [0]
+
+        def on_sigint() -> None:
+            presses[0] += 1
+            if presses[0] == 1:
+                print("\nstopping: ending the current cell and saving (Ctrl-C again to abort)", file=sys.stderr)
+                control.stop("stopped by Ctrl-C")
+            else:
+                raise KeyboardInterrupt
+
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        except (NotImplementedError, RuntimeError):
+            pass
+        cur = None
+        async for ev in run_sweep(plan, control):
+            if isinstance(ev, SweepStarted):
+                total = len(ev.cells)
+                result["session"] = str(ev.session_dir)
+                print(f"servescope: {ev.target.url} model {ev.model} (vLLM {ev.target.version or '?'}), "
+                      f"{total} cells, tokenizer: {ev.tokenizer}; session {ev.session_dir}", file=table_out)
+            elif isinstance(ev, CellStarted):
+                cur = ev.cell
+                progress.update(f"cell {ev.cell.index + 1}/{total} {ev.cell.label}: starting")
+            elif isinstance(ev, RequestsDone):
+                planned = ev.cell.requests or "?"
+                progress.update(f"cell {ev.cell.index + 1}/{total} {ev.cell.label}: {ev.done}/{planned} done, "
+                                f"{ev.failed} failed, {ev.elapsed_s:.1f} s")
+            elif isinstance(ev, CellFinished):
+                progress.clear()
+                print(format_cell(ev, total), file=table_out, flush=True)
+                result["cells"].append(cell_json(ev.cell, ev.summary, ev.status, ev.reason))
+            elif isinstance(ev, CellSkipped):
+                progress.clear()
+                print(f"cell {ev.cell.index + 1}/{total}  {ev.cell.label}  [skipped] {ev.reason}", file=table_out)
+                result["cells"].append({"index": ev.cell.index, "workload": ev.cell.workload.name,
+                                        "concurrency": ev.cell.load.concurrency, "rate": ev.cell.load.rate,
+                                        "status": "skipped", "reason": ev.reason})
+            elif isinstance(ev, Notice):
+                progress.clear()
+                print(f"{ev.level}: {ev.text}", file=sys.stderr)
+            elif isinstance(ev, SweepFinished):
+                result["status"] = ev.status
+                if ev.message:
+                    result["message"] = ev.message
+        del cur
+
+    try:
+        _run_async(main())
+    except KeyboardInterrupt:
+        progress.clear()
+        print(f"aborted; finished cells are saved in {result['session']}", file=sys.stderr)
+        return 130
+    progress.clear()
+    if as_json:
+        out.write(json.dumps(result, default=str) + "\n")
+    else:
+        print(f"session saved: {result['session']} ({result['status']})", file=table_out)
+    if result["status"] == "failed":
+        print(f"error: {result.get('message', 'the sweep failed')}", file=sys.stderr)
+        return 1
+    return 130 if result["status"] == "interrupted" else 0
+
+
+def _run_async(coro: Any) -> Any:
+    try:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as r:
+            return r.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
+
+
+def _parser_for_demo(profile: str | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="servescope demo")
+    add_run_args(p)
+    url = f"sim://{profile}" if profile else "sim://"
+    return p.parse_args(["--url", url, "--workload", "sharegpt", "--concurrency", "1,8,32", "--requests", "64",
+                         "--name", "demo"])

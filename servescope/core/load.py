@@ -1,0 +1,237 @@
+"""Load patterns: a closed loop of N users, or an open loop at a fixed rate (constant or Poisson)
+with an optional concurrency cap. One call of `run_cell` runs one cell: warmup, then the measured part,
+stopped by a request count and/or a duration, or early when every request fails or on cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
+from servescope.core.records import RequestRecord
+
+_perf = time.perf_counter_ns
+
+
+@dataclass(frozen=True)
+class Load:
+    """One load level: `concurrency` users in a closed loop, or `rate` requests/s in an open loop."""
+
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: str = "constant"  # "constant" | "poisson" (open loop only)
+    max_concurrency: int | None = None  # cap on in-flight requests for the open loop
+
+    @property
+    def label(self) -> str:
+        if self.rate is not None:
+            cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
+            return f"rate {self.rate:g}/s {self.arrival}{cap}"
+        return f"c={self.concurrency}"
+
+    @property
+    def connections(self) -> int:
+        if self.rate is not None:
+            return self.max_concurrency or max(8, min(1024, int(self.rate * 60)))
+        return int(self.concurrency or 1)
+
+
+@dataclass(frozen=True)
+class Limits:
+    requests: int | None = 100
+    duration_s: float | None = None
+    warmup: int = 0
+
+
+@dataclass
+class CellControl:
+    """Set from outside (Ctrl-C, a TUI key) to end the current cell early."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str = ""
+
+    def request_stop(self, reason: str) -> None:
+        self.reason = reason
+        self.stop.set()
+
+
+@dataclass
+class CellRun:
+    records: list[RequestRecord]
+    start_ns: int  # first measured request scheduled
+    end_ns: int  # last measured request ended
+    stopped: str = ""  # why it ended early ("" when it ran to its limit)
+
+
+def failure_limit(load: Load) -> int:
+    """Consecutive failures after which a cell stops early: the server is failing every request."""
+    n = load.max_concurrency or load.concurrency or 8
+    return max(5, min(2 * n, 50))
+
+
+async def run_cell(
+    opts: ClientOptions,
+    specs: Sequence[RequestSpec],
+    load: Load,
+    limits: Limits,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    control: CellControl | None = None,
+    seed: int = 0,
+    before_measured: Callable[[], Awaitable[None]] | None = None,
+) -> CellRun:
+    """`specs` holds the warmup prompts first, then the measured ones (cycled if a duration needs more)."""
+    control = control or CellControl()
+    async with make_http_client(opts, load.connections) as http:
+        warm = list(specs[: limits.warmup])
+        measured = list(specs[limits.warmup :]) or list(specs)
+        if warm:
+            await _closed(http, opts, warm, Load(concurrency=min(load.connections, len(warm))),
+                          Limits(requests=len(warm)), None, control, warmup=True)
+        if control.stop.is_set():
+            return CellRun([], _perf(), _perf(), control.reason)
+        if before_measured is not None:
+            await before_measured()
+        if load.rate is not None:
+            return await _open(http, opts, measured, load, limits, on_record, control, seed)
+        return await _closed(http, opts, measured, load, limits, on_record, control)
+
+
+class _Tracker:
+    def __init__(self, load: Load, control: CellControl, on_record: Callable[[RequestRecord], None] | None):
+        self.records: list[RequestRecord] = []
+        self.consecutive_fail = 0
+        self.limit = failure_limit(load)
+        self.control = control
+        self.on_record = on_record
+
+    def add(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        if rec.status == "ok":
+            self.consecutive_fail = 0
+        elif rec.status != "cancelled":
+            self.consecutive_fail += 1
+            if self.consecutive_fail >= self.limit and not self.control.stop.is_set():
+                self.control.request_stop(f"{self.consecutive_fail} requests in a row failed, last: {rec.error}")
+        if self.on_record is not None:
+            self.on_record(rec)
+
+
+async def _send(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec, rec: RequestRecord,
+                tracker: _Tracker | None) -> None:
+    try:
+        await stream_request(http, opts, spec, rec)
+    except asyncio.CancelledError:
+        rec.end_ns = _perf()
+        rec.status = "cancelled"
+        rec.error = "cancelled when the cell was stopped"
+        if tracker is not None:
+            tracker.add(rec)
+        raise
+    if tracker is not None:
+        tracker.add(rec)
+
+
+async def _closed(http, opts, specs, load, limits, on_record, control, warmup=False) -> CellRun:  # type: ignore[no-untyped-def]
+    n_users = int(load.concurrency or 1)
+    total = limits.requests
+    deadline = None
+    tracker = None if warmup else _Tracker(load, control, on_record)
+    next_index = 0
+    start = _perf()
+    if limits.duration_s is not None:
+        deadline = start + int(limits.duration_s * 1e9)
+
+    async def user(u: int) -> None:
+        nonlocal next_index
+        while not control.stop.is_set():
+            i = next_index
+            if total is not None and i >= total:
+                return
+            now = _perf()
+            if deadline is not None and now >= deadline:
+                return
+            next_index += 1
+            spec = specs[i % len(specs)]
+            rec = RequestRecord(
+                index=i - (len(specs) if warmup else 0), user=u, warmup=warmup,
+                input_tokens_requested=spec.input_tokens, output_tokens_requested=spec.output_tokens,
+                scheduled_ns=now,
+            )
+            await _send(http, opts, spec, rec, tracker)
+
+    tasks = [asyncio.create_task(user(u)) for u in range(n_users)]
+    await _wait_or_stop(tasks, control)
+    recs = tracker.records if tracker else []
+    end = max((r.end_ns for r in recs), default=_perf())
+    return CellRun(recs, start, end, control.reason if control.stop.is_set() else "")
+
+
+async def _open(http, opts, specs, load, limits, on_record, control, seed) -> CellRun:  # type: ignore[no-untyped-def]
+    rate = float(load.rate or 1.0)
+    rng = random.Random(f"servescope-arrivals:{seed}")
+    tracker = _Tracker(load, control, on_record)
+    sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+    total = limits.requests
+    start = _perf()
+    deadline = start + int(limits.duration_s * 1e9) if limits.duration_s is not None else None
+    tasks: set[asyncio.Task[None]] = set()
+    sched = start
+
+    async def fire(i: int, spec: RequestSpec, scheduled: int) -> None:
+        rec = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=spec.input_tokens,
+                            output_tokens_requested=spec.output_tokens, scheduled_ns=scheduled)
+        if sem is None:
+            await _send(http, opts, spec, rec, tracker)
+        else:
+            async with sem:
+                await _send(http, opts, spec, rec, tracker)
+
+    i = 0
+    while not control.stop.is_set():
+        if total is not None and i >= total:
+            break
+        if deadline is not None and sched >= deadline:
+            break
+        delay = (sched - _perf()) / 1e9
+        if delay > 0:
+            try:
+                await asyncio.wait_for(control.stop.wait(), timeout=delay)
+                break
+            except TimeoutError:
+                pass
+        t = asyncio.create_task(fire(i, specs[i % len(specs)], sched))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+        i += 1
+        gap = rng.expovariate(rate) if load.arrival == "poisson" else 1.0 / rate
+        sched += int(gap * 1e9)
+    await _wait_or_stop(list(tasks), control)
+    end = max((r.end_ns for r in tracker.records), default=_perf())
+    return CellRun(tracker.records, start, end, control.reason if control.stop.is_set() else "")
+
+
+async def _wait_or_stop(tasks: list[asyncio.Task[None]], control: CellControl) -> None:
+    if not tasks:
+        return
+    stopper = asyncio.create_task(control.stop.wait())
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending | {stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if stopper in done:
+                pending.discard(stopper)
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                return
+            pending.discard(stopper)
+    finally:
+        stopper.cancel()
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]

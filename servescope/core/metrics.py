@@ -1,0 +1,230 @@
+"""Every metric servescope reports, defined once, computed with polars from raw request records.
+
+Definitions (also in the README and in every report):
+- ttft_ms: request sent -> first streamed chunk carrying a token (content or reasoning).
+- ttfo_ms: request sent -> first chunk carrying content (differs from TTFT only in thinking mode).
+- itl_ms: every gap between consecutive token-carrying chunks after the first, pooled over requests.
+- itl_token_ms: the same gap divided by the tokens in the later chunk.
+- tpot_ms: per request (e2e - ttft) / (output_tokens - 1); requests with one output token have none.
+- e2e_ms: request sent -> end of stream.
+- client_queue_ms: actual send - scheduled send (client-side queueing, coordinated omission).
+- per_user_tok_s: output_tokens / e2e of that request.
+- prefill_tok_s: prompt tokens / ttft of that request.
+- output_tok_s (aggregate): successful output tokens of the cell / cell wall time; total_tok_s adds
+  the input tokens; request_s: successful requests / wall time. Wall time runs from the first measured
+  request's scheduled send to the last measured request's end.
+- goodput_req_s: successful requests meeting every SLO / wall time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import polars as pl
+
+from servescope.core.errors import ServescopeError
+from servescope.core.records import RequestRecord
+
+PERCENTILES = (50, 90, 95, 99)
+STAT_KEYS = ("mean", "std", "min", "max", *(f"p{p}" for p in PERCENTILES))
+DIST_METRICS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "itl_token_ms", "e2e_ms", "per_user_tok_s",
+                "prefill_tok_s", "client_queue_ms")
+SLO_KEYS = {"ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "itl_ms", "per_user_tok_s"}
+HIGHER_IS_BETTER = {"per_user_tok_s"}
+
+FORMULAS: dict[str, str] = {
+    "ttft_ms": "first token-carrying chunk (content or reasoning) - request sent",
+    "ttfo_ms": "first content chunk - request sent",
+    "itl_ms": "gap between consecutive token-carrying chunks after the first, pooled over requests",
+    "itl_token_ms": "that gap / tokens in the later chunk",
+    "tpot_ms": "(e2e - ttft) / (output_tokens - 1), per request",
+    "e2e_ms": "end of stream - request sent",
+    "client_queue_ms": "actual send - scheduled send",
+    "per_user_tok_s": "output_tokens / e2e, per request",
+    "prefill_tok_s": "prompt_tokens / ttft, per request",
+    "output_tok_s": "sum of output tokens of successful requests / cell wall time",
+    "total_tok_s": "(input + output tokens of successful requests) / cell wall time",
+    "request_s": "successful requests / cell wall time",
+    "goodput_req_s": "successful requests meeting every SLO / cell wall time",
+}
+
+REQUEST_SCHEMA = {
+    "index": pl.Int64, "user": pl.Int64, "warmup": pl.Boolean, "status": pl.Utf8, "http_status": pl.Int64,
+    "error": pl.Utf8, "input_tokens_requested": pl.Int64, "output_tokens_requested": pl.Int64,
+    "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64,
+    "usage_reported": pl.Boolean, "scheduled_ns": pl.Int64, "sent_ns": pl.Int64, "first_token_ns": pl.Int64,
+    "first_content_ns": pl.Int64, "end_ns": pl.Int64, "chunk_ns": pl.List(pl.Int64),
+    "chunk_tokens": pl.List(pl.Int64),
+}
+
+
+def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
+    """Raw records as columns. chunk_ns holds absolute perf_counter_ns stamps."""
+    cols: dict[str, list[Any]] = {k: [] for k in REQUEST_SCHEMA}
+    for r in records:
+        cols["index"].append(r.index)
+        cols["user"].append(r.user)
+        cols["warmup"].append(r.warmup)
+        cols["status"].append(r.status)
+        cols["http_status"].append(r.http_status)
+        cols["error"].append(r.error)
+        cols["input_tokens_requested"].append(r.input_tokens_requested)
+        cols["output_tokens_requested"].append(r.output_tokens_requested)
+        cols["prompt_tokens"].append(r.prompt_tokens)
+        cols["output_tokens"].append(r.output_tokens)
+        cols["reasoning_tokens"].append(r.reasoning_tokens)
+        cols["usage_reported"].append(r.usage_reported)
+        cols["scheduled_ns"].append(r.scheduled_ns)
+        cols["sent_ns"].append(r.sent_ns)
+        cols["first_token_ns"].append(r.first_token_ns)
+        cols["first_content_ns"].append(r.first_content_ns)
+        cols["end_ns"].append(r.end_ns)
+        cols["chunk_ns"].append(r.chunk_ns.tolist())
+        cols["chunk_tokens"].append(r.chunk_tokens.tolist())
+    return pl.DataFrame(cols, schema=REQUEST_SCHEMA)
+
+
+def per_request(df: pl.DataFrame) -> pl.DataFrame:
+    """Add the per-request metrics (nulls where a metric does not exist for that request)."""
+    ok = pl.col("status") == "ok"
+    has_tok = pl.col("first_token_ns") > 0
+    ms = 1e-6
+    ttft = pl.when(has_tok).then((pl.col("first_token_ns") - pl.col("sent_ns")) * ms)
+    e2e = pl.when(pl.col("end_ns") > 0).then((pl.col("end_ns") - pl.col("sent_ns")) * ms)
+    return df.with_columns(
+        ttft_ms=ttft,
+        ttfo_ms=pl.when(pl.col("first_content_ns") > 0).then((pl.col("first_content_ns") - pl.col("sent_ns")) * ms),
+        e2e_ms=e2e,
+        client_queue_ms=pl.when(pl.col("sent_ns") > 0).then((pl.col("sent_ns") - pl.col("scheduled_ns")) * ms),
+    ).with_columns(
+        tpot_ms=pl.when(ok & (pl.col("output_tokens") > 1) & has_tok).then(
+            (pl.col("e2e_ms") - pl.col("ttft_ms")) / (pl.col("output_tokens") - 1)
+        ),
+        per_user_tok_s=pl.when(ok & (pl.col("e2e_ms") > 0)).then(pl.col("output_tokens") / (pl.col("e2e_ms") / 1000)),
+        prefill_tok_s=pl.when(ok & (pl.col("ttft_ms") > 0) & (pl.col("prompt_tokens") > 0)).then(
+            pl.col("prompt_tokens") / (pl.col("ttft_ms") / 1000)
+        ),
+    )
+
+
+def itl_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per inter-chunk gap of successful requests: itl_ms and itl_token_ms."""
+    ok = df.filter(pl.col("status") == "ok").select("index", "chunk_ns", "chunk_tokens")
+    if ok.height == 0:
+        return pl.DataFrame({"itl_ms": [], "itl_token_ms": []}, schema={"itl_ms": pl.Float64, "itl_token_ms": pl.Float64})
+    ex = ok.explode(["chunk_ns", "chunk_tokens"]).drop_nulls("chunk_ns")
+    ex = ex.with_columns(gap=(pl.col("chunk_ns") - pl.col("chunk_ns").shift(1).over("index")) * 1e-6)
+    ex = ex.drop_nulls("gap")
+    return ex.select(itl_ms=pl.col("gap"), itl_token_ms=pl.col("gap") / pl.col("chunk_tokens").clip(lower_bound=1))
+
+
+def describe(s: pl.Series) -> dict[str, float | None]:
+    s = s.drop_nulls()
+    if s.len() == 0:
+        return {k: None for k in STAT_KEYS}
+    out: dict[str, float | None] = {
+        "mean": float(s.mean()),  # type: ignore[arg-type]
+        "std": float(s.std()) if s.len() > 1 else 0.0,  # type: ignore[arg-type]
+        "min": float(s.min()),  # type: ignore[arg-type]
+        "max": float(s.max()),  # type: ignore[arg-type]
+    }
+    for p in PERCENTILES:
+        out[f"p{p}"] = float(s.quantile(p / 100, interpolation="linear"))  # type: ignore[arg-type]
+    return out
+
+
+def parse_slos(text: str | None) -> dict[str, float]:
+    """'ttft_ms=3000,tpot_ms=50' -> {...}. Latency SLOs are upper bounds; per_user_tok_s a lower bound."""
+    if not text:
+        return {}
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, val = part.partition("=")
+        key = key.strip()
+        if not sep or key not in SLO_KEYS:
+            raise ServescopeError(
+                f"bad SLO {part!r}; use KEY=VALUE with KEY one of {', '.join(sorted(SLO_KEYS))} (e.g. ttft_ms=3000,tpot_ms=50)"
+            )
+        try:
+            out[key] = float(val)
+        except ValueError:
+            raise ServescopeError(f"bad SLO value in {part!r}: {val!r} is not a number") from None
+    return out
+
+
+def slo_mask(df: pl.DataFrame, slos: Mapping[str, float]) -> pl.Expr:
+    expr = pl.col("status") == "ok"
+    for k, v in slos.items():
+        if k == "itl_ms":
+            continue  # per-request ITL SLOs are checked through tpot; pooled ITL has no request
+        if k in HIGHER_IS_BETTER:
+            expr = expr & (pl.col(k).fill_null(0.0) >= v)
+        else:
+            expr = expr & (pl.col(k).fill_null(float("inf")) <= v)
+    return expr
+
+
+def summarize(
+    df: pl.DataFrame,
+    wall_s: float,
+    slos: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """A cell's summary from its measured (non-warmup) request rows."""
+    slos = dict(slos or {})
+    df = df.filter(~pl.col("warmup"))
+    pr = per_request(df)
+    ok = pr.filter(pl.col("status") == "ok")
+    itl = itl_frame(pr)
+    n_ok = ok.height
+    out_tok = int(ok["output_tokens"].sum() or 0)
+    in_tok = int(ok.filter(pl.col("prompt_tokens") >= 0)["prompt_tokens"].sum() or 0)
+    wall = max(wall_s, 1e-9)
+    good = pr.filter(slo_mask(pr, slos)).height if slos else n_ok
+    known_prompt = ok.filter(pl.col("prompt_tokens") >= 0)
+    req_in = ok["input_tokens_requested"]
+    mismatch = None
+    if known_prompt.height:
+        diff = known_prompt["prompt_tokens"] - known_prompt["input_tokens_requested"]
+        mismatch = {"mean": float(diff.mean()), "max_abs": int(diff.abs().max())}  # type: ignore[arg-type]
+    errors = (
+        pr.filter(pl.col("status") != "ok").group_by("status", "error").len().sort("len", descending=True)
+        .head(5).to_dicts()
+    )
+    s: dict[str, Any] = {
+        "requests_ok": n_ok,
+        "requests_failed": pr.height - n_ok,
+        "wall_s": wall_s,
+        "input_tokens_requested": float(req_in.mean()) if req_in.len() else None,  # type: ignore[arg-type]
+        "input_tokens_mean": float(known_prompt["prompt_tokens"].mean()) if known_prompt.height else None,  # type: ignore[arg-type]
+        "input_tokens_mismatch": mismatch,
+        "output_tokens_requested": float(ok["output_tokens_requested"].mean()) if n_ok else None,  # type: ignore[arg-type]
+        "output_tokens_mean": float(ok["output_tokens"].mean()) if n_ok else None,  # type: ignore[arg-type]
+        "reasoning_tokens_mean": float(ok["reasoning_tokens"].mean()) if n_ok else None,  # type: ignore[arg-type]
+        "output_tokens_total": out_tok,
+        "input_tokens_total": in_tok,
+        "request_s": n_ok / wall,
+        "output_tok_s": out_tok / wall,
+        "total_tok_s": (out_tok + in_tok) / wall,
+        "goodput_req_s": good / wall,
+        "slo_met_fraction": (good / pr.height) if pr.height else None,
+        "errors": errors,
+    }
+    for m in ("ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "per_user_tok_s", "prefill_tok_s"):
+        s[m] = describe(ok[m])
+    s["client_queue_ms"] = describe(pr["client_queue_ms"])
+    s["itl_ms"] = describe(itl["itl_ms"])
+    s["itl_token_ms"] = describe(itl["itl_token_ms"])
+    return s
+
+
+SLO_ATTAINMENT = 0.9
+
+
+def meets_slos(summary: Mapping[str, Any], attainment: float = SLO_ATTAINMENT) -> bool:
+    """A cell meets the SLOs when at least `attainment` (90%) of its requests succeeded within all of them."""
+    frac = summary.get("slo_met_fraction")
+    return frac is not None and frac >= attainment

@@ -1,0 +1,37 @@
+"""Raw per-request records: integer perf_counter_ns stamps, token counts, status. Metrics are derived
+from these in one place (servescope.core.metrics)."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Literal
+
+Status = Literal["ok", "error", "timeout", "cut", "cancelled"]
+STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cut", "cancelled")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the client saw it. Times are perf_counter_ns() integers."""
+
+    index: int  # order of issue inside its cell (warmup requests count from -K)
+    user: int  # closed-loop user id, or -1 for open loop
+    warmup: bool
+    input_tokens_requested: int
+    output_tokens_requested: int
+    scheduled_ns: int  # when the load pattern wanted it sent
+    sent_ns: int = 0  # just before the request bytes were handed to the connection
+    first_token_ns: int = 0  # first chunk carrying a token (content or reasoning)
+    first_content_ns: int = 0  # first chunk carrying content
+    end_ns: int = 0  # end of stream (or failure)
+    status: Status = "ok"
+    http_status: int = 0
+    error: str = ""
+    prompt_tokens: int = -1  # usage.prompt_tokens, -1 when the server did not say
+    output_tokens: int = 0  # usage.completion_tokens, or counted chunks when the server gave no usage
+    reasoning_tokens: int = 0
+    usage_reported: bool = False
+    # one entry per token-carrying chunk: arrival stamp and tokens in that chunk
+    chunk_ns: array = field(default_factory=lambda: array("q"))
+    chunk_tokens: array = field(default_factory=lambda: array("i"))

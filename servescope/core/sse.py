@@ -1,0 +1,50 @@
+"""Incremental Server-Sent Events parser.
+
+Bytes arrive in arbitrary pieces; an event may be split at any byte. `feed()` returns the `data:`
+payloads of every event completed by this piece, without copying the unread tail more than once.
+Only the `data` field matters for OpenAI-compatible streams; comments (`:`) and other fields are skipped.
+"""
+
+from __future__ import annotations
+
+
+class SSEParser:
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        buf = self._buf + piece if self._buf else piece
+        out: list[bytes] = []
+        start = 0
+        n = len(buf)
+        while start < n:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            line_end = nl
+            if line_end > start and buf[line_end - 1] == 13:  # \r\n
+                line_end -= 1
+            if line_end == start:
+                start = nl + 1  # blank line: event boundary (we emit per data line)
+                continue
+            if buf.startswith(b"data:", start):
+                s = start + 5
+                if s < line_end and buf[s] == 32:
+                    s += 1
+                out.append(buf[s:line_end])
+            start = nl + 1
+        self._buf = buf[start:] if start < n else b""
+        return out
+
+    def flush(self) -> list[bytes]:
+        """End of stream: a final line with no newline still counts."""
+        rest, self._buf = self._buf, b""
+        rest = rest.rstrip(b"\r")
+        if rest.startswith(b"data:"):
+            s = 5
+            if len(rest) > 5 and rest[5] == 32:
+                s = 6
+            return [rest[s:]]
+        return []

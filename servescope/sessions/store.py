@@ -1,0 +1,196 @@
+"""Sessions on disk: one directory per run.
+
+    session.toml         metadata (schema_version, target, model, workloads, loads, SLOs, tags, status, cells)
+    cells.parquet        one row per finished or skipped cell: its plan and its summary
+    requests/cell-NNNN.parquet   one row per request of that cell: raw stamps and counts
+
+Every file is written to a temporary name and renamed, and each finished cell is on disk before the next
+cell starts, so kill -9 loses at most the cell that was running (session.toml then still says "running").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import tomli_w
+
+from servescope import __version__
+from servescope.core.errors import ServescopeError
+from servescope.workloads.spec import parse_toml
+
+SCHEMA_VERSION = 1
+
+
+def sessions_home() -> Path:
+    """$SERVESCOPE_HOME/sessions, else the user's data directory."""
+    env = os.environ.get("SERVESCOPE_HOME")
+    if env:
+        return Path(env).expanduser() / "sessions"
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("servescope", appauthor=False)) / "sessions"
+
+
+def _clean(obj: Any) -> Any:
+    """TOML has no null: drop None values recursively."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj if v is not None]
+    return obj
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_parquet(path: Path, df: pl.DataFrame) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    df.write_parquet(tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:40] or "session"
+
+
+def new_session_dir(base: Path | None, name: str) -> Path:
+    base = base or sessions_home()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    d = base / f"{stamp}-{slug(name)}"
+    i = 1
+    while d.exists():
+        i += 1
+        d = base / f"{stamp}-{slug(name)}-{i}"
+    return d
+
+
+def _flatten(summary: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for k, v in summary.items():
+        if isinstance(v, dict) and k not in ("input_tokens_mismatch", "server"):
+            for sk, sv in v.items():
+                row[f"{k}_{sk}"] = sv
+        elif isinstance(v, (int, float, str, bool)) or v is None:
+            row[k] = v
+    return row
+
+
+@dataclass
+class SessionWriter:
+    path: Path
+    meta: dict[str, Any]
+    cell_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, path: Path, meta: dict[str, Any]) -> SessionWriter:
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            (path / "requests").mkdir()
+        except FileExistsError:
+            if any(path.iterdir()):
+                raise ServescopeError(f"{path} already exists and is not empty; choose another --save directory") from None
+            (path / "requests").mkdir(exist_ok=True)
+        except OSError as e:
+            raise ServescopeError(f"cannot create session directory {path}: {e.strerror}; choose another --save") from None
+        full = {
+            "schema_version": SCHEMA_VERSION,
+            "servescope_version": __version__,
+            "host": socket.gethostname(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "status": "running",
+            **meta,
+        }
+        w = cls(path, full)
+        w.save_meta()
+        return w
+
+    def save_meta(self) -> None:
+        _atomic_write(self.path / "session.toml", tomli_w.dumps(_clean(self.meta)).encode())
+
+    def set_cell_status(self, index: int, status: str, reason: str = "") -> None:
+        for c in self.meta.get("cells", []):
+            if c["index"] == index:
+                c["status"] = status
+                if reason:
+                    c["reason"] = reason
+        self.save_meta()
+
+    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: dict[str, Any] | None) -> None:
+        """Persist one finished (or skipped) cell: its requests, then the cell table, then the metadata."""
+        idx = int(plan_row["index"])
+        if requests is not None:
+            _atomic_parquet(self.path / "requests" / f"cell-{idx:04d}.parquet", requests.with_columns(cell=pl.lit(idx)))
+        row = dict(plan_row)
+        if summary is not None:
+            row.update(_flatten(summary))
+            row["summary_json"] = json.dumps(summary, default=str)
+        self.cell_rows = [r for r in self.cell_rows if r["index"] != idx] + [row]
+        _atomic_parquet(self.path / "cells.parquet", pl.DataFrame(self.cell_rows, infer_schema_length=None))
+        self.set_cell_status(idx, str(row.get("status", "done")), str(row.get("reason", "")))
+
+    def finish(self, status: str, message: str = "") -> None:
+        self.meta["status"] = status
+        self.meta["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        if message:
+            self.meta["message"] = message
+        self.save_meta()
+
+
+@dataclass
+class Session:
+    path: Path
+    meta: dict[str, Any]
+    cells: pl.DataFrame
+
+    @property
+    def status(self) -> str:
+        s = str(self.meta.get("status", "unknown"))
+        return "interrupted" if s == "running" else s
+
+    def summaries(self) -> list[dict[str, Any]]:
+        if "summary_json" not in self.cells.columns:
+            return []
+        return [json.loads(s) if s else {} for s in self.cells["summary_json"].to_list()]
+
+    def requests(self, cell: int | None = None) -> pl.DataFrame:
+        d = self.path / "requests"
+        files = sorted(d.glob("cell-*.parquet")) if cell is None else [d / f"cell-{cell:04d}.parquet"]
+        files = [f for f in files if f.exists()]
+        if not files:
+            return pl.DataFrame()
+        return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+
+
+def load_session(path: str | Path) -> Session:
+    p = Path(path)
+    if not (p / "session.toml").is_file():
+        cand = sessions_home() / str(path)
+        if (cand / "session.toml").is_file():
+            p = cand
+        else:
+            raise ServescopeError(f"{path}: not a servescope session (no session.toml); see `servescope sessions`")
+    meta = parse_toml((p / "session.toml").read_text(encoding="utf-8"), str(p / "session.toml"))
+    ver = meta.get("schema_version")
+    if not isinstance(ver, int) or ver > SCHEMA_VERSION:
+        raise ServescopeError(
+            f"{p}: session schema_version {ver} is newer than this servescope understands ({SCHEMA_VERSION}); upgrade servescope"
+        )
+    cells_path = p / "cells.parquet"
+    cells = pl.read_parquet(cells_path) if cells_path.exists() else pl.DataFrame()
+    return Session(p, meta, cells)

@@ -1,0 +1,126 @@
+"""Command line of the simulator: `python -m servescope.sim --profile NAME --port PORT ...`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+import sys
+
+from servescope.sim.profile import DEFAULT_PROFILE, ProfileError, describe, list_profiles, load_profile
+
+LISTENING = "servescope-sim listening on "
+
+
+def _rate(text: str) -> float:
+    v = float(text)
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="servescope sim",
+        description="Simulate a vLLM 0.32 server serving a model on a GPU, in real time (OpenAI-compatible API).",
+    )
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"profile name or path to a .toml (default {DEFAULT_PROFILE})")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument("--list", action="store_true", help="list the shipped profiles and exit")
+    g = p.add_argument_group("engine overrides")
+    g.add_argument("--kv-cache-tokens", type=int, help="KV cache size in tokens (as vLLM's --num-gpu-blocks-override x 16)")
+    g.add_argument("--max-num-seqs", type=int)
+    g.add_argument("--max-num-batched-tokens", type=int)
+    g.add_argument("--max-model-len", type=int)
+    g.add_argument("--served-model-name")
+    g.add_argument("--no-enable-prefix-caching", action="store_true")
+    f = p.add_argument_group("faults")
+    f.add_argument("--exit-after-requests", type=int, default=0, metavar="N", help="exit abruptly after N completed requests")
+    f.add_argument("--exit-at", type=float, default=0.0, metavar="SECONDS", help="exit abruptly SECONDS after start")
+    f.add_argument("--error-rate", type=_rate, default=0.0, metavar="P", help="answer this fraction of requests with HTTP 500")
+    f.add_argument("--cut-stream-rate", type=_rate, default=0.0, metavar="P", help="cut this fraction of streams mid-way")
+    f.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        for name in list_profiles():
+            print(f"{name:48s} {describe(name)}")
+        return 0
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as e:
+        print(f"servescope sim: {e}", file=sys.stderr)
+        return 2
+    engine_kw = {
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "max_model_len": args.max_model_len,
+        "served_name": args.served_model_name,
+        "enable_prefix_caching": False if args.no_enable_prefix_caching else None,
+    }
+    if args.kv_cache_tokens is not None:
+        engine_kw["kv_cache_tokens"] = args.kv_cache_tokens
+    profile = profile.with_overrides(**engine_kw)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level), stream=sys.stderr,
+        format="%(levelname)s %(asctime)s [servescope-sim] %(message)s", datefmt="%m-%d %H:%M:%S",
+    )
+    from servescope.sim.server import Faults
+
+    faults = Faults(args.exit_after_requests, args.exit_at, args.error_rate, args.cut_stream_rate, args.seed)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(_serve(profile, faults, args.host, args.port))
+    except KeyboardInterrupt:
+        pass
+    except OSError as e:
+        print(f"servescope sim: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(profile: object, faults: object, host: str, port: int) -> None:
+    from aiohttp import web
+
+    from servescope.sim.server import SimServer, startup_log_lines
+
+    server = SimServer(profile, faults)  # type: ignore[arg-type]
+    log = logging.getLogger("servescope.sim")
+    runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+    await site.start()
+    bound = port
+    srv = getattr(site, "_server", None)
+    for sock in getattr(srv, "sockets", None) or []:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            bound = sock.getsockname()[1]
+            break
+    shown = f"[{host}]" if ":" in host else host
+    sys.stdout.write(f"{LISTENING}http://{shown}:{bound}\n")
+    sys.stdout.flush()
+    for line in startup_log_lines(server):
+        log.info(line)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover (Windows)
+            pass
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,341 @@
+"""The engine: a step-level model of vLLM V1's scheduler, on whatever clock the caller runs it.
+
+Each step: running requests first (a decode token each, or their next prefill chunk), in arrival order;
+a request that needs a KV block when none is free preempts the newest running request (recompute: its
+blocks are freed and it goes back to the front of the queue, to prefill prompt + output so far). Then
+waiting requests are admitted while sequences, the token budget (chunked prefill) and free blocks allow.
+The step's duration comes from `CostModel.step_time`; its tokens are emitted at the step's end.
+
+`Scheduler` is pure: `schedule()` plans a step, `finish(step, t_end)` applies it. `VirtualRunner` drives
+it on a virtual clock (tests, `benchmarks/sim_vs_field.py`); `servescope.sim.server` drives it in real time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from servescope.sim.profile import CostModel
+
+WAITING, RUNNING, FINISHED, ABORTED = 0, 1, 2, 3
+
+
+class SimRequest:
+    """One request inside the engine. Token emission goes through `on_tokens(req, n, finished, t)`."""
+
+    __slots__ = (
+        "rid", "prompt_len", "max_tokens", "target_len", "finish_reason", "arrival", "state",
+        "num_computed", "num_output", "blocks", "first_token_t", "last_token_t", "first_scheduled_t",
+        "num_preemptions", "on_tokens", "prefix_key", "cached_tokens", "done_t",
+    )
+
+    def __init__(
+        self,
+        rid: int,
+        prompt_len: int,
+        max_tokens: int,
+        target_len: int | None = None,
+        arrival: float = 0.0,
+        on_tokens: Callable[[SimRequest, int, bool, float], None] | None = None,
+        prefix_key: int | None = None,
+    ) -> None:
+        self.rid = rid
+        self.prompt_len = prompt_len
+        self.max_tokens = max_tokens
+        self.target_len = max_tokens if target_len is None else max(1, min(target_len, max_tokens))
+        self.finish_reason = "length" if self.target_len >= max_tokens else "stop"
+        self.arrival = arrival
+        self.state = WAITING
+        self.num_computed = 0  # tokens whose KV is in the cache
+        self.num_output = 0
+        self.blocks = 0
+        self.first_token_t = -1.0
+        self.last_token_t = -1.0
+        self.first_scheduled_t = -1.0
+        self.num_preemptions = 0
+        self.on_tokens = on_tokens
+        self.prefix_key = prefix_key  # requests with one key share their prompt's prefix cache
+        self.cached_tokens = 0
+        self.done_t = -1.0
+
+    @property
+    def total_len(self) -> int:
+        """Tokens whose KV must exist before the next token can be sampled."""
+        return self.prompt_len + self.num_output
+
+
+@dataclass
+class Step:
+    reqs: list[SimRequest] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    duration: float = 0.0
+    num_tokens: int = 0
+    num_prefill_tokens: int = 0
+    preempted: list[SimRequest] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(self, cost: CostModel, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> None:
+        e = cost.profile.engine
+        self.cost = cost
+        self.max_num_seqs = max_num_seqs or e.max_num_seqs
+        self.budget = max_num_batched_tokens or e.max_num_batched_tokens
+        self.num_blocks = cost.num_blocks
+        self.free_blocks = cost.num_blocks
+        self.block_size = cost.block_size
+        self.prefix_caching = e.enable_prefix_caching
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        # counters (exported as vLLM metrics)
+        self.num_preemptions = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.steps = 0
+        self._prefix_seen: dict[int, int] = {}  # prefix key -> cached prompt tokens (coarse LRU-free model)
+
+    # --- queue -----------------------------------------------------------------------------------------
+    def add(self, req: SimRequest) -> None:
+        req.state = WAITING
+        self.waiting.append(req)
+
+    def abort(self, req: SimRequest) -> None:
+        if req.state == RUNNING:
+            self.running.remove(req)
+            self._free(req)
+        elif req.state == WAITING:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        req.state = ABORTED
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        return 1.0 - self.free_blocks / self.num_blocks if self.num_blocks else 0.0
+
+    def _free(self, req: SimRequest) -> None:
+        self.free_blocks += req.blocks
+        req.blocks = 0
+        req.num_computed = 0
+
+    def _grow(self, req: SimRequest, new_total: int) -> bool:
+        need = self.cost.blocks_for(new_total) - req.blocks
+        if need <= 0:
+            return True
+        if need > self.free_blocks:
+            return False
+        self.free_blocks -= need
+        req.blocks += need
+        return True
+
+    # --- one step --------------------------------------------------------------------------------------
+    def schedule(self, now: float = 0.0) -> Step:
+        step = Step()
+        budget = self.budget
+        kv_read = 0.0
+        pairs = 0.0
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = min(req.total_len - req.num_computed, budget)
+            if n <= 0:  # cannot happen: a running request always has a token to compute
+                i += 1
+                continue
+            while not self._grow(req, req.num_computed + n):
+                victim = running.pop()  # newest
+                self._preempt(victim, step)
+                if victim is req:
+                    break
+            if req.state != RUNNING:
+                break
+            step.reqs.append(req)
+            step.tokens.append(n)
+            budget -= n
+            ctx = req.num_computed
+            kv_read += self.cost.footprint_tokens(ctx + n)
+            if n > 1:
+                pairs += n * (ctx + (n + 1) / 2.0)
+                step.num_prefill_tokens += n
+            i += 1
+        # admit waiting requests (FCFS: stop at the first that does not fit)
+        while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
+            req = self.waiting[0]
+            if req.num_computed == 0 and self.prefix_caching and req.num_preemptions == 0:
+                self._prefix_lookup(req)
+            n = min(req.total_len - req.num_computed, budget)
+            if not self._grow(req, req.num_computed + n):
+                break
+            self.waiting.popleft()
+            req.state = RUNNING
+            if req.first_scheduled_t < 0:
+                req.first_scheduled_t = now
+            running.append(req)
+            step.reqs.append(req)
+            step.tokens.append(n)
+            budget -= n
+            ctx = req.num_computed
+            kv_read += self.cost.footprint_tokens(ctx + n)
+            pairs += n * (ctx + (n + 1) / 2.0)
+            step.num_prefill_tokens += n
+        step.num_tokens = self.budget - budget
+        if step.reqs:
+            step.duration = self.cost.step_time(step.num_tokens, len(step.reqs), kv_read, pairs)
+        return step
+
+    def _prefix_lookup(self, req: SimRequest) -> None:
+        self.prefix_queries += req.prompt_len
+        if req.prefix_key is None:
+            return
+        cached = self._prefix_seen.get(req.prefix_key, 0)
+        # whole blocks only, and never the last prompt token (it must be computed to sample)
+        hit = min(cached, req.prompt_len - 1) // self.block_size * self.block_size
+        if hit > 0 and self._grow(req, hit):
+            req.num_computed = hit
+            req.cached_tokens = hit
+            self.prefix_hits += hit
+
+    def _preempt(self, victim: SimRequest, step: Step) -> None:
+        self._free(victim)
+        victim.state = WAITING
+        victim.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(victim)
+        step.preempted.append(victim)
+
+    def finish(self, step: Step, t_end: float) -> list[SimRequest]:
+        """Apply a step at its end time: advance KV, sample tokens, retire finished requests."""
+        self.steps += 1
+        done: list[SimRequest] = []
+        for req, n in zip(step.reqs, step.tokens):
+            if req.state != RUNNING:
+                continue  # preempted or aborted within this step
+            req.num_computed += n
+            if req.num_computed < req.total_len:
+                continue  # a prefill chunk that samples nothing
+            if req.num_output == 0 and req.num_computed == req.prompt_len:
+                self.prompt_tokens_total += req.prompt_len
+                if self.prefix_caching and req.prefix_key is not None:
+                    self._prefix_seen[req.prefix_key] = max(self._prefix_seen.get(req.prefix_key, 0), req.prompt_len)
+            req.num_output += 1
+            self.generation_tokens_total += 1
+            if req.first_token_t < 0:
+                req.first_token_t = t_end
+            req.last_token_t = t_end
+            finished = req.num_output >= req.target_len
+            if finished:
+                req.state = FINISHED
+                req.done_t = t_end
+                done.append(req)
+            if req.on_tokens is not None:
+                req.on_tokens(req, 1, finished, t_end)
+        if done:
+            for req in done:
+                self.free_blocks += req.blocks
+                req.blocks = 0
+            self.running = [r for r in self.running if r.state == RUNNING]
+        return done
+
+
+@dataclass
+class RequestResult:
+    prompt_len: int
+    output_len: int
+    arrival: float
+    first_token: float
+    done: float
+    preemptions: int
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.arrival
+
+    @property
+    def e2e(self) -> float:
+        return self.done - self.arrival
+
+    @property
+    def tpot(self) -> float:
+        return (self.done - self.first_token) / (self.output_len - 1) if self.output_len > 1 else 0.0
+
+
+class VirtualRunner:
+    """Runs the scheduler on a virtual clock: no sleeping, no CPU lag. For tests and calibration."""
+
+    def __init__(self, cost: CostModel, **kw: int) -> None:
+        self.cost = cost
+        self.sched = Scheduler(cost, **kw)
+        self.now = 0.0
+        self._arrivals: list[tuple[float, int, SimRequest]] = []
+        self._seq = 0
+        self.results: list[RequestResult] = []
+        self.on_done: Callable[[SimRequest, float], None] | None = None
+        self.max_running = 0
+        self.max_waiting = 0
+
+    def submit(self, req: SimRequest, at: float | None = None) -> None:
+        t = self.now if at is None else at
+        req.arrival = t
+        heapq.heappush(self._arrivals, (t + self.cost.frontend_s, self._seq, req))
+        self._seq += 1
+
+    def run(self, until: float = math.inf) -> None:
+        sched = self.sched
+        while self.now < until:
+            while self._arrivals and self._arrivals[0][0] <= self.now:
+                sched.add(heapq.heappop(self._arrivals)[2])
+            if not sched.has_work():
+                if not self._arrivals:
+                    return
+                self.now = self._arrivals[0][0]
+                continue
+            step = sched.schedule(self.now)
+            if not step.reqs:  # nothing fits (a request larger than the whole cache)
+                raise RuntimeError("KV cache too small for the oldest waiting request")
+            self.max_running = max(self.max_running, len(sched.running))
+            self.max_waiting = max(self.max_waiting, len(sched.waiting))
+            self.now += step.duration
+            for req in sched.finish(step, self.now):
+                self.results.append(
+                    RequestResult(req.prompt_len, req.num_output, req.arrival, req.first_token_t, req.done_t, req.num_preemptions)
+                )
+                if self.on_done is not None:
+                    self.on_done(req, self.now)
+
+
+def run_closed_loop(
+    cost: CostModel,
+    concurrency: int,
+    num_requests: int,
+    prompt_len: Callable[[int], int] | int,
+    output_len: int,
+    **kw: int,
+) -> tuple[list[RequestResult], float]:
+    """`concurrency` users each send their next request when the last one ends. Returns (results, wall)."""
+    runner = VirtualRunner(cost, **kw)
+    sent = 0
+
+    def make(i: int) -> SimRequest:
+        pl = prompt_len(i) if callable(prompt_len) else prompt_len
+        return SimRequest(i, pl, output_len)
+
+    def on_done(req: SimRequest, t: float) -> None:
+        nonlocal sent
+        if sent < num_requests:
+            runner.submit(make(sent), t)
+            sent += 1
+
+    runner.on_done = on_done
+    for _ in range(min(concurrency, num_requests)):
+        runner.submit(make(sent), 0.0)
+        sent += 1
+    runner.run()
+    return runner.results, runner.now

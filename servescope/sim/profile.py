@@ -1,0 +1,284 @@
+"""Simulator profiles: one TOML file per model x GPU x quantization x memory setting, and the roofline.
+
+A profile names the model's shape (parameters, attention layout, KV cache dtype), the GPU (memory,
+bandwidth, FLOP/s), vLLM's engine settings and a handful of efficiency factors. Everything the
+simulator does is derived from these numbers by `CostModel`; nothing is fitted to a curve.
+Profiles live in ``servescope/sim/profiles/`` (``NAME.toml``, subfolders allowed), or anywhere on disk
+when `--profile` is given a path to a ``.toml`` file.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+DEFAULT_PROFILE = "rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
+GIB = 1024**3
+KV_DTYPE_BYTES = {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+
+
+class ProfileError(Exception):
+    """A profile that cannot be found or read; the message lists what is available."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    served_name: str
+    max_model_len: int
+    dense_params_b: float  # linear weights every token uses (attention, linear attention, dense/shared FFN)
+    lm_head_params_b: float  # output projection, kept in 16 bits, read every step
+    other_params_b: float = 0.0  # resident but not read per step: embeddings, vision encoder (16 bits)
+    expert_params_b: float = 0.0  # routed experts, all of them
+    num_experts: int = 0
+    experts_per_token: int = 0
+    weight_bits: float = 16.0  # bits per quantized weight, scales included (GPTQ/AWQ g128: 4.25, FP8: 8.06)
+    num_layers: int = 32
+    full_attention_layers: int = 32  # layers whose KV cache grows with the context
+    sliding_window_layers: int = 0
+    sliding_window: int = 0
+    num_q_heads: int = 32
+    num_kv_heads: int = 8
+    head_dim: int = 128
+    kv_cache_dtype: str = "auto"
+    state_bytes_per_seq: float = 0.0  # fixed recurrent state (linear attention / Mamba), per request
+    add_bos_token: bool = False
+    reasoning: bool = False
+    reasoning_fraction: float = 0.75
+    thinking_default: bool = False
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_gib: float
+    bandwidth_gbs: float
+    peak_tflops: float  # dense tensor FLOP/s at the precision the matmuls run in
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    activation_reserve_gib: float = 2.0  # non-KV runtime memory: activations, CUDA graphs, workspace
+    kv_cache_tokens: int = 0  # 0: derive from memory; otherwise as vLLM logged it
+    enable_prefix_caching: bool = True
+
+
+@dataclass(frozen=True)
+class EfficiencySpec:
+    bandwidth_eff: float = 0.8  # fraction of peak memory bandwidth reached by decode kernels
+    gemm_eff: float = 0.7  # fraction of peak FLOP/s reached by large matmuls
+    gemm_half_rows: float = 128.0  # rows (tokens per matmul, per expert for MoE) at half of gemm_eff
+    attention_eff: float = 0.4  # fraction of peak FLOP/s reached by prefill attention
+    step_overhead_ms: float = 2.0  # fixed per step: scheduling, launches, sampling, host sync
+    per_seq_overhead_us: float = 5.0  # per running sequence per step: input prep, detokenize
+    frontend_ms: float = 5.0  # per request, before the engine sees it: HTTP, template, tokenize
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    model: ModelSpec
+    gpu: GpuSpec
+    engine: EngineSpec = field(default_factory=EngineSpec)
+    efficiency: EfficiencySpec = field(default_factory=EfficiencySpec)
+
+    def with_overrides(self, **engine: Any) -> Profile:
+        kept = {k: v for k, v in engine.items() if v is not None}
+        model_kw = {k: kept.pop(k) for k in ("max_model_len", "served_name") if k in kept}
+        return Profile(
+            self.name,
+            self.description,
+            _replace(self.model, **model_kw),
+            self.gpu,
+            _replace(self.engine, **kept),
+            self.efficiency,
+        )
+
+
+def _replace(obj: Any, **kw: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(obj, **kw) if kw else obj
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ProfileError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    try:
+        return cls(**data)
+    except TypeError as e:
+        raise ProfileError(f"{where}: {e}") from None
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles, sorted (`tiny`, `rtx-pro-6000/...`)."""
+    return sorted(p.relative_to(PROFILES_DIR).with_suffix("").as_posix() for p in PROFILES_DIR.rglob("*.toml"))
+
+
+def profile_path(name: str) -> Path:
+    if name.endswith(".toml") and Path(name).is_file():
+        return Path(name)
+    path = PROFILES_DIR / f"{name}.toml"
+    if ".." in Path(name).parts or not path.is_file():
+        raise ProfileError(f"unknown profile {name!r}; available: {', '.join(list_profiles())}")
+    return path
+
+
+def load_profile(name: str) -> Profile:
+    path = profile_path(name)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ProfileError(f"cannot read profile {path}: {e}") from None
+    where = str(path)
+    try:
+        return Profile(
+            name=name if not name.endswith(".toml") else path.stem,
+            description=str(data.get("description", "")),
+            model=_build(ModelSpec, data["model"], f"{where} [model]"),
+            gpu=_build(GpuSpec, data["gpu"], f"{where} [gpu]"),
+            engine=_build(EngineSpec, data.get("engine", {}), f"{where} [engine]"),
+            efficiency=_build(EfficiencySpec, data.get("efficiency", {}), f"{where} [efficiency]"),
+        )
+    except KeyError as e:
+        raise ProfileError(f"{where}: missing section [{e.args[0]}]") from None
+
+
+def describe(name: str) -> str:
+    try:
+        text = profile_path(name).read_text(encoding="utf-8")
+        return str(tomllib.loads(text).get("description", ""))
+    except (ProfileError, OSError, tomllib.TOMLDecodeError):
+        return "(unreadable)"
+
+
+class CostModel:
+    """Memory and step-time arithmetic for one profile (all derived quantities live here)."""
+
+    def __init__(self, p: Profile) -> None:
+        m, g, e, eff = p.model, p.gpu, p.engine, p.efficiency
+        self.profile = p
+        self.block_size = e.block_size
+        wbytes = m.weight_bits / 8.0
+        self.dense_bytes = m.dense_params_b * 1e9 * wbytes
+        self.expert_bytes = m.expert_params_b * 1e9 * wbytes
+        self.lm_head_bytes = m.lm_head_params_b * 1e9 * 2.0
+        self.weight_bytes = self.dense_bytes + self.expert_bytes + self.lm_head_bytes + m.other_params_b * 1e9 * 2.0
+        self.moe = m.num_experts > 0 and m.experts_per_token > 0
+        self.num_experts = m.num_experts
+        self.topk_frac = m.experts_per_token / m.num_experts if self.moe else 0.0
+        # FLOPs per token: 2 x the weights a token passes through
+        self.dense_flops_tok = 2e9 * (m.dense_params_b + m.lm_head_params_b)
+        self.expert_flops_tok = 2e9 * m.expert_params_b * self.topk_frac
+        # attention FLOPs per (query token x context token): QK^T and PV over full-attention layers
+        self.attn_flops_pair = 4.0 * m.num_q_heads * m.head_dim * m.full_attention_layers
+        self.attn_flops_pair_sliding = 4.0 * m.num_q_heads * m.head_dim * m.sliding_window_layers
+        kvb = KV_DTYPE_BYTES.get(m.kv_cache_dtype, 2.0)
+        per_layer = 2.0 * m.num_kv_heads * m.head_dim * kvb
+        self.kv_full_bpt = per_layer * m.full_attention_layers
+        self.kv_slide_bpt = per_layer * m.sliding_window_layers
+        self.kv_bytes_per_token = self.kv_full_bpt + self.kv_slide_bpt
+        self.window = m.sliding_window
+        self.state_bytes = m.state_bytes_per_seq
+        self.bandwidth = g.bandwidth_gbs * 1e9 * eff.bandwidth_eff
+        self.gemm_peak = g.peak_tflops * 1e12 * eff.gemm_eff
+        self.attn_peak = g.peak_tflops * 1e12 * eff.attention_eff
+        self.half_rows = eff.gemm_half_rows
+        self.step_overhead = eff.step_overhead_ms / 1e3
+        self.per_seq_overhead = eff.per_seq_overhead_us / 1e6
+        self.frontend_s = eff.frontend_ms / 1e3
+        # KV pool
+        self.available_kv_bytes = (
+            g.memory_gib * GIB * e.gpu_memory_utilization - self.weight_bytes - e.activation_reserve_gib * GIB
+        )
+        if e.kv_cache_tokens > 0:
+            self.kv_cache_tokens = e.kv_cache_tokens
+        elif self.kv_bytes_per_token > 0:
+            self.kv_cache_tokens = max(0, int(self.available_kv_bytes // self.kv_bytes_per_token))
+        else:
+            self.kv_cache_tokens = 0
+        self.num_blocks = self.kv_cache_tokens // self.block_size
+        block_bytes = max(self.kv_bytes_per_token * self.block_size, 1.0)
+        self.state_blocks = math.ceil(self.state_bytes / block_bytes) if self.state_bytes else 0
+
+    # --- memory -----------------------------------------------------------------------------------------
+    def footprint_tokens(self, tokens: int) -> float:
+        """KV tokens a request of `tokens` holds, in full-attention-token units (sliding layers capped)."""
+        if not self.kv_slide_bpt:
+            return float(tokens)
+        capped = min(tokens, self.window + self.block_size) if self.window else tokens
+        return (self.kv_full_bpt * tokens + self.kv_slide_bpt * capped) / self.kv_bytes_per_token
+
+    def blocks_for(self, tokens: int) -> int:
+        if tokens <= 0:
+            return 0
+        return math.ceil(self.footprint_tokens(tokens) / self.block_size) + self.state_blocks
+
+    def max_concurrency(self, tokens: int) -> float:
+        return self.num_blocks / max(self.blocks_for(tokens), 1)
+
+    # --- time -------------------------------------------------------------------------------------------
+    def _gemm_rate(self, rows: float) -> float:
+        return self.gemm_peak * rows / (rows + self.half_rows)
+
+    def step_time(self, num_tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float) -> float:
+        """Seconds for one engine step.
+
+        num_tokens: tokens computed this step (decodes + prefill chunk tokens); num_seqs: sequences in
+        it; kv_read_tokens: KV entries read (sum of contexts, full-attention-token units);
+        attn_pairs: (query, key) pairs of prefill attention over full-attention layers.
+        """
+        if num_tokens <= 0:
+            return 0.0
+        weight_bytes = self.dense_bytes + self.lm_head_bytes
+        compute = self.dense_flops_tok * num_tokens / self._gemm_rate(num_tokens)
+        if self.moe:
+            touched = 1.0 - (1.0 - self.topk_frac) ** num_tokens  # expected share of experts hit
+            weight_bytes += self.expert_bytes * touched
+            rows_per_expert = num_tokens * self.topk_frac / touched
+            compute += self.expert_flops_tok * num_tokens / self._gemm_rate(rows_per_expert)
+        compute += self.attn_flops_pair * attn_pairs / self.attn_peak
+        mem_bytes = weight_bytes + self.kv_bytes_per_token * kv_read_tokens + 2.0 * self.state_bytes * num_seqs
+        memory = mem_bytes / self.bandwidth
+        return self.step_overhead + self.per_seq_overhead * num_seqs + max(memory, compute)
+
+    def decode_step_time(self, batch: int, context: int) -> float:
+        return self.step_time(batch, batch, batch * self.footprint_tokens(context), 0.0)
+
+    def prefill_time(self, prompt_len: int) -> float:
+        """c=1 prefill: the chunked steps vLLM would run, ending with the first token."""
+        chunk = self.profile.engine.max_num_batched_tokens
+        t = 0.0
+        done = 0
+        while done < prompt_len:
+            n = min(chunk, prompt_len - done)
+            pairs = n * (done + (n + 1) / 2.0)
+            t += self.step_time(n, 1, self.footprint_tokens(done), pairs)
+            done += n
+        return t
+
+    def predict_c1(self, prompt_len: int, output_len: int) -> tuple[float, float]:
+        """(TTFT, TPOT) in seconds for a lone request, as the roofline predicts them."""
+        ttft = self.frontend_s + self.prefill_time(prompt_len)
+        if output_len <= 1:
+            return ttft, 0.0
+        total = sum(self.decode_step_time(1, prompt_len + i) for i in range(1, output_len))
+        return ttft, total / (output_len - 1)
+
+    def weights_gib(self) -> float:
+        return self.weight_bytes / GIB

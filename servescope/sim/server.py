@@ -1,0 +1,573 @@
+"""The simulator's HTTP server: vLLM 0.32's OpenAI-compatible API over the engine, in real time.
+
+`EngineLoop` runs the scheduler against the event loop's clock: each step sleeps until its simulated end
+(an absolute deadline, so timer granularity never accumulates) and then emits its tokens. When the
+simulator's own CPU makes a step end late, the lag is counted, exported in `/metrics` and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import sys
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from servescope.sim.engine import ABORTED, Scheduler, SimRequest
+from servescope.sim.metrics import Metrics
+from servescope.sim.profile import CostModel, Profile
+from servescope.sim.tokenizer import NUM_WORDS, WORD_BASE, Tokenizer, message_text, render_chat
+
+log = logging.getLogger("servescope.sim")
+_json_encode = msgspec.json.encode
+_json_decode = msgspec.json.decode
+
+LATE_TOLERANCE_S = 0.003  # beyond timer granularity: a step this late is counted as lag
+RESYNC_S = 0.025  # a step later than this restarts the simulated clock from now (time lost for good)
+WARN_EVERY_S = 5.0
+
+
+@dataclass
+class Faults:
+    exit_after_requests: int = 0
+    exit_at: float = 0.0
+    error_rate: float = 0.0
+    cut_stream_rate: float = 0.0
+    seed: int = 0
+
+
+class _Channel:
+    """Tokens the engine produced for one request and not yet written to its stream."""
+
+    __slots__ = ("pending", "finished", "event")
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.finished = False
+        self.event = asyncio.Event()
+
+
+class EngineLoop:
+    def __init__(self, cost: CostModel, metrics: Metrics) -> None:
+        self.cost = cost
+        self.sched = Scheduler(cost)
+        self.metrics = metrics
+        self.wake = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self._late_window = 0
+        self._late_window_max = 0.0
+        self._last_warn = self.loop.time()
+
+    def add(self, req: SimRequest) -> None:
+        self.sched.add(req)
+        self.wake.set()
+
+    def abort(self, req: SimRequest) -> None:
+        if req.state != ABORTED and req.done_t < 0:
+            self.sched.abort(req)
+            self.metrics.success["abort"] += 1
+
+    async def run(self) -> None:
+        loop = self.loop
+        sched = self.sched
+        m = self.metrics
+        t_next = loop.time()
+        while True:
+            if not sched.has_work():
+                self.wake.clear()
+                await self.wake.wait()
+                t_next = loop.time()
+            now = loop.time()
+            if now - t_next > RESYNC_S:
+                t_next = now
+            step = sched.schedule(t_next)
+            if not step.reqs:
+                # nothing fits; wait for an abort or a finish to free blocks
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            t_end = t_next + step.duration
+            delay = t_end - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)  # let handlers write
+            late = loop.time() - t_end
+            if late > LATE_TOLERANCE_S:
+                m.late_steps += 1
+                m.lag_seconds += late
+                m.max_lag_seconds = max(m.max_lag_seconds, late)
+                self._late_window += 1
+                self._late_window_max = max(self._late_window_max, late)
+            sched.finish(step, t_end)
+            t_next = t_end
+            if self._late_window and t_end - self._last_warn > WARN_EVERY_S:
+                log.warning(
+                    "%d engine steps ended late (up to %.1f ms) in the last %.0f s: the simulator's own CPU "
+                    "cannot keep real time at this load; latencies are pessimistic",
+                    self._late_window, self._late_window_max * 1e3, t_end - self._last_warn,
+                )
+                self._late_window = 0
+                self._late_window_max = 0.0
+                self._last_warn = t_end
+
+
+def _error(status: int, message: str, etype: str) -> web.Response:
+    body = {"error": {"message": message, "type": etype, "param": None, "code": status}}
+    return web.Response(status=status, body=_json_encode(body), content_type="application/json")
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class SimServer:
+    def __init__(self, profile: Profile, faults: Faults | None = None) -> None:
+        self.profile = profile
+        self.cost = CostModel(profile)
+        self.faults = faults or Faults()
+        self.model_name = profile.model.served_name
+        self.tokenizer = Tokenizer(add_bos_token=profile.model.add_bos_token)
+        self.metrics = Metrics(self.model_name)
+        self.max_model_len = self._effective_max_model_len()
+        self.rng = random.Random(self.faults.seed)
+        self.completed = 0
+        self._rid = 0
+        self.engine: EngineLoop | None = None
+        self._engine_task: asyncio.Task[None] | None = None
+        self._model_bytes = _json_encode(self.model_name)
+
+    def _effective_max_model_len(self) -> int:
+        mml = self.profile.model.max_model_len
+        if self.cost.blocks_for(mml) <= self.cost.num_blocks:
+            return mml
+        lo, hi = 0, mml  # the longest request the whole cache holds
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.cost.blocks_for(mid) <= self.cost.num_blocks:
+                lo = mid
+            else:
+                hi = mid - 1
+        log.warning("KV cache holds only %d tokens for one request: max_model_len lowered from %d", lo, mml)
+        return lo
+
+    # --- app ---------------------------------------------------------------------------------------------
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/ping", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics_endpoint)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_post("/detokenize", self.detokenize)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.on_startup.append(self._start_engine)
+        app.on_cleanup.append(self._stop_engine)
+        return app
+
+    async def _start_engine(self, app: web.Application) -> None:
+        self.engine = EngineLoop(self.cost, self.metrics)
+        self._engine_task = asyncio.create_task(self.engine.run())
+        if self.faults.exit_at > 0:
+            asyncio.get_running_loop().call_later(self.faults.exit_at, self._crash, "--exit-at")
+
+    async def _stop_engine(self, app: web.Application) -> None:
+        if self._engine_task is not None:
+            self._engine_task.cancel()
+
+    def _crash(self, why: str) -> None:
+        log.error("servescope-sim: exiting abruptly (%s), as a crashed server would", why)
+        sys.stderr.flush()
+        os._exit(1)
+
+    # --- simple endpoints --------------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.32.0-sim"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "servescope-sim",
+            "root": self.model_name,
+            "parent": None,
+            "max_model_len": self.max_model_len,
+            "permission": [],
+        }
+        return web.Response(body=_json_encode({"object": "list", "data": [card]}), content_type="application/json")
+
+    def cache_info(self) -> dict[str, str]:
+        e = self.profile.engine
+        return {
+            "block_size": str(e.block_size),
+            "cache_dtype": self.profile.model.kv_cache_dtype,
+            "enable_prefix_caching": str(e.enable_prefix_caching),
+            "gpu_memory_utilization": str(e.gpu_memory_utilization),
+            "kv_cache_max_concurrency": f"{self.cost.max_concurrency(self.max_model_len):.2f}",
+            "kv_cache_size_tokens": str(self.cost.kv_cache_tokens),
+            "num_gpu_blocks": str(self.cost.num_blocks),
+        }
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        s = self.engine.sched if self.engine else Scheduler(self.cost)
+        text = self.metrics.render(
+            running=len(s.running),
+            waiting=len(s.waiting),
+            kv_usage=s.kv_usage,
+            preemptions=s.num_preemptions,
+            prompt_tokens=s.prompt_tokens_total,
+            generation_tokens=s.generation_tokens_total,
+            prefix_queries=s.prefix_queries,
+            prefix_hits=s.prefix_hits,
+            cache_info=self.cache_info(),
+        )
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _json_body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = _json_decode(await request.read())
+        except msgspec.DecodeError as e:
+            raise _BadRequest(f"Invalid JSON body: {e}") from None
+        if not isinstance(body, dict):
+            raise _BadRequest("The request body must be a JSON object")
+        return body
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._json_body(request)
+            if "messages" in body:
+                text = render_chat(body["messages"], bool(body.get("add_generation_prompt", True)))
+                ids = self.tokenizer.encode(text, bool(body.get("add_special_tokens", False)))
+            elif isinstance(body.get("prompt"), str):
+                ids = self.tokenizer.encode(body["prompt"], bool(body.get("add_special_tokens", True)))
+            else:
+                raise _BadRequest("Either 'prompt' (a string) or 'messages' is required")
+        except _BadRequest as e:
+            return _error(400, str(e), "BadRequestError")
+        return web.Response(
+            body=_json_encode({"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids, "token_strs": None}),
+            content_type="application/json",
+        )
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._json_body(request)
+            ids = body.get("tokens")
+            if not isinstance(ids, list) or not self.tokenizer.valid_ids(ids):
+                raise _BadRequest(f"'tokens' must be a list of token ids in [0, {self.tokenizer.vocab_size})")
+        except _BadRequest as e:
+            return _error(400, str(e), "BadRequestError")
+        return web.json_response({"prompt": self.tokenizer.decode(ids)})
+
+    # --- generation --------------------------------------------------------------------------------------
+    def _check_model(self, body: dict[str, Any]) -> web.Response | None:
+        model = body.get("model")
+        if model is not None and model != self.model_name:
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        return None
+
+    def _prompt(self, body: dict[str, Any], chat: bool) -> tuple[int, int]:
+        """(prompt token count, content hash) for a request body."""
+        tok = self.tokenizer
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                raise _BadRequest("'messages' must be a non-empty list")
+            for m in msgs:
+                if not isinstance(m, dict):
+                    raise _BadRequest("each message must be an object with 'role' and 'content'")
+            text = render_chat(msgs, add_generation_prompt=True)
+            return tok.count(text), zlib.crc32(text.encode("utf-8", "replace"))
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            return tok.count(prompt, add_special_tokens=bool(body.get("add_special_tokens", True))), zlib.crc32(
+                prompt.encode("utf-8", "replace")
+            )
+        if isinstance(prompt, list) and prompt and tok.valid_ids(prompt):
+            return len(prompt), zlib.crc32(_json_encode(prompt))
+        raise _BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        arrival = loop.time()
+        try:
+            body = await self._json_body(request)
+            bad = self._check_model(body)
+            if bad is not None:
+                return bad
+            prompt_len, phash = self._prompt(body, chat)
+            mml = self.max_model_len
+            max_tokens = body.get("max_completion_tokens") if chat else None
+            if max_tokens is None:
+                max_tokens = body.get("max_tokens")
+            if prompt_len >= mml:
+                raise _BadRequest(
+                    f"This model's maximum context length is {mml} tokens. However, your request has "
+                    f"{prompt_len} input tokens. Please reduce the length of the input messages."
+                )
+            if max_tokens is None:
+                max_tokens = mml - prompt_len if chat else 16
+            if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+                raise _BadRequest(f"max_tokens must be at least 1, got {max_tokens}.")
+            if prompt_len + max_tokens > mml:
+                raise _BadRequest(
+                    f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+                    f"context length is {mml} tokens and your request has {prompt_len} input tokens "
+                    f"({max_tokens} > {mml} - {prompt_len})."
+                )
+            if int(body.get("n", 1) or 1) != 1:
+                raise _BadRequest("servescope-sim supports n=1 only")
+            min_tokens = int(body.get("min_tokens", 0) or 0)
+            ignore_eos = bool(body.get("ignore_eos", False))
+            seed = body.get("seed")
+            stream = bool(body.get("stream", False))
+            sopts = body.get("stream_options") or {}
+            include_usage = bool(sopts.get("include_usage", False)) if isinstance(sopts, dict) else False
+            continuous = include_usage and bool(sopts.get("continuous_usage_stats", False))
+            kwargs = body.get("chat_template_kwargs") or {}
+            thinking = (
+                chat
+                and self.profile.model.reasoning
+                and bool(kwargs.get("enable_thinking", self.profile.model.thinking_default) if isinstance(kwargs, dict) else False)
+            )
+        except _BadRequest as e:
+            return _error(400, str(e), "BadRequestError")
+        except (TypeError, ValueError) as e:
+            return _error(400, f"Invalid request: {e}", "BadRequestError")
+
+        if self.faults.error_rate > 0 and self.rng.random() < self.faults.error_rate:
+            return _error(500, "Simulated internal server error (servescope-sim --error-rate)", "InternalServerError")
+        cut_at = 0
+        if stream and self.faults.cut_stream_rate > 0 and self.rng.random() < self.faults.cut_stream_rate:
+            cut_at = 1 + self.rng.randrange(max(max_tokens - 1, 1))
+
+        # where the output ends: exactly max_tokens with ignore_eos, else a deterministic EOS point
+        h = zlib.crc32(f"{phash}:{seed}:{max_tokens}".encode())
+        target = max_tokens
+        if not ignore_eos and h % 2 == 0:
+            lo = max(min_tokens, 1)
+            if lo < max_tokens:
+                target = lo + (h // 2) % (max_tokens - lo + 1)
+        reasoning = 0
+        if thinking:
+            reasoning = min(int(self.profile.model.reasoning_fraction * max_tokens), target - 1) if target > 1 else 0
+
+        self._rid += 1
+        rid = self._rid
+        chan = _Channel()
+        metrics = self.metrics
+
+        def on_tokens(req: SimRequest, n: int, finished: bool, t: float) -> None:
+            if req.num_output == 1:
+                metrics.ttft.observe(t - arrival)
+            else:
+                metrics.itl.observe(t - chan_last[0])
+            chan_last[0] = t
+            chan.pending += n
+            if finished:
+                chan.finished = True
+                metrics.e2e.observe(t - arrival)
+                metrics.success[req.finish_reason] += 1
+                sched_t = req.first_scheduled_t
+                metrics.queue.observe(max(sched_t - arrival - self.cost.frontend_s, 0.0))
+                metrics.prefill.observe(req.first_token_t - sched_t)
+                metrics.decode.observe(t - req.first_token_t)
+                if req.num_output > 1:
+                    metrics.tpot.observe((t - req.first_token_t) / (req.num_output - 1))
+                if self.engine is not None:
+                    self.engine.wake.set()
+            chan.event.set()
+
+        chan_last = [arrival]
+        req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prefix_key=phash)
+        gen = _TokenSource(h ^ rid if seed is None else h)
+        if self.cost.frontend_s > 0:
+            await asyncio.sleep(self.cost.frontend_s)
+        assert self.engine is not None
+        engine = self.engine
+        engine.add(req)
+        created = int(time.time())
+        try:
+            if stream:
+                return await self._stream(request, req, chan, gen, chat, created, prompt_len, reasoning,
+                                          include_usage, continuous, cut_at)
+            while not chan.finished:
+                await chan.event.wait()
+                chan.event.clear()
+            return self._full_response(req, gen, chat, created, prompt_len, reasoning)
+        finally:
+            if req.done_t < 0:
+                engine.abort(req)
+            elif cut_at == 0 or cut_at >= req.num_output:
+                self._count_completed()
+
+    def _count_completed(self) -> None:
+        self.completed += 1
+        n = self.faults.exit_after_requests
+        if n > 0 and self.completed >= n:
+            asyncio.get_running_loop().call_later(0.02, self._crash, f"--exit-after-requests {n}")
+
+    def _usage(self, prompt_len: int, completion: int, reasoning: int, final: bool) -> dict[str, Any]:
+        u: dict[str, Any] = {"prompt_tokens": prompt_len, "total_tokens": prompt_len + completion, "completion_tokens": completion}
+        if reasoning and final:
+            u["completion_tokens_details"] = {"reasoning_tokens": min(reasoning, completion)}
+        return u
+
+    def _full_response(
+        self, req: SimRequest, gen: _TokenSource, chat: bool, created: int, prompt_len: int, reasoning: int
+    ) -> web.Response:
+        tok = self.tokenizer
+        ids = [gen.next() for _ in range(req.num_output)]
+        usage = self._usage(prompt_len, req.num_output, reasoning, True)
+        if chat:
+            r = min(reasoning, len(ids))
+            message = {
+                "role": "assistant",
+                "content": tok.decode(ids[r:]) if len(ids) > r else None,
+                "reasoning_content": tok.decode(ids[:r]) if r else None,
+                "tool_calls": [],
+            }
+            body: dict[str, Any] = {
+                "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created,
+                "model": self.model_name,
+                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": req.finish_reason,
+                             "stop_reason": None}],
+                "usage": usage,
+            }
+        else:
+            body = {
+                "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": created,
+                "model": self.model_name,
+                "choices": [{"index": 0, "text": tok.decode(ids), "logprobs": None, "finish_reason": req.finish_reason,
+                             "stop_reason": None, "prompt_logprobs": None}],
+                "usage": usage,
+            }
+        return web.Response(body=_json_encode(body), content_type="application/json")
+
+    async def _stream(
+        self,
+        request: web.Request,
+        req: SimRequest,
+        chan: _Channel,
+        gen: _TokenSource,
+        chat: bool,
+        created: int,
+        prompt_len: int,
+        reasoning: int,
+        include_usage: bool,
+        continuous: bool,
+        cut_at: int,
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        tok_text = self.tokenizer.token_text
+        head = (
+            b'data: {"id":"' + (f"chatcmpl-{uuid.uuid4().hex}" if chat else f"cmpl-{uuid.uuid4().hex}").encode()
+            + (b'","object":"chat.completion.chunk","created":' if chat else b'","object":"text_completion","created":')
+            + str(created).encode() + b',"model":' + self._model_bytes + b',"choices":'
+        )
+        if chat:
+            pre_content = head + b'[{"index":0,"delta":{"content":'
+            pre_reason = head + b'[{"index":0,"delta":{"reasoning_content":'
+            mid = b'},"logprobs":null,"finish_reason":'
+        else:
+            pre_content = pre_reason = head + b'[{"index":0,"text":'
+            mid = b',"logprobs":null,"finish_reason":'
+        tail_open = b',"stop_reason":null}]'
+        fin_null = b"null"
+        fin_done = b'"' + req.finish_reason.encode() + b'"'
+        sent = 0
+        write = resp.write
+        try:
+            if chat:
+                first = head + b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+                if continuous:
+                    first += b',"usage":' + _json_encode(self._usage(prompt_len, 0, 0, False))
+                first_event: bytes | None = first + b"}\n\n"
+            else:
+                first_event = None
+            while True:
+                await chan.event.wait()
+                chan.event.clear()
+                n = chan.pending
+                chan.pending = 0
+                if n == 0 and not chan.finished:
+                    continue
+                parts: list[bytes] = []
+                if first_event is not None:
+                    parts.append(first_event)
+                    first_event = None
+                for _ in range(n):
+                    sent += 1
+                    text = _json_encode(tok_text(gen.next()))
+                    last = chan.finished and sent == req.num_output
+                    pre = pre_reason if sent <= reasoning else pre_content
+                    ev = pre + text + mid + (fin_done if last else fin_null) + tail_open
+                    if continuous:
+                        ev += b',"usage":' + _json_encode(self._usage(prompt_len, sent, reasoning, False))
+                    parts.append(ev + b"}\n\n")
+                    if sent == cut_at:
+                        await write(b"".join(parts))
+                        if request.transport is not None:
+                            request.transport.abort()
+                        return resp
+                if chan.finished and sent >= req.num_output:
+                    if include_usage:
+                        parts.append(head + b'[],"usage":' + _json_encode(self._usage(prompt_len, sent, reasoning, True)) + b"}\n\n")
+                    parts.append(b"data: [DONE]\n\n")
+                    await write(b"".join(parts))
+                    break
+                await write(parts[0] if len(parts) == 1 else b"".join(parts))
+            await resp.write_eof()
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+            pass
+        return resp
+
+
+class _TokenSource:
+    """Deterministic pseudo-random output token ids (a 64-bit LCG over the word ids)."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, seed: int) -> None:
+        self.x = (seed * 2862933555777941757 + 3037000493) & 0xFFFFFFFFFFFFFFFF
+
+    def next(self) -> int:
+        self.x = (self.x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
+        return WORD_BASE + (self.x >> 33) % NUM_WORDS
+
+
+def startup_log_lines(server: SimServer) -> list[str]:
+    cost = server.cost
+    p = server.profile
+    mml = server.max_model_len
+    return [
+        f"servescope-sim {p.name}: serving {p.model.served_name} as vLLM 0.32 would on {p.gpu.name} "
+        f"(gpu_memory_utilization {p.engine.gpu_memory_utilization}, max_num_seqs {p.engine.max_num_seqs}, "
+        f"max_num_batched_tokens {p.engine.max_num_batched_tokens})",
+        f"Model loading took {cost.weights_gib():.2f} GiB of weights",
+        f"GPU KV cache size: {cost.kv_cache_tokens:,} tokens",
+        f"Maximum concurrency for {mml:,} tokens per request: {cost.max_concurrency(mml):.2f}x",
+    ]

@@ -1,0 +1,272 @@
+"""Workload specs: length distributions, the built-in presets and custom TOML files."""
+
+from __future__ import annotations
+
+import random
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution: fixed, uniform (inclusive), or a clipped normal."""
+
+    dist: str = "fixed"
+    value: int = 0
+    min: int = 0
+    max: int = 0
+    mean: float = 0.0
+    std: float = 0.0
+
+    def sample(self, rng: random.Random) -> int:
+        if self.dist == "fixed":
+            return self.value
+        if self.dist == "uniform":
+            return rng.randint(self.min, self.max)
+        v = round(rng.gauss(self.mean, self.std))
+        return max(self.min, min(self.max, v))
+
+    @property
+    def upper(self) -> int:
+        return self.value if self.dist == "fixed" else self.max
+
+    def describe(self) -> str:
+        if self.dist == "fixed":
+            return f"{self.value}"
+        if self.dist == "uniform":
+            return f"{self.min}-{self.max} (uniform)"
+        return f"N({self.mean:g}, {self.std:g}) in [{self.min}, {self.max}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.dist == "fixed":
+            return {"dist": "fixed", "value": self.value}
+        if self.dist == "uniform":
+            return {"dist": "uniform", "min": self.min, "max": self.max}
+        return {"dist": "normal", "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> LengthDist:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            raw = {"dist": "fixed", "value": raw}
+        if not isinstance(raw, dict):
+            raise ServescopeError(f"{where}: expected a table like {{ dist = \"fixed\", value = 1024 }}")
+        kind = raw.get("dist", "fixed")
+        try:
+            if kind == "fixed":
+                d = cls("fixed", value=int(raw["value"]))
+                lo = d.value
+            elif kind == "uniform":
+                d = cls("uniform", min=int(raw["min"]), max=int(raw["max"]))
+                lo = d.min
+                if d.max < d.min:
+                    raise ServescopeError(f"{where}: max ({d.max}) is below min ({d.min})")
+            elif kind == "normal":
+                mean = float(raw["mean"])
+                std = float(raw.get("std", 0.0))
+                lo_v = int(raw.get("min", max(1, round(mean - 3 * std))))
+                hi_v = int(raw.get("max", round(mean + 3 * std)))
+                d = cls("normal", mean=mean, std=std, min=lo_v, max=hi_v)
+                lo = d.min
+            else:
+                raise ServescopeError(f"{where}: unknown dist {kind!r}; use fixed, uniform or normal")
+        except KeyError as e:
+            raise ServescopeError(f"{where}: dist {kind!r} needs the key {e.args[0]!r}") from None
+        except (TypeError, ValueError):
+            raise ServescopeError(f"{where}: lengths must be integers") from None
+        if lo < 1:
+            raise ServescopeError(f"{where}: token lengths must be at least 1")
+        return d
+
+
+def fixed(n: int) -> LengthDist:
+    return LengthDist("fixed", value=n)
+
+
+def uniform(lo: int, hi: int) -> LengthDist:
+    return LengthDist("uniform", min=lo, max=hi)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    api: str = "completions"  # "completions" | "chat"
+    input_tokens: LengthDist = field(default_factory=lambda: fixed(256))
+    output_tokens: LengthDist = field(default_factory=lambda: fixed(64))
+    prefix_tokens: int = 0
+    thinking: bool | None = None  # None: leave the server's default
+    dataset: str = ""
+    seed: int = 0
+    description: str = ""
+    # defaults a preset may carry (the CLI's flags override them)
+    default_concurrency: tuple[int, ...] = ()
+    default_requests: int = 0
+    source: str = "preset"
+    output_from_dataset: bool = False  # dataset workloads without output_tokens use the replies' lengths
+
+    def shape(self) -> str:
+        think = {True: ", thinking on", False: ", thinking off", None: ""}[self.thinking]
+        pre = f", {self.prefix_tokens} shared prefix" if self.prefix_tokens else ""
+        ds = f", dataset {Path(self.dataset).name}" if self.dataset else ""
+        out = "as the dataset's replies" if self.output_from_dataset else self.output_tokens.describe()
+        inp = "as the dataset's prompts" if self.dataset else self.input_tokens.describe()
+        return f"in {inp} / out {out} ({self.api}{pre}{think}{ds})"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "api": self.api,
+            "input_tokens": self.input_tokens.to_dict(),
+            "output_tokens": self.output_tokens.to_dict(),
+            "prefix_tokens": self.prefix_tokens,
+            "dataset": self.dataset,
+            "seed": self.seed,
+            "source": self.source,
+        }
+        if self.thinking is not None:
+            d["thinking"] = self.thinking
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "workload") -> Workload:
+        name = d.get("name")
+        if not isinstance(name, str) or not name:
+            raise ServescopeError(f"{where}: the workload needs a name = \"...\"")
+        api = d.get("api", "completions")
+        if api not in ("completions", "chat"):
+            raise ServescopeError(f"{where}: api must be \"completions\" or \"chat\", not {api!r}")
+        thinking = d.get("thinking")
+        if thinking is not None and not isinstance(thinking, bool):
+            raise ServescopeError(f"{where}: thinking must be true or false")
+        dataset = str(d.get("dataset", "") or "")
+        inp = LengthDist.parse(d.get("input_tokens", 256), f"{where}: input_tokens")
+        out = LengthDist.parse(d.get("output_tokens", 64), f"{where}: output_tokens")
+        try:
+            prefix = int(d.get("prefix_tokens", 0))
+            seed = int(d.get("seed", 0))
+        except (TypeError, ValueError):
+            raise ServescopeError(f"{where}: prefix_tokens and seed must be integers") from None
+        lowest = inp.value if inp.dist == "fixed" else inp.min
+        if prefix < 0 or (not dataset and prefix >= lowest):
+            raise ServescopeError(f"{where}: prefix_tokens ({prefix}) must be between 0 and the shortest input length ({lowest})")
+        return cls(
+            name=name,
+            api=api,
+            input_tokens=inp,
+            output_tokens=out,
+            prefix_tokens=prefix,
+            thinking=thinking,
+            dataset=dataset,
+            seed=seed,
+            description=str(d.get("description", "")),
+            source=str(d.get("source", "file")),
+            output_from_dataset=bool(dataset) and "output_tokens" not in d,
+        )
+
+
+_SHAREGPT_IN = uniform(200, 512)
+
+PRESETS: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload("sharegpt", "chat", _SHAREGPT_IN, fixed(256), description="short chat, Q&A"),
+        Workload("balanced1k1k", "completions", fixed(1024), fixed(1024), description="RAG, long-form"),
+        Workload("random", "completions", fixed(6000), fixed(512), description="code completion, repo questions"),
+        Workload("longout", "completions", fixed(128), fixed(2048), description="creative writing, agent replies"),
+        Workload("longin", "completions", fixed(8192), fixed(256), description="document summarisation"),
+        Workload(
+            "sharegpt-think", "chat", _SHAREGPT_IN, fixed(1024), thinking=True, description="chat with reasoning on"
+        ),
+        Workload(
+            "sustained-c32",
+            "chat",
+            _SHAREGPT_IN,
+            fixed(256),
+            description="stability over time: sharegpt at c=32, 300 prompts",
+            default_concurrency=(32,),
+            default_requests=300,
+        ),
+    ]
+}
+CONTEXT_SWEEP = (1024, 4096, 8192, 16384, 32768)
+COMPOSITE = {"context-sweep": "inputs 1K, 4K, 8K, 16K, 32K tokens, output 256 (cells that do not fit are skipped)"}
+
+
+def context_sweep() -> list[Workload]:
+    return [
+        Workload(
+            f"context-sweep/{n // 1024}k",
+            "completions",
+            fixed(n),
+            fixed(256),
+            description=f"context sweep, {n} input tokens",
+        )
+        for n in CONTEXT_SWEEP
+    ]
+
+
+def preset_names() -> list[str]:
+    return [*PRESETS, *COMPOSITE]
+
+
+def load_toml(path: str | Path) -> list[Workload]:
+    """Load one or more workloads from a TOML file: `[workload]` or `[[workload]]`."""
+    p = Path(path)
+    if not p.is_file():
+        raise ServescopeError(f"{p}: no such workload file; give a preset name ({', '.join(preset_names())}) or a .toml path")
+    text = p.read_text(encoding="utf-8")
+    data = parse_toml(text, str(p))
+    raw = data.get("workload")
+    if raw is None:
+        raise ServescopeError(f"{p}: no [workload] table; see the README's workload TOML schema")
+    items = raw if isinstance(raw, list) else [raw]
+    out = []
+    for i, item in enumerate(items):
+        w = Workload.from_dict({**item, "source": str(p)}, f"{p}: workload {i + 1}" if len(items) > 1 else str(p))
+        if w.dataset and not Path(w.dataset).is_absolute():
+            w = replace(w, dataset=str((p.parent / w.dataset).resolve()))
+        out.append(w)
+    return out
+
+
+def parse_toml(text: str, filename: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        # Python's message already says "(at line L, column C)": make it file:line:col first
+        msg = str(e)
+        line = getattr(e, "lineno", None)
+        col = getattr(e, "colno", None)
+        if line is None:
+            import re
+
+            m = re.search(r"at line (\d+), column (\d+)", msg)
+            if m:
+                line, col = int(m.group(1)), int(m.group(2))
+        base = msg.split(" (at line")[0]
+        loc = f"{filename}:{line}:{col}" if line is not None else filename
+        raise ServescopeError(f"{loc}: TOML error: {base}; fix the file and run again") from None
+
+
+def resolve(names: str | list[str]) -> list[Workload]:
+    """Resolve 'sharegpt,longin,my.toml' into workloads; unknown names list the presets."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    out: list[Workload] = []
+    for n in names:
+        if n in PRESETS:
+            out.append(PRESETS[n])
+        elif n == "context-sweep":
+            out.extend(context_sweep())
+        elif n.endswith(".toml") or Path(n).is_file():
+            out.extend(load_toml(n))
+        else:
+            raise ServescopeError(
+                f"unknown workload {n!r}; use a preset ({', '.join(preset_names())}) or a path to a .toml file"
+            )
+    if not out:
+        raise ServescopeError("no workload given; use --workload sharegpt (see `servescope workloads`)")
+    return out
