@@ -267,10 +267,8 @@ def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | Non
 def start_sim_default() -> Any:
     from servescope.sim.launcher import start_sim
 
-    try:
-        from servescope.sim.profiles import DEFAULT_PROFILE  # type: ignore[attr-defined]
-    except Exception:
-        DEFAULT_PROFILE = "rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
+    from servescope.sim.profile import DEFAULT_PROFILE
+
     return start_sim(DEFAULT_PROFILE)
 
 

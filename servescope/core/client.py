@@ -189,14 +189,17 @@ async def stream_request(
                                         has_reasoning = True
                                 elif c.text:
                                     has_content = True
-                        if has_content or has_reasoning:
-                            if usage is not None and usage.completion_tokens is not None:
-                                ntok = usage.completion_tokens - last_completion
+                        # a chunk carries tokens when it has text, or when continuous usage says the
+                        # count grew (a token can detokenize to "" until the next one completes a character)
+                        grew = 0
+                        if usage is not None and usage.completion_tokens is not None and ch.choices:
+                            grew = usage.completion_tokens - last_completion
+                            if grew > 0:
                                 last_completion = usage.completion_tokens
-                                if ntok <= 0:
-                                    ntok = 1
-                            else:
-                                ntok = 1
+                                if not has_reasoning:
+                                    has_content = True
+                        if has_content or has_reasoning:
+                            ntok = grew if grew > 0 else 1
                             counted += ntok
                             if has_reasoning and not has_content:
                                 reasoning_counted += ntok

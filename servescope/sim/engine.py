@@ -215,7 +215,7 @@ class Scheduler:
         """Apply a step at its end time: advance KV, sample tokens, retire finished requests."""
         self.steps += 1
         done: list[SimRequest] = []
-        for req, n in zip(step.reqs, step.tokens):
+        for req, n in zip(step.reqs, step.tokens, strict=True):
             if req.state != RUNNING:
                 continue  # preempted or aborted within this step
             req.num_computed += n

@@ -37,7 +37,7 @@ class Histogram:
         out.append(f"# HELP {self.name} {self.doc}")
         out.append(f"# TYPE {self.name} histogram")
         cum = 0
-        for b, c in zip(self.bounds, self.counts):
+        for b, c in zip(self.bounds, self.counts, strict=False):
             cum += c
             out.append(f'{self.name}_bucket{{{labels},le="{b}"}} {float(cum)}')
         out.append(f'{self.name}_bucket{{{labels},le="+Inf"}} {float(self.n)}')

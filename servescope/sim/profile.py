@@ -10,15 +10,14 @@ when `--profile` is given a path to a ``.toml`` file.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
+try:
     import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+except ImportError:  # pragma: no cover (Python 3.10)
+    import tomli as tomllib  # type: ignore[no-redef]
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
@@ -41,6 +40,7 @@ class ModelSpec:
     num_experts: int = 0
     experts_per_token: int = 0
     weight_bits: float = 16.0  # bits per quantized weight, scales included (GPTQ/AWQ g128: 4.25, FP8: 8.06)
+    unquantized_params_b: float = 0.0  # linear weights the quantizer left in 16 bits, read every step
     num_layers: int = 32
     full_attention_layers: int = 32  # layers whose KV cache grows with the context
     sliding_window_layers: int = 0
@@ -81,8 +81,10 @@ class EfficiencySpec:
     gemm_eff: float = 0.7  # fraction of peak FLOP/s reached by large matmuls
     gemm_half_rows: float = 128.0  # rows (tokens per matmul, per expert for MoE) at half of gemm_eff
     attention_eff: float = 0.4  # fraction of peak FLOP/s reached by prefill attention
-    step_overhead_ms: float = 2.0  # fixed per step: scheduling, launches, sampling, host sync
-    per_seq_overhead_us: float = 5.0  # per running sequence per step: input prep, detokenize
+    step_overhead_ms: float = 1.0  # GPU side, fixed per step: kernel launches / graph replay, sampling
+    host_overhead_ms: float = 1.0  # CPU side, fixed per step: scheduling, input preparation
+    per_seq_overhead_us: float = 5.0  # CPU side, per scheduled sequence per step: input prep, detokenize
+    async_scheduling: bool = True  # CPU work of step k+1 overlaps GPU work of step k (vLLM >= 0.11)
     frontend_ms: float = 5.0  # per request, before the engine sees it: HTTP, template, tokenize
 
 
@@ -175,7 +177,7 @@ class CostModel:
         self.profile = p
         self.block_size = e.block_size
         wbytes = m.weight_bits / 8.0
-        self.dense_bytes = m.dense_params_b * 1e9 * wbytes
+        self.dense_bytes = m.dense_params_b * 1e9 * wbytes + m.unquantized_params_b * 1e9 * 2.0
         self.expert_bytes = m.expert_params_b * 1e9 * wbytes
         self.lm_head_bytes = m.lm_head_params_b * 1e9 * 2.0
         self.weight_bytes = self.dense_bytes + self.expert_bytes + self.lm_head_bytes + m.other_params_b * 1e9 * 2.0
@@ -183,11 +185,10 @@ class CostModel:
         self.num_experts = m.num_experts
         self.topk_frac = m.experts_per_token / m.num_experts if self.moe else 0.0
         # FLOPs per token: 2 x the weights a token passes through
-        self.dense_flops_tok = 2e9 * (m.dense_params_b + m.lm_head_params_b)
+        self.dense_flops_tok = 2e9 * (m.dense_params_b + m.unquantized_params_b + m.lm_head_params_b)
         self.expert_flops_tok = 2e9 * m.expert_params_b * self.topk_frac
         # attention FLOPs per (query token x context token): QK^T and PV over full-attention layers
         self.attn_flops_pair = 4.0 * m.num_q_heads * m.head_dim * m.full_attention_layers
-        self.attn_flops_pair_sliding = 4.0 * m.num_q_heads * m.head_dim * m.sliding_window_layers
         kvb = KV_DTYPE_BYTES.get(m.kv_cache_dtype, 2.0)
         per_layer = 2.0 * m.num_kv_heads * m.head_dim * kvb
         self.kv_full_bpt = per_layer * m.full_attention_layers
@@ -200,6 +201,8 @@ class CostModel:
         self.attn_peak = g.peak_tflops * 1e12 * eff.attention_eff
         self.half_rows = eff.gemm_half_rows
         self.step_overhead = eff.step_overhead_ms / 1e3
+        self.host_overhead = eff.host_overhead_ms / 1e3
+        self.async_scheduling = eff.async_scheduling
         self.per_seq_overhead = eff.per_seq_overhead_us / 1e6
         self.frontend_s = eff.frontend_ms / 1e3
         # KV pool
@@ -255,7 +258,9 @@ class CostModel:
         compute += self.attn_flops_pair * attn_pairs / self.attn_peak
         mem_bytes = weight_bytes + self.kv_bytes_per_token * kv_read_tokens + 2.0 * self.state_bytes * num_seqs
         memory = mem_bytes / self.bandwidth
-        return self.step_overhead + self.per_seq_overhead * num_seqs + max(memory, compute)
+        gpu = self.step_overhead + max(memory, compute)
+        host = self.host_overhead + self.per_seq_overhead * num_seqs
+        return max(gpu, host) if self.async_scheduling else gpu + host
 
     def decode_step_time(self, batch: int, context: int) -> float:
         return self.step_time(batch, batch, batch * self.footprint_tokens(context), 0.0)

@@ -24,7 +24,7 @@ from aiohttp import web
 from servescope.sim.engine import ABORTED, Scheduler, SimRequest
 from servescope.sim.metrics import Metrics
 from servescope.sim.profile import CostModel, Profile
-from servescope.sim.tokenizer import NUM_WORDS, WORD_BASE, Tokenizer, message_text, render_chat
+from servescope.sim.tokenizer import NUM_WORDS, WORD_BASE, Tokenizer, render_chat
 
 log = logging.getLogger("servescope.sim")
 _json_encode = msgspec.json.encode
@@ -65,9 +65,13 @@ class EngineLoop:
         self._late_window = 0
         self._late_window_max = 0.0
         self._last_warn = self.loop.time()
+        self._ready_t = float("inf")
+        self._last_end = 0.0
 
-    def add(self, req: SimRequest) -> None:
+    def add(self, req: SimRequest, ready_t: float) -> None:
+        """Queue a request that became ready (front end done) at `ready_t` on the loop clock."""
         self.sched.add(req)
+        self._ready_t = min(self._ready_t, ready_t)
         self.wake.set()
 
     def abort(self, req: SimRequest) -> None:
@@ -82,9 +86,11 @@ class EngineLoop:
         t_next = loop.time()
         while True:
             if not sched.has_work():
+                self._ready_t = float("inf")
                 self.wake.clear()
                 await self.wake.wait()
-                t_next = loop.time()
+                # start when the request became ready, so that the handler's oversleep is not added
+                t_next = max(self._last_end, min(loop.time(), self._ready_t))
             now = loop.time()
             if now - t_next > RESYNC_S:
                 t_next = now
@@ -108,7 +114,7 @@ class EngineLoop:
                 self._late_window += 1
                 self._late_window_max = max(self._late_window_max, late)
             sched.finish(step, t_end)
-            t_next = t_end
+            t_next = self._last_end = t_end
             if self._late_window and t_end - self._last_warn > WARN_EVERY_S:
                 log.warning(
                     "%d engine steps ended late (up to %.1f ms) in the last %.0f s: the simulator's own CPU "
@@ -404,10 +410,10 @@ class SimServer:
         req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prefix_key=phash)
         gen = _TokenSource(h ^ rid if seed is None else h)
         if self.cost.frontend_s > 0:
-            await asyncio.sleep(self.cost.frontend_s)
+            await asyncio.sleep(arrival + self.cost.frontend_s - loop.time())
         assert self.engine is not None
         engine = self.engine
-        engine.add(req)
+        engine.add(req, arrival + self.cost.frontend_s)
         created = int(time.time())
         try:
             if stream:
@@ -443,7 +449,7 @@ class SimServer:
         usage = self._usage(prompt_len, req.num_output, reasoning, True)
         if chat:
             r = min(reasoning, len(ids))
-            message = {
+            message: dict[str, Any] = {
                 "role": "assistant",
                 "content": tok.decode(ids[r:]) if len(ids) > r else None,
                 "reasoning_content": tok.decode(ids[:r]) if r else None,

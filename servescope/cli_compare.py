@@ -1,0 +1,220 @@
+"""`servescope sessions | compare | report | import`: argparse wiring over servescope.sessions.
+
+Each `add_*_args(p)` fills a subparser; each `*_command(args) -> int` runs it. Setup problems raise
+ServescopeError (the CLI prints its one line and exits 2)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+
+_SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
+
+
+def _base(args: argparse.Namespace) -> Path:
+    from servescope.sessions.store import sessions_home
+
+    d = getattr(args, "sessions_dir", None)
+    return Path(d).expanduser() if d else sessions_home()
+
+
+def session_dirs(base: Path) -> list[Path]:
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir() if (p / "session.toml").is_file())
+
+
+def short_ids(dirs: list[Path]) -> dict[Path, str]:
+    """The shortest prefix (at least 15 characters: the date and time) naming each directory uniquely."""
+    names = [d.name for d in dirs]
+    out = {}
+    for d in dirs:
+        n = min(15, len(d.name))
+        while n < len(d.name) and sum(1 for x in names if x.startswith(d.name[:n])) > 1:
+            n += 1
+        out[d] = d.name[:n]
+    return out
+
+
+def resolve_session(ref: str, sessions_dir: Path | None = None) -> Any:
+    """A session named by its directory, or by a prefix of its directory name under the sessions dir."""
+    from servescope.sessions.store import load_session, sessions_home
+
+    p = Path(ref).expanduser()
+    if (p / "session.toml").is_file():
+        return load_session(p)
+    if p.is_dir():
+        raise ServescopeError(f"{ref}: not a servescope session (no session.toml in it); see `servescope sessions`")
+    base = sessions_dir or sessions_home()
+    dirs = session_dirs(base)
+    exact = [d for d in dirs if d.name == ref]
+    hits = exact or [d for d in dirs if d.name.startswith(ref)]
+    if len(hits) == 1:
+        return load_session(hits[0])
+    if len(hits) > 1:
+        shown = ", ".join(d.name for d in hits[:4]) + (" ..." if len(hits) > 4 else "")
+        raise ServescopeError(f"{ref!r} names {len(hits)} sessions in {base} ({shown}); give a longer id")
+    raise ServescopeError(f"no session {ref!r}: not a session directory, nor an id under {base}; "
+                          "see `servescope sessions` (or pass --sessions-dir)")
+
+
+def _slos(args: argparse.Namespace) -> dict[str, float] | None:
+    from servescope.core.metrics import parse_slos
+
+    return parse_slos(getattr(args, "slo", None)) or None
+
+
+def _write(text: str, out: str | None, what: str) -> None:
+    if not out or out == "-":
+        sys.stdout.write(text)
+        return
+    p = Path(out).expanduser()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise ServescopeError(f"cannot write {p}: {e.strerror}; choose another -o path") from None
+    print(f"{what} written to {p}", file=sys.stderr)
+
+
+# ---- sessions ---------------------------------------------------------------------------------------
+def add_sessions_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+
+
+def sessions_command(args: argparse.Namespace) -> int:
+    import json
+
+    from servescope.core.textsafe import clean_text
+    from servescope.sessions.store import load_session
+
+    base = _base(args)
+    dirs = session_dirs(base)
+    ids = short_ids(dirs)
+    rows: list[dict[str, Any]] = []
+    for d in dirs:
+        try:
+            s = load_session(d)
+        except ServescopeError as e:
+            rows.append({"id": ids[d], "dir": str(d), "error": clean_text(e.message)})
+            continue
+        except Exception as e:  # noqa: BLE001 - one unreadable session must not hide the others
+            rows.append({"id": ids[d], "dir": str(d), "error": clean_text(f"{type(e).__name__}: {e}")})
+            continue
+        m = s.meta
+        rows.append({
+            "id": ids[d], "dir": str(d), "name": clean_text(str(m.get("name", ""))), "status": s.status,
+            "model": clean_text(str(m.get("model", "?"))),
+            "workloads": sorted({clean_text(str(w)) for w in (s.cells["workload"].to_list()
+                                                              if "workload" in s.cells.columns else [])}),
+            "cells": s.cells.height,
+            "tags": {str(k): clean_text(str(v)) for k, v in (m.get("tags") or {}).items()},
+            "target": clean_text(str((m.get("target") or {}).get("url", "?"))),
+            "started_at": clean_text(str(m.get("started_at", ""))),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no sessions in {base}")
+        return 0
+    w = max(len(r["id"]) for r in rows)
+    print(f"{'id':<{w}}  {'status':<11} {'model':<26} {'cells':>5}  {'workloads':<26} tags / target")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['id']:<{w}}  unreadable: {r['error']}")
+            continue
+        model = r["model"].rstrip("/").split("/")[-1][:26]
+        tags = " ".join(f"{k}={v}" for k, v in r["tags"].items())
+        wl = ",".join(r["workloads"])
+        print(f"{r['id']:<{w}}  {r['status']:<11} {model:<26} {r['cells']:>5}  {wl[:26]:<26} "
+              f"{tags + '  ' if tags else ''}{r['target']}")
+    print(f"({len(rows)} sessions in {base}; name one by its id or directory)")
+    return 0
+
+
+# ---- compare ----------------------------------------------------------------------------------------
+def add_compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sessions", nargs="+", metavar="SESSION", help="two or more session directories or ids; "
+                   "deltas are against the first")
+    p.add_argument("--label", metavar="TAGKEY", help="label each session by this tag (e.g. quant), else by name")
+    p.add_argument("--slo", help="judge capacity and goodput by these SLOs, e.g. ttft_ms=3000,per_user_tok_s=20 "
+                   "(default: the first session's, else TTFT <= 3 s and >= 20 tok/s per user)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("-o", "--output", metavar="FILE.md", help="write the Markdown (or JSON) to FILE")
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    import json
+
+    from servescope.sessions.compare import compare_sessions
+
+    if len(args.sessions) < 2:
+        raise ServescopeError("compare needs at least two sessions (ids or directories); see `servescope sessions`")
+    base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
+    sessions = [resolve_session(r, base) for r in args.sessions]
+    comp = compare_sessions(sessions, label_key=args.label, slos=_slos(args))
+    text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if args.json else comp.to_markdown(level=1)
+    _write(text, args.output, "comparison")
+    return 0
+
+
+# ---- report -----------------------------------------------------------------------------------------
+def add_report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION", help="session directory or id")
+    p.add_argument("--compare", nargs="+", default=[], metavar="SESSION",
+                   help="add delta tables against these sessions")
+    p.add_argument("--label", metavar="TAGKEY", help="label sessions by this tag (e.g. quant), else by name")
+    p.add_argument("--slo", help="judge capacity and goodput by these SLOs (default: the session's, else "
+                   "TTFT <= 3 s and >= 20 tok/s per user)")
+    p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="output format (default md)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (default: stdout)")
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from servescope.sessions.report import render_report
+
+    base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
+    main = resolve_session(args.session, base)
+    others = [resolve_session(r, base) for r in args.compare]
+    text = render_report(main, others, fmt=args.format, slos=_slos(args), label_key=args.label)
+    _write(text, args.output, "report")
+    return 0
+
+
+# ---- import -----------------------------------------------------------------------------------------
+def add_import_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help="`vllm bench serve --save-result` JSON files "
+                   "(one cell each; several files of one model become one session)")
+    p.add_argument("--workload", help="workload name for the cells, e.g. sharegpt, to align them with a "
+                   "servescope session (default vllm-bench-inN-outM)")
+    p.add_argument("--name", default="", help="session name")
+    p.add_argument("--tag", action="append", default=[], help="KEY=VALUE label for the session, repeatable")
+    p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+def import_command(args: argparse.Namespace) -> int:
+    from servescope.cli_run import parse_tags
+    from servescope.sessions.importers import import_files, lacks
+    from servescope.sessions.store import load_session
+
+    path = import_files(args.files, sessions_dir=Path(args.sessions_dir).expanduser() if args.sessions_dir else None,
+                        save=Path(args.save).expanduser() if args.save else None, name=args.name,
+                        workload=args.workload, tags=parse_tags(args.tag))
+    s = load_session(path)
+    detailed = bool((s.meta.get("import") or {}).get("detailed"))
+    print(f"imported {s.cells.height} cell(s) as session {path}")
+    print("per-request data: " + ("yes (every metric recomputed with servescope's formulas)" if detailed else
+                                  "no (vllm's aggregates only; rerun vllm bench serve with --save-detailed)"))
+    print("this import lacks:")
+    for k, v in lacks(detailed).items():
+        print(f"  {k}: {v}")
+    return 0

@@ -1,0 +1,351 @@
+"""Import results made elsewhere as servescope sessions, so they can be compared and reported.
+
+Supported: the JSON that `vllm bench serve --save-result` writes (one file per run = one cell). With
+`--save-detailed` the file also holds per-request data (ttfts, itls, latencies, start_times, input/output
+lengths, errors): servescope then rebuilds request records and computes every metric with its own formulas
+(`servescope.core.metrics`), so the numbers are directly comparable with a servescope session. Without it,
+only vLLM's aggregates are kept (mean/median/std/p99 and any --metric-percentiles), and the metrics listed
+in `lacks` are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+from servescope.core.metrics import DIST_METRICS, records_frame, summarize
+from servescope.core.records import RequestRecord
+from servescope.core.textsafe import clean_text
+from servescope.sessions.store import SessionWriter, new_session_dir
+
+FORMAT_VLLM = "vllm-bench-serve"
+
+# what a detailed vllm bench import cannot know
+LACKS_DETAILED = {
+    "ttfo_ms": "vllm bench does not tell reasoning from content: TTFO is taken equal to TTFT",
+    "reasoning_tokens": "not recorded by vllm bench",
+    "client_queue_ms": "vllm bench's queue_times is the wait for a concurrency slot, not a late send",
+    "input_tokens_requested": "vllm bench records the sent lengths only: requested = measured",
+    "server": "no /metrics deltas (preemptions, KV cache, server-side TTFT)",
+    "itl_token_ms": "tokens per chunk are not recorded: spread evenly over the chunks",
+}
+# and what an aggregate-only import lacks on top of that
+LACKS_AGGREGATE = {
+    "per_user_tok_s": "needs per-request data (--save-detailed)",
+    "prefill_tok_s": "needs per-request data (--save-detailed)",
+    "percentiles": "only the mean, median, std, p99 and any --metric-percentiles vllm bench saved; no min/max",
+    "slo_met_fraction": "needs per-request data (--save-detailed): capacity at the SLOs is unknown",
+}
+
+_VLLM_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2e_ms"}
+
+
+@dataclass
+class ImportedCell:
+    workload: dict[str, Any]
+    concurrency: int | None
+    rate: float | None
+    max_concurrency: int | None
+    arrival: str | None
+    summary: dict[str, Any]
+    requests: Any  # polars DataFrame or None
+    source: str
+    detailed: bool
+    vllm_reported: dict[str, float] = field(default_factory=dict)
+    model: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def load_label(self) -> str:
+        if self.rate is not None:
+            cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
+            return f"rate {self.rate:g}/s {self.arrival}{cap}"
+        return f"c={self.concurrency}"
+
+
+def detect_format(data: Any) -> str | None:
+    if isinstance(data, dict) and "completed" in data and "duration" in data and (
+        "output_throughput" in data or "mean_ttft_ms" in data
+    ):
+        return FORMAT_VLLM
+    return None
+
+
+def read_result(path: str | Path) -> tuple[str, dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise ServescopeError(f"{p}: no such file; give the JSON that `vllm bench serve --save-result` wrote")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    fmt = detect_format(data)
+    if fmt is None or not isinstance(data, dict):
+        raise ServescopeError(f"{p}: unknown import format; servescope imports the JSON that "
+                              "`vllm bench serve --save-result [--save-detailed]` writes")
+    return fmt, data
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def _dist(lens: Sequence[int]) -> dict[str, Any]:
+    lo, hi = min(lens), max(lens)
+    return {"dist": "fixed", "value": lo} if lo == hi else {"dist": "uniform", "min": lo, "max": hi}
+
+
+def _is_detailed(d: Mapping[str, Any]) -> bool:
+    n = len(d.get("ttfts") or [])
+    return n > 0 and all(len(d.get(k) or []) == n for k in ("input_lens", "output_lens", "itls"))
+
+
+def _records(d: Mapping[str, Any]) -> list[RequestRecord]:
+    ttfts, itls = d["ttfts"], d["itls"]
+    ins, outs = d["input_lens"], d["output_lens"]
+    n = len(ttfts)
+    lat = d.get("latencies") or [None] * n
+    starts = d.get("start_times") or []
+    errors = d.get("errors") or [""] * n
+    t0 = min(starts) if len(starts) == n else 0.0
+    recs = []
+    cursor = 0.0
+    for i in range(n):
+        err = clean_text(str(errors[i] or "")) if i < len(errors) else ""
+        start = (starts[i] - t0) if len(starts) == n else cursor
+        sent = int(round(start * 1e9)) + 1  # stamps must be > 0 to count as present
+        r = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=int(ins[i] or 0),
+                          output_tokens_requested=int(outs[i] or 0), scheduled_ns=sent, sent_ns=sent)
+        ttft = _num(ttfts[i])
+        gaps = [float(g) for g in (itls[i] or []) if _num(g) is not None]
+        if err or ttft is None or (ttft == 0 and not gaps):
+            r.status = "error"
+            r.error = err or "failed (no tokens)"
+            r.end_ns = sent + int(round((_num(lat[i]) or 0.0) * 1e9))
+            recs.append(r)
+            continue
+        r.first_token_ns = r.first_content_ns = sent + int(round(ttft * 1e9))
+        out = int(outs[i] or 0)
+        per = [1] * (len(gaps) + 1)
+        if gaps and out > len(gaps) + 1:
+            q, rem = divmod(out - 1, len(gaps))
+            per = [1] + [q + (1 if j < rem else 0) for j in range(len(gaps))]
+        t = r.first_token_ns
+        stamps = [t]
+        for g in gaps:
+            t += int(round(g * 1e9))
+            stamps.append(t)
+        r.chunk_ns = array("q", stamps)
+        r.chunk_tokens = array("i", per)
+        e2e = _num(lat[i])
+        r.end_ns = sent + int(round(e2e * 1e9)) if e2e is not None else stamps[-1]
+        r.prompt_tokens = int(ins[i] or 0)
+        r.output_tokens = out
+        r.usage_reported = True
+        cursor = (r.end_ns - 1) / 1e9
+        recs.append(r)
+    return recs
+
+
+def _aggregate_summary(d: Mapping[str, Any]) -> dict[str, Any]:
+    completed = int(_num(d.get("completed")) or 0)
+    failed = int(_num(d.get("failed")) or 0) or max(0, int(_num(d.get("num_prompts")) or 0) - completed)
+    tin, tout = _num(d.get("total_input_tokens")), _num(d.get("total_output_tokens"))
+    s: dict[str, Any] = {
+        "requests_ok": completed,
+        "requests_failed": failed,
+        "wall_s": _num(d.get("duration")),
+        "input_tokens_requested": tin / completed if tin is not None and completed else None,
+        "input_tokens_mean": tin / completed if tin is not None and completed else None,
+        "input_tokens_mismatch": None,
+        "output_tokens_requested": None,
+        "output_tokens_mean": tout / completed if tout is not None and completed else None,
+        "reasoning_tokens_mean": None,
+        "output_tokens_total": int(tout) if tout is not None else None,
+        "input_tokens_total": int(tin) if tin is not None else None,
+        "request_s": _num(d.get("request_throughput")),
+        "output_tok_s": _num(d.get("output_throughput")),
+        "total_tok_s": _num(d.get("total_token_throughput")),
+        "goodput_req_s": _num(d.get("request_goodput")),
+        "slo_met_fraction": None,
+        "errors": [],
+    }
+    for m in DIST_METRICS:
+        s[m] = {k: None for k in ("mean", "std", "min", "max", "p50", "p90", "p95", "p99")}
+    for vk, sk in _VLLM_METRICS.items():
+        st = s[sk]
+        st["mean"] = _num(d.get(f"mean_{vk}_ms"))
+        st["std"] = _num(d.get(f"std_{vk}_ms"))
+        st["p50"] = _num(d.get(f"median_{vk}_ms"))
+        for key, val in d.items():
+            if key.startswith("p") and key.endswith(f"_{vk}_ms"):
+                pct = key[1:-len(f"_{vk}_ms")]
+                try:
+                    pf = float(pct)
+                except ValueError:
+                    continue
+                st[f"p{pf:g}"] = _num(val)
+    return s
+
+
+def _vllm_reported(d: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for key in ("output_throughput", "request_throughput", "total_token_throughput", "duration"):
+        v = _num(d.get(key))
+        if v is not None:
+            out[key] = v
+    for vk in _VLLM_METRICS:
+        for stat in ("mean", "median", "p99"):
+            v = _num(d.get(f"{stat}_{vk}_ms"))
+            if v is not None:
+                out[f"{stat}_{vk}_ms"] = v
+    return out
+
+
+def vllm_cell(d: Mapping[str, Any], source: str, workload_name: str | None = None) -> ImportedCell:
+    detailed = _is_detailed(d)
+    if detailed:
+        recs = _records(d)
+        df = records_frame(recs)
+        wall = _num(d.get("duration")) or 0.0
+        summary = summarize(df, wall)
+        ins = [int(x) for x in d["input_lens"] if x]
+        outs = [int(x) for x in d["output_lens"] if x]
+    else:
+        df = None
+        summary = _aggregate_summary(d)
+        ins = [round(summary["input_tokens_mean"])] if summary["input_tokens_mean"] else [0]
+        outs = [round(summary["output_tokens_mean"])] if summary["output_tokens_mean"] else [0]
+    ins, outs = ins or [0], outs or [0]
+    rate = _num(d.get("request_rate"))
+    if rate is not None and math.isinf(rate):
+        rate = None
+    mc = d.get("max_concurrency")
+    max_conc = int(mc) if isinstance(mc, (int, float)) and not isinstance(mc, bool) else None
+    conc = None
+    if rate is None:
+        conc = max_conc or int(_num(d.get("num_prompts")) or summary["requests_ok"] + summary["requests_failed"])
+    burst = _num(d.get("burstiness"))
+    arrival = None if rate is None else ("poisson" if burst in (None, 1.0) else f"gamma(burstiness {burst:g})")
+    backend = str(d.get("endpoint_type") or d.get("backend") or "")
+    api = "chat" if "chat" in backend else "completions"
+    name = workload_name or f"vllm-bench-in{round(sum(ins) / len(ins))}-out{round(sum(outs) / len(outs))}"
+    workload = {"name": name, "api": api, "input_tokens": _dist(ins), "output_tokens": _dist(outs),
+                "prefix_tokens": 0, "dataset": "", "seed": 0, "source": f"imported from {Path(source).name}"}
+    extra = {}
+    if d.get("label"):
+        extra["label"] = clean_text(str(d["label"]))
+    known = set(_aggregate_keys(d))
+    for k, v in d.items():
+        if k not in known and isinstance(v, (str, int, float)) and not isinstance(v, bool) and len(str(v)) < 200:
+            extra[clean_text(str(k))] = clean_text(str(v))
+    return ImportedCell(workload, conc, rate, max_conc if rate is not None else None, arrival, summary, df, source,
+                        detailed, _vllm_reported(d), clean_text(str(d.get("model_id") or "")), extra)
+
+
+_STANDARD_KEYS = {
+    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
+    "burstiness", "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
+    "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
+    "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests", "rtfx", "model_name",
+}
+
+
+def _aggregate_keys(d: Mapping[str, Any]) -> list[str]:
+    out = list(_STANDARD_KEYS)
+    for k in d:
+        if any(k.endswith(f"_{m}_ms") for m in _VLLM_METRICS):
+            out.append(k)
+    return out
+
+
+def lacks(detailed: bool) -> dict[str, str]:
+    return {**LACKS_DETAILED, **({} if detailed else LACKS_AGGREGATE)}
+
+
+def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, save: Path | None = None,
+                 name: str = "", workload: str | None = None, tags: Mapping[str, str] | None = None) -> Path:
+    """Import one or more `vllm bench serve` result files (one cell each) as one session; return its path."""
+    if not files:
+        raise ServescopeError("import needs at least one result file")
+    cells: list[ImportedCell] = []
+    dates = []
+    for f in files:
+        _fmt, data = read_result(f)
+        cells.append(vllm_cell(data, str(f), workload))
+        if data.get("date"):
+            dates.append(clean_text(str(data["date"])))
+    models = {c.model for c in cells if c.model}
+    if len(models) > 1:
+        raise ServescopeError(f"the files are from different models ({', '.join(sorted(models))}); "
+                              "import them as separate sessions")
+    seen: dict[tuple[str, str], str] = {}
+    for c in cells:
+        key = (c.workload["name"], c.load_label)
+        if key in seen:
+            raise ServescopeError(f"{c.source} and {seen[key]} are both {key[0]} {key[1]}; import them as separate "
+                                  "sessions or give different --workload names")
+        seen[key] = c.source
+    workloads: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        w = workloads.setdefault(c.workload["name"], dict(c.workload))
+        for side in ("input_tokens", "output_tokens"):  # widen to cover every file's lengths
+            a, b = w[side], c.workload[side]
+            lo = min(a.get("value", a.get("min", 0)), b.get("value", b.get("min", 0)))
+            hi = max(a.get("value", a.get("max", 0)), b.get("value", b.get("max", 0)))
+            w[side] = {"dist": "fixed", "value": lo} if lo == hi else {"dist": "uniform", "min": lo, "max": hi}
+    order = sorted(range(len(cells)), key=lambda i: (list(workloads).index(cells[i].workload["name"]),
+                                                     cells[i].rate is not None,
+                                                     cells[i].concurrency or cells[i].rate or 0))
+    cells = [cells[i] for i in order]
+    model = next(iter(models), "unknown")
+    detailed = all(c.detailed for c in cells)
+    name = name or f"vllm-bench-{model.rstrip('/').split('/')[-1]}"
+    path = save or new_session_dir(sessions_dir, name)
+    all_tags = {**{k: v for c in cells for k, v in c.extra.items()}, **dict(tags or {}), "source": "vllm bench serve"}
+    plan_rows = []
+    for i, c in enumerate(cells):
+        plan_rows.append({
+            "index": i, "workload": c.workload["name"], "api": c.workload["api"], "concurrency": c.concurrency,
+            "rate": c.rate, "arrival": c.arrival, "max_concurrency": c.max_concurrency,
+            "requests_planned": c.summary["requests_ok"] + c.summary["requests_failed"],
+            "duration_s_planned": None, "warmup": 0, "load_label": c.load_label,
+        })
+    meta = {
+        "name": name,
+        "target": {"url": "unknown (imported from vllm bench serve)", "version": None, "metrics": False,
+                   "tokenizer": "vllm bench serve"},
+        "model": model,
+        "workloads": list(workloads.values()),
+        "load": {"requests": None, "warmup": 0},
+        "slos": {},
+        "tags": all_tags,
+        "cells": [{**r, "status": "planned"} for r in plan_rows],
+        "import": {
+            "format": FORMAT_VLLM,
+            "files": [str(Path(f).resolve()) for f in files],
+            "detailed": detailed,
+            "dates": dates,
+            "lacks": lacks(detailed),
+            "vllm_reported": [{"cell": i, **c.vllm_reported} for i, c in enumerate(cells)],
+        },
+    }
+    writer = SessionWriter.create(Path(path), meta)
+    for row, c in zip(plan_rows, cells, strict=True):
+        summ = dict(c.summary)
+        summ["source"] = FORMAT_VLLM
+        writer.write_cell({**row, "status": "done", "reason": ""}, c.requests, summ)
+    writer.finish("completed", f"imported from {len(files)} vllm bench serve file(s)")
+    return Path(path)

@@ -1,0 +1,596 @@
+"""The Compose screen: target (URL, API-key variable, probe), workloads (presets, TOML files, a form for
+a new one) and load (concurrency or rates, requests/duration, warmup, SLOs, tags); a live preview of the
+grid; save and load the whole sweep as TOML. Bad input is shown next to its field, never raised."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Input, Label, Select, SelectionList, Static, TabbedContent, TabPane
+from textual.widgets.selection_list import Selection
+
+from servescope.core.errors import ServescopeError
+from servescope.tui import messages as m
+
+ASSUMED_TPOT_MS = 20.0  # for the rough duration only
+ASSUMED_PREFILL_TOK_S = 5000.0
+
+
+def mask_key(value: str | None) -> str:
+    if not value:
+        return ""
+    return "•" * 8 + (value[-4:] if len(value) >= 12 else "")
+
+
+def workloads_dir() -> Path:
+    """Where workload TOML files live: $SERVESCOPE_HOME/workloads, else the user data directory."""
+    env = os.environ.get("SERVESCOPE_HOME")
+    if env:
+        return Path(env).expanduser() / "workloads"
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("servescope", appauthor=False)) / "workloads"
+
+
+def parse_length(text: str, where: str) -> dict[str, Any]:
+    """'1024' -> fixed, '200-512' -> uniform."""
+    t = text.strip().replace(" ", "")
+    lo, sep, hi = t.partition("-")
+    if not sep and t.isdigit() and int(t) > 0:
+        return {"dist": "fixed", "value": int(t)}
+    if sep and lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi):
+        return {"dist": "uniform", "min": int(lo), "max": int(hi)}
+    raise ServescopeError(f"{where}: give a token count like 1024 or a range like 200-512")
+
+
+def field_row(label: str, input_id: str, value: str = "", placeholder: str = "", password: bool = False) -> Vertical:
+    return Vertical(
+        Horizontal(Label(label, classes="field-label"), Input(value, placeholder=placeholder, id=input_id,
+                                                              password=password), classes="field-row"),
+        Static("", id=f"{input_id}-error", classes="field-error"),
+        classes="field",
+    )
+
+
+class WorkloadFormScreen(ModalScreen["Any"]):
+    """A small form for a new workload; saved as TOML in the workloads folder."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "save", "Save workload")]
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="wl-form"):
+            yield Static(f"New workload (saved to {self.folder})", classes="pane-title")
+            yield field_row("name", "wf-name", placeholder="rag-4k")
+            yield Horizontal(Label("api", classes="field-label"),
+                             Select([("chat", "chat"), ("completions", "completions")], value="chat",
+                                    allow_blank=False, id="wf-api"), classes="field-row")
+            yield field_row("input tokens", "wf-in", "1024", "1024 or 200-512")
+            yield field_row("output tokens", "wf-out", "256", "256 or 128-512")
+            yield field_row("shared prefix", "wf-prefix", "0", "tokens shared by every prompt")
+            yield Horizontal(Label("thinking", classes="field-label"),
+                             Select([("server default", "default"), ("on", "on"), ("off", "off")], value="default",
+                                    allow_blank=False, id="wf-think"), classes="field-row")
+            yield Static("", id="wf-error", classes="field-error")
+            with Horizontal(classes="buttons"):
+                yield Button("Save (ctrl+s)", id="wf-save", variant="primary")
+                yield Button("Cancel (esc)", id="wf-cancel")
+
+    def _err(self, field: str, text: str) -> None:
+        self.query_one(f"#{field}-error", Static).update(text)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#wf-cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#wf-save")
+    def _save_pressed(self) -> None:
+        self.action_save()
+
+    def action_save(self) -> None:
+        import tomli_w
+
+        from servescope.sessions.store import slug
+        from servescope.workloads.spec import Workload
+
+        for f in ("wf-name", "wf-in", "wf-out", "wf-prefix", "wf"):
+            self._err(f, "")
+        name = self.query_one("#wf-name", Input).value.strip()
+        ok = True
+        if not name:
+            self._err("wf-name", "give the workload a name")
+            ok = False
+        d: dict[str, Any] = {"name": name, "api": self.query_one("#wf-api", Select).value}
+        for fid, key in (("wf-in", "input_tokens"), ("wf-out", "output_tokens")):
+            try:
+                d[key] = parse_length(self.query_one(f"#{fid}", Input).value, key.replace("_", " "))
+            except ServescopeError as e:
+                self._err(fid, e.message)
+                ok = False
+        pre = self.query_one("#wf-prefix", Input).value.strip() or "0"
+        if not pre.isdigit():
+            self._err("wf-prefix", "shared prefix: a whole number of tokens (0 for none)")
+            ok = False
+        else:
+            d["prefix_tokens"] = int(pre)
+        think = self.query_one("#wf-think", Select).value
+        if think != "default":
+            d["thinking"] = think == "on"
+        if not ok:
+            return
+        try:
+            w = Workload.from_dict(d, "workload")
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"{slug(name)}.toml"
+            body = {k: v for k, v in w.to_dict().items() if k not in ("source", "dataset", "seed")}
+            path.write_text(tomli_w.dumps({"workload": body}), encoding="utf-8")
+        except ServescopeError as e:
+            self._err("wf", e.message)
+            return
+        except OSError as e:
+            self._err("wf", f"cannot write to {self.folder}: {e.strerror}")
+            return
+        from dataclasses import replace
+
+        self.dismiss(replace(w, source=str(path)))
+
+
+class ComposeScreen(Screen[None]):
+    BINDINGS = [
+        Binding("f5", "probe", "Probe target"),
+        Binding("ctrl+r", "run_sweep", "Run sweep"),
+        Binding("ctrl+s", "save_sweep", "Save sweep"),
+        Binding("ctrl+o", "load_sweep", "Load sweep"),
+        Binding("ctrl+n", "new_workload", "New workload"),
+        Binding("f6", "tab('tab-target')", "Target", show=False),
+        Binding("f7", "tab('tab-workloads')", "Workloads", show=False),
+        Binding("f8", "tab('tab-load')", "Load", show=False),
+    ]
+
+    def __init__(self, url: str = "sim://tiny", api_key_env: str = "OPENAI_API_KEY",
+                 workloads_folder: Path | None = None) -> None:
+        super().__init__()
+        self.initial_url = url
+        self.initial_key_env = api_key_env
+        self.workloads_folder = workloads_folder or workloads_dir()
+        self.items: dict[str, Any] = {}  # selection value -> Workload (or composite name)
+        self.probed: dict[str, Any] | None = None
+
+    # ---- layout ---------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        from servescope.tui.sweepworker import sim_profiles
+
+        profiles = sim_profiles()
+        with TabbedContent(id="compose-tabs", initial="tab-target"):
+            with TabPane("Target [F6]", id="tab-target"), VerticalScroll(classes="pane"):
+                yield field_row("URL", "url", self.initial_url, "http://127.0.0.1:8000 or sim://tiny")
+                yield Horizontal(Label("simulator", classes="field-label"),
+                                 Select([(f"sim://{p}", p) for p in profiles], prompt="pick a built-in profile",
+                                        id="sim-profile"), classes="field-row")
+                yield field_row("model", "model", "", "optional: the only served model by default")
+                yield field_row("API key var", "key-env", self.initial_key_env, "environment variable NAME")
+                yield Static("", id="key-status", classes="hint")
+                with Horizontal(classes="buttons"):
+                    yield Button("Probe (F5)", id="probe", variant="primary")
+                yield Static("Not probed yet: press F5 to ask the server what it serves.", id="probe-result")
+            with TabPane("Workloads [F7]", id="tab-workloads"), VerticalScroll(classes="pane"):
+                yield SelectionList[str](id="workloads")
+                yield field_row("add TOML file", "wl-file", "", "path/to/workload.toml, then enter")
+                with Horizontal(classes="buttons"):
+                    yield Button("Add file", id="wl-add")
+                    yield Button("New workload (ctrl+n)", id="wl-new")
+                yield Static(f"workloads folder: {self.workloads_folder}", classes="hint")
+            with TabPane("Load [F8]", id="tab-load"), VerticalScroll(classes="pane"):
+                yield field_row("concurrency", "concurrency", "1,4,16", "closed loop users, e.g. 1,2,4,8,16,32,64")
+                yield field_row("rates", "rates", "", "or open-loop requests/s, e.g. 0.5,2,5")
+                yield field_row("requests", "requests", "100", "measured requests per cell")
+                yield field_row("duration", "duration", "", "and/or per cell, e.g. 60s")
+                yield field_row("warmup", "warmup", "0", "requests per cell not counted")
+                yield field_row("SLOs", "slos", "", "e.g. ttft_ms=3000,tpot_ms=50")
+                yield field_row("tags", "tags", "", "e.g. quant=FP8,gpu=H100")
+                yield field_row("name", "name", "", "session name (optional)")
+                yield field_row("sweep file", "sweep-file", "sweep.toml", "TOML file for ctrl+s / ctrl+o")
+                with Horizontal(classes="buttons"):
+                    yield Button("Save sweep (ctrl+s)", id="save-sweep")
+                    yield Button("Load sweep (ctrl+o)", id="load-sweep")
+        with Horizontal(id="preview-bar"):
+            yield Static("", id="preview")
+            yield Button("Run (ctrl+r)", id="run", variant="success")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._fill_workloads(selected={"preset:sharegpt"})
+        self._key_status()
+        self.update_preview()
+
+    # ---- workloads list -------------------------------------------------------------------------
+    def _fill_workloads(self, selected: set[str] | None = None, extra: list[Any] | None = None) -> None:
+        from servescope.workloads.spec import COMPOSITE, PRESETS, load_toml
+
+        sl = self.query_one("#workloads", SelectionList)
+        keep = set(sl.selected) if selected is None else selected
+        self.items = {k: v for k, v in self.items.items() if k.startswith("file:")}
+        opts: list[tuple[str, Any, str]] = []
+        for w in PRESETS.values():
+            opts.append((f"preset:{w.name}", w, f"{w.name:<15} {w.shape()}"))
+        for name, desc in COMPOSITE.items():
+            opts.append((f"composite:{name}", name, f"{name:<15} {desc}"))
+        files = sorted(self.workloads_folder.glob("*.toml")) if self.workloads_folder.is_dir() else []
+        for f in files:
+            try:
+                for w in load_toml(f):
+                    self.items[f"file:{f}#{w.name}"] = w
+            except ServescopeError as e:
+                self.notify(e.message, severity="warning", timeout=8)
+        for w in extra or []:
+            self.items[f"file:{w.source}#{w.name}"] = w
+        for k, w in self.items.items():
+            if k.startswith("file:"):
+                opts.append((k, w, f"{w.name:<15} {w.shape()}  [{Path(w.source).name}]"))
+        self.items.update({k: v for k, v, _ in opts})
+        sl.clear_options()
+        sl.add_options([Selection(label, k, k in keep) for k, _, label in opts])
+
+    def selected_workloads(self) -> list[Any]:
+        from servescope.workloads.spec import context_sweep
+
+        out: list[Any] = []
+        for k in self.query_one("#workloads", SelectionList).selected:
+            v = self.items.get(k)
+            if k.startswith("composite:"):
+                out.extend(context_sweep())
+            elif v is not None:
+                out.append(v)
+        return out
+
+    # ---- validation -----------------------------------------------------------------------------
+    def _val(self, fid: str) -> str:
+        return self.query_one(f"#{fid}", Input).value.strip()
+
+    def _err(self, fid: str, text: str) -> None:
+        w = self.query_one(f"#{fid}-error", Static)
+        w.update(text)
+        w.set_class(bool(text), "-visible")
+
+    def _check(self, fid: str) -> tuple[Any, str]:
+        """(parsed value, error) of one field."""
+        from servescope.core.metrics import parse_slos
+        from servescope.sessions.sweepfile import parse_duration, parse_float_list, parse_int_list
+
+        v = self._val(fid)
+        try:
+            if fid == "url":
+                if not v:
+                    return None, "give a URL like http://127.0.0.1:8000 or sim://tiny"
+                if v.startswith("sim://"):
+                    return v, ""
+                from servescope.core.target import normalize_url
+
+                return normalize_url(v), ""
+            if fid == "key-env":
+                if not v or not v.replace("_", "").isalnum():
+                    return None, "give an environment variable name, e.g. OPENAI_API_KEY"
+                return v, ""
+            if fid == "concurrency":
+                return (parse_int_list(v, "concurrency") if v else None), ""
+            if fid == "rates":
+                return (parse_float_list(v, "rates") if v else None), ""
+            if fid in ("requests", "warmup"):
+                if not v:
+                    return (None if fid == "requests" else 0), ""
+                if not v.isdigit() or (fid == "requests" and int(v) < 1):
+                    return None, f"{fid}: give a whole number{' of at least 1' if fid == 'requests' else ''}"
+                return int(v), ""
+            if fid == "duration":
+                return (f"{parse_duration(v, 'duration'):g}s" if v else None), ""
+            if fid == "slos":
+                return parse_slos(v), ""
+            if fid == "tags":
+                tags: dict[str, str] = {}
+                for part in filter(None, (p.strip() for p in v.split(","))):
+                    k, sep, val = part.partition("=")
+                    if not sep or not k.strip():
+                        return None, f"bad tag {part!r}: use KEY=VALUE, e.g. quant=FP8"
+                    tags[k.strip()] = val.strip()
+                return tags, ""
+            return v, ""
+        except ServescopeError as e:
+            return None, e.message
+
+    FIELDS = ("url", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "slos", "tags")
+
+    def collect(self, show: bool = True) -> dict[str, Any] | None:
+        """The sweep as `load_sweep()` returns it, or None (errors shown next to their fields)."""
+        from servescope.sessions.sweepfile import parse_sweep, sweep_table
+
+        vals: dict[str, Any] = {}
+        bad = []
+        for f in self.FIELDS:
+            v, err = self._check(f)
+            if show:
+                self._err(f, err)
+            if err:
+                bad.append(f)
+            vals[f] = v
+        if vals["concurrency"] and vals["rates"]:
+            if show:
+                self._err("rates", "give concurrency or rates, not both (clear one)")
+            bad.append("rates")
+        if not vals["concurrency"] and not vals["rates"] and "concurrency" not in bad:
+            if show:
+                self._err("concurrency", "give a concurrency list (or rates)")
+            bad.append("concurrency")
+        if vals["requests"] is None and not vals["duration"] and not bad:
+            if show:
+                self._err("requests", "give requests per cell and/or a duration")
+            bad.append("requests")
+        wls = self.selected_workloads()
+        if not wls:
+            bad.append("workloads")
+        if bad:
+            self._bad = bad
+            return None
+        table = sweep_table(
+            url=vals["url"], workloads=wls, api_key_env=vals["key-env"], model=self._val("model") or None,
+            concurrency=vals["concurrency"], rates=vals["rates"], requests=vals["requests"],
+            duration=vals["duration"], warmup=vals["warmup"], slos=vals["slos"], tags=vals["tags"],
+            name=self._val("name"),
+        )
+        try:
+            sweep = parse_sweep(table, "compose")
+        except ServescopeError as e:
+            self._bad = ["preview"]
+            self.query_one("#preview", Static).update(f"✗ {e.message}")
+            return None
+        sweep["workloads"] = wls  # keep the exact objects (file workloads: only the selected ones)
+        sweep["_table"] = table
+        return sweep
+
+    def update_preview(self) -> None:
+        sweep = self.collect(show=False)
+        pv = self.query_one("#preview", Static)
+        if sweep is None:
+            names = [f for f in getattr(self, "_bad", []) if f != "preview"]
+            if "workloads" in names:
+                pv.update("✗ pick at least one workload (F7)")
+            elif names:
+                pv.update(f"✗ fix: {', '.join(names)}")
+            return
+        pv.update(preview_text(sweep))
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        fid = event.input.id or ""
+        if fid in self.FIELDS:
+            _, err = self._check(fid)
+            self._err(fid, err)
+        if fid == "key-env":
+            self._key_status()
+        self.update_preview()
+
+    @on(SelectionList.SelectedChanged)
+    def _sel_changed(self) -> None:
+        self.update_preview()
+
+    def _key_status(self) -> None:
+        name = self._val("key-env")
+        val = os.environ.get(name) if name else None
+        st = self.query_one("#key-status", Static)
+        st.update(f"{name} is set: {mask_key(val)}" if val else f"{name or '(no name)'} is not set: requests go without a key")
+
+    @on(Select.Changed, "#sim-profile")
+    def _profile(self, event: Select.Changed) -> None:
+        if isinstance(event.value, str):
+            self.query_one("#url", Input).value = f"sim://{event.value}"
+
+    # ---- actions ----------------------------------------------------------------------------------
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    @on(Button.Pressed, "#probe")
+    def action_probe(self) -> None:
+        url, err = self._check("url")
+        key_env, kerr = self._check("key-env")
+        self._err("url", err)
+        self._err("key-env", kerr)
+        if err or kerr:
+            self.query_one("#probe-result", Static).update("✗ fix the URL first")
+            return
+        self.query_one("#probe-result", Static).update(
+            f"probing {url}…" + (" (starting the simulator)" if url.startswith("sim://") else ""))
+        self._probe(url, key_env)
+
+    @work(thread=True, exclusive=True, group="probe")
+    def _probe(self, url: str, key_env: str) -> None:
+        from servescope.tui.sweepworker import probe_target
+
+        try:
+            info = probe_target(self.app.sims, url, key_env)  # type: ignore[attr-defined]
+            self.post_message(m.TargetProbed(url, info))
+        except ServescopeError as e:
+            self.post_message(m.TargetProbed(url, None, e.message))
+        except Exception as e:
+            self.post_message(m.TargetProbed(url, None, f"unexpected {type(e).__name__}: {e}"))
+
+    @on(m.TargetProbed)
+    def _probed(self, msg: m.TargetProbed) -> None:
+        from servescope.core.textsafe import clean_text
+
+        res = self.query_one("#probe-result", Static)
+        if msg.info is None:
+            self.probed = None
+            res.update(f"✗ {clean_text(msg.error)}")
+            self._err("url", clean_text(msg.error))
+            self.notify(clean_text(msg.error), title="probe failed", severity="error", timeout=8)
+            return
+        self.probed = msg.info
+        i = msg.info
+        lines = [f"✓ {i['url']}  vLLM {i['version'] or '? (no /version)'}  "
+                 f"/metrics: {'yes' if i['metrics'] else 'no'}"]
+        for mid, mml in i["models"]:
+            lines.append(f"  model {clean_text(mid)}  max length {mml or '?'}")
+        if not i["models"]:
+            lines.append("  no models served")
+        lines.append("  local GPUs: " + (", ".join(i["gpus"]) if i["gpus"] else "none seen by NVML"))
+        res.update("\n".join(lines))
+        if len(i["models"]) > 1 and not self._val("model"):
+            self._err("model", "several models: type the one to benchmark")
+
+    @on(Button.Pressed, "#run")
+    def action_run_sweep(self) -> None:
+        sweep = self.collect()
+        if sweep is None:
+            self.update_preview()
+            self.notify("fix the marked fields first", severity="error")
+            return
+        self.app.start_sweep(sweep)  # type: ignore[attr-defined]
+
+    def _sweep_path(self) -> Path | None:
+        p = self._val("sweep-file")
+        if not p:
+            self._err("sweep-file", "give a file name, e.g. sweep.toml")
+            return None
+        self._err("sweep-file", "")
+        return Path(p).expanduser()
+
+    @on(Button.Pressed, "#save-sweep")
+    def action_save_sweep(self) -> None:
+        from servescope.sessions.sweepfile import save_sweep
+
+        path = self._sweep_path()
+        if path is None:
+            return
+        sweep = self.collect()
+        if sweep is None:
+            self.notify("fix the marked fields before saving", severity="error")
+            return
+        kw = dict(sweep["_table"])
+        try:
+            save_sweep(path, url=sweep["url"], workloads=sweep["workloads"], api_key_env=sweep["api_key_env"],
+                       model=sweep["model"], concurrency=kw["load"].get("concurrency"), rates=kw["load"].get("rates"),
+                       requests=sweep["requests"], duration=sweep["duration"], warmup=sweep["warmup"],
+                       slos=sweep["slos"], tags=sweep["tags"], name=sweep["name"])
+        except ServescopeError as e:
+            self._err("sweep-file", e.message)
+            return
+        self.notify(f"saved {path}; run it headless with `servescope run --sweep {path}`")
+
+    @on(Button.Pressed, "#load-sweep")
+    def action_load_sweep(self) -> None:
+        from servescope.sessions.sweepfile import load_sweep
+
+        path = self._sweep_path()
+        if path is None:
+            return
+        try:
+            sw = load_sweep(path)
+        except ServescopeError as e:
+            self._err("sweep-file", e.message)
+            self.notify("the sweep file has a problem (see next to the field)", severity="error")
+            return
+        self.apply_sweep(sw)
+        self.notify(f"loaded {path}")
+
+    def apply_sweep(self, sw: dict[str, Any]) -> None:
+        """Fill the form from `load_sweep()`'s dict."""
+        def put(fid: str, v: Any) -> None:
+            self.query_one(f"#{fid}", Input).value = "" if v is None else str(v)
+
+        put("url", sw["url"])
+        put("key-env", sw["api_key_env"])
+        put("model", sw.get("model"))
+        put("concurrency", sw.get("concurrency"))
+        put("rates", sw.get("rate"))
+        put("requests", sw.get("requests"))
+        put("duration", sw.get("duration"))
+        put("warmup", sw.get("warmup", 0))
+        put("slos", sw.get("slo"))
+        put("tags", ",".join(sw.get("tag", [])))
+        put("name", sw.get("name"))
+        extra = [w for w in sw["workloads"] if w.source not in ("preset", "inline")]
+        inline = [w for w in sw["workloads"] if w.source == "inline"]
+        keys: set[str] = set()
+        for w in sw["workloads"]:
+            if w.source == "preset":
+                keys.add("composite:context-sweep" if w.name.startswith("context-sweep/") else f"preset:{w.name}")
+            else:
+                keys.add(f"file:{w.source}#{w.name}")
+        self._fill_workloads(selected=keys, extra=extra + inline)
+        self.update_preview()
+
+    @on(Button.Pressed, "#wl-new")
+    def action_new_workload(self) -> None:
+        def done(w: Any) -> None:
+            if w is not None:
+                sel = set(self.query_one("#workloads", SelectionList).selected) | {f"file:{w.source}#{w.name}"}
+                self._fill_workloads(selected=sel, extra=[w])
+                self.update_preview()
+                self.notify(f"saved workload {w.name} to {w.source}")
+
+        self.app.push_screen(WorkloadFormScreen(self.workloads_folder), done)
+
+    @on(Button.Pressed, "#wl-add")
+    @on(Input.Submitted, "#wl-file")
+    def _add_file(self) -> None:
+        from servescope.workloads.spec import load_toml
+
+        p = self._val("wl-file")
+        if not p:
+            self._err("wl-file", "give the path of a workload TOML file")
+            return
+        try:
+            ws = load_toml(Path(p).expanduser())
+        except ServescopeError as e:
+            self._err("wl-file", e.message)
+            return
+        self._err("wl-file", "")
+        sel = set(self.query_one("#workloads", SelectionList).selected) | {f"file:{w.source}#{w.name}" for w in ws}
+        self._fill_workloads(selected=sel, extra=ws)
+        self.update_preview()
+        self.notify(f"added {len(ws)} workload(s) from {p}")
+
+
+def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | None, duration_s: float | None,
+                 warmup: int) -> float:
+    inp = (w.input_tokens.min + w.input_tokens.max) / 2 if w.input_tokens.dist != "fixed" else w.input_tokens.value
+    out = (w.output_tokens.min + w.output_tokens.max) / 2 if w.output_tokens.dist != "fixed" else w.output_tokens.value
+    if w.thinking:
+        out *= 2
+    e2e = inp / ASSUMED_PREFILL_TOK_S + out * ASSUMED_TPOT_MS / 1000
+    if duration_s is not None and requests is None:
+        return duration_s + e2e
+    n = (requests or 100) + warmup
+    est = n / rate + e2e if rate else n / max(1, conc or 1) * e2e
+    return min(est, duration_s + e2e) if duration_s else est
+
+
+def preview_text(sweep: dict[str, Any]) -> str:
+    from servescope.sessions.runner import plan_cells
+    from servescope.sessions.sweepfile import plan_from_sweep
+
+    plan = plan_from_sweep(sweep, sweep["url"])
+    cells = plan_cells(plan)
+    reqs = sum((c.requests or 0) + c.warmup for c in cells)
+    secs = sum(rough_cell_s(c.workload, c.load.concurrency, c.load.rate, c.requests, c.duration_s, c.warmup)
+               for c in cells)
+    nw = len({c.workload.name for c in cells})
+    nl = len(cells) // max(1, nw)
+    dur = f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
+    req_text = f"{reqs} requests" if reqs else "duration-limited"
+    return (f"grid: {nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''} = "
+            f"{len(cells)} cells, {req_text}, roughly {dur} (assuming ~{ASSUMED_TPOT_MS:g} ms/token)\n"
+            f"target {sweep['url']}" + (f", SLOs {sweep['slo']}" if sweep.get("slo") else "")
+            + (f", tags {', '.join(sweep['tag'])}" if sweep.get("tag") else ""))

@@ -1,0 +1,259 @@
+"""The Run screen: a sweep as it runs. Progress, live histograms of the running cell, the throughput curve
+over finished cells, the server panel, the event log and the table of finished cells."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from servescope.tui import messages as m
+from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
+from servescope.tui.widgets.histogram import LatencyHistogram
+from servescope.tui.widgets.panels import CellTable, EventLog, ServerPanel, SweepProgress, fnum
+
+
+def curve_point(cell: m.CellInfo, summary: dict[str, Any], slos: bool) -> CurvePoint:
+    from servescope.core.metrics import meets_slos
+
+    return CurvePoint(
+        x=cell.x,
+        label=cell.load_label,
+        aggregate_tok_s=float(summary.get("output_tok_s") or 0.0),
+        per_user_tok_s=float((summary.get("per_user_tok_s") or {}).get("mean") or 0.0),
+        meets_slo=meets_slos(summary) if slos else None,
+    )
+
+
+class RunScreen(Screen[None]):
+    """Fed by the sweep worker's messages (posted to this screen; they bubble on to the app)."""
+
+    BINDINGS = [
+        Binding("s", "skip_cell", "Skip cell"),
+        Binding("x", "stop_sweep", "Stop sweep"),
+        Binding("escape,b", "back", "Back to compose"),
+    ]
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.clock = clock
+        self.cells: list[m.CellInfo] = []
+        self.total = 0
+        self.finished = 0
+        self.sweep_t0: float | None = None
+        self.running = False
+        self.slos = False
+        self.session_dir: Path | None = None
+        self._cur: m.CellInfo | None = None
+        self._ttft: list[float] = []
+        self._tpot: list[float] = []
+        self._e2e: list[float] = []
+        self._per_user: list[float] = []
+        self._out_tok = 0
+        self._cell_elapsed = 0.0
+        self._points: dict[str, list[CurvePoint]] = {}  # per workload
+        self._servers: list[dict[str, Any]] = []
+        self._client_ttft: list[float | None] = []
+
+    def compose(self) -> ComposeResult:
+        yield SweepProgress(id="progress")
+        with Horizontal(id="run-middle"):
+            with Vertical(id="hists"):
+                yield LatencyHistogram("TTFT", id="hist-ttft")
+                yield LatencyHistogram("TPOT", id="hist-tpot")
+                yield LatencyHistogram("E2E", id="hist-e2e")
+            with Vertical(id="run-right"):
+                yield ThroughputCurve(id="curve")
+                yield ServerPanel(id="server")
+        with Horizontal(id="run-bottom"):
+            yield EventLog(id="log")
+            yield CellTable(id="cells")
+        yield Static("", id="run-session")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#log", EventLog).border_title = "events"
+        self.query_one("#cells", CellTable).border_title = "finished cells"
+        self.set_interval(1.0, self._tick)
+
+    # ---- helpers --------------------------------------------------------------------------------
+    @property
+    def progress(self) -> SweepProgress:
+        return self.query_one(SweepProgress)
+
+    @property
+    def log_view(self) -> EventLog:
+        return self.query_one(EventLog)
+
+    def reset(self, title: str = "") -> None:
+        """A new sweep is about to start: clear everything."""
+        self.cells, self.total, self.finished, self.running = [], 0, 0, True
+        self.sweep_t0 = self.clock()
+        self.session_dir = None
+        self._points.clear()
+        self._servers.clear()
+        self._client_ttft.clear()
+        self._clear_cell()
+        p = self.progress
+        p.state, p.cell_no, p.total, p.label, p.shape, p.detail = "starting", 0, 0, "", "", title
+        p.done = p.failed = 0
+        p.fraction, p.eta_s = 0.0, None
+        self.log_view.reset()
+        self.query_one(CellTable).clear()
+        self.query_one(ServerPanel).cells = ()
+        self.query_one(ThroughputCurve).points = ()
+        self.query_one("#run-session", Static).update("")
+        self.log_view.event("info", f"starting {title}…" if title else "starting…")
+
+    def _clear_cell(self) -> None:
+        self._ttft, self._tpot, self._e2e, self._per_user = [], [], [], []
+        self._out_tok, self._cell_elapsed = 0, 0.0
+        for h in self.query(LatencyHistogram):
+            h.values = ()
+
+    def _tick(self) -> None:
+        if not self.running or self.sweep_t0 is None:
+            return
+        self._update_eta()
+
+    def _update_eta(self) -> None:
+        p = self.progress
+        if self.sweep_t0 is not None:
+            p.sweep_elapsed = self.clock() - self.sweep_t0
+        frac_cell = 0.0
+        cur = self._cur
+        if cur is not None:
+            if cur.requests:
+                frac_cell = min(1.0, p.done / cur.requests) if p.done else 0.0
+            elif cur.duration_s:
+                frac_cell = min(1.0, self._cell_elapsed / cur.duration_s)
+        f = (self.finished + frac_cell) / self.total if self.total else 0.0
+        p.fraction = f
+        p.eta_s = p.sweep_elapsed * (1 - f) / f if f > 0.02 else None
+
+    def _live_curve(self) -> None:
+        cur = self._cur
+        if cur is None:
+            return
+        pts = list(self._points.get(cur.workload, []))
+        if self._out_tok and self._cell_elapsed > 0 and self._per_user:
+            pts.append(CurvePoint(cur.x, cur.load_label, self._out_tok / self._cell_elapsed,
+                                  sum(self._per_user) / len(self._per_user), live=True))
+        curve = self.query_one(ThroughputCurve)
+        curve.title = f"{cur.workload}: output tok/s vs load"
+        curve.points = tuple(pts)
+
+    # ---- engine messages ----------------------------------------------------------------------
+    @on(m.SweepStarted)
+    def _started(self, msg: m.SweepStarted) -> None:
+        self.cells, self.total, self.session_dir = msg.cells, len(msg.cells), msg.session_dir
+        self.query_one(ServerPanel).metrics_available = msg.metrics
+        p = self.progress
+        p.total, p.state = self.total, "running"
+        p.detail = ""
+        self.log_view.event("info", f"{msg.target}: model {msg.model} (vLLM {msg.version or '?'}), {self.total} cells,"
+                                    f" tokenizer {msg.tokenizer}")
+        self.query_one("#run-session", Static).update(f"session: {msg.session_dir}")
+
+    @on(m.CellStarted)
+    def _cell_started(self, msg: m.CellStarted) -> None:
+        self._cur = msg.cell
+        self._clear_cell()
+        p = self.progress
+        p.cell_no, p.total, p.label, p.shape = msg.cell.index + 1, msg.total, msg.cell.label, msg.cell.shape
+        p.done = p.failed = 0
+        p.planned = msg.cell.requests
+        p.cell_elapsed = 0.0
+        self._live_curve()
+
+    @on(m.RequestsMeasured)
+    def _requests(self, msg: m.RequestsMeasured) -> None:
+        self._ttft.extend(msg.ttft_ms)
+        self._tpot.extend(msg.tpot_ms)
+        self._e2e.extend(msg.e2e_ms)
+        self._per_user.extend(msg.per_user_tok_s)
+        self._out_tok += msg.output_tokens
+        self._cell_elapsed = msg.elapsed_s
+        self.query_one("#hist-ttft", LatencyHistogram).values = tuple(self._ttft)
+        self.query_one("#hist-tpot", LatencyHistogram).values = tuple(self._tpot)
+        self.query_one("#hist-e2e", LatencyHistogram).values = tuple(self._e2e)
+        p = self.progress
+        p.done, p.failed, p.cell_elapsed = msg.done, msg.failed, msg.elapsed_s
+        if msg.errors:
+            self.log_view.request_errors(msg.cell.index + 1, msg.errors)
+        self._update_eta()
+        self._live_curve()
+
+    @on(m.CellFinished)
+    def _cell_finished(self, msg: m.CellFinished) -> None:
+        s, c = msg.summary, msg.cell
+        self.finished += 1
+        self._points.setdefault(c.workload, []).append(curve_point(c, s, self.slos))
+        self.query_one(CellTable).set_cell(c.index, c.workload, c.load_label, msg.status, s)
+        if s.get("server"):
+            self._servers.append(s["server"])
+            self._client_ttft.append((s.get("ttft_ms") or {}).get("mean"))
+            sp = self.query_one(ServerPanel)
+            sp.client_ttft = tuple(self._client_ttft)
+            sp.cells = tuple(self._servers)
+        self.log_view.cell_errors(c.index + 1)
+        why = f" ({msg.reason})" if msg.reason else ""
+        self.log_view.event(
+            "ok" if msg.status == "done" else "warning",
+            f"cell {c.index + 1}/{self.total} {c.label} {msg.status}{why}: {s.get('requests_ok', 0)} ok, "
+            f"{s.get('requests_failed', 0)} failed, {fnum(s.get('output_tok_s'))} tok/s, TTFT p50 "
+            f"{fnum((s.get('ttft_ms') or {}).get('p50'))} ms, p99 {fnum((s.get('ttft_ms') or {}).get('p99'))} ms",
+        )
+        self._out_tok, self._per_user = 0, []
+        self._live_curve()
+        self._update_eta()
+
+    @on(m.CellSkipped)
+    def _cell_skipped(self, msg: m.CellSkipped) -> None:
+        self.finished += 1
+        self.query_one(CellTable).set_cell(msg.cell.index, msg.cell.workload, msg.cell.load_label, "skipped", {})
+        self.log_view.event("warning", f"cell {msg.cell.index + 1}/{self.total} {msg.cell.label} skipped: {msg.reason}")
+        self._update_eta()
+
+    @on(m.EngineNotice)
+    def _notice(self, msg: m.EngineNotice) -> None:
+        self.log_view.event(msg.level, msg.text)
+
+    @on(m.SweepFinished)
+    def _finished(self, msg: m.SweepFinished) -> None:
+        self.running = False
+        self._update_eta()
+        p = self.progress
+        p.state = msg.status
+        if msg.status == "completed":
+            p.fraction = 1.0
+        p.eta_s = None
+        where = f"; session saved in {msg.session_dir}" if msg.session_dir else ""
+        level = {"completed": "ok", "interrupted": "warning"}.get(msg.status, "error")
+        self.log_view.event(level, f"sweep {msg.status}{where}" + (f": {msg.message}" if msg.message else ""))
+        if msg.session_dir:
+            self.query_one("#run-session", Static).update(f"session ({msg.status}): {msg.session_dir}")
+
+    # ---- actions --------------------------------------------------------------------------------
+    def action_skip_cell(self) -> None:
+        if self.app.skip_cell():  # type: ignore[attr-defined]
+            self.log_view.event("warning", "skipping the current cell (it is saved as stopped)…")
+        else:
+            self.notify("no sweep is running", severity="warning")
+
+    def action_stop_sweep(self) -> None:
+        if self.app.stop_sweep():  # type: ignore[attr-defined]
+            self.log_view.event("warning", "stopping the sweep after the current cell's in-flight requests…")
+        else:
+            self.notify("no sweep is running", severity="warning")
+
+    def action_back(self) -> None:
+        self.app.switch_mode("compose")

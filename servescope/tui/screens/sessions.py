@@ -1,0 +1,225 @@
+"""The Sessions screen: saved sessions in a table; open one to see its cells and charts; mark two or more
+to compare (the comparison view is its own piece of work: the action hands the paths over)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from servescope.core.errors import ServescopeError
+from servescope.core.textsafe import clean_text
+from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
+from servescope.tui.widgets.histogram import LatencyHistogram
+from servescope.tui.widgets.panels import CellTable, ServerPanel
+
+SESSION_COLUMNS = ("✓", "date", "name", "target", "model", "tags", "workloads", "cells", "status")
+
+
+def session_row(path: Path) -> tuple[str, ...]:
+    """One table row from session.toml alone (cheap: no Parquet is read)."""
+    from servescope.sessions.store import load_session
+
+    s = load_session(path)
+    meta = s.meta
+    started = str(meta.get("started_at", ""))[:16].replace("T", " ")
+    model = clean_text(str(meta.get("model", "?"))).rstrip("/").split("/")[-1]
+    tags = ",".join(f"{k}={v}" for k, v in (meta.get("tags") or {}).items())
+    wls = sorted({str(w.get("name", "?")).split("/")[0] for w in meta.get("workloads", [])})
+    cells = meta.get("cells", [])
+    done = sum(1 for c in cells if c.get("status") == "done")
+    return ("", started, clean_text(str(meta.get("name", path.name))), clean_text(str((meta.get("target") or {}).get("url", "?"))),
+            model, clean_text(tags), ",".join(wls), f"{done}/{len(cells)}", s.status)
+
+
+class SessionsScreen(Screen[None]):
+    BINDINGS = [
+        Binding("enter", "open", "Open", priority=False),
+        Binding("space", "mark", "Mark"),
+        Binding("c", "compare", "Compare marked"),
+        Binding("r", "refresh", "Refresh"),
+    ]
+
+    def __init__(self, sessions_dir: Path | None = None) -> None:
+        super().__init__()
+        self.sessions_dir = sessions_dir
+        self.paths: list[Path] = []
+        self.marked: set[str] = set()
+
+    @property
+    def base(self) -> Path:
+        from servescope.sessions.store import sessions_home
+
+        return self.sessions_dir or sessions_home()
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="sessions-title", classes="pane-title")
+        yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
+        yield Static("enter: open · space: mark · c: compare the marked sessions · r: refresh", classes="hint")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        t = self.query_one("#sessions", DataTable)
+        for c in SESSION_COLUMNS:
+            t.add_column(c, key=c)
+        self.action_refresh()
+
+    def on_screen_resume(self) -> None:
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        t = self.query_one("#sessions", DataTable)
+        row = t.cursor_row
+        t.clear()
+        base = self.base
+        dirs = sorted((p for p in base.glob("*") if (p / "session.toml").is_file()), reverse=True) if base.is_dir() else []
+        self.paths = []
+        for d in dirs:
+            try:
+                r = session_row(d)
+            except (ServescopeError, OSError, ValueError) as e:
+                r = ("", "?", d.name, "unreadable", clean_text(str(e))[:40], "", "", "", "broken")
+            self.paths.append(d)
+            t.add_row("✓" if str(d) in self.marked else "", *r[1:], key=str(d))
+        self.query_one("#sessions-title", Static).update(
+            f"{len(dirs)} saved session{'s' if len(dirs) != 1 else ''} in {base}" if dirs else
+            f"No saved sessions in {base} yet: run a sweep (F2, ctrl+r).")
+        if dirs:
+            t.move_cursor(row=min(row, len(dirs) - 1))
+
+    def _current(self) -> Path | None:
+        t = self.query_one("#sessions", DataTable)
+        if not self.paths or t.cursor_row < 0 or t.cursor_row >= len(self.paths):
+            return None
+        return self.paths[t.cursor_row]
+
+    def action_mark(self) -> None:
+        p = self._current()
+        if p is None:
+            return
+        key = str(p)
+        if key in self.marked:
+            self.marked.discard(key)
+        else:
+            self.marked.add(key)
+        self.query_one("#sessions", DataTable).update_cell(key, "✓", "✓" if key in self.marked else "")
+
+    @on(DataTable.RowSelected, "#sessions")
+    def _selected(self) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        p = self._current()
+        if p is None:
+            self.notify("no session to open", severity="warning")
+            return
+        try:
+            scr = SessionScreen(p)
+        except ServescopeError as e:
+            self.notify(e.message, severity="error")
+            return
+        self.app.push_screen(scr)
+
+    def action_compare(self) -> None:
+        paths = sorted(self.marked)
+        if len(paths) < 2:
+            self.notify("mark two or more sessions with space, then press c", severity="warning")
+            return
+        self.app.compare_sessions([Path(p) for p in paths])  # type: ignore[attr-defined]
+
+
+class SessionScreen(Screen[None]):
+    """One saved session: its cells, the throughput curve and the selected cell's histograms."""
+
+    BINDINGS = [Binding("escape,b", "back", "Back to sessions")]
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        from servescope.sessions.store import load_session
+
+        self.session = load_session(path)
+        self.summaries: dict[int, dict[str, Any]] = {}
+        cells = self.session.cells
+        if cells.height and "summary_json" in cells.columns:
+            for idx, s in zip(cells["index"].to_list(), self.session.summaries(), strict=True):
+                self.summaries[int(idx)] = s
+
+    def compose(self) -> ComposeResult:
+        meta = self.session.meta
+        tgt = meta.get("target") or {}
+        tags = ", ".join(f"{k}={v}" for k, v in (meta.get("tags") or {}).items())
+        slos = ", ".join(f"{k}<={v:g}" for k, v in (meta.get("slos") or {}).items())
+        yield Static(clean_text(
+            f"{meta.get('name', self.session.path.name)}  [{self.session.status}]  {str(meta.get('started_at', ''))[:19]}\n"
+            f"target {tgt.get('url', '?')} (vLLM {tgt.get('version') or '?'}), model {meta.get('model', '?')}"
+            + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head")
+        with Horizontal(id="session-top"):
+            yield CellTable(id="session-cells")
+            with Vertical(id="session-right"):
+                yield ThroughputCurve(id="session-curve")
+                yield ServerPanel(id="session-server")
+        with Horizontal(id="session-hists"):
+            yield LatencyHistogram("TTFT", id="s-hist-ttft")
+            yield LatencyHistogram("TPOT", id="s-hist-tpot")
+            yield LatencyHistogram("E2E", id="s-hist-e2e")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(CellTable)
+        table.border_title = "cells (enter/arrows: show a cell's histograms)"
+        cells = self.session.cells
+        rows = cells.sort("index").to_dicts() if cells.height else []
+        for r in rows:
+            table.set_cell(int(r["index"]), str(r.get("workload")), str(r.get("load_label")), str(r.get("status")),
+                           self.summaries.get(int(r["index"]), {}))
+        self._rows = rows
+        servers = [s["server"] for s in self.summaries.values() if s.get("server")]
+        sp = self.query_one(ServerPanel)
+        sp.metrics_available = bool((self.session.meta.get("target") or {}).get("metrics"))
+        sp.client_ttft = tuple((s.get("ttft_ms") or {}).get("mean") for s in self.summaries.values() if s.get("server"))
+        sp.cells = tuple(servers)
+        if rows:
+            self.show_cell(0)
+
+    @on(DataTable.RowHighlighted, "#session-cells")
+    def _highlight(self, event: DataTable.RowHighlighted) -> None:
+        self.show_cell(event.cursor_row)
+
+    def show_cell(self, row: int) -> None:
+        from servescope.core.metrics import meets_slos, per_request
+
+        if not getattr(self, "_rows", None) or row >= len(self._rows):
+            return
+        r = self._rows[row]
+        idx, wl = int(r["index"]), str(r.get("workload"))
+        slos = bool(self.session.meta.get("slos"))
+        pts = []
+        for rr in self._rows:
+            s = self.summaries.get(int(rr["index"]))
+            if rr.get("workload") != wl or not s or rr.get("status") == "skipped":
+                continue
+            x = rr.get("concurrency") if rr.get("concurrency") is not None else rr.get("rate")
+            pts.append(CurvePoint(float(x or 0), str(rr.get("load_label")), float(s.get("output_tok_s") or 0),
+                                  float((s.get("per_user_tok_s") or {}).get("mean") or 0),
+                                  meets_slos(s) if slos else None))
+        curve = self.query_one(ThroughputCurve)
+        curve.title = f"{wl}: output tok/s vs load"
+        curve.points = tuple(pts)
+        df = self.session.requests(idx)
+        vals: dict[str, tuple[float, ...]] = {"ttft_ms": (), "tpot_ms": (), "e2e_ms": ()}
+        if df.height:
+            pr = per_request(df.filter(~df["warmup"]))
+            ok = pr.filter(pr["status"] == "ok")
+            vals = {k: tuple(ok[k].drop_nulls().to_list()) for k in vals}
+        self.query_one("#s-hist-ttft", LatencyHistogram).values = vals["ttft_ms"]
+        self.query_one("#s-hist-tpot", LatencyHistogram).values = vals["tpot_ms"]
+        self.query_one("#s-hist-e2e", LatencyHistogram).values = vals["e2e_ms"]
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

@@ -1,0 +1,218 @@
+"""Text panels of the run and session screens: sweep progress, the event log, the server panel and the
+cell table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import DataTable, RichLog
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float | None]) -> str:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    out = []
+    for v in values:
+        if v is None or math.isnan(v):
+            out.append(" ")
+        elif hi == lo:
+            out.append(SPARK[0] if hi == 0 else SPARK[3])
+        else:
+            out.append(SPARK[int((v - lo) / (hi - lo) * (len(SPARK) - 1))])
+    return "".join(out)
+
+
+def fmt_s(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds) or seconds < 0:
+        return "-"
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60:02d}:{s % 60:02d}"
+
+
+def fnum(v: Any, nd: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        return f"{v:,.{nd}f}"
+    return str(v)
+
+
+class SweepProgress(Widget):
+    """Cell i of N with its workload and load, requests done/failed, elapsed and ETA."""
+
+    DEFAULT_CSS = """
+    SweepProgress { height: 3; padding: 0 1; }
+    SweepProgress .progress--bar { color: $success; }
+    """
+    COMPONENT_CLASSES = {"progress--bar"}
+
+    state: reactive[str] = reactive("idle")  # idle | starting | running | completed | interrupted | failed
+    cell_no: reactive[int] = reactive(0)
+    total: reactive[int] = reactive(0)
+    label: reactive[str] = reactive("")
+    shape: reactive[str] = reactive("")
+    done: reactive[int] = reactive(0)
+    failed: reactive[int] = reactive(0)
+    planned: reactive[int | None] = reactive(None)
+    cell_elapsed: reactive[float] = reactive(0.0)
+    sweep_elapsed: reactive[float] = reactive(0.0)
+    eta_s: reactive[float | None] = reactive(None)
+    fraction: reactive[float] = reactive(0.0)  # of the whole sweep
+    detail: reactive[str] = reactive("")
+
+    def render(self) -> Text:
+        t = Text()
+        if self.state == "idle":
+            t.append("No sweep running. ", style="bold")
+            t.append("Compose one (F2) and press ctrl+r, or open a saved session (F4).")
+            return t
+        t.append(f"cell {self.cell_no}/{self.total}" if self.total else "starting", style="bold")
+        if self.label:
+            t.append(f"  {self.label}", style="bold")
+        if self.shape:
+            t.append(f"  {self.shape}", style="dim")
+        t.append(f"   [{self.state}]", style="bold")
+        planned = f"/{self.planned}" if self.planned else ""
+        t.append(f"\nrequests {self.done}{planned} done, {self.failed} failed   cell {self.cell_elapsed:.1f} s"
+                 f"   sweep {fmt_s(self.sweep_elapsed)}  ETA {fmt_s(self.eta_s) if self.state == 'running' else '-'}")
+        if self.detail:
+            t.append(f"   {self.detail}", style="dim")
+        width = max(10, self.content_size.width - 7)
+        filled = int(round(max(0.0, min(1.0, self.fraction)) * width))
+        t.append("\n")
+        t.append("█" * filled, style=self.get_component_rich_style("progress--bar"))
+        t.append("░" * (width - filled), style="dim")
+        t.append(f" {self.fraction * 100:3.0f}%")
+        return t
+
+
+class EventLog(RichLog):
+    """Notices, cell results and request errors (each distinct error once, counted at the cell's end)."""
+
+    DEFAULT_CSS = """
+    EventLog { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(wrap=True, markup=False, highlight=False, max_lines=2000, **kwargs)
+        self._seen: dict[tuple[int, str, str], int] = {}
+
+    def event(self, level: str, text: str) -> None:
+        style = {"error": "bold red", "warning": "yellow", "ok": "green"}.get(level, "")
+        mark = {"error": "✗ ", "warning": "! ", "ok": "✓ "}.get(level, "· ")
+        self.write(Text(mark + text, style=style))
+
+    def request_errors(self, cell_no: int, errors: Sequence[tuple[str, str]]) -> None:
+        for status, err in errors:
+            key = (cell_no, status, err)
+            n = self._seen.get(key, 0)
+            self._seen[key] = n + 1
+            if n == 0:
+                self.event("error", f"cell {cell_no}: request {status}: {err or '(no message)'} (repeats are counted)")
+
+    def cell_errors(self, cell_no: int) -> None:
+        for (c, status, err), n in sorted(self._seen.items(), key=lambda kv: -kv[1]):
+            if c == cell_no and n > 1:
+                self.event("error", f"cell {cell_no}: {n} x {status}: {err or '(no message)'}")
+
+    def reset(self) -> None:
+        self.clear()
+        self._seen.clear()
+
+
+SERVER_ROWS = (
+    ("requests_success", "requests", 0),
+    ("preemptions", "preemptions", 0),
+    ("queue_ms_mean", "queue ms (mean)", 1),
+    ("ttft_ms_mean", "server TTFT ms", 1),
+    ("itl_ms_mean", "server ITL ms", 2),
+    ("e2e_ms_mean", "server E2E ms", 0),
+    ("kv_cache_tokens", "KV cache tokens", 0),
+    ("prefix_cache_hit_rate", "prefix hit rate", 2),
+)
+
+
+class ServerPanel(Widget):
+    """What the server's /metrics said during each finished cell (vLLM deltas); a sparkline per metric
+    across cells. Live KV-cache/running/waiting gauges come with the telemetry work."""
+
+    DEFAULT_CSS = """
+    ServerPanel { height: auto; max-height: 12; padding: 0 1; }
+    """
+
+    cells: reactive[tuple[dict[str, Any], ...]] = reactive(tuple)  # the `server` dicts, one per finished cell
+    metrics_available: reactive[bool | None] = reactive(None)
+    client_ttft: reactive[tuple[float | None, ...]] = reactive(tuple)  # client mean TTFT per cell
+
+    def render(self) -> Text:
+        t = Text("server /metrics per cell", style="bold")
+        if self.metrics_available is False:
+            t.append("\nthis server has no vLLM /metrics: client-side numbers only", style="dim")
+            return t
+        if not self.cells:
+            t.append("\nwaiting for the first finished cell…", style="dim")
+            return t
+        last = self.cells[-1]
+        for key, label, nd in SERVER_ROWS:
+            series = [c.get(key) for c in self.cells]
+            if all(v is None for v in series):
+                continue
+            t.append(f"\n{label:<16}{fnum(last.get(key), nd):>10}  ")
+            t.append(sparkline([float(v) if v is not None else None for v in series][-20:]), style="cyan")
+        cl = self.client_ttft[-1] if self.client_ttft else None
+        st = last.get("ttft_ms_mean")
+        if cl is not None and st is not None:
+            t.append(f"\nclient - server TTFT{cl - st:>+9.1f} ms", style="dim")
+        return t
+
+
+CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "user tok/s", "TTFT p50", "TTFT p99",
+                "TPOT p50", "E2E p50")
+
+
+def cell_row(index: int, workload: str, load: str, status: str, s: dict[str, Any]) -> tuple[str, ...]:
+    def st(metric: str, key: str, nd: int = 1) -> str:
+        return fnum((s.get(metric) or {}).get(key), nd)
+
+    return (
+        str(index + 1), workload, load, status,
+        f"{s.get('requests_ok', 0)}/{s.get('requests_failed', 0)}" if s else "-",
+        fnum(s.get("output_tok_s"), 1), st("per_user_tok_s", "p50"), st("ttft_ms", "p50"), st("ttft_ms", "p99"),
+        st("tpot_ms", "p50", 2), st("e2e_ms", "p50", 0),
+    )
+
+
+class CellTable(DataTable[str]):
+    """One row per finished (or skipped) cell."""
+
+    DEFAULT_CSS = """
+    CellTable { height: 1fr; }
+    """
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for c in CELL_COLUMNS:
+            self.add_column(c, key=c)
+
+    def set_cell(self, index: int, workload: str, load: str, status: str, summary: dict[str, Any]) -> None:
+        row = cell_row(index, workload, load, status, summary)
+        key = str(index)
+        if key in self.rows:
+            for col, v in zip(CELL_COLUMNS, row, strict=True):
+                self.update_cell(key, col, v)
+        else:
+            self.add_row(*row, key=key)

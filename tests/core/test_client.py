@@ -1,0 +1,239 @@
+"""The streaming client against a scripted local HTTP server (the boundary is faked, the client is real)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from aiohttp import web
+
+from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
+from servescope.core.load import CellControl, Limits, Load, run_cell
+from servescope.core.records import RequestRecord
+
+
+def ev(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def completion_stream(n: int, prompt: int = 7) -> bytes:
+    out = b""
+    for i in range(n):
+        out += ev({"choices": [{"index": 0, "text": f"t{i}", "finish_reason": None}],
+                   "usage": {"prompt_tokens": prompt, "completion_tokens": i + 1}})
+    out += ev({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n}})
+    return out + b"data: [DONE]\n\n"
+
+
+Handler = Callable[[web.Request], "asyncio.Future[web.StreamResponse]"]
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Callable[[Handler], "asyncio.Future[str]"]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(handler) -> str:  # type: ignore[no-untyped-def]
+        app = web.Application()
+        app.router.add_route("POST", "/v1/completions", handler)
+        app.router.add_route("POST", "/v1/chat/completions", handler)
+        runner = web.AppRunner(app, shutdown_timeout=0.2)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        runners.append(runner)
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}"
+
+    yield start  # type: ignore[misc]
+    for r in runners:
+        await r.cleanup()
+
+
+async def send(url: str, spec: RequestSpec, timeout_s: float = 10) -> RequestRecord:
+    opts = ClientOptions(base_url=url, model="m", timeout_s=timeout_s)
+    rec = RequestRecord(0, 0, False, spec.input_tokens, spec.output_tokens, scheduled_ns=0)
+    async with make_http_client(opts, 1) as http:
+        return await stream_request(http, opts, spec, rec)
+
+
+SPEC = RequestSpec("completions", "hello", 7, 5)
+
+
+async def test_stream_split_in_odd_pieces(server) -> None:
+    body = completion_stream(5)
+    seen: dict[str, object] = {}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.update(await request.json())
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(0, len(body), 7):  # 7-byte pieces split events and JSON everywhere
+            await resp.write(body[i : i + 7])
+            await asyncio.sleep(0)
+        await resp.write_eof()
+        return resp
+
+    url = await server(handler)
+    r = await send(url, SPEC)
+    assert r.status == "ok", r.error
+    assert r.output_tokens == 5 and r.prompt_tokens == 7 and r.usage_reported
+    assert len(r.chunk_ns) == 5 and list(r.chunk_tokens) == [1] * 5
+    assert r.sent_ns <= r.first_token_ns <= r.chunk_ns[-1] <= r.end_ns
+    assert seen["ignore_eos"] is True and seen["max_tokens"] == 5 and seen["min_tokens"] == 5
+    assert seen["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+async def test_chat_reasoning_then_content(server) -> None:
+    events = [ev({"choices": [{"delta": {"role": "assistant", "content": ""}}]})]
+    for i in range(3):
+        events.append(ev({"choices": [{"delta": {"reasoning_content": f"r{i}"}}], "usage": {"completion_tokens": i + 1}}))
+    for i in range(2):
+        events.append(ev({"choices": [{"delta": {"content": f"c{i}"}}], "usage": {"completion_tokens": i + 4}}))
+    events.append(ev({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 5}}))
+    events.append(b"data: [DONE]\n\n")
+    seen: dict[str, object] = {}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.update(await request.json())
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for e in events:
+            await resp.write(e)
+            await asyncio.sleep(0.005)
+        return resp
+
+    url = await server(handler)
+    r = await send(url, RequestSpec("chat", "hi", 9, 5, thinking=True))
+    assert r.status == "ok"
+    assert r.output_tokens == 5 and r.reasoning_tokens == 3
+    assert r.first_token_ns == r.chunk_ns[0] and r.first_content_ns == r.chunk_ns[3]
+    assert seen["messages"] == [{"role": "user", "content": "hi"}]
+    assert seen["chat_template_kwargs"] == {"enable_thinking": True}
+
+
+async def test_multi_token_chunks_from_usage(server) -> None:
+    body = (ev({"choices": [{"text": "ab"}], "usage": {"completion_tokens": 2}})
+            + ev({"choices": [{"text": "cde"}], "usage": {"completion_tokens": 5}})
+            + ev({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}) + b"data: [DONE]\n\n")
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/event-stream")
+
+    r = await send(await server(handler), SPEC)
+    assert list(r.chunk_tokens) == [2, 3] and r.output_tokens == 5
+
+
+async def test_http_error_is_data_and_escapes_are_stripped(server) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "bad \x1b[31mred\x1b[0m thing\x07"}}, status=400)
+
+    r = await send(await server(handler), SPEC)
+    assert r.status == "error" and r.http_status == 400
+    assert r.error == "HTTP 400: bad red thing"
+
+
+async def test_cut_stream(server) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(completion_stream(5)[:150])
+        return resp  # ends without [DONE]
+
+    r = await send(await server(handler), SPEC)
+    assert r.status == "cut" and len(r.chunk_ns) >= 1
+
+
+async def test_timeout(server) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(ev({"choices": [{"text": "a"}]}))
+        await asyncio.sleep(5)
+        return resp
+
+    r = await send(await server(handler), SPEC, timeout_s=0.3)
+    assert r.status == "timeout" and "timeout" in r.error
+    assert r.output_tokens == 1  # partial counts kept
+
+
+async def test_connection_refused() -> None:
+    r = await send("http://127.0.0.1:9", SPEC)
+    assert r.status == "error" and r.error
+
+
+async def test_256_users_hold_256_streams(server) -> None:
+    live = 0
+    peak = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal live, peak
+        live += 1
+        peak = max(peak, live)
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await asyncio.sleep(0.8)
+        await resp.write(completion_stream(2))
+        live -= 1
+        return resp
+
+    url = await server(handler)
+    opts = ClientOptions(base_url=url, model="m", timeout_s=30)
+    specs = [RequestSpec("completions", "x", 7, 2)] * 256
+    run = await run_cell(opts, specs, Load(concurrency=256), Limits(requests=256))
+    assert peak == 256
+    assert sum(r.status == "ok" for r in run.records) == 256
+
+
+async def test_all_failing_cell_stops_early(server) -> None:
+    calls = 0
+
+    async def handler(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        return web.json_response({"error": {"message": "overloaded"}}, status=500)
+
+    url = await server(handler)
+    opts = ClientOptions(base_url=url, model="m")
+    run = await run_cell(opts, [SPEC] * 10, Load(concurrency=2), Limits(requests=1000))
+    assert "in a row failed" in run.stopped and "overloaded" in run.stopped
+    assert calls < 50 and len(run.records) >= 5
+
+
+async def test_open_loop_rate_and_queueing(server) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await asyncio.sleep(0.2)
+        await resp.write(completion_stream(2))
+        return resp
+
+    url = await server(handler)
+    opts = ClientOptions(base_url=url, model="m")
+    # 50 req/s, but at most 2 in flight: requests queue on the client, and that shows as client_queue
+    run = await run_cell(opts, [SPEC] * 20, Load(rate=50, max_concurrency=2), Limits(requests=12))
+    assert len(run.records) == 12
+    queue_ms = sorted((r.sent_ns - r.scheduled_ns) / 1e6 for r in run.records)
+    assert queue_ms[-1] > 500  # the last ones waited for a slot
+    sched = sorted(r.scheduled_ns for r in run.records)
+    gaps = [(b - a) / 1e6 for a, b in zip(sched, sched[1:], strict=False)]
+    assert all(abs(g - 20) < 1 for g in gaps)  # constant arrivals every 20 ms
+
+
+async def test_cancel_ends_cell_cleanly(server) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await asyncio.sleep(10)
+        return resp
+
+    url = await server(handler)
+    ctl = CellControl()
+    task = asyncio.create_task(run_cell(ClientOptions(base_url=url, model="m"), [SPEC] * 4, Load(concurrency=4),
+                                        Limits(requests=4), control=ctl))
+    await asyncio.sleep(0.3)
+    ctl.request_stop("stopped by test")
+    run = await asyncio.wait_for(task, 5)
+    assert run.stopped == "stopped by test"
+    assert [r.status for r in run.records] == ["cancelled"] * 4
