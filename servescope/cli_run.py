@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from servescope.core.errors import ServescopeError
-from servescope.core.metrics import parse_slos
 
 JSON_STATS = ("mean", "p50", "p90", "p99")
 
@@ -214,6 +213,7 @@ class _Progress:
 
 
 def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
+    from servescope.core.metrics import parse_slos
     from servescope.sessions.runner import SweepPlan
     from servescope.workloads.spec import resolve
 
@@ -266,7 +266,6 @@ def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | Non
 
 def start_sim_default() -> Any:
     from servescope.sim.launcher import start_sim
-
     from servescope.sim.profile import DEFAULT_PROFILE
 
     return start_sim(DEFAULT_PROFILE)
@@ -361,7 +360,8 @@ def _run_loop(plan: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
     else:
         print(f"session saved: {result['session']} ({result['status']})", file=table_out)
     if result["status"] == "failed":
-        print(f"error: {result.get('message', 'the sweep failed')}", file=sys.stderr)
+        if not result.get("message"):  # a message was already shown as an error notice
+            print("error: the sweep failed", file=sys.stderr)
         return 1
     return 130 if result["status"] == "interrupted" else 0
 

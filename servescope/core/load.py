@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -218,8 +219,8 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
 async def _wait_or_stop(tasks: list[asyncio.Task[None]], control: CellControl) -> None:
     if not tasks:
         return
-    stopper = asyncio.create_task(control.stop.wait())
-    pending = set(tasks)
+    stopper: asyncio.Task[Any] = asyncio.create_task(control.stop.wait())
+    pending: set[asyncio.Task[Any]] = set(tasks)
     try:
         while pending:
             done, pending = await asyncio.wait(pending | {stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -49,7 +49,7 @@ FORMULAS: dict[str, str] = {
     "goodput_req_s": "successful requests meeting every SLO / cell wall time",
 }
 
-REQUEST_SCHEMA = {
+REQUEST_SCHEMA: dict[str, Any] = {
     "index": pl.Int64, "user": pl.Int64, "warmup": pl.Boolean, "status": pl.Utf8, "http_status": pl.Int64,
     "error": pl.Utf8, "input_tokens_requested": pl.Int64, "output_tokens_requested": pl.Int64,
     "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64,

@@ -89,7 +89,7 @@ def fmt_num(v: float | None) -> str:
     a = abs(v)
     if a >= 1000:
         return f"{v:,.0f}"
-    if a >= 100:
+    if a >= 10:
         return f"{v:.1f}"
     if a >= 1 or a == 0:
         return f"{v:.2f}"
@@ -191,7 +191,7 @@ def choose_slos(sessions: Sequence[Session], slos: Mapping[str, float] | None) -
     first = session_slos(sessions[0]) if sessions else {}
     if first:
         return first, "recorded with the session" if len(sessions) == 1 else "recorded with the first session"
-    return dict(DEFAULT_SLOS), "default: usable = TTFT <= 3 s and >= 20 tok/s per user (no SLOs were recorded)"
+    return dict(DEFAULT_SLOS), "the default, as no SLOs were recorded: usable = TTFT under 3 s and 20 tok/s per user"
 
 
 def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float]) -> None:

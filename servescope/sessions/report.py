@@ -148,6 +148,10 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
 
 
 # ---- Markdown ---------------------------------------------------------------------------------------
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c if c else "-" for c in cells) + " |"
 
@@ -391,7 +395,7 @@ def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
     model = clean_text(str(m.get("model", "?"))).rstrip("/").split("/")[-1]
     out = [f"# servescope report: {md_escape(rep.label)}", "",
            f"{md_escape(model)} on {md_escape(clean_text(str((m.get('target') or {}).get('url', '?'))))}: "
-           f"{len(rep.views)} cells over {len({v.workload for v in rep.views})} workloads "
+           f"{_plural(len(rep.views), 'cell')} over {_plural(len({v.workload for v in rep.views}), 'workload')} "
            f"(session `{md_escape(rep.session.path.name).replace('`', '')}`).", ""]
     out += _setup(rep)
     out += _workloads(rep)
@@ -473,6 +477,7 @@ def render_report(session: Session, compare_with: Sequence[Session] = (), fmt: s
     rep = build(session, slos, label_key)
     others = [build(s, rep.slos, label_key) for s in compare_with]
     if comparison is not None:
+        rep.slos_source = comparison.slos_source
         rep.label = comparison.labels[0]
         for o, lb in zip(others, comparison.labels[1:], strict=True):
             o.label = lb

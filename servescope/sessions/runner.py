@@ -277,7 +277,8 @@ async def run_sweep(plan: SweepPlan, control: SweepControl | None = None) -> Asy
     try:
         for cell in cells:
             if control.stopping:
-                status = "interrupted"
+                if status == "completed":
+                    status = "interrupted"
                 break
             reason = _fits(cell.workload, minfo.max_model_len)
             if reason:
@@ -295,13 +296,13 @@ async def run_sweep(plan: SweepPlan, control: SweepControl | None = None) -> Asy
             yield CellStarted(cell, len(cells))
             async for ev in _run_one(cell, specs, opts, plan, control, base_http, writer):
                 yield ev
-                if isinstance(ev, CellFinished) and ev.status == "stopped" and not control.stopping:
-                    if not await _health(plan.url, plan.api_key):
-                        status = "failed"
-                        message = (f"{label} stopped answering during cell {cell.index + 1} ({cell.label}); "
-                                   f"finished cells are saved in {path}")
-                        yield Notice("error", message)
-                        control.stopping = True
+                if (isinstance(ev, CellFinished) and ev.status == "stopped" and not control.stopping
+                        and not await _health(plan.url, plan.api_key)):
+                    status = "failed"
+                    message = (f"{label} stopped answering during cell {cell.index + 1} ({cell.label}); "
+                               f"finished cells are saved in {path}")
+                    yield Notice("error", message)
+                    control.stopping = True
             if control.stopping and status == "completed":
                 status = "interrupted"
     except (asyncio.CancelledError, KeyboardInterrupt):

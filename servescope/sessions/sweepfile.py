@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +268,7 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
 def sweep_table(
     *,
     url: str,
-    workloads: list[Workload | str],
+    workloads: Sequence[Workload | str],
     api_key_env: str = "OPENAI_API_KEY",
     model: str | None = None,
     concurrency: list[int] | None = None,

@@ -31,7 +31,7 @@ Handler = Callable[[web.Request], "asyncio.Future[web.StreamResponse]"]
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[Callable[[Handler], "asyncio.Future[str]"]]:
+async def server() -> AsyncIterator[Callable[[Handler], asyncio.Future[str]]]:
     runners: list[web.AppRunner] = []
 
     async def start(handler) -> str:  # type: ignore[no-untyped-def]

@@ -13,11 +13,22 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Input, Label, Select, SelectionList, Static, TabbedContent, TabPane
+from textual.widgets import (
+    Button,
+    Footer,
+    Input,
+    Label,
+    Select,
+    SelectionList,
+    Static,
+    TabbedContent,
+    TabPane,
+)
 from textual.widgets.selection_list import Selection
 
 from servescope.core.errors import ServescopeError
 from servescope.tui import messages as m
+from servescope.tui.widgets.panels import short_path
 
 ASSUMED_TPOT_MS = 20.0  # for the rough duration only
 ASSUMED_PREFILL_TOK_S = 5000.0
@@ -70,7 +81,7 @@ class WorkloadFormScreen(ModalScreen["Any"]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="wl-form"):
-            yield Static(f"New workload (saved to {self.folder})", classes="pane-title")
+            yield Static(f"New workload (saved to {short_path(self.folder)})", classes="pane-title")
             yield field_row("name", "wf-name", placeholder="rag-4k")
             yield Horizontal(Label("api", classes="field-label"),
                              Select([("chat", "chat"), ("completions", "completions")], value="chat",
@@ -150,11 +161,11 @@ class WorkloadFormScreen(ModalScreen["Any"]):
 
 class ComposeScreen(Screen[None]):
     BINDINGS = [
-        Binding("f5", "probe", "Probe target"),
-        Binding("ctrl+r", "run_sweep", "Run sweep"),
-        Binding("ctrl+s", "save_sweep", "Save sweep"),
-        Binding("ctrl+o", "load_sweep", "Load sweep"),
-        Binding("ctrl+n", "new_workload", "New workload"),
+        Binding("f5", "probe", "Probe"),
+        Binding("ctrl+r", "run_sweep", "Run"),
+        Binding("ctrl+s", "save_sweep", "Save"),
+        Binding("ctrl+o", "load_sweep", "Load"),
+        Binding("ctrl+n", "new_workload", "Workload"),
         Binding("f6", "tab('tab-target')", "Target", show=False),
         Binding("f7", "tab('tab-workloads')", "Workloads", show=False),
         Binding("f8", "tab('tab-load')", "Load", show=False),
@@ -175,7 +186,7 @@ class ComposeScreen(Screen[None]):
 
         profiles = sim_profiles()
         with TabbedContent(id="compose-tabs", initial="tab-target"):
-            with TabPane("Target [F6]", id="tab-target"), VerticalScroll(classes="pane"):
+            with TabPane("Target F6", id="tab-target"), VerticalScroll(classes="pane"):
                 yield field_row("URL", "url", self.initial_url, "http://127.0.0.1:8000 or sim://tiny")
                 yield Horizontal(Label("simulator", classes="field-label"),
                                  Select([(f"sim://{p}", p) for p in profiles], prompt="pick a built-in profile",
@@ -186,14 +197,15 @@ class ComposeScreen(Screen[None]):
                 with Horizontal(classes="buttons"):
                     yield Button("Probe (F5)", id="probe", variant="primary")
                 yield Static("Not probed yet: press F5 to ask the server what it serves.", id="probe-result")
-            with TabPane("Workloads [F7]", id="tab-workloads"), VerticalScroll(classes="pane"):
+            with TabPane("Workloads F7", id="tab-workloads"), VerticalScroll(classes="pane"):
                 yield SelectionList[str](id="workloads")
                 yield field_row("add TOML file", "wl-file", "", "path/to/workload.toml, then enter")
                 with Horizontal(classes="buttons"):
                     yield Button("Add file", id="wl-add")
                     yield Button("New workload (ctrl+n)", id="wl-new")
-                yield Static(f"workloads folder: {self.workloads_folder}", classes="hint")
-            with TabPane("Load [F8]", id="tab-load"), VerticalScroll(classes="pane"):
+                yield Static("", id="wl-selected", classes="hint")
+                yield Static(f"workloads folder: {short_path(self.workloads_folder)}", classes="hint")
+            with TabPane("Load F8", id="tab-load"), VerticalScroll(classes="pane"):
                 yield field_row("concurrency", "concurrency", "1,4,16", "closed loop users, e.g. 1,2,4,8,16,32,64")
                 yield field_row("rates", "rates", "", "or open-loop requests/s, e.g. 0.5,2,5")
                 yield field_row("requests", "requests", "100", "measured requests per cell")
@@ -209,7 +221,7 @@ class ComposeScreen(Screen[None]):
         with Horizontal(id="preview-bar"):
             yield Static("", id="preview")
             yield Button("Run (ctrl+r)", id="run", variant="success")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self._fill_workloads(selected={"preset:sharegpt"})
@@ -360,6 +372,10 @@ class ComposeScreen(Screen[None]):
         return sweep
 
     def update_preview(self) -> None:
+        names = [str(getattr(self.items.get(k), "name", k.split(":", 1)[-1]))
+                 for k in self.query_one("#workloads", SelectionList).selected]
+        self.query_one("#wl-selected", Static).update(
+            f"selected ({len(names)}): {', '.join(names)}" if names else "selected: none (space toggles a workload)")
         sweep = self.collect(show=False)
         pv = self.query_one("#preview", Static)
         if sweep is None:

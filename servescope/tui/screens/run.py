@@ -18,7 +18,7 @@ from textual.widgets import Footer, Static
 from servescope.tui import messages as m
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
-from servescope.tui.widgets.panels import CellTable, EventLog, ServerPanel, SweepProgress, fnum
+from servescope.tui.widgets.panels import CellTable, EventLog, ServerPanel, SweepProgress, fnum, short_path
 
 
 def curve_point(cell: m.CellInfo, summary: dict[str, Any], slos: bool) -> CurvePoint:
@@ -77,7 +77,7 @@ class RunScreen(Screen[None]):
             yield EventLog(id="log")
             yield CellTable(id="cells")
         yield Static("", id="run-session")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#log", EventLog).border_title = "events"
@@ -161,7 +161,7 @@ class RunScreen(Screen[None]):
         p.detail = ""
         self.log_view.event("info", f"{msg.target}: model {msg.model} (vLLM {msg.version or '?'}), {self.total} cells,"
                                     f" tokenizer {msg.tokenizer}")
-        self.query_one("#run-session", Static).update(f"session: {msg.session_dir}")
+        self.query_one("#run-session", Static).update(f"session: {short_path(msg.session_dir)}")
 
     @on(m.CellStarted)
     def _cell_started(self, msg: m.CellStarted) -> None:
@@ -236,11 +236,11 @@ class RunScreen(Screen[None]):
         if msg.status == "completed":
             p.fraction = 1.0
         p.eta_s = None
-        where = f"; session saved in {msg.session_dir}" if msg.session_dir else ""
+        where = f"; session saved in {short_path(msg.session_dir)}" if msg.session_dir else ""
         level = {"completed": "ok", "interrupted": "warning"}.get(msg.status, "error")
         self.log_view.event(level, f"sweep {msg.status}{where}" + (f": {msg.message}" if msg.message else ""))
         if msg.session_dir:
-            self.query_one("#run-session", Static).update(f"session ({msg.status}): {msg.session_dir}")
+            self.query_one("#run-session", Static).update(f"session ({msg.status}): {short_path(msg.session_dir)}")
 
     # ---- actions --------------------------------------------------------------------------------
     def action_skip_cell(self) -> None:

@@ -17,7 +17,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
-from servescope.tui.widgets.panels import CellTable, ServerPanel
+from servescope.tui.widgets.panels import CellTable, ServerPanel, short_path
 
 SESSION_COLUMNS = ("✓", "date", "name", "target", "model", "tags", "workloads", "cells", "status")
 
@@ -62,7 +62,7 @@ class SessionsScreen(Screen[None]):
         yield Static("", id="sessions-title", classes="pane-title")
         yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
         yield Static("enter: open · space: mark · c: compare the marked sessions · r: refresh", classes="hint")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         t = self.query_one("#sessions", DataTable)
@@ -88,8 +88,8 @@ class SessionsScreen(Screen[None]):
             self.paths.append(d)
             t.add_row("✓" if str(d) in self.marked else "", *r[1:], key=str(d))
         self.query_one("#sessions-title", Static).update(
-            f"{len(dirs)} saved session{'s' if len(dirs) != 1 else ''} in {base}" if dirs else
-            f"No saved sessions in {base} yet: run a sweep (F2, ctrl+r).")
+            f"{len(dirs)} saved session{'s' if len(dirs) != 1 else ''} in {short_path(base)}" if dirs else
+            f"No saved sessions in {short_path(base)} yet: run a sweep (F2, ctrl+r).")
         if dirs:
             t.move_cursor(row=min(row, len(dirs) - 1))
 
@@ -168,7 +168,7 @@ class SessionScreen(Screen[None]):
             yield LatencyHistogram("TTFT", id="s-hist-ttft")
             yield LatencyHistogram("TPOT", id="s-hist-tpot")
             yield LatencyHistogram("E2E", id="s-hist-e2e")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         table = self.query_one(CellTable)

@@ -74,15 +74,19 @@ class LatencyHistogram(Widget):
         hi = percentile(vals, 99.5) if len(vals) > 20 else vals[-1]
         if hi <= lo:
             hi = lo + max(abs(lo) * 0.01, 1e-6)
-        bins = [0] * width
+        # few values: fewer, wider bins (each `per` columns wide); many: one bin per column
+        nbins = max(1, min(width, max(8, int(math.sqrt(len(vals)) * 4))))
+        per = width / nbins
         span = hi - lo
+        counts = [0] * nbins
         overflow = False
         for v in vals:
-            i = int((v - lo) / span * width)
-            if i >= width:
+            i = int((v - lo) / span * nbins)
+            if i >= nbins:
                 overflow = overflow or v > hi
-                i = width - 1
-            bins[i] += 1
+                i = nbins - 1
+            counts[i] += 1
+        bins = [counts[min(nbins - 1, int(c / per))] for c in range(width)]
         top = max(bins)
 
         def col(v: float) -> int:
@@ -111,6 +115,9 @@ class LatencyHistogram(Widget):
             j = width - len(right) + i
             if 0 <= j < width:
                 axis[j] = ch
+        if c99 + 3 > width - len(right):  # the p99 marker wins over the range label
+            for j in range(width - len(right), width):
+                axis[j] = " "
         for c, label in ((c50, "▲50"), (c99, "▲99")):
             start = min(c, width - len(label))
             for i, ch in enumerate(label):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -29,6 +30,19 @@ def sparkline(values: Sequence[float | None]) -> str:
         else:
             out.append(SPARK[int((v - lo) / (hi - lo) * (len(SPARK) - 1))])
     return "".join(out)
+
+
+def short_path(path: Path | str) -> str:
+    """A path as the user would type it: relative to the working directory when inside it, ~ for home."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        pass
+    try:
+        return "~/" + str(p.relative_to(Path.home()))
+    except ValueError:
+        return str(p)
 
 
 def fmt_s(seconds: float | None) -> str:
@@ -107,7 +121,7 @@ class EventLog(RichLog):
     """
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(wrap=True, markup=False, highlight=False, max_lines=2000, **kwargs)
+        super().__init__(wrap=True, markup=False, highlight=False, max_lines=2000, min_width=20, **kwargs)
         self._seen: dict[tuple[int, str, str], int] = {}
 
     def event(self, level: str, text: str) -> None:
@@ -153,8 +167,8 @@ class ServerPanel(Widget):
     ServerPanel { height: auto; max-height: 12; padding: 0 1; }
     """
 
-    cells: reactive[tuple[dict[str, Any], ...]] = reactive(tuple)  # the `server` dicts, one per finished cell
-    metrics_available: reactive[bool | None] = reactive(None)
+    cells: reactive[tuple[dict[str, Any], ...]] = reactive(tuple, layout=True)  # the `server` dicts, one per finished cell
+    metrics_available: reactive[bool | None] = reactive(None, layout=True)
     client_ttft: reactive[tuple[float | None, ...]] = reactive(tuple)  # client mean TTFT per cell
 
     def render(self) -> Text:

@@ -1,0 +1,183 @@
+"""The servescope terminal app: compose a sweep, watch it run, browse saved sessions.
+
+`run_app()` is what `servescope`, `servescope tui --url URL` and `servescope demo` call; `make_app()` builds
+the same app for tests and snapshot tests. The engine runs in a thread worker with its own event loop
+(`servescope.tui.sweepworker`); its results reach the widgets as messages, a few batches per second."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import Worker, WorkerState
+
+from servescope.tui import messages as m
+from servescope.tui.screens.compose import ComposeScreen
+from servescope.tui.screens.help import HelpScreen
+from servescope.tui.screens.run import RunScreen
+from servescope.tui.screens.sessions import SessionsScreen
+from servescope.tui.sweepworker import SimPool, SweepDriver, default_sim_profile
+
+DEMO_SWEEP = {"workload": "sharegpt", "concurrency": "1,4,16", "duration": "8s", "requests": None}
+
+
+class ServescopeApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "servescope"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("f1,question_mark", "help", "Help"),
+        Binding("f2", "switch_mode('compose')", "Compose"),
+        Binding("f3", "switch_mode('run')", "Live"),
+        Binding("f4", "switch_mode('sessions')", "Sessions"),
+        Binding("ctrl+q", "quit", "Quit"),
+    ]
+    MODES = {"compose": "compose", "run": "run", "sessions": "sessions"}
+    DEFAULT_MODE = "compose"
+
+    def __init__(self, url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: bool = False,
+                 sessions_dir: str | Path | None = None, workloads_dir: str | Path | None = None,
+                 clock: Callable[[], float] = time.monotonic, demo_sweep: dict[str, Any] | None = None) -> None:
+        self.demo = demo
+        self.initial_url = url or (f"sim://{default_sim_profile()}" if demo else "sim://tiny")
+        self.api_key_env = api_key_env
+        self.sessions_dir = Path(sessions_dir) if sessions_dir else None
+        self.workloads_dir = Path(workloads_dir) if workloads_dir else None
+        self.clock = clock
+        self.demo_sweep = {**DEMO_SWEEP, **(demo_sweep or {})}
+        self.sims = SimPool()
+        self.driver: SweepDriver | None = None
+        self.sweep_worker: Worker[str] | None = None
+        self.last_session: Path | None = None
+        self.SCREENS = {  # type: ignore[misc]
+            "compose": partial(ComposeScreen, self.initial_url, api_key_env, self.workloads_dir),
+            "run": partial(RunScreen, clock),
+            "sessions": partial(SessionsScreen, self.sessions_dir),
+        }
+        super().__init__()
+
+    def on_mount(self) -> None:
+        if self.demo:
+            self.call_after_refresh(self._start_demo)
+
+    # ---- sweeps -----------------------------------------------------------------------------------
+    @property
+    def sweep_running(self) -> bool:
+        w = self.sweep_worker
+        return w is not None and w.state in (WorkerState.PENDING, WorkerState.RUNNING)
+
+    def _start_demo(self) -> None:
+        from servescope.sessions.sweepfile import parse_sweep, sweep_table
+        from servescope.workloads.spec import resolve
+
+        d = self.demo_sweep
+        table = sweep_table(url=self.initial_url, workloads=resolve(d["workload"]), api_key_env=self.api_key_env,
+                            concurrency=[int(x) for x in str(d["concurrency"]).split(",")], requests=d.get("requests"),
+                            duration=d.get("duration"), name="demo", tags={"demo": "yes"})
+        self.start_sweep(parse_sweep(table, "demo"))
+
+    def start_sweep(self, sweep: dict[str, Any]) -> bool:
+        """Start a sweep (the dict `load_sweep()` returns) and show the Run screen."""
+        if self.sweep_running:
+            self.notify("a sweep is already running: stop it first (F3, then x)", severity="warning")
+            return False
+        self.call_later(self._start_sweep, sweep)
+        return True
+
+    async def _start_sweep(self, sweep: dict[str, Any]) -> None:
+        await self.switch_mode("run")
+        run = self.get_screen("run", RunScreen)
+        run.slos = bool(sweep.get("slos"))
+        nw = len(sweep["workloads"])
+        run.reset(f"{sweep['url']}: {nw} workload{'s' if nw != 1 else ''}")
+        driver = SweepDriver(run.post_message)
+        self.driver = driver
+        self.sweep_worker = self.run_worker(partial(driver.run, sweep, self.sims, self.sessions_dir), thread=True,
+                                            name="sweep", group="sweep", exit_on_error=False)
+
+    def skip_cell(self) -> bool:
+        if not self.sweep_running or self.driver is None:
+            return False
+        self.driver.skip_cell()
+        return True
+
+    def stop_sweep(self) -> bool:
+        if not self.sweep_running or self.driver is None:
+            return False
+        self.driver.stop()
+        return True
+
+    def on_sweep_finished(self, msg: m.SweepFinished) -> None:
+        self.last_session = msg.session_dir
+        sev = {"completed": "information", "interrupted": "warning"}.get(msg.status, "error")
+        text = f"sweep {msg.status}" + (f": saved {msg.session_dir.name}" if msg.session_dir else "")
+        if msg.status == "failed" and msg.message:
+            text += f"\n{msg.message}"
+        self.notify(text, severity=sev, timeout=8)  # type: ignore[arg-type]
+
+    def compare_sessions(self, paths: list[Path]) -> None:
+        """The door to the comparison view (servescope.sessions.compare, another piece of work)."""
+        try:
+            from servescope.tui.screens.compare import CompareScreen  # type: ignore[import-not-found]
+        except ImportError:
+            self.notify(f"Comparing {len(paths)} sessions side by side is coming; for now open each with enter.",
+                        title="compare", timeout=6)
+            return
+        self.push_screen(CompareScreen(paths))
+
+    # ---- actions ------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # hide "go to this screen" while on it: the footer keeps room for the screen's own keys at 80 columns
+        return not (action == "switch_mode" and bool(parameters) and parameters[0] == self.current_mode)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        self.shutdown_engine()
+        self.exit(0)
+
+    def shutdown_engine(self) -> None:
+        """Abort a running sweep (finished cells stay saved) and stop simulators this app started."""
+        if self.driver is not None and self.sweep_running:
+            self.driver.cancel()
+            deadline = time.monotonic() + 5
+            w = self.sweep_worker
+            while w is not None and w.state == WorkerState.RUNNING and time.monotonic() < deadline:
+                time.sleep(0.02)
+        self.sims.stop_all()
+
+    def on_unmount(self) -> None:
+        self.shutdown_engine()
+
+
+def make_app(url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: bool = False,
+             sessions_dir: str | Path | None = None, **kwargs: Any) -> ServescopeApp:
+    """The app as `run_app` builds it (tests and snapshot tests use this). kwargs: workloads_dir, clock,
+    demo_sweep (override the demo's workload/concurrency/duration/requests)."""
+    return ServescopeApp(url=url, api_key_env=api_key_env, demo=demo, sessions_dir=sessions_dir, **kwargs)
+
+
+def run_app(url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: bool = False,
+            sessions_dir: str | None = None) -> int:
+    """Open the app (blocking) and return an exit code. `demo=True` opens on the simulator's default
+    profile and starts a short sweep."""
+    app = make_app(url=url, api_key_env=api_key_env, demo=demo, sessions_dir=sessions_dir)
+    try:
+        rc = app.run()
+    finally:
+        app.shutdown_engine()
+    return int(rc or 0) if app.return_code in (None, 0) else int(app.return_code or 1)
+
+
+if __name__ == "__main__":  # python -m servescope.tui.app [URL]
+    import sys
+
+    sys.exit(run_app(sys.argv[1] if len(sys.argv) > 1 else None, demo=os.environ.get("SERVESCOPE_DEMO") == "1"))

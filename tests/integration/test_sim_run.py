@@ -1,0 +1,140 @@
+"""`servescope run` end to end against servescope's own simulator: loads, faults, interruption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from servescope.sessions.store import load_session
+from servescope.sim.launcher import start_sim
+from tests.integration.helpers import ROOT, run_json, servescope
+
+CELL_KEYS = {"workload", "concurrency", "rate", "requests_ok", "requests_failed", "input_tokens_requested",
+             "input_tokens_mean", "output_tokens_mean", "request_s", "output_tok_s", "total_tok_s",
+             "goodput_req_s", "ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s",
+             "client_queue_ms"}
+
+
+def test_closed_and_open_loop_json(tmp_path: Path) -> None:
+    out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "1,8", "-n", "8", "--warmup", "2",
+                   "--sessions-dir", str(tmp_path), "--slo", "ttft_ms=2000,tpot_ms=50")
+    assert Path(out["session"]).is_dir()
+    c1, c8 = out["cells"]
+    for c in (c1, c8):
+        assert CELL_KEYS <= set(c)
+        assert set(c["ttft_ms"]) == {"mean", "p50", "p90", "p99"}
+        assert c["requests_ok"] == 8 and c["output_tokens_mean"] == 256
+        assert c["input_tokens_mean"] == c["input_tokens_requested"]
+    # more users: more aggregate throughput, less per user (the curve the brief talks about)
+    assert c8["output_tok_s"] > 2 * c1["output_tok_s"]
+    assert c8["per_user_tok_s"]["mean"] < c1["per_user_tok_s"]["mean"]
+    assert load_session(out["session"]).meta["target"]["url"] == "sim://tiny"
+
+    rate = run_json("--url", "sim://tiny", "-w", "sharegpt", "--rate", "20", "--arrival", "constant",
+                    "--max-concurrency", "1", "-n", "6", "--sessions-dir", str(tmp_path))
+    [c] = rate["cells"]
+    assert c["rate"] == 20 and c["concurrency"] is None and c["requests_ok"] == 6
+    # 20/s offered, one slot for ~1 s replies: requests wait on the client, and it shows
+    assert c["client_queue_ms"]["p99"] > 1000
+
+
+def test_duration_limited_cell(tmp_path: Path) -> None:
+    out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "4", "--duration", "3s",
+                   "--sessions-dir", str(tmp_path))
+    [c] = out["cells"]
+    assert c["requests_ok"] >= 4 and c["wall_s"] < 3 + 5
+
+
+def test_thinking_counts_reasoning_apart(tmp_path: Path) -> None:
+    out = run_json("--url", "sim://tiny", "-w", "sharegpt-think", "-c", "2", "-n", "4",
+                   "--sessions-dir", str(tmp_path))
+    [c] = out["cells"]
+    assert c["output_tokens_mean"] == 1024
+    assert 0 < c["reasoning_tokens_mean"] < 1024
+    assert c["ttfo_ms"]["mean"] > c["ttft_ms"]["mean"] + 100  # first content comes after the reasoning
+
+
+def test_every_request_failing_stops_the_cell_but_not_the_sweep(tmp_path: Path) -> None:
+    with start_sim("tiny", ["--error-rate", "1.0"]) as sim:
+        p = servescope("run", "--url", sim.url, "-w", "sharegpt", "-c", "2,4", "-n", "200", "--json",
+                       "--sessions-dir", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    import json
+
+    out = json.loads(p.stdout)
+    assert [c["status"] for c in out["cells"]] == ["stopped", "stopped"]
+    for c in out["cells"]:
+        assert c["requests_ok"] == 0 and 5 <= c["requests_failed"] < 200
+        assert "in a row failed" in c["reason"]
+        assert c["errors"] and "HTTP 500" in c["errors"][0]["error"]
+
+
+def test_server_dies_mid_sweep_keeps_finished_cells(tmp_path: Path) -> None:
+    with start_sim("tiny", ["--exit-after-requests", "22"]) as sim:
+        p = servescope("run", "--url", sim.url, "-w", "sharegpt", "-c", "4,4,4", "-n", "20", "--json",
+                       "--save", str(tmp_path / "s"))
+    assert p.returncode == 1
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "stopped answering during cell 2 (sharegpt c=4)" in err[0]
+    s = load_session(tmp_path / "s")
+    assert s.status == "failed"
+    assert s.cells["status"].to_list() == ["done", "stopped"]  # cell 3 never started
+    assert s.requests(0).height == 20 and s.requests(0)["status"].to_list() == ["ok"] * 20
+
+
+def test_kill_9_loses_at_most_the_running_cell(tmp_path: Path) -> None:
+    save = tmp_path / "s"
+    proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", "--url", "sim://tiny", "-w", "sharegpt",
+                             "-c", "4,4,4", "-n", "24", "--save", str(save)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1:
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    s = load_session(save)
+    assert s.status == "interrupted"  # session.toml still said "running": the process never finished
+    done = s.cells.filter(pl.col("status") == "done")
+    assert done.height >= 1
+    for idx in done["index"].to_list():
+        assert s.requests(idx).height == 24
+
+
+def test_ctrl_c_ends_the_cell_cleanly(tmp_path: Path) -> None:
+    save = tmp_path / "s"
+    proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", "--url", "sim://tiny", "-w", "longout",
+                             "-c", "2,2", "-n", "50", "--save", str(save)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list((save / "requests").glob("*")) and not (save / "session.toml").exists():
+        time.sleep(0.1)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "stopping" in err
+    s = load_session(save)
+    assert s.status == "interrupted"
+    assert s.cells["status"].to_list() == ["stopped"]  # the second cell never started
+    assert s.requests(0).height >= 1
+
+
+def test_api_key_is_never_written(tmp_path: Path) -> None:
+    secret = "sk-servescope-test-SECRET-1234"
+    out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "1", "-n", "2", "--api-key-env", "MY_KEY",
+                   "--save", str(tmp_path / "s"), env={"MY_KEY": secret})
+    assert out["cells"][0]["requests_ok"] == 2
+    for f in (tmp_path / "s").rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f

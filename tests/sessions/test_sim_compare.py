@@ -1,0 +1,42 @@
+"""End to end: two short sweeps against the simulator (GPTQ-Int4 and FP8 profiles of one model), compared."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from servescope.sessions.compare import compare_sessions
+from servescope.sessions.report import render_report
+from servescope.sessions.store import load_session
+
+from .mdcheck import mermaid_charts, tables
+
+PROFILES = {"GPTQ-Int4": "rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4", "FP8": "rtx-pro-6000/qwen3.5-35b-a3b-fp8"}
+
+
+def sweep(profile: str, quant: str, base: Path) -> Path:
+    r = subprocess.run([sys.executable, "-m", "servescope", "run", "--url", f"sim://{profile}", "-w", "sharegpt",
+                        "-c", "1,4", "-n", "8", "--sessions-dir", str(base), "--tag", f"quant={quant}", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return Path(json.loads(r.stdout)["session"])
+
+
+def test_gptq_is_faster_in_tpot(tmp_path: Path) -> None:
+    gptq = load_session(sweep(PROFILES["GPTQ-Int4"], "GPTQ-Int4", tmp_path))
+    fp8 = load_session(sweep(PROFILES["FP8"], "FP8", tmp_path))
+    comp = compare_sessions([fp8, gptq], label_key="quant")
+    assert comp.labels == ["FP8", "GPTQ-Int4"]
+    assert [c.load for c in comp.cells] == ["c=1", "c=4"] and comp.only_in == []
+    for c in comp.cells:
+        assert comp.labels[c.winners["tpot_ms.p50"]] == "GPTQ-Int4"
+        delta = c.deltas["tpot_ms.p50"][1]
+        assert delta is not None and delta < 0  # GPTQ's TPOT below FP8's
+        assert comp.labels[c.winners["output_tok_s"]] == "GPTQ-Int4"
+    md = render_report(fp8, [gptq], label_key="quant")
+    tables(md)
+    charts = mermaid_charts(md)
+    assert charts and all(len(ch.series) == 2 for ch in charts)
+    assert "## Comparison: FP8 vs GPTQ-Int4" in md
