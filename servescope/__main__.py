@@ -22,8 +22,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sim", help="run the built-in vLLM simulator (see `servescope sim --help`)", add_help=False)
     demo = sub.add_parser("demo", help="a short sweep against the simulator's default profile")
     demo.add_argument("--profile", default=None, help="simulator profile (default: the default profile)")
-    ses = sub.add_parser("sessions", help="list saved sessions")
-    ses.add_argument("--sessions-dir", help="sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)")
+    from servescope import cli_compare as cc
+
+    cc.add_sessions_args(sub.add_parser("sessions", help="list saved sessions"))
+    cc.add_compare_args(sub.add_parser("compare", help="compare sessions side by side (Markdown or JSON)"))
+    cc.add_report_args(sub.add_parser("report", help="a Markdown (or CSV/JSON) report of a session"))
+    cc.add_import_args(sub.add_parser("import", help="import `vllm bench serve --save-result` JSON as a session"))
     tui = sub.add_parser("tui", help="open the terminal app")
     add_target_args(tui)
     return p
@@ -48,8 +52,12 @@ def main(argv: list[str] | None = None) -> int:
             return _workloads(args.files)
         if args.command == "demo":
             return _demo(args.profile)
-        if args.command == "sessions":
-            return _sessions(args.sessions_dir)
+        if args.command in ("sessions", "compare", "report", "import"):
+            from servescope import cli_compare as cc
+
+            fn = {"sessions": cc.sessions_command, "compare": cc.compare_command, "report": cc.report_command,
+                  "import": cc.import_command}[args.command]
+            return int(fn(args))
         if args.command in (None, "tui"):
             print("The terminal app is not built yet; try `servescope demo` or `servescope run --help`.", file=sys.stderr)
             return 2
@@ -81,30 +89,6 @@ def _demo(profile: str | None) -> int:
 
     args = _parser_for_demo(profile)
     return run_command(args)
-
-
-def _sessions(sessions_dir: str | None) -> int:
-    from pathlib import Path
-
-    from servescope.core.textsafe import clean_text
-    from servescope.sessions.store import load_session, sessions_home
-
-    base = Path(sessions_dir) if sessions_dir else sessions_home()
-    dirs = sorted(p for p in base.glob("*") if (p / "session.toml").is_file()) if base.is_dir() else []
-    if not dirs:
-        print(f"no sessions in {base}")
-        return 0
-    print(f"{'session':<48} {'status':<12} {'model':<28} {'cells':>5}  target")
-    for d in dirs:
-        try:
-            s = load_session(d)
-        except Exception as e:  # noqa: BLE001
-            print(f"{d.name:<48} unreadable: {clean_text(str(e))}")
-            continue
-        model = clean_text(str(s.meta.get("model", "?"))).rstrip("/").split("/")[-1]
-        print(f"{d.name:<48} {s.status:<12} {model[:28]:<28} {s.cells.height:>5}  "
-              f"{clean_text(str(s.meta.get('target', {}).get('url', '?')))}")
-    return 0
 
 
 if __name__ == "__main__":

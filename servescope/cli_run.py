@@ -381,4 +381,4 @@ def _parser_for_demo(profile: str | None) -> argparse.Namespace:
     add_run_args(p)
     url = f"sim://{profile}" if profile else "sim://"
     return p.parse_args(["--url", url, "--workload", "sharegpt", "--concurrency", "1,8,32", "--requests", "64",
-                         "--name", "demo"])
+                         "--duration", "10s", "--name", "demo"])

@@ -103,7 +103,11 @@ def probe_target(pool: SimPool, url: str, api_key_env: str) -> dict[str, Any]:
 def local_gpus() -> list[str]:
     """GPUs NVML sees on this machine ("" list when there is no NVML or no GPU)."""
     try:
-        import pynvml  # type: ignore[import-untyped]
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pynvml  # type: ignore[import-untyped]
 
         pynvml.nvmlInit()
     except Exception:

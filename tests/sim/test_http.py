@@ -169,8 +169,8 @@ async def test_c1_realtime_timing_matches_prediction(sim: SimHandle) -> None:
     best = None
     async with aiohttp.ClientSession() as session:
         await stream(sim.url, "/v1/completions", {"prompt": "warm", "max_tokens": 1, "stream": True}, session)
-        for attempt in range(4):  # the machine is shared: take the cleanest of four runs
-            body = {"prompt": list(range(1000, 1257)), "max_tokens": 128, "ignore_eos": True, "stream": True,
+        for attempt in range(4):  # the machine is shared: take the cleanest of four runs (new prompt each: no prefix-cache hit)
+            body = {"prompt": list(range(1000 + 300 * attempt, 1257 + 300 * attempt)), "max_tokens": 128, "ignore_eos": True, "stream": True,
                     "seed": attempt}
             p0 = time.perf_counter()
             events, done, stamps = await stream(sim.url, "/v1/completions", body, session)

@@ -8,12 +8,12 @@ from typing import Any
 from textual.pilot import Pilot
 
 
-async def wait_until(pilot: Pilot[Any], cond: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+async def wait_until(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float = 30.0, what: str = "") -> None:
     """Poll `cond` while the app keeps processing messages (for thread workers posting from outside)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + limit_s
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or cond}")
+            raise AssertionError(f"timed out after {limit_s:g} s waiting for {what or cond}")
         await pilot.pause(0.05)
         await asyncio.sleep(0)
 

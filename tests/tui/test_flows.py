@@ -133,7 +133,7 @@ async def test_run_a_sweep_on_sim_tiny_then_open_the_session(home: Path) -> None
         await app.sweep_worker.wait()
         progress = app.screen.query_one(SweepProgress)
         await wait_until(pilot, lambda: progress.state == "completed", 10,
-                         f"the completed message ({progress.state}, {[l.text for l in app.screen.query_one(EventLog).lines]})")
+                         f"the completed message ({progress.state}, {[ln.text for ln in app.screen.query_one(EventLog).lines]})")
         run = app.screen
         table = run.query_one(CellTable)
         assert table.row_count == 2

@@ -39,7 +39,7 @@ class RunScreen(Screen[None]):
     BINDINGS = [
         Binding("s", "skip_cell", "Skip cell"),
         Binding("x", "stop_sweep", "Stop sweep"),
-        Binding("escape,b", "back", "Back to compose"),
+        Binding("escape,b", "back", "Back to compose", show=False),  # F2 in the footer does the same
     ]
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:

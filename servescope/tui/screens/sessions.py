@@ -19,7 +19,7 @@ from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import CellTable, ServerPanel, short_path
 
-SESSION_COLUMNS = ("✓", "date", "name", "target", "model", "tags", "workloads", "cells", "status")
+SESSION_COLUMNS = ("✓", "date", "name", "status", "cells", "target", "model", "tags", "workloads")
 
 
 def session_row(path: Path) -> tuple[str, ...]:
@@ -34,8 +34,8 @@ def session_row(path: Path) -> tuple[str, ...]:
     wls = sorted({str(w.get("name", "?")).split("/")[0] for w in meta.get("workloads", [])})
     cells = meta.get("cells", [])
     done = sum(1 for c in cells if c.get("status") == "done")
-    return ("", started, clean_text(str(meta.get("name", path.name))), clean_text(str((meta.get("target") or {}).get("url", "?"))),
-            model, clean_text(tags), ",".join(wls), f"{done}/{len(cells)}", s.status)
+    return ("", started, clean_text(str(meta.get("name", path.name))), s.status, f"{done}/{len(cells)}",
+            clean_text(str((meta.get("target") or {}).get("url", "?"))), model, clean_text(tags), ",".join(wls))
 
 
 class SessionsScreen(Screen[None]):
@@ -84,7 +84,7 @@ class SessionsScreen(Screen[None]):
             try:
                 r = session_row(d)
             except (ServescopeError, OSError, ValueError) as e:
-                r = ("", "?", d.name, "unreadable", clean_text(str(e))[:40], "", "", "", "broken")
+                r = ("", "?", d.name, "broken", "", "unreadable", clean_text(str(e))[:40], "", "")
             self.paths.append(d)
             t.add_row("✓" if str(d) in self.marked else "", *r[1:], key=str(d))
         self.query_one("#sessions-title", Static).update(

@@ -44,7 +44,7 @@ class ThroughputCurve(PlotextPlot):
     """Set `points` (finished cells plus, optionally, one live point); the plot redraws itself."""
 
     DEFAULT_CSS = """
-    ThroughputCurve { height: 1fr; min-height: 6; }
+    ThroughputCurve { height: 1fr; }
     """
 
     points: reactive[tuple[CurvePoint, ...]] = reactive(tuple)

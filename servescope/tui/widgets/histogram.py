@@ -45,7 +45,7 @@ class LatencyHistogram(Widget):
     does not squash the picture; values beyond it land in the last bin, which is then marked `+`."""
 
     DEFAULT_CSS = """
-    LatencyHistogram { height: 1fr; min-height: 4; padding: 0 1; }
+    LatencyHistogram { height: 1fr; padding: 0 1; }
     LatencyHistogram .hist--bar { color: $accent; }
     LatencyHistogram .hist--mark { color: $warning; text-style: bold; }
     """
@@ -66,9 +66,11 @@ class LatencyHistogram(Widget):
         head = Text(f"{self.title} {self.unit}", style="bold")
         if not vals:
             head.append("  waiting for requests…", style="dim")
+            head.truncate(width, overflow="ellipsis")
             return head
         p50, p99 = percentile(vals, 50), percentile(vals, 99)
         head.append(f"  n={len(vals)}  p50 {_fmt(p50)}  p99 {_fmt(p99)}  max {_fmt(vals[-1])}")
+        head.truncate(width, overflow="ellipsis")
         bar_rows = height - 2
         lo = vals[0]
         hi = percentile(vals, 99.5) if len(vals) > 20 else vals[-1]

@@ -164,7 +164,7 @@ class ServerPanel(Widget):
     across cells. Live KV-cache/running/waiting gauges come with the telemetry work."""
 
     DEFAULT_CSS = """
-    ServerPanel { height: auto; max-height: 12; padding: 0 1; }
+    ServerPanel { height: auto; padding: 0 1; }
     """
 
     cells: reactive[tuple[dict[str, Any], ...]] = reactive(tuple, layout=True)  # the `server` dicts, one per finished cell

@@ -1,0 +1,115 @@
+"""Does the app slow the measurement down? Runs the same sweep against the simulator headless (the engine
+alone, as `servescope run` does) and inside the app (driven by Pilot, live charts redrawing), alternating
+A/B/A/B, and prints output tok/s and mean TTFT of both and the app/headless ratio. Target: within 2%.
+
+    python benchmarks/tui_overhead.py [--profile tiny] [--concurrency 8,32] [--requests 96] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def sweep_dict(url: str, concurrency: str, requests: int, workload: str) -> dict[str, Any]:
+    from servescope.sessions.sweepfile import parse_sweep, sweep_table
+    from servescope.workloads.spec import resolve
+
+    table = sweep_table(url=url, workloads=resolve(workload), concurrency=[int(c) for c in concurrency.split(",")],
+                        requests=requests, name="overhead")
+    return parse_sweep(table, "benchmark")
+
+
+def results(session_dir: Path) -> list[dict[str, Any]]:
+    from servescope.sessions.store import load_session
+
+    return load_session(session_dir).summaries()
+
+
+async def headless(sweep: dict[str, Any], url: str, sessions: Path) -> Path:
+    from servescope.sessions.runner import SweepFinished, run_sweep
+    from servescope.sessions.sweepfile import plan_from_sweep
+
+    plan = plan_from_sweep(sweep, url, sessions_dir=sessions)
+    path = None
+    async for ev in run_sweep(plan):
+        if isinstance(ev, SweepFinished):
+            path = ev.session_dir
+    assert path is not None
+    return path
+
+
+async def in_app(sweep: dict[str, Any], sessions: Path) -> Path:
+    from servescope.tui.app import make_app
+
+    app = make_app(url=sweep["url"], sessions_dir=str(sessions))
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.start_sweep(sweep)
+        while app.sweep_worker is None:
+            await pilot.pause(0.05)
+        await app.sweep_worker.wait()
+        await pilot.pause(0.2)
+        assert app.last_session is not None, f"the sweep did not finish: {app.sweep_worker.result}"
+    return app.last_session
+
+
+def agg(rows: list[list[dict[str, Any]]]) -> tuple[float, float]:
+    tok = [sum(s["output_tokens_total"] for s in r) / sum(s["wall_s"] for s in r) for r in rows]
+    ttft = [statistics.fmean(s["ttft_ms"]["mean"] for s in r) for r in rows]
+    return statistics.fmean(tok), statistics.fmean(ttft)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--workload", default="sharegpt")
+    ap.add_argument("--concurrency", default="8,32")
+    ap.add_argument("--requests", type=int, default=96)
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+
+    from servescope.sim.launcher import start_sim
+
+    with start_sim(args.profile) as sim, tempfile.TemporaryDirectory() as tmp:
+        sweep = sweep_dict(sim.url, args.concurrency, args.requests, args.workload)
+        runs: dict[str, list[list[dict[str, Any]]]] = {"headless": [], "app": []}
+        for i in range(args.repeat):
+            for mode in ("headless", "app"):
+                d = Path(tmp) / f"{mode}-{i}"
+                t0 = time.monotonic()
+                if mode == "headless":
+                    path = asyncio.run(headless(sweep, sim.url, d))
+                else:
+                    path = asyncio.run(in_app(sweep, d))
+                runs[mode].append(results(path))
+                print(f"run {i + 1} {mode:<8} {time.monotonic() - t0:6.1f} s", file=sys.stderr)
+        print(f"sim://{args.profile}, {args.workload}, c={args.concurrency}, {args.requests} requests/cell, "
+              f"{args.repeat} runs each (alternating)")
+        print(f"{'cell':<10}{'headless tok/s':>16}{'app tok/s':>12}{'headless TTFT':>15}{'app TTFT':>11}")
+        for ci, c in enumerate(args.concurrency.split(",")):
+            h = [r[ci] for r in runs["headless"]]
+            a = [r[ci] for r in runs["app"]]
+            print(f"c={c:<8}{statistics.fmean(s['output_tok_s'] for s in h):>16,.1f}"
+                  f"{statistics.fmean(s['output_tok_s'] for s in a):>12,.1f}"
+                  f"{statistics.fmean(s['ttft_ms']['mean'] for s in h):>13,.2f}ms"
+                  f"{statistics.fmean(s['ttft_ms']['mean'] for s in a):>9,.2f}ms")
+        ht, hf = agg(runs["headless"])
+        at, af = agg(runs["app"])
+        print(f"overall   output tok/s headless {ht:,.1f}  app {at:,.1f}  ratio app/headless {at / ht:.3f}")
+        print(f"          mean TTFT    headless {hf:,.2f} ms  app {af:,.2f} ms  ratio app/headless {af / hf:.3f}")
+        ok = abs(at / ht - 1) <= 0.02
+        print("within 2% on throughput" if ok else "NOT within 2% on throughput")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Fixed data for snapshot tests: a saved session written by the real SessionWriter from synthetic
+requests with fixed stamps, and the engine messages of a sweep in progress."""
+
+from __future__ import annotations
+
+import random
+from array import array
+from pathlib import Path
+from typing import Any
+
+from servescope.core.metrics import records_frame, summarize
+from servescope.core.records import RequestRecord
+from servescope.tui import messages as m
+
+LOADS = (1, 4, 16, 32)
+# a shape like the field reports': aggregate rises, per-user falls, latency grows with load
+TTFT_MS = {1: 30.0, 4: 70.0, 16: 210.0, 32: 650.0}
+TPOT_MS = {1: 4.0, 4: 4.4, 16: 6.5, 32: 11.0}
+
+
+def synthetic_records(conc: int, n: int, seed: int, out_tokens: int = 64) -> list[RequestRecord]:
+    rng = random.Random(seed)
+    recs = []
+    t = 1_000_000_000
+    for i in range(n):
+        ttft = TTFT_MS[conc] * rng.uniform(0.6, 1.8)
+        tpot = TPOT_MS[conc] * rng.uniform(0.9, 1.15)
+        sent = t + (i // conc) * int((ttft + tpot * out_tokens) * 1e6)
+        first = sent + int(ttft * 1e6)
+        chunks = array("q", [first + int(k * tpot * 1e6) for k in range(out_tokens)])
+        recs.append(RequestRecord(
+            index=i, user=i % conc, warmup=False, input_tokens_requested=256, output_tokens_requested=out_tokens,
+            scheduled_ns=sent, sent_ns=sent, first_token_ns=first, first_content_ns=first, end_ns=chunks[-1] + 1000,
+            status="ok" if i % 29 else "error", http_status=200 if i % 29 else 500,
+            error="" if i % 29 else "HTTP 500: simulated overload", prompt_tokens=256, output_tokens=out_tokens,
+            usage_reported=True, chunk_ns=chunks, chunk_tokens=array("i", [1] * out_tokens),
+        ))
+    return recs
+
+
+def summary_for(conc: int, n: int = 60, slos: dict[str, float] | None = None) -> tuple[Any, dict[str, Any]]:
+    recs = synthetic_records(conc, n, seed=conc)
+    df = records_frame(recs)
+    wall = (max(r.end_ns for r in recs) - min(r.scheduled_ns for r in recs)) / 1e9
+    s = summarize(df, wall, slos or {})
+    s["server"] = {"requests_success": float(n), "prompt_tokens": 256.0 * n, "generation_tokens": 64.0 * n,
+                   "preemptions": float(max(0, conc - 16)), "ttft_ms_mean": TTFT_MS[conc] * 0.9,
+                   "itl_ms_mean": TPOT_MS[conc], "e2e_ms_mean": TTFT_MS[conc] + 63 * TPOT_MS[conc],
+                   "queue_ms_mean": conc * 1.5, "kv_cache_tokens": 373296.0, "prefix_cache_hit_rate": 0.0}
+    return df, s
+
+
+def write_session(base: Path, name: str, started: str, tags: dict[str, str], status: str = "completed",
+                  loads: tuple[int, ...] = LOADS) -> Path:
+    from servescope.sessions.store import SessionWriter
+    from servescope.workloads.spec import PRESETS
+
+    slos = {"ttft_ms": 500.0, "tpot_ms": 10.0}
+    path = base / f"{started[:10].replace('-', '')}-100000-{name}"
+    meta = {
+        "name": name, "target": {"url": "sim://tiny", "version": "0.32.0-sim", "metrics": True,
+                                 "tokenizer": "server /tokenize"},
+        "model": "tiny", "max_model_len": 8192, "workloads": [PRESETS["sharegpt"].to_dict()],
+        "load": {"concurrency": list(loads), "requests": 60}, "slos": slos, "tags": tags,
+        "cells": [{"index": i, "workload": "sharegpt", "concurrency": c, "load_label": f"c={c}", "status": "planned"}
+                  for i, c in enumerate(loads)],
+    }
+    w = SessionWriter.create(path, meta)
+    for i, c in enumerate(loads):
+        df, s = summary_for(c, slos=slos)
+        row = {"index": i, "workload": "sharegpt", "api": "chat", "concurrency": c, "rate": None, "arrival": None,
+               "max_concurrency": None, "requests_planned": 60, "duration_s_planned": None, "warmup": 0,
+               "load_label": f"c={c}", "status": "done", "reason": ""}
+        w.write_cell(row, df, s)
+    w.meta["started_at"] = started
+    w.meta["host"] = "gpu-box"
+    w.finish(status)
+    w.meta["ended_at"] = started
+    w.save_meta()
+    return path
+
+
+def cell_info(i: int, conc: int) -> m.CellInfo:
+    return m.CellInfo(i, "sharegpt", f"c={conc}", conc, None, 60, None, "in 200-512 (uniform) / out 256 (chat)")
+
+
+def live_sweep_messages(session_dir: Path) -> list[Any]:
+    """Three finished cells and a fourth half way, as the worker would post them."""
+    cells = [cell_info(i, c) for i, c in enumerate(LOADS)]
+    out: list[Any] = [
+        m.SweepStarted(session_dir, cells, "sim://tiny", "tiny", "0.32.0-sim", "server /tokenize", True),
+        m.EngineNotice("warning", "cell 2 (sharegpt c=4): input tokens differ from the request by up to 3 (mean +1.2)"),
+    ]
+    for i, c in enumerate(LOADS[:3]):
+        df, s = summary_for(c)
+        out.append(m.CellStarted(cells[i], len(cells)))
+        out.append(m.CellFinished(cells[i], s, "done"))
+    from servescope.core.metrics import per_request
+
+    recs = synthetic_records(32, 40, seed=99)
+    pr = per_request(records_frame(recs)).filter(per_request(records_frame(recs))["status"] == "ok")
+    out.append(m.CellStarted(cells[3], len(cells)))
+    out.append(m.RequestsMeasured(cells[3], pr["ttft_ms"].to_list(), pr["tpot_ms"].to_list(), pr["e2e_ms"].to_list(),
+                                  pr["per_user_tok_s"].to_list(), int(pr["output_tokens"].sum()), 38, 2, 6.5,
+                                  [("error", "HTTP 500: simulated overload")] * 2))
+    return out

@@ -1,0 +1,104 @@
+"""Snapshots of the main screens with fixed data, built through `make_app` (the factory run_app uses),
+with a fixed clock and no blinking cursor. Update with `pytest tests/tui --snapshot-update`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Input
+
+from servescope.tui.app import make_app
+from servescope.tui.screens.run import RunScreen
+
+from .fixtures import live_sweep_messages, write_session
+
+
+def fixed_clock() -> float:
+    return 1000.0
+
+
+@pytest.fixture
+def sessions(home: Path) -> Path:
+    base = home / "sessions"
+    write_session(base, "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"})
+    write_session(base, "qwen-int4", "2026-12-02T09:30:00+0000", {"quant": "GPTQ-Int4"}, status="interrupted",
+                  loads=(1, 4))
+    return base
+
+
+def app_for(home: Path) -> Any:
+    return make_app(url="sim://tiny", sessions_dir=str(home / "sessions"), workloads_dir=home / "workloads",
+                    clock=fixed_clock)
+
+
+async def no_blink(pilot: Any) -> None:
+    for i in pilot.app.screen.query(Input):
+        i.cursor_blink = False
+    await pilot.pause()
+
+
+def test_compose_target_80x24(home: Path, snap_compare: Any) -> None:
+    assert snap_compare(app_for(home), terminal_size=(80, 24), run_before=no_blink)
+
+
+def test_compose_load_with_bad_input_80x24(home: Path, snap_compare: Any) -> None:
+    async def before(pilot: Any) -> None:
+        await pilot.press("f8")
+        inp = pilot.app.screen.query_one("#concurrency", Input)
+        inp.focus()
+        inp.value = "1,x,4"
+        await no_blink(pilot)
+
+    assert snap_compare(app_for(home), terminal_size=(80, 24), run_before=before)
+
+
+def test_compose_workloads_120x40(home: Path, snap_compare: Any) -> None:
+    async def before(pilot: Any) -> None:
+        await pilot.press("f7")
+        await no_blink(pilot)
+
+    assert snap_compare(app_for(home), terminal_size=(120, 40), run_before=before)
+
+
+def _feed_run(home: Path) -> Any:
+    async def before(pilot: Any) -> None:
+        app = pilot.app
+        await app.switch_mode("run")
+        run = app.get_screen("run", RunScreen)
+        run.reset("sim://tiny: 1 workload")
+        for msg in live_sweep_messages(home / "sessions" / "20261202-100000-demo"):
+            run.post_message(msg)
+        await pilot.pause()
+        await pilot.pause()
+
+    return before
+
+
+def test_run_live_120x40(home: Path, snap_compare: Any) -> None:
+    assert snap_compare(app_for(home), terminal_size=(120, 40), run_before=_feed_run(home))
+
+
+def test_run_live_80x24(home: Path, snap_compare: Any) -> None:
+    assert snap_compare(app_for(home), terminal_size=(80, 24), run_before=_feed_run(home))
+
+
+def test_sessions_list(sessions: Path, home: Path, snap_compare: Any) -> None:
+    assert snap_compare(app_for(home), terminal_size=(100, 30), press=["f4", "space"])
+
+
+def test_session_detail_120x40(sessions: Path, home: Path, snap_compare: Any) -> None:
+    async def before(pilot: Any) -> None:
+        await pilot.press("f4")
+        await pilot.pause()
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        await pilot.press("down", "down")  # the third cell's histograms
+        await pilot.pause()
+
+    assert snap_compare(app_for(home), terminal_size=(120, 40), run_before=before)
+
+
+def test_help_80x24(home: Path, snap_compare: Any) -> None:
+    assert snap_compare(app_for(home), terminal_size=(80, 24), press=["f1"])
