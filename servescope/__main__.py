@@ -17,6 +17,9 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a sweep headless and save it as a session")
     add_run_args(run)
+    from servescope.cli_run import add_resume_args
+
+    add_resume_args(sub.add_parser("resume", help="continue an interrupted sweep from its first unfinished cell"))
     wl = sub.add_parser("workloads", help="list the workload presets and their shapes")
     wl.add_argument("files", nargs="*", help="also check and show these workload TOML files")
     sub.add_parser("sim", help="run the built-in vLLM simulator (see `servescope sim --help`)", add_help=False)
@@ -48,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
             from servescope.cli_run import run_command
 
             return run_command(args)
+        if args.command == "resume":
+            from servescope.cli_run import resume_command
+
+            return resume_command(args)
         if args.command == "workloads":
             return _workloads(args.files)
         if args.command == "demo":

@@ -104,6 +104,23 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="let the model stop early (output lengths then vary; default sends ignore_eos)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
+    add_server_args(p)
+
+
+def add_server_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server")
+    g.add_argument("--launch", metavar='"vllm serve MODEL ..."',
+                   help="start this server command (no shell) for the run, wait for /health, stop it at the end")
+    g.add_argument("--launch-timeout", default="900s", help="how long a launched server may take to be healthy")
+    g.add_argument("--server-variant", action="append", default=[], metavar='"--ARG VALUE ..."',
+                   help="with --launch: run the whole sweep once per variant, relaunching the server with these "
+                        "extra arguments (repeatable)")
+    g.add_argument("--recover-timeout", default="300s",
+                   help="when the server stops answering mid-cell, wait this long for it to come back (relaunching "
+                        "it when servescope launched it), then re-run the lost cell (default 300s)")
+    g.add_argument("--telemetry-interval", default="1s", help="how often /metrics and the GPUs are sampled")
+    g.add_argument("--electricity-price", type=float, metavar="USD_PER_KWH",
+                   help="electricity price, for cost per 1M output tokens (needs NVML)")
 
 
 def api_key_from(args: argparse.Namespace) -> str | None:
@@ -218,6 +235,10 @@ def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
     from servescope.workloads.spec import resolve
 
     workloads = resolve(args.workload)
+    if args.server_variant and not args.launch:
+        raise ServescopeError("--server-variant needs --launch: servescope can only relaunch a server it started")
+    if args.launch and args.url not in ("sim://", os.environ.get("SERVESCOPE_URL", "sim://")):
+        raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
     if args.rate and args.concurrency:
         raise ServescopeError("give --concurrency (closed loop) or --rate (open loop), not both")
     if args.requests is not None and args.requests < 1:
@@ -245,6 +266,12 @@ def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
         name=args.name,
         ignore_eos=not args.no_ignore_eos,
         target_label=label,
+        launch=args.launch,
+        launch_timeout_s=parse_duration(args.launch_timeout),
+        variants=list(args.server_variant),
+        recover_timeout_s=parse_duration(args.recover_timeout),
+        telemetry_interval_s=parse_duration(args.telemetry_interval),
+        electricity_price=args.electricity_price,
     )
 
 
@@ -275,7 +302,7 @@ def run_command(args: argparse.Namespace) -> int:
     out = sys.stdout
     table_out = sys.stderr if args.json else sys.stdout
     with ExitStack() as stack:
-        url, label = open_target(args.url, stack, sys.stderr)
+        url, label = ("", None) if args.launch else open_target(args.url, stack, sys.stderr)
         plan = build_plan(args, url, label)
         return _run_loop(plan, out, table_out, args.json)
 
@@ -382,3 +409,62 @@ def _parser_for_demo(profile: str | None) -> argparse.Namespace:
     url = f"sim://{profile}" if profile else "sim://"
     return p.parse_args(["--url", url, "--workload", "sharegpt", "--concurrency", "1,8,32", "--requests", "64",
                          "--duration", "10s", "--name", "demo"])
+
+
+def add_resume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", help="session directory or id (see `servescope sessions`)")
+    p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions or the user data dir)")
+    p.add_argument("--url", help="the server's URL, when it moved since the session was recorded")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="environment variable holding the API key (default OPENAI_API_KEY)")
+    p.add_argument("--api-key", help="API key")
+    p.add_argument("--recover-timeout", default="300s", help="see `servescope run --help`")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
+
+
+def resume_command(args: argparse.Namespace) -> int:
+    """Continue an interrupted sweep from its first unfinished cell, in the same session directory."""
+    from servescope.cli_compare import resolve_session
+    from servescope.sessions.runner import SweepPlan, plan_cells
+    from servescope.workloads.spec import from_saved
+
+    s = resolve_session(args.session, Path(args.sessions_dir) if args.sessions_dir else None)
+    meta = s.meta
+    if s.status == "completed":
+        raise ServescopeError(f"{s.path} is already completed; nothing to resume")
+    load = meta.get("load", {})
+    server = meta.get("server", {})
+    stored_url = str(args.url or meta.get("target", {}).get("url", ""))
+    with ExitStack() as stack:
+        launch = server.get("launch") if not args.url else None
+        url, label = ("", None) if launch else open_target(stored_url, stack, sys.stderr)
+        plan = SweepPlan(
+            url=url,
+            workloads=[from_saved(w) for w in meta.get("workloads", [])],
+            concurrency=load.get("concurrency"),
+            rates=load.get("rates"),
+            arrival=load.get("arrival", "constant"),
+            max_concurrency=load.get("max_concurrency"),
+            requests=load.get("requests"),
+            duration_s=load.get("duration_s"),
+            warmup=int(load.get("warmup", 0)),
+            slos=dict(meta.get("slos", {})),
+            tags=dict(meta.get("tags", {})),
+            model=meta.get("model"),
+            api_key=api_key_from(args),
+            timeout_s=float(load.get("timeout_s", 600)),
+            ignore_eos=bool(load.get("ignore_eos", True)),
+            target_label=label or (stored_url if stored_url.startswith("sim://") else None),
+            launch=launch,
+            variants=list(server.get("variants", [])),
+            recover_timeout_s=parse_duration(args.recover_timeout),
+            electricity_price=meta.get("electricity_usd_per_kwh"),
+            resume=s.path,
+            name=str(meta.get("name", "")),
+        )
+        if len(plan_cells(plan)) != len(meta.get("cells", [])):
+            raise ServescopeError(f"{s.path}: its cells no longer match its workloads (a preset changed?); "
+                                  "start a new run instead")
+        todo = [c for c in meta.get("cells", []) if c.get("status") not in ("done", "skipped")]
+        print(f"resuming {s.path}: {len(todo)} of {len(meta.get('cells', []))} cells left", file=sys.stderr)
+        return _run_loop(plan, sys.stdout, sys.stderr if args.json else sys.stdout, args.json)

@@ -5,6 +5,7 @@ the tests are three consumers of the same `run_sweep()` async generator."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -59,6 +60,14 @@ class SweepPlan:
     name: str = ""
     ignore_eos: bool = True
     target_label: str | None = None  # e.g. "sim://tiny" (shown and stored instead of the local URL)
+    launch: str | None = None  # "vllm serve MODEL ..." started (and stopped) by servescope
+    launch_timeout_s: float = 900.0
+    variants: list[str] = field(default_factory=list)  # server argument sets; the sweep runs once per variant
+    recover_timeout_s: float = 300.0
+    health_interval_s: float = 2.0
+    telemetry_interval_s: float = 1.0
+    electricity_price: float | None = None  # USD per kWh, for cost per 1M tokens
+    resume: Path | None = None  # continue this session from its first unfinished cell
 
 
 @dataclass
@@ -69,10 +78,13 @@ class Cell:
     requests: int | None
     duration_s: float | None
     warmup: int
+    variant: int = 0
+    variant_args: str = ""
 
     def row(self) -> dict[str, Any]:
         return {
             "index": self.index,
+            "server_variant": self.variant_args,
             "workload": self.workload.name,
             "api": self.workload.api,
             "concurrency": self.load.concurrency,
@@ -87,7 +99,8 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return f"{self.workload.name} {self.load.label}"
+        v = f" [{self.variant_args}]" if self.variant_args else ""
+        return f"{self.workload.name} {self.load.label}{v}"
 
 
 # ---- events -----------------------------------------------------------------------------------------
@@ -178,6 +191,14 @@ class SweepControl:
 
 def plan_cells(plan: SweepPlan) -> list[Cell]:
     cells: list[Cell] = []
+    variants = list(enumerate(plan.variants)) or [(0, "")]
+    for v, vargs in variants:
+        cells.extend(_workload_cells(plan, len(cells), v, vargs))
+    return cells
+
+
+def _workload_cells(plan: SweepPlan, first: int, variant: int, vargs: str) -> list[Cell]:
+    cells: list[Cell] = []
     for w in plan.workloads:
         if plan.rates:
             loads = [Load(rate=r, arrival=plan.arrival, max_concurrency=plan.max_concurrency) for r in plan.rates]
@@ -188,7 +209,7 @@ def plan_cells(plan: SweepPlan) -> list[Cell]:
             req = plan.requests
             if req is None and plan.duration_s is None:
                 req = w.default_requests or DEFAULT_REQUESTS
-            cells.append(Cell(len(cells), w, ld, req, plan.duration_s, plan.warmup))
+            cells.append(Cell(first + len(cells), w, ld, req, plan.duration_s, plan.warmup, variant, vargs))
     return cells
 
 
@@ -210,9 +231,9 @@ def _fits(w: Workload, max_len: int | None) -> str | None:
     return None
 
 
-async def _health(url: str, api_key: str | None) -> bool:
+async def _health(url: str, api_key: str | None, timeout_s: float = 5.0) -> bool:
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=5.0, trust_env=False) as c:
+        async with httpx.AsyncClient(base_url=url, timeout=timeout_s, trust_env=False) as c:
             r = await c.get("/v1/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
             return r.status_code < 500
     except Exception:
@@ -223,155 +244,309 @@ async def run_sweep(plan: SweepPlan, control: SweepControl | None = None) -> Asy
     """Run the sweep and yield events. Setup problems raise ServescopeError before any cell runs."""
     control = control or SweepControl()
     control.loop = asyncio.get_running_loop()
-    target = await probe(plan.url, plan.api_key)
-    minfo = target.model(plan.model)
-    model = minfo.id
-    cells = plan_cells(plan)
-    if not cells:
-        raise ServescopeError("the sweep has no cells: give at least one workload and one load level")
+    run = _SweepRun(plan, control)
+    async for ev in run.events():
+        yield ev
 
-    base_http = httpx.AsyncClient(
-        base_url=target.url if "@" not in plan.url else plan.url,
-        headers={"Authorization": f"Bearer {plan.api_key}"} if plan.api_key else None,
-        timeout=httpx.Timeout(120.0, connect=10.0),
-        limits=httpx.Limits(max_connections=16),
-        trust_env=False,
-    )
-    tok: Tokenizer
-    if plan.tokenizer:
-        tok = LocalTokenizer(plan.tokenizer)
-    elif await has_tokenize(base_http, model):
-        tok = ServerTokenizer(base_http, model)
-    else:
-        tok = EstimateTokenizer()
 
-    label = plan.target_label or target.url
-    name = plan.name or f"{model.rstrip('/').split('/')[-1]}-{'-'.join(sorted({w.name.split('/')[0] for w in plan.workloads}))}"
-    path = plan.save_dir or new_session_dir(plan.sessions_dir, name)
-    meta = {
-        "name": name,
-        "target": {"url": label, "version": target.version, "metrics": target.metrics_available,
-                   "tokenizer": tok.name},
-        "model": model,
-        "max_model_len": minfo.max_model_len,
-        "models_json": __import__("json").dumps(target.raw_models, default=str),
-        "workloads": [w.to_dict() for w in plan.workloads],
-        "load": {
-            "concurrency": plan.concurrency, "rates": plan.rates, "arrival": plan.arrival,
-            "max_concurrency": plan.max_concurrency, "requests": plan.requests, "duration_s": plan.duration_s,
-            "warmup": plan.warmup, "timeout_s": plan.timeout_s, "ignore_eos": plan.ignore_eos,
-        },
-        "slos": plan.slos,
-        "tags": plan.tags,
-        "cells": [{**c.row(), "status": "planned"} for c in cells],
-    }
-    writer = SessionWriter.create(path, meta)
-    yield SweepStarted(path, cells, target, model, tok.name)
-    if not tok.exact:
-        yield Notice("warning", f"{label} has no /tokenize: input lengths are estimated (1 token per word); "
-                                "pass --tokenizer PATH for exact lengths. Each cell shows requested vs measured.")
+FINISHED = ("done", "skipped")
 
-    opts = ClientOptions(base_url=plan.url if "@" not in plan.url else plan.url, model=model, api_key=plan.api_key,
-                         timeout_s=plan.timeout_s, ignore_eos=plan.ignore_eos)
-    status, message = "completed", ""
-    try:
-        for cell in cells:
-            if control.stopping:
-                if status == "completed":
-                    status = "interrupted"
-                break
-            reason = _fits(cell.workload, minfo.max_model_len)
-            if reason:
-                writer.write_cell({**cell.row(), "status": "skipped", "reason": reason}, None, None)
-                yield CellSkipped(cell, reason)
-                continue
-            try:
-                prompts = await build_prompts(cell.workload, _pool_size(cell) + cell.warmup, f"cell{cell.index}", tok)
-            except ServescopeError:
-                raise
-            except httpx.HTTPError as e:
-                raise ServescopeError(f"lost {label} while building prompts: {clean_text(str(e)) or type(e).__name__}") from None
-            specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
-                     for p in prompts]
-            yield CellStarted(cell, len(cells))
-            async for ev in _run_one(cell, specs, opts, plan, control, base_http, writer):
-                yield ev
-                if (isinstance(ev, CellFinished) and ev.status == "stopped" and not control.stopping
-                        and not await _health(plan.url, plan.api_key)):
+
+class _SweepRun:
+    """State of one sweep: the target, the session writer, the server (when servescope launched it)."""
+
+    def __init__(self, plan: SweepPlan, control: SweepControl) -> None:
+        self.plan = plan
+        self.control = control
+        self.cells = plan_cells(plan)
+        if not self.cells:
+            raise ServescopeError("the sweep has no cells: give at least one workload and one load level")
+        self.url = plan.url
+        self.label = plan.target_label or plan.url
+        self.server: Any = None  # servescope.core.launch.ServerProcess when we launched the server
+        self.variant = -1
+        self.http: httpx.AsyncClient | None = None
+        self.writer: SessionWriter | None = None
+        self.sampler: Any = None
+        self.gpu: Any = None
+
+    # ---- target ------------------------------------------------------------------------------------
+    async def _connect(self) -> tuple[TargetInfo, Any]:
+        target = await probe(self.url, self.plan.api_key)
+        minfo = target.model(self.plan.model)
+        if self.http is not None:
+            await self.http.aclose()
+        self.http = httpx.AsyncClient(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {self.plan.api_key}"} if self.plan.api_key else None,
+            timeout=httpx.Timeout(120.0, connect=10.0),
+            limits=httpx.Limits(max_connections=16),
+            trust_env=False,
+        )
+        if self.plan.target_label is None:
+            self.label = target.url
+        return target, minfo
+
+    async def _tokenizer(self, model: str) -> Tokenizer:
+        assert self.http is not None
+        if self.plan.tokenizer:
+            return LocalTokenizer(self.plan.tokenizer)
+        if await has_tokenize(self.http, model):
+            return ServerTokenizer(self.http, model)
+        return EstimateTokenizer()
+
+    async def _launch(self, variant: int, path: Path) -> None:
+        from servescope.core.launch import ServerProcess, parse_launch, with_variant
+
+        assert self.plan.launch is not None
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+            self.server = None
+        spec = parse_launch(self.plan.launch)
+        vargs = self.plan.variants[variant] if self.plan.variants else ""
+        if vargs:
+            spec = with_variant(spec, vargs)
+        await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
+        self.server = await asyncio.to_thread(ServerProcess.start, spec, path / f"server-{variant}.log", None,
+                                              self.plan.launch_timeout_s)
+        self.url = self.server.url
+        self.variant = variant
+
+    # ---- the sweep ---------------------------------------------------------------------------------
+    async def events(self) -> AsyncIterator[Event]:
+        plan = self.plan
+        resume = plan.resume is not None
+        path = plan.resume or plan.save_dir
+        try:
+            if plan.launch:
+                path = path or new_session_dir(plan.sessions_dir, plan.name or "launch")
+                await self._launch(self.cells[0].variant, path)
+            target, minfo = await self._connect()
+        except BaseException:
+            await self._close()
+            raise
+        model = minfo.id
+        tok = await self._tokenizer(model)
+        name = plan.name or f"{model.rstrip('/').split('/')[-1]}-{'-'.join(sorted({w.name.split('/')[0] for w in plan.workloads}))}"
+        path = path or new_session_dir(plan.sessions_dir, name)
+        if resume:
+            self.writer = SessionWriter.open(path)
+            self.writer.meta["status"] = "running"
+            self.writer.add_event("resumed", "the sweep was resumed")
+        else:
+            self.writer = SessionWriter.create(path, self._meta(name, target, minfo, tok), exist_ok=bool(plan.launch))
+        writer = self.writer
+        await self._start_telemetry(path)
+        yield SweepStarted(path, self.cells, target, model, tok.name)
+        if not tok.exact:
+            yield Notice("warning", f"{self.label} has no /tokenize: input lengths are estimated (1 token per word); "
+                                    "pass --tokenizer PATH for exact lengths. Each cell shows requested vs measured.")
+        done_before = {int(c["index"]) for c in writer.meta.get("cells", []) if c.get("status") in FINISHED} if resume else set()
+        status, message = "completed", ""
+        try:
+            for cell in self.cells:
+                if cell.index in done_before:
+                    continue
+                if self.control.stopping:
+                    if status == "completed":
+                        status = "interrupted"
+                    break
+                if plan.launch and cell.variant != self.variant:
+                    yield Notice("info", f"relaunching the server for variant {cell.variant + 1}: {cell.variant_args}")
+                    await self._launch(cell.variant, path)
+                    target, minfo = await self._connect()
+                    tok = await self._tokenizer(model)
+                    writer.add_event("server_launched", f"variant {cell.variant + 1}: {cell.variant_args}")
+                reason = _fits(cell.workload, minfo.max_model_len)
+                if reason:
+                    writer.write_cell({**cell.row(), "status": "skipped", "reason": reason}, None, None)
+                    yield CellSkipped(cell, reason)
+                    continue
+                attempt = 0
+                while True:
+                    attempt += 1
+                    try:
+                        prompts = await build_prompts(cell.workload, _pool_size(cell) + cell.warmup,
+                                                      f"cell{cell.index}", tok)
+                    except httpx.HTTPError as e:
+                        raise ServescopeError(f"lost {self.label} while building prompts: "
+                                              f"{clean_text(str(e)) or type(e).__name__}") from None
+                    specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens,
+                                         cell.workload.thinking) for p in prompts]
+                    yield CellStarted(cell, len(self.cells))
+                    lost = False
+                    async for ev in self._run_one(cell, specs, model, attempt):
+                        yield ev
+                        if isinstance(ev, CellFinished) and ev.status in ("stopped", "server_lost"):
+                            lost = ev.status == "server_lost" or (
+                                not self.control.stopping and not await _health(self.url, plan.api_key))
+                    if not lost:
+                        break
+                    t_lost = time.monotonic()
+                    writer.add_event("server_lost", f"cell {cell.index + 1} ({cell.label}), attempt {attempt}")
+                    yield Notice("error", f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}); "
+                                          f"waiting up to {plan.recover_timeout_s:g} s for it to come back")
+                    back = await self._recover()
+                    if back and attempt < 3 and not self.control.stopping:
+                        waited = time.monotonic() - t_lost
+                        writer.add_event("server_back", f"after {waited:.0f} s; re-running cell {cell.index + 1}")
+                        yield Notice("info", f"{self.label} is back after {waited:.0f} s: re-running cell "
+                                             f"{cell.index + 1} ({cell.label})")
+                        target, minfo = await self._connect()
+                        tok = await self._tokenizer(model)
+                        continue
                     status = "failed"
-                    message = (f"{label} stopped answering during cell {cell.index + 1} ({cell.label}); "
-                               f"finished cells are saved in {path}")
+                    message = (f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}) and did "
+                               f"not come back within {plan.recover_timeout_s:g} s; finished cells are saved in {path}"
+                               f" (continue later with `servescope resume {path}`)")
                     yield Notice("error", message)
-                    control.stopping = True
-            if control.stopping and status == "completed":
-                status = "interrupted"
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        status = "interrupted"
-        writer.finish(status, "interrupted")
-        raise
-    except ServescopeError as e:
-        status, message = "failed", e.message
+                    self.control.stopping = True
+                    break
+                if self.control.stopping and status == "completed":
+                    status = "interrupted"
+        except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):
+            writer.finish("interrupted", "interrupted")
+            await self._close()
+            raise
+        except ServescopeError as e:
+            writer.finish("failed", e.message)
+            await self._close()
+            raise
         writer.finish(status, message)
-        await base_http.aclose()
-        raise
-    writer.finish(status, message)
-    await base_http.aclose()
-    yield SweepFinished(path, status, message)
+        await self._close()
+        yield SweepFinished(path, status, message)
 
+    def _meta(self, name: str, target: TargetInfo, minfo: Any, tok: Tokenizer) -> dict[str, Any]:
+        plan = self.plan
+        meta: dict[str, Any] = {
+            "name": name,
+            "target": {"url": self.label, "version": target.version, "metrics": target.metrics_available,
+                       "tokenizer": tok.name},
+            "model": minfo.id,
+            "max_model_len": minfo.max_model_len,
+            "models_json": json.dumps(target.raw_models, default=str),
+            "workloads": [w.to_dict() for w in plan.workloads],
+            "load": {
+                "concurrency": plan.concurrency, "rates": plan.rates, "arrival": plan.arrival,
+                "max_concurrency": plan.max_concurrency, "requests": plan.requests, "duration_s": plan.duration_s,
+                "warmup": plan.warmup, "timeout_s": plan.timeout_s, "ignore_eos": plan.ignore_eos,
+            },
+            "slos": plan.slos,
+            "tags": plan.tags,
+            "cells": [{**c.row(), "status": "planned"} for c in self.cells],
+        }
+        if plan.launch:
+            meta["server"] = {"launch": plan.launch, "variants": plan.variants,
+                              "args": getattr(self.server, "spec", None) and self.server.spec.server_args}
+        if plan.electricity_price is not None:
+            meta["electricity_usd_per_kwh"] = plan.electricity_price
+        return meta
 
-async def _run_one(cell: Cell, specs: list[RequestSpec], opts: ClientOptions, plan: SweepPlan,
-                   control: SweepControl, http: httpx.AsyncClient, writer: SessionWriter) -> AsyncIterator[Event]:
-    cc = CellControl()
-    control.cell = cc
-    pending: list[RequestRecord] = []
-    counts = [0, 0]
-    wake = asyncio.Event()
-    server_before: dict[str, float] | None = None
-
-    def on_record(r: RequestRecord) -> None:
-        pending.append(r)
-        counts[0 if r.status == "ok" else 1] += 1
-
-    async def before_measured() -> None:
-        nonlocal server_before
-        server_before = await scrape(http)
-
-    t0 = time.monotonic()
-    task = asyncio.create_task(run_cell(opts, specs, cell.load, Limits(cell.requests, cell.duration_s, cell.warmup),
-                                        on_record, cc, seed=cell.index, before_measured=before_measured))
-    task.add_done_callback(lambda _t: wake.set())
-    try:
-        while not task.done():
+    async def _recover(self) -> bool:
+        """Relaunch the server when we launched it, else wait for it to answer again."""
+        deadline = time.monotonic() + self.plan.recover_timeout_s
+        if self.server is not None:
             try:
-                await asyncio.wait_for(wake.wait(), timeout=0.25)
-            except TimeoutError:
-                pass
-            if pending:
-                batch = pending[:]
-                pending.clear()
-                yield RequestsDone(cell, batch, counts[0], counts[1], time.monotonic() - t0)
-    except BaseException:
-        cc.request_stop("interrupted")
-        await asyncio.gather(task, return_exceptions=True)
-        _save(cell, task, writer, plan, None, None, interrupted=True)
-        raise
-    run = task.result()
-    if pending:
-        yield RequestsDone(cell, pending[:], counts[0], counts[1], time.monotonic() - t0)
-        pending.clear()
-    server_after = await scrape(http)
-    summary = _save(cell, task, writer, plan, server_before, server_after)
-    control.cell = None
-    st = "stopped" if run.stopped else "done"
-    yield CellFinished(cell, summary, st, run.stopped)
-    mm = summary.get("input_tokens_mismatch")
-    if mm and mm["max_abs"] > 0:
-        yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): input tokens differ from the request by up to "
-                                f"{mm['max_abs']} (mean {mm['mean']:+.1f})")
+                await asyncio.to_thread(self.server.restart)
+                return True
+            except ServescopeError:
+                return False
+        while time.monotonic() < deadline and not self.control.stopping:
+            if await _health(self.url, self.plan.api_key):
+                return True
+            await asyncio.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
+        return False
+
+    async def _start_telemetry(self, path: Path) -> None:
+        pass
+
+    async def _close(self) -> None:
+        if self.http is not None:
+            await self.http.aclose()
+            self.http = None
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+            self.server = None
+
+    async def _run_one(self, cell: Cell, specs: list[RequestSpec], model: str, attempt: int) -> AsyncIterator[Event]:
+        plan, control, writer, http = self.plan, self.control, self.writer, self.http
+        assert writer is not None and http is not None
+        opts = ClientOptions(base_url=self.url, model=model, api_key=plan.api_key, timeout_s=plan.timeout_s,
+                             ignore_eos=plan.ignore_eos)
+        cc = CellControl()
+        control.cell = cc
+        pending: list[RequestRecord] = []
+        counts = [0, 0]
+        wake = asyncio.Event()
+        server_before: dict[str, float] | None = None
+        lost = [False]
+
+        def on_record(r: RequestRecord) -> None:
+            pending.append(r)
+            counts[0 if r.status == "ok" else 1] += 1
+
+        async def before_measured() -> None:
+            nonlocal server_before
+            server_before = await scrape(http)
+
+        async def watchdog() -> None:
+            misses = 0
+            while not cc.stop.is_set():
+                await asyncio.sleep(plan.health_interval_s)
+                if await _health(self.url, plan.api_key, timeout_s=max(2.0, plan.health_interval_s)):
+                    misses = 0
+                    continue
+                misses += 1
+                if misses >= 2 and not cc.stop.is_set():
+                    lost[0] = True
+                    cc.request_stop(f"server lost: {self.label} stopped answering its health check")
+                    return
+
+        t0 = time.monotonic()
+        task = asyncio.create_task(run_cell(opts, specs, cell.load, Limits(cell.requests, cell.duration_s, cell.warmup),
+                                            on_record, cc, seed=cell.index, before_measured=before_measured))
+        task.add_done_callback(lambda _t: wake.set())
+        dog = asyncio.create_task(watchdog())
+        try:
+            while not task.done():
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=0.25)
+                except TimeoutError:
+                    pass
+                if pending:
+                    batch = pending[:]
+                    pending.clear()
+                    yield RequestsDone(cell, batch, counts[0], counts[1], time.monotonic() - t0)
+        except BaseException:
+            cc.request_stop("interrupted")
+            dog.cancel()
+            await asyncio.gather(task, dog, return_exceptions=True)
+            _save(cell, task, writer, plan, None, None, interrupted=True)
+            raise
+        dog.cancel()
+        await asyncio.gather(dog, return_exceptions=True)
+        run = task.result()
+        if pending:
+            yield RequestsDone(cell, pending[:], counts[0], counts[1], time.monotonic() - t0)
+            pending.clear()
+        server_after = await scrape(http) if not lost[0] else None
+        if run.stopped and not lost[0] and not control.stopping and not await _health(self.url, plan.api_key):
+            lost[0] = True
+        status_override = "server_lost" if lost[0] else None
+        summary = _save(cell, task, writer, plan, server_before, server_after, status=status_override,
+                        suffix=f"-lost{attempt}" if lost[0] else "")
+        control.cell = None
+        st = status_override or ("stopped" if run.stopped else "done")
+        yield CellFinished(cell, summary, st, run.stopped)
+        mm = summary.get("input_tokens_mismatch")
+        if mm and mm["max_abs"] > 0:
+            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): input tokens differ from the request by "
+                                    f"up to {mm['max_abs']} (mean {mm['mean']:+.1f})")
 
 
 def _save(cell: Cell, task: asyncio.Task[Any], writer: SessionWriter, plan: SweepPlan,
-          before: dict[str, float] | None, after: dict[str, float] | None, interrupted: bool = False) -> dict[str, Any]:
+          before: dict[str, float] | None, after: dict[str, float] | None, interrupted: bool = False,
+          status: str | None = None, suffix: str = "") -> dict[str, Any]:
     if task.cancelled() or task.exception() is not None:
         writer.set_cell_status(cell.index, "failed", "interrupted" if interrupted else str(task.exception()))
         return {}
@@ -382,6 +557,6 @@ def _save(cell: Cell, task: asyncio.Task[Any], writer: SessionWriter, plan: Swee
     server = cell_delta(before, after)
     if server:
         summary["server"] = server
-    status = "stopped" if (run.stopped or interrupted) else "done"
-    writer.write_cell({**cell.row(), "status": status, "reason": clean_text(run.stopped)}, df, summary)
+    status = status or ("stopped" if (run.stopped or interrupted) else "done")
+    writer.write_cell({**cell.row(), "status": status, "reason": clean_text(run.stopped)}, df, summary, suffix=suffix)
     return summary

@@ -98,12 +98,13 @@ class SessionWriter:
     cell_rows: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def create(cls, path: Path, meta: dict[str, Any]) -> SessionWriter:
+    def create(cls, path: Path, meta: dict[str, Any], exist_ok: bool = False) -> SessionWriter:
+        """A new session directory; `exist_ok` allows one that holds only server logs (launched servers)."""
         try:
             path.mkdir(parents=True, exist_ok=False)
             (path / "requests").mkdir()
         except FileExistsError:
-            if any(path.iterdir()):
+            if any(p for p in path.iterdir() if not (exist_ok and p.name.startswith("server-"))):
                 raise ServescopeError(f"{path} already exists and is not empty; choose another --save directory") from None
             (path / "requests").mkdir(exist_ok=True)
         except OSError as e:
@@ -120,6 +121,22 @@ class SessionWriter:
         w.save_meta()
         return w
 
+    @classmethod
+    def open(cls, path: Path) -> SessionWriter:
+        """Reopen a session to continue it (`servescope resume`)."""
+        s = load_session(path)
+        rows = s.cells.drop("summary_json").to_dicts() if "summary_json" in s.cells.columns else s.cells.to_dicts()
+        if "summary_json" in s.cells.columns:
+            for r, js in zip(rows, s.cells["summary_json"].to_list(), strict=True):
+                r["summary_json"] = js
+        (s.path / "requests").mkdir(exist_ok=True)
+        return cls(s.path, s.meta, rows)
+
+    def add_event(self, kind: str, text: str) -> None:
+        self.meta.setdefault("events", []).append(
+            {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": kind, "text": text})
+        self.save_meta()
+
     def save_meta(self) -> None:
         _atomic_write(self.path / "session.toml", tomli_w.dumps(_clean(self.meta)).encode())
 
@@ -131,11 +148,14 @@ class SessionWriter:
                     c["reason"] = reason
         self.save_meta()
 
-    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: dict[str, Any] | None) -> None:
-        """Persist one finished (or skipped) cell: its requests, then the cell table, then the metadata."""
+    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: dict[str, Any] | None,
+                   suffix: str = "") -> None:
+        """Persist one finished (or skipped) cell: its requests, then the cell table, then the metadata.
+        A `suffix` (a lost attempt: "-lost1") keeps that attempt's requests beside the re-run's."""
         idx = int(plan_row["index"])
         if requests is not None:
-            _atomic_parquet(self.path / "requests" / f"cell-{idx:04d}.parquet", requests.with_columns(cell=pl.lit(idx)))
+            _atomic_parquet(self.path / "requests" / f"cell-{idx:04d}{suffix}.parquet",
+                            requests.with_columns(cell=pl.lit(idx)))
         row = dict(plan_row)
         if summary is not None:
             row.update(_flatten(summary))
@@ -170,7 +190,8 @@ class Session:
 
     def requests(self, cell: int | None = None) -> pl.DataFrame:
         d = self.path / "requests"
-        files = sorted(d.glob("cell-*.parquet")) if cell is None else [d / f"cell-{cell:04d}.parquet"]
+        files = sorted(f for f in d.glob("cell-*.parquet") if "-lost" not in f.name) if cell is None else [
+            d / f"cell-{cell:04d}.parquet"]
         files = [f for f in files if f.exists()]
         if not files:
             return pl.DataFrame()

@@ -270,3 +270,15 @@ def resolve(names: str | list[str]) -> list[Workload]:
     if not out:
         raise ServescopeError("no workload given; use --workload sharegpt (see `servescope workloads`)")
     return out
+
+
+def from_saved(d: dict[str, Any]) -> Workload:
+    """A workload as a session recorded it: presets come back with their defaults."""
+    name = d.get("name", "")
+    if d.get("source") == "preset":
+        if name in PRESETS:
+            return PRESETS[name]
+        for w in context_sweep():
+            if w.name == name:
+                return w
+    return Workload.from_dict(d, f"saved workload {name!r}")

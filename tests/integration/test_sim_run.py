@@ -78,13 +78,14 @@ def test_every_request_failing_stops_the_cell_but_not_the_sweep(tmp_path: Path) 
 def test_server_dies_mid_sweep_keeps_finished_cells(tmp_path: Path) -> None:
     with start_sim("tiny", ["--exit-after-requests", "22"]) as sim:
         p = servescope("run", "--url", sim.url, "-w", "sharegpt", "-c", "4,4,4", "-n", "20", "--json",
-                       "--save", str(tmp_path / "s"))
+                       "--save", str(tmp_path / "s"), "--recover-timeout", "2s")
     assert p.returncode == 1
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
-    assert len(err) == 1 and "stopped answering during cell 2 (sharegpt c=4)" in err[0]
+    assert "stopped answering during cell 2 (sharegpt c=4)" in err[0]
+    assert "did not come back within 2 s" in err[-1] and "servescope resume" in err[-1]
     s = load_session(tmp_path / "s")
     assert s.status == "failed"
-    assert s.cells["status"].to_list() == ["done", "stopped"]  # cell 3 never started
+    assert s.cells["status"].to_list() == ["done", "server_lost"]  # cell 3 never started
     assert s.requests(0).height == 20 and s.requests(0)["status"].to_list() == ["ok"] * 20
 
 
@@ -137,3 +138,78 @@ def test_api_key_is_never_written(tmp_path: Path) -> None:
     for f in (tmp_path / "s").rglob("*"):
         if f.is_file():
             assert secret.encode() not in f.read_bytes(), f
+
+
+def _sim_cmd(port: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "servescope.sim", "--profile", "tiny", "--port", str(port), *extra]
+
+
+def test_server_restarts_mid_sweep_and_the_lost_cell_is_rerun(tmp_path: Path) -> None:
+    """The sim exits after 30 requests (as a crashed vLLM); something restarts it 3 s later on the same port."""
+    from tests.support.vllm_server import free_port
+
+    port = free_port()
+    first = subprocess.Popen(_sim_cmd(port, "--exit-after-requests", "30"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    second: list[subprocess.Popen[bytes]] = []
+
+    def restarter() -> None:
+        first.wait()
+        time.sleep(3)
+        second.append(subprocess.Popen(_sim_cmd(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    import threading
+    import urllib.request
+
+    t = threading.Thread(target=restarter, daemon=True)
+    t.start()
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    try:
+        out = run_json("--url", f"http://127.0.0.1:{port}", "-w", "sharegpt", "-c", "4,4,4", "-n", "20",
+                       "--save", str(tmp_path / "s"), "--recover-timeout", "60s")
+    finally:
+        t.join(30)
+        for p in [first, *second]:
+            p.terminate()
+            p.wait()
+    assert out["status"] == "completed"
+    statuses = [c["status"] for c in out["cells"]]
+    assert statuses.count("server_lost") == 1 and statuses.count("done") == 3
+    s = load_session(tmp_path / "s")
+    assert s.status == "completed"
+    assert s.cells.sort("index")["status"].to_list() == ["done", "done", "done"]
+    kinds = [e["kind"] for e in s.meta["events"]]
+    assert kinds == ["server_lost", "server_back"]
+    assert list((tmp_path / "s" / "requests").glob("cell-0001-lost1.parquet"))  # what the lost attempt measured
+    for i in range(3):
+        assert s.requests(i)["status"].to_list() == ["ok"] * 20
+
+
+def test_resume_after_kill_9(tmp_path: Path) -> None:
+    save = tmp_path / "s"
+    proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", "--url", "sim://tiny", "-w", "sharegpt",
+                             "-c", "4,4,4", "-n", "16", "--save", str(save)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1:
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert load_session(save).status == "interrupted"
+    p = servescope("resume", str(save), "--json")
+    assert p.returncode == 0, p.stderr
+    assert "cells left" in p.stderr
+    s = load_session(save)
+    assert s.status == "completed"
+    assert s.cells.sort("index")["status"].to_list() == ["done", "done", "done"]
+    assert s.requests().height == 48
+    assert [e["kind"] for e in s.meta["events"]] == ["resumed"]
