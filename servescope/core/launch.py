@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -78,7 +79,7 @@ _BOOL_EXACT = {"--enforce-eager", "--trust-remote-code", "--async-scheduling", "
                "--skip-tokenizer-init", "--disable-frontend-multiprocessing"}
 _BOOL_PREFIXES = ("--no-", "--enable-", "--disable-")
 
-_ENV_WORD = __import__("re").compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -301,7 +302,7 @@ def with_variant(spec: LaunchSpec, variant_args: str) -> LaunchSpec:
     model = spec.model
     if spec.kind == "sim":
         model = next((v for f, v in options if f == "--profile" and v), model)
-    elif spec.head[-1] != spec.model or len(spec.head) < 3 or spec.head[1] != "serve":
+    else:
         model = next((v for f, v in options if f == "--model" and v), model)
     return replace(spec, options=tuple(options), host=host, port=port, model=model)
 
@@ -436,20 +437,40 @@ class ServerProcess:
         return proc.returncode
 
     def _group_alive(self) -> bool:
+        """Whether any process of the server's group still runs (zombies waiting for init do not count)."""
         if self.proc is None:
             return False
+        pgid = self.proc.pid
         try:
-            os.killpg(self.proc.pid, 0)
-            return True
+            os.killpg(pgid, 0)
         except (ProcessLookupError, PermissionError):
             return False
+        proc_dir = Path("/proc")
+        if not proc_dir.is_dir():
+            return True
+        for d in proc_dir.iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()  # state ppid pgrp ...
+            if len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                return True
+        return False
 
     def _group_kill(self) -> None:
-        if self.proc is not None and self._group_alive():
+        if self.proc is None:
+            return
+        if self._group_alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            if self.proc.poll() is None:
-                self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.wait()
+        deadline = time.monotonic() + 5
+        while self._group_alive() and time.monotonic() < deadline:  # SIGKILL is delivered asynchronously
+            time.sleep(0.02)
 
     # --- state ----------------------------------------------------------------------------------------
     @property

@@ -271,7 +271,7 @@ class MetricsSampler:
 
         data: dict[str, Any] = {"t_ns": pl.Series("t_ns", self.t_ns.tolist(), dtype=pl.Int64)}
         for c, arr in self.cols.items():
-            data[c] = pl.Series(c, arr.tolist(), dtype=pl.Float64, nan_to_null=True)
+            data[c] = pl.Series(c, arr.tolist(), dtype=pl.Float64).fill_nan(None)
         return pl.DataFrame(data)
 
     def window_summary(self, t0_ns: int, t1_ns: int) -> dict[str, Any]:
@@ -613,7 +613,7 @@ class GpuSampler:
                 "name": pl.Series("name", [self.names[g] for g in gpus], dtype=pl.Utf8),
             }
             for c, arr in self.cols.items():
-                data[c] = pl.Series(c, arr.tolist(), dtype=pl.Float64, nan_to_null=True)
+                data[c] = pl.Series(c, arr.tolist(), dtype=pl.Float64).fill_nan(None)
         return pl.DataFrame(data)
 
     def _series(self, g: int, col: str) -> tuple[list[int], list[float]]:

@@ -84,14 +84,13 @@ async def test_metrics_sampler_against_sim() -> None:
     assert budget is not None and budget.source == "metrics" and budget.tokens > 0
 
 
-async def test_kv_budget_sim_metrics_equals_log() -> None:
+def test_kv_budget_sim_metrics_equals_log() -> None:
     with start_sim("tiny") as sim:
-        async with httpx.AsyncClient(base_url=sim.url) as http:
-            text = (await http.get("/metrics")).text
-            mml = (await http.get("/v1/models")).json()["data"][0]["max_model_len"]
+        text = httpx.get(sim.url + "/metrics", timeout=5).text
+        mml = httpx.get(sim.url + "/v1/models", timeout=5).json()["data"][0]["max_model_len"]
         deadline = time.monotonic() + 5
         while "Maximum concurrency" not in "\n".join(sim.log_tail(50)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+            time.sleep(0.05)
         log = "\n".join(sim.log_tail(50))
     from_metrics = kv_budget_from_metrics(parse_metrics(text), max_model_len=mml)
     from_log = kv_budget_from_log(log)
@@ -271,11 +270,34 @@ def test_kv_budget_from_field_report_log_lines() -> None:
     assert b2 is not None and b2.tokens == 25504 and b2.concurrency_at == (2048, 12.45)
 
 
+# what vLLM 0.32's CPU build logged and served (one line for both statements, "CPU" for "GPU")
+REAL_CPU_LOG = ("(EngineCore pid=10531) INFO 12-02 20:17:16 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 "
+                "tokens, Maximum concurrency for 8,192 tokens per request: 128.00x\n")
+REAL_CPU_INFO = (
+    '# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n'
+    'vllm:cache_config_info{_block_size_resolved="True",block_size="128",cache_dtype="auto",'
+    'enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.92",kv_cache_max_concurrency="128.0",'
+    'kv_cache_memory_bytes="2147483648",kv_cache_size_tokens="1048576",num_cpu_blocks="None",'
+    'num_gpu_blocks="8192",num_gpu_blocks_override="None",sliding_window="None"} 1.0\n'
+)
+
+
+def test_kv_budget_real_cpu_vllm_formats() -> None:
+    log = kv_budget_from_log(REAL_CPU_LOG)
+    met = kv_budget_from_metrics(REAL_CPU_INFO, max_model_len=8192)
+    assert log is not None and met is not None
+    assert log.tokens == met.tokens == 1_048_576
+    assert log.concurrency_at == met.concurrency_at == (8192, 128.0)
+    assert log.same_budget(met)
+    assert met.num_gpu_blocks == 8192 and met.block_size == 128 and met.gpu_memory_utilization == 0.92
+    assert met.max_concurrency(2048) == 512.0
+
+
 def test_kv_budget_blocks_arithmetic() -> None:
     b = kv_budget_from_metrics({"cache_config.num_gpu_blocks": 24.0, "cache_config.block_size": 16.0,
                                 "cache_config.cache_dtype": "fp8", "cache_config.gpu_memory_utilization": 0.9})
     assert b is not None and b.tokens == 384 and b.cache_dtype == "fp8"
-    assert b.max_concurrency(128) == 8.0
+    assert b.max_concurrency(128) == 3.0
     assert b.max_concurrency(130) == 24 / 9  # whole blocks per request, as vLLM
     assert b.concurrency_at is None
     assert kv_budget_from_metrics({"vllm:num_requests_running": 1.0}) is None
@@ -464,3 +486,13 @@ def test_absent_nvml_for_real() -> None:
     w = g.window_summary(0, 10 * S, output_tokens=1000, price_usd_per_kwh=0.3)
     assert w["available"] is False and w["reason"] == g.reason
     assert w["energy_wh"] is None and w["cost_usd_per_1m_output_tokens"] is None and w["gpus"] == 0
+
+
+def test_importing_telemetry_and_launch_is_light() -> None:
+    import subprocess
+
+    code = ("import sys, servescope.core.telemetry, servescope.core.launch; "
+            "print('\\n'.join(sys.modules))")
+    mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    heavy = {"textual", "pynvml", "polars", "prometheus_client", "httpx"}
+    assert not heavy & mods, heavy & mods
