@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     wl = sub.add_parser("workloads", help="list the workload presets and their shapes")
     wl.add_argument("files", nargs="*", help="also check and show these workload TOML files")
     sub.add_parser("sim", help="run the built-in vLLM simulator (see `servescope sim --help`)", add_help=False)
-    demo = sub.add_parser("demo", help="a short sweep against the simulator's default profile")
+    demo = sub.add_parser("demo", help="open the app on the simulator's default profile and run a short sweep")
     demo.add_argument("--profile", default=None, help="simulator profile (default: the default profile)")
     from servescope import cli_compare as cc
 
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "workloads":
             return _workloads(args.files)
         if args.command == "demo":
-            return _demo(args.profile)
+            from servescope.tui.app import run_app
+
+            return int(run_app(url=f"sim://{args.profile}" if args.profile else None, demo=True) or 0)
         if args.command in ("sessions", "compare", "report", "import"):
             from servescope import cli_compare as cc
 
@@ -66,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
                   "import": cc.import_command}[args.command]
             return int(fn(args))
         if args.command in (None, "tui"):
-            print("The terminal app is not built yet; try `servescope demo` or `servescope run --help`.", file=sys.stderr)
-            return 2
+            from servescope.tui.app import run_app
+
+            if args.command is None:
+                return int(run_app() or 0)
+            return int(run_app(url=args.url, api_key_env=args.api_key_env) or 0)
     except ServescopeError as e:
         print(f"servescope: error: {clean_text(e.message)}", file=sys.stderr)
         return e.exit_code
@@ -89,13 +94,6 @@ def _workloads(files: list[str]) -> int:
         for w in load_toml(f):
             print(f"{w.name:<16} {w.shape():<58} {f}")
     return 0
-
-
-def _demo(profile: str | None) -> int:
-    from servescope.cli_run import _parser_for_demo, run_command
-
-    args = _parser_for_demo(profile)
-    return run_command(args)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,9 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     add_target_args(p)
+    p.add_argument("--sweep", metavar="FILE.toml",
+                   help="run a whole sweep saved from the app (or written by hand); --save, --sessions-dir, "
+                        "--json and the API-key flags still apply")
     p.add_argument("--workload", "-w", default="sharegpt",
                    help="preset name(s) or TOML file(s), comma-separated (see `servescope workloads`)")
     p.add_argument("--concurrency", "-c", help="closed-loop users per cell, e.g. 1,4,8,16 (default: the "
@@ -302,6 +305,17 @@ def run_command(args: argparse.Namespace) -> int:
     out = sys.stdout
     table_out = sys.stderr if args.json else sys.stdout
     with ExitStack() as stack:
+        if args.sweep:
+            from servescope.sessions.sweepfile import load_sweep, plan_from_sweep
+
+            d = load_sweep(args.sweep)
+            url, label = open_target(str(d["url"]), stack, sys.stderr)
+            key = args.api_key or os.environ.get(str(d.get("api_key_env") or args.api_key_env)) or None
+            plan = plan_from_sweep(d, url, label, api_key=key,
+                                   sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
+            if args.save:
+                plan.save_dir = Path(args.save)
+            return _run_loop(plan, out, table_out, args.json)
         url, label = ("", None) if args.launch else open_target(args.url, stack, sys.stderr)
         plan = build_plan(args, url, label)
         return _run_loop(plan, out, table_out, args.json)

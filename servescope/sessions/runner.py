@@ -143,6 +143,14 @@ class CellSkipped:
 
 
 @dataclass
+class TelemetrySample:
+    """The newest server /metrics sample (parsed, vLLM names) and GPU readings, a few times a second."""
+
+    server: dict[str, float] | None
+    gpus: Any = None
+
+
+@dataclass
 class Notice:
     level: str  # "info" | "warning" | "error"
     text: str
@@ -155,7 +163,8 @@ class SweepFinished:
     message: str = ""
 
 
-Event = SweepStarted | CellStarted | RequestsDone | CellFinished | CellSkipped | Notice | SweepFinished
+Event = (SweepStarted | CellStarted | RequestsDone | CellFinished | CellSkipped | Notice | TelemetrySample
+         | SweepFinished)
 
 
 @dataclass
@@ -268,6 +277,8 @@ class _SweepRun:
         self.http: httpx.AsyncClient | None = None
         self.writer: SessionWriter | None = None
         self.sampler: Any = None
+        self.sampler_http: httpx.AsyncClient | None = None
+        self.sampler_frames: list[Any] = []
         self.gpu: Any = None
 
     # ---- target ------------------------------------------------------------------------------------
@@ -336,8 +347,10 @@ class _SweepRun:
         else:
             self.writer = SessionWriter.create(path, self._meta(name, target, minfo, tok), exist_ok=bool(plan.launch))
         writer = self.writer
-        await self._start_telemetry(path)
+        tele_notes = await self._start_telemetry(minfo.max_model_len)
         yield SweepStarted(path, self.cells, target, model, tok.name)
+        for n in tele_notes:
+            yield n
         if not tok.exact:
             yield Notice("warning", f"{self.label} has no /tokenize: input lengths are estimated (1 token per word); "
                                     "pass --tokenizer PATH for exact lengths. Each cell shows requested vs measured.")
@@ -357,6 +370,8 @@ class _SweepRun:
                     target, minfo = await self._connect()
                     tok = await self._tokenizer(model)
                     writer.add_event("server_launched", f"variant {cell.variant + 1}: {cell.variant_args}")
+                    for n in await self._start_telemetry(minfo.max_model_len):
+                        yield n
                 reason = _fits(cell.workload, minfo.max_model_len)
                 if reason:
                     writer.write_cell({**cell.row(), "status": "skipped", "reason": reason}, None, None)
@@ -416,6 +431,25 @@ class _SweepRun:
         await self._close()
         yield SweepFinished(path, status, message)
 
+    def _latest_sample(self, seen: list[int]) -> Event | None:
+        """The newest /metrics and GPU samples, when there are new ones (for live panels)."""
+        srv = None
+        if self.sampler is not None and self.sampler.available and len(self.sampler) > seen[0]:
+            seen[0] = len(self.sampler)
+            srv = {k: v for k, v in self.sampler.last.items() if not isinstance(v, str)}
+        gpus = None
+        if self.gpu is not None and self.gpu.available:
+            g = self.gpu
+            with g._lock:
+                n = len(g.t_ns)
+                if n > seen[1]:
+                    seen[1] = n
+                    k = len(g.indices)
+                    gpus = [{c: g.cols[c][i] for c in g.cols} | {"gpu": g.indices[g.gpu[i]]} for i in range(n - k, n)]
+        if srv is None and gpus is None:
+            return None
+        return TelemetrySample(srv, gpus)
+
     def _meta(self, name: str, target: TargetInfo, minfo: Any, tok: Tokenizer) -> dict[str, Any]:
         plan = self.plan
         meta: dict[str, Any] = {
@@ -457,10 +491,88 @@ class _SweepRun:
             await asyncio.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
         return False
 
-    async def _start_telemetry(self, path: Path) -> None:
-        pass
+    async def _start_telemetry(self, max_model_len: int | None) -> list[Event]:
+        """Sample /metrics (own HTTP client, so scrapes never queue behind requests) and the GPUs."""
+        from servescope.core.telemetry import GpuSampler, MetricsSampler
+
+        assert self.writer is not None
+        notes: list[Event] = []
+        await self._stop_metrics()
+        self.sampler_http = httpx.AsyncClient(base_url=self.url, timeout=10.0, trust_env=False,
+                                              headers={"Authorization": f"Bearer {self.plan.api_key}"}
+                                              if self.plan.api_key else None)
+        self.sampler = MetricsSampler(self.sampler_http, self.plan.telemetry_interval_s)
+        await self.sampler.start()
+        meta = self.writer.meta
+        if not self.sampler.available:
+            meta["telemetry"] = {"metrics": False, "metrics_reason": self.sampler.reason}
+            notes.append(Notice("info", f"server telemetry off: {self.sampler.reason}"))
+        else:
+            meta["telemetry"] = {"metrics": True, "interval_s": self.plan.telemetry_interval_s}
+        budget = self.sampler.kv_budget(max_model_len) if self.sampler.available else None
+        log_budget = getattr(self.server, "kv_budget", None)
+        kv: dict[str, Any] = {}
+        if budget is not None:
+            kv = {**budget.as_dict(), "source": "metrics"}
+        if log_budget is not None:
+            kv.setdefault("kv_cache_tokens", log_budget.tokens)
+            kv["log_kv_cache_tokens"] = log_budget.tokens
+            kv["source"] = "metrics+log" if budget is not None else "log"
+        b = budget or log_budget
+        if kv and b is not None:
+            kv["max_concurrency_by_workload"] = {
+                w.name: round(b.max_concurrency(w.input_tokens.upper + w.output_tokens.upper), 2)
+                for w in self.plan.workloads if not w.dataset
+            }
+            meta["kv_budget"] = kv
+            notes.append(Notice("info", f"KV cache: {int(kv['kv_cache_tokens']):,} tokens ({kv['source']}); max concurrency "
+                                        + ", ".join(f"{k} {v:g}x" for k, v in kv["max_concurrency_by_workload"].items())))
+        if self.gpu is None:
+            self.gpu = GpuSampler(self.plan.telemetry_interval_s)
+            if self.gpu.available:
+                self.gpu.start()
+                meta["gpu"] = {"available": True, "count": len(getattr(self.gpu, "indices", []) or [])}
+            else:
+                meta["gpu"] = {"available": False, "reason": self.gpu.reason}
+        self.writer.save_meta()
+        return notes
+
+    async def _stop_metrics(self) -> None:
+        if self.sampler is not None:
+            await self.sampler.stop()
+            self._save_telemetry()
+            self.sampler_frames.append(self.sampler.frame())
+            self.sampler = None
+        if self.sampler_http is not None:
+            await self.sampler_http.aclose()
+            self.sampler_http = None
+
+    def _save_telemetry(self) -> None:
+        """telemetry.parquet (server /metrics samples) and gpu.parquet, rewritten after each cell."""
+        import polars as pl
+
+        from servescope.sessions.store import write_parquet_atomic
+
+        if self.writer is None:
+            return
+        frames = list(self.sampler_frames)
+        if self.sampler is not None and len(self.sampler):
+            frames.append(self.sampler.frame())
+        frames = [f for f in frames if f.height]
+        if frames:
+            write_parquet_atomic(self.writer.path / "telemetry.parquet", pl.concat(frames, how="diagonal_relaxed"))
+        if self.gpu is not None and self.gpu.available:
+            g = self.gpu.frame()
+            if g.height:
+                write_parquet_atomic(self.writer.path / "gpu.parquet", g)
 
     async def _close(self) -> None:
+        await self._stop_metrics()
+        if self.gpu is not None:
+            self.gpu.stop()
+            self._save_telemetry()
+            self.gpu.close()
+            self.gpu = None
         if self.http is not None:
             await self.http.aclose()
             self.http = None
@@ -485,8 +597,15 @@ class _SweepRun:
             pending.append(r)
             counts[0 if r.status == "ok" else 1] += 1
 
+        window = [0, 0]
+
         async def before_measured() -> None:
             nonlocal server_before
+            window[0] = time.perf_counter_ns()  # before the boundary samples, so they fall inside the window
+            if self.sampler is not None and self.sampler.available:
+                await self.sampler.sample_now()
+            if self.gpu is not None and self.gpu.available:
+                self.gpu.sample_once()
             server_before = await scrape(http)
 
         async def watchdog() -> None:
@@ -502,6 +621,7 @@ class _SweepRun:
                     cc.request_stop(f"server lost: {self.label} stopped answering its health check")
                     return
 
+        seen = [len(self.sampler) if self.sampler is not None else 0, 0]
         t0 = time.monotonic()
         task = asyncio.create_task(run_cell(opts, specs, cell.load, Limits(cell.requests, cell.duration_s, cell.warmup),
                                             on_record, cc, seed=cell.index, before_measured=before_measured))
@@ -517,6 +637,9 @@ class _SweepRun:
                     batch = pending[:]
                     pending.clear()
                     yield RequestsDone(cell, batch, counts[0], counts[1], time.monotonic() - t0)
+                sample = self._latest_sample(seen)
+                if sample is not None:
+                    yield sample
         except BaseException:
             cc.request_stop("interrupted")
             dog.cancel()
@@ -530,11 +653,24 @@ class _SweepRun:
             yield RequestsDone(cell, pending[:], counts[0], counts[1], time.monotonic() - t0)
             pending.clear()
         server_after = await scrape(http) if not lost[0] else None
+        if self.sampler is not None and self.sampler.available and not lost[0]:
+            await self.sampler.sample_now()
+        if self.gpu is not None and self.gpu.available:
+            self.gpu.sample_once()
+        window[1] = time.perf_counter_ns()
         if run.stopped and not lost[0] and not control.stopping and not await _health(self.url, plan.api_key):
             lost[0] = True
         status_override = "server_lost" if lost[0] else None
+        extra: dict[str, Any] = {}
+        if window[0]:
+            if self.sampler is not None and self.sampler.available:
+                extra["telemetry"] = self.sampler.window_summary(window[0], window[1])
+            if self.gpu is not None:
+                out_tok = sum(r.output_tokens for r in run.records if r.status == "ok")
+                extra["gpu"] = self.gpu.window_summary(window[0], window[1], out_tok, plan.electricity_price)
         summary = _save(cell, task, writer, plan, server_before, server_after, status=status_override,
-                        suffix=f"-lost{attempt}" if lost[0] else "")
+                        suffix=f"-lost{attempt}" if lost[0] else "", extra=extra)
+        self._save_telemetry()
         control.cell = None
         st = status_override or ("stopped" if run.stopped else "done")
         yield CellFinished(cell, summary, st, run.stopped)
@@ -546,7 +682,7 @@ class _SweepRun:
 
 def _save(cell: Cell, task: asyncio.Task[Any], writer: SessionWriter, plan: SweepPlan,
           before: dict[str, float] | None, after: dict[str, float] | None, interrupted: bool = False,
-          status: str | None = None, suffix: str = "") -> dict[str, Any]:
+          status: str | None = None, suffix: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
     if task.cancelled() or task.exception() is not None:
         writer.set_cell_status(cell.index, "failed", "interrupted" if interrupted else str(task.exception()))
         return {}
@@ -557,6 +693,7 @@ def _save(cell: Cell, task: asyncio.Task[Any], writer: SessionWriter, plan: Swee
     server = cell_delta(before, after)
     if server:
         summary["server"] = server
+    summary.update(extra or {})
     status = status or ("stopped" if (run.stopped or interrupted) else "done")
     writer.write_cell({**cell.row(), "status": status, "reason": clean_text(run.stopped)}, df, summary, suffix=suffix)
     return summary

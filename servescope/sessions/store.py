@@ -57,6 +57,10 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def write_parquet_atomic(path: Path, df: pl.DataFrame) -> None:
+    _atomic_parquet(path, df)
+
+
 def _atomic_parquet(path: Path, df: pl.DataFrame) -> None:
     tmp = path.with_name(path.name + ".tmp")
     df.write_parquet(tmp)

@@ -73,6 +73,16 @@ class SimHandle:
         self.stop()
 
 
+def _child_env() -> dict[str, str]:
+    """The child must import this very servescope, installed or not, whatever the working directory."""
+    import os
+
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def start_sim(
     profile: str = "tiny",
     extra_args: list[str] | None = None,
@@ -84,7 +94,7 @@ def start_sim(
     err = tempfile.NamedTemporaryFile(prefix="servescope-sim-", suffix=".log", delete=False)  # noqa: SIM115
     stderr_path = Path(err.name)
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1, env=_child_env())
     except OSError as e:
         err.close()
         raise SimStartError(f"cannot start the simulator ({' '.join(cmd[:3])}): {e}") from None

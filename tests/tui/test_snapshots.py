@@ -72,6 +72,8 @@ def _feed_run(home: Path) -> Any:
             run.post_message(msg)
         await pilot.pause()
         await pilot.pause()
+        run.flush_charts()  # charts redraw on a 0.5 s timer; draw now so the snapshot does not race it
+        await pilot.pause()
 
     return before
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
 
 ROOT = Path(servescope.__file__).resolve().parent.parent
 # TODO(lead): switch to [sys.executable, "-m", "servescope", "demo"] once `demo` calls run_app(demo=True)
-DEMO_CMD = [sys.executable, "-c", "from servescope.tui.app import run_app; raise SystemExit(run_app(demo=True))"]
+DEMO_CMD = [sys.executable, "-m", "servescope", "demo"]
 
 
 def tmux(*args: str) -> str:

@@ -62,6 +62,7 @@ class RunScreen(Screen[None]):
         self._points: dict[str, list[CurvePoint]] = {}  # per workload
         self._servers: list[dict[str, Any]] = []
         self._client_ttft: list[float | None] = []
+        self._dirty = False
 
     def compose(self) -> ComposeResult:
         yield SweepProgress(id="progress")
@@ -83,6 +84,7 @@ class RunScreen(Screen[None]):
         self.query_one("#log", EventLog).border_title = "events"
         self.query_one("#cells", CellTable).border_title = "finished cells"
         self.set_interval(1.0, self._tick)
+        self.set_interval(0.5, self.flush_charts)  # charts redraw at most twice a second, whatever the batch rate
 
     # ---- helpers --------------------------------------------------------------------------------
     @property
@@ -182,18 +184,26 @@ class RunScreen(Screen[None]):
         self._per_user.extend(msg.per_user_tok_s)
         self._out_tok += msg.output_tokens
         self._cell_elapsed = msg.elapsed_s
-        self.query_one("#hist-ttft", LatencyHistogram).values = tuple(self._ttft)
-        self.query_one("#hist-tpot", LatencyHistogram).values = tuple(self._tpot)
-        self.query_one("#hist-e2e", LatencyHistogram).values = tuple(self._e2e)
+        self._dirty = True
         p = self.progress
         p.done, p.failed, p.cell_elapsed = msg.done, msg.failed, msg.elapsed_s
         if msg.errors:
             self.log_view.request_errors(msg.cell.index + 1, msg.errors)
         self._update_eta()
+
+    def flush_charts(self) -> None:
+        """Redraw the histograms and the live curve point from what arrived since the last flush."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        self.query_one("#hist-ttft", LatencyHistogram).values = tuple(self._ttft)
+        self.query_one("#hist-tpot", LatencyHistogram).values = tuple(self._tpot)
+        self.query_one("#hist-e2e", LatencyHistogram).values = tuple(self._e2e)
         self._live_curve()
 
     @on(m.CellFinished)
     def _cell_finished(self, msg: m.CellFinished) -> None:
+        self.flush_charts()
         s, c = msg.summary, msg.cell
         self.finished += 1
         self._points.setdefault(c.workload, []).append(curve_point(c, s, self.slos))

@@ -1,0 +1,82 @@
+"""Telemetry, launching and server-config sweeps against the simulator (fast stand-in for vLLM)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from servescope.sessions.store import load_session
+from tests.integration.helpers import run_json, servescope
+
+
+def test_telemetry_is_sampled_and_summarised(tmp_path: Path) -> None:
+    out = run_json("--url", "sim://tiny", "-w", "longout", "-c", "8", "-n", "8", "--telemetry-interval", "0.2s",
+                   "--save", str(tmp_path / "s"))
+    [c] = out["cells"]
+    s = load_session(tmp_path / "s")
+    import json
+
+    summary = json.loads(s.cells["summary_json"][0])
+    tel = summary["telemetry"]
+    assert tel["available"] and tel["samples"] >= 5
+    assert tel["running_max"] == 8 and tel["kv_cache_usage_peak"] > 0
+    assert tel["requests_success"] == 8 == c["requests_ok"]
+    assert tel["generation_tokens"] == 8 * 2048
+    assert summary["gpu"]["available"] is False and "NVML" in summary["gpu"]["reason"]
+    kv = s.meta["kv_budget"]
+    assert kv["kv_cache_tokens"] > 0 and kv["max_concurrency_by_workload"]["longout"] > 8
+    assert s.meta["gpu"]["available"] is False
+    import polars as pl
+
+    t = pl.read_parquet(tmp_path / "s" / "telemetry.parquet")
+    assert t.height >= 5 and t["num_requests_running"].max() == 8
+
+
+def test_kv_pressure_shows_preemptions(tmp_path: Path) -> None:
+    """A KV cache too small for the load: preemptions and waiting requests appear in the cell."""
+    import json
+
+    from servescope.sim.launcher import start_sim
+
+    with start_sim("tiny", ["--kv-cache-tokens", "3072"]) as sim:
+        run_json("--url", sim.url, "-w", "longout", "-c", "16", "-n", "16", "--telemetry-interval", "0.25s",
+                 "--save", str(tmp_path / "s"))
+    s = load_session(tmp_path / "s")
+    tel = json.loads(s.cells["summary_json"][0])["telemetry"]
+    assert tel["preemptions"] > 0 and tel["waiting_max"] > 0 and tel["kv_cache_usage_peak"] > 0.9
+    assert s.meta["kv_budget"]["kv_cache_tokens"] == 3072
+
+
+def test_launch_with_server_variants(tmp_path: Path) -> None:
+    launch = f"{sys.executable} -m servescope.sim --profile tiny"
+    out = run_json("--launch", launch, "--server-variant", "--max-num-seqs 1", "--server-variant", "--max-num-seqs 8",
+                   "-w", "sharegpt", "-c", "8", "-n", "8", "--save", str(tmp_path / "s"))
+    one, eight = out["cells"]
+    assert one["requests_ok"] == eight["requests_ok"] == 8
+    # one sequence at a time queues everybody: far slower in aggregate than 8 in a batch
+    assert eight["output_tok_s"] > 3 * one["output_tok_s"]
+    s = load_session(tmp_path / "s")
+    assert s.meta["server"]["launch"] == launch
+    assert s.meta["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
+    assert s.cells["server_variant"].to_list() == ["--max-num-seqs 1", "--max-num-seqs 8"]
+    assert (tmp_path / "s" / "server-0.log").is_file() and (tmp_path / "s" / "server-1.log").is_file()
+    assert "GPU KV cache size" in (tmp_path / "s" / "server-0.log").read_text()
+
+
+def test_launched_server_that_crashes_is_relaunched(tmp_path: Path) -> None:
+    launch = f"{sys.executable} -m servescope.sim --profile tiny --exit-after-requests 30"
+    out = run_json("--launch", launch, "-w", "sharegpt", "-c", "4,4", "-n", "20", "--save", str(tmp_path / "s"))
+    assert out["status"] == "completed"
+    s = load_session(tmp_path / "s")
+    assert s.cells.sort("index")["status"].to_list() == ["done", "done"]
+    assert [e["kind"] for e in s.meta["events"]][:2] == ["server_lost", "server_back"]
+    assert s.requests().height == 40
+
+
+def test_launch_errors_are_one_line(tmp_path: Path) -> None:
+    p = servescope("run", "--launch", f"{sys.executable} -m servescope.sim --profile nosuch", "-n", "1",
+                   "--save", str(tmp_path / "s"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    p = servescope("run", "--server-variant", "--max-num-seqs 4", "-n", "1")
+    assert p.returncode == 2 and "--server-variant needs --launch" in p.stderr
