@@ -198,6 +198,11 @@ class SweepControl:
             c.request_stop(reason)
 
 
+def _plain(args: dict[str, Any]) -> dict[str, Any]:
+    """Server arguments as TOML-safe values."""
+    return {k: (v if isinstance(v, (str, int, float, bool)) else str(v)) for k, v in args.items() if v is not None}
+
+
 def plan_cells(plan: SweepPlan) -> list[Cell]:
     cells: list[Cell] = []
     variants = list(enumerate(plan.variants)) or [(0, "")]
@@ -370,6 +375,9 @@ class _SweepRun:
                     target, minfo = await self._connect()
                     tok = await self._tokenizer(model)
                     writer.add_event("server_launched", f"variant {cell.variant + 1}: {cell.variant_args}")
+                    writer.meta.setdefault("server", {}).setdefault("variant_args", {})[str(cell.variant)] = _plain(
+                        self.server.spec.server_args)
+                    writer.save_meta()
                     for n in await self._start_telemetry(minfo.max_model_len):
                         yield n
                 reason = _fits(cell.workload, minfo.max_model_len)
@@ -471,7 +479,7 @@ class _SweepRun:
         }
         if plan.launch:
             meta["server"] = {"launch": plan.launch, "variants": plan.variants,
-                              "args": getattr(self.server, "spec", None) and self.server.spec.server_args}
+                              "args": _plain(self.server.spec.server_args) if self.server is not None else None}
         if plan.electricity_price is not None:
             meta["electricity_usd_per_kwh"] = plan.electricity_price
         return meta
