@@ -122,6 +122,17 @@ def make_http_client(opts: ClientOptions, connections: int) -> httpx.AsyncClient
     )
 
 
+def _rejects_usage_stats(error: str) -> bool:
+    e = error.lower()
+    return "continuous_usage_stats" in e or "stream_options" in e
+
+
+def _copy_into(dst: RequestRecord, src: RequestRecord) -> RequestRecord:
+    for name in RequestRecord.__slots__:  # type: ignore[attr-defined]
+        setattr(dst, name, getattr(src, name))
+    return dst
+
+
 def _error_text(raw: bytes) -> str:
     try:
         obj = msgspec.json.decode(raw)
@@ -160,6 +171,12 @@ async def stream_request(
                     rec.end_ns = _perf()
                     rec.status = "error"
                     rec.error = f"HTTP {resp.status_code}: {_error_text(raw)}"
+                    if resp.status_code in (400, 422) and opts.continuous_usage and _rejects_usage_stats(rec.error):
+                        # a server that does not know continuous_usage_stats: drop it and send again
+                        opts.continuous_usage = False
+                        fresh = RequestRecord(rec.index, rec.user, rec.warmup, rec.input_tokens_requested,
+                                              rec.output_tokens_requested, rec.scheduled_ns)
+                        return _copy_into(rec, await stream_request(http, opts, spec, fresh))
                     return rec
                 async for piece in resp.aiter_raw():
                     now = _perf()

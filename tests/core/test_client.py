@@ -237,3 +237,27 @@ async def test_cancel_ends_cell_cleanly(server) -> None:
     run = await asyncio.wait_for(task, 5)
     assert run.stopped == "stopped by test"
     assert [r.status for r in run.records] == ["cancelled"] * 4
+
+
+async def test_server_without_continuous_usage_stats(server) -> None:
+    """A server that rejects continuous_usage_stats gets the request again without it."""
+    bodies: list[dict[str, object]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        body = await request.json()
+        bodies.append(body)
+        if body["stream_options"].get("continuous_usage_stats"):
+            return web.json_response({"error": {"message": "unknown field stream_options.continuous_usage_stats"}},
+                                     status=400)
+        ev_text = ev({"choices": [{"text": "a"}]}) + ev({"choices": [{"text": "b"}]})
+        usage = ev({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+        return web.Response(body=ev_text + usage + b"data: [DONE]\n\n", content_type="text/event-stream")
+
+    url = await server(handler)
+    opts = ClientOptions(base_url=url, model="m")
+    async with make_http_client(opts, 1) as http:
+        r1 = await stream_request(http, opts, SPEC, RequestRecord(0, 0, False, 7, 5, 0))
+        r2 = await stream_request(http, opts, SPEC, RequestRecord(1, 0, False, 7, 5, 0))
+    assert r1.status == "ok" and r1.output_tokens == 2 and r1.index == 0
+    assert r2.status == "ok" and r2.index == 1
+    assert opts.continuous_usage is False and len(bodies) == 3  # one rejected, then two without the option

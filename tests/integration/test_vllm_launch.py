@@ -1,0 +1,88 @@
+"""servescope launches the real CPU vLLM itself: KV budget from log and /metrics, two server variants,
+and a kill -9 of the server mid-sweep that servescope survives by relaunching it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from servescope.sessions.store import load_session
+from tests.integration.helpers import run_json
+from tests.support import vllm_server
+
+pytestmark = pytest.mark.vllm
+
+
+def _pids_listening_on(port: int) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in cmd and str(port).encode() in cmd and any(b"vllm" in c for c in cmd):
+            pids.append(int(d.name))
+    return pids
+
+
+def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
+    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
+        pytest.skip("SERVESCOPE_SKIP_VLLM=1")
+    venv, models = vllm_server.setup()
+    port = vllm_server.free_port()
+    env = vllm_server.vllm_env(tmp_path / "scratch")
+    env_words = " ".join(f"{k}={env[k]}" for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT",
+                                                   "TMPDIR", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE"))
+    launch = f"{env_words} {venv}/bin/vllm serve {models}/dense --max-model-len 2048 --port {port}"
+    wl = tmp_path / "w.toml"
+    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 32\n')
+    save = tmp_path / "s"
+    killed = threading.Event()
+
+    def killer() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1:
+                time.sleep(1.0)  # the second cell is running now
+                for pid in _pids_listening_on(port):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                killed.set()
+                return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    out = run_json("--launch", launch, "--server-variant", "--max-num-seqs 2", "--server-variant", "--max-num-seqs 8",
+                   "-w", str(wl), "-c", "4,8", "-n", "24", "--save", str(save), "--recover-timeout", "300s",
+                   "--telemetry-interval", "0.5s", timeout=1500)
+    t.join(5)
+    assert killed.is_set()
+    assert out["status"] == "completed"
+    s = load_session(save)
+    cells = s.cells.sort("index")
+    assert cells["status"].to_list() == ["done"] * 4  # the lost cell was re-run; no finished cell lost
+    assert cells["server_variant"].to_list() == ["--max-num-seqs 2"] * 2 + ["--max-num-seqs 8"] * 2
+    kinds = [e["kind"] for e in s.meta["events"]]
+    assert "server_lost" in kinds and "server_back" in kinds and "server_launched" in kinds
+    assert s.requests().height == 4 * 24
+    assert (s.requests()["output_tokens"] == 32).all()
+    # the KV budget from the startup log equals the one from /metrics
+    kv = s.meta["kv_budget"]
+    assert kv["source"] == "metrics+log" and kv["kv_cache_tokens"] == kv["log_kv_cache_tokens"] > 0
+    assert s.meta["server"]["args"]["max_num_seqs"] == 2
+    assert s.meta["server"]["variant_args"]["1"]["max_num_seqs"] == 8
+    # 8 sequences in a batch beat 2 at c=8
+    by = {(r["server_variant"], r["concurrency"]): r for r in cells.to_dicts()}
+    assert by[("--max-num-seqs 8", 8)]["output_tok_s"] > by[("--max-num-seqs 2", 8)]["output_tok_s"]
+    assert not _pids_listening_on(port)  # servescope stopped what it launched
