@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import signal
 import sys
 import time
@@ -20,44 +19,22 @@ from servescope.core.errors import ServescopeError
 JSON_STATS = ("mean", "p50", "p90", "p99")
 
 
-def parse_duration(text: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text or "")
-    if not m:
-        raise ServescopeError(f"bad duration {text!r}; use e.g. 60s, 5m or 90")
-    v = float(m.group(1))
-    return v * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+def parse_duration(text: str, where: str = "duration") -> float:
+    from servescope.sessions.sweepfile import parse_duration as pd
+
+    return pd(text, where)
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if not part.isdigit() or int(part) < 1:
-            raise ServescopeError(f"bad {flag} value {part!r}: give positive integers like 1,4,8")
-        out.append(int(part))
-    if not out:
-        raise ServescopeError(f"{flag} is empty: give positive integers like 1,4,8")
-    return out
+    from servescope.sessions.sweepfile import parse_int_list as pil
+
+    return pil(text, flag)
 
 
 def parse_float_list(text: str, flag: str) -> list[float]:
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            v = float(part)
-        except ValueError:
-            raise ServescopeError(f"bad {flag} value {part!r}: give request rates like 0.5,2,5") from None
-        if v <= 0:
-            raise ServescopeError(f"bad {flag} value {part!r}: rates must be above 0")
-        out.append(v)
-    if not out:
-        raise ServescopeError(f"{flag} is empty: give request rates like 0.5,2,5")
-    return out
+    from servescope.sessions.sweepfile import parse_float_list as pfl
+
+    return pfl(text, flag)
 
 
 def parse_tags(items: list[str]) -> dict[str, str]:
@@ -256,13 +233,13 @@ def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
         arrival=args.arrival,
         max_concurrency=args.max_concurrency,
         requests=args.requests,
-        duration_s=parse_duration(args.duration) if args.duration else None,
+        duration_s=parse_duration(args.duration, "--duration") if args.duration else None,
         warmup=args.warmup,
         slos=parse_slos(args.slo),
         tags=parse_tags(args.tag),
         model=args.model,
         api_key=api_key_from(args),
-        timeout_s=parse_duration(args.timeout),
+        timeout_s=parse_duration(args.timeout, "--timeout"),
         tokenizer=args.tokenizer,
         save_dir=Path(args.save) if args.save else None,
         sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None,
@@ -270,10 +247,10 @@ def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
         ignore_eos=not args.no_ignore_eos,
         target_label=label,
         launch=args.launch,
-        launch_timeout_s=parse_duration(args.launch_timeout),
+        launch_timeout_s=parse_duration(args.launch_timeout, "--launch-timeout"),
         variants=list(args.server_variant),
-        recover_timeout_s=parse_duration(args.recover_timeout),
-        telemetry_interval_s=parse_duration(args.telemetry_interval),
+        recover_timeout_s=parse_duration(args.recover_timeout, "--recover-timeout"),
+        telemetry_interval_s=parse_duration(args.telemetry_interval, "--telemetry-interval"),
         electricity_price=args.electricity_price,
     )
 
@@ -316,8 +293,9 @@ def run_command(args: argparse.Namespace) -> int:
             if args.save:
                 plan.save_dir = Path(args.save)
             return _run_loop(plan, out, table_out, args.json)
-        url, label = ("", None) if args.launch else open_target(args.url, stack, sys.stderr)
-        plan = build_plan(args, url, label)
+        plan = build_plan(args, "", None)  # every flag is checked before a simulator starts
+        if not args.launch:
+            plan.url, plan.target_label = open_target(args.url, stack, sys.stderr)
         return _run_loop(plan, out, table_out, args.json)
 
 
@@ -471,7 +449,7 @@ def resume_command(args: argparse.Namespace) -> int:
             target_label=label or (stored_url if stored_url.startswith("sim://") else None),
             launch=launch,
             variants=list(server.get("variants", [])),
-            recover_timeout_s=parse_duration(args.recover_timeout),
+            recover_timeout_s=parse_duration(args.recover_timeout, "--recover-timeout"),
             electricity_price=meta.get("electricity_usd_per_kwh"),
             resume=s.path,
             name=str(meta.get("name", "")),

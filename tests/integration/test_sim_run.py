@@ -89,10 +89,10 @@ def test_server_dies_mid_sweep_keeps_finished_cells(tmp_path: Path) -> None:
     assert s.requests(0).height == 20 and s.requests(0)["status"].to_list() == ["ok"] * 20
 
 
-def test_kill_9_loses_at_most_the_running_cell(tmp_path: Path) -> None:
-    save = tmp_path / "s"
+def _kill_9_after_first_cell(save: Path, requests: int) -> None:
+    """Run a 3-cell sweep on sim://tiny and kill -9 servescope once the first cell is on disk."""
     proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", "--url", "sim://tiny", "-w", "sharegpt",
-                             "-c", "4,4,4", "-n", "24", "--save", str(save)], cwd=ROOT,
+                             "-c", "4,4,4", "-n", str(requests), "--save", str(save)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -103,6 +103,11 @@ def test_kill_9_loses_at_most_the_running_cell(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
+
+
+def test_kill_9_loses_at_most_the_running_cell(tmp_path: Path) -> None:
+    save = tmp_path / "s"
+    _kill_9_after_first_cell(save, 24)
     s = load_session(save)
     assert s.status == "interrupted"  # session.toml still said "running": the process never finished
     done = s.cells.filter(pl.col("status") == "done")
@@ -192,18 +197,7 @@ def test_server_restarts_mid_sweep_and_the_lost_cell_is_rerun(tmp_path: Path) ->
 
 def test_resume_after_kill_9(tmp_path: Path) -> None:
     save = tmp_path / "s"
-    proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", "--url", "sim://tiny", "-w", "sharegpt",
-                             "-c", "4,4,4", "-n", "16", "--save", str(save)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1:
-                break
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
+    _kill_9_after_first_cell(save, 16)
     assert load_session(save).status == "interrupted"
     p = servescope("resume", str(save), "--json")
     assert p.returncode == 0, p.stderr

@@ -108,7 +108,7 @@ def test_not_an_openai_server(tmp_path: Path) -> None:
     "args, needle",
     [
         (["-w", "nosuch"], "unknown workload 'nosuch'"),
-        (["-c", "1,x,4"], "bad --concurrency value 'x'"),
+        (["-c", "1,x,4"], "--concurrency: bad value 'x'"),
         (["--slo", "ttft=3"], "bad SLO"),
         (["--url", "localhost:8000"], "bad URL"),
     ],
