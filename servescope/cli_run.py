@@ -83,6 +83,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", help="local Hugging Face tokenizer path, for servers without /tokenize")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="let the model stop early (output lengths then vary; default sends ignore_eos)")
+    p.add_argument("--transport", choices=["aiohttp", "httpx"], default="aiohttp",
+                   help="HTTP client for the load (default aiohttp: the least CPU per streamed token)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
     add_server_args(p)
 
@@ -252,6 +254,7 @@ def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
         recover_timeout_s=parse_duration(args.recover_timeout, "--recover-timeout"),
         telemetry_interval_s=parse_duration(args.telemetry_interval, "--telemetry-interval"),
         electricity_price=args.electricity_price,
+        transport=args.transport,
     )
 
 

@@ -43,11 +43,14 @@ def parse(text: str) -> dict[str, float]:
 
 
 async def scrape(http: httpx.AsyncClient) -> dict[str, float] | None:
+    """Counters and histogram sums/counts at one moment (only the families servescope reads)."""
+    from servescope.core.telemetry import parse_metrics
+
     try:
         r = await http.get("/metrics", timeout=5.0)
         if r.status_code != 200:
             return None
-        return parse(r.text)
+        return {k: v for k, v in parse_metrics(r.text).items() if isinstance(v, float)}
     except Exception:
         return None
 

@@ -71,7 +71,9 @@ def _headers(api_key: str | None) -> dict[str, str]:
 async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> TargetInfo:
     url = normalize_url(url)
     info = TargetInfo(url=redact_url(url))
-    async with httpx.AsyncClient(base_url=url, headers=_headers(api_key), timeout=timeout_s, trust_env=False) as c:
+    from servescope.core.client import async_client
+
+    async with async_client(base_url=url, headers=_headers(api_key), timeout=timeout_s) as c:
         try:
             r = await c.get("/v1/models")
         except httpx.ConnectError as e:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from servescope.core.client import ClientOptions, RequestSpec
+from servescope.core.client import ClientOptions, RequestSpec, async_client
 from servescope.core.errors import ServescopeError
 from servescope.core.load import CellControl, Limits, Load, run_cell
 from servescope.core.metrics import records_frame, summarize
@@ -68,6 +68,7 @@ class SweepPlan:
     telemetry_interval_s: float = 1.0
     electricity_price: float | None = None  # USD per kWh, for cost per 1M tokens
     resume: Path | None = None  # continue this session from its first unfinished cell
+    transport: str = "aiohttp"  # HTTP client for the load: "aiohttp" or "httpx"
 
 
 @dataclass
@@ -246,8 +247,10 @@ def _fits(w: Workload, max_len: int | None) -> str | None:
 
 
 async def _health(url: str, api_key: str | None, timeout_s: float = 5.0) -> bool:
+    """Does the server answer /v1/models? A fresh connection each time (a dead server's pooled one lies)."""
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=timeout_s, trust_env=False) as c:
+        async with async_client(base_url=url, timeout=timeout_s,
+                                limits=httpx.Limits(max_keepalive_connections=0)) as c:
             r = await c.get("/v1/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
             return r.status_code < 500
     except Exception:
@@ -292,12 +295,11 @@ class _SweepRun:
         minfo = target.model(self.plan.model)
         if self.http is not None:
             await self.http.aclose()
-        self.http = httpx.AsyncClient(
+        self.http = async_client(
             base_url=self.url,
             headers={"Authorization": f"Bearer {self.plan.api_key}"} if self.plan.api_key else None,
             timeout=httpx.Timeout(120.0, connect=10.0),
             limits=httpx.Limits(max_connections=16),
-            trust_env=False,
         )
         if self.plan.target_label is None:
             self.label = target.url
@@ -506,7 +508,7 @@ class _SweepRun:
         assert self.writer is not None
         notes: list[Event] = []
         await self._stop_metrics()
-        self.sampler_http = httpx.AsyncClient(base_url=self.url, timeout=10.0, trust_env=False,
+        self.sampler_http = async_client(base_url=self.url, timeout=10.0,
                                               headers={"Authorization": f"Bearer {self.plan.api_key}"}
                                               if self.plan.api_key else None)
         self.sampler = MetricsSampler(self.sampler_http, self.plan.telemetry_interval_s)
@@ -592,7 +594,7 @@ class _SweepRun:
         plan, control, writer, http = self.plan, self.control, self.writer, self.http
         assert writer is not None and http is not None
         opts = ClientOptions(base_url=self.url, model=model, api_key=plan.api_key, timeout_s=plan.timeout_s,
-                             ignore_eos=plan.ignore_eos)
+                             ignore_eos=plan.ignore_eos, transport=plan.transport)
         cc = CellControl()
         control.cell = cc
         pending: list[RequestRecord] = []

@@ -51,8 +51,8 @@ async def server() -> AsyncIterator[Callable[[Handler], asyncio.Future[str]]]:
         await r.cleanup()
 
 
-async def send(url: str, spec: RequestSpec, timeout_s: float = 10) -> RequestRecord:
-    opts = ClientOptions(base_url=url, model="m", timeout_s=timeout_s)
+async def send(url: str, spec: RequestSpec, timeout_s: float = 10, transport: str = "aiohttp") -> RequestRecord:
+    opts = ClientOptions(base_url=url, model="m", timeout_s=timeout_s, transport=transport)
     rec = RequestRecord(0, 0, False, spec.input_tokens, spec.output_tokens, scheduled_ns=0)
     async with make_http_client(opts, 1) as http:
         return await stream_request(http, opts, spec, rec)
@@ -61,7 +61,8 @@ async def send(url: str, spec: RequestSpec, timeout_s: float = 10) -> RequestRec
 SPEC = RequestSpec("completions", "hello", 7, 5)
 
 
-async def test_stream_split_in_odd_pieces(server) -> None:
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_stream_split_in_odd_pieces(server, transport: str) -> None:
     body = completion_stream(5)
     seen: dict[str, object] = {}
 
@@ -76,7 +77,7 @@ async def test_stream_split_in_odd_pieces(server) -> None:
         return resp
 
     url = await server(handler)
-    r = await send(url, SPEC)
+    r = await send(url, SPEC, transport=transport)
     assert r.status == "ok", r.error
     assert r.output_tokens == 5 and r.prompt_tokens == 7 and r.usage_reported
     assert len(r.chunk_ns) == 5 and list(r.chunk_tokens) == [1] * 5
@@ -125,27 +126,30 @@ async def test_multi_token_chunks_from_usage(server) -> None:
     assert list(r.chunk_tokens) == [2, 3] and r.output_tokens == 5
 
 
-async def test_http_error_is_data_and_escapes_are_stripped(server) -> None:
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_http_error_is_data_and_escapes_are_stripped(server, transport: str) -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.json_response({"error": {"message": "bad \x1b[31mred\x1b[0m thing\x07"}}, status=400)
 
-    r = await send(await server(handler), SPEC)
+    r = await send(await server(handler), SPEC, transport=transport)
     assert r.status == "error" and r.http_status == 400
     assert r.error == "HTTP 400: bad red thing"
 
 
-async def test_cut_stream(server) -> None:
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_cut_stream(server, transport: str) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse()
         await resp.prepare(request)
         await resp.write(completion_stream(5)[:150])
         return resp  # ends without [DONE]
 
-    r = await send(await server(handler), SPEC)
+    r = await send(await server(handler), SPEC, transport=transport)
     assert r.status == "cut" and len(r.chunk_ns) >= 1
 
 
-async def test_timeout(server) -> None:
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_timeout(server, transport: str) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse()
         await resp.prepare(request)
@@ -153,13 +157,14 @@ async def test_timeout(server) -> None:
         await asyncio.sleep(5)
         return resp
 
-    r = await send(await server(handler), SPEC, timeout_s=0.3)
+    r = await send(await server(handler), SPEC, timeout_s=0.3, transport=transport)
     assert r.status == "timeout" and "timeout" in r.error
     assert r.output_tokens == 1  # partial counts kept
 
 
-async def test_connection_refused() -> None:
-    r = await send("http://127.0.0.1:9", SPEC)
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_connection_refused(transport: str) -> None:
+    r = await send("http://127.0.0.1:9", SPEC, transport=transport)
     assert r.status == "error" and r.error
 
 

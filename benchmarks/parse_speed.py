@@ -1,0 +1,51 @@
+"""How fast servescope turns streamed bytes into token stamps: SSE parsing + chunk decoding, per chunk.
+
+    .venv/bin/python benchmarks/parse_speed.py
+
+Feeds a vLLM-shaped completions stream (one token per event, continuous usage) through the SSE parser
+and the msgspec chunk decoder in network-sized pieces, and prints microseconds per chunk (median of 5).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+from servescope.core.client import _decode_chunk
+from servescope.core.sse import SSEParser
+
+
+def stream(n: int) -> bytes:
+    out = []
+    for i in range(n):
+        out.append(b"data: " + json.dumps({
+            "id": "cmpl-0123456789abcdef", "object": "text_completion", "created": 1764700000, "model": "/models/dense",
+            "choices": [{"index": 0, "text": " token", "logprobs": None, "finish_reason": None, "stop_reason": None}],
+            "usage": {"prompt_tokens": 256, "total_tokens": 257 + i, "completion_tokens": i + 1},
+        }).encode() + b"\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+def run(data: bytes, piece: int) -> float:
+    t0 = time.perf_counter()
+    p = SSEParser()
+    n = 0
+    for i in range(0, len(data), piece):
+        for ev in p.feed(data[i : i + piece]):
+            if ev != b"[DONE]":
+                _decode_chunk(ev)
+                n += 1
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main() -> None:
+    data = stream(20_000)
+    for piece in (64, 300, 4096):
+        us = statistics.median(run(data, piece) for _ in range(5))
+        print(f"pieces of {piece:>5} bytes: {us:6.2f} us per chunk (SSE parse + msgspec decode)")
+
+
+if __name__ == "__main__":
+    main()
