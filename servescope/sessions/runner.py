@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -269,6 +270,33 @@ async def run_sweep(plan: SweepPlan, control: SweepControl | None = None) -> Asy
 FINISHED = ("done", "skipped")
 
 
+class _Background:
+    """An event loop in a daemon thread for the side work of a sweep (/metrics scrapes and their parsing,
+    health checks), so that none of it ever runs on the load's loop between a token's arrival and its stamp."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="servescope-telemetry", daemon=True)
+        self.thread.start()
+
+    async def call(self, coro: Any) -> Any:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    async def sync(self, fn: Any, *args: Any) -> Any:
+        async def run() -> Any:
+            return fn(*args)
+
+        return await self.call(run())
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
 class _SweepRun:
     """State of one sweep: the target, the session writer, the server (when servescope launched it)."""
 
@@ -285,6 +313,7 @@ class _SweepRun:
         self.http: httpx.AsyncClient | None = None
         self.writer: SessionWriter | None = None
         self.sampler: Any = None
+        self.bg = _Background()
         self.sampler_http: httpx.AsyncClient | None = None
         self.sampler_frames: list[Any] = []
         self.gpu: Any = None
@@ -404,7 +433,7 @@ class _SweepRun:
                         yield ev
                         if isinstance(ev, CellFinished) and ev.status in ("stopped", "server_lost"):
                             lost = ev.status == "server_lost" or (
-                                not self.control.stopping and not await _health(self.url, plan.api_key))
+                                not self.control.stopping and not await self._healthy())
                     if not lost:
                         break
                     t_lost = time.monotonic()
@@ -486,17 +515,24 @@ class _SweepRun:
             meta["electricity_usd_per_kwh"] = plan.electricity_price
         return meta
 
+    async def _healthy(self, timeout_s: float = 5.0) -> bool:
+        return bool(await self.bg.call(_health(self.url, self.plan.api_key, timeout_s)))
+
     async def _recover(self) -> bool:
         """Relaunch the server when we launched it, else wait for it to answer again."""
         deadline = time.monotonic() + self.plan.recover_timeout_s
         if self.server is not None:
-            try:
-                await asyncio.to_thread(self.server.restart)
-                return True
-            except ServescopeError:
-                return False
+            while not self.control.stopping:
+                try:
+                    await asyncio.to_thread(self.server.restart)
+                    return True
+                except ServescopeError:  # e.g. the dead server's port not free yet: try again
+                    if time.monotonic() + 2 > deadline:
+                        return False
+                    await asyncio.sleep(2)
+            return False
         while time.monotonic() < deadline and not self.control.stopping:
-            if await _health(self.url, self.plan.api_key):
+            if await self._healthy():
                 return True
             await asyncio.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
         return False
@@ -508,11 +544,15 @@ class _SweepRun:
         assert self.writer is not None
         notes: list[Event] = []
         await self._stop_metrics()
-        self.sampler_http = async_client(base_url=self.url, timeout=10.0,
-                                              headers={"Authorization": f"Bearer {self.plan.api_key}"}
-                                              if self.plan.api_key else None)
-        self.sampler = MetricsSampler(self.sampler_http, self.plan.telemetry_interval_s)
-        await self.sampler.start()
+        async def make() -> Any:
+            self.sampler_http = async_client(base_url=self.url, timeout=10.0,
+                                             headers={"Authorization": f"Bearer {self.plan.api_key}"}
+                                             if self.plan.api_key else None)
+            sampler = MetricsSampler(self.sampler_http, self.plan.telemetry_interval_s)
+            await sampler.start()
+            return sampler
+
+        self.sampler = await self.bg.call(make())
         meta = self.writer.meta
         if not self.sampler.available:
             meta["telemetry"] = {"metrics": False, "metrics_reason": self.sampler.reason}
@@ -549,12 +589,12 @@ class _SweepRun:
 
     async def _stop_metrics(self) -> None:
         if self.sampler is not None:
-            await self.sampler.stop()
+            await self.bg.call(self.sampler.stop())
             self._save_telemetry()
             self.sampler_frames.append(self.sampler.frame())
             self.sampler = None
         if self.sampler_http is not None:
-            await self.sampler_http.aclose()
+            await self.bg.call(self.sampler_http.aclose())
             self.sampler_http = None
 
     def _save_telemetry(self) -> None:
@@ -589,6 +629,7 @@ class _SweepRun:
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
             self.server = None
+        self.bg.close()
 
     async def _run_one(self, cell: Cell, specs: list[RequestSpec], model: str, attempt: int) -> AsyncIterator[Event]:
         plan, control, writer, http = self.plan, self.control, self.writer, self.http
@@ -613,7 +654,7 @@ class _SweepRun:
             nonlocal server_before
             window[0] = time.perf_counter_ns()  # before the boundary samples, so they fall inside the window
             if self.sampler is not None and self.sampler.available:
-                await self.sampler.sample_now()
+                await self.bg.call(self.sampler.sample_now())
             if self.gpu is not None and self.gpu.available:
                 self.gpu.sample_once()
             server_before = await scrape(http)
@@ -622,7 +663,7 @@ class _SweepRun:
             misses = 0
             while not cc.stop.is_set():
                 await asyncio.sleep(plan.health_interval_s)
-                if await _health(self.url, plan.api_key, timeout_s=max(2.0, plan.health_interval_s)):
+                if await self._healthy(timeout_s=max(2.0, plan.health_interval_s)):
                     misses = 0
                     continue
                 misses += 1
@@ -664,17 +705,17 @@ class _SweepRun:
             pending.clear()
         server_after = await scrape(http) if not lost[0] else None
         if self.sampler is not None and self.sampler.available and not lost[0]:
-            await self.sampler.sample_now()
+            await self.bg.call(self.sampler.sample_now())
         if self.gpu is not None and self.gpu.available:
             self.gpu.sample_once()
         window[1] = time.perf_counter_ns()
-        if run.stopped and not lost[0] and not control.stopping and not await _health(self.url, plan.api_key):
+        if run.stopped and not lost[0] and not control.stopping and not await self._healthy():
             lost[0] = True
         status_override = "server_lost" if lost[0] else None
         extra: dict[str, Any] = {}
         if window[0]:
             if self.sampler is not None and self.sampler.available:
-                extra["telemetry"] = self.sampler.window_summary(window[0], window[1])
+                extra["telemetry"] = await self.bg.sync(self.sampler.window_summary, window[0], window[1])
             if self.gpu is not None:
                 out_tok = sum(r.output_tokens for r in run.records if r.status == "ok")
                 extra["gpu"] = self.gpu.window_summary(window[0], window[1], out_tok, plan.electricity_price)
