@@ -17,6 +17,8 @@ from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
+from servescope.core.errors import ServescopeError
+from servescope.core.textsafe import clean_text
 from servescope.tui import messages as m
 from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.help import HelpScreen
@@ -121,15 +123,22 @@ class ServescopeApp(App[int]):
             text += f"\n{msg.message}"
         self.notify(text, severity=sev, timeout=8)  # type: ignore[arg-type]
 
-    def compare_sessions(self, paths: list[Path]) -> None:
-        """The door to the comparison view (servescope.sessions.compare, another piece of work)."""
+    def compare_sessions(self, paths: list[Path], label_key: str | None = None) -> bool:
+        """Open the Compare screen on saved sessions; a session that cannot be read, or sessions with no
+        cell in common, are said in a notice (the app stays where it was)."""
+        from servescope.tui.screens.compare import CompareScreen
+
         try:
-            from servescope.tui.screens.compare import CompareScreen  # type: ignore[import-not-found]
-        except ImportError:
-            self.notify(f"Comparing {len(paths)} sessions side by side is coming; for now open each with enter.",
-                        title="compare", timeout=6)
-            return
-        self.push_screen(CompareScreen(paths))
+            screen = CompareScreen(paths, label_key)
+        except ServescopeError as e:
+            self.notify(clean_text(e.message), title="compare", severity="error", timeout=10)
+            return False
+        except Exception as e:  # a damaged session file: say so, keep the app
+            self.notify(f"cannot compare: {type(e).__name__}: {clean_text(str(e))[:200]}", title="compare",
+                        severity="error", timeout=10)
+            return False
+        self.push_screen(screen)
+        return True
 
     # ---- actions ------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -3,39 +3,15 @@ directly, only these (posted from the worker thread with `post_message`, which i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from textual.message import Message
 
+from servescope.tui.wire import CellInfo
 
-@dataclass
-class CellInfo:
-    """What the UI needs to know about a planned cell (a plain copy of the engine's Cell)."""
-
-    index: int
-    workload: str
-    load_label: str
-    concurrency: int | None
-    rate: float | None
-    requests: int | None
-    duration_s: float | None
-    shape: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.workload} {self.load_label}"
-
-    @property
-    def x(self) -> float:
-        """The load level as a number (concurrency, else rate) for curves."""
-        return float(self.concurrency if self.concurrency is not None else (self.rate or 0.0))
-
-    @classmethod
-    def from_cell(cls, cell: Any) -> CellInfo:
-        return cls(cell.index, cell.workload.name, cell.load.label, cell.load.concurrency, cell.load.rate,
-                   cell.requests, cell.duration_s, cell.workload.shape())
+__all__ = ["CellFinished", "CellInfo", "CellSkipped", "CellStarted", "EngineNotice", "RequestsMeasured",
+           "SweepFinished", "SweepStarted", "TargetProbed", "TelemetryMeta", "TelemetryUpdated", "from_wire"]
 
 
 class SweepStarted(Message):
@@ -118,3 +94,33 @@ class TargetProbed(Message):
         self.url = url
         self.info = info
         self.error = error
+
+
+class TelemetryUpdated(Message):
+    """The newest live readings: `server` has kv_cache_usage (0..1), running, waiting, preemptions_total
+    (see wire.LIVE_SERVER_KEYS) or is None; `gpus` one dict per GPU (telemetry.GPU_COLUMNS plus `gpu`)."""
+
+    def __init__(self, server: dict[str, float] | None, gpus: list[dict[str, Any]] | None) -> None:
+        super().__init__()
+        self.server = server
+        self.gpus = gpus
+
+
+class TelemetryMeta(Message):
+    """What the engine learned at the start: the KV budget (kv_cache_tokens, max_concurrency_by_workload)
+    and whether NVML sees GPUs (available, reason)."""
+
+    def __init__(self, kv_budget: dict[str, Any] | None, gpu: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.kv_budget = kv_budget
+        self.gpu = gpu
+
+
+_KINDS: dict[str, type[Message]] = {c.__name__: c for c in (
+    SweepStarted, CellStarted, RequestsMeasured, CellFinished, CellSkipped, EngineNotice, SweepFinished,
+    TelemetryUpdated, TelemetryMeta)}
+
+
+def from_wire(kind: str, fields: dict[str, Any]) -> Message:
+    """The app message for a `(kind, fields)` item of servescope.tui.wire."""
+    return _KINDS[kind](**fields)

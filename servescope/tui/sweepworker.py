@@ -1,5 +1,7 @@
-"""The bridge between the engine and the app. Everything here runs in a Textual *thread* worker with its
-own asyncio event loop, so a slow repaint can never delay a request timestamp; results reach the app only
+"""The bridge between the engine and the app, run in a Textual *thread* worker. The engine runs either in a
+separate process (servescope.tui.engineproc; the default when two or more CPUs are usable, so the app's
+repaints and the load never share an interpreter lock) or on this thread's own asyncio event loop (one
+CPU, SERVESCOPE_ENGINE=thread, or when the process cannot start). Either way results reach the app only
 through `post` (the app's thread-safe `post_message`), in the engine's batches (a few per second)."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.tui import messages as m
+from servescope.tui.wire import run_loop
 
 Post = Callable[[Any], Any]
 
@@ -75,22 +78,12 @@ class SimPool:
                 pass
 
 
-def _run(coro: Any) -> Any:
-    try:
-        import uvloop
-
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as r:
-            return r.run(coro)
-    except ImportError:
-        return asyncio.run(coro)
-
-
 def probe_target(pool: SimPool, url: str, api_key_env: str) -> dict[str, Any]:
     """Blocking probe (run it in a thread worker): models, version, max length, /metrics, local GPUs."""
     from servescope.core.target import probe
 
     real, label = pool.resolve(url)
-    info = _run(probe(real, os.environ.get(api_key_env) or None))
+    info = run_loop(probe(real, os.environ.get(api_key_env) or None))
     return {
         "url": label or info.url,
         "models": [(mi.id, mi.max_model_len) for mi in info.models],
@@ -129,37 +122,45 @@ def local_gpus() -> list[str]:
             pass
 
 
-def reduce_records(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,
-                                                list[tuple[str, str]]]:
-    """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics (the one
-    definition), plus the batch's output tokens and its errors."""
-    from servescope.core.metrics import per_request, records_frame
-
-    measured = [r for r in records if not r.warmup]
-    if not measured:
-        return [], [], [], [], 0, []
-    pr = per_request(records_frame(measured))
-    ok = pr.filter(pr["status"] == "ok")
-    errors = [(str(s), clean_text(str(e))[:200]) for s, e in zip(pr["status"], pr["error"], strict=True) if s != "ok"]
-    return (
-        ok["ttft_ms"].drop_nulls().to_list(),
-        ok["tpot_ms"].drop_nulls().to_list(),
-        ok["e2e_ms"].drop_nulls().to_list(),
-        ok["per_user_tok_s"].drop_nulls().to_list(),
-        int(ok["output_tokens"].sum() or 0),
-        errors,
-    )
+def engine_mode() -> str:
+    """"process" when the app and the load would otherwise share a core (the interpreter lock makes a
+    thread worker share the app's core whatever the machine): whenever this process may use two or more
+    CPUs. "thread" on one CPU, where a second process gains nothing. SERVESCOPE_ENGINE=thread|process
+    overrides."""
+    forced = os.environ.get("SERVESCOPE_ENGINE", "").strip().lower()
+    if forced in ("thread", "process"):
+        return forced
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return "process" if cpus >= 2 else "thread"
 
 
 class SweepDriver:
-    """Runs one sweep to its end on the calling thread's own event loop, posting app messages."""
+    """Runs one sweep to its end, posting app messages, from a Textual thread worker. mode "thread": the
+    engine runs on this thread's own event loop. mode "process": it runs in a spawned process
+    (servescope.tui.engineproc) and this thread only relays its event batches; if the process cannot
+    start, the thread path runs instead."""
 
-    def __init__(self, post: Post) -> None:
+    def __init__(self, post: Post, mode: str | None = None) -> None:
         self.post = post
+        self.mode = mode or engine_mode()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task[Any] | None = None
         self.control: Any = None
         self._cancelled = False
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    def _post_items(self, items: list[tuple[str, dict[str, Any]]]) -> str | None:
+        """Post the items as app messages; the sweep's final status when one says it finished."""
+        status = None
+        for kind, fields in items:
+            if kind == "SweepFinished":
+                status = str(fields["status"])
+            self.post(m.from_wire(kind, fields))
+        return status
 
     def run(self, sweep: dict[str, Any], pool: SimPool, sessions_dir: Path | None) -> str:
         from servescope.sessions.runner import SweepControl
@@ -169,9 +170,14 @@ class SweepDriver:
         try:
             url, label = pool.resolve(sweep["url"])
             key = os.environ.get(sweep.get("api_key_env") or "OPENAI_API_KEY") or None
+            if self.mode == "process":
+                status = self._run_process(sweep, url, label, key, sessions_dir)
+                if status is not None:
+                    return status
+                self.mode = "thread"  # the process did not start: fall back
             plan = plan_from_sweep(sweep, url, label, api_key=key, sessions_dir=sessions_dir)
-            status: str = _run(self._main(plan))
-            return status
+            result: str = run_loop(self._main(plan))
+            return result
         except ServescopeError as e:
             self.post(m.SweepFinished(None, "failed", clean_text(e.message)))
             return "failed"
@@ -188,44 +194,107 @@ class SweepDriver:
         if self._cancelled:
             raise asyncio.CancelledError
         from servescope.sessions import runner as r
+        from servescope.tui.wire import Translator
 
-        post = self.post
+        translate = Translator(plan.target_label)
         status = "failed"
         async for ev in r.run_sweep(plan, self.control):
-            if isinstance(ev, r.RequestsDone):
-                info = m.CellInfo.from_cell(ev.cell)
-                ttft, tpot, e2e, per_user, out_tok, errors = reduce_records(ev.records)
-                post(m.RequestsMeasured(info, ttft, tpot, e2e, per_user, out_tok, ev.done, ev.failed, ev.elapsed_s,
-                                        errors))
-            elif isinstance(ev, r.CellStarted):
-                post(m.CellStarted(m.CellInfo.from_cell(ev.cell), ev.total))
-            elif isinstance(ev, r.CellFinished):
-                post(m.CellFinished(m.CellInfo.from_cell(ev.cell), ev.summary, ev.status, clean_text(ev.reason)))
-            elif isinstance(ev, r.CellSkipped):
-                post(m.CellSkipped(m.CellInfo.from_cell(ev.cell), clean_text(ev.reason)))
-            elif isinstance(ev, r.Notice):
-                post(m.EngineNotice(ev.level, clean_text(ev.text)))
-            elif isinstance(ev, r.SweepStarted):
-                post(m.SweepStarted(ev.session_dir, [m.CellInfo.from_cell(c) for c in ev.cells], ev.target.url
-                                    if not plan.target_label else plan.target_label, ev.model, ev.target.version,
-                                    ev.tokenizer, ev.target.metrics_available))
-            elif isinstance(ev, r.SweepFinished):
-                status = ev.status
-                post(m.SweepFinished(ev.session_dir, ev.status, clean_text(ev.message)))
+            done = self._post_items(translate(ev))
+            if done is not None:
+                status = done
         return status
+
+    def _run_process(self, sweep: dict[str, Any], url: str, label: str | None, key: str | None,
+                     sessions_dir: Path | None) -> str | None:
+        """Relay the engine process's batches until it ends; None when it could not be started."""
+        import multiprocessing as mp
+        import time
+
+        from servescope.tui import engineproc
+
+        if self._cancelled:
+            raise asyncio.CancelledError
+        ctx = mp.get_context("spawn")
+        here, there = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=engineproc.main, args=(there, sweep, url, label, key, sessions_dir),
+                           name="servescope-engine", daemon=True)
+        try:
+            proc.start()
+        except Exception as e:  # e.g. a sweep that does not pickle, or no /dev/shm: use the thread
+            self.post(m.EngineNotice("warning", f"the engine process did not start ({type(e).__name__}: "
+                                                f"{clean_text(str(e))[:120]}); running in a thread"))
+            here.close()
+            there.close()
+            return None
+        there.close()
+        with self._lock:
+            self._conn = here
+        status: str | None = None
+        cancel_at: float | None = None
+        try:
+            while True:
+                if self._cancelled and cancel_at is None:
+                    self._send(("cancel",))
+                    cancel_at = time.monotonic()
+                if cancel_at is not None and time.monotonic() - cancel_at > 5:
+                    proc.terminate()
+                    break
+                try:
+                    ready = here.poll(0.1)
+                    batch = here.recv() if ready else None
+                except (EOFError, OSError):
+                    break
+                if batch is None:
+                    if not proc.is_alive() and not here.poll(0):
+                        break
+                    continue
+                if batch and batch[0][0] == engineproc.END:
+                    break
+                done = self._post_items(batch)
+                if done is not None:
+                    status = done
+        finally:
+            with self._lock:
+                self._conn = None
+            here.close()
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=2)
+        if status is None:
+            status = "interrupted" if self._cancelled else "failed"
+            why = ("the app closed during the sweep" if self._cancelled
+                   else f"the engine process ended unexpectedly (exit code {proc.exitcode})")
+            self.post(m.SweepFinished(None, status, why))
+        return status
+
+    def _send(self, cmd: tuple[str, ...]) -> bool:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                return False
+            try:
+                conn.send(cmd)
+                return True
+            except (OSError, ValueError):
+                return False
 
     # thread-safe controls ------------------------------------------------------------------------
     def skip_cell(self) -> None:
+        if self._send(("skip",)):
+            return
         if self.control is not None:
             self.control.skip_cell("skipped from the app")
 
     def stop(self) -> None:
+        if self._send(("stop",)):
+            return
         if self.control is not None:
             self.control.stop("stopped from the app")
 
     def cancel(self) -> None:
         """Abort now (the app is closing): the running cell is marked interrupted, finished cells stay."""
-        self._cancelled = True
+        self._cancelled = True  # the process relay sends ("cancel",) on its next turn
         if self.control is not None:
             self.control.stopping = True
         loop, task = self.loop, self.task

@@ -11,6 +11,7 @@ from typing import Any
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.tui import messages as m
+from servescope.tui.wire import live_server
 
 LOADS = (1, 4, 16, 32)
 # a shape like the field reports': aggregate rises, per-user falls, latency grows with load
@@ -18,13 +19,13 @@ TTFT_MS = {1: 30.0, 4: 70.0, 16: 210.0, 32: 650.0}
 TPOT_MS = {1: 4.0, 4: 4.4, 16: 6.5, 32: 11.0}
 
 
-def synthetic_records(conc: int, n: int, seed: int, out_tokens: int = 64) -> list[RequestRecord]:
+def synthetic_records(conc: int, n: int, seed: int, out_tokens: int = 64, slow: float = 1.0) -> list[RequestRecord]:
     rng = random.Random(seed)
     recs = []
     t = 1_000_000_000
     for i in range(n):
-        ttft = TTFT_MS[conc] * rng.uniform(0.6, 1.8)
-        tpot = TPOT_MS[conc] * rng.uniform(0.9, 1.15)
+        ttft = TTFT_MS[conc] * slow * rng.uniform(0.6, 1.8)
+        tpot = TPOT_MS[conc] * slow * rng.uniform(0.9, 1.15)
         sent = t + (i // conc) * int((ttft + tpot * out_tokens) * 1e6)
         first = sent + int(ttft * 1e6)
         chunks = array("q", [first + int(k * tpot * 1e6) for k in range(out_tokens)])
@@ -38,8 +39,9 @@ def synthetic_records(conc: int, n: int, seed: int, out_tokens: int = 64) -> lis
     return recs
 
 
-def summary_for(conc: int, n: int = 60, slos: dict[str, float] | None = None) -> tuple[Any, dict[str, Any]]:
-    recs = synthetic_records(conc, n, seed=conc)
+def summary_for(conc: int, n: int = 60, slos: dict[str, float] | None = None,
+                slow: float = 1.0) -> tuple[Any, dict[str, Any]]:
+    recs = synthetic_records(conc, n, seed=conc, slow=slow)
     df = records_frame(recs)
     wall = (max(r.end_ns for r in recs) - min(r.scheduled_ns for r in recs)) / 1e9
     s = summarize(df, wall, slos or {})
@@ -51,7 +53,10 @@ def summary_for(conc: int, n: int = 60, slos: dict[str, float] | None = None) ->
 
 
 def write_session(base: Path, name: str, started: str, tags: dict[str, str], status: str = "completed",
-                  loads: tuple[int, ...] = LOADS) -> Path:
+                  loads: tuple[int, ...] = LOADS, slow: float = 1.0,
+                  telemetry: bool = False) -> Path:
+    """A completed (or `status`) session; `slow` scales TTFT/TPOT (a slower variant for comparisons),
+    `telemetry` adds the KV budget, GPU meta and per-cell telemetry/GPU summaries the engine stores."""
     from servescope.sessions.store import SessionWriter
     from servescope.workloads.spec import PRESETS
 
@@ -67,17 +72,44 @@ def write_session(base: Path, name: str, started: str, tags: dict[str, str], sta
     }
     w = SessionWriter.create(path, meta)
     for i, c in enumerate(loads):
-        df, s = summary_for(c, slos=slos)
+        df, s = summary_for(c, slos=slos, slow=slow)
+        if telemetry:
+            s["telemetry"] = telemetry_summary(c)
+            s["gpu"] = {"available": False, "reason": "NVML not available: no NVIDIA driver on this machine"}
         row = {"index": i, "workload": "sharegpt", "api": "chat", "concurrency": c, "rate": None, "arrival": None,
                "max_concurrency": None, "requests_planned": 60, "duration_s_planned": None, "warmup": 0,
                "load_label": f"c={c}", "status": "done", "reason": ""}
         w.write_cell(row, df, s)
+    if telemetry:
+        w.meta["kv_budget"] = {"kv_cache_tokens": 12752, "source": "metrics", "block_size": 16,
+                               "num_gpu_blocks": 797, "max_concurrency_by_workload": {"sharegpt": 16.6}}
+        w.meta["gpu"] = {"available": False, "reason": "NVML not available: no NVIDIA driver on this machine"}
     w.meta["started_at"] = started
     w.meta["host"] = "gpu-box"
     w.finish(status)
     w.meta["ended_at"] = started
     w.save_meta()
     return path
+
+
+def telemetry_summary(conc: int) -> dict[str, Any]:
+    """A cell's /metrics window summary as the engine stores it (KV fills up and requests queue past c=16)."""
+    return {"available": True, "reason": None, "samples": 10, "scrape_failures": 0,
+            "kv_cache_usage_peak": min(1.0, conc / 20), "kv_cache_usage_mean": min(1.0, conc / 28),
+            "running_mean": min(conc, 16) * 0.9, "running_max": float(min(conc, 16)),
+            "waiting_mean": max(0, conc - 16) * 0.7, "waiting_max": float(max(0, conc - 16)),
+            "preemptions": float(max(0, conc - 16)), "prefix_cache_hit_rate": 0.0,
+            "ttft_ms_mean": TTFT_MS[conc] * 0.9, "itl_ms_mean": TPOT_MS[conc]}
+
+
+def telemetry_samples(n: int = 30) -> list[m.TelemetryUpdated]:
+    """Live /metrics samples of a filling KV cache, and no GPUs (NVML absent)."""
+    out = []
+    for i in range(n):
+        raw = {"vllm:kv_cache_usage_perc": min(1.0, i / 25), "vllm:num_requests_running": float(min(i, 16)),
+               "vllm:num_requests_waiting": float(max(0, i - 16)), "vllm:num_preemptions_total": float(max(0, i - 24))}
+        out.append(m.TelemetryUpdated(live_server(raw), None))
+    return out
 
 
 def cell_info(i: int, conc: int) -> m.CellInfo:

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from textual.widgets import Input
 
+from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 
-from .fixtures import live_sweep_messages, write_session
+from .fixtures import live_sweep_messages, telemetry_samples, write_session
 
 
 def fixed_clock() -> float:
@@ -22,9 +23,9 @@ def fixed_clock() -> float:
 @pytest.fixture
 def sessions(home: Path) -> Path:
     base = home / "sessions"
-    write_session(base, "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"})
+    write_session(base, "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"}, telemetry=True)
     write_session(base, "qwen-int4", "2026-12-02T09:30:00+0000", {"quant": "GPTQ-Int4"}, status="interrupted",
-                  loads=(1, 4))
+                  loads=(1, 4), slow=1.5)
     return base
 
 
@@ -70,6 +71,10 @@ def _feed_run(home: Path) -> Any:
         run.reset("sim://tiny: 1 workload")
         for msg in live_sweep_messages(home / "sessions" / "20261202-100000-demo"):
             run.post_message(msg)
+        run.post_message(m.TelemetryMeta({"kv_cache_tokens": 12752, "max_concurrency_by_workload": {"sharegpt": 16.6}},
+                                         {"available": False, "reason": "NVML is not available: no NVIDIA driver"}))
+        for tm in telemetry_samples():
+            run.post_message(tm)
         await pilot.pause()
         await pilot.pause()
         run.flush_charts()  # charts redraw on a 0.5 s timer; draw now so the snapshot does not race it
@@ -104,3 +109,17 @@ def test_session_detail_120x40(sessions: Path, home: Path, snap_compare: Any) ->
 
 def test_help_80x24(home: Path, snap_compare: Any) -> None:
     assert snap_compare(app_for(home), terminal_size=(80, 24), press=["f1"])
+
+
+def test_compare_100x30(sessions: Path, home: Path, snap_compare: Any) -> None:
+    assert snap_compare(app_for(home), terminal_size=(100, 30), press=["f4", "space", "down", "space", "c"])
+
+
+def test_compare_export_80x24(sessions: Path, home: Path, snap_compare: Any) -> None:
+    async def before(pilot: Any) -> None:
+        await pilot.press("f4", "space", "down", "space", "c")
+        await pilot.pause()
+        await pilot.press("e")
+        await no_blink(pilot)
+
+    assert snap_compare(app_for(home), terminal_size=(80, 24), run_before=before)

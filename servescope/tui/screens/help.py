@@ -18,12 +18,15 @@ def _keys(binding: Any) -> str:
 
 def help_text() -> str:
     from servescope.tui.app import ServescopeApp
+    from servescope.tui.screens.compare import CompareScreen
     from servescope.tui.screens.compose import ComposeScreen, WorkloadFormScreen
+    from servescope.tui.screens.export import ExportScreen
     from servescope.tui.screens.run import RunScreen
     from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
 
     sections: list[tuple[str, Any]] = [("Everywhere", ServescopeApp), ("Compose (F2)", ComposeScreen), ("Run (F3)", RunScreen),
                 ("Sessions (F4)", SessionsScreen), ("A saved session", SessionScreen),
+                ("Compare (c on marked sessions)", CompareScreen), ("Export dialog", ExportScreen),
                 ("New workload form", WorkloadFormScreen)]
     lines = []
     for title, cls in sections:

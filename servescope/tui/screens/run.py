@@ -4,7 +4,8 @@ over finished cells, the server panel, the event log and the table of finished c
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,46 @@ from textual.widgets import Footer, Static
 from servescope.tui import messages as m
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
-from servescope.tui.widgets.panels import CellTable, EventLog, ServerPanel, SweepProgress, fnum, short_path
+from servescope.tui.widgets.panels import (
+    CellTable,
+    EventLog,
+    ServerPanel,
+    SweepProgress,
+    TelemetryPanel,
+    budget_line,
+    fnum,
+    gpu_reading,
+    short_path,
+)
+
+LIVE_SAMPLES = 240  # telemetry samples kept for the sparklines (a minute or more)
+
+
+def live_series(samples: Sequence[dict[str, float]]) -> tuple[tuple[str, str, tuple[float | None, ...]], ...]:
+    """The live panel's rows from /metrics samples: KV-cache usage (%), running, waiting, and preemptions
+    (the count since the first sample, its sparkline the new ones per sample)."""
+    def col(key: str) -> list[float | None]:
+        return [s.get(key) for s in samples]
+
+    if not samples:
+        return ()
+    kv = [v * 100 if v is not None else None for v in col("kv_cache_usage")]
+    pre = col("preemptions_total")
+    first = next((v for v in pre if v is not None), None)
+    new: list[float | None] = [None if (a is None or b is None) else max(0.0, b - a) for a, b in zip([first, *pre], pre,
+                                                                                                    strict=False)]
+    last = samples[-1]
+
+    def show(v: float | None, fmt: str) -> str:
+        return fmt.format(v) if v is not None else "-"
+
+    now = last.get("preemptions_total")
+    total = now - first if first is not None and now is not None else None
+    rows = [("KV cache", show(kv[-1], "{:.1f}%"), tuple(kv)),
+            ("running", show(last.get("running"), "{:.0f}"), tuple(col("running"))),
+            ("waiting", show(last.get("waiting"), "{:.0f}"), tuple(col("waiting"))),
+            ("preemptions", show(total, "{:.0f}"), tuple(new))]
+    return tuple(r for r in rows if any(v is not None for v in r[2]))
 
 
 def curve_point(cell: m.CellInfo, summary: dict[str, Any], slos: bool) -> CurvePoint:
@@ -39,6 +79,7 @@ class RunScreen(Screen[None]):
     BINDINGS = [
         Binding("s", "skip_cell", "Skip cell"),
         Binding("x", "stop_sweep", "Stop sweep"),
+        Binding("t", "toggle_server", "Live/cells"),
         Binding("escape,b", "back", "Back to compose", show=False),  # F2 in the footer does the same
     ]
 
@@ -63,6 +104,11 @@ class RunScreen(Screen[None]):
         self._servers: list[dict[str, Any]] = []
         self._client_ttft: list[float | None] = []
         self._dirty = False
+        self._samples: deque[dict[str, float]] = deque(maxlen=LIVE_SAMPLES)
+        self._gpus: list[dict[str, Any]] = []
+        self._kv_budget: dict[str, Any] | None = None
+        self._gpu_meta: dict[str, Any] | None = None
+        self._tele_dirty = False
 
     def compose(self) -> ComposeResult:
         yield SweepProgress(id="progress")
@@ -73,6 +119,7 @@ class RunScreen(Screen[None]):
                 yield LatencyHistogram("E2E", id="hist-e2e")
             with Vertical(id="run-right"):
                 yield ThroughputCurve(id="curve")
+                yield TelemetryPanel(id="live")
                 yield ServerPanel(id="server")
         with Horizontal(id="run-bottom"):
             yield EventLog(id="log")
@@ -83,6 +130,7 @@ class RunScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#log", EventLog).border_title = "events"
         self.query_one("#cells", CellTable).border_title = "finished cells"
+        self.query_one(ServerPanel).display = False  # `t` swaps the live panel for the per-cell one
         self.set_interval(1.0, self._tick)
         self.set_interval(0.5, self.flush_charts)  # charts redraw at most twice a second, whatever the batch rate
 
@@ -104,6 +152,9 @@ class RunScreen(Screen[None]):
         self._servers.clear()
         self._client_ttft.clear()
         self._clear_cell()
+        self._samples.clear()
+        self._gpus, self._kv_budget, self._gpu_meta = [], None, None
+        self._tele_dirty = True
         p = self.progress
         p.state, p.cell_no, p.total, p.label, p.shape, p.detail = "starting", 0, 0, "", "", title
         p.done = p.failed = 0
@@ -158,6 +209,7 @@ class RunScreen(Screen[None]):
     def _started(self, msg: m.SweepStarted) -> None:
         self.cells, self.total, self.session_dir = msg.cells, len(msg.cells), msg.session_dir
         self.query_one(ServerPanel).metrics_available = msg.metrics
+        self.query_one(TelemetryPanel).note = "" if msg.metrics else "this server has no vLLM /metrics"
         p = self.progress
         p.total, p.state = self.total, "running"
         p.detail = ""
@@ -174,6 +226,7 @@ class RunScreen(Screen[None]):
         p.done = p.failed = 0
         p.planned = msg.cell.requests
         p.cell_elapsed = 0.0
+        self._tele_dirty = True  # the KV budget line follows the running cell
         self._live_curve()
 
     @on(m.RequestsMeasured)
@@ -191,8 +244,38 @@ class RunScreen(Screen[None]):
             self.log_view.request_errors(msg.cell.index + 1, msg.errors)
         self._update_eta()
 
+    @on(m.TelemetryUpdated)
+    def _telemetry(self, msg: m.TelemetryUpdated) -> None:
+        if msg.server is not None:
+            self._samples.append(msg.server)
+        if msg.gpus is not None:
+            self._gpus = msg.gpus
+        self._tele_dirty = True
+
+    @on(m.TelemetryMeta)
+    def _telemetry_meta(self, msg: m.TelemetryMeta) -> None:
+        self._kv_budget, self._gpu_meta = msg.kv_budget, msg.gpu
+        self._tele_dirty = True
+
+    def flush_telemetry(self) -> None:
+        if not self._tele_dirty:
+            return
+        self._tele_dirty = False
+        panel = self.query_one(TelemetryPanel)
+        panel.series = live_series(list(self._samples))
+        if self._gpus:
+            panel.gpu_lines = tuple(gpu_reading(g) for g in self._gpus)
+        elif self._gpu_meta is not None and not self._gpu_meta.get("available"):
+            panel.gpu_lines = (f"GPU: {self._gpu_meta.get('reason') or 'NVML not available'}",)
+        else:
+            panel.gpu_lines = ()
+        cur = self._cur
+        panel.budget = budget_line(self._kv_budget, cur.workload if cur else None, cur.concurrency if cur else None)
+
     def flush_charts(self) -> None:
-        """Redraw the histograms and the live curve point from what arrived since the last flush."""
+        """Redraw the histograms, the live curve point and the live panel from what arrived since the last
+        flush."""
+        self.flush_telemetry()
         if not self._dirty:
             return
         self._dirty = False
@@ -264,6 +347,11 @@ class RunScreen(Screen[None]):
             self.log_view.event("warning", "stopping the sweep after the current cell's in-flight requests…")
         else:
             self.notify("no sweep is running", severity="warning")
+
+    def action_toggle_server(self) -> None:
+        """Swap the live server/GPU panel and the per-cell /metrics panel."""
+        live, cells = self.query_one(TelemetryPanel), self.query_one(ServerPanel)
+        live.display, cells.display = not live.display, live.display
 
     def action_back(self) -> None:
         self.app.switch_mode("compose")

@@ -1,5 +1,5 @@
 """The Sessions screen: saved sessions in a table; open one to see its cells and charts; mark two or more
-to compare (the comparison view is its own piece of work: the action hands the paths over)."""
+to compare (`c` opens the Compare screen on them)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,29 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
-from servescope.tui.widgets.panels import CellTable, ServerPanel, short_path
+from servescope.tui.widgets.panels import (
+    CellTable,
+    ServerPanel,
+    TelemetryPanel,
+    budget_line,
+    fnum,
+    gpu_cell_line,
+    short_path,
+)
+
+# per-cell telemetry rows of a saved session: (label, key in the cell's `telemetry` summary, scale, format)
+STORED_ROWS = (("KV peak", "kv_cache_usage_peak", 100.0, "{:.1f}%"), ("running max", "running_max", 1.0, "{:.0f}"),
+               ("waiting max", "waiting_max", 1.0, "{:.0f}"), ("preemptions", "preemptions", 1.0, "{:.0f}"))
+
+
+def stored_series(tele: list[dict[str, Any]]) -> tuple[tuple[str, str, tuple[float | None, ...]], ...]:
+    """One point per finished cell from the stored `telemetry` summaries; the value shown is the last cell's."""
+    rows = []
+    for label, key, scale, fmt in STORED_ROWS:
+        vals = [float(v) * scale if isinstance(v := t.get(key), (int, float)) else None for t in tele]
+        if any(v is not None for v in vals):
+            rows.append((label, fmt.format(vals[-1]) if vals[-1] is not None else "-", tuple(vals)))
+    return tuple(rows)
 
 SESSION_COLUMNS = ("✓", "date", "name", "status", "cells", "target", "model", "tags", "workloads")
 
@@ -137,7 +159,8 @@ class SessionsScreen(Screen[None]):
 class SessionScreen(Screen[None]):
     """One saved session: its cells, the throughput curve and the selected cell's histograms."""
 
-    BINDINGS = [Binding("escape,b", "back", "Back to sessions")]
+    BINDINGS = [Binding("escape,b", "back", "Back to sessions"), Binding("e", "export", "Export"),
+                Binding("t", "toggle_server", "Telemetry/cells")]
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -163,6 +186,7 @@ class SessionScreen(Screen[None]):
             yield CellTable(id="session-cells")
             with Vertical(id="session-right"):
                 yield ThroughputCurve(id="session-curve")
+                yield TelemetryPanel(id="session-live")
                 yield ServerPanel(id="session-server")
         with Horizontal(id="session-hists"):
             yield LatencyHistogram("TTFT", id="s-hist-ttft")
@@ -184,6 +208,15 @@ class SessionScreen(Screen[None]):
         sp.metrics_available = bool((self.session.meta.get("target") or {}).get("metrics"))
         sp.client_ttft = tuple((s.get("ttft_ms") or {}).get("mean") for s in self.summaries.values() if s.get("server"))
         sp.cells = tuple(servers)
+        tele = [s["telemetry"] for s in self.summaries.values() if s.get("telemetry")]
+        live = self.query_one(TelemetryPanel)
+        live.title = "server per cell (/metrics)"
+        live.series = stored_series(tele)
+        meta = self.session.meta
+        has_tele = bool(tele) or bool(meta.get("kv_budget")) or bool(meta.get("gpu"))
+        if not tele:
+            live.note = "no /metrics telemetry in this session"
+        live.display, sp.display = has_tele, not has_tele
         if rows:
             self.show_cell(0)
 
@@ -211,6 +244,7 @@ class SessionScreen(Screen[None]):
         curve = self.query_one(ThroughputCurve)
         curve.title = f"{wl}: output tok/s vs load"
         curve.points = tuple(pts)
+        self._show_cell_telemetry(r)
         df = self.session.requests(idx)
         vals: dict[str, tuple[float, ...]] = {"ttft_ms": (), "tpot_ms": (), "e2e_ms": ()}
         if df.height:
@@ -220,6 +254,44 @@ class SessionScreen(Screen[None]):
         self.query_one("#s-hist-ttft", LatencyHistogram).values = vals["ttft_ms"]
         self.query_one("#s-hist-tpot", LatencyHistogram).values = vals["tpot_ms"]
         self.query_one("#s-hist-e2e", LatencyHistogram).values = vals["e2e_ms"]
+
+    def _show_cell_telemetry(self, row: dict[str, Any]) -> None:
+        s = self.summaries.get(int(row["index"])) or {}
+        meta = self.session.meta
+        live = self.query_one(TelemetryPanel)
+        gpu = s.get("gpu") or (meta.get("gpu") if meta.get("gpu") and not meta["gpu"].get("available") else None)
+        lines = [f"cell {int(row['index']) + 1} {gpu_cell_line(gpu)}"] if gpu else []
+        tele = s.get("telemetry") or {}
+        if tele.get("ttft_ms_mean") is not None:
+            lines.append(f"cell {int(row['index']) + 1} server TTFT {fnum(tele['ttft_ms_mean'])} ms, ITL "
+                         f"{fnum(tele.get('itl_ms_mean'), 2)} ms; client TTFT "
+                         f"{fnum((s.get('ttft_ms') or {}).get('mean'))} ms")
+        live.gpu_lines = tuple(lines)
+        conc = row.get("concurrency")
+        live.budget = budget_line(meta.get("kv_budget"), str(row.get("workload")),
+                                  int(conc) if isinstance(conc, (int, float)) else None)
+
+    def action_toggle_server(self) -> None:
+        """Swap the stored telemetry panel and the per-cell /metrics panel."""
+        live, cells = self.query_one(TelemetryPanel), self.query_one(ServerPanel)
+        live.display, cells.display = not live.display, live.display
+
+    def action_export(self) -> None:
+        from servescope.sessions.report import render_report
+        from servescope.tui.screens.export import ExportScreen
+
+        session = self.session
+
+        def render() -> str:
+            return render_report(session, fmt="md")
+
+        default = session.path.parent / f"report-{session.path.name}.md"
+        self.app.push_screen(ExportScreen(str(session.meta.get("name", session.path.name)), default, render),
+                             self._exported)
+
+    def _exported(self, path: Path | None) -> None:
+        if path is not None:
+            self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -1,8 +1,9 @@
 """Reusable widgets of the servescope app."""
 
-from servescope.tui.widgets.curve import ThroughputCurve, find_knee
+from servescope.tui.widgets.curve import OverlayCurve, ThroughputCurve, find_knee
 from servescope.tui.widgets.histogram import LatencyHistogram, percentile
-from servescope.tui.widgets.panels import CellTable, EventLog, ServerPanel, SweepProgress
+from servescope.tui.widgets.panels import CellTable, EventLog, ServerPanel, SweepProgress, TelemetryPanel
 
-__all__ = ["CellTable", "EventLog", "LatencyHistogram", "ServerPanel", "SweepProgress", "ThroughputCurve",
+__all__ = ["CellTable", "EventLog", "LatencyHistogram", "OverlayCurve", "ServerPanel", "SweepProgress", "TelemetryPanel",
+           "ThroughputCurve",
            "find_knee", "percentile"]

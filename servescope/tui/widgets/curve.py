@@ -99,3 +99,49 @@ class ThroughputCurve(PlotextPlot):
         plt.xticks([pos[x] for x in xs_unique], [labels[x] for x in xs_unique])
         plt.xlim(0.5, len(xs_unique) + 0.5)
         self.refresh()
+
+
+SERIES_COLORS = ("cyan", "magenta", "yellow", "green", "red", "blue")
+SERIES_MARKERS = ("hd", "dot", "+", "x", "*", "o")  # distinct without colour (NO_COLOR)
+
+
+class OverlayCurve(PlotextPlot):
+    """One metric against load for several sessions, overlaid: set `series` (label -> [(x, y)]); the x
+    axis is categorical (the load levels in order), as in ThroughputCurve."""
+
+    DEFAULT_CSS = """
+    OverlayCurve { height: 1fr; }
+    """
+
+    series: reactive[tuple[tuple[str, tuple[tuple[float, float], ...]], ...]] = reactive(tuple)
+    title: reactive[str] = reactive("")
+
+    def watch_series(self) -> None:
+        self._replot()
+
+    def watch_title(self) -> None:
+        self._replot()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._replot()
+
+    def _replot(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title(self.title)
+        xs = sorted({x for _, pts in self.series for x, _ in pts})
+        if not xs:
+            plt.xticks([])
+            plt.yticks([])
+            self.refresh()
+            return
+        pos = {x: i + 1 for i, x in enumerate(xs)}
+        for i, (label, pts) in enumerate(self.series):
+            pts_s = sorted(pts)
+            plt.plot([pos[x] for x, _ in pts_s], [y for _, y in pts_s], label=label,
+                     marker=SERIES_MARKERS[i % len(SERIES_MARKERS)], color=SERIES_COLORS[i % len(SERIES_COLORS)])
+        plt.xticks([pos[x] for x in xs], [f"{x:g}" for x in xs])
+        plt.xlim(0.5, len(xs) + 0.5)
+        self.refresh()

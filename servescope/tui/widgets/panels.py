@@ -230,3 +230,95 @@ class CellTable(DataTable[str]):
                 self.update_cell(key, col, v)
         else:
             self.add_row(*row, key=key)
+
+
+def gpu_reading(g: dict[str, Any]) -> str:
+    """One live NVML reading: 'GPU0 61.2/80 GiB 97% 412 W 1,980 MHz 71°C'."""
+    def num(key: str) -> float | None:
+        v = g.get(key)
+        return float(v) if isinstance(v, (int, float)) and not math.isnan(float(v)) else None
+
+    parts = [f"GPU{g.get('gpu', '?')}"]
+    used, total = num("mem_used_gib"), num("mem_total_gib")
+    if used is not None:
+        parts.append(f"{used:.1f}/{total:.0f} GiB" if total else f"{used:.1f} GiB")
+    for key, fmt in (("util_pct", "{:.0f}%"), ("power_w", "{:.0f} W"), ("sm_clock_mhz", "{:,.0f} MHz"),
+                     ("temp_c", "{:.0f}°C")):
+        v = num(key)
+        if v is not None:
+            parts.append(fmt.format(v))
+    return " ".join(parts)
+
+
+def gpu_cell_line(gpu: dict[str, Any] | None) -> str:
+    """A finished cell's GPU summary: energy, Wh per 1M output tokens, cost, power; or why there is none."""
+    if not gpu:
+        return "GPU: not recorded for this cell"
+    if not gpu.get("available"):
+        return f"GPU: {gpu.get('reason') or 'NVML not available'}"
+    parts = []
+    if gpu.get("energy_wh") is not None:
+        parts.append(f"{gpu['energy_wh']:.2f} Wh")
+    if gpu.get("wh_per_1m_output_tokens") is not None:
+        parts.append(f"{gpu['wh_per_1m_output_tokens']:,.0f} Wh/1M tok")
+    if gpu.get("cost_usd_per_1m_output_tokens") is not None:
+        parts.append(f"${gpu['cost_usd_per_1m_output_tokens']:.3f}/1M tok")
+    if gpu.get("power_w_mean") is not None:
+        parts.append(f"{gpu['power_w_mean']:.0f} W mean")
+    if gpu.get("mem_used_gib_peak") is not None:
+        parts.append(f"{gpu['mem_used_gib_peak']:.1f} GiB peak")
+    return "GPU: " + (", ".join(parts) if parts else "no samples in this cell")
+
+
+def _conc(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def budget_line(kv: dict[str, Any] | None, workload: str | None, concurrency: int | None) -> str:
+    """'KV cache 12,752 tokens: sharegpt fits 16.6x; c=32 is over it (queueing, preemptions)'."""
+    if not kv or kv.get("kv_cache_tokens") is None:
+        return ""
+    line = f"KV cache {int(kv['kv_cache_tokens']):,} tokens"
+    by = kv.get("max_concurrency_by_workload") or {}
+    mc = by.get(workload) if workload else None
+    if mc is not None:
+        line += f": {workload} fits {_conc(mc)} at once"
+        if concurrency is not None:
+            line += f", c={concurrency} " + ("fits" if concurrency <= mc else "is over it: expect queueing")
+    elif by:
+        line += ": max concurrency " + ", ".join(f"{k} {_conc(v)}" for k, v in by.items())
+    return line
+
+
+class TelemetryPanel(Widget):
+    """Server gauges with a sparkline each (live samples on the Run screen, one point per cell on a saved
+    session), the GPU line(s) or why NVML is absent, and the KV budget with the concurrency it allows."""
+
+    DEFAULT_CSS = """
+    TelemetryPanel { height: auto; padding: 0 1; }
+    """
+
+    title: reactive[str] = reactive("server live (/metrics)")
+    # (label, value shown, values for the sparkline)
+    series: reactive[tuple[tuple[str, str, tuple[float | None, ...]], ...]] = reactive(tuple, layout=True)
+    note: reactive[str] = reactive("", layout=True)  # e.g. "no /metrics: client-side numbers only"
+    gpu_lines: reactive[tuple[str, ...]] = reactive(tuple, layout=True)
+    budget: reactive[str] = reactive("", layout=True)
+
+    def render(self) -> Text:
+        width = max(20, self.content_size.width)
+        t = Text(self.title, style="bold")
+        if self.note:
+            t.append("\n" + self.note, style="dim")
+        spark_w = max(4, width - 24)
+        for label, value, vals in self.series:
+            t.append(f"\n{label:<12}{value:>9}  ")
+            t.append(sparkline(list(vals)[-spark_w:]), style="cyan")
+        if not self.series and not self.note:
+            t.append("\nwaiting for the first sample…", style="dim")
+        for line in self.gpu_lines:
+            t.append("\n" + (line if len(line) <= width else line[: width - 1] + "…"),
+                     style="dim" if "NVML" in line or "not" in line else "")
+        if self.budget:
+            t.append("\n" + self.budget, style="yellow" if "over it" in self.budget else "")
+        return t

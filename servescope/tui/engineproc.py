@@ -1,0 +1,110 @@
+"""The engine in its own process (multiprocessing 'spawn'), so that the app's repaints and the load never
+share an interpreter lock: on a small machine a thread worker's requests waited behind the UI and measured
+a higher TTFT than `servescope run`. No Textual here.
+
+The app's sweep worker starts `main` with one end of a duplex pipe. This process runs the sweep on its own
+event loop and sends lists of `(kind, fields)` items (servescope.tui.wire), one list per engine event
+(the engine already batches requests a few times a second), ending with `("__end__", {})`. A sender
+thread does the pipe writes so a slow reader can never block the event loop. It receives
+`("skip",)`, `("stop",)` and `("cancel",)`; a closed pipe (the app died) counts as cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+from servescope.core.textsafe import clean_text
+
+END = "__end__"
+
+
+def _finished(status: str, message: str) -> list[tuple[str, dict[str, Any]]]:
+    return [("SweepFinished", {"session_dir": None, "status": status, "message": message})]
+
+
+def main(conn: Any, sweep: dict[str, Any], url: str, label: str | None, api_key: str | None,
+         sessions_dir: Path | None) -> None:
+    """Process entry point (picklable: a module-level function)."""
+    try:  # ctrl+c in the terminal is the app's to handle: it cancels us over the pipe
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass
+    outbox: queue.SimpleQueue[list[tuple[str, dict[str, Any]]] | None] = queue.SimpleQueue()
+
+    def sender() -> None:
+        while True:
+            batch = outbox.get()
+            if batch is None:
+                return
+            try:
+                conn.send(batch)
+            except (OSError, EOFError, BrokenPipeError):
+                return
+
+    st = threading.Thread(target=sender, name="engine-sender", daemon=True)
+    st.start()
+    try:
+        _sweep(conn, outbox, sweep, url, label, api_key, sessions_dir)
+    except ServescopeError as e:
+        outbox.put(_finished("failed", clean_text(e.message)))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        outbox.put(_finished("interrupted", "the app closed during the sweep"))
+    except Exception as e:  # the app shows what broke
+        outbox.put(_finished("failed", f"unexpected {type(e).__name__}: {clean_text(str(e))[:300]}"))
+    finally:
+        outbox.put([(END, {})])
+        outbox.put(None)
+        st.join(timeout=10)
+
+
+def _sweep(conn: Any, outbox: queue.SimpleQueue[Any], sweep: dict[str, Any], url: str, label: str | None,
+           api_key: str | None, sessions_dir: Path | None) -> None:
+    from servescope.sessions.runner import SweepControl, run_sweep
+    from servescope.sessions.sweepfile import plan_from_sweep
+    from servescope.tui.wire import Translator, run_loop
+
+    control = SweepControl()
+    plan = plan_from_sweep(sweep, url, label, api_key=api_key, sessions_dir=sessions_dir)
+    state: dict[str, Any] = {}
+
+    def listen() -> None:
+        while True:
+            try:
+                cmd = conn.recv()
+            except (EOFError, OSError):
+                cmd = ("cancel",)
+            what = cmd[0] if cmd else ""
+            if what == "skip":
+                control.skip_cell("skipped from the app")
+            elif what == "stop":
+                control.stop("stopped from the app")
+            elif what == "cancel":
+                control.stopping = True
+                loop, task = state.get("loop"), state.get("task")
+                if loop is not None and task is not None and not loop.is_closed():
+                    try:
+                        loop.call_soon_threadsafe(task.cancel)
+                    except RuntimeError:
+                        pass
+                else:
+                    state["cancelled"] = True
+                return
+
+    async def amain() -> None:
+        state["loop"] = asyncio.get_running_loop()
+        state["task"] = asyncio.current_task()
+        if state.get("cancelled"):
+            raise asyncio.CancelledError
+        translate = Translator(plan.target_label)
+        async for ev in run_sweep(plan, control):
+            items = translate(ev)
+            if items:
+                outbox.put(items)
+
+    threading.Thread(target=listen, name="engine-control", daemon=True).start()
+    run_loop(amain())

@@ -1,0 +1,219 @@
+"""The Compare screen: two or more saved sessions side by side. The delta table (each metric's values per
+session, the signed delta against the first, the winner marked with ★ knowing which direction is better),
+the aggregate and per-user tok/s curves of every session overlaid, the capacity/knee answers, a label-key
+selector (a tag such as `quant`), and Export, which writes the Markdown report. All numbers come from
+`servescope.sessions.compare.compare_sessions`; this screen only lays them out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label, Select, Static
+
+from servescope.core.errors import ServescopeError
+from servescope.core.textsafe import clean_text
+from servescope.tui.widgets.curve import OverlayCurve
+
+NAME_LABEL = "(session name)"
+WIN = " ★"
+
+
+def tag_keys(sessions: list[Any]) -> list[str]:
+    """Tag keys in the order they first appear; those every session has come first."""
+    keys: list[str] = []
+    for s in sessions:
+        for k in (s.meta.get("tags") or {}):
+            if str(k) not in keys:
+                keys.append(str(k))
+    everywhere = [k for k in keys if all(k in (s.meta.get("tags") or {}) for s in sessions)]
+    return everywhere + [k for k in keys if k not in everywhere]
+
+
+def default_label_key(sessions: list[Any]) -> str | None:
+    """The first tag whose values tell every session apart (`quant` for FP8 vs GPTQ-Int4), else None."""
+    for k in tag_keys(sessions):
+        vals = [str((s.meta.get("tags") or {}).get(k, "")) for s in sessions]
+        if all(vals) and len(set(vals)) == len(vals):
+            return k
+    return None
+
+
+def delta_rows(comparison: Any) -> list[tuple[str, ...]]:
+    """The rows of the delta table: workload, load, metric, one value per session (★ on the winner),
+    the delta of each later session vs the first, and the winner's label (or tie / -)."""
+    from servescope.sessions.compare import fmt_num, fmt_pct
+
+    labels = comparison.labels
+    rows: list[tuple[str, ...]] = []
+    for c in comparison.cells:
+        for j, mspec in enumerate(comparison.metrics):
+            wi = c.winners[mspec.key]
+            vals = [fmt_num(v) + (WIN if i == wi else "") for i, v in enumerate(c.values[mspec.key])]
+            deltas = [fmt_pct(d) for d in c.deltas[mspec.key][1:]]
+            best = labels[wi] if wi is not None else ("-" if mspec.better == "neutral" else "tie")
+            rows.append((c.workload if j == 0 else "", c.load if j == 0 else "", mspec.label, *vals, *deltas, best))
+    for w, ld, have in comparison.only_in:
+        present = ["✓" if lb in have else "·" for lb in labels]
+        rows.append((w, ld, "only in " + ", ".join(have), *present, *[""] * (len(labels) - 1), ""))
+    return rows
+
+
+def answer_line(a: Any) -> str:
+    """'FP8: capacity c=16, knee c=16, peak 1,193 tok/s at c=16' (`+`: not reached, the highest level
+    measured still qualifies)."""
+    from servescope.sessions.compare import fmt_num
+
+    cap = a.capacity
+    cap_t = cap.text().split(" (")[0].split(":")[0] + ("+" if cap.not_reached and cap.level is not None else "")
+    knee = f"c={a.knee.concurrency}" + ("+" if a.knee.not_reached else "") if a.knee.concurrency is not None else "-"
+    peak = f"{fmt_num(a.peak_output_tok_s)} tok/s at {a.peak_load}" if a.peak_output_tok_s is not None else "-"
+    return f"{a.session}: capacity {cap_t}, knee {knee}, peak {peak}"
+
+
+def session_curve(session: Any, workload: str, metric: str) -> tuple[tuple[float, float], ...]:
+    """(load, value) over one session's finished cells of `workload` (for the overlaid curves)."""
+    from servescope.sessions.compare import cell_views, metric_value
+
+    pts = []
+    for v in cell_views(session):
+        y = metric_value(v.summary, metric)
+        if v.workload == workload and v.x is not None and y is not None and v.status != "skipped":
+            pts.append((float(v.x), y))
+    return tuple(sorted(pts))
+
+
+class CompareScreen(Screen[None]):
+    """Pushed by the Sessions screen (`c` on two or more marked sessions)."""
+
+    BINDINGS = [
+        Binding("escape,b", "back", "Back"),
+        Binding("l", "next_label", "Label by"),
+        Binding("w", "next_workload", "Workload"),
+        Binding("e", "export", "Export"),
+    ]
+
+    def __init__(self, paths: list[Path], label_key: str | None = None) -> None:
+        """Loads the sessions; raises ServescopeError (missing, newer schema, no common cell) for the
+        caller to show."""
+        super().__init__()
+        from servescope.sessions.store import load_session
+
+        if len(paths) < 2:
+            raise ServescopeError("compare needs at least two sessions: mark them with space, then press c")
+        self.paths = list(paths)
+        self.sessions = [load_session(p) for p in self.paths]
+        self.keys = tag_keys(self.sessions)
+        self.label_key = label_key if label_key in self.keys else default_label_key(self.sessions)
+        self.comparison = self._compare(self.label_key)  # raises when they share no cell
+        self.workloads: list[str] = list(dict.fromkeys(c.workload for c in self.comparison.cells))
+        self.workload = self.workloads[0] if self.workloads else ""
+
+    def _compare(self, label_key: str | None) -> Any:
+        from servescope.sessions.compare import compare_sessions
+
+        return compare_sessions(self.sessions, label_key=label_key)
+
+    # ---- layout ---------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Static("", id="compare-head")
+        options = [(NAME_LABEL, NAME_LABEL)] + [(f"tag {k}", k) for k in self.keys]
+        yield Horizontal(Label("label by", classes="field-label"),
+                         Select(options, value=self.label_key or NAME_LABEL, allow_blank=False, id="label-key"),
+                         classes="field-row", id="compare-controls")
+        yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="compare-answers")
+        with Horizontal(id="compare-curves"):
+            yield OverlayCurve(id="cmp-aggregate")
+            yield OverlayCurve(id="cmp-per-user")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.refresh_view()
+        self.query_one("#compare-table", DataTable).focus()
+
+    def refresh_view(self) -> None:
+        cmp_ = self.comparison
+        labels = cmp_.labels
+        head = [f"[b]{' vs '.join(labels)}[/b]  ({len(cmp_.cells)} common cell{'s' if len(cmp_.cells) != 1 else ''};"
+                f" deltas vs {labels[0]}; ★ best)"]
+        head += cmp_.headline()[:1]
+        self.query_one("#compare-head", Static).update(clean_text("\n".join(head)))
+        t = self.query_one("#compare-table", DataTable)
+        t.clear(columns=True)
+        for col in ("workload", "load", "metric", *labels, *[f"Δ {lb}" for lb in labels[1:]], "best"):
+            t.add_column(col)
+        for row in delta_rows(cmp_):
+            t.add_row(*row)
+        answers = [answer_line(a) for a in cmp_.answers if a.workload == self.workload]
+        answers += cmp_.notes
+        self.query_one("#compare-answers", Static).update(clean_text("\n".join(answers)))
+        self._plot()
+
+    def _plot(self) -> None:
+        """Every cell of each session (not only the common ones) for the shown workload."""
+        more = f"  (w: next of {len(self.workloads)})" if len(self.workloads) > 1 else ""
+        for wid, metric, what in (("#cmp-aggregate", "output_tok_s", "aggregate output tok/s"),
+                                  ("#cmp-per-user", "per_user_tok_s.mean", "per-user tok/s")):
+            c = self.query_one(wid, OverlayCurve)
+            c.title = f"{self.workload}: {what} vs load{more}"
+            c.series = tuple((lb, session_curve(s, self.workload, metric))
+                             for lb, s in zip(self.comparison.labels, self.sessions, strict=True))
+
+    # ---- actions --------------------------------------------------------------------------------
+    @on(Select.Changed, "#label-key")
+    def _label_changed(self, event: Select.Changed) -> None:
+        key = None if event.value in (NAME_LABEL, Select.BLANK) else str(event.value)
+        if key == self.label_key:
+            return
+        self.label_key = key
+        self.comparison = self._compare(key)
+        self.refresh_view()
+
+    def action_next_label(self) -> None:
+        choices: list[str | None] = [None, *self.keys]
+        nxt = choices[(choices.index(self.label_key) + 1) % len(choices)] if self.label_key in choices else None
+        if len(choices) == 1:
+            self.notify("these sessions have no tags to label them by: tag a sweep with e.g. quant=FP8",
+                        severity="warning")
+            return
+        self.query_one("#label-key", Select).value = nxt or NAME_LABEL  # Select.Changed does the rest
+
+    def action_next_workload(self) -> None:
+        if len(self.workloads) < 2:
+            self.notify("the sessions share one workload", severity="information")
+            return
+        self.workload = self.workloads[(self.workloads.index(self.workload) + 1) % len(self.workloads)]
+        self.refresh_view()
+
+    def default_report_path(self) -> Path:
+        from servescope.sessions.store import slug
+
+        labels = self.comparison.labels
+        return self.paths[0].parent / f"report-{slug('-vs-'.join(labels))[:80]}.md"
+
+    def action_export(self) -> None:
+        from servescope.sessions.report import render_report
+        from servescope.tui.screens.export import ExportScreen
+
+        first, rest, key = self.sessions[0], self.sessions[1:], self.label_key
+
+        def render() -> str:
+            return render_report(first, compare_with=rest, fmt="md", label_key=key)
+
+        self.app.push_screen(ExportScreen(" vs ".join(self.comparison.labels), self.default_report_path(), render),
+                             self._exported)
+
+    def _exported(self, path: Path | None) -> None:
+        if path is not None:
+            from servescope.tui.widgets.panels import short_path
+
+            self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
