@@ -72,12 +72,15 @@ def run_vllm_bench(srv: vllm_server.VLLMServer, conc: int, n: int, seed: int, ou
             "server_ttft_ms": server_ttft_ms(before, after), "cpu_s": cpu, "tokens": toks}
 
 
+SERVESCOPE_ARGS: list[str] = []
+
+
 def run_servescope(srv: vllm_server.VLLMServer, conc: int, n: int, seed: int, out_dir: Path) -> dict[str, float]:
     wl = out_dir / f"w-{seed}.toml"
     wl.write_text(f'[workload]\nname = "bench"\napi = "completions"\ninput_tokens = {IN_LEN}\n'
                   f"output_tokens = {OUT_LEN}\nseed = {seed}\n")
     cmd = [sys.executable, "-m", "servescope", "run", "--url", srv.url, "-w", str(wl), "-c", str(conc),
-           "-n", str(n), "--json", "--sessions-dir", str(out_dir / "sessions")]
+           "-n", str(n), "--json", "--sessions-dir", str(out_dir / "sessions"), *SERVESCOPE_ARGS]
     before = scrape(srv.url)
     p, cpu = timed_child(cmd)
     after = scrape(srv.url)
@@ -92,7 +95,9 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--requests", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--servescope-args", default="", help='extra flags for servescope, e.g. "--telemetry-interval off"')
     args = ap.parse_args()
+    SERVESCOPE_ARGS.extend(args.servescope_args.split())
     concs = [int(x) for x in args.concurrency.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="servescope-bench-"))
     print("starting vLLM (tiny dense model, --no-enable-prefix-caching) ...", file=sys.stderr)
@@ -124,6 +129,7 @@ def main() -> None:
 
     print(f"\nservescope vs vllm bench serve: {IN_LEN} in / {OUT_LEN} out, {args.requests} requests, "
           f"{args.rounds} rounds alternating, medians; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
+    print(f"servescope flags: {' '.join(SERVESCOPE_ARGS) or '(defaults)'}")
     print(f"start-up CPU: vllm bench {startup['vllm bench']:.2f} s, servescope {startup['servescope']:.2f} s")
     print("| c | metric | vllm bench | servescope | ratio |")
     print("|---|---|---|---|---|")

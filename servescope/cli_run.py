@@ -100,7 +100,9 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recover-timeout", default="300s",
                    help="when the server stops answering mid-cell, wait this long for it to come back (relaunching "
                         "it when servescope launched it), then re-run the lost cell (default 300s)")
-    g.add_argument("--telemetry-interval", default="1s", help="how often /metrics and the GPUs are sampled")
+    g.add_argument("--telemetry-interval", default="1s",
+                   help="how often /metrics and the GPUs are sampled during a cell (default 1s); `off` samples only "
+                        "at cell boundaries (each scrape costs a CPU-bound server a little: see Performance)")
     g.add_argument("--electricity-price", type=float, metavar="USD_PER_KWH",
                    help="electricity price, for cost per 1M output tokens (needs NVML)")
 
@@ -252,7 +254,8 @@ def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
         launch_timeout_s=parse_duration(args.launch_timeout, "--launch-timeout"),
         variants=list(args.server_variant),
         recover_timeout_s=parse_duration(args.recover_timeout, "--recover-timeout"),
-        telemetry_interval_s=parse_duration(args.telemetry_interval, "--telemetry-interval"),
+        telemetry_interval_s=(None if args.telemetry_interval.strip().lower() in ("off", "0", "none")
+                              else parse_duration(args.telemetry_interval, "--telemetry-interval")),
         electricity_price=args.electricity_price,
         transport=args.transport,
     )

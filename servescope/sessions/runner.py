@@ -66,7 +66,7 @@ class SweepPlan:
     variants: list[str] = field(default_factory=list)  # server argument sets; the sweep runs once per variant
     recover_timeout_s: float = 300.0
     health_interval_s: float = 2.0
-    telemetry_interval_s: float = 1.0
+    telemetry_interval_s: float | None = 1.0  # None: sample only at cell boundaries
     electricity_price: float | None = None  # USD per kWh, for cost per 1M tokens
     resume: Path | None = None  # continue this session from its first unfinished cell
     transport: str = "aiohttp"  # HTTP client for the load: "aiohttp" or "httpx"
@@ -548,7 +548,7 @@ class _SweepRun:
             self.sampler_http = async_client(base_url=self.url, timeout=10.0,
                                              headers={"Authorization": f"Bearer {self.plan.api_key}"}
                                              if self.plan.api_key else None)
-            sampler = MetricsSampler(self.sampler_http, self.plan.telemetry_interval_s)
+            sampler = MetricsSampler(self.sampler_http, self.plan.telemetry_interval_s or 1e9)
             await sampler.start()
             return sampler
 
@@ -558,7 +558,7 @@ class _SweepRun:
             meta["telemetry"] = {"metrics": False, "metrics_reason": self.sampler.reason}
             notes.append(Notice("info", f"server telemetry off: {self.sampler.reason}"))
         else:
-            meta["telemetry"] = {"metrics": True, "interval_s": self.plan.telemetry_interval_s}
+            meta["telemetry"] = {"metrics": True, "interval_s": self.plan.telemetry_interval_s or "cell boundaries"}
         budget = self.sampler.kv_budget(max_model_len) if self.sampler.available else None
         log_budget = getattr(self.server, "kv_budget", None)
         kv: dict[str, Any] = {}
@@ -578,8 +578,8 @@ class _SweepRun:
             notes.append(Notice("info", f"KV cache: {int(kv['kv_cache_tokens']):,} tokens ({kv['source']}); max concurrency "
                                         + ", ".join(f"{k} {v:g}x" for k, v in kv["max_concurrency_by_workload"].items())))
         if self.gpu is None:
-            self.gpu = GpuSampler(self.plan.telemetry_interval_s)
-            if self.gpu.available:
+            self.gpu = GpuSampler(self.plan.telemetry_interval_s or 1.0)
+            if self.gpu.available and self.plan.telemetry_interval_s:
                 self.gpu.start()
                 meta["gpu"] = {"available": True, "count": len(getattr(self.gpu, "indices", []) or [])}
             else:

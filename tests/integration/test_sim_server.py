@@ -80,3 +80,14 @@ def test_launch_errors_are_one_line(tmp_path: Path) -> None:
     assert len(p.stderr.strip().splitlines()) == 1
     p = servescope("run", "--server-variant", "--max-num-seqs 4", "-n", "1")
     assert p.returncode == 2 and "--server-variant needs --launch" in p.stderr
+
+
+def test_telemetry_off_samples_only_cell_boundaries(tmp_path: Path) -> None:
+    import json
+
+    run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "4", "-n", "8", "--telemetry-interval", "off",
+             "--save", str(tmp_path / "s"))
+    s = load_session(tmp_path / "s")
+    tel = json.loads(s.cells["summary_json"][0])["telemetry"]
+    assert tel["samples"] == 2 and tel["requests_success"] == 8  # exact deltas all the same
+    assert s.meta["telemetry"]["interval_s"] == "cell boundaries"
