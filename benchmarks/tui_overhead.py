@@ -92,7 +92,8 @@ def main() -> int:
 
     from servescope.sim.launcher import start_sim
 
-    with start_sim(args.profile) as sim, tempfile.TemporaryDirectory() as tmp:
+    # prefix caching off: every run sends the same prompts, and later runs must not get cache hits
+    with start_sim(args.profile, ["--no-enable-prefix-caching"]) as sim, tempfile.TemporaryDirectory() as tmp:
         sweep = sweep_dict(sim.url, args.concurrency, args.requests, args.workload)
         runs: dict[str, list[list[dict[str, Any]]]] = {mode: [] for mode in modes}
         for i in range(args.repeat):
