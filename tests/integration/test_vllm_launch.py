@@ -4,10 +4,13 @@ and a kill -9 of the server mid-sweep that servescope survives by relaunching it
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -38,7 +41,9 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
         pytest.skip("SERVESCOPE_SKIP_VLLM=1")
     venv, models = vllm_server.setup()
     port = vllm_server.free_port()
-    env = vllm_server.vllm_env(tmp_path / "scratch")
+    # vLLM puts ZMQ ipc sockets in TMPDIR, whose paths must stay under 107 bytes: a short scratch folder
+    scratch = Path(tempfile.mkdtemp(prefix="ssv-"))
+    env = vllm_server.vllm_env(scratch)
     env_words = " ".join(f"{k}={env[k]}" for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT",
                                                    "TMPDIR", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE"))
     launch = f"{env_words} {venv}/bin/vllm serve {models}/dense --max-model-len 2048 --port {port}"
@@ -63,10 +68,21 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    out = run_json("--launch", launch, "--server-variant", "--max-num-seqs 2", "--server-variant", "--max-num-seqs 8",
-                   "-w", str(wl), "-c", "4,8", "-n", "24", "--save", str(save), "--recover-timeout", "300s",
-                   "--telemetry-interval", "0.5s", timeout=1500)
+    try:
+        out = _run(launch, wl, save)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     t.join(5)
+    _check(out, save, port, killed)
+
+
+def _run(launch: str, wl: Path, save: Path) -> dict[str, Any]:
+    return run_json("--launch", launch, "--server-variant", "--max-num-seqs 2", "--server-variant", "--max-num-seqs 8",
+                    "-w", str(wl), "-c", "4,8", "-n", "24", "--save", str(save), "--recover-timeout", "300s",
+                    "--telemetry-interval", "0.5s", timeout=1500)
+
+
+def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) -> None:
     assert killed.is_set()
     assert out["status"] == "completed"
     s = load_session(save)
