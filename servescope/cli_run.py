@@ -60,8 +60,9 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
 def add_run_args(p: argparse.ArgumentParser) -> None:
     add_target_args(p)
     p.add_argument("--sweep", metavar="FILE.toml",
-                   help="run a whole sweep saved from the app (or written by hand); --save, --sessions-dir, "
-                        "--json and the API-key flags still apply")
+                   help="run a whole sweep saved from the app (or written by hand: target or [server] launch, "
+                        "workloads, load, SLOs, tags); --save, --sessions-dir, --json, --telemetry-interval, "
+                        "--transport and the API-key flags still apply")
     p.add_argument("--workload", "-w", default="sharegpt",
                    help="preset name(s) or TOML file(s), comma-separated (see `servescope workloads`)")
     p.add_argument("--concurrency", "-c", help="closed-loop users per cell, e.g. 1,4,8,16 (default: the "
@@ -292,17 +293,38 @@ def run_command(args: argparse.Namespace) -> int:
             from servescope.sessions.sweepfile import load_sweep, plan_from_sweep
 
             d = load_sweep(args.sweep)
-            url, label = open_target(str(d["url"]), stack, sys.stderr)
-            key = args.api_key or os.environ.get(str(d.get("api_key_env") or args.api_key_env)) or None
-            plan = plan_from_sweep(d, url, label, api_key=key,
+            plan = plan_from_sweep(d, "", None, api_key=None,
                                    sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
-            if args.save:
-                plan.save_dir = Path(args.save)
+            _sweep_overrides(plan, args)
+            plan.api_key = args.api_key or os.environ.get(str(d.get("api_key_env") or args.api_key_env)) or None
+            if not plan.launch:
+                plan.url, plan.target_label = open_target(str(d["url"]), stack, sys.stderr)
             return _run_loop(plan, out, table_out, args.json)
         plan = build_plan(args, "", None)  # every flag is checked before a simulator starts
         if not args.launch:
             plan.url, plan.target_label = open_target(args.url, stack, sys.stderr)
         return _run_loop(plan, out, table_out, args.json)
+
+
+def _sweep_overrides(plan: Any, args: argparse.Namespace) -> None:
+    """Flags that a sweep file does not hold apply on top of it (--save, the telemetry and HTTP settings);
+    --launch, --server-variant, --url and the load flags are the file's to say and are refused with it."""
+    given = [f for f, dest, default in (("--launch", "launch", None), ("--server-variant", "server_variant", []),
+                                        ("--concurrency", "concurrency", None), ("--rate", "rate", None),
+                                        ("--workload", "workload", "sharegpt"), ("--requests", "requests", None),
+                                        ("--duration", "duration", None), ("--arrival", "arrival", "poisson"),
+                                        ("--slo", "slo", None), ("--tag", "tag", []))
+             if getattr(args, dest, default) not in (default, None, [])]
+    if given:
+        raise ServescopeError(f"{', '.join(given)} cannot be combined with --sweep: edit the sweep file instead "
+                              "([load], [server], workloads)")
+    plan.save_dir = Path(args.save) if args.save else None
+    plan.tokenizer = args.tokenizer
+    plan.ignore_eos = not args.no_ignore_eos
+    plan.telemetry_interval_s = (None if args.telemetry_interval.strip().lower() in ("off", "0", "none")
+                                 else parse_duration(args.telemetry_interval, "--telemetry-interval"))
+    plan.electricity_price = args.electricity_price
+    plan.transport = args.transport
 
 
 def _run_loop(plan: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:

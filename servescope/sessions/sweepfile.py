@@ -25,6 +25,15 @@
     [tags]
     quant = "FP8"
 
+    [server]                            # optional: servescope starts (and stops) the server itself
+    launch = "vllm serve Qwen/Qwen3-8B --port 8000"   # replaces [target] url
+    launch_timeout = "900s"
+    recover_timeout = "300s"
+    [[server.variants]]                 # optional: the whole sweep once per variant, server relaunched
+    args = "--gpu-memory-utilization 0.70"
+    [[server.variants]]
+    args = "--gpu-memory-utilization 0.85"
+
 `load_sweep()` returns the values in the forms the `servescope run` flags take (argparse `dest` names,
 strings where the flag is a string), plus `workloads`: the resolved Workload objects, inline ones included.
 """
@@ -45,7 +54,8 @@ from servescope.workloads.spec import Workload, parse_toml, resolve
 
 SWEEP_VERSION = 1
 LOAD_KEYS = {"concurrency", "rates", "arrival", "max_concurrency", "requests", "duration", "warmup", "timeout"}
-TOP_KEYS = {"sweep_version", "name", "target", "workloads", "workload", "load", "slo", "tags"}
+TOP_KEYS = {"sweep_version", "name", "target", "workloads", "workload", "load", "slo", "tags", "server"}
+SERVER_KEYS = {"launch", "launch_timeout", "recover_timeout", "variants"}
 
 
 def parse_duration(text: str, where: str = "duration") -> float:
@@ -227,6 +237,9 @@ def parse_sweep(data: dict[str, Any], where: str, base_dir: Path | None = None) 
             raise ServescopeError(f"{where}: [slo] {k} must be a number")
         slos[k] = float(v)
     tag_out = {str(k): str(v) for k, v in tags.items()}
+    server = parse_server(_table(data, "server", where), where, url_given="url" in target)
+    if server["launch"]:
+        url = ""  # the launched server's URL comes from its command
     name = data.get("name", "")
     if not isinstance(name, str):
         raise ServescopeError(f"{where}: name must be a string")
@@ -250,6 +263,53 @@ def parse_sweep(data: dict[str, Any], where: str, base_dir: Path | None = None) 
         "tags": tag_out,
         "name": name,
         "timeout": timeout,
+        **server,
+    }
+
+
+def parse_server(server: dict[str, Any], where: str, url_given: bool = False) -> dict[str, Any]:
+    """The [server] table -> launch, launch_timeout, recover_timeout, server_variant (a list of argument
+    strings). The launch command and each variant are checked the way `servescope run --launch` does."""
+    from servescope.core.launch import parse_launch, with_variant
+
+    bad = set(server) - SERVER_KEYS
+    if bad:
+        raise ServescopeError(f"{where}: unknown [server] key(s) {', '.join(sorted(bad))}; "
+                              f"expected {', '.join(sorted(SERVER_KEYS))}")
+    launch = server.get("launch")
+    if launch is not None and (not isinstance(launch, str) or not launch.strip()):
+        raise ServescopeError(f"{where}: [server] launch must be a command like \"vllm serve MODEL --port 8000\"")
+    raw = server.get("variants", [])
+    if not isinstance(raw, list):
+        raise ServescopeError(f"{where}: [server] variants must be [[server.variants]] tables with args = \"...\"")
+    variants: list[str] = []
+    for i, v in enumerate(raw):
+        if isinstance(v, dict):
+            extra = set(v) - {"args"}
+            if extra or not isinstance(v.get("args"), str):
+                raise ServescopeError(f"{where}: [[server.variants]] {i + 1}: give only args = \"--ARG VALUE ...\"")
+            v = v["args"]
+        if not isinstance(v, str):
+            raise ServescopeError(f"{where}: [[server.variants]] {i + 1}: give args = \"--ARG VALUE ...\"")
+        variants.append(v.strip())
+    if variants and not launch:
+        raise ServescopeError(f"{where}: [[server.variants]] needs [server] launch: servescope can only relaunch "
+                              "a server it started")
+    if launch and url_given:
+        raise ServescopeError(f"{where}: give [target] url or [server] launch, not both: a launched server's URL "
+                              "comes from its command")
+    if launch:
+        try:
+            spec = parse_launch(launch)
+            for v in variants:
+                with_variant(spec, v)
+        except ServescopeError as e:
+            raise ServescopeError(f"{where}: [server] {e.message}") from None
+    return {
+        "launch": launch.strip() if launch else None,
+        "launch_timeout": _duration_str(server.get("launch_timeout", "900s"), f"{where}: [server] launch_timeout"),
+        "recover_timeout": _duration_str(server.get("recover_timeout", "300s"), f"{where}: [server] recover_timeout"),
+        "server_variant": variants,
     }
 
 
@@ -257,7 +317,7 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     """Read and check a sweep TOML file. Errors are ServescopeError with file:line:col where TOML is bad."""
     p = Path(path)
     if not p.is_file():
-        raise ServescopeError(f"{p}: no such sweep file; save one from the app (ctrl+s) or see docs/tui.md")
+        raise ServescopeError(f"{p}: no such sweep file; save one from the app (ctrl+s) or see the README")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -282,9 +342,13 @@ def sweep_table(
     slos: dict[str, float] | None = None,
     tags: dict[str, str] | None = None,
     name: str = "",
+    launch: str | None = None,
+    variants: Sequence[str] = (),
+    launch_timeout: str | None = None,
+    recover_timeout: str | None = None,
 ) -> dict[str, Any]:
     """The TOML table for a sweep. Presets and file workloads are written by name/path, others inline."""
-    target: dict[str, Any] = {"url": url, "api_key_env": api_key_env}
+    target: dict[str, Any] = {"api_key_env": api_key_env} if launch else {"url": url, "api_key_env": api_key_env}
     if model:
         target["model"] = model
     names: list[str] = []
@@ -334,6 +398,15 @@ def sweep_table(
         out["slo"] = dict(slos)
     if tags:
         out["tags"] = dict(tags)
+    if launch:
+        server: dict[str, Any] = {"launch": launch}
+        if launch_timeout:
+            server["launch_timeout"] = launch_timeout
+        if recover_timeout:
+            server["recover_timeout"] = recover_timeout
+        if variants:
+            server["variants"] = [{"args": v} for v in variants]
+        out["server"] = server
     return out
 
 
@@ -378,4 +451,8 @@ def plan_from_sweep(sweep: dict[str, Any], url: str, label: str | None = None, *
         sessions_dir=sessions_dir,
         name=sweep.get("name") or "",
         target_label=label,
+        launch=sweep.get("launch") or None,
+        launch_timeout_s=parse_duration(sweep.get("launch_timeout") or "900s", "launch_timeout"),
+        variants=list(sweep.get("server_variant") or []),
+        recover_timeout_s=parse_duration(sweep.get("recover_timeout") or "300s", "recover_timeout"),
     )

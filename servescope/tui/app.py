@@ -87,7 +87,7 @@ class ServescopeApp(App[int]):
     def start_sweep(self, sweep: dict[str, Any]) -> bool:
         """Start a sweep (the dict `load_sweep()` returns) and show the Run screen."""
         if self.sweep_running:
-            self.notify("a sweep is already running: stop it first (F3, then x)", severity="warning")
+            self.notify("a sweep is already running: stop it first (F3, then x)", severity="warning", markup=False)
             return False
         self.call_later(self._start_sweep, sweep)
         return True
@@ -121,7 +121,7 @@ class ServescopeApp(App[int]):
         text = f"sweep {msg.status}" + (f": saved {msg.session_dir.name}" if msg.session_dir else "")
         if msg.status == "failed" and msg.message:
             text += f"\n{msg.message}"
-        self.notify(text, severity=sev, timeout=8)  # type: ignore[arg-type]
+        self.notify(text, severity=sev, timeout=8, markup=False)  # type: ignore[arg-type]
 
     def compare_sessions(self, paths: list[Path], label_key: str | None = None) -> bool:
         """Open the Compare screen on saved sessions; a session that cannot be read, or sessions with no
@@ -131,11 +131,11 @@ class ServescopeApp(App[int]):
         try:
             screen = CompareScreen(paths, label_key)
         except ServescopeError as e:
-            self.notify(clean_text(e.message), title="compare", severity="error", timeout=10)
+            self.notify(clean_text(e.message), title="compare", severity="error", timeout=10, markup=False)
             return False
         except Exception as e:  # a damaged session file: say so, keep the app
             self.notify(f"cannot compare: {type(e).__name__}: {clean_text(str(e))[:200]}", title="compare",
-                        severity="error", timeout=10)
+                        severity="error", timeout=10, markup=False)
             return False
         self.push_screen(screen)
         return True

@@ -168,7 +168,8 @@ class SweepDriver:
 
         self.control = SweepControl()
         try:
-            url, label = pool.resolve(sweep["url"])
+            # a launched server is started by the engine itself ([server] launch); its URL comes from its command
+            url, label = ("", None) if sweep.get("launch") else pool.resolve(sweep["url"])
             key = os.environ.get(sweep.get("api_key_env") or "OPENAI_API_KEY") or None
             if self.mode == "process":
                 status = self._run_process(sweep, url, label, key, sessions_dir)

@@ -91,3 +91,29 @@ def test_telemetry_off_samples_only_cell_boundaries(tmp_path: Path) -> None:
     tel = json.loads(s.cells["summary_json"][0])["telemetry"]
     assert tel["samples"] == 2 and tel["requests_success"] == 8  # exact deltas all the same
     assert s.meta["telemetry"]["interval_s"] == "cell boundaries"
+
+
+def test_sweep_file_launches_server_variants(tmp_path: Path) -> None:
+    """`servescope run --sweep` with a [server] table: servescope launches the server once per variant."""
+    import tomli_w
+
+    launch = f"{sys.executable} -m servescope.sim --profile tiny --port 0"
+    sweep = {
+        "workloads": ["sharegpt"],
+        "load": {"concurrency": [8], "requests": 8},
+        "tags": {"box": "sim"},
+        "server": {"launch": launch, "recover_timeout": "60s",
+                   "variants": [{"args": "--max-num-seqs 1"}, {"args": "--max-num-seqs 8"}]},
+    }
+    f = tmp_path / "sweep.toml"
+    f.write_text(tomli_w.dumps(sweep))
+    out = run_json("--sweep", str(f), "--save", str(tmp_path / "s"), "--telemetry-interval", "off")
+    one, eight = out["cells"]
+    assert one["requests_ok"] == eight["requests_ok"] == 8
+    assert eight["output_tok_s"] > 3 * one["output_tok_s"]
+    s = load_session(tmp_path / "s")
+    assert s.meta["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
+    assert s.meta["tags"] == {"box": "sim"}
+    # the load flags belong to the file: given with --sweep they are refused in one line
+    p = servescope("run", "--sweep", str(f), "-c", "2")
+    assert p.returncode == 2 and "--concurrency cannot be combined with --sweep" in p.stderr

@@ -80,3 +80,45 @@ def test_errors_are_actionable(tmp_path: Path, body: str, needle: str) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ServescopeError, match="no such sweep file"):
         load_sweep(tmp_path / "nope.toml")
+
+
+def test_server_table_round_trip(tmp_path: Path) -> None:
+    launch = "vllm serve my/model --max-model-len 4096 --port 8123"
+    path = save_sweep(tmp_path / "s.toml", url="sim://tiny", workloads=["sharegpt"], concurrency=[4], requests=8,
+                      launch=launch, variants=["--max-num-seqs 4", "--max-num-seqs 16"], recover_timeout="120s")
+    text = path.read_text()
+    assert "[server]" in text and "args = \"--max-num-seqs 16\"" in text and "url =" not in text
+    sw = load_sweep(path)
+    assert sw["launch"] == launch and sw["url"] == ""
+    assert sw["server_variant"] == ["--max-num-seqs 4", "--max-num-seqs 16"]
+    plan = plan_from_sweep(sw, "", None)
+    assert plan.launch == launch and plan.variants == ["--max-num-seqs 4", "--max-num-seqs 16"]
+    assert plan.recover_timeout_s == 120 and plan.launch_timeout_s == 900
+
+
+def test_server_variants_as_plain_strings(tmp_path: Path) -> None:
+    p = tmp_path / "s.toml"
+    p.write_text('workloads = ["sharegpt"]\n[server]\nlaunch = "vllm serve m"\nvariants = ["--max-num-seqs 2"]\n')
+    assert load_sweep(p)["server_variant"] == ["--max-num-seqs 2"]
+    plan = plan_from_sweep(load_sweep(p), "", None)
+    assert plan.launch == "vllm serve m" and plan.url == ""
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ('[[server.variants]]\nargs = "--max-num-seqs 4"\n', "needs [server] launch"),
+        ('[target]\nurl = "http://h:1"\n[server]\nlaunch = "vllm serve m"\n', "not both"),
+        ('[server]\nlaunch = "vllm run m"\n', "vllm serve MODEL"),
+        ('[server]\nlaunch = "vllm serve m"\ngpu = 1\n', "unknown [server] key"),
+        ('[server]\nlaunch = "vllm serve m"\n[[server.variants]]\nargs = "--port x"\n', "not a number"),
+        ('[server]\nlaunch = "vllm serve m"\n[[server.variants]]\nflags = "--x"\n', "give only args"),
+        ('[server]\nlaunch = "vllm serve m"\nrecover_timeout = "soon"\n', "bad duration"),
+    ],
+)
+def test_server_table_errors(tmp_path: Path, body: str, needle: str) -> None:
+    p = tmp_path / "s.toml"
+    p.write_text('workloads = ["sharegpt"]\n' + body)
+    with pytest.raises(ServescopeError) as e:
+        load_sweep(p)
+    assert needle in e.value.message and "\n" not in e.value.message

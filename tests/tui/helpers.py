@@ -34,3 +34,8 @@ def text_of(widget: Any) -> str:
     """The plain text a Static (or any widget) shows."""
     r = widget.render()
     return str(getattr(r, "plain", r))
+
+
+def row_text(table: Any, i: int) -> list[str]:
+    """A DataTable row as the plain strings it shows."""
+    return [str(getattr(v, "plain", v)) for v in table.get_row_at(i)]

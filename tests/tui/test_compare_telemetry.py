@@ -18,7 +18,7 @@ from servescope.tui.widgets import OverlayCurve, TelemetryPanel
 
 from .conftest import FAST_WORKLOAD
 from .fixtures import telemetry_samples, write_session
-from .helpers import set_input, text_of
+from .helpers import row_text, set_input, text_of
 
 SIZE = (100, 30)
 
@@ -48,7 +48,7 @@ async def test_compare_table_curves_label_and_export(home: Path) -> None:
         # the marked sessions in date order: FP8 is the baseline; the label key is `quant`
         assert scr.comparison.labels == ["FP8", "GPTQ-Int4"]
         t = scr.query_one("#compare-table", DataTable)
-        rows = [t.get_row_at(i) for i in range(t.row_count)]
+        rows = [row_text(t, i) for i in range(t.row_count)]
         tpot = next(r for r in rows if r[2] == "TPOT p50 ms")
         assert tpot[3].endswith("★") and tpot[5].startswith("+") and tpot[6] == "FP8"  # lower TPOT wins
         assert any(r[2].startswith("only in FP8") for r in rows)  # c=16, c=32 only in one session
@@ -183,3 +183,37 @@ def test_engine_process_falls_back_to_the_thread(home: Path, sim_url: str) -> No
     assert kinds[0] == "EngineNotice" and "running in a thread" in got[0].text
     assert "SweepStarted" in kinds and "CellFinished" in kinds and kinds[-1] == "SweepFinished"
     assert any(isinstance(x, m.TelemetryUpdated) and x.server for x in got)  # the simulator has /metrics
+
+
+async def test_markup_in_server_and_user_text_is_shown_as_typed(home: Path) -> None:
+    """Session names, tags and model names are data: `[/x]` must neither crash a widget nor vanish."""
+    from servescope.sessions.store import SessionWriter
+
+    base = home / "sessions"
+    odd = write_session(base, "odd", "2026-12-01T10:00:00+0000", {"quant": "[/x] Q|4"})
+    write_session(base, "plain", "2026-12-02T10:00:00+0000", {"quant": "[bold]FP8"})
+    w = SessionWriter.open(odd)
+    w.meta["name"] = "[/b] a|b"
+    w.meta["model"] = "[red]m"
+    w.save_meta()
+    app = make_app(sessions_dir=str(base))
+    async with app.run_test(size=(140, 30)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        t = app.screen.query_one("#sessions", DataTable)
+        rows = [row_text(t, i) for i in range(t.row_count)]
+        odd_row = next(r for r in rows if "[/b] a|b" in r)
+        assert "[red]m" in odd_row and "quant=[/x] Q|4" in odd_row
+        scr = await open_compare(pilot)
+        assert scr.comparison.labels == ["[/x] Q|4", "[bold]FP8"]
+        assert "[/x] Q|4 vs [bold]FP8" in text_of(scr.query_one("#compare-head", Static))
+        ct = scr.query_one("#compare-table", DataTable)
+        assert "[/x] Q|4" in [str(getattr(c.label, "plain", c.label)) for c in ct.columns.values()]
+        await pilot.press("escape")
+        await pilot.pause()
+        t.focus()
+        await pilot.press("end", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SessionScreen)
+        head = text_of(app.screen.query_one("#session-head", Static))
+        assert "[/b] a|b  [completed]" in head and "model [red]m" in head

@@ -13,7 +13,7 @@ from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
 from servescope.tui.widgets import CellTable, EventLog, LatencyHistogram, SweepProgress
 
-from .helpers import set_input, text_of, wait_until
+from .helpers import row_text, set_input, text_of, wait_until
 
 SIZE = (100, 30)
 
@@ -31,6 +31,18 @@ async def test_probe_shows_models_version_and_metrics(home: Path, sim_url: str) 
         out = text_of(res)
         assert "model tiny" in out and "max length 8192" in out
         assert "vLLM 0.32.0-sim" in out and "/metrics: yes" in out
+
+
+async def test_probe_shows_a_markup_like_model_name_as_served(home: Path) -> None:
+    from servescope.sim.launcher import start_sim
+
+    with start_sim("tiny", ["--served-model-name", "[/x] m|1"]) as sim:
+        app = make_app(url=sim.url, sessions_dir=str(home / "sessions"))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f5")
+            res = app.screen.query_one("#probe-result", Static)
+            await wait_until(pilot, lambda: text_of(res).startswith(("✓", "✗")), 20, "the probe")
+            assert "model [/x] m|1" in text_of(res)
 
 
 async def test_unreachable_url_is_shown_next_to_the_field(home: Path) -> None:
@@ -137,7 +149,7 @@ async def test_run_a_sweep_on_sim_tiny_then_open_the_session(home: Path) -> None
         run = app.screen
         table = run.query_one(CellTable)
         assert table.row_count == 2
-        assert [table.get_row_at(i)[3] for i in range(2)] == ["done", "done"]
+        assert [row_text(table, i)[3] for i in range(2)] == ["done", "done"]
         assert run.query_one("#hist-e2e", LatencyHistogram).values  # the last cell's requests are drawn
         assert "▲50" in str(run.query_one("#hist-ttft", LatencyHistogram).render())
         assert len(run._points["fast"]) == 2
@@ -152,7 +164,7 @@ async def test_run_a_sweep_on_sim_tiny_then_open_the_session(home: Path) -> None
         assert isinstance(app.screen, SessionsScreen)
         st = app.screen.query_one("#sessions", DataTable)
         assert st.row_count == 1
-        row = st.get_row_at(0)
+        row = row_text(st, 0)
         assert "sim://tiny" in row and "tiny" in row and "quant=FP8" in row and "2/2" in row and "completed" in row
         st.focus()
         await pilot.press("enter")
@@ -187,7 +199,7 @@ async def test_stop_keeps_finished_cells(home: Path, sim_url: str) -> None:
         await app.sweep_worker.wait()
         await wait_until(pilot, lambda: progress.state == "interrupted", 10, "the interrupted message")
         table = app.screen.query_one(CellTable)
-        assert table.row_count == 2 and table.get_row_at(0)[3] == "stopped"
+        assert table.row_count == 2 and row_text(table, 0)[3] == "stopped"
         assert (next(sessions.iterdir()) / "cells.parquet").is_file()
 
 
@@ -203,3 +215,51 @@ async def test_help_lists_every_key(home: Path) -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, SessionsScreen)
+
+
+async def test_launch_a_server_with_variants_from_the_target_pane(home: Path) -> None:
+    """The target pane's launch command: servescope starts the server for the sweep, once per variant."""
+    import sys
+
+    from servescope.sessions.store import load_session
+
+    sessions = home / "sessions"
+    app = make_app(url="sim://tiny", sessions_dir=str(sessions), workloads_dir=home / "workloads")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await set_input(pilot, "#variants", "--max-num-seqs 1")
+        assert "need a launch command" in err(app, "variants")
+        await set_input(pilot, "#launch", "vllm run x")
+        assert "vllm serve MODEL" in err(app, "launch")
+        await set_input(pilot, "#launch", f"{sys.executable} -m servescope.sim --profile tiny --port 0")
+        await set_input(pilot, "#variants", "--max-num-seqs 1 ; --max-num-seqs 4")
+        assert err(app, "launch") == "" and err(app, "variants") == ""
+        await set_input(pilot, "#url", "")  # ignored: the launched server's URL comes from its command
+        assert err(app, "url") == ""
+        await pilot.press("f5")
+        assert "starts the server when the sweep runs" in text_of(app.screen.query_one("#probe-result", Static))
+        await pilot.press("f7")
+        sl = app.screen.query_one("#workloads", SelectionList)
+        sl.deselect("preset:sharegpt")
+        sl.select(next(k for k in app.screen.items if k.endswith("#fast")))  # type: ignore[attr-defined]
+        await pilot.pause()
+        await pilot.press("f8")
+        await set_input(pilot, "#concurrency", "4")
+        await set_input(pilot, "#requests", "4")
+        pv = text_of(app.screen.query_one("#preview", Static))
+        assert "2 cells" in pv and "x 2 server variants" in pv
+        await set_input(pilot, "#sweep-file", str(home / "launch.toml"))
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert "[server]" in (home / "launch.toml").read_text()
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: app.sweep_worker is not None, 5, "the sweep to start")
+        assert app.sweep_worker is not None
+        await app.sweep_worker.wait()
+        progress = app.screen.query_one(SweepProgress)
+        await wait_until(pilot, lambda: progress.state == "completed", 10,
+                         f"the completed message ({progress.state}, {[ln.text for ln in app.screen.query_one(EventLog).lines]})")
+        [saved] = [p for p in sessions.iterdir() if (p / "session.toml").is_file()]
+        s = load_session(saved)
+        assert s.cells.sort("index")["server_variant"].to_list() == ["--max-num-seqs 1", "--max-num-seqs 4"]
+        assert (saved / "server-0.log").is_file() and (saved / "server-1.log").is_file()
+        assert s.meta["kv_budget"]["kv_cache_tokens"] > 0

@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.tui.safe import cell, esc, plain
 from servescope.tui.widgets.curve import OverlayCurve
 
 NAME_LABEL = "(session name)"
@@ -122,12 +123,12 @@ class CompareScreen(Screen[None]):
     # ---- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static("", id="compare-head")
-        options = [(NAME_LABEL, NAME_LABEL)] + [(f"tag {k}", k) for k in self.keys]
+        options = [(plain(NAME_LABEL), NAME_LABEL)] + [(plain(f"tag {k}"), k) for k in self.keys]
         yield Horizontal(Label("label by", classes="field-label"),
                          Select(options, value=self.label_key or NAME_LABEL, allow_blank=False, id="label-key"),
                          classes="field-row", id="compare-controls")
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="compare-answers")
+        yield Static("", id="compare-answers", markup=False)
         with Horizontal(id="compare-curves"):
             yield OverlayCurve(id="cmp-aggregate")
             yield OverlayCurve(id="cmp-per-user")
@@ -140,19 +141,19 @@ class CompareScreen(Screen[None]):
     def refresh_view(self) -> None:
         cmp_ = self.comparison
         labels = cmp_.labels
-        head = [f"[b]{' vs '.join(labels)}[/b]  ({len(cmp_.cells)} common cell{'s' if len(cmp_.cells) != 1 else ''};"
-                f" deltas vs {labels[0]}; ★ best)"]
-        head += cmp_.headline()[:1]
-        self.query_one("#compare-head", Static).update(clean_text("\n".join(head)))
+        head = [f"[b]{esc(' vs '.join(labels))}[/b]  ({len(cmp_.cells)} common cell{'s' if len(cmp_.cells) != 1 else ''};"
+                f" deltas vs {esc(labels[0])}; ★ best)"]
+        head += [esc(h) for h in cmp_.headline()[:1]]
+        self.query_one("#compare-head", Static).update("\n".join(head))
         t = self.query_one("#compare-table", DataTable)
         t.clear(columns=True)
         for col in ("workload", "load", "metric", *labels, *[f"Δ {lb}" for lb in labels[1:]], "best"):
-            t.add_column(col)
+            t.add_column(cell(col))
         for row in delta_rows(cmp_):
-            t.add_row(*row)
+            t.add_row(*(cell(v) for v in row))
         answers = [answer_line(a) for a in cmp_.answers if a.workload == self.workload]
         answers += cmp_.notes
-        self.query_one("#compare-answers", Static).update(clean_text("\n".join(answers)))
+        self.query_one("#compare-answers", Static).update("\n".join(clean_text(a) for a in answers))
         self._plot()
 
     def _plot(self) -> None:
@@ -180,13 +181,13 @@ class CompareScreen(Screen[None]):
         nxt = choices[(choices.index(self.label_key) + 1) % len(choices)] if self.label_key in choices else None
         if len(choices) == 1:
             self.notify("these sessions have no tags to label them by: tag a sweep with e.g. quant=FP8",
-                        severity="warning")
+                        severity="warning", markup=False)
             return
         self.query_one("#label-key", Select).value = nxt or NAME_LABEL  # Select.Changed does the rest
 
     def action_next_workload(self) -> None:
         if len(self.workloads) < 2:
-            self.notify("the sessions share one workload", severity="information")
+            self.notify("the sessions share one workload", severity="information", markup=False)
             return
         self.workload = self.workloads[(self.workloads.index(self.workload) + 1) % len(self.workloads)]
         self.refresh_view()
@@ -213,7 +214,7 @@ class CompareScreen(Screen[None]):
         if path is not None:
             from servescope.tui.widgets.panels import short_path
 
-            self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8)
+            self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8, markup=False)
 
     def action_back(self) -> None:
         self.app.pop_screen()

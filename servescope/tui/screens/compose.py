@@ -28,6 +28,7 @@ from textual.widgets.selection_list import Selection
 
 from servescope.core.errors import ServescopeError
 from servescope.tui import messages as m
+from servescope.tui.safe import plain
 from servescope.tui.widgets.panels import short_path
 
 ASSUMED_TPOT_MS = 20.0  # for the rough duration only
@@ -65,7 +66,7 @@ def field_row(label: str, input_id: str, value: str = "", placeholder: str = "",
     return Vertical(
         Horizontal(Label(label, classes="field-label"), Input(value, placeholder=placeholder, id=input_id,
                                                               password=password), classes="field-row"),
-        Static("", id=f"{input_id}-error", classes="field-error"),
+        Static("", id=f"{input_id}-error", classes="field-error", markup=False),
         classes="field",
     )
 
@@ -81,7 +82,7 @@ class WorkloadFormScreen(ModalScreen["Any"]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="wl-form"):
-            yield Static(f"New workload (saved to {short_path(self.folder)})", classes="pane-title")
+            yield Static(f"New workload (saved to {short_path(self.folder)})", classes="pane-title", markup=False)
             yield field_row("name", "wf-name", placeholder="rag-4k")
             yield Horizontal(Label("api", classes="field-label"),
                              Select([("chat", "chat"), ("completions", "completions")], value="chat",
@@ -92,7 +93,7 @@ class WorkloadFormScreen(ModalScreen["Any"]):
             yield Horizontal(Label("thinking", classes="field-label"),
                              Select([("server default", "default"), ("on", "on"), ("off", "off")], value="default",
                                     allow_blank=False, id="wf-think"), classes="field-row")
-            yield Static("", id="wf-error", classes="field-error")
+            yield Static("", id="wf-error", classes="field-error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Save (ctrl+s)", id="wf-save", variant="primary")
                 yield Button("Cancel (esc)", id="wf-cancel")
@@ -191,20 +192,22 @@ class ComposeScreen(Screen[None]):
                 yield Horizontal(Label("simulator", classes="field-label"),
                                  Select([(f"sim://{p}", p) for p in profiles], prompt="pick a built-in profile",
                                         id="sim-profile"), classes="field-row")
+                yield field_row("or launch", "launch", "", "vllm serve MODEL --port 8000 (servescope starts it)")
+                yield field_row("variants", "variants", "", "with launch: --max-num-seqs 4 ; --max-num-seqs 16")
                 yield field_row("model", "model", "", "optional: the only served model by default")
                 yield field_row("API key var", "key-env", self.initial_key_env, "environment variable NAME")
-                yield Static("", id="key-status", classes="hint")
+                yield Static("", id="key-status", classes="hint", markup=False)
                 with Horizontal(classes="buttons"):
                     yield Button("Probe (F5)", id="probe", variant="primary")
-                yield Static("Not probed yet: press F5 to ask the server what it serves.", id="probe-result")
+                yield Static("Not probed yet: press F5 to ask the server what it serves.", id="probe-result", markup=False)
             with TabPane("Workloads F7", id="tab-workloads"), VerticalScroll(classes="pane"):
                 yield SelectionList[str](id="workloads")
                 yield field_row("add TOML file", "wl-file", "", "path/to/workload.toml, then enter")
                 with Horizontal(classes="buttons"):
                     yield Button("Add file", id="wl-add")
                     yield Button("New workload (ctrl+n)", id="wl-new")
-                yield Static("", id="wl-selected", classes="hint")
-                yield Static(f"workloads folder: {short_path(self.workloads_folder)}", classes="hint")
+                yield Static("", id="wl-selected", classes="hint", markup=False)
+                yield Static(f"workloads folder: {short_path(self.workloads_folder)}", classes="hint", markup=False)
             with TabPane("Load F8", id="tab-load"), VerticalScroll(classes="pane"):
                 yield field_row("concurrency", "concurrency", "1,4,16", "closed loop users, e.g. 1,2,4,8,16,32,64")
                 yield field_row("rates", "rates", "", "or open-loop requests/s, e.g. 0.5,2,5")
@@ -219,7 +222,7 @@ class ComposeScreen(Screen[None]):
                     yield Button("Save sweep (ctrl+s)", id="save-sweep")
                     yield Button("Load sweep (ctrl+o)", id="load-sweep")
         with Horizontal(id="preview-bar"):
-            yield Static("", id="preview")
+            yield Static("", id="preview", markup=False)
             yield Button("Run (ctrl+r)", id="run", variant="success")
         yield Footer(compact=True)
 
@@ -246,7 +249,7 @@ class ComposeScreen(Screen[None]):
                 for w in load_toml(f):
                     self.items[f"file:{f}#{w.name}"] = w
             except ServescopeError as e:
-                self.notify(e.message, severity="warning", timeout=8)
+                self.notify(e.message, severity="warning", timeout=8, markup=False)
         for w in extra or []:
             self.items[f"file:{w.source}#{w.name}"] = w
         for k, w in self.items.items():
@@ -254,7 +257,7 @@ class ComposeScreen(Screen[None]):
                 opts.append((k, w, f"{w.name:<15} {w.shape()}  [{Path(w.source).name}]"))
         self.items.update({k: v for k, v, _ in opts})
         sl.clear_options()
-        sl.add_options([Selection(label, k, k in keep) for k, _, label in opts])
+        sl.add_options([Selection(plain(label), k, k in keep) for k, _, label in opts])
 
     def selected_workloads(self) -> list[Any]:
         from servescope.workloads.spec import context_sweep
@@ -285,6 +288,8 @@ class ComposeScreen(Screen[None]):
         v = self._val(fid)
         try:
             if fid == "url":
+                if self._val("launch"):
+                    return v, ""  # a launched server's URL comes from its command
                 if not v:
                     return None, "give a URL like http://127.0.0.1:8000 or sim://tiny"
                 if v.startswith("sim://"):
@@ -292,6 +297,23 @@ class ComposeScreen(Screen[None]):
                 from servescope.core.target import normalize_url
 
                 return normalize_url(v), ""
+            if fid == "launch":
+                if v:
+                    from servescope.core.launch import parse_launch
+
+                    parse_launch(v)
+                return (v or None), ""
+            if fid == "variants":
+                parts = [p.strip() for p in v.split(";") if p.strip()]
+                if parts and not self._val("launch"):
+                    return None, "variants need a launch command: servescope relaunches the server it started"
+                if parts:
+                    from servescope.core.launch import parse_launch, with_variant
+
+                    spec = parse_launch(self._val("launch"))
+                    for part in parts:
+                        with_variant(spec, part)
+                return parts, ""
             if fid == "key-env":
                 if not v or not v.replace("_", "").isalnum():
                     return None, "give an environment variable name, e.g. OPENAI_API_KEY"
@@ -322,7 +344,7 @@ class ComposeScreen(Screen[None]):
         except ServescopeError as e:
             return None, e.message
 
-    FIELDS = ("url", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "slos", "tags")
+    FIELDS = ("url", "launch", "variants", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "slos", "tags")
 
     def collect(self, show: bool = True) -> dict[str, Any] | None:
         """The sweep as `load_sweep()` returns it, or None (errors shown next to their fields)."""
@@ -359,7 +381,7 @@ class ComposeScreen(Screen[None]):
             url=vals["url"], workloads=wls, api_key_env=vals["key-env"], model=self._val("model") or None,
             concurrency=vals["concurrency"], rates=vals["rates"], requests=vals["requests"],
             duration=vals["duration"], warmup=vals["warmup"], slos=vals["slos"], tags=vals["tags"],
-            name=self._val("name"),
+            name=self._val("name"), launch=vals["launch"], variants=vals["variants"] or [],
         )
         try:
             sweep = parse_sweep(table, "compose")
@@ -393,6 +415,9 @@ class ComposeScreen(Screen[None]):
         if fid in self.FIELDS:
             _, err = self._check(fid)
             self._err(fid, err)
+        if fid == "launch":  # the URL and the variants are read against the launch command
+            for other in ("url", "variants"):
+                self._err(other, self._check(other)[1])
         if fid == "key-env":
             self._key_status()
         self.update_preview()
@@ -418,6 +443,12 @@ class ComposeScreen(Screen[None]):
 
     @on(Button.Pressed, "#probe")
     def action_probe(self) -> None:
+        launch, lerr = self._check("launch")
+        if launch and not lerr:
+            self.query_one("#probe-result", Static).update(
+                "launch target: servescope starts the server when the sweep runs (ctrl+r), waits for /health, then "
+                "shows its KV budget and log in the Run screen. Clear `or launch` to probe a running server.")
+            return
         url, err = self._check("url")
         key_env, kerr = self._check("key-env")
         self._err("url", err)
@@ -450,7 +481,7 @@ class ComposeScreen(Screen[None]):
             self.probed = None
             res.update(f"✗ {clean_text(msg.error)}")
             self._err("url", clean_text(msg.error))
-            self.notify(clean_text(msg.error), title="probe failed", severity="error", timeout=8)
+            self.notify(clean_text(msg.error), title="probe failed", severity="error", timeout=8, markup=False)
             return
         self.probed = msg.info
         i = msg.info
@@ -470,7 +501,7 @@ class ComposeScreen(Screen[None]):
         sweep = self.collect()
         if sweep is None:
             self.update_preview()
-            self.notify("fix the marked fields first", severity="error")
+            self.notify("fix the marked fields first", severity="error", markup=False)
             return
         self.app.start_sweep(sweep)  # type: ignore[attr-defined]
 
@@ -491,18 +522,19 @@ class ComposeScreen(Screen[None]):
             return
         sweep = self.collect()
         if sweep is None:
-            self.notify("fix the marked fields before saving", severity="error")
+            self.notify("fix the marked fields before saving", severity="error", markup=False)
             return
         kw = dict(sweep["_table"])
         try:
             save_sweep(path, url=sweep["url"], workloads=sweep["workloads"], api_key_env=sweep["api_key_env"],
                        model=sweep["model"], concurrency=kw["load"].get("concurrency"), rates=kw["load"].get("rates"),
                        requests=sweep["requests"], duration=sweep["duration"], warmup=sweep["warmup"],
-                       slos=sweep["slos"], tags=sweep["tags"], name=sweep["name"])
+                       slos=sweep["slos"], tags=sweep["tags"], name=sweep["name"], launch=sweep["launch"],
+                       variants=sweep["server_variant"])
         except ServescopeError as e:
             self._err("sweep-file", e.message)
             return
-        self.notify(f"saved {path}; run it headless with `servescope run --sweep {path}`")
+        self.notify(f"saved {path}; run it headless with `servescope run --sweep {path}`", markup=False)
 
     @on(Button.Pressed, "#load-sweep")
     def action_load_sweep(self) -> None:
@@ -515,17 +547,20 @@ class ComposeScreen(Screen[None]):
             sw = load_sweep(path)
         except ServescopeError as e:
             self._err("sweep-file", e.message)
-            self.notify("the sweep file has a problem (see next to the field)", severity="error")
+            self.notify("the sweep file has a problem (see next to the field)", severity="error", markup=False)
             return
         self.apply_sweep(sw)
-        self.notify(f"loaded {path}")
+        self.notify(f"loaded {path}", markup=False)
 
     def apply_sweep(self, sw: dict[str, Any]) -> None:
         """Fill the form from `load_sweep()`'s dict."""
         def put(fid: str, v: Any) -> None:
             self.query_one(f"#{fid}", Input).value = "" if v is None else str(v)
 
-        put("url", sw["url"])
+        put("launch", sw.get("launch"))
+        put("variants", " ; ".join(sw.get("server_variant") or []))
+        if sw["url"]:
+            put("url", sw["url"])
         put("key-env", sw["api_key_env"])
         put("model", sw.get("model"))
         put("concurrency", sw.get("concurrency"))
@@ -554,7 +589,7 @@ class ComposeScreen(Screen[None]):
                 sel = set(self.query_one("#workloads", SelectionList).selected) | {f"file:{w.source}#{w.name}"}
                 self._fill_workloads(selected=sel, extra=[w])
                 self.update_preview()
-                self.notify(f"saved workload {w.name} to {w.source}")
+                self.notify(f"saved workload {w.name} to {w.source}", markup=False)
 
         self.app.push_screen(WorkloadFormScreen(self.workloads_folder), done)
 
@@ -576,7 +611,7 @@ class ComposeScreen(Screen[None]):
         sel = set(self.query_one("#workloads", SelectionList).selected) | {f"file:{w.source}#{w.name}" for w in ws}
         self._fill_workloads(selected=sel, extra=ws)
         self.update_preview()
-        self.notify(f"added {len(ws)} workload(s) from {p}")
+        self.notify(f"added {len(ws)} workload(s) from {p}", markup=False)
 
 
 def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | None, duration_s: float | None,
@@ -608,5 +643,8 @@ def preview_text(sweep: dict[str, Any]) -> str:
     req_text = f"{reqs} requests" if reqs else "duration-limited"
     return (f"grid: {nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''} = "
             f"{len(cells)} cells, {req_text}, roughly {dur} (assuming ~{ASSUMED_TPOT_MS:g} ms/token)\n"
-            f"target {sweep['url']}" + (f", SLOs {sweep['slo']}" if sweep.get("slo") else "")
+            + (f"launch {sweep['launch']}" + (f" x {len(sweep['server_variant'])} server variants"
+                                                if sweep.get("server_variant") else "")
+               if sweep.get("launch") else f"target {sweep['url']}")
+            + (f", SLOs {sweep['slo']}" if sweep.get("slo") else "")
             + (f", tags {', '.join(sweep['tag'])}" if sweep.get("tag") else ""))

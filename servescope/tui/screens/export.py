@@ -16,6 +16,7 @@ from textual.widgets import Footer, Input, Label, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.tui.safe import esc
 from servescope.tui.widgets.panels import short_path
 
 
@@ -59,10 +60,10 @@ class ExportScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="export"):
-            yield Static(f"[b]Export a Markdown report[/b]: {clean_text(self.what)}", markup=True)
+            yield Static(f"[b]Export a Markdown report[/b]: {esc(self.what)}", markup=True)
             yield Horizontal(Label("write to", classes="field-label"),
                              Input(short_path(self.default), id="export-path"), classes="field-row")
-            yield Static("", id="export-error", classes="field-error")
+            yield Static("", id="export-error", classes="field-error", markup=False)
             yield Static("a folder takes the default file name; enter writes, esc cancels", classes="hint")
         yield Footer(compact=True)
 

@@ -124,7 +124,7 @@ class RunScreen(Screen[None]):
         with Horizontal(id="run-bottom"):
             yield EventLog(id="log")
             yield CellTable(id="cells")
-        yield Static("", id="run-session")
+        yield Static("", id="run-session", markup=False)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -340,13 +340,13 @@ class RunScreen(Screen[None]):
         if self.app.skip_cell():  # type: ignore[attr-defined]
             self.log_view.event("warning", "skipping the current cell (it is saved as stopped)…")
         else:
-            self.notify("no sweep is running", severity="warning")
+            self.notify("no sweep is running", severity="warning", markup=False)
 
     def action_stop_sweep(self) -> None:
         if self.app.stop_sweep():  # type: ignore[attr-defined]
             self.log_view.event("warning", "stopping the sweep after the current cell's in-flight requests…")
         else:
-            self.notify("no sweep is running", severity="warning")
+            self.notify("no sweep is running", severity="warning", markup=False)
 
     def action_toggle_server(self) -> None:
         """Swap the live server/GPU panel and the per-cell /metrics panel."""

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.tui.safe import cell
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
@@ -81,7 +82,7 @@ class SessionsScreen(Screen[None]):
         return self.sessions_dir or sessions_home()
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="sessions-title", classes="pane-title")
+        yield Static("", id="sessions-title", classes="pane-title", markup=False)
         yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
         yield Static("enter: open · space: mark · c: compare the marked sessions · r: refresh", classes="hint")
         yield Footer(compact=True)
@@ -108,7 +109,7 @@ class SessionsScreen(Screen[None]):
             except (ServescopeError, OSError, ValueError) as e:
                 r = ("", "?", d.name, "broken", "", "unreadable", clean_text(str(e))[:40], "", "")
             self.paths.append(d)
-            t.add_row("✓" if str(d) in self.marked else "", *r[1:], key=str(d))
+            t.add_row("✓" if str(d) in self.marked else "", *(cell(v) for v in r[1:]), key=str(d))
         self.query_one("#sessions-title", Static).update(
             f"{len(dirs)} saved session{'s' if len(dirs) != 1 else ''} in {short_path(base)}" if dirs else
             f"No saved sessions in {short_path(base)} yet: run a sweep (F2, ctrl+r).")
@@ -139,19 +140,19 @@ class SessionsScreen(Screen[None]):
     def action_open(self) -> None:
         p = self._current()
         if p is None:
-            self.notify("no session to open", severity="warning")
+            self.notify("no session to open", severity="warning", markup=False)
             return
         try:
             scr = SessionScreen(p)
         except ServescopeError as e:
-            self.notify(e.message, severity="error")
+            self.notify(e.message, severity="error", markup=False)
             return
         self.app.push_screen(scr)
 
     def action_compare(self) -> None:
         paths = sorted(self.marked)
         if len(paths) < 2:
-            self.notify("mark two or more sessions with space, then press c", severity="warning")
+            self.notify("mark two or more sessions with space, then press c", severity="warning", markup=False)
             return
         self.app.compare_sessions([Path(p) for p in paths])  # type: ignore[attr-defined]
 
@@ -179,9 +180,10 @@ class SessionScreen(Screen[None]):
         tags = ", ".join(f"{k}={v}" for k, v in (meta.get("tags") or {}).items())
         slos = ", ".join(f"{k}<={v:g}" for k, v in (meta.get("slos") or {}).items())
         yield Static(clean_text(
-            f"{meta.get('name', self.session.path.name)}  [{self.session.status}]  {str(meta.get('started_at', ''))[:19]}\n"
+            f"{meta.get('name', self.session.path.name)}  [{self.session.status}]  {str(meta.get('started_at', ''))[:19]}")
+            + "\n" + clean_text(
             f"target {tgt.get('url', '?')} (vLLM {tgt.get('version') or '?'}), model {meta.get('model', '?')}"
-            + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head")
+            + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head", markup=False)
         with Horizontal(id="session-top"):
             yield CellTable(id="session-cells")
             with Vertical(id="session-right"):
@@ -291,7 +293,7 @@ class SessionScreen(Screen[None]):
 
     def _exported(self, path: Path | None) -> None:
         if path is not None:
-            self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8)
+            self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8, markup=False)
 
     def action_back(self) -> None:
         self.app.pop_screen()

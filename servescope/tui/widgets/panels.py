@@ -13,6 +13,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, RichLog
 
+from servescope.tui.safe import cell
+
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -209,7 +211,7 @@ def cell_row(index: int, workload: str, load: str, status: str, s: dict[str, Any
     )
 
 
-class CellTable(DataTable[str]):
+class CellTable(DataTable[Text]):
     """One row per finished (or skipped) cell."""
 
     DEFAULT_CSS = """
@@ -227,9 +229,9 @@ class CellTable(DataTable[str]):
         key = str(index)
         if key in self.rows:
             for col, v in zip(CELL_COLUMNS, row, strict=True):
-                self.update_cell(key, col, v)
+                self.update_cell(key, col, cell(v))
         else:
-            self.add_row(*row, key=key)
+            self.add_row(*(cell(v) for v in row), key=key)
 
 
 def gpu_reading(g: dict[str, Any]) -> str:
