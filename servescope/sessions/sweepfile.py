@@ -1,12 +1,13 @@
 """A whole sweep as one TOML file: target, workloads, load, SLOs and tags. The TUI saves and loads it;
 `servescope run --sweep FILE.toml` runs the same file headless.
 
+    workloads = ["sharegpt", "my-workloads/rag.toml"]   # presets or TOML paths (relative to this file)
+
     [target]
     url = "http://127.0.0.1:8000"      # or "sim://tiny"
     api_key_env = "OPENAI_API_KEY"     # the variable's NAME: the key itself is never written
     model = "Qwen/Qwen3-8B"            # optional
 
-    workloads = ["sharegpt", "my-workloads/rag.toml"]   # presets or TOML paths (relative to this file)
     [[workload]]                        # and/or inline workloads (the workload TOML schema)
     name = "rag-4k"
     input_tokens = 4096
