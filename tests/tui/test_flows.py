@@ -246,7 +246,7 @@ async def test_launch_a_server_with_variants_from_the_target_pane(home: Path) ->
         await set_input(pilot, "#concurrency", "4")
         await set_input(pilot, "#requests", "4")
         pv = text_of(app.screen.query_one("#preview", Static))
-        assert "2 cells" in pv and "x 2 server variants" in pv
+        assert "1 workload x 1 load level x 2 server variants = 2 cells" in pv
         await set_input(pilot, "#sweep-file", str(home / "launch.toml"))
         await pilot.press("ctrl+s")
         await pilot.pause()

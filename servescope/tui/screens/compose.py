@@ -638,13 +638,13 @@ def preview_text(sweep: dict[str, Any]) -> str:
     secs = sum(rough_cell_s(c.workload, c.load.concurrency, c.load.rate, c.requests, c.duration_s, c.warmup)
                for c in cells)
     nw = len({c.workload.name for c in cells})
-    nl = len(cells) // max(1, nw)
+    nv = max(1, len({c.variant for c in cells}))
+    nl = len(cells) // max(1, nw * nv)
     dur = f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
     req_text = f"{reqs} requests" if reqs else "duration-limited"
-    return (f"grid: {nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''} = "
+    return (f"grid: {nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''}"
+            + (f" x {nv} server variants" if nv > 1 else "") + " = "
             f"{len(cells)} cells, {req_text}, roughly {dur} (assuming ~{ASSUMED_TPOT_MS:g} ms/token)\n"
-            + (f"launch {sweep['launch']}" + (f" x {len(sweep['server_variant'])} server variants"
-                                                if sweep.get("server_variant") else "")
-               if sweep.get("launch") else f"target {sweep['url']}")
+            + (f"launch {sweep['launch']}" if sweep.get("launch") else f"target {sweep['url']}")
             + (f", SLOs {sweep['slo']}" if sweep.get("slo") else "")
             + (f", tags {', '.join(sweep['tag'])}" if sweep.get("tag") else ""))
