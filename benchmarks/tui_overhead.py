@@ -1,5 +1,5 @@
-"""Does the app slow the measurement down? Runs the same sweep against the simulator headless (the engine
-alone, as `servescope run` does) and inside the app (driven by Pilot, live charts redrawing), alternating
+"""Does the app slow the measurement down? Runs the same sweep against the simulator headless
+(`servescope run --sweep`, in its own process) and inside the app (driven by Pilot, live charts redrawing), alternating
 A/B/A/B, and prints output tok/s and mean TTFT of both and the app/headless ratio. Target: within 2%.
 The app runs its engine in a separate process where two or more CPUs are usable, else in a thread;
 `--engines process,thread` measures both (SERVESCOPE_ENGINE), alternating with headless runs.
@@ -24,18 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def run_loop(coro: Any) -> Any:
-    from servescope.tui.wire import run_loop as run
+def sweep_dict(url: str, concurrency: str, requests: int, workload: str, file: Path) -> dict[str, Any]:
+    """The sweep for the app, and the same sweep written to `file` for the headless run."""
+    import tomli_w
 
-    return run(coro)
-
-
-def sweep_dict(url: str, concurrency: str, requests: int, workload: str) -> dict[str, Any]:
     from servescope.sessions.sweepfile import parse_sweep, sweep_table
     from servescope.workloads.spec import resolve
 
     table = sweep_table(url=url, workloads=resolve(workload), concurrency=[int(c) for c in concurrency.split(",")],
                         requests=requests, name="overhead")
+    file.write_text(tomli_w.dumps(table), encoding="utf-8")
     return parse_sweep(table, "benchmark")
 
 
@@ -45,17 +43,15 @@ def results(session_dir: Path) -> list[dict[str, Any]]:
     return load_session(session_dir).summaries()
 
 
-async def headless(sweep: dict[str, Any], url: str, sessions: Path) -> Path:
-    from servescope.sessions.runner import SweepFinished, run_sweep
-    from servescope.sessions.sweepfile import plan_from_sweep
+def headless(sweep_file: Path, session: Path) -> Path:
+    """`servescope run --sweep` in its own process, exactly as a user runs it headless."""
+    import subprocess
 
-    plan = plan_from_sweep(sweep, url, sessions_dir=sessions)
-    path = None
-    async for ev in run_sweep(plan):
-        if isinstance(ev, SweepFinished):
-            path = ev.session_dir
-    assert path is not None
-    return path
+    p = subprocess.run([sys.executable, "-m", "servescope", "run", "--sweep", str(sweep_file), "--save", str(session),
+                        "--json"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if p.returncode != 0:
+        raise SystemExit(f"servescope run failed ({p.returncode}): {p.stderr.strip()[-500:]}")
+    return session
 
 
 async def in_app(sweep: dict[str, Any], sessions: Path) -> Path:
@@ -94,14 +90,15 @@ def main() -> int:
 
     # prefix caching off: every run sends the same prompts, and later runs must not get cache hits
     with start_sim(args.profile, ["--no-enable-prefix-caching"]) as sim, tempfile.TemporaryDirectory() as tmp:
-        sweep = sweep_dict(sim.url, args.concurrency, args.requests, args.workload)
+        sweep_file = Path(tmp) / "sweep.toml"
+        sweep = sweep_dict(sim.url, args.concurrency, args.requests, args.workload, sweep_file)
         runs: dict[str, list[list[dict[str, Any]]]] = {mode: [] for mode in modes}
         for i in range(args.repeat):
             for mode in modes:
                 d = Path(tmp) / f"{mode}-{i}"
                 t0 = time.monotonic()
                 if mode == "headless":
-                    path = run_loop(headless(sweep, sim.url, d))  # uvloop where installed, as `servescope run`
+                    path = headless(sweep_file, d)
                 else:
                     os.environ["SERVESCOPE_ENGINE"] = mode.removeprefix("app-")
                     path = asyncio.run(in_app(sweep, d))
