@@ -5,7 +5,9 @@ Compare screen all call `compare_sessions()` / `derive()` and render the result 
 
 Definitions (also in docs/reports.md and in every report):
 
-- Cells are aligned by (workload name, load label), e.g. ("sharegpt", "c=4").
+- Cells are aligned by (workload name, load label), e.g. ("sharegpt", "c=4"). In a server-config sweep the
+  server variant is part of the workload name ("sharegpt [--max-num-seqs 4]"): each variant gets its own
+  table, curve, capacity and knee, and two sessions align variant by variant.
 - Delta: signed relative change of a session's value against the first session's,
   (value - first) / first, in percent. No delta where the first value is missing or zero.
 - Winner: the best value among the sessions, knowing the metric's direction (lower TTFT/TPOT/ITL/E2E wins,
@@ -134,6 +136,12 @@ class CellView:
     status: str
     reason: str
     summary: dict[str, Any]
+    base: str = ""  # the workload's own name (without the server variant)
+    variant: str = ""  # the server variant's arguments ("" when the server was not relaunched per variant)
+
+    def __post_init__(self) -> None:
+        if not self.base:
+            self.base = self.workload
 
     @property
     def key(self) -> tuple[str, str]:
@@ -172,10 +180,17 @@ def cell_views(session: Session, include_skipped: bool = False) -> list[CellView
         conc = _opt_int(row.get("concurrency"))
         rate = _opt_float(row.get("rate"))
         label = row.get("load_label") or (f"c={conc}" if conc is not None else f"rate {rate:g}/s")
-        views.append(CellView(int(row.get("index", len(views))), str(row.get("workload")), str(label), conc, rate,
-                              status, clean_text(str(row.get("reason") or "")), dict(summ or {})))
+        base = str(row.get("workload"))
+        variant = clean_text(str(row.get("server_variant") or ""))
+        views.append(CellView(int(row.get("index", len(views))), f"{base} [{variant}]" if variant else base,
+                              str(label), conc, rate, status, clean_text(str(row.get("reason") or "")),
+                              dict(summ or {}), base, variant))
     order = {w: i for i, w in enumerate(workload_order(session))}
-    views.sort(key=lambda v: (order.get(v.workload, len(order)), v.rate is not None, v.x or 0.0, v.index))
+    vorder: dict[str, int] = {}
+    for v in sorted(views, key=lambda v: v.index):
+        vorder.setdefault(v.variant, len(vorder))
+    views.sort(key=lambda v: (order.get(v.base, len(order)), vorder[v.variant], v.rate is not None, v.x or 0.0,
+                              v.index))
     return views
 
 
@@ -344,7 +359,7 @@ def _shape_key(w: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def thinking_costs(label: str, session: Session, views: Sequence[CellView]) -> list[ThinkingCost]:
     wls = [w for w in session.meta.get("workloads", []) if isinstance(w, dict)]
-    present = {v.workload for v in views}
+    present = {v.base for v in views}
     out = []
     for on in wls:
         if on.get("thinking") is not True or on.get("name") not in present:
@@ -355,8 +370,9 @@ def thinking_costs(label: str, session: Session, views: Sequence[CellView]) -> l
             continue
         offs.sort(key=lambda w: (w.get("output_tokens") != on.get("output_tokens"), w.get("thinking") is not False))
         off = offs[0]
-        von = {v.load: v for v in views if v.workload == on["name"]}
-        voff = {v.load: v for v in views if v.workload == off["name"]}
+        # the same load of the same server variant, thinking on vs off
+        von = {f"{v.load} [{v.variant}]" if v.variant else v.load: v for v in views if v.base == on["name"]}
+        voff = {f"{v.load} [{v.variant}]" if v.variant else v.load: v for v in views if v.base == off["name"]}
         loads = [ld for ld in von if ld in voff]
 
         def ratio(a: float | None, b: float | None) -> float | None:

@@ -172,7 +172,7 @@ def _dist_text(d: Any) -> str:
 
 
 def _measured(session: Session, views: Sequence[CellView], workload: str, column: str, summary_key: str) -> str:
-    idx = [v.index for v in views if v.workload == workload]
+    idx = [v.index for v in views if v.base == workload]
     frames = [session.requests(i) for i in idx]
     frames = [f for f in frames if f.height and column in f.columns]
     if frames:
@@ -184,7 +184,7 @@ def _measured(session: Session, views: Sequence[CellView], workload: str, column
         if s.len():
             return (f"mean {fmt_num(float(s.mean()))}, p50 {fmt_num(float(s.median()))}, "  # type: ignore[arg-type]
                     f"{int(s.min())}-{int(s.max())}")  # type: ignore[arg-type]
-    vals = [metric_value(v.summary, summary_key) for v in views if v.workload == workload]
+    vals = [metric_value(v.summary, summary_key) for v in views if v.base == workload]
     got = [x for x in vals if x is not None]
     return f"mean {fmt_num(sum(got) / len(got))} (no per-request data)" if got else "-"
 
@@ -227,6 +227,9 @@ def _setup(rep: SessionReport) -> list[str]:
         ("server version", clean_text(str(t.get("version") or "not reported"))),
         ("server arguments", clean_text(" ".join(map(str, args)) if isinstance(args, list) else str(args))
          if args else "not known (servescope did not launch the server)"),
+        *([("server variants", "; ".join(f"{i + 1}: {clean_text(str(v))}" for i, v in enumerate(server["variants"]))
+            + " (the sweep ran once per variant, the server relaunched; each variant's results have their own "
+              "section)")] if server and server.get("variants") else []),
         ("model", clean_text(str(m.get("model", "?")))),
         ("max model length", f"{m['max_model_len']:,}" if isinstance(m.get("max_model_len"), int) else "not reported"),
         ("KV cache", f"{kv:,.0f} tokens (from /metrics)" if kv else "not reported"),
@@ -251,7 +254,7 @@ def _workloads(rep: SessionReport) -> list[str]:
            _row(["workload", "api", "thinking", "input requested", "input measured", "output requested",
                  "output measured", "reasoning tokens (mean)"]),
            _sep(8)]
-    present = {v.workload for v in rep.views}
+    present = {v.base for v in rep.views}
     for w in rep.session.meta.get("workloads", []):
         if not isinstance(w, Mapping) or w.get("name") not in present:
             continue
@@ -262,7 +265,7 @@ def _workloads(rep: SessionReport) -> list[str]:
             inp = f"dataset {clean_text(str(w['dataset'])).split('/')[-1]}"
         if w.get("prefix_tokens"):
             inp += f", {w['prefix_tokens']} shared prefix"
-        reas = [metric_value(v.summary, "reasoning_tokens_mean") for v in rep.views if v.workload == name]
+        reas = [metric_value(v.summary, "reasoning_tokens_mean") for v in rep.views if v.base == name]
         rs = [r for r in reas if r is not None]
         out.append(_row([md_escape(name), md_escape(str(w.get("api", "?"))), think, md_escape(inp),
                          md_escape(_measured(rep.session, rep.views, name, "prompt_tokens", "input_tokens_mean")),

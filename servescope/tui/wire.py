@@ -47,10 +47,16 @@ class CellInfo:
     requests: int | None
     duration_s: float | None
     shape: str = ""
+    variant: str = ""  # the server variant's arguments in a server-config sweep
+
+    @property
+    def series(self) -> str:
+        """The workload, with the server variant when there is one: one curve per series."""
+        return f"{self.workload} [{self.variant}]" if self.variant else self.workload
 
     @property
     def label(self) -> str:
-        return f"{self.workload} {self.load_label}"
+        return f"{self.series} {self.load_label}"
 
     @property
     def x(self) -> float:
@@ -60,7 +66,7 @@ class CellInfo:
     @classmethod
     def from_cell(cls, cell: Any) -> CellInfo:
         return cls(cell.index, cell.workload.name, cell.load.label, cell.load.concurrency, cell.load.rate,
-                   cell.requests, cell.duration_s, cell.workload.shape())
+                   cell.requests, cell.duration_s, cell.workload.shape(), clean_text(getattr(cell, "variant_args", "")))
 
 
 def reduce_records(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,

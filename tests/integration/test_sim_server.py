@@ -114,6 +114,24 @@ def test_sweep_file_launches_server_variants(tmp_path: Path) -> None:
     s = load_session(tmp_path / "s")
     assert s.meta["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
     assert s.meta["tags"] == {"box": "sim"}
+    # the variant is a dimension of the report: its own section per variant, the variants in the setup
+    from tests.sessions.mdcheck import mermaid_charts, tables
+
+    p = servescope("report", str(tmp_path / "s"), "-o", str(tmp_path / "r.md"))
+    assert p.returncode == 0, p.stderr
+    md = (tmp_path / "r.md").read_text()
+    assert "## Results: sharegpt \\[--max-num-seqs 1\\]" in md and "## Results: sharegpt \\[--max-num-seqs 8\\]" in md
+    assert "| server variants | 1: --max-num-seqs 1; 2: --max-num-seqs 8" in md
+    tables(md)
+    mermaid_charts(md)
+    # and of a comparison: the two sessions align variant by variant
+    run_json("--sweep", str(f), "--save", str(tmp_path / "s2"), "--telemetry-interval", "off")
+    p = servescope("compare", str(tmp_path / "s"), str(tmp_path / "s2"), "--json")
+    assert p.returncode == 0, p.stderr
+    import json
+
+    cmp_ = json.loads(p.stdout)
+    assert sorted(c["workload"] for c in cmp_["cells"]) == ["sharegpt [--max-num-seqs 1]", "sharegpt [--max-num-seqs 8]"]
     # the load flags belong to the file: given with --sweep they are refused in one line
     p = servescope("run", "--sweep", str(f), "-c", "2")
     assert p.returncode == 2 and "--concurrency cannot be combined with --sweep" in p.stderr

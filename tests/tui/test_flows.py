@@ -258,6 +258,8 @@ async def test_launch_a_server_with_variants_from_the_target_pane(home: Path) ->
         progress = app.screen.query_one(SweepProgress)
         await wait_until(pilot, lambda: progress.state == "completed", 10,
                          f"the completed message ({progress.state}, {[ln.text for ln in app.screen.query_one(EventLog).lines]})")
+        # one curve per server variant
+        assert sorted(app.screen._points) == ["fast [--max-num-seqs 1]", "fast [--max-num-seqs 4]"]  # type: ignore[attr-defined]
         [saved] = [p for p in sessions.iterdir() if (p / "session.toml").is_file()]
         s = load_session(saved)
         assert s.cells.sort("index")["server_variant"].to_list() == ["--max-num-seqs 1", "--max-num-seqs 4"]

@@ -100,7 +100,7 @@ class RunScreen(Screen[None]):
         self._per_user: list[float] = []
         self._out_tok = 0
         self._cell_elapsed = 0.0
-        self._points: dict[str, list[CurvePoint]] = {}  # per workload
+        self._points: dict[str, list[CurvePoint]] = {}  # per workload (and server variant)
         self._servers: list[dict[str, Any]] = []
         self._client_ttft: list[float | None] = []
         self._dirty = False
@@ -196,12 +196,12 @@ class RunScreen(Screen[None]):
         cur = self._cur
         if cur is None:
             return
-        pts = list(self._points.get(cur.workload, []))
+        pts = list(self._points.get(cur.series, []))
         if self._out_tok and self._cell_elapsed > 0 and self._per_user:
             pts.append(CurvePoint(cur.x, cur.load_label, self._out_tok / self._cell_elapsed,
                                   sum(self._per_user) / len(self._per_user), live=True))
         curve = self.query_one(ThroughputCurve)
-        curve.title = f"{cur.workload}: output tok/s vs load"
+        curve.title = f"{cur.series}: output tok/s vs load"
         curve.points = tuple(pts)
 
     # ---- engine messages ----------------------------------------------------------------------
@@ -289,8 +289,8 @@ class RunScreen(Screen[None]):
         self.flush_charts()
         s, c = msg.summary, msg.cell
         self.finished += 1
-        self._points.setdefault(c.workload, []).append(curve_point(c, s, self.slos))
-        self.query_one(CellTable).set_cell(c.index, c.workload, c.load_label, msg.status, s)
+        self._points.setdefault(c.series, []).append(curve_point(c, s, self.slos))
+        self.query_one(CellTable).set_cell(c.index, c.series, c.load_label, msg.status, s)
         if s.get("server"):
             self._servers.append(s["server"])
             self._client_ttft.append((s.get("ttft_ms") or {}).get("mean"))
@@ -312,7 +312,7 @@ class RunScreen(Screen[None]):
     @on(m.CellSkipped)
     def _cell_skipped(self, msg: m.CellSkipped) -> None:
         self.finished += 1
-        self.query_one(CellTable).set_cell(msg.cell.index, msg.cell.workload, msg.cell.load_label, "skipped", {})
+        self.query_one(CellTable).set_cell(msg.cell.index, msg.cell.series, msg.cell.load_label, "skipped", {})
         self.log_view.event("warning", f"cell {msg.cell.index + 1}/{self.total} {msg.cell.label} skipped: {msg.reason}")
         self._update_eta()
 

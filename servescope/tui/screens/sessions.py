@@ -61,6 +61,12 @@ def session_row(path: Path) -> tuple[str, ...]:
             clean_text(str((meta.get("target") or {}).get("url", "?"))), model, clean_text(tags), ",".join(wls))
 
 
+def series_of(row: dict[str, Any]) -> str:
+    """A cell row's workload, with its server variant in a server-config sweep (one curve per series)."""
+    v = clean_text(str(row.get("server_variant") or ""))
+    return f"{row.get('workload')} [{v}]" if v else str(row.get("workload"))
+
+
 class SessionsScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "open", "Open", priority=False),
@@ -202,7 +208,7 @@ class SessionScreen(Screen[None]):
         cells = self.session.cells
         rows = cells.sort("index").to_dicts() if cells.height else []
         for r in rows:
-            table.set_cell(int(r["index"]), str(r.get("workload")), str(r.get("load_label")), str(r.get("status")),
+            table.set_cell(int(r["index"]), series_of(r), str(r.get("load_label")), str(r.get("status")),
                            self.summaries.get(int(r["index"]), {}))
         self._rows = rows
         servers = [s["server"] for s in self.summaries.values() if s.get("server")]
@@ -232,12 +238,12 @@ class SessionScreen(Screen[None]):
         if not getattr(self, "_rows", None) or row >= len(self._rows):
             return
         r = self._rows[row]
-        idx, wl = int(r["index"]), str(r.get("workload"))
+        idx, wl = int(r["index"]), series_of(r)
         slos = bool(self.session.meta.get("slos"))
         pts = []
         for rr in self._rows:
             s = self.summaries.get(int(rr["index"]))
-            if rr.get("workload") != wl or not s or rr.get("status") == "skipped":
+            if series_of(rr) != wl or not s or rr.get("status") == "skipped":
                 continue
             x = rr.get("concurrency") if rr.get("concurrency") is not None else rr.get("rate")
             pts.append(CurvePoint(float(x or 0), str(rr.get("load_label")), float(s.get("output_tok_s") or 0),
