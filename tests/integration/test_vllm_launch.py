@@ -22,6 +22,20 @@ from tests.support import vllm_server
 pytestmark = pytest.mark.vllm
 
 
+def _running(port: int) -> float:
+    """vllm:num_requests_running of the server on `port` (0 when it does not answer)."""
+    import urllib.request
+
+    from servescope.core.servermetrics import parse
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            m = parse(r.read().decode())
+    except OSError:
+        return 0.0
+    return float(sum(v for k, v in m.items() if "num_requests_running" in k))
+
+
 def _pids_listening_on(port: int) -> list[int]:
     pids = []
     for d in Path("/proc").iterdir():
@@ -48,23 +62,29 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
                                                    "TMPDIR", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE"))
     launch = f"{env_words} {venv}/bin/vllm serve {models}/dense --max-model-len 2048 --port {port}"
     wl = tmp_path / "w.toml"
-    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 32\n')
+    # 64 output tokens: the second cell lasts seconds, so the kill lands inside it, not in the variant switch
+    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 64\n')
     save = tmp_path / "s"
     killed = threading.Event()
+
+    killed_pids: list[int] = []
 
     def killer() -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            if (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1:
-                time.sleep(1.0)  # the second cell is running now
+            # once the first cell is on disk, wait until the server is serving the second one, then kill -9
+            if ((save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1
+                    and _running(port) > 0):
                 for pid in _pids_listening_on(port):
                     try:
                         os.kill(pid, signal.SIGKILL)
+                        killed_pids.append(pid)
                     except ProcessLookupError:
                         pass
-                killed.set()
-                return
-            time.sleep(0.2)
+                if killed_pids:
+                    killed.set()
+                    return
+            time.sleep(0.1)
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
@@ -73,6 +93,7 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     t.join(5)
+    assert killed.is_set(), "the killer found no running cell to kill the server in"
     _check(out, save, port, killed)
 
 
@@ -92,7 +113,7 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     kinds = [e["kind"] for e in s.meta["events"]]
     assert "server_lost" in kinds and "server_back" in kinds and "server_launched" in kinds
     assert s.requests().height == 4 * 24
-    assert (s.requests()["output_tokens"] == 32).all()
+    assert (s.requests()["output_tokens"] == 64).all()
     # the KV budget from the startup log equals the one from /metrics
     kv = s.meta["kv_budget"]
     assert kv["source"] == "metrics+log" and kv["kv_cache_tokens"] == kv["log_kv_cache_tokens"] > 0
