@@ -709,7 +709,10 @@ class _SweepRun:
         if self.gpu is not None and self.gpu.available:
             self.gpu.sample_once()
         window[1] = time.perf_counter_ns()
-        if run.stopped and not lost[0] and not control.stopping and not await self._healthy():
+        # a server killed near a cell's end fails its last requests fast, before the watchdog's second miss:
+        # any failure (not only an early stop) gets a health check before the cell counts as done
+        if ((run.stopped or counts[1]) and not lost[0] and not control.stopping
+                and not await self._healthy()):
             lost[0] = True
         status_override = "server_lost" if lost[0] else None
         extra: dict[str, Any] = {}

@@ -135,3 +135,15 @@ def test_sweep_file_launches_server_variants(tmp_path: Path) -> None:
     # the load flags belong to the file: given with --sweep they are refused in one line
     p = servescope("run", "--sweep", str(f), "-c", "2")
     assert p.returncode == 2 and "--concurrency cannot be combined with --sweep" in p.stderr
+
+
+def test_server_killed_near_a_cells_end_is_caught(tmp_path: Path) -> None:
+    """c=8: the 10 requests left after the crash fail fast, fewer than the early-stop threshold (16) and
+    before the watchdog's second miss; the cell must still be marked lost and re-run, not counted done."""
+    launch = f"{sys.executable} -m servescope.sim --profile tiny --exit-after-requests 30"
+    out = run_json("--launch", launch, "-w", "sharegpt", "-c", "8,8", "-n", "20", "--save", str(tmp_path / "s"))
+    assert out["status"] == "completed"
+    s = load_session(tmp_path / "s")
+    assert s.cells.sort("index")["status"].to_list() == ["done", "done"]
+    assert "server_lost" in [e["kind"] for e in s.meta["events"]]
+    assert s.requests().filter(s.requests()["status"] == "ok").height == 40
