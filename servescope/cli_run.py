@@ -214,6 +214,11 @@ class _Progress:
             self.out.flush()
 
 
+def telemetry_interval(text: str) -> float | None:
+    """--telemetry-interval: seconds, or None for `off` (sample only at cell boundaries)."""
+    return None if text.strip().lower() in ("off", "0", "none") else parse_duration(text, "--telemetry-interval")
+
+
 def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
     from servescope.core.metrics import parse_slos
     from servescope.sessions.runner import SweepPlan
@@ -255,8 +260,7 @@ def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
         launch_timeout_s=parse_duration(args.launch_timeout, "--launch-timeout"),
         variants=list(args.server_variant),
         recover_timeout_s=parse_duration(args.recover_timeout, "--recover-timeout"),
-        telemetry_interval_s=(None if args.telemetry_interval.strip().lower() in ("off", "0", "none")
-                              else parse_duration(args.telemetry_interval, "--telemetry-interval")),
+        telemetry_interval_s=telemetry_interval(args.telemetry_interval),
         electricity_price=args.electricity_price,
         transport=args.transport,
     )
@@ -321,8 +325,7 @@ def _sweep_overrides(plan: Any, args: argparse.Namespace) -> None:
     plan.save_dir = Path(args.save) if args.save else None
     plan.tokenizer = args.tokenizer
     plan.ignore_eos = not args.no_ignore_eos
-    plan.telemetry_interval_s = (None if args.telemetry_interval.strip().lower() in ("off", "0", "none")
-                                 else parse_duration(args.telemetry_interval, "--telemetry-interval"))
+    plan.telemetry_interval_s = telemetry_interval(args.telemetry_interval)
     plan.electricity_price = args.electricity_price
     plan.transport = args.transport
 

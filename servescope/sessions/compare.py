@@ -41,6 +41,7 @@ import polars as pl
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import SLO_ATTAINMENT, per_request, slo_mask
 from servescope.core.textsafe import clean_text, md_escape
+from servescope.sessions import series_name
 from servescope.sessions.store import Session
 
 TIE_REL = 0.001
@@ -182,7 +183,7 @@ def cell_views(session: Session, include_skipped: bool = False) -> list[CellView
         label = row.get("load_label") or (f"c={conc}" if conc is not None else f"rate {rate:g}/s")
         base = str(row.get("workload"))
         variant = clean_text(str(row.get("server_variant") or ""))
-        views.append(CellView(int(row.get("index", len(views))), f"{base} [{variant}]" if variant else base,
+        views.append(CellView(int(row.get("index", len(views))), series_name(base, variant),
                               str(label), conc, rate, status, clean_text(str(row.get("reason") or "")),
                               dict(summ or {}), base, variant))
     order = {w: i for i, w in enumerate(workload_order(session))}
@@ -371,8 +372,8 @@ def thinking_costs(label: str, session: Session, views: Sequence[CellView]) -> l
         offs.sort(key=lambda w: (w.get("output_tokens") != on.get("output_tokens"), w.get("thinking") is not False))
         off = offs[0]
         # the same load of the same server variant, thinking on vs off
-        von = {f"{v.load} [{v.variant}]" if v.variant else v.load: v for v in views if v.base == on["name"]}
-        voff = {f"{v.load} [{v.variant}]" if v.variant else v.load: v for v in views if v.base == off["name"]}
+        von = {series_name(v.load, v.variant): v for v in views if v.base == on["name"]}
+        voff = {series_name(v.load, v.variant): v for v in views if v.base == off["name"]}
         loads = [ld for ld in von if ld in voff]
 
         def ratio(a: float | None, b: float | None) -> float | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from servescope.core.textsafe import clean_text
+from servescope.sessions import series_name
 
 Item = tuple[str, dict[str, Any]]
 
@@ -52,7 +53,7 @@ class CellInfo:
     @property
     def series(self) -> str:
         """The workload, with the server variant when there is one: one curve per series."""
-        return f"{self.workload} [{self.variant}]" if self.variant else self.workload
+        return series_name(self.workload, self.variant)
 
     @property
     def label(self) -> str:

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.sessions import series_name
 from servescope.tui.safe import cell
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
@@ -63,8 +64,7 @@ def session_row(path: Path) -> tuple[str, ...]:
 
 def series_of(row: dict[str, Any]) -> str:
     """A cell row's workload, with its server variant in a server-config sweep (one curve per series)."""
-    v = clean_text(str(row.get("server_variant") or ""))
-    return f"{row.get('workload')} [{v}]" if v else str(row.get("workload"))
+    return series_name(str(row.get("workload")), clean_text(str(row.get("server_variant") or "")))
 
 
 class SessionsScreen(Screen[None]):
