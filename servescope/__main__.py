@@ -13,11 +13,11 @@ def _parser() -> argparse.ArgumentParser:
                                 "llama.cpp's server, SGLang, any OpenAI-compatible server).")
     p.add_argument("--version", action="version", version=f"servescope {__version__}")
     sub = p.add_subparsers(dest="command")
-    from servescope.cli_run import add_run_args, add_target_args
+    from servescope.cli.run import add_run_args, add_target_args
 
     run = sub.add_parser("run", help="run a sweep headless and save it as a session")
     add_run_args(run)
-    from servescope.cli_run import add_resume_args
+    from servescope.cli.run import add_resume_args
 
     add_resume_args(sub.add_parser("resume", help="continue an interrupted sweep from its first unfinished cell"))
     wl = sub.add_parser("workloads", help="list the workload presets and their shapes")
@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sim", help="run the built-in vLLM simulator (see `servescope sim --help`)", add_help=False)
     demo = sub.add_parser("demo", help="open the app on the simulator's default profile and run a short sweep")
     demo.add_argument("--profile", default=None, help="simulator profile (default: the default profile)")
-    from servescope import cli_compare as cc
+    from servescope.cli import compare as cc
 
     cc.add_sessions_args(sub.add_parser("sessions", help="list saved sessions"))
     cc.add_compare_args(sub.add_parser("compare", help="compare sessions side by side (Markdown or JSON)"))
@@ -48,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "run":
-            from servescope.cli_run import run_command
+            from servescope.cli.run import run_command
 
             return run_command(args)
         if args.command == "resume":
-            from servescope.cli_run import resume_command
+            from servescope.cli.run import resume_command
 
             return resume_command(args)
         if args.command == "workloads":
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return int(run_app(url=f"sim://{args.profile}" if args.profile else None, demo=True) or 0)
         if args.command in ("sessions", "compare", "report", "import"):
-            from servescope import cli_compare as cc
+            from servescope.cli import compare as cc
 
             fn = {"sessions": cc.sessions_command, "compare": cc.compare_command, "report": cc.report_command,
                   "import": cc.import_command}[args.command]

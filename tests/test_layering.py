@@ -14,7 +14,7 @@ def test_headless_modules_never_import_textual() -> None:
     mods = _modules_after(
         "import servescope.core.client, servescope.core.load, servescope.core.metrics, servescope.core.target,"
         " servescope.core.servermetrics, servescope.workloads.spec, servescope.workloads.prompts,"
-        " servescope.sessions.store, servescope.sessions.runner, servescope.cli_run"
+        " servescope.sessions.store, servescope.sessions.runner, servescope.cli.run"
     )
     assert "servescope.sessions.runner" in mods
     assert not {m for m in mods if m == "textual" or m.startswith("textual.")}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from servescope import cli_compare
+from servescope.cli import compare as cli_compare
 from servescope.core.errors import ServescopeError
 from servescope.sessions.store import load_session
 

@@ -12,7 +12,7 @@ def test_headless_modules_do_not_import_textual() -> None:
         "import servescope.core.metrics, servescope.core.target, servescope.core.client, servescope.core.load\n"
         "import servescope.workloads.spec, servescope.workloads.prompts\n"
         "import servescope.sessions.runner, servescope.sessions.store, servescope.sessions.sweepfile\n"
-        "import servescope.cli_run\n"
+        "import servescope.cli.run\n"
         "import servescope.tui.wire, servescope.tui.engineproc  # the engine process loads no Textual\n"
         "bad = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
         "assert not bad, bad\n"

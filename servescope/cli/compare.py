@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from servescope.cli.common import parse_tags, resolve_session, session_dirs
 from servescope.core.errors import ServescopeError
 
 _SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
@@ -20,12 +21,6 @@ def _base(args: argparse.Namespace) -> Path:
 
     d = getattr(args, "sessions_dir", None)
     return Path(d).expanduser() if d else sessions_home()
-
-
-def session_dirs(base: Path) -> list[Path]:
-    if not base.is_dir():
-        return []
-    return sorted(p for p in base.iterdir() if (p / "session.toml").is_file())
 
 
 def short_ids(dirs: list[Path]) -> dict[Path, str]:
@@ -39,27 +34,6 @@ def short_ids(dirs: list[Path]) -> dict[Path, str]:
         out[d] = d.name[:n]
     return out
 
-
-def resolve_session(ref: str, sessions_dir: Path | None = None) -> Any:
-    """A session named by its directory, or by a prefix of its directory name under the sessions dir."""
-    from servescope.sessions.store import load_session, sessions_home
-
-    p = Path(ref).expanduser()
-    if (p / "session.toml").is_file():
-        return load_session(p)
-    if p.is_dir():
-        raise ServescopeError(f"{ref}: not a servescope session (no session.toml in it); see `servescope sessions`")
-    base = sessions_dir or sessions_home()
-    dirs = session_dirs(base)
-    exact = [d for d in dirs if d.name == ref]
-    hits = exact or [d for d in dirs if d.name.startswith(ref)]
-    if len(hits) == 1:
-        return load_session(hits[0])
-    if len(hits) > 1:
-        shown = ", ".join(d.name for d in hits[:4]) + (" ..." if len(hits) > 4 else "")
-        raise ServescopeError(f"{ref!r} names {len(hits)} sessions in {base} ({shown}); give a longer id")
-    raise ServescopeError(f"no session {ref!r}: not a session directory, nor an id under {base}; "
-                          "see `servescope sessions` (or pass --sessions-dir)")
 
 
 def _slos(args: argparse.Namespace) -> dict[str, float] | None:
@@ -202,7 +176,6 @@ def add_import_args(p: argparse.ArgumentParser) -> None:
 
 
 def import_command(args: argparse.Namespace) -> int:
-    from servescope.cli_run import parse_tags
     from servescope.sessions.importers import import_files, lacks
     from servescope.sessions.store import load_session
 

@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
+from servescope.cli.common import api_key_from, parse_tags
 from servescope.core.errors import ServescopeError
 
 JSON_STATS = ("mean", "p50", "p90", "p99")
@@ -37,14 +38,6 @@ def parse_float_list(text: str, flag: str) -> list[float]:
     return pfl(text, flag)
 
 
-def parse_tags(items: list[str]) -> dict[str, str]:
-    tags = {}
-    for t in items:
-        k, sep, v = t.partition("=")
-        if not sep or not k.strip():
-            raise ServescopeError(f"bad --tag {t!r}; use KEY=VALUE, e.g. --tag quant=FP8")
-        tags[k.strip()] = v.strip()
-    return tags
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
@@ -108,10 +101,6 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                    help="electricity price, for cost per 1M output tokens (needs NVML)")
 
 
-def api_key_from(args: argparse.Namespace) -> str | None:
-    if args.api_key:
-        return str(args.api_key)
-    return os.environ.get(args.api_key_env) or None
 
 
 def _stats(d: dict[str, Any] | None) -> dict[str, Any]:
@@ -447,7 +436,7 @@ def add_resume_args(p: argparse.ArgumentParser) -> None:
 
 def resume_command(args: argparse.Namespace) -> int:
     """Continue an interrupted sweep from its first unfinished cell, in the same session directory."""
-    from servescope.cli_compare import resolve_session
+    from servescope.cli.common import resolve_session
     from servescope.sessions.runner import SweepPlan, plan_cells
     from servescope.workloads.spec import from_saved
 
