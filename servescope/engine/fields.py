@@ -1,0 +1,271 @@
+"""Parsers for the values of a sweep: each takes what a TOML file holds *or* what a flag or a form field
+holds (a string), and returns the typed value or raises one ServescopeError that names where the value came
+from and what to write instead. `where` is "file:line: [load] concurrency", "--concurrency" or a form
+field's name."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+
+ARRIVALS = ("constant", "poisson")
+TRANSPORTS = ("aiohttp", "httpx")
+
+
+def parse_duration(text: str, where: str = "duration") -> float:
+    """'60s', '5m', '1.5h', '250ms' or '90' (seconds) -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text or "")
+    if not m:
+        raise ServescopeError(f"{where}: bad duration {text!r}; use e.g. 60s, 5m or 90")
+    v = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    if v <= 0:
+        raise ServescopeError(f"{where}: the duration must be above 0")
+    return v
+
+
+def fmt_num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def fmt_duration(v: float) -> str:
+    return f"{fmt_num(v)}s"
+
+
+def parse_int_list(text: str, where: str) -> list[int]:
+    """'1,4,16' -> [1, 4, 16]; anything else says which part is wrong."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or int(part) < 1:
+            raise ServescopeError(f"{where}: bad value {part!r}; give positive integers like 1,4,8")
+        out.append(int(part))
+    if not out:
+        raise ServescopeError(f"{where}: empty; give positive integers like 1,4,8")
+    return out
+
+
+def parse_float_list(text: str, where: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ServescopeError(f"{where}: bad value {part!r}; give request rates like 0.5,2,5") from None
+        if v <= 0 or math.isnan(v) or math.isinf(v):
+            raise ServescopeError(f"{where}: bad value {part!r}; rates must be above 0")
+        out.append(v)
+    if not out:
+        raise ServescopeError(f"{where}: empty; give request rates like 0.5,2,5")
+    return out
+
+
+# ---- one parser per kind of value: (raw TOML value or string, where) -> typed value ------------------------
+def text(raw: Any, where: str) -> str:
+    if not isinstance(raw, str):
+        raise ServescopeError(f"{where}: must be a string")
+    return raw.strip()
+
+
+def opt_text(raw: Any, where: str) -> str | None:
+    return text(raw, where) or None
+
+
+def nonempty_text(raw: Any, where: str) -> str:
+    v = text(raw, where)
+    if not v:
+        raise ServescopeError(f"{where}: must not be empty")
+    return v
+
+
+def duration(raw: Any, where: str) -> float:
+    if isinstance(raw, bool):
+        raise ServescopeError(f"{where}: give a duration like \"60s\" or a number of seconds")
+    if isinstance(raw, (int, float)):
+        if not raw > 0 or math.isinf(raw):
+            raise ServescopeError(f"{where}: must be above 0")
+        return float(raw)
+    if isinstance(raw, str):
+        return parse_duration(raw, where)
+    raise ServescopeError(f"{where}: give a duration like \"60s\" or a number of seconds")
+
+
+def opt_duration(raw: Any, where: str) -> float | None:
+    if isinstance(raw, str) and not raw.strip():
+        return None
+    return duration(raw, where)
+
+
+def interval(raw: Any, where: str) -> float | None:
+    """A sampling interval, or None for `off` (sample only at cell boundaries)."""
+    if isinstance(raw, str) and raw.strip().lower() in ("off", "0", "none", ""):
+        return None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw == 0:
+        return None
+    return duration(raw, where)
+
+
+def dump_interval(v: float | None) -> str:
+    return "off" if v is None else fmt_duration(v)
+
+
+def int_list(raw: Any, where: str) -> tuple[int, ...] | None:
+    if isinstance(raw, str):
+        return tuple(parse_int_list(raw, where)) if raw.strip() else None
+    if not isinstance(raw, list) or not raw:
+        raise ServescopeError(f"{where}: give a list of positive integers like [1, 4, 16]")
+    out = []
+    for x in raw:
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ServescopeError(f"{where}: {x!r} is not a positive integer; give a list like [1, 4, 16]")
+        out.append(x)
+    return tuple(out)
+
+
+def float_list(raw: Any, where: str) -> tuple[float, ...] | None:
+    if isinstance(raw, str):
+        return tuple(parse_float_list(raw, where)) if raw.strip() else None
+    if not isinstance(raw, list) or not raw:
+        raise ServescopeError(f"{where}: give a list of request rates like [0.5, 2, 5]")
+    out = []
+    for x in raw:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 or math.isinf(x):
+            raise ServescopeError(f"{where}: {x!r} is not a rate above 0; give a list like [0.5, 2, 5]")
+        out.append(float(x))
+    return tuple(out)
+
+
+def _int(raw: Any, where: str, lowest: int) -> int:
+    if isinstance(raw, str):
+        s = raw.strip()
+        if not re.fullmatch(r"-?\d+", s):
+            raise ServescopeError(f"{where}: {raw!r} is not an integer; give an integer of at least {lowest}")
+        raw = int(s)
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < lowest:
+        raise ServescopeError(f"{where}: must be an integer of at least {lowest}")
+    return raw
+
+
+def count0(raw: Any, where: str) -> int:
+    return _int(raw, where, 0)
+
+
+def opt_count1(raw: Any, where: str) -> int | None:
+    if isinstance(raw, str) and not raw.strip():
+        return None
+    return _int(raw, where, 1)
+
+
+def any_int(raw: Any, where: str) -> int:
+    return _int(raw, where, -(2**63))
+
+
+def choice(options: tuple[str, ...]) -> Any:
+    def parse(raw: Any, where: str) -> str:
+        if raw not in options:
+            raise ServescopeError(f"{where}: must be {' or '.join(repr(o) for o in options)}, not {raw!r}")
+        return str(raw)
+
+    return parse
+
+
+def boolean(raw: Any, where: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
+        return raw.strip().lower() in ("true", "yes", "1", "on")
+    raise ServescopeError(f"{where}: must be true or false")
+
+
+def opt_price(raw: Any, where: str) -> float | None:
+    if isinstance(raw, str):
+        if not raw.strip():
+            return None
+        try:
+            raw = float(raw)
+        except ValueError:
+            raise ServescopeError(f"{where}: {raw!r} is not a number; give USD per kWh like 0.15") from None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw >= 0 or math.isinf(raw):
+        raise ServescopeError(f"{where}: must be a price of 0 or more in USD per kWh, like 0.15")
+    return float(raw)
+
+
+def slos(raw: Any, where: str) -> dict[str, float]:
+    """A [slo] table, or 'ttft_ms=3000,tpot_ms=50'. Latency SLOs are upper bounds; per_user_tok_s a lower bound."""
+    from servescope.core.metrics import SLO_KEYS
+
+    if isinstance(raw, str):
+        items: list[tuple[str, Any]] = []
+        for part in raw.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            k, sep, v = part.partition("=")
+            if not sep:
+                raise ServescopeError(f"{where}: bad SLO {part!r}; use KEY=VALUE, e.g. ttft_ms=3000,tpot_ms=50")
+            try:
+                items.append((k.strip(), float(v)))
+            except ValueError:
+                raise ServescopeError(f"{where}: bad SLO value in {part!r}: {v.strip()!r} is not a number") from None
+    elif isinstance(raw, dict):
+        items = list(raw.items())
+    else:
+        raise ServescopeError(f"{where}: give a table like {{ ttft_ms = 3000 }} or ttft_ms=3000,tpot_ms=50")
+    out: dict[str, float] = {}
+    for k, v in items:
+        if k not in SLO_KEYS:
+            raise ServescopeError(f"{where}: unknown SLO {k!r}; use one of {', '.join(sorted(SLO_KEYS))}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
+            raise ServescopeError(f"{where}: {k} must be a number above 0")
+        out[k] = float(v)
+    return out
+
+
+def dump_slos(v: dict[str, float]) -> dict[str, float | int]:
+    return {k: (int(x) if float(x).is_integer() else x) for k, x in v.items()}
+
+
+def tags(raw: Any, where: str) -> dict[str, str]:
+    """A [tags] table, or KEY=VALUE items (a list of flags, or 'a=1,b=2' from a form field)."""
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    if isinstance(raw, str):
+        raw = [p for p in raw.split(",") if p.strip()]
+    if not isinstance(raw, list):
+        raise ServescopeError(f"{where}: give a table like {{ quant = \"FP8\" }}")
+    out = {}
+    for t in raw:
+        k, sep, v = str(t).partition("=")
+        if not sep or not k.strip():
+            raise ServescopeError(f"{where}: bad tag {t!r}; use KEY=VALUE, e.g. quant=FP8")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def variants(raw: Any, where: str) -> tuple[str, ...]:
+    """[[server.variants]] tables with args = "...", plain strings, or 'A ; B' from a form field."""
+    if isinstance(raw, str):
+        raw = [p for p in raw.split(";") if p.strip()]
+    if not isinstance(raw, list):
+        raise ServescopeError(f"{where}: give [[server.variants]] tables with args = \"--ARG VALUE ...\"")
+    out: list[str] = []
+    for i, v in enumerate(raw):
+        if isinstance(v, dict):
+            if set(v) - {"args"} or not isinstance(v.get("args"), str):
+                raise ServescopeError(f"{where} {i + 1}: give only args = \"--ARG VALUE ...\"")
+            v = v["args"]
+        if not isinstance(v, str):
+            raise ServescopeError(f"{where} {i + 1}: give args = \"--ARG VALUE ...\"")
+        out.append(v.strip())
+    return tuple(out)
+
+
+def dump_variants(v: tuple[str, ...]) -> list[dict[str, str]]:
+    return [{"args": a} for a in v]

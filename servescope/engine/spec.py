@@ -1,0 +1,499 @@
+"""`SweepSpec`: one frozen, typed description of a sweep. It *is* the sweep-file schema: each option is
+declared once below, with its default, where it lives in the TOML file, its flag and its parser, and
+everything else is derived from that declaration:
+
+- `SweepSpec.from_toml(path)` reads a sweep file (or a session's `session.toml`, whose `[sweep]` table is
+  the same format), `from_table(dict)` a parsed one;
+- `SweepSpec.from_args(args, base)` applies `servescope run` flags as overrides on top of a file (or of the
+  defaults), `add_flags(parser)` declares those flags;
+- `SweepSpec.from_form(values, base)` reads the app's Compose form (strings, as typed) and returns every
+  field's error at once;
+- `spec.to_table()` writes the sweep-file format back (`ctrl+s`, and the `[sweep]` table of a session, from
+  which `servescope resume` continues with every setting the sweep started with).
+
+Adding a sweep option is one `option(...)` field here plus the code that uses it.
+
+    name = "fp8-vs-gptq"
+    workloads = ["sharegpt", "my-workloads/rag.toml"]   # presets or TOML paths (relative to this file)
+
+    [target]
+    url = "http://127.0.0.1:8000"      # or "sim://tiny"
+    api_key_env = "OPENAI_API_KEY"     # the variable's NAME: the key itself is never written
+    model = "Qwen/Qwen3-8B"            # optional
+    tokenizer = "/models/qwen"         # optional local tokenizer; transport = "aiohttp" | "httpx"
+
+    [[workload]]                        # and/or inline workloads (the workload TOML schema)
+    name = "rag-4k"
+    input_tokens = 4096
+    output_tokens = 256
+
+    [load]
+    concurrency = [1, 4, 16]           # or rates = [0.5, 2] (requests per second), arrival = "poisson"
+    requests = 100                      # and/or duration = "60s"
+    warmup = 4
+    timeout = "600s"
+
+    [slo]
+    ttft_ms = 3000
+    tpot_ms = 50
+
+    [tags]
+    quant = "FP8"
+
+    [server]                            # optional: servescope starts (and stops) the server itself
+    launch = "vllm serve Qwen/Qwen3-8B --port 8000"   # replaces [target] url
+    launch_timeout = "900s"
+    recover_timeout = "300s"
+    [[server.variants]]                 # optional: the whole sweep once per variant, server relaunched
+    args = "--gpu-memory-utilization 0.70"
+
+    [telemetry]
+    interval = "1s"                     # or "off": /metrics and GPUs sampled only at cell boundaries
+    electricity_price = 0.15            # USD per kWh
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+from servescope.engine import fields as f
+from servescope.workloads.spec import Workload, parse_toml
+
+SWEEP_VERSION = 1
+DEFAULT_URL = "sim://"
+
+
+@dataclass(frozen=True)
+class Option:
+    section: str  # "" (top level), "target", "load", "slo", "tags", "server", "telemetry"
+    key: str  # the TOML key; for "slo"/"tags" the whole table
+    flags: tuple[str, ...]  # "--concurrency", "-c"; empty: no flag
+    parse: Callable[[Any, str], Any]
+    dump: Callable[[Any], Any] | None
+    help: str
+    metavar: str | None = None
+    repeat: bool = False  # the flag may be given several times (a list)
+    negate: bool = False  # a store_true flag that sets the field to False (--no-ignore-eos)
+    form: str | None = None  # the Compose form field that holds it, when not the field's own name
+
+
+def option(default: Any, section: str, key: str, flags: Sequence[str] = (), *, parse: Callable[[Any, str], Any],
+           dump: Callable[[Any], Any] | None = None, help: str = "", metavar: str | None = None,
+           repeat: bool = False, negate: bool = False, factory: Callable[[], Any] | None = None) -> Any:
+    meta = {"option": Option(section, key, tuple(flags), parse, dump, help, metavar, repeat, negate)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _workloads_default() -> tuple[Workload, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str = option("", "", "name", ["--name"], parse=f.text, help="session name")
+    url: str = option(DEFAULT_URL, "target", "url", ["--url"], parse=f.nonempty_text,
+                      help="server base URL, e.g. http://127.0.0.1:8000, or sim://PROFILE for the built-in simulator "
+                           "(default: $SERVESCOPE_URL, else sim://, the simulator's default profile)")
+    api_key_env: str = option("OPENAI_API_KEY", "target", "api_key_env", ["--api-key-env"], parse=f.nonempty_text,
+                              metavar="NAME", help="environment variable holding the API key (default OPENAI_API_KEY)")
+    model: str | None = option(None, "target", "model", ["--model"], parse=f.opt_text,
+                               help="served model name (default: the only one /v1/models lists)")
+    tokenizer: str | None = option(None, "target", "tokenizer", ["--tokenizer"], parse=f.opt_text,
+                                   help="local Hugging Face tokenizer path, for servers without /tokenize")
+    transport: str = option("aiohttp", "target", "transport", ["--transport"], parse=f.choice(f.TRANSPORTS),
+                            help="HTTP client for the load: aiohttp (default, the least CPU per streamed token) or httpx")
+    workloads: tuple[Workload, ...] = field(default_factory=_workloads_default)
+    concurrency: tuple[int, ...] | None = option(
+        None, "load", "concurrency", ["--concurrency", "-c"], parse=f.int_list, dump=list,
+        help="closed-loop users per cell, e.g. 1,4,8,16 (default: the workload's own, else 1,4,16)")
+    rates: tuple[float, ...] | None = option(
+        None, "load", "rates", ["--rate"], parse=f.float_list, dump=list,
+        help="open-loop request rates per second, e.g. 2,5 (instead of --concurrency)")
+    arrival: str = option("poisson", "load", "arrival", ["--arrival"], parse=f.choice(f.ARRIVALS),
+                          help="open-loop arrivals: poisson (default) or constant")
+    max_concurrency: int | None = option(None, "load", "max_concurrency", ["--max-concurrency"],
+                                         parse=f.opt_count1, help="cap on in-flight requests in open-loop cells")
+    requests: int | None = option(None, "load", "requests", ["--requests", "-n"], parse=f.opt_count1,
+                                  help="measured requests per cell (default: the workload's own, else 100; none "
+                                       "when only --duration is given)")
+    duration_s: float | None = option(None, "load", "duration", ["--duration"], parse=f.opt_duration,
+                                      dump=f.fmt_duration, help="stop issuing requests in a cell after this long, e.g. 60s")
+    warmup: int = option(0, "load", "warmup", ["--warmup"], parse=f.count0,
+                         help="requests sent first in each cell and not counted")
+    timeout_s: float = option(600.0, "load", "timeout", ["--timeout"], parse=f.duration, dump=f.fmt_duration,
+                              help="per-request timeout (default 600s)")
+    ignore_eos: bool = option(True, "load", "ignore_eos", ["--no-ignore-eos"], parse=f.boolean, negate=True,
+                              help="let the model stop early (output lengths then vary; default sends ignore_eos)")
+    slos: dict[str, float] = option(None, "slo", "", ["--slo"], parse=f.slos, dump=f.dump_slos, factory=dict,
+                                    help="SLOs for goodput, e.g. ttft_ms=3000,tpot_ms=50")
+    tags: dict[str, str] = option(None, "tags", "", ["--tag"], parse=f.tags, dump=dict, factory=dict, repeat=True,
+                                  metavar="KEY=VALUE", help="label for the session, repeatable")
+    launch: str | None = option(None, "server", "launch", ["--launch"], parse=f.opt_text,
+                                metavar='"vllm serve MODEL ..."',
+                                help="start this server command (no shell) for the run, wait for /health, stop it "
+                                     "at the end")
+    launch_timeout_s: float = option(900.0, "server", "launch_timeout", ["--launch-timeout"], parse=f.duration,
+                                     dump=f.fmt_duration, help="how long a launched server may take to be healthy")
+    recover_timeout_s: float = option(
+        300.0, "server", "recover_timeout", ["--recover-timeout"], parse=f.duration, dump=f.fmt_duration,
+        help="when the server stops answering mid-cell, wait this long for it to come back (relaunching it when "
+             "servescope launched it), then re-run the lost cell (default 300s)")
+    variants: tuple[str, ...] = option((), "server", "variants", ["--server-variant"], parse=f.variants,
+                                       dump=f.dump_variants, repeat=True, metavar='"--ARG VALUE ..."',
+                                       help="with --launch: run the whole sweep once per variant, relaunching the "
+                                            "server with these extra arguments (repeatable)")
+    telemetry_interval_s: float | None = option(
+        1.0, "telemetry", "interval", ["--telemetry-interval"], parse=f.interval, dump=f.dump_interval,
+        help="how often /metrics and the GPUs are sampled during a cell (default 1s); `off` samples only at cell "
+             "boundaries (each scrape costs a CPU-bound server a little: see Performance)")
+    electricity_price: float | None = option(None, "telemetry", "electricity_price", ["--electricity-price"],
+                                             parse=f.opt_price, metavar="USD_PER_KWH",
+                                             help="electricity price, for cost per 1M output tokens (needs NVML)")
+
+    # ---- derived ------------------------------------------------------------------------------------
+    def check(self, where: str = "sweep") -> SweepSpec:
+        """Checks that involve several fields; returns self."""
+        if self.concurrency and self.rates:
+            raise ServescopeError(f"{where}: give concurrency (closed loop) or rates (open loop), not both")
+        if self.variants and not self.launch:
+            raise ServescopeError(f"{where}: server variants need a launch command: servescope can only relaunch "
+                                  "a server it started")
+        if self.launch:
+            from servescope.core.launch import parse_launch, with_variant
+
+            try:
+                spec = parse_launch(self.launch)
+                for v in self.variants:
+                    with_variant(spec, v)
+            except ServescopeError as e:
+                raise ServescopeError(f"{where}: [server] {e.message}") from None
+        if not self.workloads:
+            raise ServescopeError(f"{where}: no workload; add workloads = [\"sharegpt\"] or a [[workload]] table")
+        return self
+
+    def replace(self, **changes: Any) -> SweepSpec:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def target_text(self) -> str:
+        """What the sweep runs against, for headers: the launch command or the URL."""
+        return self.launch or self.url
+
+    # ---- TOML -----------------------------------------------------------------------------------------
+    @classmethod
+    def from_toml(cls, path: str | Path) -> SweepSpec:
+        """A sweep file, or a session's session.toml (its [sweep] table). One line per error, with file:line."""
+        p = Path(path)
+        if p.is_dir():
+            if (p / "session.toml").is_file():
+                p = p / "session.toml"
+            else:
+                raise ServescopeError(f"{p}: is a directory, not a sweep file; give FILE.toml (or a session "
+                                      "directory, whose session.toml holds its sweep)")
+        if not p.is_file():
+            raise ServescopeError(f"{p}: no such sweep file; save one from the app (ctrl+s) or see the README")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ServescopeError(f"{p}: cannot read the sweep file ({e}); check the path") from None
+        data = parse_toml(text, str(p))
+        if "schema_version" in data and "cells" in data:  # a session
+            sweep = data.get("sweep")
+            if not isinstance(sweep, dict):
+                raise ServescopeError(f"{p}: this session has no [sweep] table (written by servescope 0.1?); "
+                                      "open it once with `servescope resume` or re-create the sweep in the app")
+            return cls.from_table(sweep, str(p), p.parent, _SectionLines(text, prefix="sweep."))
+        return cls.from_table(data, str(p), p.parent, _SectionLines(text))
+
+    @classmethod
+    def from_table(cls, data: Mapping[str, Any], where: str = "sweep", base_dir: Path | None = None,
+                   lines: _SectionLines | None = None) -> SweepSpec:
+        """A parsed sweep table -> SweepSpec; unknown keys are errors with a suggestion."""
+        loc = lines.locate if lines is not None else (lambda section, key: None)
+
+        def at(section: str, key: str) -> str:
+            line = loc(section, key)
+            name = f"[{section}] {key}" if section and key else (f"[{section}]" if section else key)
+            return f"{where}:{line}: {name}" if line else f"{where}: {name}"
+
+        _check_keys(dict(data), TOP_KEYS, "", at)
+        ver = data.get("sweep_version", SWEEP_VERSION)
+        if isinstance(ver, bool) or not isinstance(ver, int) or ver > SWEEP_VERSION:
+            raise ServescopeError(f"{at('', 'sweep_version')}: {ver!r} is newer than this servescope understands; "
+                                  "upgrade servescope")
+        values: dict[str, Any] = {}
+        for fd, opt in _options():
+            table = data if not opt.section else data.get(opt.section, {})
+            if not isinstance(table, dict):
+                raise ServescopeError(f"{at(opt.section, '')}: must be a table")
+            if opt.section not in ("", "slo", "tags"):
+                _check_keys(table, SECTION_KEYS[opt.section], opt.section, at)
+            if opt.section in ("slo", "tags"):
+                if opt.section in data:
+                    values[fd.name] = opt.parse(table, at(opt.section, ""))
+            elif opt.key in table:
+                values[fd.name] = opt.parse(table[opt.key], at(opt.section, opt.key))
+        values["workloads"] = tuple(_table_workloads(data, base_dir, at))
+        server = data.get("server", {})
+        if isinstance(server, dict) and server.get("launch") and "url" in (data.get("target") or {}):
+            raise ServescopeError(f"{at('server', 'launch')}: give [target] url or [server] launch, not both: a "
+                                  "launched server's URL comes from its command")
+        return cls(**values).check(where)
+
+    def to_table(self, inline_workloads: bool = False) -> dict[str, Any]:
+        """The sweep-file format (TOML-ready: no None). `inline_workloads` writes file and inline workloads
+        in full (a session's [sweep], so a later resume does not depend on files that may have changed);
+        presets are always written by name."""
+        out: dict[str, Any] = {"sweep_version": SWEEP_VERSION}
+        for fd, opt in _options():
+            v = getattr(self, fd.name)
+            if v is None or (opt.section in ("slo", "tags") and not v):
+                continue
+            if (opt.section == "server" and not self.launch) or (fd.name == "url" and self.launch):
+                continue
+            if fd.name == "variants" and not v:
+                continue
+            dumped = opt.dump(v) if opt.dump else v
+            if opt.section in ("slo", "tags"):
+                out[opt.section] = dumped
+            elif not opt.section:
+                if dumped != "":
+                    out[opt.key] = dumped
+            else:
+                out.setdefault(opt.section, {})[opt.key] = dumped
+        names, inline = workload_refs(self.workloads, inline_workloads)
+        if names:
+            out["workloads"] = names
+        if inline:
+            out["workload"] = inline
+        order = ["sweep_version", "name", "workloads", "target", "workload", "load", "slo", "tags", "server",
+                 "telemetry"]
+        return {k: out[k] for k in order if k in out}
+
+    def save(self, path: str | Path) -> Path:
+        """Write a sweep file; the API key is never written, only the name of the variable that holds it."""
+        import tomli_w
+
+        p = Path(path)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            tmp = p.with_name(p.name + ".tmp")
+            tmp.write_text(f"# servescope sweep: run it with `servescope run --sweep {p.name}`\n"
+                           + tomli_w.dumps(self.to_table()), encoding="utf-8")
+            tmp.replace(p)
+        except OSError as e:
+            raise ServescopeError(f"cannot write {p}: {e.strerror}; choose another path") from None
+        return p
+
+    # ---- flags and forms ---------------------------------------------------------------------------
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, base: SweepSpec | None = None) -> SweepSpec:
+        """`servescope run` flags on top of `base` (a sweep file) or of the defaults; the first bad flag raises."""
+        values: dict[str, Any] = {}
+        given: set[str] = set()
+        for fd, opt in _options():
+            raw = getattr(args, fd.name, None)
+            if raw is None or raw is False or raw == []:
+                continue
+            given.add(fd.name)
+            values[fd.name] = False if opt.negate else opt.parse(raw, opt.flags[0])
+        wl = getattr(args, "workloads", None)
+        if wl:
+            from servescope.workloads.spec import resolve
+
+            values["workloads"] = tuple(resolve(wl))
+            given.add("workloads")
+        if "concurrency" in given and "rates" in given:
+            raise ServescopeError("give --concurrency (closed loop) or --rate (open loop), not both")
+        if base is None:
+            base = cls(url=os.environ.get("SERVESCOPE_URL") or DEFAULT_URL)
+            if "workloads" not in given:
+                from servescope.workloads.spec import resolve
+
+                values["workloads"] = tuple(resolve("sharegpt"))
+        else:  # a flag replaces its counterpart in the file
+            if "concurrency" in given:
+                values["rates"] = None
+            if "rates" in given:
+                values["concurrency"] = None
+            if "launch" in given and "url" not in given:
+                values["url"] = DEFAULT_URL
+            if "url" in given and "launch" not in given:
+                values["launch"], values["variants"] = None, ()
+        if "launch" in given and "url" in given:
+            raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
+        return dataclasses.replace(base, **values).check("flags")
+
+    @classmethod
+    def from_form(cls, form: Mapping[str, Any], base: SweepSpec | None = None
+                  ) -> tuple[SweepSpec | None, dict[str, str]]:
+        """The Compose form (field name -> text as typed, or a list of Workloads for `workloads`) -> the spec,
+        or None and every field's error ({field: message}); a sweep-wide error is under "sweep"."""
+        values: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        for fd, _opt in _options():
+            if fd.name not in form:
+                continue
+            try:
+                values[fd.name] = _opt.parse(form[fd.name], fd.name)
+            except ServescopeError as e:
+                errors[fd.name] = e.message.removeprefix(f"{fd.name}: ")
+        if "workloads" in form:
+            values["workloads"] = tuple(form["workloads"])
+        if errors:
+            return None, errors
+        try:
+            return dataclasses.replace(base or cls(), **values).check("sweep"), {}
+        except ServescopeError as e:
+            return None, {"sweep": e.message.removeprefix("sweep: ")}
+
+
+def _options() -> list[tuple[dataclasses.Field[Any], Option]]:
+    return [(fd, fd.metadata["option"]) for fd in dataclasses.fields(SweepSpec) if "option" in fd.metadata]
+
+
+def add_flags(p: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    """Declare the spec's flags (all, or the fields named in `only`). Every flag defaults to None, so
+    `from_args` can tell a flag that was given from one that was not."""
+    for fd, opt in _options():
+        if not opt.flags or (only is not None and fd.name not in only):
+            continue
+        if opt.negate:
+            p.add_argument(*opt.flags, dest=fd.name, action="store_true", default=None, help=opt.help)
+        elif opt.repeat:
+            p.add_argument(*opt.flags, dest=fd.name, action="append", default=None, metavar=opt.metavar,
+                           help=opt.help)
+        else:
+            p.add_argument(*opt.flags, dest=fd.name, default=None, metavar=opt.metavar, help=opt.help)
+
+
+def add_workload_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", "-w", dest="workloads", default=None,
+                   help="preset name(s) or TOML file(s), comma-separated (default sharegpt; see `servescope workloads`)")
+
+
+# ---- keys, lines and workloads ------------------------------------------------------------------------
+SECTION_KEYS: dict[str, set[str]] = {}
+for _fd in dataclasses.fields(SweepSpec):
+    if "option" in _fd.metadata:
+        _o = _fd.metadata["option"]
+        if _o.section not in ("", "slo", "tags"):
+            SECTION_KEYS.setdefault(_o.section, set()).add(_o.key)
+TOP_KEYS = {"sweep_version", "workloads", "workload", "slo", "tags", *SECTION_KEYS} | {
+    o.key for _, o in _options() if not o.section}
+
+
+def _check_keys(table: dict[str, Any], known: set[str], section: str, at: Callable[[str, str], str]) -> None:
+    for k in table:
+        if k not in known:
+            near = difflib.get_close_matches(k, sorted(known), n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(sorted(known))}"
+            raise ServescopeError(f"{at(section, k)}: unknown key; {hint}")
+
+
+class _SectionLines:
+    """Line numbers of keys in a TOML text, for error messages (file:line)."""
+
+    def __init__(self, text: str, prefix: str = "") -> None:
+        self.index: dict[tuple[str, str], int] = {}
+        section = ""
+        for n, line in enumerate(text.splitlines(), 1):
+            s = line.strip()
+            m = re.match(r"^\[\[?\s*([A-Za-z0-9_.\-\"]+)\s*\]\]?", s)
+            if m:
+                section = m.group(1).strip('"')
+                if prefix and section.startswith(prefix):
+                    section = section[len(prefix):]
+                elif prefix and section == prefix.rstrip("."):
+                    section = ""
+                elif prefix:
+                    section = "\0"
+                self.index.setdefault((section.split(".")[0], ""), n)
+                continue
+            m = re.match(r"^([A-Za-z0-9_\-]+)\s*=", s)
+            if m:
+                self.index.setdefault((section, m.group(1)), n)
+
+    def locate(self, section: str, key: str) -> int | None:
+        return self.index.get((section, key)) or self.index.get((section, ""))
+
+
+def _table_workloads(data: Mapping[str, Any], base_dir: Path | None, at: Callable[[str, str], str]) -> list[Workload]:
+    from servescope.workloads.spec import resolve
+
+    names = data.get("workloads", [])
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ServescopeError(f"{at('', 'workloads')}: must be a list of preset names or TOML paths")
+    resolved = [str((base_dir / n).resolve()) if (n.endswith(".toml") or "/" in n) and base_dir is not None
+                and not Path(n).is_absolute() and not n.startswith("context-sweep/") else n for n in names]
+    try:
+        out: list[Workload] = resolve(resolved) if resolved else []
+    except ServescopeError as e:
+        raise ServescopeError(f"{at('', 'workloads')}: {e.message}") from None
+    inline = data.get("workload", [])
+    if isinstance(inline, dict):
+        inline = [inline]
+    if not isinstance(inline, list):
+        raise ServescopeError(f"{at('workload', '')}: [[workload]] must be tables")
+    for i, item in enumerate(inline):
+        if not isinstance(item, dict):
+            raise ServescopeError(f"{at('workload', '')}: [[workload]] {i + 1} must be a table")
+        src = item.get("source")
+        src = src if isinstance(src, str) and src not in ("preset",) else "inline"
+        out.append(Workload.from_dict({**item, "source": src}, f"{at('workload', '')}: [[workload]] {i + 1}"))
+    return out
+
+
+def workload_refs(workloads: Sequence[Workload], inline_all: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
+    """Presets by name (context-sweep's five as one name when all are there), TOML files by path unless
+    `inline_all`, everything else as an inline table."""
+    from servescope.workloads.spec import context_sweep
+
+    names: list[str] = []
+    inline: list[dict[str, Any]] = []
+    cs = {w.name for w in context_sweep()}
+    have_all_cs = cs <= {w.name for w in workloads if w.source == "preset"}
+    for w in workloads:
+        if w.source == "preset":
+            ref = "context-sweep" if (w.name in cs and have_all_cs) else w.name
+            if ref not in names:
+                names.append(ref)
+        elif not inline_all and w.source.endswith(".toml"):
+            if w.source not in names:
+                names.append(w.source)
+        else:
+            d = {k: v for k, v in w.to_dict().items() if k != "source" or inline_all}
+            if not d.get("dataset"):
+                d.pop("dataset", None)
+            if w.description:
+                d["description"] = w.description
+            inline.append(d)
+    return names, inline
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a run needs besides its spec, never stored with it: the real base URL (a started simulator's,
+    '' when the engine launches the server), the label shown and stored instead (`sim://tiny`), the API key,
+    where the session goes, and the session to resume."""
+
+    url: str = ""
+    target_label: str | None = None
+    api_key: str | None = None
+    save_dir: Path | None = None
+    sessions_dir: Path | None = None
+    resume: Path | None = None
+    health_interval_s: float = 2.0
