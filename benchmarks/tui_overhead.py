@@ -24,17 +24,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def sweep_dict(url: str, concurrency: str, requests: int, workload: str, file: Path) -> dict[str, Any]:
-    """The sweep for the app, and the same sweep written to `file` for the headless run."""
-    import tomli_w
-
-    from servescope.sessions.sweepfile import parse_sweep, sweep_table
+def sweep_dict(url: str, concurrency: str, requests: int, workload: str, file: Path) -> Any:
+    """The sweep for the app (a SweepSpec), and the same sweep written to `file` for the headless run."""
+    from servescope.engine.spec import SweepSpec
     from servescope.workloads.spec import resolve
 
-    table = sweep_table(url=url, workloads=resolve(workload), concurrency=[int(c) for c in concurrency.split(",")],
-                        requests=requests, name="overhead")
-    file.write_text(tomli_w.dumps(table), encoding="utf-8")
-    return parse_sweep(table, "benchmark")
+    spec = SweepSpec(url=url, workloads=tuple(resolve(workload)), concurrency=tuple(int(c) for c in concurrency.split(",")),
+                     requests=requests, name="overhead")
+    spec.save(file)
+    return spec
 
 
 def results(session_dir: Path) -> list[dict[str, Any]]:

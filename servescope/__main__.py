@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.command is None:
                 return int(run_app() or 0)
-            return int(run_app(url=args.url, api_key_env=args.api_key_env) or 0)
+            return int(run_app(url=args.url or os.environ.get("SERVESCOPE_URL"),
+                                   api_key_env=args.api_key_env or "OPENAI_API_KEY") or 0)
     except ServescopeError as e:
         print(f"servescope: error: {clean_text(e.message)}", file=sys.stderr)
         return e.exit_code

@@ -6,7 +6,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from servescope.sessions.sweepfile import parse_sweep
+from servescope.engine.spec import SweepSpec
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -19,12 +19,12 @@ def sweep_blocks() -> list[str]:
 
 def test_readme_sweep_file_examples_load() -> None:
     full, server = sweep_blocks()
-    sw = parse_sweep(tomllib.loads(full), "README")
-    assert [w.name for w in sw["workloads"]] == ["sharegpt", "longin", "rag-4k"]
-    assert sw["url"] == "http://127.0.0.1:8000" and sw["concurrency"] == "1,4,16,32"
+    sw = SweepSpec.from_table(tomllib.loads(full), "README")
+    assert [w.name for w in sw.workloads] == ["sharegpt", "longin", "rag-4k"]
+    assert sw.url == "http://127.0.0.1:8000" and sw.concurrency == (1, 4, 16, 32)
     # the [server] block replaces [target] url
     data = tomllib.loads(full)
     del data["target"]["url"]
     data["server"] = tomllib.loads(server)["server"]
-    sw = parse_sweep(data, "README")
-    assert sw["launch"].startswith("vllm serve") and len(sw["server_variant"]) == 2 and sw["url"] == ""
+    sw = SweepSpec.from_table(data, "README")
+    assert sw.launch is not None and sw.launch.startswith("vllm serve") and len(sw.variants) == 2

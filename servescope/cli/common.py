@@ -26,10 +26,11 @@ def parse_tags(items: list[str]) -> dict[str, str]:
     return tags
 
 
-def api_key_from(args: argparse.Namespace) -> str | None:
+def api_key_from(args: argparse.Namespace, env_name: str | None = None) -> str | None:
+    """--api-key, else the variable named by --api-key-env (or `env_name`, the sweep's), else None."""
     if getattr(args, "api_key", None):
         return str(args.api_key)
-    return os.environ.get(getattr(args, "api_key_env", None) or "OPENAI_API_KEY") or None
+    return os.environ.get(getattr(args, "api_key_env", None) or env_name or "OPENAI_API_KEY") or None
 
 def resolve_session(ref: str, sessions_dir: Path | None = None) -> Any:
     """A session named by its directory, or by a prefix of its directory name under the sessions dir."""

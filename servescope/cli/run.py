@@ -6,101 +6,41 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from servescope.cli.common import api_key_from, parse_tags
+from servescope.cli.common import api_key_from
 from servescope.core.errors import ServescopeError
 
 JSON_STATS = ("mean", "p50", "p90", "p99")
 
 
-def parse_duration(text: str, where: str = "duration") -> float:
-    from servescope.sessions.sweepfile import parse_duration as pd
-
-    return pd(text, where)
-
-
-def parse_int_list(text: str, flag: str) -> list[int]:
-    from servescope.sessions.sweepfile import parse_int_list as pil
-
-    return pil(text, flag)
-
-
-def parse_float_list(text: str, flag: str) -> list[float]:
-    from servescope.sessions.sweepfile import parse_float_list as pfl
-
-    return pfl(text, flag)
-
-
-
-
 def add_target_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=os.environ.get("SERVESCOPE_URL", "sim://"),
-                   help="server base URL, e.g. http://127.0.0.1:8000, or sim://PROFILE for the built-in simulator "
-                        "(default: sim://, the simulator's default profile)")
-    p.add_argument("--model", help="served model name (default: the only one /v1/models lists)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                   help="environment variable holding the API key (default OPENAI_API_KEY)")
+    """--url, --model, --api-key-env (declared by SweepSpec) and --api-key (never stored)."""
+    from servescope.engine.spec import add_flags
+
+    add_flags(p, only=("url", "model", "api_key_env"))
     p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
-    add_target_args(p)
+    """Every sweep option's flag comes from SweepSpec (servescope/engine/spec.py); these are the run's own."""
+    from servescope.engine.spec import add_flags, add_workload_flag
+
     p.add_argument("--sweep", metavar="FILE.toml",
-                   help="run a whole sweep saved from the app (or written by hand: target or [server] launch, "
-                        "workloads, load, SLOs, tags); --save, --sessions-dir, --json, --telemetry-interval, "
-                        "--transport and the API-key flags still apply")
-    p.add_argument("--workload", "-w", default="sharegpt",
-                   help="preset name(s) or TOML file(s), comma-separated (see `servescope workloads`)")
-    p.add_argument("--concurrency", "-c", help="closed-loop users per cell, e.g. 1,4,8,16 (default: the "
-                                                "workload's own, else 1,4,16)")
-    p.add_argument("--rate", help="open-loop request rates per second, e.g. 2,5 (instead of --concurrency)")
-    p.add_argument("--arrival", choices=["constant", "poisson"], default="poisson",
-                   help="open-loop arrivals (default poisson)")
-    p.add_argument("--max-concurrency", type=int, help="cap on in-flight requests in open-loop cells")
-    p.add_argument("--requests", "-n", type=int, help="measured requests per cell (default: the workload's own, "
-                                                      "else 100; none when only --duration is given)")
-    p.add_argument("--duration", help="stop issuing requests in a cell after this long, e.g. 60s")
-    p.add_argument("--warmup", type=int, default=0, help="requests sent first in each cell and not counted")
-    p.add_argument("--slo", help="SLOs for goodput, e.g. ttft_ms=3000,tpot_ms=50")
-    p.add_argument("--tag", action="append", default=[], help="KEY=VALUE label for the session, repeatable")
+                   help="run a whole sweep saved from the app, written by hand, or recorded in a session "
+                        "(SESSION/session.toml); flags given with it override the file's values")
+    add_workload_flag(p)
+    add_flags(p)
+    p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
     p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
     p.add_argument("--sessions-dir", help="where sessions go (default $SERVESCOPE_HOME/sessions or the user data dir)")
-    p.add_argument("--name", default="", help="session name")
-    p.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
-    p.add_argument("--tokenizer", help="local Hugging Face tokenizer path, for servers without /tokenize")
-    p.add_argument("--no-ignore-eos", action="store_true",
-                   help="let the model stop early (output lengths then vary; default sends ignore_eos)")
-    p.add_argument("--transport", choices=["aiohttp", "httpx"], default="aiohttp",
-                   help="HTTP client for the load (default aiohttp: the least CPU per streamed token)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
-    add_server_args(p)
-
-
-def add_server_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("server")
-    g.add_argument("--launch", metavar='"vllm serve MODEL ..."',
-                   help="start this server command (no shell) for the run, wait for /health, stop it at the end")
-    g.add_argument("--launch-timeout", default="900s", help="how long a launched server may take to be healthy")
-    g.add_argument("--server-variant", action="append", default=[], metavar='"--ARG VALUE ..."',
-                   help="with --launch: run the whole sweep once per variant, relaunching the server with these "
-                        "extra arguments (repeatable)")
-    g.add_argument("--recover-timeout", default="300s",
-                   help="when the server stops answering mid-cell, wait this long for it to come back (relaunching "
-                        "it when servescope launched it), then re-run the lost cell (default 300s)")
-    g.add_argument("--telemetry-interval", default="1s",
-                   help="how often /metrics and the GPUs are sampled during a cell (default 1s); `off` samples only "
-                        "at cell boundaries (each scrape costs a CPU-bound server a little: see Performance)")
-    g.add_argument("--electricity-price", type=float, metavar="USD_PER_KWH",
-                   help="electricity price, for cost per 1M output tokens (needs NVML)")
-
-
 
 
 def _stats(d: dict[str, Any] | None) -> dict[str, Any]:
@@ -203,58 +143,6 @@ class _Progress:
             self.out.flush()
 
 
-def telemetry_interval(text: str) -> float | None:
-    """--telemetry-interval: seconds, or None for `off` (sample only at cell boundaries)."""
-    return None if text.strip().lower() in ("off", "0", "none") else parse_duration(text, "--telemetry-interval")
-
-
-def build_plan(args: argparse.Namespace, url: str, label: str | None) -> Any:
-    from servescope.core.metrics import parse_slos
-    from servescope.sessions.runner import SweepPlan
-    from servescope.workloads.spec import resolve
-
-    workloads = resolve(args.workload)
-    if args.server_variant and not args.launch:
-        raise ServescopeError("--server-variant needs --launch: servescope can only relaunch a server it started")
-    if args.launch and args.url not in ("sim://", os.environ.get("SERVESCOPE_URL", "sim://")):
-        raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
-    if args.rate and args.concurrency:
-        raise ServescopeError("give --concurrency (closed loop) or --rate (open loop), not both")
-    if args.requests is not None and args.requests < 1:
-        raise ServescopeError("--requests must be at least 1")
-    if args.warmup < 0:
-        raise ServescopeError("--warmup must be 0 or more")
-    return SweepPlan(
-        url=url,
-        workloads=workloads,
-        concurrency=parse_int_list(args.concurrency, "--concurrency") if args.concurrency else None,
-        rates=parse_float_list(args.rate, "--rate") if args.rate else None,
-        arrival=args.arrival,
-        max_concurrency=args.max_concurrency,
-        requests=args.requests,
-        duration_s=parse_duration(args.duration, "--duration") if args.duration else None,
-        warmup=args.warmup,
-        slos=parse_slos(args.slo),
-        tags=parse_tags(args.tag),
-        model=args.model,
-        api_key=api_key_from(args),
-        timeout_s=parse_duration(args.timeout, "--timeout"),
-        tokenizer=args.tokenizer,
-        save_dir=Path(args.save) if args.save else None,
-        sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None,
-        name=args.name,
-        ignore_eos=not args.no_ignore_eos,
-        target_label=label,
-        launch=args.launch,
-        launch_timeout_s=parse_duration(args.launch_timeout, "--launch-timeout"),
-        variants=list(args.server_variant),
-        recover_timeout_s=parse_duration(args.recover_timeout, "--recover-timeout"),
-        telemetry_interval_s=telemetry_interval(args.telemetry_interval),
-        electricity_price=args.electricity_price,
-        transport=args.transport,
-    )
-
-
 def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | None]:
     """sim://PROFILE starts the built-in simulator for the duration of the command."""
     if not url.startswith("sim://"):
@@ -279,48 +167,24 @@ def start_sim_default() -> Any:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from servescope.engine.spec import RunContext, SweepSpec
+
     out = sys.stdout
     table_out = sys.stderr if args.json else sys.stdout
+    base = SweepSpec.from_toml(args.sweep) if args.sweep else None
+    spec = SweepSpec.from_args(args, base)  # every flag is checked before a simulator starts
+    ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
+                     save_dir=Path(args.save) if args.save else None,
+                     sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
     with ExitStack() as stack:
-        if args.sweep:
-            from servescope.sessions.sweepfile import load_sweep, plan_from_sweep
-
-            d = load_sweep(args.sweep)
-            plan = plan_from_sweep(d, "", None, api_key=None,
-                                   sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
-            _sweep_overrides(plan, args)
-            plan.api_key = args.api_key or os.environ.get(str(d.get("api_key_env") or args.api_key_env)) or None
-            if not plan.launch:
-                plan.url, plan.target_label = open_target(str(d["url"]), stack, sys.stderr)
-            return _run_loop(plan, out, table_out, args.json)
-        plan = build_plan(args, "", None)  # every flag is checked before a simulator starts
-        if not args.launch:
-            plan.url, plan.target_label = open_target(args.url, stack, sys.stderr)
-        return _run_loop(plan, out, table_out, args.json)
+        if not spec.launch:
+            url, label = open_target(spec.url, stack, sys.stderr)
+            ctx = replace(ctx, url=url, target_label=label)
+        return _run_loop(spec, ctx, out, table_out, args.json)
 
 
-def _sweep_overrides(plan: Any, args: argparse.Namespace) -> None:
-    """Flags that a sweep file does not hold apply on top of it (--save, the telemetry and HTTP settings);
-    --launch, --server-variant, --url and the load flags are the file's to say and are refused with it."""
-    given = [f for f, dest, default in (("--launch", "launch", None), ("--server-variant", "server_variant", []),
-                                        ("--concurrency", "concurrency", None), ("--rate", "rate", None),
-                                        ("--workload", "workload", "sharegpt"), ("--requests", "requests", None),
-                                        ("--duration", "duration", None), ("--arrival", "arrival", "poisson"),
-                                        ("--slo", "slo", None), ("--tag", "tag", []))
-             if getattr(args, dest, default) not in (default, None, [])]
-    if given:
-        raise ServescopeError(f"{', '.join(given)} cannot be combined with --sweep: edit the sweep file instead "
-                              "([load], [server], workloads)")
-    plan.save_dir = Path(args.save) if args.save else None
-    plan.tokenizer = args.tokenizer
-    plan.ignore_eos = not args.no_ignore_eos
-    plan.telemetry_interval_s = telemetry_interval(args.telemetry_interval)
-    plan.electricity_price = args.electricity_price
-    plan.transport = args.transport
-
-
-def _run_loop(plan: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
-    from servescope.sessions.runner import (
+def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
+    from servescope.engine.runner import (
         CellFinished,
         CellSkipped,
         CellStarted,
@@ -355,7 +219,7 @@ def _run_loop(plan: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
         except (NotImplementedError, RuntimeError):
             pass
         cur = None
-        async for ev in run_sweep(plan, control):
+        async for ev in run_sweep(spec, ctx, control):
             if isinstance(ev, SweepStarted):
                 total = len(ev.cells)
                 result["session"] = str(ev.session_dir)
@@ -415,68 +279,50 @@ def _run_async(coro: Any) -> Any:
         return asyncio.run(coro)
 
 
-def _parser_for_demo(profile: str | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="servescope demo")
-    add_run_args(p)
-    url = f"sim://{profile}" if profile else "sim://"
-    return p.parse_args(["--url", url, "--workload", "sharegpt", "--concurrency", "1,8,32", "--requests", "64",
-                         "--duration", "10s", "--name", "demo"])
-
-
 def add_resume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", help="session directory or id (see `servescope sessions`)")
     p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions or the user data dir)")
     p.add_argument("--url", help="the server's URL, when it moved since the session was recorded")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                   help="environment variable holding the API key (default OPENAI_API_KEY)")
+    p.add_argument("--api-key-env", metavar="NAME",
+                   help="environment variable holding the API key (default: the one the sweep recorded)")
     p.add_argument("--api-key", help="API key")
-    p.add_argument("--recover-timeout", default="300s", help="see `servescope run --help`")
+    p.add_argument("--recover-timeout", help="see `servescope run --help` (default: the sweep's own)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    """Continue an interrupted sweep from its first unfinished cell, in the same session directory."""
+    """Continue an interrupted sweep from its first unfinished cell, in the same session directory, with
+    every setting it started with (its [sweep] table): tokenizer, transport and telemetry interval included."""
     from servescope.cli.common import resolve_session
-    from servescope.sessions.runner import SweepPlan, plan_cells
-    from servescope.workloads.spec import from_saved
+    from servescope.engine import fields
+    from servescope.engine.runner import plan_cells
+    from servescope.engine.spec import RunContext, SweepSpec
 
     s = resolve_session(args.session, Path(args.sessions_dir) if args.sessions_dir else None)
-    meta = s.meta
     if s.status == "completed":
         raise ServescopeError(f"{s.path} is already completed; nothing to resume")
-    load = meta.get("load", {})
-    server = meta.get("server", {})
-    stored_url = str(args.url or meta.get("target", {}).get("url", ""))
+    sweep = s.meta.get("sweep")
+    if not isinstance(sweep, dict):
+        raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
+    spec = SweepSpec.from_table(sweep, f"{s.path / 'session.toml'}: [sweep]", s.path)
+    if args.recover_timeout:
+        spec = spec.replace(recover_timeout_s=fields.duration(args.recover_timeout, "--recover-timeout"))
+    if args.api_key_env:
+        spec = spec.replace(api_key_env=fields.nonempty_text(args.api_key_env, "--api-key-env"))
+    if args.url:
+        if spec.variants:
+            raise ServescopeError(f"{s.path}: this sweep relaunches its server per variant; resume it without "
+                                  "--url (servescope starts the server again)")
+        spec = spec.replace(url=fields.nonempty_text(args.url, "--url"), launch=None)
+    cells = s.meta.get("cells", [])
+    if len(plan_cells(spec)) != len(cells):
+        raise ServescopeError(f"{s.path}: its cells no longer match its workloads (a preset changed?); "
+                              "start a new run instead")
     with ExitStack() as stack:
-        launch = server.get("launch") if not args.url else None
-        url, label = ("", None) if launch else open_target(stored_url, stack, sys.stderr)
-        plan = SweepPlan(
-            url=url,
-            workloads=[from_saved(w) for w in meta.get("workloads", [])],
-            concurrency=load.get("concurrency"),
-            rates=load.get("rates"),
-            arrival=load.get("arrival", "constant"),
-            max_concurrency=load.get("max_concurrency"),
-            requests=load.get("requests"),
-            duration_s=load.get("duration_s"),
-            warmup=int(load.get("warmup", 0)),
-            slos=dict(meta.get("slos", {})),
-            tags=dict(meta.get("tags", {})),
-            model=meta.get("model"),
-            api_key=api_key_from(args),
-            timeout_s=float(load.get("timeout_s", 600)),
-            ignore_eos=bool(load.get("ignore_eos", True)),
-            target_label=label or (stored_url if stored_url.startswith("sim://") else None),
-            launch=launch,
-            variants=list(server.get("variants", [])),
-            recover_timeout_s=parse_duration(args.recover_timeout, "--recover-timeout"),
-            electricity_price=meta.get("electricity_usd_per_kwh"),
-            resume=s.path,
-            name=str(meta.get("name", "")),
-        )
-        if len(plan_cells(plan)) != len(meta.get("cells", [])):
-            raise ServescopeError(f"{s.path}: its cells no longer match its workloads (a preset changed?); "
-                                  "start a new run instead")
-        todo = [c for c in meta.get("cells", []) if c.get("status") not in ("done", "skipped")]
-        print(f"resuming {s.path}: {len(todo)} of {len(meta.get('cells', []))} cells left", file=sys.stderr)
-        return _run_loop(plan, sys.stdout, sys.stderr if args.json else sys.stdout, args.json)
+        ctx = RunContext(api_key=api_key_from(args, spec.api_key_env), resume=s.path)
+        if not spec.launch:
+            real, label = open_target(spec.url, stack, sys.stderr)
+            ctx = replace(ctx, url=real, target_label=label)
+        todo = [c for c in cells if c.get("status") not in ("done", "skipped")]
+        print(f"resuming {s.path}: {len(todo)} of {len(cells)} cells left", file=sys.stderr)
+        return _run_loop(spec, ctx, sys.stdout, sys.stderr if args.json else sys.stdout, args.json)

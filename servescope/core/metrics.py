@@ -25,29 +25,21 @@ import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.core.records import RequestRecord
+from servescope.core.results import METRICS, STATS, CellSummary
+
+__all__ = ["DIST_METRICS", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellSummary",
+           "describe", "itl_frame", "meets_slos", "parse_slos", "per_request", "records_frame", "slo_mask",
+           "summarize"]
 
 PERCENTILES = (50, 90, 95, 99)
-STAT_KEYS = ("mean", "std", "min", "max", *(f"p{p}" for p in PERCENTILES))
+STAT_KEYS = STATS
 DIST_METRICS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "itl_token_ms", "e2e_ms", "per_user_tok_s",
                 "prefill_tok_s", "client_queue_ms")
 SLO_KEYS = {"ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "itl_ms", "per_user_tok_s"}
-HIGHER_IS_BETTER = {"per_user_tok_s"}
+# derived from the one METRICS table (core/results.py): SLOs that are lower bounds, and the formulas
+HIGHER_IS_BETTER = {k for k in SLO_KEYS if METRICS[k].better == "higher"}
+FORMULAS: dict[str, str] = {k: m.formula for k, m in METRICS.items() if m.formula}
 
-FORMULAS: dict[str, str] = {
-    "ttft_ms": "first token-carrying chunk (content or reasoning) - request sent",
-    "ttfo_ms": "first content chunk - request sent",
-    "itl_ms": "gap between consecutive token-carrying chunks after the first, pooled over requests",
-    "itl_token_ms": "that gap / tokens in the later chunk",
-    "tpot_ms": "(e2e - ttft) / (output_tokens - 1), per request",
-    "e2e_ms": "end of stream - request sent",
-    "client_queue_ms": "actual send - scheduled send",
-    "per_user_tok_s": "output_tokens / e2e, per request",
-    "prefill_tok_s": "prompt_tokens / ttft, per request",
-    "output_tok_s": "sum of output tokens of successful requests / cell wall time",
-    "total_tok_s": "(input + output tokens of successful requests) / cell wall time",
-    "request_s": "successful requests / cell wall time",
-    "goodput_req_s": "successful requests meeting every SLO / cell wall time",
-}
 
 REQUEST_SCHEMA: dict[str, Any] = {
     "index": pl.Int64, "user": pl.Int64, "warmup": pl.Boolean, "status": pl.Utf8, "http_status": pl.Int64,
@@ -224,7 +216,7 @@ def summarize(
 SLO_ATTAINMENT = 0.9
 
 
-def meets_slos(summary: Mapping[str, Any], attainment: float = SLO_ATTAINMENT) -> bool:
+def meets_slos(summary: CellSummary | Mapping[str, Any], attainment: float = SLO_ATTAINMENT) -> bool:
     """A cell meets the SLOs when at least `attainment` (90%) of its requests succeeded within all of them."""
-    frac = summary.get("slo_met_fraction")
+    frac = summary.slo_met_fraction if isinstance(summary, CellSummary) else summary.get("slo_met_fraction")
     return frac is not None and frac >= attainment

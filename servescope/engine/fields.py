@@ -78,6 +78,16 @@ def opt_text(raw: Any, where: str) -> str | None:
     return text(raw, where) or None
 
 
+def opt_path_or_name(raw: Any, where: str) -> str | None:
+    """A local path (made absolute, so a resumed sweep finds it from any directory) or a hub name."""
+    from pathlib import Path
+
+    v = opt_text(raw, where)
+    if v and Path(v).expanduser().exists():
+        return str(Path(v).expanduser().resolve())
+    return v
+
+
 def nonempty_text(raw: Any, where: str) -> str:
     v = text(raw, where)
     if not v:

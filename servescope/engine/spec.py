@@ -109,7 +109,7 @@ class SweepSpec:
                               metavar="NAME", help="environment variable holding the API key (default OPENAI_API_KEY)")
     model: str | None = option(None, "target", "model", ["--model"], parse=f.opt_text,
                                help="served model name (default: the only one /v1/models lists)")
-    tokenizer: str | None = option(None, "target", "tokenizer", ["--tokenizer"], parse=f.opt_text,
+    tokenizer: str | None = option(None, "target", "tokenizer", ["--tokenizer"], parse=f.opt_path_or_name,
                                    help="local Hugging Face tokenizer path, for servers without /tokenize")
     transport: str = option("aiohttp", "target", "transport", ["--transport"], parse=f.choice(f.TRANSPORTS),
                             help="HTTP client for the load: aiohttp (default, the least CPU per streamed token) or httpx")
@@ -227,6 +227,10 @@ class SweepSpec:
             name = f"[{section}] {key}" if section and key else (f"[{section}]" if section else key)
             return f"{where}:{line}: {name}" if line else f"{where}: {name}"
 
+        target = data.get("target")
+        if isinstance(target, dict) and "api_key" in target:
+            raise ServescopeError(f"{at('target', 'api_key')}: not allowed (keys never go in files); set "
+                                  "api_key_env = \"NAME\" and export the key in that variable")
         _check_keys(dict(data), TOP_KEYS, "", at)
         ver = data.get("sweep_version", SWEEP_VERSION)
         if isinstance(ver, bool) or not isinstance(ver, int) or ver > SWEEP_VERSION:
@@ -258,7 +262,7 @@ class SweepSpec:
         out: dict[str, Any] = {"sweep_version": SWEEP_VERSION}
         for fd, opt in _options():
             v = getattr(self, fd.name)
-            if v is None or (opt.section in ("slo", "tags") and not v):
+            if (v is None and fd.default is None) or (opt.section in ("slo", "tags") and not v):
                 continue
             if (opt.section == "server" and not self.launch) or (fd.name == "url" and self.launch):
                 continue
@@ -357,6 +361,17 @@ class SweepSpec:
             return dataclasses.replace(base or cls(), **values).check("sweep"), {}
         except ServescopeError as e:
             return None, {"sweep": e.message.removeprefix("sweep: ")}
+
+
+def parse_field(name: str, raw: Any) -> Any:
+    """One field's value from its text (a form field as typed); raises with the message alone."""
+    for fd, opt in _options():
+        if fd.name == name:
+            try:
+                return opt.parse(raw, name)
+            except ServescopeError as e:
+                raise ServescopeError(e.message.removeprefix(f"{name}: ")) from None
+    raise KeyError(name)
 
 
 def _options() -> list[tuple[dataclasses.Field[Any], Option]]:

@@ -1,6 +1,8 @@
 """Sessions on disk: one directory per run.
 
     session.toml         metadata (schema_version, target, model, workloads, loads, SLOs, tags, status, cells)
+                         and the whole sweep as a [sweep] table in the sweep-file format (schema 2), from
+                         which `servescope resume` and `servescope run --sweep SESSION/session.toml` start
     cells.parquet        one row per finished or skipped cell: its plan and its summary
     requests/cell-NNNN.parquet   one row per request of that cell: raw stamps and counts
 
@@ -24,9 +26,10 @@ import tomli_w
 
 from servescope import __version__
 from servescope.core.errors import ServescopeError
+from servescope.core.results import CellSummary
 from servescope.workloads.spec import parse_toml
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def sessions_home() -> Path:
@@ -183,14 +186,22 @@ class Session:
     cells: pl.DataFrame
 
     @property
+    def info(self) -> Any:
+        """The metadata, typed and validated (servescope.sessions.meta.SessionMeta)."""
+        from servescope.sessions.meta import SessionMeta
+
+        return SessionMeta.from_dict(self.meta, str(self.path / "session.toml"))
+
+    @property
     def status(self) -> str:
         s = str(self.meta.get("status", "unknown"))
         return "interrupted" if s == "running" else s
 
-    def summaries(self) -> list[dict[str, Any]]:
+    def summaries(self) -> list[CellSummary | None]:
+        """Each cell row's summary, typed (None for a cell without one: skipped)."""
         if "summary_json" not in self.cells.columns:
             return []
-        return [json.loads(s) if s else {} for s in self.cells["summary_json"].to_list()]
+        return [CellSummary.from_json(s) for s in self.cells["summary_json"].to_list()]
 
     def requests(self, cell: int | None = None) -> pl.DataFrame:
         d = self.path / "requests"
@@ -216,6 +227,62 @@ def load_session(path: str | Path) -> Session:
         raise ServescopeError(
             f"{p}: session schema_version {ver} is newer than this servescope understands ({SCHEMA_VERSION}); upgrade servescope"
         )
+    if ver < 2:
+        meta = migrate_v1(meta)
     cells_path = p / "cells.parquet"
     cells = pl.read_parquet(cells_path) if cells_path.exists() else pl.DataFrame()
     return Session(p, meta, cells)
+
+
+def migrate_v1(meta: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 session (servescope 0.1) read as schema 2: its sweep rebuilt as a [sweep] table from what
+    it recorded (the settings 0.1 did not record, tokenizer, transport and telemetry interval, were the
+    defaults then). The file on disk is rewritten only when the session is written again (resume)."""
+    out = dict(meta)
+    out["schema_version"] = SCHEMA_VERSION
+    load = dict(meta.get("load") or {})
+    server = dict(meta.get("server") or {})
+    target = dict(meta.get("target") or {})
+    names: list[str] = []
+    inline: list[dict[str, Any]] = []
+    for w in meta.get("workloads") or []:
+        if not isinstance(w, dict):
+            continue
+        if w.get("source") == "preset":
+            names.append(str(w.get("name")))
+        else:
+            inline.append(dict(w))
+    sweep: dict[str, Any] = {"sweep_version": 1}
+    if meta.get("name"):
+        sweep["name"] = meta["name"]
+    if names:
+        sweep["workloads"] = names
+    tgt: dict[str, Any] = {} if server.get("launch") else {"url": target.get("url", "sim://")}
+    if meta.get("model"):
+        tgt["model"] = meta["model"]
+    sweep["target"] = tgt
+    if inline:
+        sweep["workload"] = inline
+    ld: dict[str, Any] = {}
+    for src, dst in (("concurrency", "concurrency"), ("rates", "rates"), ("arrival", "arrival"),
+                     ("max_concurrency", "max_concurrency"), ("requests", "requests"), ("warmup", "warmup"),
+                     ("ignore_eos", "ignore_eos")):
+        if load.get(src) is not None:
+            ld[dst] = load[src]
+    for src, dst in (("duration_s", "duration"), ("timeout_s", "timeout")):
+        if load.get(src) is not None:
+            ld[dst] = f"{load[src]}s"
+    if "arrival" not in ld:
+        ld["arrival"] = "constant"  # 0.1's runner default when a session did not say
+    sweep["load"] = ld
+    if meta.get("slos"):
+        sweep["slo"] = dict(meta["slos"])
+    if meta.get("tags"):
+        sweep["tags"] = dict(meta["tags"])
+    if server.get("launch"):
+        sweep["server"] = {"launch": server["launch"],
+                           "variants": [{"args": v} for v in server.get("variants") or []]}
+    if meta.get("electricity_usd_per_kwh") is not None:
+        sweep["telemetry"] = {"electricity_price": meta["electricity_usd_per_kwh"]}
+    out.setdefault("sweep", sweep)
+    return out

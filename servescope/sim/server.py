@@ -1,8 +1,8 @@
 """The simulator's HTTP server: vLLM 0.32's OpenAI-compatible API over the engine, in real time.
 
-`EngineLoop` runs the scheduler against the event loop's clock: each step sleeps until its simulated end
-(an absolute deadline, so timer granularity never accumulates) and then emits its tokens. When the
-simulator's own CPU makes a step end late, the lag is counted, exported in `/metrics` and logged.
+`SimServer` reads and checks the requests, hands them to the engine loop (`servescope.sim.engineloop`,
+which runs the scheduler against the event loop's clock) and writes the answers
+(`servescope.sim.responses`); `Faults` are the failures it can be told to simulate.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import os
 import random
 import sys
 import time
-import uuid
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -21,18 +20,16 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from servescope.sim.engine import ABORTED, Scheduler, SimRequest
+from servescope.sim.engine import Scheduler, SimRequest
+from servescope.sim.engineloop import EngineLoop
 from servescope.sim.metrics import Metrics
 from servescope.sim.profile import CostModel, Profile
-from servescope.sim.tokenizer import NUM_WORDS, WORD_BASE, Tokenizer, render_chat
+from servescope.sim.responses import Channel, TokenSource, error_response, full_response, stream_response
+from servescope.sim.tokenizer import Tokenizer, render_chat
 
 log = logging.getLogger("servescope.sim")
 _json_encode = msgspec.json.encode
 _json_decode = msgspec.json.decode
-
-LATE_TOLERANCE_S = 0.003  # beyond timer granularity: a step this late is counted as lag
-RESYNC_S = 0.025  # a step later than this restarts the simulated clock from now (time lost for good)
-WARN_EVERY_S = 5.0
 
 
 @dataclass
@@ -42,93 +39,6 @@ class Faults:
     error_rate: float = 0.0
     cut_stream_rate: float = 0.0
     seed: int = 0
-
-
-class _Channel:
-    """Tokens the engine produced for one request and not yet written to its stream."""
-
-    __slots__ = ("pending", "finished", "event")
-
-    def __init__(self) -> None:
-        self.pending = 0
-        self.finished = False
-        self.event = asyncio.Event()
-
-
-class EngineLoop:
-    def __init__(self, cost: CostModel, metrics: Metrics) -> None:
-        self.cost = cost
-        self.sched = Scheduler(cost)
-        self.metrics = metrics
-        self.wake = asyncio.Event()
-        self.loop = asyncio.get_running_loop()
-        self._late_window = 0
-        self._late_window_max = 0.0
-        self._last_warn = self.loop.time()
-        self._ready_t = float("inf")
-        self._last_end = 0.0
-
-    def add(self, req: SimRequest, ready_t: float) -> None:
-        """Queue a request that became ready (front end done) at `ready_t` on the loop clock."""
-        self.sched.add(req)
-        self._ready_t = min(self._ready_t, ready_t)
-        self.wake.set()
-
-    def abort(self, req: SimRequest) -> None:
-        if req.state != ABORTED and req.done_t < 0:
-            self.sched.abort(req)
-            self.metrics.success["abort"] += 1
-
-    async def run(self) -> None:
-        loop = self.loop
-        sched = self.sched
-        m = self.metrics
-        t_next = loop.time()
-        while True:
-            if not sched.has_work():
-                self._ready_t = float("inf")
-                self.wake.clear()
-                await self.wake.wait()
-                # start when the request became ready, so that the handler's oversleep is not added
-                t_next = max(self._last_end, min(loop.time(), self._ready_t))
-            now = loop.time()
-            if now - t_next > RESYNC_S:
-                t_next = now
-            step = sched.schedule(t_next)
-            if not step.reqs:
-                # nothing fits; wait for an abort or a finish to free blocks
-                self.wake.clear()
-                await self.wake.wait()
-                continue
-            t_end = t_next + step.duration
-            delay = t_end - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                await asyncio.sleep(0)  # let handlers write
-            late = loop.time() - t_end
-            if late > LATE_TOLERANCE_S:
-                m.late_steps += 1
-                m.lag_seconds += late
-                m.max_lag_seconds = max(m.max_lag_seconds, late)
-                self._late_window += 1
-                self._late_window_max = max(self._late_window_max, late)
-            sched.finish(step, t_end)
-            t_next = self._last_end = t_end
-            if self._late_window and t_end - self._last_warn > WARN_EVERY_S:
-                log.warning(
-                    "%d engine steps ended late (up to %.1f ms) in the last %.0f s: the simulator's own CPU "
-                    "cannot keep real time at this load; latencies are pessimistic",
-                    self._late_window, self._late_window_max * 1e3, t_end - self._last_warn,
-                )
-                self._late_window = 0
-                self._late_window_max = 0.0
-                self._last_warn = t_end
-
-
-def _error(status: int, message: str, etype: str) -> web.Response:
-    body = {"error": {"message": message, "type": etype, "param": None, "code": status}}
-    return web.Response(status=status, body=_json_encode(body), content_type="application/json")
 
 
 class _BadRequest(Exception):
@@ -263,7 +173,7 @@ class SimServer:
             else:
                 raise _BadRequest("Either 'prompt' (a string) or 'messages' is required")
         except _BadRequest as e:
-            return _error(400, str(e), "BadRequestError")
+            return error_response(400, str(e), "BadRequestError")
         return web.Response(
             body=_json_encode({"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids, "token_strs": None}),
             content_type="application/json",
@@ -276,14 +186,14 @@ class SimServer:
             if not isinstance(ids, list) or not self.tokenizer.valid_ids(ids):
                 raise _BadRequest(f"'tokens' must be a list of token ids in [0, {self.tokenizer.vocab_size})")
         except _BadRequest as e:
-            return _error(400, str(e), "BadRequestError")
+            return error_response(400, str(e), "BadRequestError")
         return web.json_response({"prompt": self.tokenizer.decode(ids)})
 
     # --- generation --------------------------------------------------------------------------------------
     def _check_model(self, body: dict[str, Any]) -> web.Response | None:
         model = body.get("model")
         if model is not None and model != self.model_name:
-            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+            return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
         return None
 
     def _prompt(self, body: dict[str, Any], chat: bool) -> tuple[int, int]:
@@ -359,12 +269,12 @@ class SimServer:
                 and bool(kwargs.get("enable_thinking", self.profile.model.thinking_default) if isinstance(kwargs, dict) else False)
             )
         except _BadRequest as e:
-            return _error(400, str(e), "BadRequestError")
+            return error_response(400, str(e), "BadRequestError")
         except (TypeError, ValueError) as e:
-            return _error(400, f"Invalid request: {e}", "BadRequestError")
+            return error_response(400, f"Invalid request: {e}", "BadRequestError")
 
         if self.faults.error_rate > 0 and self.rng.random() < self.faults.error_rate:
-            return _error(500, "Simulated internal server error (servescope-sim --error-rate)", "InternalServerError")
+            return error_response(500, "Simulated internal server error (servescope-sim --error-rate)", "InternalServerError")
         cut_at = 0
         if stream and self.faults.cut_stream_rate > 0 and self.rng.random() < self.faults.cut_stream_rate:
             cut_at = 1 + self.rng.randrange(max(max_tokens - 1, 1))
@@ -382,7 +292,7 @@ class SimServer:
 
         self._rid += 1
         rid = self._rid
-        chan = _Channel()
+        chan = Channel()
         metrics = self.metrics
 
         def on_tokens(req: SimRequest, n: int, finished: bool, t: float) -> None:
@@ -408,7 +318,7 @@ class SimServer:
 
         chan_last = [arrival]
         req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prefix_key=phash)
-        gen = _TokenSource(h ^ rid if seed is None else h)
+        gen = TokenSource(h ^ rid if seed is None else h)
         if self.cost.frontend_s > 0:
             await asyncio.sleep(arrival + self.cost.frontend_s - loop.time())
         assert self.engine is not None
@@ -417,12 +327,12 @@ class SimServer:
         created = int(time.time())
         try:
             if stream:
-                return await self._stream(request, req, chan, gen, chat, created, prompt_len, reasoning,
-                                          include_usage, continuous, cut_at)
+                return await stream_response(request, req, chan, gen, self.tokenizer, self._model_bytes, chat, created,
+                                             prompt_len, reasoning, include_usage, continuous, cut_at)
             while not chan.finished:
                 await chan.event.wait()
                 chan.event.clear()
-            return self._full_response(req, gen, chat, created, prompt_len, reasoning)
+            return full_response(req, gen, self.tokenizer, self.model_name, chat, created, prompt_len, reasoning)
         finally:
             if req.done_t < 0:
                 engine.abort(req)
@@ -434,136 +344,6 @@ class SimServer:
         n = self.faults.exit_after_requests
         if n > 0 and self.completed >= n:
             asyncio.get_running_loop().call_later(0.02, self._crash, f"--exit-after-requests {n}")
-
-    def _usage(self, prompt_len: int, completion: int, reasoning: int, final: bool) -> dict[str, Any]:
-        u: dict[str, Any] = {"prompt_tokens": prompt_len, "total_tokens": prompt_len + completion, "completion_tokens": completion}
-        if reasoning and final:
-            u["completion_tokens_details"] = {"reasoning_tokens": min(reasoning, completion)}
-        return u
-
-    def _full_response(
-        self, req: SimRequest, gen: _TokenSource, chat: bool, created: int, prompt_len: int, reasoning: int
-    ) -> web.Response:
-        tok = self.tokenizer
-        ids = [gen.next() for _ in range(req.num_output)]
-        usage = self._usage(prompt_len, req.num_output, reasoning, True)
-        if chat:
-            r = min(reasoning, len(ids))
-            message: dict[str, Any] = {
-                "role": "assistant",
-                "content": tok.decode(ids[r:]) if len(ids) > r else None,
-                "reasoning_content": tok.decode(ids[:r]) if r else None,
-                "tool_calls": [],
-            }
-            body: dict[str, Any] = {
-                "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created,
-                "model": self.model_name,
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": req.finish_reason,
-                             "stop_reason": None}],
-                "usage": usage,
-            }
-        else:
-            body = {
-                "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": created,
-                "model": self.model_name,
-                "choices": [{"index": 0, "text": tok.decode(ids), "logprobs": None, "finish_reason": req.finish_reason,
-                             "stop_reason": None, "prompt_logprobs": None}],
-                "usage": usage,
-            }
-        return web.Response(body=_json_encode(body), content_type="application/json")
-
-    async def _stream(
-        self,
-        request: web.Request,
-        req: SimRequest,
-        chan: _Channel,
-        gen: _TokenSource,
-        chat: bool,
-        created: int,
-        prompt_len: int,
-        reasoning: int,
-        include_usage: bool,
-        continuous: bool,
-        cut_at: int,
-    ) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        tok_text = self.tokenizer.token_text
-        head = (
-            b'data: {"id":"' + (f"chatcmpl-{uuid.uuid4().hex}" if chat else f"cmpl-{uuid.uuid4().hex}").encode()
-            + (b'","object":"chat.completion.chunk","created":' if chat else b'","object":"text_completion","created":')
-            + str(created).encode() + b',"model":' + self._model_bytes + b',"choices":'
-        )
-        if chat:
-            pre_content = head + b'[{"index":0,"delta":{"content":'
-            pre_reason = head + b'[{"index":0,"delta":{"reasoning_content":'
-            mid = b'},"logprobs":null,"finish_reason":'
-        else:
-            pre_content = pre_reason = head + b'[{"index":0,"text":'
-            mid = b',"logprobs":null,"finish_reason":'
-        tail_open = b',"stop_reason":null}]'
-        fin_null = b"null"
-        fin_done = b'"' + req.finish_reason.encode() + b'"'
-        sent = 0
-        write = resp.write
-        try:
-            if chat:
-                first = head + b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
-                if continuous:
-                    first += b',"usage":' + _json_encode(self._usage(prompt_len, 0, 0, False))
-                first_event: bytes | None = first + b"}\n\n"
-            else:
-                first_event = None
-            while True:
-                await chan.event.wait()
-                chan.event.clear()
-                n = chan.pending
-                chan.pending = 0
-                if n == 0 and not chan.finished:
-                    continue
-                parts: list[bytes] = []
-                if first_event is not None:
-                    parts.append(first_event)
-                    first_event = None
-                for _ in range(n):
-                    sent += 1
-                    text = _json_encode(tok_text(gen.next()))
-                    last = chan.finished and sent == req.num_output
-                    pre = pre_reason if sent <= reasoning else pre_content
-                    ev = pre + text + mid + (fin_done if last else fin_null) + tail_open
-                    if continuous:
-                        ev += b',"usage":' + _json_encode(self._usage(prompt_len, sent, reasoning, False))
-                    parts.append(ev + b"}\n\n")
-                    if sent == cut_at:
-                        await write(b"".join(parts))
-                        if request.transport is not None:
-                            request.transport.abort()
-                        return resp
-                if chan.finished and sent >= req.num_output:
-                    if include_usage:
-                        parts.append(head + b'[],"usage":' + _json_encode(self._usage(prompt_len, sent, reasoning, True)) + b"}\n\n")
-                    parts.append(b"data: [DONE]\n\n")
-                    await write(b"".join(parts))
-                    break
-                await write(parts[0] if len(parts) == 1 else b"".join(parts))
-            await resp.write_eof()
-        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
-            pass
-        return resp
-
-
-class _TokenSource:
-    """Deterministic pseudo-random output token ids (a 64-bit LCG over the word ids)."""
-
-    __slots__ = ("x",)
-
-    def __init__(self, seed: int) -> None:
-        self.x = (seed * 2862933555777941757 + 3037000493) & 0xFFFFFFFFFFFFFFFF
-
-    def next(self) -> int:
-        self.x = (self.x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
-        return WORD_BASE + (self.x >> 33) % NUM_WORDS
-
 
 def startup_log_lines(server: SimServer) -> list[str]:
     cost = server.cost

@@ -75,32 +75,33 @@ class ServescopeApp(App[int]):
         return w is not None and w.state in (WorkerState.PENDING, WorkerState.RUNNING)
 
     def _start_demo(self) -> None:
-        from servescope.sessions.sweepfile import parse_sweep, sweep_table
+        from servescope.engine.spec import SweepSpec, parse_field
         from servescope.workloads.spec import resolve
 
         d = self.demo_sweep
-        table = sweep_table(url=self.initial_url, workloads=resolve(d["workload"]), api_key_env=self.api_key_env,
-                            concurrency=[int(x) for x in str(d["concurrency"]).split(",")], requests=d.get("requests"),
-                            duration=d.get("duration"), name="demo", tags={"demo": "yes"})
-        self.start_sweep(parse_sweep(table, "demo"))
+        spec = SweepSpec(url=self.initial_url, api_key_env=self.api_key_env, workloads=tuple(resolve(d["workload"])),
+                         concurrency=parse_field("concurrency", str(d["concurrency"])), requests=d.get("requests"),
+                         duration_s=parse_field("duration_s", d["duration"]) if d.get("duration") else None,
+                         name="demo", tags={"demo": "yes"})
+        self.start_sweep(spec.check("demo"))
 
-    def start_sweep(self, sweep: dict[str, Any]) -> bool:
-        """Start a sweep (the dict `load_sweep()` returns) and show the Run screen."""
+    def start_sweep(self, spec: Any) -> bool:
+        """Start a sweep (a SweepSpec) and show the Run screen."""
         if self.sweep_running:
             self.notify("a sweep is already running: stop it first (F3, then x)", severity="warning", markup=False)
             return False
-        self.call_later(self._start_sweep, sweep)
+        self.call_later(self._start_sweep, spec)
         return True
 
-    async def _start_sweep(self, sweep: dict[str, Any]) -> None:
+    async def _start_sweep(self, spec: Any) -> None:
         await self.switch_mode("run")
         run = self.get_screen("run", RunScreen)
-        run.slos = bool(sweep.get("slos"))
-        nw = len(sweep["workloads"])
-        run.reset(f"{sweep['url']}: {nw} workload{'s' if nw != 1 else ''}")
+        run.slos = bool(spec.slos)
+        nw = len(spec.workloads)
+        run.reset(f"{spec.target_text}: {nw} workload{'s' if nw != 1 else ''}")
         driver = SweepDriver(run.post_message)
         self.driver = driver
-        self.sweep_worker = self.run_worker(partial(driver.run, sweep, self.sims, self.sessions_dir), thread=True,
+        self.sweep_worker = self.run_worker(partial(driver.run, spec, self.sims, self.sessions_dir), thread=True,
                                             name="sweep", group="sweep", exit_on_error=False)
 
     def skip_cell(self) -> bool:

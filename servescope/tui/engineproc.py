@@ -14,7 +14,6 @@ import asyncio
 import queue
 import signal
 import threading
-from pathlib import Path
 from typing import Any
 
 from servescope.core.errors import ServescopeError
@@ -27,8 +26,7 @@ def _finished(status: str, message: str) -> list[tuple[str, dict[str, Any]]]:
     return [("SweepFinished", {"session_dir": None, "status": status, "message": message})]
 
 
-def main(conn: Any, sweep: dict[str, Any], url: str, label: str | None, api_key: str | None,
-         sessions_dir: Path | None) -> None:
+def main(conn: Any, spec: Any, ctx: Any) -> None:
     """Process entry point (picklable: a module-level function)."""
     try:  # ctrl+c in the terminal is the app's to handle: it cancels us over the pipe
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -49,7 +47,7 @@ def main(conn: Any, sweep: dict[str, Any], url: str, label: str | None, api_key:
     st = threading.Thread(target=sender, name="engine-sender", daemon=True)
     st.start()
     try:
-        _sweep(conn, outbox, sweep, url, label, api_key, sessions_dir)
+        _sweep(conn, outbox, spec, ctx)
     except ServescopeError as e:
         outbox.put(_finished("failed", clean_text(e.message)))
     except (asyncio.CancelledError, KeyboardInterrupt):
@@ -62,14 +60,12 @@ def main(conn: Any, sweep: dict[str, Any], url: str, label: str | None, api_key:
         st.join(timeout=10)
 
 
-def _sweep(conn: Any, outbox: queue.SimpleQueue[Any], sweep: dict[str, Any], url: str, label: str | None,
-           api_key: str | None, sessions_dir: Path | None) -> None:
-    from servescope.sessions.runner import SweepControl, run_sweep
-    from servescope.sessions.sweepfile import plan_from_sweep
+def _sweep(conn: Any, outbox: queue.SimpleQueue[Any], spec: Any, ctx: Any) -> None:
+    """Run the sweep `spec` (a SweepSpec) in `ctx` (a RunContext), both pickled across the spawn."""
+    from servescope.engine.runner import SweepControl, run_sweep
     from servescope.tui.wire import Translator, run_loop
 
     control = SweepControl()
-    plan = plan_from_sweep(sweep, url, label, api_key=api_key, sessions_dir=sessions_dir)
     state: dict[str, Any] = {}
 
     def listen() -> None:
@@ -100,8 +96,8 @@ def _sweep(conn: Any, outbox: queue.SimpleQueue[Any], sweep: dict[str, Any], url
         state["task"] = asyncio.current_task()
         if state.get("cancelled"):
             raise asyncio.CancelledError
-        translate = Translator(plan.target_label)
-        async for ev in run_sweep(plan, control):
+        translate = Translator(ctx.target_label)
+        async for ev in run_sweep(spec, ctx, control):
             items = translate(ev)
             if items:
                 outbox.put(items)

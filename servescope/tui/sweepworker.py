@@ -162,22 +162,23 @@ class SweepDriver:
             self.post(m.from_wire(kind, fields))
         return status
 
-    def run(self, sweep: dict[str, Any], pool: SimPool, sessions_dir: Path | None) -> str:
-        from servescope.sessions.runner import SweepControl
-        from servescope.sessions.sweepfile import plan_from_sweep
+    def run(self, spec: Any, pool: SimPool, sessions_dir: Path | None) -> str:
+        """Run `spec` (a SweepSpec) to its end; the sweep's final status."""
+        from servescope.engine.runner import SweepControl
+        from servescope.engine.spec import RunContext
 
         self.control = SweepControl()
         try:
             # a launched server is started by the engine itself ([server] launch); its URL comes from its command
-            url, label = ("", None) if sweep.get("launch") else pool.resolve(sweep["url"])
-            key = os.environ.get(sweep.get("api_key_env") or "OPENAI_API_KEY") or None
+            url, label = ("", None) if spec.launch else pool.resolve(spec.url)
+            ctx = RunContext(url=url, target_label=label, api_key=os.environ.get(spec.api_key_env) or None,
+                             sessions_dir=sessions_dir)
             if self.mode == "process":
-                status = self._run_process(sweep, url, label, key, sessions_dir)
+                status = self._run_process(spec, ctx)
                 if status is not None:
                     return status
                 self.mode = "thread"  # the process did not start: fall back
-            plan = plan_from_sweep(sweep, url, label, api_key=key, sessions_dir=sessions_dir)
-            result: str = run_loop(self._main(plan))
+            result: str = run_loop(self._main(spec, ctx))
             return result
         except ServescopeError as e:
             self.post(m.SweepFinished(None, "failed", clean_text(e.message)))
@@ -189,24 +190,23 @@ class SweepDriver:
             self.post(m.SweepFinished(None, "failed", f"unexpected {type(e).__name__}: {clean_text(str(e))[:300]}"))
             return "failed"
 
-    async def _main(self, plan: Any) -> str:
+    async def _main(self, spec: Any, ctx: Any) -> str:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         if self._cancelled:
             raise asyncio.CancelledError
-        from servescope.sessions import runner as r
+        from servescope.engine import runner as r
         from servescope.tui.wire import Translator
 
-        translate = Translator(plan.target_label)
+        translate = Translator(ctx.target_label)
         status = "failed"
-        async for ev in r.run_sweep(plan, self.control):
+        async for ev in r.run_sweep(spec, ctx, self.control):
             done = self._post_items(translate(ev))
             if done is not None:
                 status = done
         return status
 
-    def _run_process(self, sweep: dict[str, Any], url: str, label: str | None, key: str | None,
-                     sessions_dir: Path | None) -> str | None:
+    def _run_process(self, spec: Any, ctx: Any) -> str | None:
         """Relay the engine process's batches until it ends; None when it could not be started."""
         import multiprocessing as mp
         import time
@@ -217,7 +217,7 @@ class SweepDriver:
             raise asyncio.CancelledError
         ctx = mp.get_context("spawn")
         here, there = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=engineproc.main, args=(there, sweep, url, label, key, sessions_dir),
+        proc = ctx.Process(target=engineproc.main, args=(there, spec, ctx),
                            name="servescope-engine", daemon=True)
         try:
             proc.start()

@@ -132,6 +132,13 @@ class Workload:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "workload") -> Workload:
+        for k in d:
+            if k not in WORKLOAD_KEYS:
+                import difflib
+
+                near = difflib.get_close_matches(str(k), sorted(WORKLOAD_KEYS), n=1)
+                hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(sorted(WORKLOAD_KEYS))}"
+                raise ServescopeError(f"{where}: unknown key {k!r}; {hint}")
         name = d.get("name")
         if not isinstance(name, str) or not name:
             raise ServescopeError(f"{where}: the workload needs a name = \"...\"")
@@ -167,6 +174,8 @@ class Workload:
         )
 
 
+WORKLOAD_KEYS = {"name", "api", "input_tokens", "output_tokens", "prefix_tokens", "thinking", "dataset", "seed",
+                 "description", "source"}
 _SHAREGPT_IN = uniform(200, 512)
 
 PRESETS: dict[str, Workload] = {
@@ -261,6 +270,8 @@ def resolve(names: str | list[str]) -> list[Workload]:
             out.append(PRESETS[n])
         elif n == "context-sweep":
             out.extend(context_sweep())
+        elif n.startswith("context-sweep/") and any(w.name == n for w in context_sweep()):
+            out.extend(w for w in context_sweep() if w.name == n)
         elif n.endswith(".toml") or Path(n).is_file():
             out.extend(load_toml(n))
         else:

@@ -159,14 +159,13 @@ async def test_run_screen_live_panel(home: Path) -> None:
         assert "GPU0 61.2/80 GiB 97% 412 W" in out and "c=32 is over it" in out
 
 
-def _tiny_sweep(home: Path) -> dict[str, Any]:
-    from servescope.sessions.sweepfile import parse_sweep, sweep_table
+def _tiny_sweep(home: Path) -> Any:
+    from servescope.engine.spec import SweepSpec
     from servescope.workloads.spec import load_toml
 
     (home / "fast.toml").write_text(FAST_WORKLOAD)
-    table = sweep_table(url="sim://tiny", workloads=load_toml(home / "fast.toml"), concurrency=[2], requests=4,
-                        name="bridge")
-    return parse_sweep(table, "test")
+    return SweepSpec(url="sim://tiny", workloads=tuple(load_toml(home / "fast.toml")), concurrency=(2,), requests=4,
+                     name="bridge")
 
 
 def test_engine_process_falls_back_to_the_thread(home: Path, sim_url: str) -> None:

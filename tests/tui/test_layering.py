@@ -1,4 +1,5 @@
-"""The headless engine never imports Textual (STYLE.md: core <- workloads <- sessions <- tui)."""
+"""The headless engine never imports Textual (layers: core <- workloads <- sessions <- engine <- tui; see
+tests/test_imports.py), nor does the process the app runs a sweep in."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ def test_headless_modules_do_not_import_textual() -> None:
         "import sys\n"
         "import servescope.core.metrics, servescope.core.target, servescope.core.client, servescope.core.load\n"
         "import servescope.workloads.spec, servescope.workloads.prompts\n"
-        "import servescope.sessions.runner, servescope.sessions.store, servescope.sessions.sweepfile\n"
+        "import servescope.sessions.store\n"
+        "import servescope.engine.spec, servescope.engine.runner\n"
         "import servescope.cli.run\n"
         "import servescope.tui.wire, servescope.tui.engineproc  # the engine process loads no Textual\n"
         "bad = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"

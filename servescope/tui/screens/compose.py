@@ -180,6 +180,7 @@ class ComposeScreen(Screen[None]):
         self.workloads_folder = workloads_folder or workloads_dir()
         self.items: dict[str, Any] = {}  # selection value -> Workload (or composite name)
         self.probed: dict[str, Any] | None = None
+        self.loaded_spec: Any = None  # the SweepSpec last loaded (ctrl+o): the settings the form does not show
 
     # ---- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -280,10 +281,15 @@ class ComposeScreen(Screen[None]):
         w.update(text)
         w.set_class(bool(text), "-visible")
 
+    # form field id -> SweepSpec field; the spec's own parsers check each one (one validation path)
+    FORM = {"url": "url", "launch": "launch", "variants": "variants", "key-env": "api_key_env", "model": "model",
+            "concurrency": "concurrency", "rates": "rates", "requests": "requests", "duration": "duration",
+            "warmup": "warmup", "slos": "slos", "tags": "tags", "name": "name"}
+    FIELDS = ("url", "launch", "variants", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "slos", "tags")
+
     def _check(self, fid: str) -> tuple[Any, str]:
-        """(parsed value, error) of one field."""
-        from servescope.core.metrics import parse_slos
-        from servescope.sessions.sweepfile import parse_duration, parse_float_list, parse_int_list
+        """(parsed value, error) of one field, by SweepSpec's parser for it."""
+        from servescope.engine.spec import parse_field
 
         v = self._val(fid)
         try:
@@ -297,58 +303,26 @@ class ComposeScreen(Screen[None]):
                 from servescope.core.target import normalize_url
 
                 return normalize_url(v), ""
-            if fid == "launch":
-                if v:
-                    from servescope.core.launch import parse_launch
+            if fid == "key-env" and (not v or not v.replace("_", "").isalnum()):
+                return None, "give an environment variable name, e.g. OPENAI_API_KEY"
+            if fid == "variants" and v.strip() and not self._val("launch"):
+                return None, "variants need a launch command: servescope relaunches the server it started"
+            if fid in ("launch", "variants") and self._val("launch"):
+                from servescope.core.launch import parse_launch, with_variant
 
-                    parse_launch(v)
-                return (v or None), ""
-            if fid == "variants":
-                parts = [p.strip() for p in v.split(";") if p.strip()]
-                if parts and not self._val("launch"):
-                    return None, "variants need a launch command: servescope relaunches the server it started"
-                if parts:
-                    from servescope.core.launch import parse_launch, with_variant
-
-                    spec = parse_launch(self._val("launch"))
-                    for part in parts:
-                        with_variant(spec, part)
-                return parts, ""
-            if fid == "key-env":
-                if not v or not v.replace("_", "").isalnum():
-                    return None, "give an environment variable name, e.g. OPENAI_API_KEY"
-                return v, ""
-            if fid == "concurrency":
-                return (parse_int_list(v, "concurrency") if v else None), ""
-            if fid == "rates":
-                return (parse_float_list(v, "rates") if v else None), ""
-            if fid in ("requests", "warmup"):
-                if not v:
-                    return (None if fid == "requests" else 0), ""
-                if not v.isdigit() or (fid == "requests" and int(v) < 1):
-                    return None, f"{fid}: give a whole number{' of at least 1' if fid == 'requests' else ''}"
-                return int(v), ""
-            if fid == "duration":
-                return (f"{parse_duration(v, 'duration'):g}s" if v else None), ""
-            if fid == "slos":
-                return parse_slos(v), ""
-            if fid == "tags":
-                tags: dict[str, str] = {}
-                for part in filter(None, (p.strip() for p in v.split(","))):
-                    k, sep, val = part.partition("=")
-                    if not sep or not k.strip():
-                        return None, f"bad tag {part!r}: use KEY=VALUE, e.g. quant=FP8"
-                    tags[k.strip()] = val.strip()
-                return tags, ""
-            return v, ""
+                spec = parse_launch(self._val("launch"))
+                for part in parse_field("variants", self._val("variants")):
+                    with_variant(spec, part)
+            if fid == "warmup" and not v:
+                return 0, ""
+            name = self.FORM[fid]
+            return parse_field("duration_s" if name == "duration" else name, v), ""
         except ServescopeError as e:
             return None, e.message
 
-    FIELDS = ("url", "launch", "variants", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "slos", "tags")
-
-    def collect(self, show: bool = True) -> dict[str, Any] | None:
-        """The sweep as `load_sweep()` returns it, or None (errors shown next to their fields)."""
-        from servescope.sessions.sweepfile import parse_sweep, sweep_table
+    def collect(self, show: bool = True) -> Any:
+        """The sweep as a SweepSpec, or None (errors shown next to their fields)."""
+        from servescope.engine.spec import SweepSpec
 
         vals: dict[str, Any] = {}
         bad = []
@@ -377,21 +351,20 @@ class ComposeScreen(Screen[None]):
         if bad:
             self._bad = bad
             return None
-        table = sweep_table(
-            url=vals["url"], workloads=wls, api_key_env=vals["key-env"], model=self._val("model") or None,
-            concurrency=vals["concurrency"], rates=vals["rates"], requests=vals["requests"],
-            duration=vals["duration"], warmup=vals["warmup"], slos=vals["slos"], tags=vals["tags"],
-            name=self._val("name"), launch=vals["launch"], variants=vals["variants"] or [],
-        )
-        try:
-            sweep = parse_sweep(table, "compose")
-        except ServescopeError as e:
+        form: dict[str, Any] = {("duration_s" if n == "duration" else n): self._val(fid)
+                                for fid, n in self.FORM.items()}
+        form["warmup"] = form["warmup"] or "0"
+        if vals["launch"]:
+            form["url"] = "sim://"  # unused: the launched server's URL comes from its command
+        else:
+            form["url"] = vals["url"]
+        form["workloads"] = wls  # the exact objects (file workloads: only the selected ones)
+        spec, errors = SweepSpec.from_form(form, self.loaded_spec)
+        if spec is None:
             self._bad = ["preview"]
-            self.query_one("#preview", Static).update(f"✗ {e.message}")
+            self.query_one("#preview", Static).update("✗ " + "; ".join(f"{k}: {v}" for k, v in errors.items()))
             return None
-        sweep["workloads"] = wls  # keep the exact objects (file workloads: only the selected ones)
-        sweep["_table"] = table
-        return sweep
+        return spec
 
     def update_preview(self) -> None:
         names = [str(getattr(self.items.get(k), "name", k.split(":", 1)[-1]))
@@ -515,66 +488,66 @@ class ComposeScreen(Screen[None]):
 
     @on(Button.Pressed, "#save-sweep")
     def action_save_sweep(self) -> None:
-        from servescope.sessions.sweepfile import save_sweep
-
         path = self._sweep_path()
         if path is None:
             return
-        sweep = self.collect()
-        if sweep is None:
+        spec = self.collect()
+        if spec is None:
             self.notify("fix the marked fields before saving", severity="error", markup=False)
             return
-        kw = dict(sweep["_table"])
+        if not path.suffix:
+            path = path.with_suffix(".toml")
         try:
-            save_sweep(path, url=sweep["url"], workloads=sweep["workloads"], api_key_env=sweep["api_key_env"],
-                       model=sweep["model"], concurrency=kw["load"].get("concurrency"), rates=kw["load"].get("rates"),
-                       requests=sweep["requests"], duration=sweep["duration"], warmup=sweep["warmup"],
-                       slos=sweep["slos"], tags=sweep["tags"], name=sweep["name"], launch=sweep["launch"],
-                       variants=sweep["server_variant"])
+            spec.save(path)
         except ServescopeError as e:
             self._err("sweep-file", e.message)
             return
+        self.query_one("#sweep-file", Input).value = str(path)
         self.notify(f"saved {path}; run it headless with `servescope run --sweep {path}`", markup=False)
 
     @on(Button.Pressed, "#load-sweep")
     def action_load_sweep(self) -> None:
-        from servescope.sessions.sweepfile import load_sweep
+        from servescope.engine.spec import SweepSpec
 
         path = self._sweep_path()
         if path is None:
             return
         try:
-            sw = load_sweep(path)
+            spec = SweepSpec.from_toml(path)
         except ServescopeError as e:
             self._err("sweep-file", e.message)
             self.notify("the sweep file has a problem (see next to the field)", severity="error", markup=False)
             return
-        self.apply_sweep(sw)
+        self.apply_sweep(spec)
         self.notify(f"loaded {path}", markup=False)
 
-    def apply_sweep(self, sw: dict[str, Any]) -> None:
-        """Fill the form from `load_sweep()`'s dict."""
+    def apply_sweep(self, spec: Any) -> None:
+        """Fill the form from a SweepSpec; what the form does not show (tokenizer, transport, telemetry,
+        timeouts) is kept and applies when the sweep runs or is saved again."""
+        from servescope.engine.fields import fmt_duration, fmt_num
+
         def put(fid: str, v: Any) -> None:
             self.query_one(f"#{fid}", Input).value = "" if v is None else str(v)
 
-        put("launch", sw.get("launch"))
-        put("variants", " ; ".join(sw.get("server_variant") or []))
-        if sw["url"]:
-            put("url", sw["url"])
-        put("key-env", sw["api_key_env"])
-        put("model", sw.get("model"))
-        put("concurrency", sw.get("concurrency"))
-        put("rates", sw.get("rate"))
-        put("requests", sw.get("requests"))
-        put("duration", sw.get("duration"))
-        put("warmup", sw.get("warmup", 0))
-        put("slos", sw.get("slo"))
-        put("tags", ",".join(sw.get("tag", [])))
-        put("name", sw.get("name"))
-        extra = [w for w in sw["workloads"] if w.source not in ("preset", "inline")]
-        inline = [w for w in sw["workloads"] if w.source == "inline"]
+        self.loaded_spec = spec
+        put("launch", spec.launch)
+        put("variants", " ; ".join(spec.variants))
+        if not spec.launch:
+            put("url", spec.url)
+        put("key-env", spec.api_key_env)
+        put("model", spec.model)
+        put("concurrency", ",".join(map(str, spec.concurrency)) if spec.concurrency else None)
+        put("rates", ",".join(fmt_num(r) for r in spec.rates) if spec.rates else None)
+        put("requests", spec.requests)
+        put("duration", fmt_duration(spec.duration_s) if spec.duration_s else None)
+        put("warmup", spec.warmup)
+        put("slos", ",".join(f"{k}={fmt_num(v)}" for k, v in spec.slos.items()) or None)
+        put("tags", ",".join(f"{k}={v}" for k, v in spec.tags.items()))
+        put("name", spec.name)
+        extra = [w for w in spec.workloads if w.source not in ("preset", "inline")]
+        inline = [w for w in spec.workloads if w.source == "inline"]
         keys: set[str] = set()
-        for w in sw["workloads"]:
+        for w in spec.workloads:
             if w.source == "preset":
                 keys.add("composite:context-sweep" if w.name.startswith("context-sweep/") else f"preset:{w.name}")
             else:
@@ -628,12 +601,10 @@ def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | N
     return min(est, duration_s + e2e) if duration_s else est
 
 
-def preview_text(sweep: dict[str, Any]) -> str:
-    from servescope.sessions.runner import plan_cells
-    from servescope.sessions.sweepfile import plan_from_sweep
+def preview_text(spec: Any) -> str:
+    from servescope.engine.runner import plan_cells
 
-    plan = plan_from_sweep(sweep, sweep["url"])
-    cells = plan_cells(plan)
+    cells = plan_cells(spec)
     reqs = sum((c.requests or 0) + c.warmup for c in cells)
     secs = sum(rough_cell_s(c.workload, c.load.concurrency, c.load.rate, c.requests, c.duration_s, c.warmup)
                for c in cells)
@@ -642,9 +613,10 @@ def preview_text(sweep: dict[str, Any]) -> str:
     nl = len(cells) // max(1, nw * nv)
     dur = f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
     req_text = f"{reqs} requests" if reqs else "duration-limited"
+    slo = ",".join(f"{k}={v:g}" for k, v in spec.slos.items())
     return (f"grid: {nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''}"
             + (f" x {nv} server variants" if nv > 1 else "") + " = "
             f"{len(cells)} cells, {req_text}, roughly {dur} (assuming ~{ASSUMED_TPOT_MS:g} ms/token)\n"
-            + (f"launch {sweep['launch']}" if sweep.get("launch") else f"target {sweep['url']}")
-            + (f", SLOs {sweep['slo']}" if sweep.get("slo") else "")
-            + (f", tags {', '.join(sweep['tag'])}" if sweep.get("tag") else ""))
+            + (f"launch {spec.launch}" if spec.launch else f"target {spec.url}")
+            + (f", SLOs {slo}" if slo else "")
+            + (f", tags {', '.join(f'{k}={v}' for k, v in spec.tags.items())}" if spec.tags else ""))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from textual.app import ComposeResult
@@ -16,22 +17,24 @@ def _keys(binding: Any) -> str:
     return ", ".join(k.replace("question_mark", "?") for k in b.key.split(","))
 
 
-def help_text() -> str:
-    from servescope.tui.app import ServescopeApp
+def help_text(app_bindings: Iterable[Any]) -> str:
+    """The keys of the app (`app_bindings`: the "Everywhere" section) and of each screen. The app's bindings
+    are passed in (the running app's class): this module never imports the app, which imports it."""
     from servescope.tui.screens.compare import CompareScreen
     from servescope.tui.screens.compose import ComposeScreen, WorkloadFormScreen
     from servescope.tui.screens.export import ExportScreen
     from servescope.tui.screens.run import RunScreen
     from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
 
-    sections: list[tuple[str, Any]] = [("Everywhere", ServescopeApp), ("Compose (F2)", ComposeScreen), ("Run (F3)", RunScreen),
-                ("Sessions (F4)", SessionsScreen), ("A saved session", SessionScreen),
-                ("Compare (c on marked sessions)", CompareScreen), ("Export dialog", ExportScreen),
-                ("New workload form", WorkloadFormScreen)]
+    sections: list[tuple[str, Iterable[Any]]] = [
+        ("Everywhere", app_bindings), ("Compose (F2)", ComposeScreen.BINDINGS), ("Run (F3)", RunScreen.BINDINGS),
+        ("Sessions (F4)", SessionsScreen.BINDINGS), ("A saved session", SessionScreen.BINDINGS),
+        ("Compare (c on marked sessions)", CompareScreen.BINDINGS), ("Export dialog", ExportScreen.BINDINGS),
+        ("New workload form", WorkloadFormScreen.BINDINGS)]
     lines = []
-    for title, cls in sections:
+    for title, bindings in sections:
         lines.append(f"[b]{title}[/b]")
-        for b in cls.BINDINGS:
+        for b in bindings:
             bb = b if isinstance(b, Binding) else Binding(*b)
             lines.append(f"  {_keys(bb):<18} {bb.description}")
         lines.append("")
@@ -45,7 +48,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Static("[b]servescope: keys[/b]  (esc closes)\n\n" + help_text())
+            yield Static("[b]servescope: keys[/b]  (esc closes)\n\n" + help_text(type(self.app).BINDINGS))
 
     def action_close(self) -> None:
         self.dismiss(None)

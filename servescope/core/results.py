@@ -1,0 +1,383 @@
+"""Typed results: a cell's summary as msgspec Structs, and the one table of metric labels, units and directions.
+
+`CellSummary.from_dict()` reads any summary servescope ever wrote (missing keys take their defaults, unknown
+keys are ignored, a value of the wrong type becomes the default), and `CellSummary.to_dict()` gives back the
+exact dict (and so JSON) shape `core.metrics.summarize()` produces, which is what sessions store in
+cells.parquet's `summary_json` and what `--json` prints.
+
+This module imports neither polars nor textual.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
+
+import msgspec
+
+STATS = ("mean", "std", "min", "max", "p50", "p90", "p95", "p99")
+DIST_KEYS = ("ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "per_user_tok_s", "prefill_tok_s", "client_queue_ms",
+             "itl_ms", "itl_token_ms")
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+# --------------------------------------------------------------------------------------------------------
+# lenient reading
+# --------------------------------------------------------------------------------------------------------
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _convert(v: Any, tp: Any) -> tuple[bool, Any]:
+    """(ok, value): `v` read as type `tp`, leniently; ok is False when it does not fit."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if v is None and type(None) in args:
+            return True, None
+        for a in args:
+            if a is type(None):
+                continue
+            ok, out = _convert(v, a)
+            if ok:
+                return True, out
+        return False, None
+    if tp is Any:
+        return True, v
+    if tp is float:
+        return (True, v) if _is_num(v) else (False, None)  # ints stay ints, so to_dict() gives them back as written
+    if tp is int:
+        if _is_num(v) and (isinstance(v, int) or (math.isfinite(v) and v == int(v))):
+            return True, v if isinstance(v, int) else int(v)
+        return False, None
+    if tp is bool:
+        return (True, v) if isinstance(v, bool) else (False, None)
+    if tp is str:
+        return (True, v) if isinstance(v, str) else (False, None)
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return (True, _lenient(tp, v)) if isinstance(v, Mapping) else (False, None)
+    if origin is list:
+        if not isinstance(v, (list, tuple)):
+            return False, None
+        (item,) = typing.get_args(tp) or (Any,)
+        out = []
+        for x in v:
+            ok, y = _convert(x, item)
+            if ok:
+                out.append(y)
+        return True, out
+    if origin is dict:
+        return (True, {str(k): x for k, x in v.items()}) if isinstance(v, Mapping) else (False, None)
+    return False, None
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _lenient(cls: type[S], d: Mapping[str, Any]) -> S:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    kw: dict[str, Any] = {}
+    for f in msgspec.structs.fields(cls):
+        if f.encode_name not in d:
+            continue
+        ok, v = _convert(d[f.encode_name], hints[f.name])
+        if ok:
+            kw[f.name] = v
+    return cls(**kw)
+
+
+class _Base(msgspec.Struct, kw_only=True):
+    @classmethod
+    def from_dict(cls, d: Any) -> typing.Self:
+        """Read leniently: missing keys take their defaults, unknown keys are ignored, wrong types -> default.
+        Never raises (anything that is not a mapping gives all defaults)."""
+        return _lenient(cls, d if isinstance(d, Mapping) else {})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# the structs
+# --------------------------------------------------------------------------------------------------------
+
+
+class Dist(_Base):
+    """One metric's distribution over a cell's requests (or ITL gaps); None where no request had it."""
+
+    mean: float | None = None
+    std: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+    def stat(self, name: str) -> float | None:
+        """A stat by name ("p50"); None for an unknown name, a missing value, NaN or infinity."""
+        return _finite(getattr(self, name, None)) if name in STATS else None
+
+
+class Mismatch(_Base):
+    """Prompt tokens the server counted minus those requested."""
+
+    mean: float | None = None
+    max_abs: int | None = None
+
+
+class ErrorCount(_Base):
+    """One of a cell's most frequent failures."""
+
+    status: str | None = None
+    error: str | None = None
+    len: int = 0
+
+
+class ServerWindow(_Base):
+    """What vLLM's /metrics counted during one cell (core/servermetrics.py cell_delta), warmup included."""
+
+    requests_success: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    preemptions: float | None = None
+    ttft_ms_mean: float | None = None
+    itl_ms_mean: float | None = None
+    e2e_ms_mean: float | None = None
+    queue_ms_mean: float | None = None
+    kv_cache_tokens: float | None = None
+    prefix_cache_hit_rate: float | None = None
+
+
+class TelemetryWindow(_Base):
+    """The sampled /metrics series over a cell's measured window (core/telemetry.py
+    MetricsSampler.window_summary)."""
+
+    available: bool = False
+    reason: str | None = None
+    samples: int = 0
+    scrape_failures: int = 0
+    kv_cache_usage_peak: float | None = None
+    kv_cache_usage_mean: float | None = None
+    running_mean: float | None = None
+    running_max: float | None = None
+    waiting_mean: float | None = None
+    waiting_max: float | None = None
+    preemptions: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    requests_success: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    ttft_ms_mean: float | None = None
+    itl_ms_mean: float | None = None
+    e2e_ms_mean: float | None = None
+    queue_ms_mean: float | None = None
+
+
+class GpuStat(_Base):
+    """One GPU's figures over a window."""
+
+    index: int | None = None
+    name: str | None = None
+    energy_wh: float | None = None
+    mem_used_gib_peak: float | None = None
+    mem_total_gib: float | None = None
+    util_pct_mean: float | None = None
+    power_w_mean: float | None = None
+    temp_c_max: float | None = None
+
+
+class GpuWindow(_Base):
+    """GPU figures over a cell's measured window, all GPUs together (core/telemetry.py
+    GpuSampler.window_summary)."""
+
+    available: bool = False
+    reason: str | None = None
+    gpus: int = 0
+    names: list[str] = msgspec.field(default_factory=list)
+    duration_s: float | None = None
+    samples: int = 0
+    energy_wh: float | None = None
+    energy_coverage: float | None = None
+    energy_wh_counter: float | None = None
+    output_tokens: int = 0
+    wh_per_1m_output_tokens: float | None = None
+    price_usd_per_kwh: float | None = None
+    cost_usd_per_1m_output_tokens: float | None = None
+    mem_used_gib_peak: float | None = None
+    mem_total_gib: float | None = None
+    util_pct_mean: float | None = None
+    power_w_mean: float | None = None
+    power_w_peak: float | None = None
+    sm_clock_mhz_mean: float | None = None
+    temp_c_max: float | None = None
+    per_gpu: list[GpuStat] = msgspec.field(default_factory=list)
+
+
+_OPTIONAL = ("server", "telemetry", "gpu", "source")
+
+
+class CellSummary(_Base):
+    """One cell's summary (core/metrics.py summarize), plus what the runner adds: `server` (/metrics
+    deltas), `telemetry` (/metrics window) and `gpu` (GPU window); `source` marks imported cells."""
+
+    requests_ok: int = 0
+    requests_failed: int = 0
+    wall_s: float | None = None
+    input_tokens_requested: float | None = None
+    input_tokens_mean: float | None = None
+    input_tokens_mismatch: Mismatch | None = None
+    output_tokens_requested: float | None = None
+    output_tokens_mean: float | None = None
+    reasoning_tokens_mean: float | None = None
+    output_tokens_total: int | None = None
+    input_tokens_total: int | None = None
+    request_s: float | None = None
+    output_tok_s: float | None = None
+    total_tok_s: float | None = None
+    goodput_req_s: float | None = None
+    slo_met_fraction: float | None = None
+    errors: list[ErrorCount] = msgspec.field(default_factory=list)
+    ttft_ms: Dist = msgspec.field(default_factory=Dist)
+    ttfo_ms: Dist = msgspec.field(default_factory=Dist)
+    tpot_ms: Dist = msgspec.field(default_factory=Dist)
+    e2e_ms: Dist = msgspec.field(default_factory=Dist)
+    per_user_tok_s: Dist = msgspec.field(default_factory=Dist)
+    prefill_tok_s: Dist = msgspec.field(default_factory=Dist)
+    client_queue_ms: Dist = msgspec.field(default_factory=Dist)
+    itl_ms: Dist = msgspec.field(default_factory=Dist)
+    itl_token_ms: Dist = msgspec.field(default_factory=Dist)
+    server: ServerWindow | None = None
+    telemetry: TelemetryWindow | None = None
+    gpu: GpuWindow | None = None
+    source: str | None = None  # "vllm-bench" for cells imported from `vllm bench serve`
+
+    DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
+
+    @classmethod
+    def from_json(cls, text: str | bytes | None) -> CellSummary | None:
+        """A stored summary_json; None for a cell without a summary (no text, `{}`, or unreadable JSON)."""
+        if not text:
+            return None
+        try:
+            d = json.loads(text)  # not msgspec: Python's json.dumps wrote NaN as NaN
+        except ValueError:
+            return None
+        return cls.from_dict(d) if isinstance(d, Mapping) and d else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly the dict summarize() (plus the runner) writes: server/telemetry/gpu/source only when set."""
+        out = super().to_dict()
+        for k in _OPTIONAL:
+            if out.get(k) is None:
+                out.pop(k, None)
+        return out
+
+    @property
+    def requests(self) -> int:
+        return self.requests_ok + self.requests_failed
+
+    def dist(self, metric: str) -> Dist | None:
+        """The distribution of a metric by name ("ttft_ms"), None when it has none."""
+        return getattr(self, metric) if metric in DIST_KEYS else None
+
+    def value(self, metric: str, stat: str | None = None) -> float | None:
+        """A metric chosen at run time: value("output_tok_s"), value("ttft_ms", "p50") or value("ttft_ms.p50").
+        None when missing, unknown, NaN or infinite (so tables and comparisons can skip it)."""
+        if stat is None:
+            metric, _, sub = metric.partition(".")
+            stat = sub or None
+        if metric in DIST_KEYS:
+            return getattr(self, metric).stat(stat or "mean")
+        if stat is not None:
+            part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu") else None
+            return _finite(getattr(part, stat, None)) if part is not None and stat in part.__struct_fields__ else None
+        if metric not in _SCALARS:
+            return None
+        return _finite(getattr(self, metric))
+
+
+_SCALARS = frozenset(f for f in CellSummary.__struct_fields__
+                     if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch"))
+
+
+def _finite(v: Any) -> float | None:
+    if not _is_num(v):
+        return None
+    f = float(v)
+    return None if math.isnan(f) or math.isinf(f) else f
+
+
+# --------------------------------------------------------------------------------------------------------
+# the metrics table
+# --------------------------------------------------------------------------------------------------------
+
+Better = Literal["lower", "higher"] | None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric's label, unit, which direction is better (None: not judged) and how it is computed."""
+
+    key: str
+    label: str
+    unit: str
+    better: Better
+    formula: str = ""
+
+
+METRICS: dict[str, Metric] = {m.key: m for m in (
+    Metric("ttft_ms", "TTFT", "ms", "lower",
+           "first token-carrying chunk (content or reasoning) - request sent"),
+    Metric("ttfo_ms", "TTFO", "ms", "lower", "first content chunk - request sent"),
+    Metric("itl_ms", "ITL", "ms", "lower",
+           "gap between consecutive token-carrying chunks after the first, pooled over requests"),
+    Metric("itl_token_ms", "ITL per token", "ms", "lower", "that gap / tokens in the later chunk"),
+    Metric("tpot_ms", "TPOT", "ms", "lower", "(e2e - ttft) / (output_tokens - 1), per request"),
+    Metric("e2e_ms", "E2E", "ms", "lower", "end of stream - request sent"),
+    Metric("client_queue_ms", "client queue", "ms", "lower", "actual send - scheduled send"),
+    Metric("per_user_tok_s", "per-user tok/s", "tok/s", "higher", "output_tokens / e2e, per request"),
+    Metric("prefill_tok_s", "prefill tok/s", "tok/s", "higher", "prompt_tokens / ttft, per request"),
+    Metric("output_tok_s", "output tok/s (aggregate)", "tok/s", "higher",
+           "sum of output tokens of successful requests / cell wall time"),
+    Metric("total_tok_s", "total tok/s", "tok/s", "higher",
+           "(input + output tokens of successful requests) / cell wall time"),
+    Metric("request_s", "req/s", "req/s", "higher", "successful requests / cell wall time"),
+    Metric("goodput_req_s", "goodput req/s", "req/s", "higher",
+           "successful requests meeting every SLO / cell wall time"),
+    Metric("slo_met_fraction", "SLO met", "", "higher"),
+    Metric("input_tokens_mean", "input tokens (mean)", "tokens", None),
+    Metric("output_tokens_mean", "output tokens (mean)", "tokens", None),
+    Metric("reasoning_tokens_mean", "reasoning tokens (mean)", "tokens", None),
+    Metric("requests_ok", "ok", "requests", None),
+    Metric("requests_failed", "failed", "requests", None),
+    Metric("wall_s", "wall", "s", None),
+)}
+
+
+def metric_label(key: str) -> str:
+    """A column label from the table: "ttft_ms.p50" -> "TTFT p50 ms", "per_user_tok_s.mean" ->
+    "per-user tok/s (mean)", "output_tok_s" -> "output tok/s (aggregate)"."""
+    head, _, stat = key.partition(".")
+    m = METRICS[head]
+    if not stat:
+        return m.label
+    return f"{m.label} {stat} {m.unit}" if m.unit == "ms" else f"{m.label} ({stat})"
+
+
+def metric_better(key: str) -> Better:
+    """"lower", "higher" or None (not judged) for "ttft_ms.p50", "output_tok_s", ..."""
+    return METRICS[key.partition(".")[0]].better

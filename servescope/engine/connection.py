@@ -1,0 +1,83 @@
+"""The target as the runner sees it: probe it (models, version, /metrics), pick the tokenizer, and run one
+cell's load against it (`core.load.run_cell`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import httpx
+
+from servescope.core.client import ClientOptions, RequestSpec, async_client
+from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
+from servescope.core.records import RequestRecord
+from servescope.core.target import (
+    EstimateTokenizer,
+    LocalTokenizer,
+    ModelInfo,
+    ServerTokenizer,
+    TargetInfo,
+    Tokenizer,
+    has_tokenize,
+    probe,
+)
+
+__all__ = ["HttpTarget", "Target"]
+
+
+class Target(Protocol):
+    async def connect(self, url: str, model: str | None) -> tuple[TargetInfo, ModelInfo]:
+        """Probe the server at `url` (again after a relaunch or recovery) and pick the model."""
+        ...
+
+    async def tokenizer(self, model: str) -> Tokenizer:
+        """The tokenizer prompts are built with (the last `connect()`'s server)."""
+        ...
+
+    async def run_cell(self, opts: ClientOptions, specs: Sequence[RequestSpec], load: Load, limits: Limits,
+                       on_record: Callable[[RequestRecord], None], control: CellControl, seed: int,
+                       before_measured: Callable[[], Awaitable[None]]) -> CellRun:
+        """One cell's load (warmup, then the measured part); `before_measured` runs between the two."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class HttpTarget:
+    """The real Target: `core.target.probe`, a small HTTP client for /tokenize, `core.load.run_cell`."""
+
+    def __init__(self, api_key: str | None, tokenizer_path: str | None = None) -> None:
+        self.api_key = api_key
+        self.tokenizer_path = tokenizer_path
+        self.http: httpx.AsyncClient | None = None
+
+    async def connect(self, url: str, model: str | None) -> tuple[TargetInfo, ModelInfo]:
+        target = await probe(url, self.api_key)
+        minfo = target.model(model)
+        if self.http is not None:
+            await self.http.aclose()
+        self.http = async_client(
+            base_url=url,
+            headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else None,
+            timeout=httpx.Timeout(120.0, connect=10.0),
+            limits=httpx.Limits(max_connections=16),
+        )
+        return target, minfo
+
+    async def tokenizer(self, model: str) -> Tokenizer:
+        if self.tokenizer_path:
+            return LocalTokenizer(self.tokenizer_path)
+        if self.http is not None and await has_tokenize(self.http, model):
+            return ServerTokenizer(self.http, model)
+        return EstimateTokenizer()
+
+    async def run_cell(self, opts: ClientOptions, specs: Sequence[RequestSpec], load: Load, limits: Limits,
+                       on_record: Callable[[RequestRecord], None], control: CellControl, seed: int,
+                       before_measured: Callable[[], Awaitable[None]]) -> CellRun:
+        return await run_cell(opts, specs, load, limits, on_record, control, seed=seed,
+                              before_measured=before_measured)
+
+    async def close(self) -> None:
+        if self.http is not None:
+            await self.http.aclose()
+            self.http = None

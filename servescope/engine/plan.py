@@ -1,0 +1,96 @@
+"""A sweep's cells: server variant x workload x load level, in the order they run, and the per-cell sizes
+(prompt pool, whether a workload fits the model at all)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from servescope.core.load import Load
+from servescope.engine.spec import SweepSpec
+from servescope.workloads.spec import Workload
+
+DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 16)  # when neither the sweep nor the workload says
+DEFAULT_REQUESTS = 100  # measured requests per cell, when neither says (and no duration is given)
+
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "Cell", "fits", "plan_cells", "pool_size"]
+
+
+@dataclass
+class Cell:
+    index: int
+    workload: Workload
+    load: Load
+    requests: int | None
+    duration_s: float | None
+    warmup: int
+    variant: int = 0
+    variant_args: str = ""
+
+    def row(self) -> dict[str, Any]:
+        """The cell's row in the session (session.toml `cells`, cells.parquet)."""
+        return {
+            "index": self.index,
+            "server_variant": self.variant_args,
+            "workload": self.workload.name,
+            "api": self.workload.api,
+            "concurrency": self.load.concurrency,
+            "rate": self.load.rate,
+            "arrival": self.load.arrival if self.load.rate is not None else None,
+            "max_concurrency": self.load.max_concurrency,
+            "requests_planned": self.requests,
+            "duration_s_planned": self.duration_s,
+            "warmup": self.warmup,
+            "load_label": self.load.label,
+        }
+
+    @property
+    def label(self) -> str:
+        v = f" [{self.variant_args}]" if self.variant_args else ""
+        return f"{self.workload.name} {self.load.label}{v}"
+
+
+def plan_cells(spec: SweepSpec) -> list[Cell]:
+    """Every cell of the sweep: for each server variant (one when there are none), each workload at each
+    load level. Indices run across variants."""
+    cells: list[Cell] = []
+    variants = list(enumerate(spec.variants)) or [(0, "")]
+    for v, vargs in variants:
+        cells.extend(_workload_cells(spec, len(cells), v, vargs))
+    return cells
+
+
+def _workload_cells(spec: SweepSpec, first: int, variant: int, vargs: str) -> list[Cell]:
+    cells: list[Cell] = []
+    for w in spec.workloads:
+        if spec.rates:
+            loads = [Load(rate=r, arrival=spec.arrival, max_concurrency=spec.max_concurrency) for r in spec.rates]
+        else:
+            conc = spec.concurrency or w.default_concurrency or DEFAULT_CONCURRENCY
+            loads = [Load(concurrency=c) for c in conc]
+        for ld in loads:
+            req = spec.requests
+            if req is None and spec.duration_s is None:
+                req = w.default_requests or DEFAULT_REQUESTS
+            cells.append(Cell(first + len(cells), w, ld, req, spec.duration_s, spec.warmup, variant, vargs))
+    return cells
+
+
+def pool_size(cell: Cell) -> int:
+    """How many distinct measured prompts a cell gets (a duration-limited cell cycles through them)."""
+    if cell.requests is not None:
+        return cell.requests
+    per = cell.load.concurrency or max(1, int((cell.load.rate or 1) * 4))
+    return max(64, min(1024, per * 16))
+
+
+def fits(w: Workload, max_len: int | None) -> str | None:
+    """Why the workload's longest request cannot fit the model's context, or None when it can (or when
+    that is unknown: no max length, or a dataset whose lengths are only known per prompt)."""
+    if not max_len or w.dataset:
+        return None
+    need = w.input_tokens.upper + w.output_tokens.upper
+    if need > max_len:
+        return (f"input {w.input_tokens.upper} + output {w.output_tokens.upper} tokens exceed the model's "
+                f"max length {max_len}")
+    return None

@@ -1,0 +1,162 @@
+"""The server a sweep runs against, over its life: the URL it was given, or the one servescope launches (and
+relaunches once per server variant), its health check, the watchdog that notices it stopped answering
+during a cell, and the recovery policy (relaunch it when servescope launched it, else wait for it)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+
+from servescope.core.client import async_client
+from servescope.core.errors import ServescopeError
+from servescope.core.kvbudget import KVBudget
+from servescope.engine.background import Background
+from servescope.engine.spec import SweepSpec
+
+if TYPE_CHECKING:
+    from servescope.core.launch import ServerProcess
+
+__all__ = ["ServerManager", "Servers", "health", "plain_args", "watchdog"]
+
+
+class ServerManager(Protocol):
+    """What the runner needs of the server's lifecycle."""
+
+    @property
+    def url(self) -> str:
+        """The base URL to talk to now (changes when a launched server is started)."""
+        ...
+
+    @property
+    def variant(self) -> int:
+        """The server variant running now (-1 before the first launch)."""
+        ...
+
+    async def launch(self, variant: int, log_dir: Path) -> None:
+        """(Re)start the launched server with variant `variant`'s arguments; its log goes in `log_dir`."""
+        ...
+
+    async def healthy(self, timeout_s: float = 5.0) -> bool: ...
+
+    async def recover(self, timeout_s: float, stopping: Callable[[], bool]) -> bool:
+        """The server stopped answering: bring it back (or wait for it) within `timeout_s`; False when it
+        did not come back, or when `stopping()` became true."""
+        ...
+
+    def server_args(self) -> dict[str, Any] | None:
+        """The launched server's arguments (TOML-safe), None when servescope did not launch it."""
+        ...
+
+    def kv_budget(self) -> KVBudget | None:
+        """The KV budget the launched server's log states, when there is one."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def plain_args(args: dict[str, Any]) -> dict[str, Any]:
+    """Server arguments as TOML-safe values."""
+    return {k: (v if isinstance(v, (str, int, float, bool)) else str(v)) for k, v in args.items() if v is not None}
+
+
+async def health(url: str, api_key: str | None, timeout_s: float = 5.0) -> bool:
+    """Does the server answer /v1/models? A fresh connection each time (a dead server's pooled one lies)."""
+    try:
+        async with async_client(base_url=url, timeout=timeout_s,
+                                limits=httpx.Limits(max_keepalive_connections=0)) as c:
+            r = await c.get("/v1/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+            return r.status_code < 500
+    except Exception:
+        return False
+
+
+class Servers:
+    """The real ServerManager: `url` as given, or the server `spec.launch` starts (health checks run on the
+    background loop, never on the load's)."""
+
+    def __init__(self, spec: SweepSpec, url: str, api_key: str | None, bg: Background) -> None:
+        self.spec = spec
+        self._url = url
+        self.api_key = api_key
+        self.bg = bg
+        self.proc: ServerProcess | None = None
+        self._variant = -1
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def variant(self) -> int:
+        return self._variant
+
+    async def launch(self, variant: int, log_dir: Path) -> None:
+        from servescope.core.launch import ServerProcess, parse_launch, with_variant
+
+        if self.spec.launch is None:
+            raise ServescopeError("no server to launch: the sweep has no [server] launch command")
+        if self.proc is not None:
+            await asyncio.to_thread(self.proc.stop)
+            self.proc = None
+        ls = parse_launch(self.spec.launch)
+        vargs = self.spec.variants[variant] if self.spec.variants else ""
+        if vargs:
+            ls = with_variant(ls, vargs)
+        await asyncio.to_thread(log_dir.mkdir, parents=True, exist_ok=True)
+        self.proc = await asyncio.to_thread(ServerProcess.start, ls, log_dir / f"server-{variant}.log", None,
+                                            self.spec.launch_timeout_s)
+        self._url = self.proc.url
+        self._variant = variant
+
+    async def healthy(self, timeout_s: float = 5.0) -> bool:
+        return await self.bg.call(health(self._url, self.api_key, timeout_s))
+
+    async def recover(self, timeout_s: float, stopping: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + timeout_s
+        if self.proc is not None:
+            while not stopping():
+                try:
+                    await asyncio.to_thread(self.proc.restart)
+                    return True
+                except ServescopeError:  # e.g. the dead server's port not free yet: try again
+                    if time.monotonic() + 2 > deadline:
+                        return False
+                    await asyncio.sleep(2)
+            return False
+        while time.monotonic() < deadline and not stopping():
+            if await self.healthy():
+                return True
+            await asyncio.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
+        return False
+
+    def server_args(self) -> dict[str, Any] | None:
+        return plain_args(dict(self.proc.spec.server_args)) if self.proc is not None else None
+
+    def kv_budget(self) -> KVBudget | None:
+        return self.proc.kv_budget if self.proc is not None else None
+
+    async def close(self) -> None:
+        if self.proc is not None:
+            await asyncio.to_thread(self.proc.stop)
+            self.proc = None
+
+
+async def watchdog(servers: ServerManager, interval_s: float, stopped: asyncio.Event,
+                   on_lost: Callable[[], None]) -> None:
+    """Until `stopped` is set: check the server's health every `interval_s`; after two misses in a row call
+    `on_lost()` and return."""
+    misses = 0
+    while not stopped.is_set():
+        await asyncio.sleep(interval_s)
+        if await servers.healthy(timeout_s=max(2.0, interval_s)):
+            misses = 0
+            continue
+        misses += 1
+        if misses >= 2 and not stopped.is_set():
+            on_lost()
+            return

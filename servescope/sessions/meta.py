@@ -1,0 +1,106 @@
+"""session.toml, typed: `SessionMeta.from_dict(meta, where)` validates what a session's metadata holds.
+
+TOML has no null, so every key that may be absent has a default. Unknown keys are ignored (a newer
+servescope may add some); a key of the wrong type is a ServescopeError naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from servescope.core.errors import ServescopeError
+
+
+class TargetMeta(msgspec.Struct, frozen=True, kw_only=True):
+    url: str = "?"
+    version: str | None = None
+    metrics: bool | None = None
+    tokenizer: str | None = None
+
+
+class LoadMeta(msgspec.Struct, frozen=True, kw_only=True):
+    concurrency: list[int] | None = None
+    rates: list[float] | None = None
+    arrival: str | None = None
+    max_concurrency: int | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup: int | None = None
+    timeout_s: float | None = None
+    ignore_eos: bool | None = None
+
+
+class ServerMeta(msgspec.Struct, frozen=True, kw_only=True):
+    """Set when servescope launched the server: its command, the variants swept, the arguments it ran with."""
+
+    launch: str | None = None
+    variants: list[str] = msgspec.field(default_factory=list)
+    args: Any = None  # the launched server's arguments (a list, or a text from older sessions)
+    variant_args: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
+    schema_version: int
+    servescope_version: str = "?"
+    host: str = "?"
+    started_at: str | None = None
+    ended_at: str | None = None
+    status: str = "unknown"
+    message: str = ""
+    name: str | None = None
+    target: TargetMeta = msgspec.field(default_factory=TargetMeta)
+    model: str = "?"
+    max_model_len: int | None = None
+    models_json: str | None = None
+    workloads: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    load: LoadMeta = msgspec.field(default_factory=LoadMeta)
+    slos: dict[str, float] = msgspec.field(default_factory=dict)
+    tags: dict[str, Any] = msgspec.field(default_factory=dict)
+    cells: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    events: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    server: ServerMeta | None = None
+    telemetry: dict[str, Any] | None = None
+    kv_budget: dict[str, Any] | None = None
+    gpu: dict[str, Any] | None = None
+    electricity_usd_per_kwh: float | None = None
+    import_: dict[str, Any] | None = msgspec.field(default=None, name="import")
+    sweep: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, meta: Mapping[str, Any], where: str) -> SessionMeta:
+        """Validate `meta` (session.toml as a dict); a wrong type -> ServescopeError `where: key: what`."""
+        if not isinstance(meta, Mapping):
+            raise ServescopeError(f"{where}: expected a table, got {type(meta).__name__}")
+        try:
+            return msgspec.convert(dict(meta), cls, strict=True)
+        except msgspec.ValidationError as e:
+            raise ServescopeError(f"{where}: {_explain(str(e))}") from None
+
+    @property
+    def workload_names(self) -> list[str]:
+        """The workloads in plan order, then any a planned cell names that the workload list lacks."""
+        names = [str(w.get("name")) for w in self.workloads]
+        for c in self.cells:
+            if str(c.get("workload")) not in names:
+                names.append(str(c.get("workload")))
+        return names
+
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+
+
+def _explain(msg: str) -> str:
+    """msgspec's 'Expected `int`, got `str` - at `$.load.warmup`' -> 'load.warmup: expected int, got str'."""
+    miss = re.match(r"^Object missing required field `(?P<f>[^`]*)`(?: - at `\$(?P<path>[^`]*)`)?$", msg.strip())
+    if miss:
+        return ".".join(x for x in ((miss.group("path") or "").lstrip("."), miss.group("f")) if x) + ": missing"
+    m = _AT.match(msg.strip())
+    what = (m.group("what") if m else msg).replace("`", "")
+    path = (m.group("path") or "").lstrip(".") if m else ""
+    path = path or "session.toml"
+    what = what[:1].lower() + what[1:]
+    return f"{path}: {what}".replace("\n", " ")
