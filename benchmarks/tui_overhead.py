@@ -18,7 +18,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from servescope.core.results import CellSummary
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -35,10 +38,10 @@ def sweep_dict(url: str, concurrency: str, requests: int, workload: str, file: P
     return spec
 
 
-def results(session_dir: Path) -> list[dict[str, Any]]:
+def results(session_dir: Path) -> list[CellSummary]:
     from servescope.sessions.store import load_session
 
-    return load_session(session_dir).summaries()
+    return [s for s in load_session(session_dir).summaries() if s is not None]
 
 
 def headless(sweep_file: Path, session: Path) -> Path:
@@ -66,9 +69,9 @@ async def in_app(sweep: dict[str, Any], sessions: Path) -> Path:
     return app.last_session
 
 
-def agg(rows: list[list[dict[str, Any]]]) -> tuple[float, float]:
-    tok = [sum(s["output_tokens_total"] for s in r) / sum(s["wall_s"] for s in r) for r in rows]
-    ttft = [statistics.fmean(s["ttft_ms"]["mean"] for s in r) for r in rows]
+def agg(rows: list[list[CellSummary]]) -> tuple[float, float]:
+    tok = [sum(s.output_tokens_total or 0 for s in r) / sum(s.wall_s or 0.0 for s in r) for r in rows]
+    ttft = [statistics.fmean(s.ttft_ms.mean or 0.0 for s in r) for r in rows]
     return statistics.fmean(tok), statistics.fmean(ttft)
 
 
@@ -90,7 +93,7 @@ def main() -> int:
     with start_sim(args.profile, ["--no-enable-prefix-caching"]) as sim, tempfile.TemporaryDirectory() as tmp:
         sweep_file = Path(tmp) / "sweep.toml"
         sweep = sweep_dict(sim.url, args.concurrency, args.requests, args.workload, sweep_file)
-        runs: dict[str, list[list[dict[str, Any]]]] = {mode: [] for mode in modes}
+        runs: dict[str, list[list[CellSummary]]] = {mode: [] for mode in modes}
         for i in range(args.repeat):
             for mode in modes:
                 d = Path(tmp) / f"{mode}-{i}"
@@ -111,10 +114,10 @@ def main() -> int:
             for ci, c in enumerate(args.concurrency.split(",")):
                 h = [r[ci] for r in h_runs]
                 a = [r[ci] for r in a_runs]
-                print(f"{'':<{len(mode) + 2}}c={c:<6}{statistics.fmean(s['output_tok_s'] for s in h):>16,.1f}"
-                      f"{statistics.fmean(s['output_tok_s'] for s in a):>12,.1f}"
-                      f"{statistics.fmean(s['ttft_ms']['mean'] for s in h):>13,.2f}ms"
-                      f"{statistics.fmean(s['ttft_ms']['mean'] for s in a):>9,.2f}ms")
+                print(f"{'':<{len(mode) + 2}}c={c:<6}{statistics.fmean(s.output_tok_s or 0.0 for s in h):>16,.1f}"
+                      f"{statistics.fmean(s.output_tok_s or 0.0 for s in a):>12,.1f}"
+                      f"{statistics.fmean(s.ttft_ms.mean or 0.0 for s in h):>13,.2f}ms"
+                      f"{statistics.fmean(s.ttft_ms.mean or 0.0 for s in a):>9,.2f}ms")
             ht, hf = agg(h_runs)
             at, af = agg(a_runs)
             print(f"overall   output tok/s headless {ht:,.1f}  app {at:,.1f}  ratio app/headless {at / ht:.3f}")

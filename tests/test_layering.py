@@ -8,7 +8,8 @@ import sys
 
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print('\\n'.join(sys.modules))"],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
     return set(out.stdout.split())
 
 

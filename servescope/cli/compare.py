@@ -74,22 +74,22 @@ def sessions_command(args: argparse.Namespace) -> int:
     for d in dirs:
         try:
             s = load_session(d)
+            m = s.info
         except ServescopeError as e:
             rows.append({"id": ids[d], "dir": str(d), "error": clean_text(e.message)})
             continue
         except Exception as e:  # noqa: BLE001 - one unreadable session must not hide the others
             rows.append({"id": ids[d], "dir": str(d), "error": clean_text(f"{type(e).__name__}: {e}")})
             continue
-        m = s.meta
         rows.append({
-            "id": ids[d], "dir": str(d), "name": clean_text(str(m.get("name", ""))), "status": s.status,
-            "model": clean_text(str(m.get("model", "?"))),
+            "id": ids[d], "dir": str(d), "name": clean_text(m.name or ""), "status": s.status,
+            "model": clean_text(m.model),
             "workloads": sorted({clean_text(str(w)) for w in (s.cells["workload"].to_list()
                                                               if "workload" in s.cells.columns else [])}),
             "cells": s.cells.height,
-            "tags": {str(k): clean_text(str(v)) for k, v in (m.get("tags") or {}).items()},
-            "target": clean_text(str((m.get("target") or {}).get("url", "?"))),
-            "started_at": clean_text(str(m.get("started_at", ""))),
+            "tags": {str(k): clean_text(str(v)) for k, v in m.tags.items()},
+            "target": clean_text(m.target.url),
+            "started_at": clean_text(m.started_at or ""),
         })
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -183,7 +183,7 @@ def import_command(args: argparse.Namespace) -> int:
                         save=Path(args.save).expanduser() if args.save else None, name=args.name,
                         workload=args.workload, tags=parse_tags(args.tag))
     s = load_session(path)
-    detailed = bool((s.meta.get("import") or {}).get("detailed"))
+    detailed = bool((s.info.import_ or {}).get("detailed"))
     print(f"imported {s.cells.height} cell(s) as session {path}")
     print("per-request data: " + ("yes (every metric recomputed with servescope's formulas)" if detailed else
                                   "no (vllm's aggregates only; rerun vllm bench serve with --save-detailed)"))

@@ -12,10 +12,13 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from servescope.cli.common import api_key_from
 from servescope.core.errors import ServescopeError
+
+if TYPE_CHECKING:
+    from servescope.core.results import CellSummary
 
 JSON_STATS = ("mean", "p50", "p90", "p99")
 
@@ -43,13 +46,16 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
 
 
-def _stats(d: dict[str, Any] | None) -> dict[str, Any]:
-    d = d or {}
-    return {k: d.get(k) for k in JSON_STATS}
+JSON_DISTS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s", "client_queue_ms")
+JSON_SCALARS = ("requests_ok", "requests_failed", "wall_s", "input_tokens_requested", "input_tokens_mean",
+                "output_tokens_requested", "output_tokens_mean", "reasoning_tokens_mean", "request_s", "output_tok_s",
+                "total_tok_s", "goodput_req_s")
 
 
-def cell_json(cell: Any, summary: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
-    s = summary
+def cell_json(cell: Any, s: CellSummary, status: str, reason: str) -> dict[str, Any]:
+    """One cell of `--json` (its shape is in the README: scripts rely on it)."""
+    from servescope.core.results import Dist
+
     return {
         "index": cell.index,
         "workload": cell.workload.name,
@@ -57,22 +63,10 @@ def cell_json(cell: Any, summary: dict[str, Any], status: str, reason: str) -> d
         "rate": cell.load.rate,
         "status": status,
         "reason": reason,
-        "requests_ok": s.get("requests_ok", 0),
-        "requests_failed": s.get("requests_failed", 0),
-        "wall_s": s.get("wall_s"),
-        "input_tokens_requested": s.get("input_tokens_requested"),
-        "input_tokens_mean": s.get("input_tokens_mean"),
-        "output_tokens_requested": s.get("output_tokens_requested"),
-        "output_tokens_mean": s.get("output_tokens_mean"),
-        "reasoning_tokens_mean": s.get("reasoning_tokens_mean"),
-        "request_s": s.get("request_s"),
-        "output_tok_s": s.get("output_tok_s"),
-        "total_tok_s": s.get("total_tok_s"),
-        "goodput_req_s": s.get("goodput_req_s"),
-        **{m: _stats(s.get(m)) for m in ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s",
-                                          "client_queue_ms")},
-        "server": s.get("server"),
-        "errors": s.get("errors", []),
+        **{k: getattr(s, k) for k in JSON_SCALARS},
+        **{m: {k: (s.dist(m) or Dist()).stat(k) for k in JSON_STATS} for m in JSON_DISTS},
+        "server": s.server.to_dict() if s.server is not None else None,
+        "errors": [e.to_dict() for e in s.errors],
     }
 
 
@@ -84,40 +78,49 @@ def _f(v: Any, nd: int = 1) -> str:
     return str(v)
 
 
+TABLE_DISTS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s", "prefill_tok_s",
+               "client_queue_ms")
+
+
+def _label(key: str) -> str:
+    from servescope.core.results import METRICS
+
+    m = METRICS[key]
+    return m.label if not m.unit or m.unit in m.label else f"{m.label} {m.unit}"
+
+
 def format_cell(ev: Any, total: int) -> str:
+    from servescope.core.results import Dist
     from servescope.core.textsafe import clean_text
 
     c, s = ev.cell, ev.summary
     lines = [
-        f"cell {c.index + 1}/{total}  {c.label}  [{ev.status}]  {s.get('requests_ok', 0)} ok, "
-        f"{s.get('requests_failed', 0)} failed, wall {_f(s.get('wall_s'), 2)} s"
+        f"cell {c.index + 1}/{total}  {c.label}  [{ev.status}]  {s.requests_ok} ok, "
+        f"{s.requests_failed} failed, wall {_f(s.wall_s, 2)} s"
         + (f"  ({clean_text(ev.reason)})" if ev.reason else ""),
-        f"  aggregate: output {_f(s.get('output_tok_s'))} tok/s, total {_f(s.get('total_tok_s'))} tok/s, "
-        f"{_f(s.get('request_s'), 2)} req/s, goodput {_f(s.get('goodput_req_s'), 2)} req/s",
-        f"  {'metric':<18}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
+        f"  aggregate: output {_f(s.output_tok_s)} tok/s, total {_f(s.total_tok_s)} tok/s, "
+        f"{_f(s.request_s, 2)} req/s, goodput {_f(s.goodput_req_s, 2)} req/s",
+        f"  {'metric':<18}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}{'max':>12}",
     ]
-    names = [("TTFT ms", "ttft_ms"), ("TTFO ms", "ttfo_ms"), ("TPOT ms", "tpot_ms"), ("ITL ms", "itl_ms"),
-             ("E2E ms", "e2e_ms"), ("per-user tok/s", "per_user_tok_s"), ("prefill tok/s", "prefill_tok_s"),
-             ("client queue ms", "client_queue_ms")]
-    for label, key in names:
-        d = s.get(key) or {}
-        lines.append(f"  {label:<18}" + "".join(f"{_f(d.get(k), 2):>10}" for k in ("mean", "p50", "p90", "p99", "max")))
-    mm = s.get("input_tokens_mismatch") or {}
+    for key in TABLE_DISTS:
+        d = s.dist(key) or Dist()
+        lines.append(f"  {_label(key):<18}" + "".join(f"{_f(d.stat(k), 2):>12}" for k in ("mean", "p50", "p90", "p99", "max")))
+    mm = s.input_tokens_mismatch
     lines.append(
-        f"  tokens: input requested {_f(s.get('input_tokens_requested'))}, measured {_f(s.get('input_tokens_mean'))}"
-        f" (max mismatch {mm.get('max_abs', '-')}); output requested {_f(s.get('output_tokens_requested'))}, "
-        f"measured {_f(s.get('output_tokens_mean'))}"
-        + (f" (reasoning {_f(s.get('reasoning_tokens_mean'))})" if s.get("reasoning_tokens_mean") else "")
+        f"  tokens: input requested {_f(s.input_tokens_requested)}, measured {_f(s.input_tokens_mean)}"
+        f" (max mismatch {_f(mm.max_abs) if mm is not None else '-'}); output requested "
+        f"{_f(s.output_tokens_requested)}, measured {_f(s.output_tokens_mean)}"
+        + (f" (reasoning {_f(s.reasoning_tokens_mean)})" if s.reasoning_tokens_mean else "")
     )
-    srv = s.get("server")
-    if srv:
+    srv = s.server
+    if srv is not None:
         lines.append(
-            f"  server /metrics during the cell: {_f(srv.get('requests_success'), 0)} requests, "
-            f"TTFT mean {_f(srv.get('ttft_ms_mean'), 2)} ms, ITL mean {_f(srv.get('itl_ms_mean'), 2)} ms, "
-            f"preemptions {_f(srv.get('preemptions'), 0)}"
+            f"  server /metrics during the cell: {_f(srv.requests_success, 0)} requests, "
+            f"TTFT mean {_f(srv.ttft_ms_mean, 2)} ms, ITL mean {_f(srv.itl_ms_mean, 2)} ms, "
+            f"preemptions {_f(srv.preemptions, 0)}"
         )
-    for e in s.get("errors", [])[:3]:
-        lines.append(f"  errors: {e['len']} x {e['status']}: {clean_text(str(e['error']))[:160]}")
+    for e in s.errors[:3]:
+        lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
 
 
@@ -188,6 +191,7 @@ def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool
         CellFinished,
         CellSkipped,
         CellStarted,
+        KvBudgetKnown,
         Notice,
         RequestsDone,
         SweepControl,
@@ -242,7 +246,7 @@ def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool
                 result["cells"].append({"index": ev.cell.index, "workload": ev.cell.workload.name,
                                         "concurrency": ev.cell.load.concurrency, "rate": ev.cell.load.rate,
                                         "status": "skipped", "reason": ev.reason})
-            elif isinstance(ev, Notice):
+            elif isinstance(ev, (Notice, KvBudgetKnown)):
                 progress.clear()
                 print(f"{ev.level}: {ev.text}", file=sys.stderr)
             elif isinstance(ev, SweepFinished):

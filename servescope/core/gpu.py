@@ -218,6 +218,17 @@ class GpuSampler:
             with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
 
+    def latest(self, seen: int = 0) -> tuple[int, list[dict[str, Any]] | None]:
+        """(rows so far, the newest reading of every GPU as dicts of GPU_COLUMNS plus `gpu` (its NVML index),
+        or None when there is no row beyond `seen`): for live panels."""
+        with self._lock:
+            n = len(self.t_ns)
+            if n <= seen or not self.indices:
+                return n, None
+            k = len(self.indices)
+            return n, [{c: self.cols[c][i] for c in self.cols} | {"gpu": self.indices[self.gpu[i]]}
+                       for i in range(max(0, n - k), n)]
+
     # --- results --------------------------------------------------------------------------------------
     def frame(self) -> pl.DataFrame:
         """Long format: `t_ns`, `gpu` (position in `indices`), `gpu_index`, `name` and one column per reading."""

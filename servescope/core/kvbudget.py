@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KVBudget", "kv_budget_from_log", "kv_budget_from_metrics"]
+__all__ = ["KVBudget", "kv_budget_from_log", "kv_budget_from_parsed"]
 
 
 @dataclass(frozen=True)
@@ -74,17 +74,12 @@ def _num(v: float | str | None) -> float | None:
         return None
 
 
-def kv_budget_from_metrics(parsed: Mapping[str, float | str] | str,
-                           max_model_len: int | None = None) -> KVBudget | None:
-    """From `vllm:cache_config_info`: `parsed` is `parse_metrics()` output (keys `cache_config.<label>`) or
-    raw /metrics text. Tokens: `kv_cache_size_tokens` when the server states it, else
-    num_gpu_blocks x block_size. Its `kv_cache_max_concurrency` is for max_model_len, which the labels do
-    not carry: pass it (from /v1/models) to keep that figure in `concurrency_at`.
-    None when the labels are absent (older vLLM, other servers)."""
-    if isinstance(parsed, str):
-        from servescope.core.telemetry import parse_metrics
-
-        parsed = parse_metrics(parsed)
+def kv_budget_from_parsed(parsed: Mapping[str, float | str], max_model_len: int | None = None) -> KVBudget | None:
+    """From `vllm:cache_config_info`: `parsed` is `core.telemetry.parse_metrics()` output (keys
+    `cache_config.<label>`; `core.telemetry.kv_budget_from_metrics` also takes the raw text). Tokens:
+    `kv_cache_size_tokens` when the server states it, else num_gpu_blocks x block_size. Its
+    `kv_cache_max_concurrency` is for max_model_len, which the labels do not carry: pass it (from /v1/models)
+    to keep that figure in `concurrency_at`. None when the labels are absent (older vLLM, other servers)."""
     blocks = _num(parsed.get("cache_config.num_gpu_blocks"))
     bs = _num(parsed.get("cache_config.block_size"))
     stated = _num(parsed.get("cache_config.kv_cache_size_tokens"))

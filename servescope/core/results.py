@@ -107,6 +107,10 @@ class _Base(msgspec.Struct, kw_only=True):
         out: dict[str, Any] = msgspec.to_builtins(self)
         return out
 
+    def value(self, name: str) -> float | None:
+        """A numeric field chosen at run time; None when unknown, missing, NaN or infinite."""
+        return finite(getattr(self, name)) if name in self.__struct_fields__ else None
+
 
 # --------------------------------------------------------------------------------------------------------
 # the structs
@@ -127,7 +131,7 @@ class Dist(_Base):
 
     def stat(self, name: str) -> float | None:
         """A stat by name ("p50"); None for an unknown name, a missing value, NaN or infinity."""
-        return _finite(getattr(self, name, None)) if name in STATS else None
+        return finite(getattr(self, name, None)) if name in STATS else None
 
 
 class Mismatch(_Base):
@@ -146,7 +150,8 @@ class ErrorCount(_Base):
 
 
 class ServerWindow(_Base):
-    """What vLLM's /metrics counted during one cell (core/servermetrics.py cell_delta), warmup included."""
+    """What vLLM's /metrics counted during one cell (core/telemetry.py server_delta, from the cell's two boundary
+    samples; the start sample is taken after the warmup, so warmup requests are not counted)."""
 
     requests_success: float | None = None
     prompt_tokens: float | None = None
@@ -263,7 +268,7 @@ class CellSummary(_Base):
     server: ServerWindow | None = None
     telemetry: TelemetryWindow | None = None
     gpu: GpuWindow | None = None
-    source: str | None = None  # "vllm-bench" for cells imported from `vllm bench serve`
+    source: str | None = None  # the import format ("vllm-bench-serve") for cells imported from other tools
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 
@@ -304,17 +309,18 @@ class CellSummary(_Base):
             return getattr(self, metric).stat(stat or "mean")
         if stat is not None:
             part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu") else None
-            return _finite(getattr(part, stat, None)) if part is not None and stat in part.__struct_fields__ else None
+            return finite(getattr(part, stat, None)) if part is not None and stat in part.__struct_fields__ else None
         if metric not in _SCALARS:
             return None
-        return _finite(getattr(self, metric))
+        return finite(getattr(self, metric))
 
 
 _SCALARS = frozenset(f for f in CellSummary.__struct_fields__
                      if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch"))
 
 
-def _finite(v: Any) -> float | None:
+def finite(v: Any) -> float | None:
+    """A number as a float; None for None, NaN, infinity or anything that is not a number."""
     if not _is_num(v):
         return None
     f = float(v)

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from servescope.core.gpu import GPU_COLUMNS, GpuInfo, GpuSampler, describe_gpus, list_gpus
-from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_metrics
+from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_parsed
 
 if TYPE_CHECKING:
     import httpx
@@ -141,6 +141,13 @@ def parse_metrics(text: str) -> dict[str, float | str]:
                 value = max(prev, value) if name in _MAX_OVER_LABELS else prev + value
             out[name] = value
     return out
+
+
+def kv_budget_from_metrics(parsed: Mapping[str, float | str] | str,
+                           max_model_len: int | None = None) -> KVBudget | None:
+    """The KV budget `vllm:cache_config_info` states: `parsed` is `parse_metrics()` output or raw /metrics
+    text (see core.kvbudget.kv_budget_from_parsed). None when the labels are absent."""
+    return kv_budget_from_parsed(parse_metrics(parsed) if isinstance(parsed, str) else parsed, max_model_len)
 
 
 def _row_from_parsed(parsed: Mapping[str, float | str]) -> list[float]:
@@ -355,8 +362,9 @@ def _f(v: float | str | None) -> float:
 
 def server_delta(before: Mapping[str, float | str] | None,
                  after: Mapping[str, float | str] | None) -> dict[str, Any] | None:
-    """What the server counted between two samples (`MetricsSampler.snapshot()` at a cell's start and end;
-    warmup included: the server cannot tell it apart): the summary's "server" object. None without both."""
+    """What the server counted between two samples (`MetricsSampler.snapshot()` at a cell's start, after its
+    warmup, and at its end): the summary's "server" object, with the keys reports and `--json` read. None
+    without both samples."""
     if not before or not after:
         return None
 

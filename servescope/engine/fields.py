@@ -231,7 +231,7 @@ def slos(raw: Any, where: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for k, v in items:
         if k not in SLO_KEYS:
-            raise ServescopeError(f"{where}: unknown SLO {k!r}; use one of {', '.join(sorted(SLO_KEYS))}")
+            raise ServescopeError(f"{where}: bad SLO {k!r}: not a metric; use one of {', '.join(sorted(SLO_KEYS))}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
             raise ServescopeError(f"{where}: {k} must be a number above 0")
         out[k] = float(v)

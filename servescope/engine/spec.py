@@ -264,7 +264,8 @@ class SweepSpec:
             v = getattr(self, fd.name)
             if (v is None and fd.default is None) or (opt.section in ("slo", "tags") and not v):
                 continue
-            if (opt.section == "server" and not self.launch) or (fd.name == "url" and self.launch):
+            if (opt.section == "server" and not self.launch and fd.name != "recover_timeout_s") \
+                    or (fd.name == "url" and self.launch):
                 continue
             if fd.name == "variants" and not v:
                 continue
@@ -337,7 +338,10 @@ class SweepSpec:
                 values["launch"], values["variants"] = None, ()
         if "launch" in given and "url" in given:
             raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
-        return dataclasses.replace(base, **values).check("flags")
+        spec = dataclasses.replace(base, **values)
+        if spec.variants and not spec.launch:
+            raise ServescopeError("--server-variant needs --launch: servescope can only relaunch a server it started")
+        return spec.check("flags")
 
     @classmethod
     def from_form(cls, form: Mapping[str, Any], base: SweepSpec | None = None

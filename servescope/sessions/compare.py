@@ -3,7 +3,7 @@
 Pure functions over `Session` objects: the CLI (`servescope compare`), the Markdown report and the TUI's
 Compare screen all call `compare_sessions()` / `derive()` and render the result their own way.
 
-Definitions (also in docs/reports.md and in every report):
+Definitions (also in the README's "Reports and comparisons" and in every report):
 
 - Cells are aligned by (workload name, load label), e.g. ("sharegpt", "c=4"). In a server-config sweep the
   server variant is part of the workload name ("sharegpt [--max-num-seqs 4]"): each variant gets its own
@@ -30,7 +30,6 @@ Definitions (also in docs/reports.md and in every report):
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,14 +38,44 @@ from typing import Any
 import polars as pl
 
 from servescope.core.errors import ServescopeError
-from servescope.core.metrics import SLO_ATTAINMENT, per_request, slo_mask
+from servescope.core.results import CellSummary, metric_better, metric_label
 from servescope.core.textsafe import clean_text, md_escape
-from servescope.sessions import series_name
+from servescope.sessions.answers import (
+    Capacity,
+    Knee,
+    ThinkingCost,
+    WorkloadAnswers,
+    answers_markdown,
+    capacity,
+    derive,
+    knee,
+    peak,
+    thinking_costs,
+    thinking_markdown,
+)
 from servescope.sessions.store import Session
+from servescope.sessions.views import (
+    DEFAULT_SLOS,
+    CellView,
+    apply_slos,
+    cell_views,
+    choose_slos,
+    fmt_num,
+    fmt_pct,
+    session_label,
+    session_slos,
+    slo_text,
+    workload_order,
+)
+
+__all__ = [
+    "COMPARE_METRICS", "DEFAULT_SLOS", "TIE_REL", "Capacity", "CellView", "ComparedCell", "Comparison", "Knee",
+    "MetricSpec", "SessionRef", "ThinkingCost", "WorkloadAnswers", "answers_markdown", "apply_slos", "capacity",
+    "cell_views", "choose_slos", "compare_sessions", "delta_pct", "derive", "fmt_num", "fmt_pct", "knee", "peak",
+    "session_label", "session_slos", "slo_text", "thinking_costs", "thinking_markdown", "winner", "workload_order",
+]
 
 TIE_REL = 0.001
-# "usable" in the field reports (seed 004): TTFT < 3 s and > 20 tok/s per user. Used when no SLOs were set.
-DEFAULT_SLOS: dict[str, float] = {"ttft_ms": 3000.0, "per_user_tok_s": 20.0}
 
 
 @dataclass(frozen=True)
@@ -55,54 +84,19 @@ class MetricSpec:
     label: str
     better: str  # "higher" | "lower" | "neutral"
 
-    def value(self, summary: Mapping[str, Any]) -> float | None:
-        return metric_value(summary, self.key)
+    @classmethod
+    def of(cls, key: str) -> MetricSpec:
+        """The compare column for `key`, its label and direction from the METRICS table."""
+        return cls(key, metric_label(key), metric_better(key) or "neutral")
+
+    def value(self, summary: CellSummary) -> float | None:
+        return summary.value(self.key)
 
 
-COMPARE_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("output_tok_s", "output tok/s (aggregate)", "higher"),
-    MetricSpec("per_user_tok_s.mean", "per-user tok/s (mean)", "higher"),
-    MetricSpec("ttft_ms.p50", "TTFT p50 ms", "lower"),
-    MetricSpec("ttft_ms.p99", "TTFT p99 ms", "lower"),
-    MetricSpec("ttfo_ms.p50", "TTFO p50 ms", "lower"),
-    MetricSpec("tpot_ms.p50", "TPOT p50 ms", "lower"),
-    MetricSpec("itl_ms.p99", "ITL p99 ms", "lower"),
-    MetricSpec("e2e_ms.p50", "E2E p50 ms", "lower"),
-    MetricSpec("goodput_req_s", "goodput req/s", "higher"),
-    MetricSpec("input_tokens_mean", "input tokens (mean)", "neutral"),
-    MetricSpec("output_tokens_mean", "output tokens (mean)", "neutral"),
-)
-
-
-def metric_value(summary: Mapping[str, Any], key: str) -> float | None:
-    head, _, sub = key.partition(".")
-    v: Any = summary.get(head)
-    if sub:
-        v = v.get(sub) if isinstance(v, Mapping) else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return None if math.isnan(f) or math.isinf(f) else f
-
-
-def fmt_num(v: float | None) -> str:
-    """Numbers as a person writes them in a table: 3,373 / 183.7 / 6.12 / 0.052."""
-    if v is None:
-        return "-"
-    a = abs(v)
-    if a >= 1000:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    if a >= 1 or a == 0:
-        return f"{v:.2f}"
-    return f"{v:.3g}"
-
-
-def fmt_pct(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:+.1f}%"
+COMPARE_METRICS: tuple[MetricSpec, ...] = tuple(MetricSpec.of(k) for k in (
+    "output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "ttft_ms.p99", "ttfo_ms.p50", "tpot_ms.p50", "itl_ms.p99",
+    "e2e_ms.p50", "goodput_req_s", "input_tokens_mean", "output_tokens_mean",
+))
 
 
 def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL) -> int | None:
@@ -126,291 +120,7 @@ def delta_pct(value: float | None, base: float | None) -> float | None:
     return (value - base) / abs(base) * 100.0
 
 
-# ---- one session's cells ---------------------------------------------------------------------------
-@dataclass
-class CellView:
-    index: int
-    workload: str
-    load: str
-    concurrency: int | None
-    rate: float | None
-    status: str
-    reason: str
-    summary: dict[str, Any]
-    base: str = ""  # the workload's own name (without the server variant)
-    variant: str = ""  # the server variant's arguments ("" when the server was not relaunched per variant)
-
-    def __post_init__(self) -> None:
-        if not self.base:
-            self.base = self.workload
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.workload, self.load)
-
-    @property
-    def x(self) -> float | None:
-        return float(self.concurrency) if self.concurrency is not None else self.rate
-
-
-def _opt_int(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
-
-
-def _opt_float(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
-
-
-def workload_order(session: Session) -> list[str]:
-    names = [str(w.get("name")) for w in session.meta.get("workloads", []) if isinstance(w, dict)]
-    for c in session.meta.get("cells", []):
-        if isinstance(c, dict) and str(c.get("workload")) not in names:
-            names.append(str(c.get("workload")))
-    return names
-
-
-def cell_views(session: Session, include_skipped: bool = False) -> list[CellView]:
-    """The session's cells in plan order (workload order, then load), with their summaries."""
-    rows = session.cells.to_dicts() if session.cells.height else []
-    summaries = session.summaries()
-    views: list[CellView] = []
-    for row, summ in zip(rows, summaries or [{}] * len(rows), strict=False):
-        status = str(row.get("status") or "done")
-        if not summ and not include_skipped:
-            continue
-        conc = _opt_int(row.get("concurrency"))
-        rate = _opt_float(row.get("rate"))
-        label = row.get("load_label") or (f"c={conc}" if conc is not None else f"rate {rate:g}/s")
-        base = str(row.get("workload"))
-        variant = clean_text(str(row.get("server_variant") or ""))
-        views.append(CellView(int(row.get("index", len(views))), series_name(base, variant),
-                              str(label), conc, rate, status, clean_text(str(row.get("reason") or "")),
-                              dict(summ or {}), base, variant))
-    order = {w: i for i, w in enumerate(workload_order(session))}
-    vorder: dict[str, int] = {}
-    for v in sorted(views, key=lambda v: v.index):
-        vorder.setdefault(v.variant, len(vorder))
-    views.sort(key=lambda v: (order.get(v.base, len(order)), vorder[v.variant], v.rate is not None, v.x or 0.0,
-                              v.index))
-    return views
-
-
-def session_slos(session: Session) -> dict[str, float]:
-    raw = session.meta.get("slos") or {}
-    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float))}
-
-
-def choose_slos(sessions: Sequence[Session], slos: Mapping[str, float] | None) -> tuple[dict[str, float], str]:
-    """The SLOs a report or comparison judges by, and where they came from."""
-    if slos:
-        return dict(slos), "given on the command line"
-    first = session_slos(sessions[0]) if sessions else {}
-    if first:
-        return first, "recorded with the session" if len(sessions) == 1 else "recorded with the first session"
-    return dict(DEFAULT_SLOS), "the default, as no SLOs were recorded: usable = TTFT under 3 s and 20 tok/s per user"
-
-
-def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float]) -> None:
-    """Re-judge each cell against `slos` from its raw requests (slo_met_fraction, goodput_req_s).
-
-    Cells without per-request data keep their recorded values when the SLOs are the session's own, and
-    lose them otherwise (marked `slo_unknown`)."""
-    own = session_slos(session) == dict(slos)
-    for v in views:
-        df = session.requests(v.index)
-        if df.height == 0 or "sent_ns" not in df.columns:
-            if not own:
-                v.summary["slo_met_fraction"] = None
-                v.summary["goodput_req_s"] = None
-                v.summary["slo_unknown"] = True
-            continue
-        if "warmup" in df.columns:
-            df = df.filter(~pl.col("warmup"))
-        pr = per_request(df)
-        good = pr.filter(slo_mask(pr, slos)).height
-        wall = metric_value(v.summary, "wall_s") or 0.0
-        v.summary["slo_met_fraction"] = good / pr.height if pr.height else None
-        v.summary["goodput_req_s"] = good / wall if wall > 0 else None
-
-
-# ---- derived answers --------------------------------------------------------------------------------
-@dataclass
-class Capacity:
-    level: float | None  # highest load level meeting the SLOs; None when no cell meets them
-    unit: str  # "concurrency" | "req/s"
-    not_reached: bool  # the highest measured level still meets the SLOs
-    unknown: bool = False  # no cell could be judged
-
-    def text(self) -> str:
-        if self.unknown:
-            return "unknown (no per-request data for these SLOs)"
-        if self.level is None:
-            return "none: even the lowest load misses the SLOs"
-        lv = _level_text(self.level, self.unit)
-        return f"{lv} (not reached: the highest level measured still meets them)" if self.not_reached else lv
-
-
-@dataclass
-class Knee:
-    concurrency: int | None
-    not_reached: bool
-    aggregate_tok_s: float | None = None
-    per_user_tok_s: float | None = None
-
-    def text(self) -> str:
-        if self.concurrency is None:
-            return "needs at least two concurrency levels"
-        s = (f"c={self.concurrency} ({fmt_num(self.aggregate_tok_s)} tok/s aggregate, "
-             f"{fmt_num(self.per_user_tok_s)} tok/s per user)")
-        return s + ", not reached: the highest concurrency measured" if self.not_reached else s
-
-
-@dataclass
-class WorkloadAnswers:
-    session: str  # label
-    workload: str
-    capacity: Capacity
-    knee: Knee
-    peak_output_tok_s: float | None
-    peak_load: str
-
-
-@dataclass
-class ThinkingCost:
-    session: str
-    thinking_on: str
-    thinking_off: str
-    loads: list[str]
-    e2e_ratio: list[float | None]
-    ttfo_ratio: list[float | None]
-    capacity_on: Capacity
-    capacity_off: Capacity
-    visible_output_on: float | None
-    visible_output_off: float | None
-    reasoning_tokens_on: float | None
-
-    @property
-    def e2e_ratio_median(self) -> float | None:
-        vals = [v for v in self.e2e_ratio if v is not None]
-        return statistics.median(vals) if vals else None
-
-    @property
-    def capacity_ratio(self) -> float | None:
-        a, b = self.capacity_on.level, self.capacity_off.level
-        if a is None or b is None or b == 0:
-            return None
-        return a / b
-
-
-def _level_text(level: float, unit: str) -> str:
-    return f"c={int(level)}" if unit == "concurrency" else f"{level:g} req/s"
-
-
-def capacity(views: Sequence[CellView]) -> Capacity:
-    closed = [v for v in views if v.concurrency is not None]
-    pts = closed or [v for v in views if v.rate is not None]
-    unit = "concurrency" if closed else "req/s"
-    judged = [(v.x, v.summary.get("slo_met_fraction")) for v in pts if v.x is not None]
-    known = [(x, f) for x, f in judged if f is not None]
-    if not known:
-        return Capacity(None, unit, False, unknown=True)
-    ok = [x for x, f in known if f >= SLO_ATTAINMENT]
-    if not ok:
-        return Capacity(None, unit, False)
-    best = max(ok)
-    return Capacity(best, unit, best == max(x for x, _ in known))
-
-
-def knee(views: Sequence[CellView]) -> Knee:
-    pts = []
-    for v in views:
-        if v.concurrency is None:
-            continue
-        a, u = metric_value(v.summary, "output_tok_s"), metric_value(v.summary, "per_user_tok_s.mean")
-        if a is not None and u is not None:
-            pts.append((v.concurrency, a, u))
-    pts.sort()
-    if len(pts) < 2:
-        return Knee(None, False)
-    best = max(pts, key=lambda p: (p[1] * p[2], -p[0]))
-    return Knee(best[0], best[0] == pts[-1][0], best[1], best[2])
-
-
-def peak(views: Sequence[CellView]) -> tuple[float | None, str]:
-    best: tuple[float | None, str] = (None, "")
-    for v in views:
-        a = metric_value(v.summary, "output_tok_s")
-        if a is not None and (best[0] is None or a > best[0]):
-            best = (a, v.load)
-    return best
-
-
-def derive(label: str, views: Sequence[CellView]) -> list[WorkloadAnswers]:
-    out = []
-    for w in dict.fromkeys(v.workload for v in views):
-        wv = [v for v in views if v.workload == w]
-        pk, pl_ = peak(wv)
-        out.append(WorkloadAnswers(label, w, capacity(wv), knee(wv), pk, pl_))
-    return out
-
-
-def _shape_key(w: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (w.get("api"), repr(w.get("input_tokens")), w.get("prefix_tokens", 0), w.get("dataset", ""))
-
-
-def thinking_costs(label: str, session: Session, views: Sequence[CellView]) -> list[ThinkingCost]:
-    wls = [w for w in session.meta.get("workloads", []) if isinstance(w, dict)]
-    present = {v.base for v in views}
-    out = []
-    for on in wls:
-        if on.get("thinking") is not True or on.get("name") not in present:
-            continue
-        offs = [w for w in wls if w.get("thinking") is not True and w.get("name") in present
-                and _shape_key(w) == _shape_key(on)]
-        if not offs:
-            continue
-        offs.sort(key=lambda w: (w.get("output_tokens") != on.get("output_tokens"), w.get("thinking") is not False))
-        off = offs[0]
-        # the same load of the same server variant, thinking on vs off
-        von = {series_name(v.load, v.variant): v for v in views if v.base == on["name"]}
-        voff = {series_name(v.load, v.variant): v for v in views if v.base == off["name"]}
-        loads = [ld for ld in von if ld in voff]
-
-        def ratio(a: float | None, b: float | None) -> float | None:
-            return a / b if a is not None and b else None
-
-        def visible(vs: Mapping[str, CellView]) -> float | None:
-            vals = []
-            for v in vs.values():
-                o, r = metric_value(v.summary, "output_tokens_mean"), metric_value(v.summary, "reasoning_tokens_mean")
-                if o is not None:
-                    vals.append(o - (r or 0.0))
-            return statistics.fmean(vals) if vals else None
-
-        reasoning = [metric_value(v.summary, "reasoning_tokens_mean") for v in von.values()]
-        rs = [r for r in reasoning if r is not None]
-        out.append(ThinkingCost(
-            label, str(on["name"]), str(off["name"]), loads,
-            [ratio(metric_value(von[ld].summary, "e2e_ms.p50"), metric_value(voff[ld].summary, "e2e_ms.p50"))
-             for ld in loads],
-            [ratio(metric_value(von[ld].summary, "ttfo_ms.p50"), metric_value(voff[ld].summary, "ttfo_ms.p50"))
-             for ld in loads],
-            capacity(list(von.values())), capacity(list(voff.values())),
-            visible(von), visible(voff), statistics.fmean(rs) if rs else None,
-        ))
-    return out
-
-
 # ---- the comparison ---------------------------------------------------------------------------------
-def session_label(session: Session, label_key: str | None = None) -> str:
-    if label_key:
-        tags = session.meta.get("tags") or {}
-        if label_key in tags:
-            return clean_text(str(tags[label_key])) or session.path.name
-    name = session.meta.get("name")
-    return clean_text(str(name)) if name else session.path.name
-
-
 def _unique(labels: list[str]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
@@ -594,56 +304,6 @@ class Comparison:
         return "\n".join(out).rstrip() + "\n"
 
 
-def slo_text(slos: Mapping[str, float]) -> str:
-    if not slos:
-        return "none"
-    parts = []
-    for k, v in slos.items():
-        op = ">=" if k == "per_user_tok_s" else "<="
-        parts.append(f"{k} {op} {v:g}")
-    return ", ".join(parts) + f" for at least {SLO_ATTAINMENT:.0%} of requests"
-
-
-def answers_markdown(answers: Sequence[WorkloadAnswers], thinking: Sequence[ThinkingCost], level: int,
-                     slos: Mapping[str, float], with_session: bool = True) -> list[str]:
-    h = "#" * level
-    out = [f"{h} Capacity, knee and peak", ""]
-    head = (["session"] if with_session else []) + ["workload", "capacity at the SLOs", "knee", "peak output tok/s"]
-    out += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
-    for a in answers:
-        cells = ([md_escape(a.session)] if with_session else []) + [
-            md_escape(a.workload), md_escape(a.capacity.text()), md_escape(a.knee.text()),
-            f"{fmt_num(a.peak_output_tok_s)} at {md_escape(a.peak_load)}" if a.peak_output_tok_s is not None else "-"]
-        out.append("| " + " | ".join(cells) + " |")
-    out += ["", f"Capacity: the highest load whose cell meets the SLOs ({md_escape(slo_text(slos))}). "
-                "Knee: the concurrency that maximises aggregate x per-user tok/s; past it, extra aggregate "
-                "throughput costs more per-user speed than it gains.", ""]
-    return out + thinking_markdown(thinking, level)
-
-
-def thinking_markdown(thinking: Sequence[ThinkingCost], level: int) -> list[str]:
-    h = "#" * level
-    out: list[str] = []
-    if thinking:
-        out += [f"{h} Thinking mode cost", "",
-                "| session | thinking on | thinking off | E2E p50 on/off | TTFO p50 on/off | capacity on / off | "
-                "visible output tokens on / off | reasoning tokens |",
-                "|---|---|---|---:|---:|---|---|---:|"]
-        for t in thinking:
-            e2e = ", ".join(f"{md_escape(ld)}: {r:.2f}x" for ld, r in zip(t.loads, t.e2e_ratio, strict=True)
-                            if r is not None) or "-"
-            tt = ", ".join(f"{md_escape(ld)}: {r:.2f}x" for ld, r in zip(t.loads, t.ttfo_ratio, strict=True)
-                           if r is not None) or "-"
-            cr = t.capacity_ratio
-            cap = (f"{md_escape(t.capacity_on.text())} / {md_escape(t.capacity_off.text())}"
-                   + (f" ({cr:.2f}x)" if cr is not None else ""))
-            out.append(f"| {md_escape(t.session)} | {md_escape(t.thinking_on)} | {md_escape(t.thinking_off)} | "
-                       f"{e2e} | {tt} | {cap} | {fmt_num(t.visible_output_on)} / {fmt_num(t.visible_output_off)} | "
-                       f"{fmt_num(t.reasoning_tokens_on)} |")
-        out.append("")
-    return out
-
-
 def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                      slos: Mapping[str, float] | None = None,
                      metrics: tuple[MetricSpec, ...] = COMPARE_METRICS) -> Comparison:
@@ -654,8 +314,9 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
         raise ServescopeError("compare needs at least two sessions; see `servescope sessions` for their ids")
     labels = _unique([session_label(s, label_key) for s in sessions])
     notes: list[str] = []
-    if label_key and any(label_key not in (s.meta.get("tags") or {}) for s in sessions):
-        miss = [lb for s, lb in zip(sessions, labels, strict=True) if label_key not in (s.meta.get("tags") or {})]
+    infos = [s.info for s in sessions]
+    if label_key and any(label_key not in i.tags for i in infos):
+        miss = [lb for i, lb in zip(infos, labels, strict=True) if label_key not in i.tags]
         notes.append(f"tag {label_key!r} is missing from {', '.join(miss)}: labelled by session name")
     used, source = choose_slos(sessions, slos)
     if not slos and len({tuple(sorted(session_slos(s).items())) for s in sessions}) > 1:
@@ -692,8 +353,7 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
     for s, lb, v in zip(sessions, labels, views, strict=True):
         answers += derive(lb, v)
         thinking += thinking_costs(lb, s, v)
-    refs = [SessionRef(lb, s.path.name, clean_text(str(s.meta.get("model", "?"))),
-                       clean_text(str((s.meta.get("target") or {}).get("url", "?"))),
-                       {str(k): clean_text(str(x)) for k, x in (s.meta.get("tags") or {}).items()})
-            for s, lb in zip(sessions, labels, strict=True)]
+    refs = [SessionRef(lb, s.path.name, clean_text(i.model), clean_text(i.target.url),
+                       {str(k): clean_text(str(x)) for k, x in i.tags.items()})
+            for s, i, lb in zip(sessions, infos, labels, strict=True)]
     return Comparison(refs, metrics, cells, only, answers, thinking, used, source, notes)

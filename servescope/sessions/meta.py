@@ -75,6 +75,11 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
         """Validate `meta` (session.toml as a dict); a wrong type -> ServescopeError `where: key: what`."""
         if not isinstance(meta, Mapping):
             raise ServescopeError(f"{where}: expected a table, got {type(meta).__name__}")
+        slos = meta.get("slos")
+        if isinstance(slos, Mapping):  # msgspec names a dict's bad value `slos[...]`: say which
+            for k, v in slos.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ServescopeError(f"{where}: slos.{k}: expected float, got {type(v).__name__}")
         try:
             return msgspec.convert(dict(meta), cls, strict=True)
         except msgspec.ValidationError as e:

@@ -95,31 +95,9 @@ def probe_target(pool: SimPool, url: str, api_key_env: str) -> dict[str, Any]:
 
 def local_gpus() -> list[str]:
     """GPUs NVML sees on this machine ("" list when there is no NVML or no GPU)."""
-    try:
-        import warnings
+    from servescope.core.gpu import describe_gpus
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pynvml  # type: ignore[import-untyped]
-
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30
-            out.append(f"{i}: {name if isinstance(name, str) else name.decode()} ({mem:.0f} GiB)")
-        return out
-    except Exception:
-        return []
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    return describe_gpus()
 
 
 def engine_mode() -> str:
@@ -215,9 +193,9 @@ class SweepDriver:
 
         if self._cancelled:
             raise asyncio.CancelledError
-        ctx = mp.get_context("spawn")
-        here, there = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=engineproc.main, args=(there, spec, ctx),
+        mpc = mp.get_context("spawn")
+        here, there = mpc.Pipe(duplex=True)
+        proc = mpc.Process(target=engineproc.main, args=(there, spec, ctx),
                            name="servescope-engine", daemon=True)
         try:
             proc.start()

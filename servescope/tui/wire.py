@@ -1,5 +1,5 @@
 """The engine's events as plain data for the app, with no Textual import: the sweep worker (thread) and
-the engine process both turn `servescope.sessions.runner` events into `(kind, fields)` items here, so
+the engine process both turn `servescope.engine.events` events into `(kind, fields)` items here, so
 the same items can be posted at once (thread) or pickled over a pipe (process). `messages.from_wire`
 makes the app's messages from them."""
 
@@ -122,28 +122,28 @@ def telemetry_meta(session_dir: Path) -> Item | None:
 
 
 class Translator:
-    """Runner events -> app items; remembers the session folder to re-read the KV budget after the
-    engine announces a new one (a relaunched server)."""
+    """Runner events -> app items; remembers the session folder to re-read the KV budget and GPU
+    availability when the engine announces a KV budget (at the start, and after a relaunch)."""
 
     def __init__(self, target_label: str | None) -> None:
         self.target_label = target_label
         self.session_dir: Path | None = None
 
     def __call__(self, ev: Any) -> list[Item]:
-        from servescope.sessions import runner as r
+        from servescope.engine import events as r
 
         if isinstance(ev, r.SweepStarted):
             self.session_dir = ev.session_dir
         items = translate(ev, self.target_label)
-        if isinstance(ev, r.Notice) and ev.text.startswith("KV cache") and self.session_dir is not None:
+        if isinstance(ev, r.KvBudgetKnown) and self.session_dir is not None:
             meta = telemetry_meta(self.session_dir)
-            items += [meta] if meta else []
+            items += [meta] if meta else [("TelemetryMeta", {"kv_budget": dict(ev.budget), "gpu": None})]
         return items
 
 
 def translate(ev: Any, target_label: str | None) -> list[Item]:
     """One runner event -> the items the app needs (usually one)."""
-    from servescope.sessions import runner as r
+    from servescope.engine import events as r
 
     if isinstance(ev, r.RequestsDone):
         ttft, tpot, e2e, per_user, out_tok, errors = reduce_records(ev.records)
@@ -157,11 +157,11 @@ def translate(ev: Any, target_label: str | None) -> list[Item]:
     if isinstance(ev, r.CellStarted):
         return [("CellStarted", {"cell": CellInfo.from_cell(ev.cell), "total": ev.total})]
     if isinstance(ev, r.CellFinished):
-        return [("CellFinished", {"cell": CellInfo.from_cell(ev.cell), "summary": ev.summary, "status": ev.status,
-                                  "reason": clean_text(ev.reason)})]
+        return [("CellFinished", {"cell": CellInfo.from_cell(ev.cell), "summary": ev.summary.to_dict(),
+                                  "status": ev.status, "reason": clean_text(ev.reason)})]
     if isinstance(ev, r.CellSkipped):
         return [("CellSkipped", {"cell": CellInfo.from_cell(ev.cell), "reason": clean_text(ev.reason)})]
-    if isinstance(ev, r.Notice):
+    if isinstance(ev, (r.Notice, r.KvBudgetKnown)):
         return [("EngineNotice", {"level": ev.level, "text": clean_text(ev.text)})]
     if isinstance(ev, r.SweepStarted):
         out: list[Item] = [("SweepStarted", {"session_dir": ev.session_dir, "cells": [CellInfo.from_cell(c) for c in ev.cells],

@@ -132,9 +132,9 @@ def test_sweep_file_launches_server_variants(tmp_path: Path) -> None:
 
     cmp_ = json.loads(p.stdout)
     assert sorted(c["workload"] for c in cmp_["cells"]) == ["sharegpt [--max-num-seqs 1]", "sharegpt [--max-num-seqs 8]"]
-    # the load flags belong to the file: given with --sweep they are refused in one line
-    p = servescope("run", "--sweep", str(f), "-c", "2")
-    assert p.returncode == 2 and "--concurrency cannot be combined with --sweep" in p.stderr
+    # flags override the file, and are checked as strictly as without it: one line, exit 2
+    p = servescope("run", "--sweep", str(f), "-c", "2,x")
+    assert p.returncode == 2 and "--concurrency: bad value 'x'" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_server_killed_near_a_cells_end_is_caught(tmp_path: Path) -> None:

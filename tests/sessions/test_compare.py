@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from servescope.core.errors import ServescopeError
+from servescope.core.results import CellSummary, Dist
 from servescope.sessions.compare import (
     COMPARE_METRICS,
     CellView,
@@ -24,7 +25,7 @@ from .conftest import CellSpec, SessionSpec, build_session
 
 def cv(c: int, agg: float, per_user: float, met: float | None = 1.0) -> CellView:
     return CellView(c, "w", f"c={c}", c, None, "done", "",
-                    {"output_tok_s": agg, "per_user_tok_s": {"mean": per_user}, "slo_met_fraction": met})
+                    CellSummary(output_tok_s=agg, per_user_tok_s=Dist(mean=per_user), slo_met_fraction=met))
 
 
 # ---- direction-aware winners, hand-made ---------------------------------------------------------------
@@ -153,7 +154,7 @@ def test_derived_answers_on_fixed_session(fixed_pair) -> None:
     share = ans[("GPTQ-Int4", "sharegpt")]
     # c=16: TTFT 100 x (1 + 0.8 x 15) = 1.3 s > the 1 s SLO -> capacity c=4
     assert share.capacity.level == 4 and not share.capacity.not_reached
-    aggs = {c.load: c.summary["output_tok_s"] for c in cell_views(a) if c.workload == "sharegpt"}
+    aggs = {c.load: c.summary.output_tok_s for c in cell_views(a) if c.workload == "sharegpt"}
     assert share.peak_load == max(aggs, key=lambda k: aggs[k])
     assert share.peak_output_tok_s == max(aggs.values())
     (t,) = comp.thinking

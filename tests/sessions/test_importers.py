@@ -30,14 +30,15 @@ def _agrees_with_vllm(session_path: Path, files: list[Path]) -> None:
     for f in files:
         d = json.loads(f.read_text())
         summ = by_c[d["max_concurrency"]]
+        assert summ is not None
         # recomputed from the per-request data with servescope's formulas: the same numbers as vLLM's
-        assert summ["output_tok_s"] == pytest.approx(d["output_throughput"], rel=1e-6)
-        assert summ["ttft_ms"]["mean"] == pytest.approx(d["mean_ttft_ms"], rel=1e-6)
-        assert summ["ttft_ms"]["p50"] == pytest.approx(d["median_ttft_ms"], rel=1e-6)
-        assert summ["tpot_ms"]["mean"] == pytest.approx(d["mean_tpot_ms"], rel=1e-6)
-        assert summ["tpot_ms"]["p99"] == pytest.approx(d["p99_tpot_ms"], rel=1e-6)
-        assert summ["itl_ms"]["mean"] == pytest.approx(d["mean_itl_ms"], rel=1e-6)
-        assert summ["requests_ok"] == d["completed"]
+        assert summ.output_tok_s == pytest.approx(d["output_throughput"], rel=1e-6)
+        assert summ.ttft_ms.mean == pytest.approx(d["mean_ttft_ms"], rel=1e-6)
+        assert summ.ttft_ms.p50 == pytest.approx(d["median_ttft_ms"], rel=1e-6)
+        assert summ.tpot_ms.mean == pytest.approx(d["mean_tpot_ms"], rel=1e-6)
+        assert summ.tpot_ms.p99 == pytest.approx(d["p99_tpot_ms"], rel=1e-6)
+        assert summ.itl_ms.mean == pytest.approx(d["mean_itl_ms"], rel=1e-6)
+        assert summ.requests_ok == d["completed"]
 
 
 def test_import_detailed(tmp_path: Path) -> None:
@@ -62,9 +63,10 @@ def test_import_aggregate_only(tmp_path: Path) -> None:
     path = import_files([f], sessions_dir=tmp_path / "s", workload="random128")
     s = load_session(path)
     (summ,) = s.summaries()
-    assert summ["ttft_ms"]["mean"] == pytest.approx(d["mean_ttft_ms"])
-    assert summ["ttft_ms"]["p99"] == pytest.approx(d["p99_ttft_ms"])
-    assert summ["ttft_ms"]["min"] is None and summ["per_user_tok_s"]["mean"] is None
+    assert summ is not None
+    assert summ.ttft_ms.mean == pytest.approx(d["mean_ttft_ms"])
+    assert summ.ttft_ms.p99 == pytest.approx(d["p99_ttft_ms"])
+    assert summ.ttft_ms.min is None and summ.per_user_tok_s.mean is None
     assert s.meta["import"]["detailed"] is False
     assert "per_user_tok_s" in s.meta["import"]["lacks"]
     assert s.cells["workload"].to_list() == ["random128"]
@@ -112,9 +114,10 @@ def test_import_real_vllm_bench(vllm_bench_files, tmp_path: Path) -> None:
     _agrees_with_vllm(path, vllm_bench_files.detailed)
     agg = load_session(import_files([vllm_bench_files.aggregate], sessions_dir=tmp_path, name="agg"))
     (summ,) = agg.summaries()
+    assert summ is not None
     d = json.loads(vllm_bench_files.aggregate.read_text())
-    assert summ["e2e_ms"]["p90"] == pytest.approx(d["p90_e2el_ms"])
-    assert summ["tpot_ms"]["p50"] == pytest.approx(d["median_tpot_ms"])
+    assert summ.e2e_ms.p90 == pytest.approx(d["p90_e2el_ms"])
+    assert summ.tpot_ms.p50 == pytest.approx(d["median_tpot_ms"])
 
     import subprocess
     import sys

@@ -171,9 +171,8 @@ def _tiny_sweep(home: Path) -> Any:
 def test_engine_process_falls_back_to_the_thread(home: Path, sim_url: str) -> None:
     from servescope.tui.sweepworker import SimPool, SweepDriver
 
-    sweep = _tiny_sweep(home)
-    sweep["url"] = sim_url
-    sweep["unpicklable"] = lambda: None  # the process cannot start: the thread path runs the sweep
+    sweep = _tiny_sweep(home).replace(url=sim_url)
+    object.__setattr__(sweep, "unpicklable", lambda: None)  # the process cannot start: the thread path runs it
     got: list[Any] = []
     d = SweepDriver(got.append, mode="process")
     assert d.run(sweep, SimPool(), home / "sessions") == "completed"

@@ -28,18 +28,20 @@ WIN = " ★"
 def tag_keys(sessions: list[Any]) -> list[str]:
     """Tag keys in the order they first appear; those every session has come first."""
     keys: list[str] = []
-    for s in sessions:
-        for k in (s.meta.get("tags") or {}):
+    tags = [s.info.tags for s in sessions]
+    for t in tags:
+        for k in t:
             if str(k) not in keys:
                 keys.append(str(k))
-    everywhere = [k for k in keys if all(k in (s.meta.get("tags") or {}) for s in sessions)]
+    everywhere = [k for k in keys if all(k in t for t in tags)]
     return everywhere + [k for k in keys if k not in everywhere]
 
 
 def default_label_key(sessions: list[Any]) -> str | None:
     """The first tag whose values tell every session apart (`quant` for FP8 vs GPTQ-Int4), else None."""
+    tags = [s.info.tags for s in sessions]
     for k in tag_keys(sessions):
-        vals = [str((s.meta.get("tags") or {}).get(k, "")) for s in sessions]
+        vals = [str(t.get(k, "")) for t in tags]
         if all(vals) and len(set(vals)) == len(vals):
             return k
     return None
@@ -79,11 +81,11 @@ def answer_line(a: Any) -> str:
 
 def session_curve(session: Any, workload: str, metric: str) -> tuple[tuple[float, float], ...]:
     """(load, value) over one session's finished cells of `workload` (for the overlaid curves)."""
-    from servescope.sessions.compare import cell_views, metric_value
+    from servescope.sessions.compare import cell_views
 
     pts = []
     for v in cell_views(session):
-        y = metric_value(v.summary, metric)
+        y = v.summary.value(metric)
         if v.workload == workload and v.x is not None and y is not None and v.status != "skipped":
             pts.append((float(v.x), y))
     return tuple(sorted(pts))

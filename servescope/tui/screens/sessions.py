@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from servescope.core.errors import ServescopeError
+from servescope.core.results import CellSummary, GpuWindow, TelemetryWindow
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.tui.safe import cell
@@ -34,11 +35,11 @@ STORED_ROWS = (("KV peak", "kv_cache_usage_peak", 100.0, "{:.1f}%"), ("running m
                ("waiting max", "waiting_max", 1.0, "{:.0f}"), ("preemptions", "preemptions", 1.0, "{:.0f}"))
 
 
-def stored_series(tele: list[dict[str, Any]]) -> tuple[tuple[str, str, tuple[float | None, ...]], ...]:
+def stored_series(tele: list[TelemetryWindow]) -> tuple[tuple[str, str, tuple[float | None, ...]], ...]:
     """One point per finished cell from the stored `telemetry` summaries; the value shown is the last cell's."""
     rows = []
     for label, key, scale, fmt in STORED_ROWS:
-        vals = [float(v) * scale if isinstance(v := t.get(key), (int, float)) else None for t in tele]
+        vals = [float(v) * scale if (v := t.value(key)) is not None else None for t in tele]
         if any(v is not None for v in vals):
             rows.append((label, fmt.format(vals[-1]) if vals[-1] is not None else "-", tuple(vals)))
     return tuple(rows)
@@ -51,15 +52,14 @@ def session_row(path: Path) -> tuple[str, ...]:
     from servescope.sessions.store import load_session
 
     s = load_session(path)
-    meta = s.meta
-    started = str(meta.get("started_at", ""))[:16].replace("T", " ")
-    model = clean_text(str(meta.get("model", "?"))).rstrip("/").split("/")[-1]
-    tags = ",".join(f"{k}={v}" for k, v in (meta.get("tags") or {}).items())
-    wls = sorted({str(w.get("name", "?")).split("/")[0] for w in meta.get("workloads", [])})
-    cells = meta.get("cells", [])
-    done = sum(1 for c in cells if c.get("status") == "done")
-    return ("", started, clean_text(str(meta.get("name", path.name))), s.status, f"{done}/{len(cells)}",
-            clean_text(str((meta.get("target") or {}).get("url", "?"))), model, clean_text(tags), ",".join(wls))
+    info = s.info
+    started = (info.started_at or "")[:16].replace("T", " ")
+    model = clean_text(info.model).rstrip("/").split("/")[-1]
+    tags = ",".join(f"{k}={v}" for k, v in info.tags.items())
+    wls = sorted({str(w.get("name", "?")).split("/")[0] for w in info.workloads})
+    done = sum(1 for c in info.cells if c.get("status") == "done")
+    return ("", started, clean_text(info.name if info.name is not None else path.name), s.status,
+            f"{done}/{len(info.cells)}", clean_text(info.target.url), model, clean_text(tags), ",".join(wls))
 
 
 def series_of(row: dict[str, Any]) -> str:
@@ -174,21 +174,24 @@ class SessionScreen(Screen[None]):
         from servescope.sessions.store import load_session
 
         self.session = load_session(path)
-        self.summaries: dict[int, dict[str, Any]] = {}
+        self.info = self.session.info
+        self.summaries: dict[int, CellSummary] = {}
         cells = self.session.cells
         if cells.height and "summary_json" in cells.columns:
             for idx, s in zip(cells["index"].to_list(), self.session.summaries(), strict=True):
-                self.summaries[int(idx)] = s
+                if s is not None:
+                    self.summaries[int(idx)] = s
 
     def compose(self) -> ComposeResult:
-        meta = self.session.meta
-        tgt = meta.get("target") or {}
-        tags = ", ".join(f"{k}={v}" for k, v in (meta.get("tags") or {}).items())
-        slos = ", ".join(f"{k}<={v:g}" for k, v in (meta.get("slos") or {}).items())
+        info = self.info
+        tgt = info.target
+        tags = ", ".join(f"{k}={v}" for k, v in info.tags.items())
+        slos = ", ".join(f"{k}<={v:g}" for k, v in info.slos.items())
+        name = info.name if info.name is not None else self.session.path.name
         yield Static(clean_text(
-            f"{meta.get('name', self.session.path.name)}  [{self.session.status}]  {str(meta.get('started_at', ''))[:19]}")
+            f"{name}  [{self.session.status}]  {(info.started_at or '')[:19]}")
             + "\n" + clean_text(
-            f"target {tgt.get('url', '?')} (vLLM {tgt.get('version') or '?'}), model {meta.get('model', '?')}"
+            f"target {tgt.url} (vLLM {tgt.version or '?'}), model {info.model}"
             + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head", markup=False)
         with Horizontal(id="session-top"):
             yield CellTable(id="session-cells")
@@ -209,19 +212,18 @@ class SessionScreen(Screen[None]):
         rows = cells.sort("index").to_dicts() if cells.height else []
         for r in rows:
             table.set_cell(int(r["index"]), series_of(r), str(r.get("load_label")), str(r.get("status")),
-                           self.summaries.get(int(r["index"]), {}))
+                           self.summaries.get(int(r["index"])))
         self._rows = rows
-        servers = [s["server"] for s in self.summaries.values() if s.get("server")]
+        servers = [s.server for s in self.summaries.values() if s.server is not None]
         sp = self.query_one(ServerPanel)
-        sp.metrics_available = bool((self.session.meta.get("target") or {}).get("metrics"))
-        sp.client_ttft = tuple((s.get("ttft_ms") or {}).get("mean") for s in self.summaries.values() if s.get("server"))
+        sp.metrics_available = bool(self.info.target.metrics)
+        sp.client_ttft = tuple(s.ttft_ms.mean for s in self.summaries.values() if s.server is not None)
         sp.cells = tuple(servers)
-        tele = [s["telemetry"] for s in self.summaries.values() if s.get("telemetry")]
+        tele = [s.telemetry for s in self.summaries.values() if s.telemetry is not None]
         live = self.query_one(TelemetryPanel)
         live.title = "server per cell (/metrics)"
         live.series = stored_series(tele)
-        meta = self.session.meta
-        has_tele = bool(tele) or bool(meta.get("kv_budget")) or bool(meta.get("gpu"))
+        has_tele = bool(tele) or bool(self.info.kv_budget) or bool(self.info.gpu)
         if not tele:
             live.note = "no /metrics telemetry in this session"
         live.display, sp.display = has_tele, not has_tele
@@ -239,15 +241,15 @@ class SessionScreen(Screen[None]):
             return
         r = self._rows[row]
         idx, wl = int(r["index"]), series_of(r)
-        slos = bool(self.session.meta.get("slos"))
+        slos = bool(self.info.slos)
         pts = []
         for rr in self._rows:
             s = self.summaries.get(int(rr["index"]))
             if series_of(rr) != wl or not s or rr.get("status") == "skipped":
                 continue
             x = rr.get("concurrency") if rr.get("concurrency") is not None else rr.get("rate")
-            pts.append(CurvePoint(float(x or 0), str(rr.get("load_label")), float(s.get("output_tok_s") or 0),
-                                  float((s.get("per_user_tok_s") or {}).get("mean") or 0),
+            pts.append(CurvePoint(float(x or 0), str(rr.get("load_label")), float(s.output_tok_s or 0),
+                                  float(s.per_user_tok_s.mean or 0),
                                   meets_slos(s) if slos else None))
         curve = self.query_one(ThroughputCurve)
         curve.title = f"{wl}: output tok/s vs load"
@@ -264,19 +266,19 @@ class SessionScreen(Screen[None]):
         self.query_one("#s-hist-e2e", LatencyHistogram).values = vals["e2e_ms"]
 
     def _show_cell_telemetry(self, row: dict[str, Any]) -> None:
-        s = self.summaries.get(int(row["index"])) or {}
-        meta = self.session.meta
+        s = self.summaries.get(int(row["index"])) or CellSummary()
+        info = self.info
         live = self.query_one(TelemetryPanel)
-        gpu = s.get("gpu") or (meta.get("gpu") if meta.get("gpu") and not meta["gpu"].get("available") else None)
+        gpu: GpuWindow | dict[str, Any] | None = s.gpu or (
+            info.gpu if info.gpu and not info.gpu.get("available") else None)
         lines = [f"cell {int(row['index']) + 1} {gpu_cell_line(gpu)}"] if gpu else []
-        tele = s.get("telemetry") or {}
-        if tele.get("ttft_ms_mean") is not None:
-            lines.append(f"cell {int(row['index']) + 1} server TTFT {fnum(tele['ttft_ms_mean'])} ms, ITL "
-                         f"{fnum(tele.get('itl_ms_mean'), 2)} ms; client TTFT "
-                         f"{fnum((s.get('ttft_ms') or {}).get('mean'))} ms")
+        tele = s.telemetry
+        if tele is not None and tele.ttft_ms_mean is not None:
+            lines.append(f"cell {int(row['index']) + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "
+                         f"{fnum(tele.itl_ms_mean, 2)} ms; client TTFT {fnum(s.ttft_ms.mean)} ms")
         live.gpu_lines = tuple(lines)
         conc = row.get("concurrency")
-        live.budget = budget_line(meta.get("kv_budget"), str(row.get("workload")),
+        live.budget = budget_line(info.kv_budget, str(row.get("workload")),
                                   int(conc) if isinstance(conc, (int, float)) else None)
 
     def action_toggle_server(self) -> None:
@@ -294,7 +296,8 @@ class SessionScreen(Screen[None]):
             return render_report(session, fmt="md")
 
         default = session.path.parent / f"report-{session.path.name}.md"
-        self.app.push_screen(ExportScreen(str(session.meta.get("name", session.path.name)), default, render),
+        name = self.info.name if self.info.name is not None else session.path.name
+        self.app.push_screen(ExportScreen(name, default, render),
                              self._exported)
 
     def _exported(self, path: Path | None) -> None:

@@ -4,7 +4,7 @@ cell table."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, RichLog
 
+from servescope.core.results import CellSummary, GpuWindow, ServerWindow
 from servescope.tui.safe import cell
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -169,7 +170,8 @@ class ServerPanel(Widget):
     ServerPanel { height: auto; padding: 0 1; }
     """
 
-    cells: reactive[tuple[dict[str, Any], ...]] = reactive(tuple, layout=True)  # the `server` dicts, one per finished cell
+    # the `server` windows (or their dicts), one per finished cell
+    cells: reactive[tuple[ServerWindow | Mapping[str, Any], ...]] = reactive(tuple, layout=True)
     metrics_available: reactive[bool | None] = reactive(None, layout=True)
     client_ttft: reactive[tuple[float | None, ...]] = reactive(tuple)  # client mean TTFT per cell
 
@@ -181,15 +183,16 @@ class ServerPanel(Widget):
         if not self.cells:
             t.append("\nwaiting for the first finished cell…", style="dim")
             return t
-        last = self.cells[-1]
+        cells = [c if isinstance(c, ServerWindow) else ServerWindow.from_dict(c) for c in self.cells]
+        last = cells[-1]
         for key, label, nd in SERVER_ROWS:
-            series = [c.get(key) for c in self.cells]
+            series = [getattr(c, key) for c in cells]
             if all(v is None for v in series):
                 continue
-            t.append(f"\n{label:<16}{fnum(last.get(key), nd):>10}  ")
+            t.append(f"\n{label:<16}{fnum(getattr(last, key), nd):>10}  ")
             t.append(sparkline([float(v) if v is not None else None for v in series][-20:]), style="cyan")
         cl = self.client_ttft[-1] if self.client_ttft else None
-        st = last.get("ttft_ms_mean")
+        st = last.ttft_ms_mean
         if cl is not None and st is not None:
             t.append(f"\nclient - server TTFT{cl - st:>+9.1f} ms", style="dim")
         return t
@@ -199,15 +202,16 @@ CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "user
                 "TPOT p50", "E2E p50")
 
 
-def cell_row(index: int, workload: str, load: str, status: str, s: dict[str, Any]) -> tuple[str, ...]:
-    def st(metric: str, key: str, nd: int = 1) -> str:
-        return fnum((s.get(metric) or {}).get(key), nd)
-
+def cell_row(index: int, workload: str, load: str, status: str,
+             summary: CellSummary | Mapping[str, Any] | None) -> tuple[str, ...]:
+    """A cell's table row; "-" where the cell has no summary (a dict is read as a stored summary)."""
+    s = CellSummary.from_dict(summary) if isinstance(summary, Mapping) and summary else summary
+    if not isinstance(s, CellSummary):
+        return (str(index + 1), workload, load, status, *["-"] * (len(CELL_COLUMNS) - 4))
     return (
-        str(index + 1), workload, load, status,
-        f"{s.get('requests_ok', 0)}/{s.get('requests_failed', 0)}" if s else "-",
-        fnum(s.get("output_tok_s"), 1), st("per_user_tok_s", "p50"), st("ttft_ms", "p50"), st("ttft_ms", "p99"),
-        st("tpot_ms", "p50", 2), st("e2e_ms", "p50", 0),
+        str(index + 1), workload, load, status, f"{s.requests_ok}/{s.requests_failed}",
+        fnum(s.output_tok_s, 1), fnum(s.per_user_tok_s.p50), fnum(s.ttft_ms.p50), fnum(s.ttft_ms.p99),
+        fnum(s.tpot_ms.p50, 2), fnum(s.e2e_ms.p50, 0),
     )
 
 
@@ -224,7 +228,8 @@ class CellTable(DataTable[Text]):
         for c in CELL_COLUMNS:
             self.add_column(c, key=c)
 
-    def set_cell(self, index: int, workload: str, load: str, status: str, summary: dict[str, Any]) -> None:
+    def set_cell(self, index: int, workload: str, load: str, status: str,
+                 summary: CellSummary | Mapping[str, Any] | None) -> None:
         row = cell_row(index, workload, load, status, summary)
         key = str(index)
         if key in self.rows:
@@ -252,23 +257,25 @@ def gpu_reading(g: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def gpu_cell_line(gpu: dict[str, Any] | None) -> str:
-    """A finished cell's GPU summary: energy, Wh per 1M output tokens, cost, power; or why there is none."""
-    if not gpu:
+def gpu_cell_line(gpu: GpuWindow | Mapping[str, Any] | None) -> str:
+    """A finished cell's GPU summary: energy, Wh per 1M output tokens, cost, power; or why there is none.
+    A dict is read as a GPU window (a session's `gpu` table, when NVML was absent, reads as one)."""
+    g = GpuWindow.from_dict(gpu) if isinstance(gpu, Mapping) and gpu else gpu
+    if not isinstance(g, GpuWindow):
         return "GPU: not recorded for this cell"
-    if not gpu.get("available"):
-        return f"GPU: {gpu.get('reason') or 'NVML not available'}"
+    if not g.available:
+        return f"GPU: {g.reason or 'NVML not available'}"
     parts = []
-    if gpu.get("energy_wh") is not None:
-        parts.append(f"{gpu['energy_wh']:.2f} Wh")
-    if gpu.get("wh_per_1m_output_tokens") is not None:
-        parts.append(f"{gpu['wh_per_1m_output_tokens']:,.0f} Wh/1M tok")
-    if gpu.get("cost_usd_per_1m_output_tokens") is not None:
-        parts.append(f"${gpu['cost_usd_per_1m_output_tokens']:.3f}/1M tok")
-    if gpu.get("power_w_mean") is not None:
-        parts.append(f"{gpu['power_w_mean']:.0f} W mean")
-    if gpu.get("mem_used_gib_peak") is not None:
-        parts.append(f"{gpu['mem_used_gib_peak']:.1f} GiB peak")
+    if g.energy_wh is not None:
+        parts.append(f"{g.energy_wh:.2f} Wh")
+    if g.wh_per_1m_output_tokens is not None:
+        parts.append(f"{g.wh_per_1m_output_tokens:,.0f} Wh/1M tok")
+    if g.cost_usd_per_1m_output_tokens is not None:
+        parts.append(f"${g.cost_usd_per_1m_output_tokens:.3f}/1M tok")
+    if g.power_w_mean is not None:
+        parts.append(f"{g.power_w_mean:.0f} W mean")
+    if g.mem_used_gib_peak is not None:
+        parts.append(f"{g.mem_used_gib_peak:.1f} GiB peak")
     return "GPU: " + (", ".join(parts) if parts else "no samples in this cell")
 
 

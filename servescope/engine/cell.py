@@ -1,0 +1,152 @@
+"""Running ONE cell once (an attempt): the load, batches of finished requests for live views, the watchdog,
+the boundary samples of telemetry, and saving the cell (its requests, then its summary) before the next."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from servescope.core.client import ClientOptions, RequestSpec
+from servescope.core.load import CellControl, CellRun, Limits
+from servescope.core.metrics import records_frame, summarize
+from servescope.core.records import RequestRecord
+from servescope.core.results import CellSummary
+from servescope.core.telemetry import server_delta
+from servescope.core.textsafe import clean_text
+from servescope.engine.connection import Target
+from servescope.engine.events import CellFinished, Event, Notice, RequestsDone, SweepControl
+from servescope.engine.plan import Cell
+from servescope.engine.server import ServerManager, watchdog
+from servescope.engine.sink import SessionSink
+from servescope.engine.telemetryhub import Metrics, Telemetry
+
+__all__ = ["CellAttempt"]
+
+
+class CellAttempt:
+    """One attempt at one cell. `events()` runs it and yields RequestsDone batches, TelemetrySamples, then
+    CellFinished (status "done", "stopped" or "server_lost"); afterwards `lost` says whether the server
+    stopped answering during it."""
+
+    def __init__(self, cell: Cell, specs: list[RequestSpec], attempt: int, *, opts: ClientOptions,
+                 slos: dict[str, float], control: SweepControl, sink: SessionSink, target: Target,
+                 servers: ServerManager, telemetry: Telemetry, health_interval_s: float, label: str,
+                 ran_with: dict[str, Any] | None = None) -> None:
+        self.cell = cell
+        self.specs = specs
+        self.attempt = attempt
+        self.opts = opts
+        self.slos = slos
+        self.control = control
+        self.sink = sink
+        self.target = target
+        self.servers = servers
+        self.telemetry = telemetry
+        self.health_interval_s = health_interval_s
+        self.label = label  # the target, for messages
+        self.ran_with = dict(ran_with or {})  # settings recorded in the cell's row (tokenizer, transport, ...)
+        self.cc = CellControl()
+        self.lost = False  # the server stopped answering during the cell
+        self.ok = 0  # measured requests so far
+        self.failed = 0
+        self.pending: list[RequestRecord] = []  # finished, not yet yielded
+        self.t0_ns = 0  # the measured window (perf_counter_ns), set around the boundary samples
+        self.t1_ns = 0
+        self.server_before: Metrics | None = None  # /metrics at the window's start and end
+        self.server_after: Metrics | None = None
+        self.wake = asyncio.Event()
+
+    def _on_record(self, r: RequestRecord) -> None:
+        self.pending.append(r)
+        if r.status == "ok":
+            self.ok += 1
+        else:
+            self.failed += 1
+
+    async def _before_measured(self) -> None:
+        self.t0_ns = time.perf_counter_ns()  # before the boundary samples, so they fall inside the window
+        self.server_before = await self.telemetry.boundary()
+
+    def _on_lost(self) -> None:
+        self.lost = True
+        self.cc.request_stop(f"server lost: {self.label} stopped answering its health check")
+
+    def _batch(self, t0: float) -> RequestsDone:
+        batch, self.pending = self.pending, []
+        return RequestsDone(self.cell, batch, self.ok, self.failed, time.monotonic() - t0)
+
+    async def events(self) -> AsyncIterator[Event]:
+        cell, control = self.cell, self.control
+        control.cell = self.cc
+        self.telemetry.begin_cell()
+        t0 = time.monotonic()
+        task = asyncio.create_task(self.target.run_cell(
+            self.opts, self.specs, cell.load, Limits(cell.requests, cell.duration_s, cell.warmup), self._on_record,
+            self.cc, seed=cell.index, before_measured=self._before_measured))
+        task.add_done_callback(lambda _t: self.wake.set())
+        dog = asyncio.create_task(watchdog(self.servers, self.health_interval_s, self.cc.stop, self._on_lost))
+        try:
+            while not task.done():
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=0.25)
+                except TimeoutError:
+                    pass
+                if self.pending:
+                    yield self._batch(t0)
+                sample = self.telemetry.latest()
+                if sample is not None:
+                    yield sample
+        except BaseException:
+            self.cc.request_stop("interrupted")
+            dog.cancel()
+            await asyncio.gather(task, dog, return_exceptions=True)
+            self._save(task, interrupted=True)
+            raise
+        dog.cancel()
+        await asyncio.gather(dog, return_exceptions=True)
+        run = task.result()
+        if self.pending:
+            yield self._batch(t0)
+        self.server_after = await self.telemetry.boundary(metrics=not self.lost)
+        self.t1_ns = time.perf_counter_ns()
+        # a server killed near a cell's end fails its last requests fast, before the watchdog's second miss:
+        # any failure (not only an early stop) gets a health check before the cell counts as done
+        if (run.stopped or self.failed) and not self.lost and not control.stopping \
+                and not await self.servers.healthy():
+            self.lost = True
+        status = "server_lost" if self.lost else None
+        extra: dict[str, Any] = {}
+        if self.t0_ns:
+            out_tok = sum(r.output_tokens for r in run.records if r.status == "ok")
+            extra = await self.telemetry.window(self.t0_ns, self.t1_ns, out_tok)
+        summary = self._save(task, status=status, suffix=f"-lost{self.attempt}" if self.lost else "", extra=extra)
+        self.telemetry.save(self.sink.path)
+        control.cell = None
+        yield CellFinished(cell, CellSummary.from_dict(summary), status or ("stopped" if run.stopped else "done"),
+                           run.stopped)
+        mm = summary.get("input_tokens_mismatch")
+        if mm and mm["max_abs"] > 0:
+            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): input tokens differ from the request by "
+                                    f"up to {mm['max_abs']} (mean {mm['mean']:+.1f})")
+
+    def _save(self, task: asyncio.Task[CellRun], interrupted: bool = False, status: str | None = None,
+              suffix: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write the cell to the session; its summary as saved ({} when the load itself failed)."""
+        cell = self.cell
+        if task.cancelled() or task.exception() is not None:
+            self.sink.set_cell_status(cell.index, "failed", "interrupted" if interrupted else str(task.exception()))
+            return {}
+        run = task.result()
+        df = records_frame(run.records)
+        wall = max(0.0, (run.end_ns - run.start_ns) / 1e9)
+        summary = summarize(df, wall, self.slos)
+        server = server_delta(self.server_before, self.server_after)
+        if server:
+            summary["server"] = server
+        summary.update(extra or {})
+        status = status or ("stopped" if (run.stopped or interrupted) else "done")
+        self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(run.stopped)},
+                             df, summary, suffix=suffix)
+        return summary

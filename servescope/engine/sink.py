@@ -1,0 +1,38 @@
+"""Where a sweep's results go: the session store's `SessionWriter` surface the runner uses, as Protocols
+(the real one is `servescope.sessions.store.SessionWriter`; tests may pass their own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["FINISHED", "SessionSink", "SinkFactory"]
+
+FINISHED = ("done", "skipped")  # cell statuses a resumed sweep does not run again
+
+
+class SessionSink(Protocol):
+    path: Path
+    meta: dict[str, Any]  # session.toml; the runner edits it, then calls save_meta()
+
+    def save_meta(self) -> None: ...
+
+    def add_event(self, kind: str, text: str) -> None: ...
+
+    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: dict[str, Any] | None,
+                   suffix: str = "") -> None: ...
+
+    def set_cell_status(self, index: int, status: str, reason: str = "") -> None: ...
+
+    def finish(self, status: str, message: str = "") -> None: ...
+
+
+class SinkFactory(Protocol):
+    """Makes the session: a new one (`create`) or a resumed one (`open`)."""
+
+    def create(self, path: Path, meta: dict[str, Any], exist_ok: bool = False) -> SessionSink: ...
+
+    def open(self, path: Path) -> SessionSink: ...

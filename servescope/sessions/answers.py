@@ -1,0 +1,224 @@
+"""What a session answers on its own, per workload: capacity at the SLOs, the knee, the peak throughput, and
+the cost of thinking mode (definitions in servescope.sessions.compare and the README); and their Markdown."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servescope.core.metrics import SLO_ATTAINMENT
+from servescope.core.results import finite
+from servescope.core.textsafe import md_escape
+from servescope.sessions import series_name
+from servescope.sessions.store import Session
+from servescope.sessions.views import CellView, fmt_num, slo_text
+
+
+# ---- derived answers --------------------------------------------------------------------------------
+@dataclass
+class Capacity:
+    level: float | None  # highest load level meeting the SLOs; None when no cell meets them
+    unit: str  # "concurrency" | "req/s"
+    not_reached: bool  # the highest measured level still meets the SLOs
+    unknown: bool = False  # no cell could be judged
+
+    def text(self) -> str:
+        if self.unknown:
+            return "unknown (no per-request data for these SLOs)"
+        if self.level is None:
+            return "none: even the lowest load misses the SLOs"
+        lv = _level_text(self.level, self.unit)
+        return f"{lv} (not reached: the highest level measured still meets them)" if self.not_reached else lv
+
+
+@dataclass
+class Knee:
+    concurrency: int | None
+    not_reached: bool
+    aggregate_tok_s: float | None = None
+    per_user_tok_s: float | None = None
+
+    def text(self) -> str:
+        if self.concurrency is None:
+            return "needs at least two concurrency levels"
+        s = (f"c={self.concurrency} ({fmt_num(self.aggregate_tok_s)} tok/s aggregate, "
+             f"{fmt_num(self.per_user_tok_s)} tok/s per user)")
+        return s + ", not reached: the highest concurrency measured" if self.not_reached else s
+
+
+@dataclass
+class WorkloadAnswers:
+    session: str  # label
+    workload: str
+    capacity: Capacity
+    knee: Knee
+    peak_output_tok_s: float | None
+    peak_load: str
+
+
+@dataclass
+class ThinkingCost:
+    session: str
+    thinking_on: str
+    thinking_off: str
+    loads: list[str]
+    e2e_ratio: list[float | None]
+    ttfo_ratio: list[float | None]
+    capacity_on: Capacity
+    capacity_off: Capacity
+    visible_output_on: float | None
+    visible_output_off: float | None
+    reasoning_tokens_on: float | None
+
+    @property
+    def e2e_ratio_median(self) -> float | None:
+        vals = [v for v in self.e2e_ratio if v is not None]
+        return statistics.median(vals) if vals else None
+
+    @property
+    def capacity_ratio(self) -> float | None:
+        a, b = self.capacity_on.level, self.capacity_off.level
+        if a is None or b is None or b == 0:
+            return None
+        return a / b
+
+
+def _level_text(level: float, unit: str) -> str:
+    return f"c={int(level)}" if unit == "concurrency" else f"{level:g} req/s"
+
+
+def capacity(views: Sequence[CellView]) -> Capacity:
+    closed = [v for v in views if v.concurrency is not None]
+    pts = closed or [v for v in views if v.rate is not None]
+    unit = "concurrency" if closed else "req/s"
+    judged = [(v.x, v.summary.slo_met_fraction) for v in pts if v.x is not None]
+    known = [(x, f) for x, f in judged if f is not None]
+    if not known:
+        return Capacity(None, unit, False, unknown=True)
+    ok = [x for x, f in known if f >= SLO_ATTAINMENT]
+    if not ok:
+        return Capacity(None, unit, False)
+    best = max(ok)
+    return Capacity(best, unit, best == max(x for x, _ in known))
+
+
+def knee(views: Sequence[CellView]) -> Knee:
+    pts = []
+    for v in views:
+        if v.concurrency is None:
+            continue
+        a, u = finite(v.summary.output_tok_s), finite(v.summary.per_user_tok_s.mean)
+        if a is not None and u is not None:
+            pts.append((v.concurrency, a, u))
+    pts.sort()
+    if len(pts) < 2:
+        return Knee(None, False)
+    best = max(pts, key=lambda p: (p[1] * p[2], -p[0]))
+    return Knee(best[0], best[0] == pts[-1][0], best[1], best[2])
+
+
+def peak(views: Sequence[CellView]) -> tuple[float | None, str]:
+    best: tuple[float | None, str] = (None, "")
+    for v in views:
+        a = finite(v.summary.output_tok_s)
+        if a is not None and (best[0] is None or a > best[0]):
+            best = (a, v.load)
+    return best
+
+
+def derive(label: str, views: Sequence[CellView]) -> list[WorkloadAnswers]:
+    out = []
+    for w in dict.fromkeys(v.workload for v in views):
+        wv = [v for v in views if v.workload == w]
+        pk, pl_ = peak(wv)
+        out.append(WorkloadAnswers(label, w, capacity(wv), knee(wv), pk, pl_))
+    return out
+
+
+def _shape_key(w: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (w.get("api"), repr(w.get("input_tokens")), w.get("prefix_tokens", 0), w.get("dataset", ""))
+
+
+def thinking_costs(label: str, session: Session, views: Sequence[CellView]) -> list[ThinkingCost]:
+    wls = session.info.workloads
+    present = {v.base for v in views}
+    out = []
+    for on in wls:
+        if on.get("thinking") is not True or on.get("name") not in present:
+            continue
+        offs = [w for w in wls if w.get("thinking") is not True and w.get("name") in present
+                and _shape_key(w) == _shape_key(on)]
+        if not offs:
+            continue
+        offs.sort(key=lambda w: (w.get("output_tokens") != on.get("output_tokens"), w.get("thinking") is not False))
+        off = offs[0]
+        # the same load of the same server variant, thinking on vs off
+        von = {series_name(v.load, v.variant): v for v in views if v.base == on["name"]}
+        voff = {series_name(v.load, v.variant): v for v in views if v.base == off["name"]}
+        loads = [ld for ld in von if ld in voff]
+
+        def ratio(a: float | None, b: float | None) -> float | None:
+            return a / b if a is not None and b else None
+
+        def visible(vs: Mapping[str, CellView]) -> float | None:
+            vals = []
+            for v in vs.values():
+                o, r = finite(v.summary.output_tokens_mean), finite(v.summary.reasoning_tokens_mean)
+                if o is not None:
+                    vals.append(o - (r or 0.0))
+            return statistics.fmean(vals) if vals else None
+
+        reasoning = [finite(v.summary.reasoning_tokens_mean) for v in von.values()]
+        rs = [r for r in reasoning if r is not None]
+        out.append(ThinkingCost(
+            label, str(on["name"]), str(off["name"]), loads,
+            [ratio(finite(von[ld].summary.e2e_ms.p50), finite(voff[ld].summary.e2e_ms.p50))
+             for ld in loads],
+            [ratio(finite(von[ld].summary.ttfo_ms.p50), finite(voff[ld].summary.ttfo_ms.p50))
+             for ld in loads],
+            capacity(list(von.values())), capacity(list(voff.values())),
+            visible(von), visible(voff), statistics.fmean(rs) if rs else None,
+        ))
+    return out
+
+
+def answers_markdown(answers: Sequence[WorkloadAnswers], thinking: Sequence[ThinkingCost], level: int,
+                     slos: Mapping[str, float], with_session: bool = True) -> list[str]:
+    h = "#" * level
+    out = [f"{h} Capacity, knee and peak", ""]
+    head = (["session"] if with_session else []) + ["workload", "capacity at the SLOs", "knee", "peak output tok/s"]
+    out += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
+    for a in answers:
+        cells = ([md_escape(a.session)] if with_session else []) + [
+            md_escape(a.workload), md_escape(a.capacity.text()), md_escape(a.knee.text()),
+            f"{fmt_num(a.peak_output_tok_s)} at {md_escape(a.peak_load)}" if a.peak_output_tok_s is not None else "-"]
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", f"Capacity: the highest load whose cell meets the SLOs ({md_escape(slo_text(slos))}). "
+                "Knee: the concurrency that maximises aggregate x per-user tok/s; past it, extra aggregate "
+                "throughput costs more per-user speed than it gains.", ""]
+    return out + thinking_markdown(thinking, level)
+
+
+def thinking_markdown(thinking: Sequence[ThinkingCost], level: int) -> list[str]:
+    h = "#" * level
+    out: list[str] = []
+    if thinking:
+        out += [f"{h} Thinking mode cost", "",
+                "| session | thinking on | thinking off | E2E p50 on/off | TTFO p50 on/off | capacity on / off | "
+                "visible output tokens on / off | reasoning tokens |",
+                "|---|---|---|---:|---:|---|---|---:|"]
+        for t in thinking:
+            e2e = ", ".join(f"{md_escape(ld)}: {r:.2f}x" for ld, r in zip(t.loads, t.e2e_ratio, strict=True)
+                            if r is not None) or "-"
+            tt = ", ".join(f"{md_escape(ld)}: {r:.2f}x" for ld, r in zip(t.loads, t.ttfo_ratio, strict=True)
+                           if r is not None) or "-"
+            cr = t.capacity_ratio
+            cap = (f"{md_escape(t.capacity_on.text())} / {md_escape(t.capacity_off.text())}"
+                   + (f" ({cr:.2f}x)" if cr is not None else ""))
+            out.append(f"| {md_escape(t.session)} | {md_escape(t.thinking_on)} | {md_escape(t.thinking_off)} | "
+                       f"{e2e} | {tt} | {cap} | {fmt_num(t.visible_output_on)} / {fmt_num(t.visible_output_off)} | "
+                       f"{fmt_num(t.reasoning_tokens_on)} |")
+        out.append("")
+    return out

@@ -1,0 +1,270 @@
+"""The sections of a session's Markdown report: setup, workloads, metric definitions, each workload's results
+table with its Mermaid charts. `servescope.sessions.report` assembles them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from servescope.core.metrics import FORMULAS, SLO_ATTAINMENT
+from servescope.core.results import Dist, finite, metric_label
+from servescope.core.textsafe import clean_text, md_escape
+from servescope.sessions.compare import CellView, Comparison, fmt_num, slo_text
+from servescope.sessions.store import Session
+
+if TYPE_CHECKING:
+    from servescope.sessions.report import SessionReport
+
+EXTRA_DEFINITIONS: dict[str, str] = {
+    "percentiles": "p50/p90/p95/p99 by linear interpolation over the cell's successful requests (ITL: over all gaps)",
+    "slo_met": f"share of a cell's requests that succeeded within every SLO; a cell meets the SLOs at >= {SLO_ATTAINMENT:.0%}",
+    "capacity": "the highest load level whose cell meets the SLOs",
+    "knee": "the concurrency that maximises aggregate output tok/s x mean per-user tok/s; past it, extra "
+            "aggregate throughput costs more per-user speed than it gains",
+}
+
+
+
+# ---- Markdown ---------------------------------------------------------------------------------------
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c if c else "-" for c in cells) + " |"
+
+
+def _sep(n: int, numeric_from: int = 99) -> str:
+    return "|" + "|".join("---:" if i >= numeric_from else "---" for i in range(n)) + "|"
+
+
+def _dist_text(d: Any) -> str:
+    if not isinstance(d, Mapping):
+        return "-"
+    kind = d.get("dist", "fixed")
+    if kind == "fixed":
+        return f"{d.get('value')}"
+    if kind == "uniform":
+        return f"{d.get('min')}-{d.get('max')} (uniform)"
+    return f"N({d.get('mean')}, {d.get('std')}) in [{d.get('min')}, {d.get('max')}]"
+
+
+def _measured(session: Session, views: Sequence[CellView], workload: str, column: str, summary_key: str) -> str:
+    idx = [v.index for v in views if v.base == workload]
+    frames = [session.requests(i) for i in idx]
+    frames = [f for f in frames if f.height and column in f.columns]
+    if frames:
+        df = pl.concat([f.select("status", column, *(["warmup"] if "warmup" in f.columns else [])) for f in frames],
+                       how="diagonal_relaxed")
+        if "warmup" in df.columns:
+            df = df.filter(~pl.col("warmup"))
+        s = df.filter((pl.col("status") == "ok") & (pl.col(column) >= 0))[column]
+        if s.len():
+            return (f"mean {fmt_num(float(s.mean()))}, p50 {fmt_num(float(s.median()))}, "  # type: ignore[arg-type]
+                    f"{int(s.min())}-{int(s.max())}")  # type: ignore[arg-type]
+    vals = [v.summary.value(summary_key) for v in views if v.base == workload]
+    got = [x for x in vals if x is not None]
+    return f"mean {fmt_num(sum(got) / len(got))} (no per-request data)" if got else "-"
+
+
+def _setup(rep: SessionReport) -> list[str]:
+    m = rep.session.info
+    t = m.target
+    server = m.server
+    kv = None
+    for v in rep.views:
+        sv = v.summary.server
+        if sv is not None and finite(sv.kv_cache_tokens):
+            kv = finite(sv.kv_cache_tokens)
+            break
+    load = m.load
+    conc = load.concurrency
+    rates = load.rates
+    load_txt = (f"concurrency {', '.join(map(str, conc))}" if conc else
+                f"rates {', '.join(f'{r:g}' for r in rates)}/s {load.arrival or ''}" if rates else
+                "each workload's defaults")
+    if load.requests:
+        load_txt += f"; {load.requests} requests per cell"
+    if load.duration_s:
+        load_txt += f"; {load.duration_s:g} s per cell"
+    if load.warmup:
+        load_txt += f"; {load.warmup} warmup requests"
+    tags = m.tags
+    dates = clean_text(m.started_at if m.started_at is not None else "?")
+    if m.ended_at:
+        dates += f" to {clean_text(m.ended_at)}"
+    gpu_txt = "not recorded"
+    if m.gpu is not None:
+        gpu_txt = ", ".join(f"{k} {clean_text(str(v))}" for k, v in m.gpu.items())
+    args = server.args if server else None
+    rows = [
+        ("target", clean_text(t.url)),
+        ("server version", clean_text(t.version or "not reported")),
+        ("server arguments", clean_text(" ".join(map(str, args)) if isinstance(args, list) else str(args))
+         if args else "not known (servescope did not launch the server)"),
+        *([("server variants", "; ".join(f"{i + 1}: {clean_text(str(v))}" for i, v in enumerate(server.variants))
+            + " (the sweep ran once per variant, the server relaunched; each variant's results have their own "
+              "section)")] if server and server.variants else []),
+        ("model", clean_text(m.model)),
+        ("max model length", f"{m.max_model_len:,}" if m.max_model_len is not None else "not reported"),
+        ("KV cache", f"{kv:,.0f} tokens (from /metrics)" if kv else "not reported"),
+        ("GPU", gpu_txt),
+        ("tags", ", ".join(f"{k}={clean_text(str(v))}" for k, v in tags.items()) or "none"),
+        ("date", dates),
+        ("status", rep.session.status),
+        ("load", load_txt),
+        ("SLOs", f"{slo_text(rep.slos)} ({rep.slos_source})"),
+        ("client", f"servescope {clean_text(m.servescope_version)} on {clean_text(m.host)}, "
+                   f"tokenizer: {clean_text(t.tokenizer if t.tokenizer is not None else '?')}"),
+    ]
+    out = ["## Setup", "", "| | |", "|---|---|"]
+    out += [f"| {k} | {md_escape(v)} |" for k, v in rows]
+    return out + [""]
+
+
+def _workloads(rep: SessionReport) -> list[str]:
+    out = ["## Workloads", "",
+           "A benchmark lies unless it states its length distributions: requested is what the workload asked "
+           "for, measured is what the server counted (`usage`).", "",
+           _row(["workload", "api", "thinking", "input requested", "input measured", "output requested",
+                 "output measured", "reasoning tokens (mean)"]),
+           _sep(8)]
+    present = {v.base for v in rep.views}
+    for w in rep.session.info.workloads:
+        if w.get("name") not in present:
+            continue
+        name = str(w["name"])
+        think = {True: "on", False: "off"}.get(bool(w["thinking"]), "") if "thinking" in w else "server default"
+        inp = _dist_text(w.get("input_tokens"))
+        if w.get("dataset"):
+            inp = f"dataset {clean_text(str(w['dataset'])).split('/')[-1]}"
+        if w.get("prefix_tokens"):
+            inp += f", {w['prefix_tokens']} shared prefix"
+        reas = [finite(v.summary.reasoning_tokens_mean) for v in rep.views if v.base == name]
+        rs = [r for r in reas if r is not None]
+        out.append(_row([md_escape(name), md_escape(str(w.get("api", "?"))), think, md_escape(inp),
+                         md_escape(_measured(rep.session, rep.views, name, "prompt_tokens", "input_tokens_mean")),
+                         md_escape(_dist_text(w.get("output_tokens"))),
+                         md_escape(_measured(rep.session, rep.views, name, "output_tokens", "output_tokens_mean")),
+                         fmt_num(sum(rs) / len(rs)) if rs else "-"]))
+    return out + [""]
+
+
+def _definitions() -> list[str]:
+    out = ["## Metric definitions", "", "| metric | definition |", "|---|---|"]
+    for k, v in FORMULAS.items():
+        out.append(f"| `{k}` | {md_escape(v)} |")
+    for k, v in EXTRA_DEFINITIONS.items():
+        out.append(f"| {k} | {md_escape(v)} |")
+    return out + [""]
+
+
+def _trio(d: Dist) -> str:
+    return " / ".join(fmt_num(d.stat(p)) for p in ("p50", "p90", "p99"))
+
+
+def _mermaid_text(s: str) -> str:
+    return clean_text(s).replace('"', "'").replace("`", "'")
+
+
+def xychart(title: str, x_label: str, categories: Sequence[str], y_label: str,
+            series: Sequence[Sequence[float]]) -> list[str]:
+    """A Mermaid xychart-beta block: one line per series, all as long as the categories."""
+    ymax = max((v for s in series for v in s), default=0.0)
+    top = _nice_ceiling(ymax)
+    cats = ", ".join(f'"{_mermaid_text(c)}"' for c in categories)
+    out = ["```mermaid", "xychart-beta", f'    title "{_mermaid_text(title)}"',
+           f'    x-axis "{_mermaid_text(x_label)}" [{cats}]', f'    y-axis "{_mermaid_text(y_label)}" 0 --> {top:g}']
+    for s in series:
+        out.append("    line [" + ", ".join(_chart_num(v) for v in s) + "]")
+    return out + ["```"]
+
+
+def _chart_num(v: float) -> str:
+    return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def _nice_ceiling(v: float) -> float:
+    if v <= 0 or math.isnan(v):
+        return 1.0
+    mag = 10 ** math.floor(math.log10(v))
+    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if m * mag >= v * 1.05:
+            return m * mag
+    return 10 * mag
+
+
+CHARTS = (("output_tok_s", "aggregate output tok/s"), ("per_user_tok_s.mean", metric_label("per_user_tok_s.mean")),
+          ("ttft_ms.p99", metric_label("ttft_ms.p99")))
+
+
+def _charts_for(workload: str, series: Mapping[str, Sequence[CellView]], x_kind: str) -> list[str]:
+    """series: label -> that session's cells of this workload (same x levels, in order)."""
+    first = next(iter(series.values()))
+    if len(first) < 2:
+        return []
+    cats = [str(v.concurrency) if x_kind == "concurrency" else f"{v.rate:g}" for v in first]
+    x_label = "concurrency (users)" if x_kind == "concurrency" else "request rate (req/s)"
+    out: list[str] = []
+    for key, label in CHARTS:
+        lines: list[list[float]] = []
+        for views in series.values():
+            vals = [v.summary.value(key) for v in views]
+            if any(x is None for x in vals):
+                lines = []
+                break
+            lines.append([float(x) for x in vals if x is not None])
+        if not lines:
+            continue
+        out += xychart(f"{workload}: {label} vs {x_kind}", x_label, cats, label, lines) + [""]
+    if out and len(series) > 1:
+        legend = ", ".join(f"line {i + 1}: {md_escape(lb)}" for i, lb in enumerate(series))
+        out.append(f"Lines in each chart, in order: {legend}.")
+        out.append("")
+    return out
+
+
+def _workload_section(rep: SessionReport, workload: str, comparison: Comparison | None,
+                      others: Sequence[SessionReport]) -> list[str]:
+    views = [v for v in rep.views if v.workload == workload]
+    out = [f"## Results: {md_escape(workload)}", ""]
+    head = ["load", "ok / failed", "TTFT ms p50 / p90 / p99", "TPOT ms p50 / p90 / p99", "ITL ms p50 / p90 / p99",
+            "E2E ms p50 / p90 / p99", "output tok/s", "per-user tok/s", "goodput req/s", "SLO met"]
+    out += [_row(head), _sep(len(head), numeric_from=6)]
+    for v in views:
+        sm = v.summary
+        frac = finite(sm.slo_met_fraction)
+        out.append(_row([
+            md_escape(v.load),
+            f"{sm.requests_ok} / {sm.requests_failed}",
+            _trio(sm.ttft_ms), _trio(sm.tpot_ms), _trio(sm.itl_ms), _trio(sm.e2e_ms),
+            fmt_num(finite(sm.output_tok_s)), fmt_num(finite(sm.per_user_tok_s.mean)),
+            fmt_num(finite(sm.goodput_req_s)), f"{frac:.0%}" if frac is not None else "-",
+        ]))
+    out.append("")
+    ans = next((a for a in rep.answers if a.workload == workload), None)
+    if ans:
+        out.append(f"- **Capacity at the SLOs:** {md_escape(ans.capacity.text())}")
+        out.append(f"- **Knee:** {md_escape(ans.knee.text())}")
+        if ans.peak_output_tok_s is not None:
+            out.append(f"- **Peak aggregate throughput:** {fmt_num(ans.peak_output_tok_s)} output tok/s at "
+                       f"{md_escape(ans.peak_load)}")
+        out.append("")
+    closed = [v for v in views if v.concurrency is not None]
+    x_kind = "concurrency" if closed else "rate"
+    base = closed or [v for v in views if v.rate is not None]
+    series: dict[str, list[CellView]] = {rep.label: base}
+    if comparison is not None and others:
+        common = {(c.workload, c.load) for c in comparison.cells}
+        keep = [v for v in base if (v.workload, v.load) in common]
+        series = {comparison.labels[0]: keep}
+        for o, lb in zip(others, comparison.labels[1:], strict=True):
+            by = {v.key: v for v in o.views}
+            series[lb] = [by[v.key] for v in keep]
+        if len(keep) < 2:
+            series = {rep.label: base}
+    out += _charts_for(workload, series, x_kind)
+    return out

@@ -1,0 +1,169 @@
+"""A saved session's cells as the comparison and the report read them: `CellView` (a cell's plan row and its
+typed summary), the SLOs a session is judged by, and the number formats every table shares."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from servescope.core.metrics import SLO_ATTAINMENT, per_request, slo_mask
+from servescope.core.results import METRICS, CellSummary
+from servescope.core.textsafe import clean_text
+from servescope.sessions import series_name
+from servescope.sessions.store import Session
+
+# "usable" in the field reports (seed 004): TTFT < 3 s and > 20 tok/s per user. Used when no SLOs were set.
+DEFAULT_SLOS: dict[str, float] = {"ttft_ms": 3000.0, "per_user_tok_s": 20.0}
+
+
+def fmt_num(v: float | None) -> str:
+    """Numbers as a person writes them in a table: 3,373 / 183.7 / 6.12 / 0.052."""
+    if v is None:
+        return "-"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1 or a == 0:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def fmt_pct(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.1f}%"
+
+
+def slo_text(slos: Mapping[str, float]) -> str:
+    if not slos:
+        return "none"
+    parts = []
+    for k, v in slos.items():
+        op = ">=" if k in METRICS and METRICS[k].better == "higher" else "<="
+        parts.append(f"{k} {op} {v:g}")
+    return ", ".join(parts) + f" for at least {SLO_ATTAINMENT:.0%} of requests"
+
+
+@dataclass
+class CellView:
+    index: int
+    workload: str
+    load: str
+    concurrency: int | None
+    rate: float | None
+    status: str
+    reason: str
+    summary: CellSummary = field(default_factory=CellSummary)
+    base: str = ""  # the workload's own name (without the server variant)
+    variant: str = ""  # the server variant's arguments ("" when the server was not relaunched per variant)
+    has_summary: bool = True  # False for a cell that never ran (skipped)
+    slo_unknown: bool = False  # no per-request data to judge it against other SLOs than its own
+
+    def __post_init__(self) -> None:
+        if not self.base:
+            self.base = self.workload
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.workload, self.load)
+
+    @property
+    def x(self) -> float | None:
+        return float(self.concurrency) if self.concurrency is not None else self.rate
+
+    def summary_dict(self) -> dict[str, Any]:
+        """The summary as stored (plus `slo_unknown` when set), {} for a cell without one."""
+        if not self.has_summary:
+            return {}
+        d = self.summary.to_dict()
+        if self.slo_unknown:
+            d["slo_unknown"] = True
+        return d
+
+
+def _opt_int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
+
+
+def _opt_float(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
+
+
+def workload_order(session: Session) -> list[str]:
+    return session.info.workload_names
+
+
+def cell_views(session: Session, include_skipped: bool = False) -> list[CellView]:
+    """The session's cells in plan order (workload order, then load), with their summaries."""
+    rows = session.cells.to_dicts() if session.cells.height else []
+    summaries = session.summaries()
+    views: list[CellView] = []
+    for row, summ in zip(rows, summaries or [None] * len(rows), strict=False):
+        status = str(row.get("status") or "done")
+        if summ is None and not include_skipped:
+            continue
+        conc = _opt_int(row.get("concurrency"))
+        rate = _opt_float(row.get("rate"))
+        label = row.get("load_label") or (f"c={conc}" if conc is not None else f"rate {rate:g}/s")
+        base = str(row.get("workload"))
+        variant = clean_text(str(row.get("server_variant") or ""))
+        views.append(CellView(int(row.get("index", len(views))), series_name(base, variant),
+                              str(label), conc, rate, status, clean_text(str(row.get("reason") or "")),
+                              summ or CellSummary(), base, variant, has_summary=summ is not None))
+    order = {w: i for i, w in enumerate(workload_order(session))}
+    vorder: dict[str, int] = {}
+    for v in sorted(views, key=lambda v: v.index):
+        vorder.setdefault(v.variant, len(vorder))
+    views.sort(key=lambda v: (order.get(v.base, len(order)), vorder[v.variant], v.rate is not None, v.x or 0.0,
+                              v.index))
+    return views
+
+
+def session_slos(session: Session) -> dict[str, float]:
+    return {str(k): float(v) for k, v in session.info.slos.items()}
+
+
+def choose_slos(sessions: Sequence[Session], slos: Mapping[str, float] | None) -> tuple[dict[str, float], str]:
+    """The SLOs a report or comparison judges by, and where they came from."""
+    if slos:
+        return dict(slos), "given on the command line"
+    first = session_slos(sessions[0]) if sessions else {}
+    if first:
+        return first, "recorded with the session" if len(sessions) == 1 else "recorded with the first session"
+    return dict(DEFAULT_SLOS), "the default, as no SLOs were recorded: usable = TTFT under 3 s and 20 tok/s per user"
+
+
+def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float]) -> None:
+    """Re-judge each cell against `slos` from its raw requests (slo_met_fraction, goodput_req_s).
+
+    Cells without per-request data keep their recorded values when the SLOs are the session's own, and
+    lose them otherwise (marked `slo_unknown`)."""
+    own = session_slos(session) == dict(slos)
+    for v in views:
+        df = session.requests(v.index)
+        if df.height == 0 or "sent_ns" not in df.columns:
+            if not own:
+                v.summary.slo_met_fraction = None
+                v.summary.goodput_req_s = None
+                v.slo_unknown = True
+            continue
+        if "warmup" in df.columns:
+            df = df.filter(~pl.col("warmup"))
+        pr = per_request(df)
+        good = pr.filter(slo_mask(pr, slos)).height
+        wall = v.summary.value("wall_s") or 0.0
+        v.summary.slo_met_fraction = good / pr.height if pr.height else None
+        v.summary.goodput_req_s = good / wall if wall > 0 else None
+
+
+def session_label(session: Session, label_key: str | None = None) -> str:
+    info = session.info
+    if label_key and label_key in info.tags:
+        return clean_text(str(info.tags[label_key])) or session.path.name
+    return clean_text(str(info.name)) if info.name else session.path.name

@@ -1,0 +1,314 @@
+"""`run_sweep` in-process with fakes: a fake target (its load makes records without any network), a fake
+server manager that can die and be relaunched, no telemetry, and the real session store in tmp_path. What
+is under test is the runner's own logic: recovery of a lost server, variant switching, resume, the
+session metadata. The watchdog, the cell attempt and the session store are the real ones."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servescope.core.client import ClientOptions, RequestSpec
+from servescope.core.kvbudget import KVBudget
+from servescope.core.load import CellControl, CellRun, Limits, Load
+from servescope.core.records import RequestRecord
+from servescope.core.results import CellSummary
+from servescope.core.target import EstimateTokenizer, ModelInfo, TargetInfo, Tokenizer
+from servescope.engine.events import (
+    CellFinished,
+    CellStarted,
+    Event,
+    KvBudgetKnown,
+    Notice,
+    SweepControl,
+    SweepFinished,
+    SweepStarted,
+)
+from servescope.engine.runner import run_sweep
+from servescope.engine.spec import RunContext, SweepSpec
+from servescope.engine.telemetryhub import NoTelemetry
+from servescope.sessions.store import load_session
+from servescope.workloads.spec import Workload, fixed
+
+WL = Workload("tiny", "completions", fixed(16), fixed(4), source="inline")
+
+
+@dataclass
+class FakeServer:
+    """A server that can die (its health check fails, its requests hang) and come back when recovered."""
+
+    url: str = "http://fake-0"
+    variant: int = -1
+    alive: bool = True
+    come_back: bool = True
+    launches: list[int] = field(default_factory=list)
+    recoveries: int = 0
+    closed: bool = False
+    log_budget: KVBudget | None = None
+
+    async def launch(self, variant: int, log_dir: Path) -> None:
+        self.launches.append(variant)
+        self.variant = variant
+        self.url = f"http://fake-{variant}"
+        self.alive = True
+
+    async def healthy(self, timeout_s: float = 5.0) -> bool:
+        return self.alive
+
+    async def recover(self, timeout_s: float, stopping: Callable[[], bool]) -> bool:
+        self.recoveries += 1
+        if self.come_back and not stopping():
+            self.alive = True
+            return True
+        return False
+
+    def server_args(self) -> dict[str, Any] | None:
+        return {"variant": self.variant} if self.launches else None
+
+    def kv_budget(self) -> KVBudget | None:
+        return self.log_budget
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeTarget:
+    """Connects to whatever FakeServer serves; its load answers every request at once while the server is
+    alive, and hangs (as a dead server's connections do) once it died, until the cell is stopped."""
+
+    server: FakeServer
+    die_in: dict[tuple[int, int], int] = field(default_factory=dict)  # (cell, run) -> die after N requests
+    runs: list[tuple[int, str]] = field(default_factory=list)  # (seed = cell index, base URL) per run
+    closed: bool = False
+
+    async def connect(self, url: str, model: str | None) -> tuple[TargetInfo, ModelInfo]:
+        assert url == self.server.url, "the runner connects to the server it launched"
+        m = ModelInfo("fake-model", 4096)
+        return TargetInfo(url, [m], version="0.0-fake", metrics_available=False), m
+
+    async def tokenizer(self, model: str) -> Tokenizer:
+        return EstimateTokenizer()
+
+    async def run_cell(self, opts: ClientOptions, specs: Sequence[RequestSpec], load: Load, limits: Limits,
+                       on_record: Callable[[RequestRecord], None], control: CellControl, seed: int,
+                       before_measured: Callable[[], Awaitable[None]]) -> CellRun:
+        self.runs.append((seed, opts.base_url))
+        nrun = sum(1 for s, _ in self.runs if s == seed)
+        die_after = self.die_in.get((seed, nrun))
+        await before_measured()
+        start = time.perf_counter_ns()
+        records: list[RequestRecord] = []
+        for i in range(limits.requests or 4):
+            if die_after is not None and i == die_after:
+                self.server.alive = False
+            if not self.server.alive:
+                await asyncio.wait_for(control.stop.wait(), timeout=10)
+                break
+            t = time.perf_counter_ns()
+            spec = specs[limits.warmup + i % max(1, len(specs) - limits.warmup)]
+            r = RequestRecord(i, 0, False, spec.input_tokens, spec.output_tokens, t, sent_ns=t,
+                              first_token_ns=t + 1_000_000, first_content_ns=t + 1_000_000, end_ns=t + 4_000_000,
+                              prompt_tokens=spec.input_tokens, output_tokens=spec.output_tokens, usage_reported=True)
+            records.append(r)
+            on_record(r)
+            await asyncio.sleep(0)
+        return CellRun(records, start, time.perf_counter_ns(), control.reason if control.stop.is_set() else "")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _spec(**kw: Any) -> SweepSpec:
+    base: dict[str, Any] = {"url": "http://fake-0", "workloads": (WL,), "concurrency": (1, 2), "requests": 6,
+                            "telemetry_interval_s": None}
+    return SweepSpec(**(base | kw))
+
+
+def _ctx(path: Path, **kw: Any) -> RunContext:
+    return RunContext(**({"url": "http://fake-0", "save_dir": path, "health_interval_s": 0.02} | kw))
+
+
+async def _run(spec: SweepSpec, ctx: RunContext, server: FakeServer, target: FakeTarget,
+               control: SweepControl | None = None,
+               on_event: Callable[[Event, SweepControl], None] | None = None) -> list[Event]:
+    control = control or SweepControl()
+    out: list[Event] = []
+    async for ev in run_sweep(spec, ctx, control, target=target, servers=server, telemetry=NoTelemetry()):
+        out.append(ev)
+        if on_event is not None:
+            on_event(ev, control)
+    return out
+
+
+def _finished(events: list[Event]) -> list[CellFinished]:
+    return [e for e in events if isinstance(e, CellFinished)]
+
+
+# ---- recovery -------------------------------------------------------------------------------------------
+async def test_server_lost_mid_cell_is_recovered_and_the_cell_rerun(tmp_path: Path) -> None:
+    server = FakeServer()
+    target = FakeTarget(server, die_in={(1, 1): 2})  # cell 1's first run: the server dies after 2 requests
+    events = await _run(_spec(), _ctx(tmp_path / "s"), server, target)
+
+    assert [(f.cell.index, f.status) for f in _finished(events)] == [(0, "done"), (1, "server_lost"), (1, "done")]
+    assert [s for s, _ in target.runs] == [0, 1, 1]
+    assert server.recoveries == 1
+    lost = _finished(events)[1]
+    assert isinstance(lost.summary, CellSummary) and lost.summary.requests_ok == 2
+    assert lost.reason.startswith("server lost: http://fake-0 stopped answering")
+    texts = [e.text for e in events if isinstance(e, Notice)]
+    assert any("stopped answering during cell 2" in t for t in texts)
+    assert any("is back after" in t and "re-running cell 2" in t for t in texts)
+    assert sum(isinstance(e, CellStarted) and e.cell.index == 1 for e in events) == 2
+    fin = events[-1]
+    assert isinstance(fin, SweepFinished) and fin.status == "completed"
+
+    s = load_session(tmp_path / "s")
+    assert s.meta["status"] == "completed"
+    assert [c["status"] for c in s.meta["cells"]] == ["done", "done"]
+    assert [e["kind"] for e in s.meta["events"]] == ["server_lost", "server_back"]
+    assert (tmp_path / "s" / "requests" / "cell-0001-lost1.parquet").is_file()
+    assert s.cells.filter(s.cells["index"] == 1)["requests_ok"].to_list() == [6]
+    assert target.closed and server.closed
+
+
+async def test_server_never_back_fails_the_sweep_with_the_message(tmp_path: Path) -> None:
+    server = FakeServer(come_back=False)
+    target = FakeTarget(server, die_in={(0, 1): 1})
+    events = await _run(_spec(recover_timeout_s=1.0), _ctx(tmp_path / "s"), server, target)
+
+    fin = events[-1]
+    assert isinstance(fin, SweepFinished) and fin.status == "failed"
+    assert "stopped answering during cell 1" in fin.message and "did not come back within 1 s" in fin.message
+    assert f"servescope resume {tmp_path / 's'}" in fin.message
+    assert [s for s, _ in target.runs] == [0]  # cell 2 never started
+    assert any(isinstance(e, Notice) and e.level == "error" and e.text == fin.message for e in events)
+    s = load_session(tmp_path / "s")
+    assert s.meta["status"] == "failed" and s.meta["message"] == fin.message
+    assert [c["status"] for c in s.meta["cells"]] == ["server_lost", "planned"]
+
+
+async def test_a_server_lost_three_times_is_not_retried_forever(tmp_path: Path) -> None:
+    server = FakeServer()
+    target = FakeTarget(server, die_in={(0, 1): 0, (0, 2): 0, (0, 3): 0})
+    events = await _run(_spec(concurrency=(1,)), _ctx(tmp_path / "s"), server, target)
+    assert [s for s, _ in target.runs] == [0, 0, 0]
+    fin = events[-1]
+    assert isinstance(fin, SweepFinished) and fin.status == "failed"
+
+
+# ---- server variants ------------------------------------------------------------------------------------
+async def test_variants_relaunch_the_server_once_per_variant_in_order(tmp_path: Path) -> None:
+    server = FakeServer(url="")
+    target = FakeTarget(server)
+    spec = _spec(url="sim://", launch="fake-serve --port 1", variants=("--max-num-seqs 1", "--max-num-seqs 8"))
+    events = await _run(spec, _ctx(tmp_path / "s", url=""), server, target)
+
+    assert server.launches == [0, 1]
+    assert target.runs == [(0, "http://fake-0"), (1, "http://fake-0"), (2, "http://fake-1"), (3, "http://fake-1")]
+    done = _finished(events)
+    assert [(f.cell.index, f.cell.variant, f.cell.variant_args) for f in done] == [
+        (0, 0, "--max-num-seqs 1"), (1, 0, "--max-num-seqs 1"), (2, 1, "--max-num-seqs 8"), (3, 1, "--max-num-seqs 8")]
+    relaunch = [e for e in events if isinstance(e, Notice) and e.text.startswith("relaunching")]
+    assert [e.text for e in relaunch] == ["relaunching the server for variant 2: --max-num-seqs 8"]
+    # the relaunch comes after variant 1's last cell and before variant 2's first
+    order = [("relaunch" if isinstance(e, Notice) and e.text.startswith("relaunching") else e.cell.index)
+             for e in events if isinstance(e, CellStarted) or (isinstance(e, Notice) and e.text.startswith("relaunching"))]
+    assert order == [0, 1, "relaunch", 2, 3]
+
+    s = load_session(tmp_path / "s")
+    assert s.cells.sort("index")["server_variant"].to_list() == ["--max-num-seqs 1"] * 2 + ["--max-num-seqs 8"] * 2
+    assert s.meta["server"]["launch"] == "fake-serve --port 1"
+    assert s.meta["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
+    assert s.meta["server"]["args"] == {"variant": 0}
+    assert s.meta["server"]["variant_args"] == {"1": {"variant": 1}}
+    assert [e["kind"] for e in s.meta["events"]] == ["server_launched"]
+
+
+# ---- resume -----------------------------------------------------------------------------------------------
+async def test_resume_runs_only_the_unfinished_cells(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    spec = _spec(concurrency=(1, 2, 4, 8))
+    server = FakeServer()
+    target = FakeTarget(server)
+
+    def stop_after_two(ev: Event, control: SweepControl) -> None:
+        if isinstance(ev, CellFinished) and ev.cell.index == 1:
+            control.stop("stopped by the test")
+
+    events = await _run(spec, _ctx(path), server, target, on_event=stop_after_two)
+    fin = events[-1]
+    assert isinstance(fin, SweepFinished) and fin.status == "interrupted"
+    assert [s for s, _ in target.runs] == [0, 1]
+    assert [c["status"] for c in load_session(path).meta["cells"]] == ["done", "done", "planned", "planned"]
+
+    server2 = FakeServer()
+    target2 = FakeTarget(server2)
+    events = await _run(spec, _ctx(path, save_dir=None, resume=path), server2, target2)
+    assert [s for s, _ in target2.runs] == [2, 3]  # seeds are the cells' indices
+    assert [f.cell.index for f in _finished(events)] == [2, 3]
+    started = next(e for e in events if isinstance(e, SweepStarted))
+    assert started.session_dir == path and len(started.cells) == 4
+    fin = events[-1]
+    assert isinstance(fin, SweepFinished) and fin.status == "completed"
+    s = load_session(path)
+    assert [c["status"] for c in s.meta["cells"]] == ["done"] * 4
+    assert sorted(s.cells["index"].to_list()) == [0, 1, 2, 3]
+    assert [e["kind"] for e in s.meta["events"]] == ["resumed"]
+
+
+# ---- what the session holds -------------------------------------------------------------------------------
+async def test_session_holds_the_whole_sweep_and_arrival_defaults_to_poisson(tmp_path: Path) -> None:
+    spec = _spec(concurrency=None, rates=(50.0,), tags={"quant": "FP8"}, slos={"ttft_ms": 100.0})
+    server = FakeServer()
+    events = await _run(spec, _ctx(tmp_path / "s"), server, FakeTarget(server))
+    cell = _finished(events)[0].cell
+    assert cell.load.arrival == "poisson"
+    s = load_session(tmp_path / "s")
+    sweep = s.meta["sweep"]
+    assert sweep == spec.to_table(inline_workloads=True)
+    assert SweepSpec.from_table(sweep) == spec
+    assert s.meta["load"]["rates"] == [50.0] and s.meta["load"]["arrival"] == "poisson"
+    assert s.meta["tags"] == {"quant": "FP8"}
+    row = s.cells.row(0, named=True)  # what the cell really ran with
+    assert (row["tokenizer"], row["transport"], row["telemetry_interval"]) == (
+        "estimate (1 token per word)", "aiohttp", "off")
+    assert "server" not in _finished(events)[0].summary.to_dict()  # no /metrics: no server part
+
+
+async def test_kv_budget_is_a_typed_event(tmp_path: Path) -> None:
+    server = FakeServer(log_budget=KVBudget(tokens=4096, source="log"))
+    events = await _run(_spec(concurrency=(1,)), _ctx(tmp_path / "s"), server, FakeTarget(server))
+    kv = [e for e in events if isinstance(e, KvBudgetKnown)]
+    assert len(kv) == 1 and kv[0].budget["kv_cache_tokens"] == 4096 and kv[0].budget["source"] == "log"
+    assert kv[0].budget["max_concurrency_by_workload"] == {"tiny": 204.8}
+    assert kv[0].text.startswith("KV cache: 4,096 tokens (log)") and kv[0].level == "info"
+    assert load_session(tmp_path / "s").meta["kv_budget"]["kv_cache_tokens"] == 4096
+
+
+async def test_stop_before_a_cell_ends_interrupted(tmp_path: Path) -> None:
+    control = SweepControl()
+    control.stopping = True
+    server = FakeServer()
+    target = FakeTarget(server)
+    events = await _run(_spec(), _ctx(tmp_path / "s"), server, target, control=control)
+    assert target.runs == []
+    fin = events[-1]
+    assert isinstance(fin, SweepFinished) and fin.status == "interrupted"
+
+
+@pytest.mark.parametrize("bad", ["no workloads"])
+async def test_a_sweep_without_cells_raises_before_anything(tmp_path: Path, bad: str) -> None:
+    from servescope.core.errors import ServescopeError
+
+    server = FakeServer()
+    with pytest.raises(ServescopeError, match="no cells"):
+        await _run(_spec(workloads=()), _ctx(tmp_path / "s"), server, FakeTarget(server))
+    assert not (tmp_path / "s").exists()
