@@ -84,7 +84,7 @@ class CellAttempt:
         t0 = time.monotonic()
         task = asyncio.create_task(self.target.run_cell(
             self.opts, self.specs, cell.load, Limits(cell.requests, cell.duration_s, cell.warmup), self._on_record,
-            self.cc, seed=cell.index, before_measured=self._before_measured))
+            self.cc, seed=cell.seed, before_measured=self._before_measured))
         task.add_done_callback(lambda _t: self.wake.set())
         dog = asyncio.create_task(watchdog(self.servers, self.health_interval_s, self.cc.stop, self._on_lost))
         try:

@@ -26,6 +26,17 @@ class Cell:
     warmup: int
     variant: int = 0
     variant_args: str = ""
+    sweep_seed: int = 0
+
+    @property
+    def seed(self) -> int:
+        """The seed of this cell's arrivals and lengths: its index, offset by the sweep's seed."""
+        return self.index + self.sweep_seed * 1_000_003
+
+    @property
+    def prompt_key(self) -> str:
+        """The key this cell's prompts derive from (distinct per cell, so no cell hits another's prefix cache)."""
+        return f"cell{self.index}" if not self.sweep_seed else f"seed{self.sweep_seed}-cell{self.index}"
 
     def row(self) -> dict[str, Any]:
         """The cell's row in the session (session.toml `cells`, cells.parquet)."""
@@ -72,7 +83,8 @@ def _workload_cells(spec: SweepSpec, first: int, variant: int, vargs: str) -> li
             req = spec.requests
             if req is None and spec.duration_s is None:
                 req = w.default_requests or DEFAULT_REQUESTS
-            cells.append(Cell(first + len(cells), w, ld, req, spec.duration_s, spec.warmup, variant, vargs))
+            cells.append(Cell(first + len(cells), w, ld, req, spec.duration_s, spec.warmup, variant, vargs,
+                              spec.seed))
     return cells
 
 

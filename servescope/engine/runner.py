@@ -220,7 +220,7 @@ class _Sweep:
         while True:
             attempt += 1
             try:
-                prompts = await build_prompts(cell.workload, pool_size(cell) + cell.warmup, f"cell{cell.index}",
+                prompts = await build_prompts(cell.workload, pool_size(cell) + cell.warmup, cell.prompt_key,
                                               self.tok)
             except httpx.HTTPError as e:
                 raise ServescopeError(f"lost {self.label} while building prompts: "

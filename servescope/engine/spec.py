@@ -32,6 +32,7 @@ Adding a sweep option is one `option(...)` field here plus the code that uses it
     requests = 100                      # and/or duration = "60s"
     warmup = 4
     timeout = "600s"
+    seed = 0
 
     [slo]
     ttft_ms = 3000
@@ -135,6 +136,9 @@ class SweepSpec:
                               help="per-request timeout (default 600s)")
     ignore_eos: bool = option(True, "load", "ignore_eos", ["--no-ignore-eos"], parse=f.boolean, negate=True,
                               help="let the model stop early (output lengths then vary; default sends ignore_eos)")
+    seed: int = option(0, "load", "seed", ["--seed"], parse=f.any_int,
+                       help="seed of the whole sweep: the prompts, lengths and arrival times of every cell derive "
+                            "from it (default 0); the same seed sends the same requests")
     slos: dict[str, float] = option(None, "slo", "", ["--slo"], parse=f.slos, dump=f.dump_slos, factory=dict,
                                     help="SLOs for goodput, e.g. ttft_ms=3000,tpot_ms=50")
     tags: dict[str, str] = option(None, "tags", "", ["--tag"], parse=f.tags, dump=dict, factory=dict, repeat=True,
@@ -367,14 +371,11 @@ class SweepSpec:
             return None, {"sweep": e.message.removeprefix("sweep: ")}
 
 
-def parse_field(name: str, raw: Any) -> Any:
-    """One field's value from its text (a form field as typed); raises with the message alone."""
+def parse_field(name: str, raw: Any, where: str | None = None) -> Any:
+    """One field's value from its text (a form field as typed); errors start with `where` (default: the name)."""
     for fd, opt in _options():
         if fd.name == name:
-            try:
-                return opt.parse(raw, name)
-            except ServescopeError as e:
-                raise ServescopeError(e.message.removeprefix(f"{name}: ")) from None
+            return opt.parse(raw, where or name)
     raise KeyError(name)
 
 

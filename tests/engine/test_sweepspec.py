@@ -201,3 +201,14 @@ def test_run_context_is_not_in_the_file() -> None:
     ctx = RunContext(url="http://127.0.0.1:1", api_key="sk-secret")
     table = SweepSpec(workloads=(PRESETS["sharegpt"],)).to_table()
     assert "sk-secret" not in repr(table) and ctx.api_key == "sk-secret"
+
+
+def test_the_sweep_seed_reaches_every_cell() -> None:
+    from servescope.engine.plan import plan_cells
+
+    base = plan_cells(SweepSpec.from_args(_args("-c", "1,4")))
+    seeded = plan_cells(SweepSpec.from_args(_args("-c", "1,4", "--seed", "7")))
+    assert [c.prompt_key for c in base] == ["cell0", "cell1"] and [c.seed for c in base] == [0, 1]
+    assert [c.prompt_key for c in seeded] == ["seed7-cell0", "seed7-cell1"]
+    assert len({c.seed for c in seeded} | {c.seed for c in base}) == 4
+    assert SweepSpec.from_table(SweepSpec(workloads=(PRESETS["sharegpt"],), seed=7).to_table()).seed == 7

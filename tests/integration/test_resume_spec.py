@@ -67,3 +67,13 @@ def test_run_sweep_of_a_session_plans_the_same_cells(tmp_path: Path) -> None:
     assert len(a) == 4
     assert load_session(again["session"]).meta["tags"] == {"k": "v"}
     assert load_session(again["session"]).meta["slos"] == {"ttft_ms": 3000.0}
+
+
+def test_the_same_seed_sends_the_same_requests(tmp_path: Path) -> None:
+    def lengths(seed: str) -> list[int]:
+        out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "1", "-n", "6", "--seed", seed,
+                       "--telemetry-interval", "off", "--sessions-dir", str(tmp_path))
+        return load_session(out["session"]).requests().sort("index")["input_tokens_requested"].to_list()
+
+    a, b, c = lengths("7"), lengths("7"), lengths("8")
+    assert a == b and a != c

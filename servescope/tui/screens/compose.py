@@ -316,7 +316,7 @@ class ComposeScreen(Screen[None]):
             if fid == "warmup" and not v:
                 return 0, ""
             name = self.FORM[fid]
-            return parse_field("duration_s" if name == "duration" else name, v), ""
+            return parse_field("duration_s" if name == "duration" else name, v, fid), ""
         except ServescopeError as e:
             return None, e.message
 
