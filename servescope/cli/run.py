@@ -256,7 +256,9 @@ def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool
         del cur
 
     try:
-        _run_async(main())
+        from servescope.engine.aio import run_loop
+
+        run_loop(main())
     except KeyboardInterrupt:
         progress.clear()
         print(f"aborted; finished cells are saved in {result['session']}", file=sys.stderr)
@@ -271,16 +273,6 @@ def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool
             print("error: the sweep failed", file=sys.stderr)
         return 1
     return 130 if result["status"] == "interrupted" else 0
-
-
-def _run_async(coro: Any) -> Any:
-    try:
-        import uvloop
-
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as r:
-            return r.run(coro)
-    except ImportError:
-        return asyncio.run(coro)
 
 
 def add_resume_args(p: argparse.ArgumentParser) -> None:

@@ -11,55 +11,15 @@ everything else is derived from that declaration:
 - `spec.to_table()` writes the sweep-file format back (`ctrl+s`, and the `[sweep]` table of a session, from
   which `servescope resume` continues with every setting the sweep started with).
 
-Adding a sweep option is one `option(...)` field here plus the code that uses it.
-
-    name = "fp8-vs-gptq"
-    workloads = ["sharegpt", "my-workloads/rag.toml"]   # presets or TOML paths (relative to this file)
-
-    [target]
-    url = "http://127.0.0.1:8000"      # or "sim://tiny"
-    api_key_env = "OPENAI_API_KEY"     # the variable's NAME: the key itself is never written
-    model = "Qwen/Qwen3-8B"            # optional
-    tokenizer = "/models/qwen"         # optional local tokenizer; transport = "aiohttp" | "httpx"
-
-    [[workload]]                        # and/or inline workloads (the workload TOML schema)
-    name = "rag-4k"
-    input_tokens = 4096
-    output_tokens = 256
-
-    [load]
-    concurrency = [1, 4, 16]           # or rates = [0.5, 2] (requests per second), arrival = "poisson"
-    requests = 100                      # and/or duration = "60s"
-    warmup = 4
-    timeout = "600s"
-    seed = 0
-
-    [slo]
-    ttft_ms = 3000
-    tpot_ms = 50
-
-    [tags]
-    quant = "FP8"
-
-    [server]                            # optional: servescope starts (and stops) the server itself
-    launch = "vllm serve Qwen/Qwen3-8B --port 8000"   # replaces [target] url
-    launch_timeout = "900s"
-    recover_timeout = "300s"
-    [[server.variants]]                 # optional: the whole sweep once per variant, server relaunched
-    args = "--gpu-memory-utilization 0.70"
-
-    [telemetry]
-    interval = "1s"                     # or "off": /metrics and GPUs sampled only at cell boundaries
-    electricity_price = 0.15            # USD per kWh
+Adding a sweep option is one `option(...)` field here plus the code that uses it. The file format,
+with every section, is in the README (*Sweep files*).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +27,7 @@ from typing import Any
 
 from servescope.core.errors import ServescopeError
 from servescope.engine import fields as f
+from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
 from servescope.workloads.spec import Workload, parse_toml
 
 SWEEP_VERSION = 1
@@ -217,12 +178,12 @@ class SweepSpec:
             if not isinstance(sweep, dict):
                 raise ServescopeError(f"{p}: this session has no [sweep] table (written by servescope 0.1?); "
                                       "open it once with `servescope resume` or re-create the sweep in the app")
-            return cls.from_table(sweep, str(p), p.parent, _SectionLines(text, prefix="sweep."))
-        return cls.from_table(data, str(p), p.parent, _SectionLines(text))
+            return cls.from_table(sweep, str(p), p.parent, SectionLines(text, prefix="sweep."))
+        return cls.from_table(data, str(p), p.parent, SectionLines(text))
 
     @classmethod
     def from_table(cls, data: Mapping[str, Any], where: str = "sweep", base_dir: Path | None = None,
-                   lines: _SectionLines | None = None) -> SweepSpec:
+                   lines: SectionLines | None = None) -> SweepSpec:
         """A parsed sweep table -> SweepSpec; unknown keys are errors with a suggestion."""
         loc = lines.locate if lines is not None else (lambda section, key: None)
 
@@ -235,7 +196,7 @@ class SweepSpec:
         if isinstance(target, dict) and "api_key" in target:
             raise ServescopeError(f"{at('target', 'api_key')}: not allowed (keys never go in files); set "
                                   "api_key_env = \"NAME\" and export the key in that variable")
-        _check_keys(dict(data), TOP_KEYS, "", at)
+        check_keys(dict(data), TOP_KEYS, "", at)
         ver = data.get("sweep_version", SWEEP_VERSION)
         if isinstance(ver, bool) or not isinstance(ver, int) or ver > SWEEP_VERSION:
             raise ServescopeError(f"{at('', 'sweep_version')}: {ver!r} is newer than this servescope understands; "
@@ -246,13 +207,13 @@ class SweepSpec:
             if not isinstance(table, dict):
                 raise ServescopeError(f"{at(opt.section, '')}: must be a table")
             if opt.section not in ("", "slo", "tags"):
-                _check_keys(table, SECTION_KEYS[opt.section], opt.section, at)
+                check_keys(table, SECTION_KEYS[opt.section], opt.section, at)
             if opt.section in ("slo", "tags"):
                 if opt.section in data:
                     values[fd.name] = opt.parse(table, at(opt.section, ""))
             elif opt.key in table:
                 values[fd.name] = opt.parse(table[opt.key], at(opt.section, opt.key))
-        values["workloads"] = tuple(_table_workloads(data, base_dir, at))
+        values["workloads"] = tuple(table_workloads(data, base_dir, at))
         server = data.get("server", {})
         if isinstance(server, dict) and server.get("launch") and "url" in (data.get("target") or {}):
             raise ServescopeError(f"{at('server', 'launch')}: give [target] url or [server] launch, not both: a "
@@ -412,96 +373,6 @@ for _fd in dataclasses.fields(SweepSpec):
             SECTION_KEYS.setdefault(_o.section, set()).add(_o.key)
 TOP_KEYS = {"sweep_version", "workloads", "workload", "slo", "tags", *SECTION_KEYS} | {
     o.key for _, o in _options() if not o.section}
-
-
-def _check_keys(table: dict[str, Any], known: set[str], section: str, at: Callable[[str, str], str]) -> None:
-    for k in table:
-        if k not in known:
-            near = difflib.get_close_matches(k, sorted(known), n=1)
-            hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(sorted(known))}"
-            raise ServescopeError(f"{at(section, k)}: unknown key; {hint}")
-
-
-class _SectionLines:
-    """Line numbers of keys in a TOML text, for error messages (file:line)."""
-
-    def __init__(self, text: str, prefix: str = "") -> None:
-        self.index: dict[tuple[str, str], int] = {}
-        section = ""
-        for n, line in enumerate(text.splitlines(), 1):
-            s = line.strip()
-            m = re.match(r"^\[\[?\s*([A-Za-z0-9_.\-\"]+)\s*\]\]?", s)
-            if m:
-                section = m.group(1).strip('"')
-                if prefix and section.startswith(prefix):
-                    section = section[len(prefix):]
-                elif prefix and section == prefix.rstrip("."):
-                    section = ""
-                elif prefix:
-                    section = "\0"
-                self.index.setdefault((section.split(".")[0], ""), n)
-                continue
-            m = re.match(r"^([A-Za-z0-9_\-]+)\s*=", s)
-            if m:
-                self.index.setdefault((section, m.group(1)), n)
-
-    def locate(self, section: str, key: str) -> int | None:
-        return self.index.get((section, key)) or self.index.get((section, ""))
-
-
-def _table_workloads(data: Mapping[str, Any], base_dir: Path | None, at: Callable[[str, str], str]) -> list[Workload]:
-    from servescope.workloads.spec import resolve
-
-    names = data.get("workloads", [])
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ServescopeError(f"{at('', 'workloads')}: must be a list of preset names or TOML paths")
-    resolved = [str((base_dir / n).resolve()) if (n.endswith(".toml") or "/" in n) and base_dir is not None
-                and not Path(n).is_absolute() and not n.startswith("context-sweep/") else n for n in names]
-    try:
-        out: list[Workload] = resolve(resolved) if resolved else []
-    except ServescopeError as e:
-        raise ServescopeError(f"{at('', 'workloads')}: {e.message}") from None
-    inline = data.get("workload", [])
-    if isinstance(inline, dict):
-        inline = [inline]
-    if not isinstance(inline, list):
-        raise ServescopeError(f"{at('workload', '')}: [[workload]] must be tables")
-    for i, item in enumerate(inline):
-        if not isinstance(item, dict):
-            raise ServescopeError(f"{at('workload', '')}: [[workload]] {i + 1} must be a table")
-        src = item.get("source")
-        src = src if isinstance(src, str) and src not in ("preset",) else "inline"
-        out.append(Workload.from_dict({**item, "source": src}, f"{at('workload', '')}: [[workload]] {i + 1}"))
-    return out
-
-
-def workload_refs(workloads: Sequence[Workload], inline_all: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
-    """Presets by name (context-sweep's five as one name when all are there), TOML files by path unless
-    `inline_all`, everything else as an inline table."""
-    from servescope.workloads.spec import context_sweep
-
-    names: list[str] = []
-    inline: list[dict[str, Any]] = []
-    cs = {w.name for w in context_sweep()}
-    have_all_cs = cs <= {w.name for w in workloads if w.source == "preset"}
-    for w in workloads:
-        if w.source == "preset":
-            ref = "context-sweep" if (w.name in cs and have_all_cs) else w.name
-            if ref not in names:
-                names.append(ref)
-        elif not inline_all and w.source.endswith(".toml"):
-            if w.source not in names:
-                names.append(w.source)
-        else:
-            d = {k: v for k, v in w.to_dict().items() if k != "source" or inline_all}
-            if not d.get("dataset"):
-                d.pop("dataset", None)
-            if w.description:
-                d["description"] = w.description
-            inline.append(d)
-    return names, inline
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ makes the app's messages from them."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from servescope.core.textsafe import clean_text
+from servescope.engine.aio import run_loop  # noqa: F401  (re-exported: the app's engine runs on it)
 from servescope.sessions import series_name
 
 Item = tuple[str, dict[str, Any]]
@@ -23,17 +23,6 @@ LIVE_SERVER_KEYS: dict[str, tuple[str, ...]] = {
     "waiting": ("vllm:num_requests_waiting",),
     "preemptions_total": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
 }
-
-
-def run_loop(coro: Any) -> Any:
-    """Run a coroutine on a new event loop (uvloop where installed), as `servescope run` does."""
-    try:
-        import uvloop
-
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as r:
-            return r.run(coro)
-    except ImportError:
-        return asyncio.run(coro)
 
 
 @dataclass
