@@ -11,9 +11,10 @@ from servescope.core.errors import ServescopeError
 
 
 def session_dirs(base: Path) -> list[Path]:
-    if not base.is_dir():
-        return []
-    return sorted(p for p in base.iterdir() if (p / "session.toml").is_file())
+    """The session directories under `base`, by name (servescope.sessions.store.session_dirs)."""
+    from servescope.sessions.store import session_dirs as dirs
+
+    return dirs(base)
 
 
 def parse_tags(items: list[str]) -> dict[str, str]:

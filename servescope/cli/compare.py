@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from servescope.cli.common import parse_tags, resolve_session, session_dirs
+from servescope.cli.common import parse_tags, resolve_session
 from servescope.core.errors import ServescopeError
 
 _SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
@@ -62,31 +62,30 @@ def add_sessions_args(p: argparse.ArgumentParser) -> None:
 
 
 def sessions_command(args: argparse.Namespace) -> int:
+    """List the sessions; a damaged one is listed as `broken: <reason>` (it never hides the others)."""
     import json
 
     from servescope.core.textsafe import clean_text
-    from servescope.sessions.store import load_session
+    from servescope.sessions.store import scan_sessions
+    from servescope.sessions.views import cell_counts
 
     base = _base(args)
-    dirs = session_dirs(base)
-    ids = short_ids(dirs)
+    entries = scan_sessions(base)
+    ids = short_ids([e.path for e in entries])
     rows: list[dict[str, Any]] = []
-    for d in dirs:
-        try:
-            s = load_session(d)
-            m = s.info
-        except ServescopeError as e:
-            rows.append({"id": ids[d], "dir": str(d), "error": clean_text(e.message)})
+    for e in entries:
+        d, s = e.path, e.session
+        if s is None:
+            rows.append({"id": ids[d], "dir": str(d), "status": "broken", "broken": clean_text((e.broken or "?").replace(f"{d}/", ""))})
             continue
-        except Exception as e:  # noqa: BLE001 - one unreadable session must not hide the others
-            rows.append({"id": ids[d], "dir": str(d), "error": clean_text(f"{type(e).__name__}: {e}")})
-            continue
+        m = s.info
         rows.append({
             "id": ids[d], "dir": str(d), "name": clean_text(m.name or ""), "status": s.status,
             "model": clean_text(m.model),
             "workloads": sorted({clean_text(str(w)) for w in (s.cells["workload"].to_list()
                                                               if "workload" in s.cells.columns else [])}),
             "cells": s.cells.height,
+            "cells_done": (counts := cell_counts(s))[0], "cells_planned": counts[1],
             "tags": {str(k): clean_text(str(v)) for k, v in m.tags.items()},
             "target": clean_text(m.target.url),
             "started_at": clean_text(m.started_at or ""),
@@ -98,17 +97,21 @@ def sessions_command(args: argparse.Namespace) -> int:
         print(f"no sessions in {base}")
         return 0
     w = max(len(r["id"]) for r in rows)
-    print(f"{'id':<{w}}  {'status':<11} {'model':<26} {'cells':>5}  {'workloads':<26} tags / target")
+    print(f"{'id':<{w}}  {'status':<11} {'model':<26} {'cells':>5}   {'workloads':<26} tags / target")
     for r in rows:
-        if "error" in r:
-            print(f"{r['id']:<{w}}  unreadable: {r['error']}")
+        if "broken" in r:
+            print(f"{r['id']:<{w}}  broken: {r['broken']}")
             continue
         model = r["model"].rstrip("/").split("/")[-1][:26]
         tags = " ".join(f"{k}={v}" for k, v in r["tags"].items())
         wl = ",".join(r["workloads"])
-        print(f"{r['id']:<{w}}  {r['status']:<11} {model:<26} {r['cells']:>5}  {wl[:26]:<26} "
+        print(f"{r['id']:<{w}}  {r['status']:<11} {model:<26} {r['cells_done']:>3}/{r['cells_planned']:<3} "
+              f"{wl[:26]:<26} "
               f"{tags + '  ' if tags else ''}{r['target']}")
-    print(f"({len(rows)} sessions in {base}; name one by its id or directory)")
+    broken = sum(1 for r in rows if "broken" in r)
+    print(f"({len(rows)} sessions in {base}"
+          + (f", {broken} broken (they open again once the named file is restored)" if broken else "")
+          + "; name one by its id or directory)")
     return 0
 
 

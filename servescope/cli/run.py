@@ -47,7 +47,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 JSON_DISTS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s", "client_queue_ms")
-JSON_SCALARS = ("requests_ok", "requests_failed", "wall_s", "input_tokens_requested", "input_tokens_mean",
+JSON_SCALARS = ("requests_ok", "requests_failed", "requests_bad_usage", "wall_s", "input_tokens_requested", "input_tokens_mean",
                 "output_tokens_requested", "output_tokens_mean", "reasoning_tokens_mean", "request_s", "output_tok_s",
                 "total_tok_s", "goodput_req_s")
 
@@ -95,16 +95,19 @@ def format_cell(ev: Any, total: int) -> str:
 
     c, s = ev.cell, ev.summary
     lines = [
-        f"cell {c.index + 1}/{total}  {c.label}  [{ev.status}]  {s.requests_ok} ok, "
-        f"{s.requests_failed} failed, wall {_f(s.wall_s, 2)} s"
+        f"cell {c.index + 1}/{total}  {clean_text(c.label)}  [{ev.status}]  {s.requests_ok} ok, "
+        f"{s.requests_failed} failed"
+        + (f" ({s.requests_bad_usage} with bad usage)" if s.requests_bad_usage else "")
+        + f", wall {_f(s.wall_s, 2)} s"
         + (f"  ({clean_text(ev.reason)})" if ev.reason else ""),
         f"  aggregate: output {_f(s.output_tok_s)} tok/s, total {_f(s.total_tok_s)} tok/s, "
         f"{_f(s.request_s, 2)} req/s, goodput {_f(s.goodput_req_s, 2)} req/s",
-        f"  {'metric':<18}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}{'max':>12}",
+        f"  {'metric':<18}" + "".join(f" {h:>11}" for h in ("mean", "p50", "p90", "p99", "max")),
     ]
     for key in TABLE_DISTS:
         d = s.dist(key) or Dist()
-        lines.append(f"  {_label(key):<18}" + "".join(f"{_f(d.stat(k), 2):>12}" for k in ("mean", "p50", "p90", "p99", "max")))
+        # every column starts with a space: a value wider than its column (1,234,567.89) never runs into the next
+        lines.append(f"  {_label(key):<18}" + "".join(f" {_f(d.stat(k), 2):>11}" for k in ("mean", "p50", "p90", "p99", "max")))
     mm = s.input_tokens_mismatch
     lines.append(
         f"  tokens: input requested {_f(s.input_tokens_requested)}, measured {_f(s.input_tokens_mean)}"
@@ -137,7 +140,9 @@ class _Progress:
         if now - self.last < 0.2:
             return
         self.last = now
-        self.out.write("\r\x1b[2K" + text[:200])
+        from servescope.core.textsafe import clean_text
+
+        self.out.write("\r\x1b[2K" + clean_text(text)[:200])  # names in it are data: no escape sequence
         self.out.flush()
 
     def clear(self) -> None:
@@ -176,6 +181,8 @@ def run_command(args: argparse.Namespace) -> int:
     table_out = sys.stderr if args.json else sys.stdout
     base = SweepSpec.from_toml(args.sweep) if args.sweep else None
     spec = SweepSpec.from_args(args, base)  # every flag is checked before a simulator starts
+    _refuse_redacted_launch(spec, "servescope run --sweep FILE --launch \"...\"")
+    check_open_files(spec)  # before a simulator or a server starts
     ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
                      save_dir=Path(args.save) if args.save else None,
                      sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
@@ -186,7 +193,41 @@ def run_command(args: argparse.Namespace) -> int:
         return _run_loop(spec, ctx, out, table_out, args.json)
 
 
+def check_open_files(spec: Any) -> None:
+    """Every cell's connections must fit the open-file limit (raised up to the hard limit when needed, before
+    any child process starts, so a simulator started for the run inherits it): else one line with the number
+    that fits. An uncapped open loop only sizes its pool to what fits."""
+    from servescope.core.load import cell_connections, ensure_open_files, open_file_room
+    from servescope.engine.plan import plan_cells
+
+    cells = plan_cells(spec)
+    strict = [cell_connections(c.load, c.requests, c.warmup) for c in cells
+              if c.load.rate is None or c.load.max_concurrency]
+    loose = [cell_connections(c.load, c.requests, c.warmup) for c in cells
+             if not (c.load.rate is None or c.load.max_concurrency)]
+    if loose:
+        open_file_room(max(loose))
+    if strict:
+        ensure_open_files(max(strict))
+
+
+def _refuse_redacted_launch(spec: Any, how: str) -> None:
+    """A launch command stored with its secrets as •••• (a session's) cannot run: one line saying how."""
+    from servescope.core.secrets import is_redacted
+    from servescope.core.textsafe import clean_text
+
+    if spec.launch and is_redacted(spec.launch):
+        raise ServescopeError(f"the launch command {clean_text(spec.launch)!r} was stored with its secrets replaced "
+                              f"by •••• (servescope never stores them); give it in full: {how}")
+    bad = [v for v in spec.variants if is_redacted(v)]
+    if spec.launch and bad:
+        raise ServescopeError(f"the server variant {clean_text(bad[0])!r} was stored with its secrets replaced by "
+                              "•••• (servescope never stores them); start a new run with --launch and every "
+                              "--server-variant in full")
+
+
 def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
+    from servescope.core.textsafe import clean_text
     from servescope.engine.runner import (
         CellFinished,
         CellSkipped,
@@ -227,8 +268,9 @@ def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool
             if isinstance(ev, SweepStarted):
                 total = len(ev.cells)
                 result["session"] = str(ev.session_dir)
-                print(f"servescope: {ev.target.url} model {ev.model} (vLLM {ev.target.version or '?'}), "
-                      f"{total} cells, tokenizer: {ev.tokenizer}; session {ev.session_dir}", file=table_out)
+                print(clean_text(f"servescope: {ev.target.url} model {ev.model} (vLLM {ev.target.version or '?'}), "
+                                 f"{total} cells, tokenizer: {ev.tokenizer}; session {ev.session_dir}"),
+                      file=table_out)  # names from the server are data: no escape sequence reaches the terminal
             elif isinstance(ev, CellStarted):
                 cur = ev.cell
                 progress.update(f"cell {ev.cell.index + 1}/{total} {ev.cell.label}: starting")
@@ -242,13 +284,14 @@ def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool
                 result["cells"].append(cell_json(ev.cell, ev.summary, ev.status, ev.reason))
             elif isinstance(ev, CellSkipped):
                 progress.clear()
-                print(f"cell {ev.cell.index + 1}/{total}  {ev.cell.label}  [skipped] {ev.reason}", file=table_out)
+                print(clean_text(f"cell {ev.cell.index + 1}/{total}  {ev.cell.label}  [skipped] {ev.reason}"),
+                      file=table_out)
                 result["cells"].append({"index": ev.cell.index, "workload": ev.cell.workload.name,
                                         "concurrency": ev.cell.load.concurrency, "rate": ev.cell.load.rate,
                                         "status": "skipped", "reason": ev.reason})
             elif isinstance(ev, (Notice, KvBudgetKnown)):
                 progress.clear()
-                print(f"{ev.level}: {ev.text}", file=sys.stderr)
+                print("\n".join(clean_text(x) for x in f"{ev.level}: {ev.text}".splitlines()), file=sys.stderr)
             elif isinstance(ev, SweepFinished):
                 result["status"] = ev.status
                 if ev.message:
@@ -283,6 +326,8 @@ def add_resume_args(p: argparse.ArgumentParser) -> None:
                    help="environment variable holding the API key (default: the one the sweep recorded)")
     p.add_argument("--api-key", help="API key")
     p.add_argument("--recover-timeout", help="see `servescope run --help` (default: the sweep's own)")
+    p.add_argument("--launch", metavar='"vllm serve MODEL ..."',
+                   help="the server command in full, when the session stored it with its secrets as ••••")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
 
 
@@ -300,6 +345,13 @@ def resume_command(args: argparse.Namespace) -> int:
     sweep = s.meta.get("sweep")
     if not isinstance(sweep, dict):
         raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
+    if args.launch:
+        if args.url:
+            raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
+        server = sweep["server"] if isinstance(sweep.get("server"), dict) else {}
+        target = sweep["target"] if isinstance(sweep.get("target"), dict) else {}
+        sweep = {**sweep, "server": {**server, "launch": fields.nonempty_text(args.launch, "--launch")},
+                 "target": {k: v for k, v in target.items() if k != "url"}}
     spec = SweepSpec.from_table(sweep, f"{s.path / 'session.toml'}: [sweep]", s.path)
     if args.recover_timeout:
         spec = spec.replace(recover_timeout_s=fields.duration(args.recover_timeout, "--recover-timeout"))
@@ -310,6 +362,8 @@ def resume_command(args: argparse.Namespace) -> int:
             raise ServescopeError(f"{s.path}: this sweep relaunches its server per variant; resume it without "
                                   "--url (servescope starts the server again)")
         spec = spec.replace(url=fields.nonempty_text(args.url, "--url"), launch=None)
+    _refuse_redacted_launch(spec, f"servescope resume {s.path} --launch \"...\"")
+    check_open_files(spec)
     cells = s.meta.get("cells", [])
     if len(plan_cells(spec)) != len(cells):
         raise ServescopeError(f"{s.path}: its cells no longer match its workloads (a preset changed?); "

@@ -4,13 +4,16 @@ One pooled client per cell (aiohttp by default, httpx selectable) with as many k
 cell has users (httpx and aiohttp both cap pools at 100 by default: ours are sized to the load), SSE
 parsed incrementally and chunks decoded with msgspec, every token-carrying chunk stamped with
 perf_counter_ns() as its bytes arrive.
-Nothing here raises for a failed request: it ends up in the RequestRecord.
+Nothing here raises for a failed request: it ends up in the RequestRecord. Everything a server sends is data:
+its token counts are checked (implausible ones make the record `bad_usage`), its text is cleaned, and the API
+key is masked in any error text before it is stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import ssl
 import time
 from dataclasses import dataclass
@@ -22,7 +25,7 @@ import msgspec
 
 from servescope.core.records import RequestRecord
 from servescope.core.sse import SSEParser
-from servescope.core.textsafe import clean_text
+from servescope.core.textsafe import clean_secret_text, clean_text
 
 _perf = time.perf_counter_ns
 
@@ -84,6 +87,7 @@ class ClientOptions:
     continuous_usage: bool = True
     extra_body: dict[str, Any] | None = None
     transport: str = "aiohttp"  # or "httpx"
+    max_model_len: int | None = None  # bounds the token counts a server's usage may plausibly say
 
 
 def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
@@ -173,54 +177,140 @@ def _copy_into(dst: RequestRecord, src: RequestRecord) -> RequestRecord:
     return dst
 
 
-def _error_text(raw: bytes) -> str:
+def _error_text(raw: bytes, secret: str | None = None) -> str:
     try:
         obj = msgspec.json.decode(raw)
     except msgspec.DecodeError:
-        return clean_text(raw.decode("utf-8", "replace"))[:500]
+        return clean_secret_text(raw.decode("utf-8", "replace"), secret)
     msg: Any = obj
     if isinstance(obj, dict):
         err = obj.get("error", obj.get("message", obj.get("detail", obj)))
         msg = err.get("message", err) if isinstance(err, dict) else err
-    return clean_text(str(msg))[:500]
+    return clean_secret_text(str(msg), secret)
+
+
+USAGE_BOUND = 10_000_000  # the most tokens a count may say when the model's max length is unknown
+MAX_COUNT = 2**31 - 1  # and never more than this, whatever the server says its max length is
+ERROR_BODY_LIMIT = 65536  # bytes of a failed response's body read for its error text
+_HEAD = 256  # bytes of a 200 body kept to say what it was when it is not an event stream
+MAX_LINE = 8 * 1024 * 1024  # an unfinished SSE line longer than this ends the request (memory, quadratic joins)
+
+
+def usage_bound(max_model_len: int | None) -> int:
+    """The largest plausible token count in a server's `usage`: the model's max length when it is known."""
+    if isinstance(max_model_len, int) and not isinstance(max_model_len, bool) and max_model_len > 0:
+        return min(max_model_len, MAX_COUNT)
+    return USAGE_BOUND
+
+
+def _show(v: Any) -> str:
+    """A raw value from a server, for an error text (short; a huge integer is not spelled out)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {len(str(v)) if v.bit_length() < 4000 else 'thousands of'} digits"
+    if isinstance(v, float):
+        return repr(v)  # nan and inf as such (JSON would say null)
+    try:
+        text = msgspec.json.encode(v).decode()
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+        text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and v != ""
+
+
+def _loose_flags(choices: Any) -> tuple[bool, bool]:
+    """(content, reasoning) of a chunk decoded leniently (any JSON)."""
+    has_content = has_reasoning = False
+    if isinstance(choices, list):
+        for c in choices:
+            if not isinstance(c, dict):
+                continue
+            d = c.get("delta")
+            if isinstance(d, dict):
+                if _text(d.get("content")):
+                    has_content = True
+                if _text(d.get("reasoning_content")) or _text(d.get("reasoning")):
+                    has_reasoning = True
+            elif _text(c.get("text")):
+                has_content = True
+    return has_content, has_reasoning
 
 
 class _Stream:
-    """Turns the bytes of one response into the record's stamps and counts. Transport-independent."""
+    """Turns the bytes of one response into the record's stamps and counts. Transport-independent.
 
-    __slots__ = ("rec", "parser", "last_completion", "counted", "reasoning_counted", "done")
+    Counts from the server are data: a `usage` whose counts are not integers from 0 to `bound` marks the
+    record `bad_usage` (the raw value in its error) and is ignored from then on, while the chunks' content
+    and timing are still measured (a chunk that msgspec's typed decoder refuses is decoded again leniently)."""
 
-    def __init__(self, rec: RequestRecord) -> None:
+    __slots__ = ("rec", "parser", "last_completion", "counted", "reasoning_counted", "done", "bound", "secret",
+                 "bad", "events", "head", "overflow")
+
+    def __init__(self, rec: RequestRecord, bound: int = USAGE_BOUND, secret: str | None = None) -> None:
         self.rec = rec
         self.parser = SSEParser()
         self.last_completion = 0
         self.counted = 0
         self.reasoning_counted = 0
         self.done = False
+        self.bound = bound
+        self.secret = secret
+        self.bad = False  # usage was not plausible: ignore it from then on
+        self.events = 0  # data lines seen
+        self.head = b""  # the body's first bytes
+        self.overflow = False  # the server sent a line too long to hold: stop reading
 
     def feed(self, piece: bytes, now: int) -> None:
+        if len(self.head) < _HEAD:
+            self.head += piece[: _HEAD - len(self.head)]
         for data in self.parser.feed(piece):
             self._event(data, now)
+        if self.parser.pending > MAX_LINE:
+            self.parser.reset()
+            self.overflow = True
+            self._error(f"the server sent more than {MAX_LINE // 2**20} MiB without a line end (not an event stream)")
 
     def close(self, now: int) -> None:
         for data in self.parser.flush():
             self._event(data, now)
 
+    def _error(self, message: str) -> None:
+        self.rec.status = "error"
+        self.rec.error = clean_secret_text(message, self.secret) or "error"
+
+    def _bad(self, what: str) -> None:
+        self.bad = True
+        if self.rec.status == "ok":
+            self.rec.status = "bad_usage"
+            self.rec.error = clean_secret_text(
+                f"the server's usage is not a token count: {what} (expected an integer from 0 to {self.bound})",
+                self.secret)
+
+    def _usage(self, prompt: Any, completion: Any, reasoning: Any) -> tuple[Any, Any, Any] | None:
+        """The counts when each is absent or an integer from 0 to the bound; else None (and bad_usage)."""
+        for name, v in (("prompt_tokens", prompt), ("completion_tokens", completion),
+                        ("completion_tokens_details.reasoning_tokens", reasoning)):
+            if v is not None and (type(v) is not int or v < 0 or v > self.bound):
+                self._bad(f"{name} = {_show(v)}")
+                return None
+        return prompt, completion, reasoning
+
     def _event(self, data: bytes, now: int) -> None:
-        rec = self.rec
+        self.events += 1
         if data == b"[DONE]":
             self.done = True
             return
         try:
             ch = _decode_chunk(data)
-        except msgspec.DecodeError:
+        except msgspec.DecodeError:  # not JSON, or a field of an unexpected type: decode it leniently
+            self._loose(data, now)
             return
         if ch.error is not None:
-            rec.status = "error"
             e = ch.error
-            rec.error = clean_text(e if isinstance(e, str) else (e.message or "error"))[:500]
+            self._error(e if isinstance(e, str) else (e.message or "error"))
             return
-        usage = ch.usage
         has_content = False
         has_reasoning = False
         if ch.choices:
@@ -233,13 +323,52 @@ class _Stream:
                         has_reasoning = True
                 elif c.text:
                     has_content = True
+        usage = None
+        u = ch.usage
+        if u is not None and not self.bad:
+            det = u.completion_tokens_details
+            usage = self._usage(u.prompt_tokens, u.completion_tokens, det.reasoning_tokens if det is not None else None)
+        self._tokens(has_content, has_reasoning, bool(ch.choices), usage, now)
+
+    def _loose(self, data: bytes, now: int) -> None:
+        try:
+            obj = json.loads(data, strict=False)  # control characters inside strings too
+        except (ValueError, RecursionError):
+            return  # not JSON: not a chunk
+        if not isinstance(obj, dict):
+            return
+        err = obj.get("error")
+        if err is not None:
+            msg = err.get("message") if isinstance(err, dict) else err
+            self._error(msg if isinstance(msg, str) else _show(msg))
+            return
+        choices = obj.get("choices")
+        has_content, has_reasoning = _loose_flags(choices)
+        usage = None
+        raw = obj.get("usage")
+        if raw is not None and not self.bad:
+            if not isinstance(raw, dict):
+                self._bad(f"usage = {_show(raw)}")
+            else:
+                det = raw.get("completion_tokens_details")
+                if det is not None and not isinstance(det, dict):
+                    self._bad(f"completion_tokens_details = {_show(det)}")
+                else:
+                    usage = self._usage(raw.get("prompt_tokens"), raw.get("completion_tokens"),
+                                        det.get("reasoning_tokens") if det is not None else None)
+        self._tokens(has_content, has_reasoning, isinstance(choices, list) and bool(choices), usage, now)
+
+    def _tokens(self, has_content: bool, has_reasoning: bool, has_choices: bool,
+                usage: tuple[Any, Any, Any] | None, now: int) -> None:
+        rec = self.rec
+        completion = usage[1] if usage is not None else None
         # a chunk carries tokens when it has text, or when continuous usage says the count grew
         # (a token can detokenize to "" until the next one completes a character)
         grew = 0
-        if usage is not None and usage.completion_tokens is not None and ch.choices:
-            grew = usage.completion_tokens - self.last_completion
+        if completion is not None and has_choices:
+            grew = completion - self.last_completion
             if grew > 0:
-                self.last_completion = usage.completion_tokens
+                self.last_completion = completion
                 if not has_reasoning:
                     has_content = True
         if has_content or has_reasoning:
@@ -254,14 +383,58 @@ class _Stream:
             rec.chunk_ns.append(now)
             rec.chunk_tokens.append(ntok)
         if usage is not None:
-            if usage.prompt_tokens is not None:
-                rec.prompt_tokens = usage.prompt_tokens
-            if usage.completion_tokens is not None:
-                rec.output_tokens = usage.completion_tokens
+            prompt, completion, reasoning = usage
+            if prompt is not None:
+                rec.prompt_tokens = prompt
+            if completion is not None:
+                rec.output_tokens = completion
                 rec.usage_reported = True
-            det = usage.completion_tokens_details
-            if det is not None and det.reasoning_tokens is not None:
-                rec.reasoning_tokens = det.reasoning_tokens
+            if reasoning is not None:
+                rec.reasoning_tokens = reasoning
+
+    def finish(self, http_status: int, content_type: str) -> None:
+        """The response ended: counts the server never reported (or reported wrongly) are the counted chunks,
+        and a 200 stream without [DONE] is `cut`, or `error` when it was no event stream at all (HTML)."""
+        rec = self.rec
+        if not rec.usage_reported or self.bad:
+            rec.output_tokens = self.counted
+        if not rec.reasoning_tokens and self.reasoning_counted:
+            rec.reasoning_tokens = self.reasoning_counted
+        if rec.status == "ok" and not self.done:
+            why = self.not_a_stream(content_type) if http_status == 200 else ""
+            if why:
+                rec.status = "error"
+                rec.error = why
+            else:
+                rec.status = "cut"
+                rec.error = "stream ended before [DONE]"
+
+    def not_a_stream(self, content_type: str) -> str:
+        """Why a 200 response that ended without [DONE] was not a stream at all ("" when it had events)."""
+        if self.events:
+            return ""
+        head = clean_secret_text(self.head.decode("utf-8", "replace"), self.secret, 120)
+        body = f"; it starts: {head}" if head else "; the body was empty"
+        if "event-stream" not in content_type.lower():
+            return (f"the server answered HTTP 200 with Content-Type {clean_text(content_type)[:80] or '(none)'}, "
+                    f"not an event stream (is --url the inference server?){body}")
+        return f"the server's event stream ended without any event{body}"
+
+
+async def _read_capped(chunks: Any, limit: int = ERROR_BODY_LIMIT) -> bytes:
+    """The first `limit` bytes of a body (a hostile server's error body can be endless)."""
+    out = bytearray()
+    async for piece in chunks:
+        out += piece
+        if len(out) >= limit:
+            break
+    return bytes(out[:limit])
+
+
+def _hint(text: str) -> str:
+    if "Too many open files" in text:
+        return text + " (the client ran out of open files: lower --concurrency or raise `ulimit -n`)"
+    return text
 
 
 async def stream_request(
@@ -273,8 +446,10 @@ async def stream_request(
     """Send one streaming request and fill `rec` in place. Never raises (except CancelledError).
     `http` is an aiohttp.ClientSession (the default transport) or an httpx.AsyncClient."""
     body = build_body(spec, opts)
-    st = _Stream(rec)
+    secret = opts.api_key
+    st = _Stream(rec, usage_bound(opts.max_model_len), secret)
     status = 0
+    ctype = ""
     raw_error = b""
     try:
         async with asyncio.timeout(opts.timeout_s):
@@ -282,25 +457,31 @@ async def stream_request(
                 rec.sent_ns = _perf()
                 async with http.stream("POST", endpoint(spec.api), content=body) as resp:
                     status = rec.http_status = resp.status_code
+                    ctype = resp.headers.get("content-type", "")
                     if status != 200:
-                        raw_error = await resp.aread()
+                        raw_error = await _read_capped(resp.aiter_bytes())
                     else:
                         async for piece in resp.aiter_raw():
                             st.feed(piece, _perf())
+                            if st.overflow:
+                                break
             else:
                 rec.sent_ns = _perf()
                 async with http.post(endpoint(spec.api), data=body) as resp:
                     status = rec.http_status = resp.status
+                    ctype = resp.headers.get("Content-Type", "")
                     if status != 200:
-                        raw_error = await resp.read()
+                        raw_error = await _read_capped(resp.content.iter_any())
                     else:
                         async for piece in resp.content.iter_any():
                             st.feed(piece, _perf())
+                            if st.overflow:
+                                break
             rec.end_ns = _perf()
             st.close(rec.end_ns)
             if status != 200:
                 rec.status = "error"
-                rec.error = f"HTTP {status}: {_error_text(raw_error)}"
+                rec.error = f"HTTP {status}: {_error_text(raw_error, secret)}"
                 if status in (400, 422) and opts.continuous_usage and _rejects_usage_stats(rec.error):
                     # a server that does not know continuous_usage_stats: drop it and send again
                     opts.continuous_usage = False
@@ -315,16 +496,10 @@ async def stream_request(
     except (httpx.HTTPError, aiohttp.ClientError) as e:
         rec.end_ns = _perf()
         rec.status = "cut" if rec.chunk_ns else "error"
-        rec.error = clean_text(f"{type(e).__name__}: {e}")[:500] or type(e).__name__
+        rec.error = clean_secret_text(_hint(f"{type(e).__name__}: {e}"), secret) or type(e).__name__
     except OSError as e:
         rec.end_ns = _perf()
         rec.status = "error"
-        rec.error = clean_text(f"{type(e).__name__}: {e}")[:500]
-    if not rec.usage_reported:
-        rec.output_tokens = st.counted
-    if not rec.reasoning_tokens and st.reasoning_counted:
-        rec.reasoning_tokens = st.reasoning_counted
-    if rec.status == "ok" and not st.done:
-        rec.status = "cut"
-        rec.error = "stream ended before [DONE]"
+        rec.error = clean_secret_text(_hint(f"{type(e).__name__}: {e}"), secret)
+    st.finish(status, ctype)
     return rec

@@ -69,6 +69,7 @@ class ServerProcess:
         self.started_at = 0.0
         self.healthy_after_s: float | None = None
         self.starts = 0
+        self._guard: subprocess.Popen[bytes] | None = None  # stops the server's group if servescope dies
 
     # --- life cycle -----------------------------------------------------------------------------------
     @classmethod
@@ -99,6 +100,9 @@ class ServerProcess:
             except OSError as e:
                 raise ServerStartError(f"cannot start {clean_text(spec.argv[0])!r}: {clean_text(e.strerror or str(e))}"
                                        " (is it installed and on PATH?)", log_path=self.log_path) from None
+        from servescope.core.orphanguard import start_guard
+
+        self._guard = start_guard(self.proc.pid)  # the server dies with servescope, even on kill -9
         self.starts += 1
         self._kv = None
         self.started_at = time.monotonic()
@@ -163,7 +167,26 @@ class ServerProcess:
         self._group_kill()
         if proc.poll() is None:
             proc.wait()
+        self._scrub_log()
         return proc.returncode
+
+    def _scrub_log(self) -> None:
+        """The server's log without the secrets of its command line (vLLM logs its `--api-key` among its
+        arguments): rewritten once the server is stopped, so none is left in the session."""
+        from servescope.core.secrets import command_secrets, redact_text
+
+        secrets = command_secrets(self.spec.command)
+        if not secrets:
+            return
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+            clean = redact_text(text, secrets)
+            if clean != text:
+                tmp = self.log_path.with_name(self.log_path.name + ".tmp")
+                tmp.write_text(clean, encoding="utf-8")
+                os.replace(tmp, self.log_path)
+        except OSError:
+            pass
 
     def _group_alive(self) -> bool:
         """Whether any process of the server's group still runs (zombies waiting for init do not count)."""
@@ -200,6 +223,10 @@ class ServerProcess:
         deadline = time.monotonic() + 5
         while self._group_alive() and time.monotonic() < deadline:  # SIGKILL is delivered asynchronously
             time.sleep(0.02)
+        from servescope.core.orphanguard import stop_guard
+
+        stop_guard(self._guard)
+        self._guard = None
 
     # --- state ----------------------------------------------------------------------------------------
     @property
@@ -226,9 +253,12 @@ class ServerProcess:
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_offset)
-                return f.read().decode("utf-8", errors="replace")
+                text = f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
+        from servescope.core.secrets import command_secrets, redact_text
+
+        return redact_text(text, command_secrets(self.spec.command))
 
     def log_tail(self, n: int = 30) -> str:
         """The last `n` lines of this run's log, terminal control sequences removed."""

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field, replace
 
 from servescope.core.errors import ServescopeError
+from servescope.core.secrets import is_redacted, redact_command
 from servescope.core.textsafe import clean_text
 
 __all__ = ["ArgValue", "INTERESTING", "LaunchSpec", "free_port", "parse_launch", "with_variant"]
@@ -176,9 +177,24 @@ class LaunchSpec:
         return {_key(f): (True if v is None else v) for f, v in self.options}
 
     def shell_line(self) -> str:
-        """A copy-pasteable rendering (for logs and reports; never executed through a shell)."""
+        """A copy-pasteable rendering (for logs and reports; never executed through a shell), its secrets
+        (`--api-key`, `*_API_KEY=`, `*TOKEN*=` values...) replaced by ••••."""
         env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
-        return " ".join([*env, *(shlex.quote(a) for a in self.argv)])
+        return redact_command(" ".join([*env, *(shlex.quote(a) for a in self.argv)]))
+
+    @property
+    def redacted(self) -> str:
+        """The command as the user wrote it, its secrets replaced by ••••: what may be shown or stored."""
+        return redact_command(self.command)
+
+
+def _refuse_redacted(command: str, what: str) -> None:
+    """A command stored with its secrets replaced by •••• cannot be run: ask for it in full."""
+    if is_redacted(command):
+        raise ServescopeError(
+            f"the {what} {clean_text(command)!r} holds •••• where a secret was (servescope never stores "
+            "secrets): give the whole command again, e.g. --launch \"vllm serve MODEL --api-key ...\" "
+            "(to continue a session: servescope resume SESSION --launch \"...\")")
 
 
 def _set_option(options: list[tuple[str, str | None]], flag: str, value: str | None) -> None:
@@ -195,6 +211,7 @@ def _set_option(options: list[tuple[str, str | None]], flag: str, value: str | N
 
 def parse_launch(command: str) -> LaunchSpec:
     """Read a server command line; raises ServescopeError (one line) when it is not one we can launch."""
+    _refuse_redacted(command, "launch command")
     try:
         words = shlex.split(command)
     except ValueError as e:
@@ -263,6 +280,7 @@ def parse_launch(command: str) -> LaunchSpec:
 def with_variant(spec: LaunchSpec, variant_args: str) -> LaunchSpec:
     """`spec` with the options of `variant_args` (e.g. "--gpu-memory-utilization 0.70") overriding or added.
     A `--no-X` in the variant replaces `--X` and the other way round."""
+    _refuse_redacted(variant_args, "server variant")
     try:
         words = shlex.split(variant_args)
     except ValueError as e:

@@ -1,6 +1,8 @@
 """Load patterns: a closed loop of N users, or an open loop at a fixed rate (constant or Poisson)
 with an optional concurrency cap. One call of `run_cell` runs one cell: warmup, then the measured part,
-stopped by a request count and/or a duration, or early when every request fails or on cancellation."""
+stopped by a request count and/or a duration, or early when every request fails or on cancellation.
+`CellControl` ends a cell early in one of two ways: `request_drain` sends no more requests and lets the ones
+in flight finish; `request_stop` also cancels those in flight (recorded as `cancelled`)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 import httpx
 
 from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
+from servescope.core.errors import ServescopeError
 from servescope.core.records import RequestRecord
 
 _perf = time.perf_counter_ns
@@ -51,14 +54,29 @@ class Limits:
 
 @dataclass
 class CellControl:
-    """Set from outside (Ctrl-C, a TUI key) to end the current cell early."""
+    """Set from outside (Ctrl-C, a TUI key) to end the current cell early: `request_drain` stops sending
+    requests and lets the in-flight ones finish; `request_stop` also cancels the in-flight ones. Either
+    makes `drain` set (no new requests); only `request_stop` sets `stop`."""
 
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    drain: asyncio.Event = field(default_factory=asyncio.Event)
     reason: str = ""
 
     def request_stop(self, reason: str) -> None:
-        self.reason = reason
+        if not self.stop.is_set():
+            self.reason = reason
         self.stop.set()
+        self.drain.set()
+
+    def request_drain(self, reason: str) -> None:
+        if not self.drain.is_set():
+            self.reason = reason
+        self.drain.set()
+
+    @property
+    def ended(self) -> bool:
+        """No more requests are sent (drained or stopped)."""
+        return self.drain.is_set()
 
 
 @dataclass
@@ -67,6 +85,54 @@ class CellRun:
     start_ns: int  # first measured request scheduled
     end_ns: int  # last measured request ended
     stopped: str = ""  # why it ended early ("" when it ran to its limit)
+
+
+def cell_connections(load: Load, requests: int | None, warmup: int = 0) -> int:
+    """The connections one cell holds at most: a closed loop never has more users than requests to send
+    (`-c 100000000 -n 2` runs 2 users; the warmup runs first, with as many users as it has requests)."""
+    n = load.connections
+    if load.rate is None and requests is not None:
+        n = min(n, max(requests, warmup))
+    return max(1, n)
+
+
+FD_RESERVE = 64  # open files the process needs besides the load's sockets (interpreter, logs, session, telemetry)
+
+
+def open_file_room(connections: int) -> int:
+    """Make room for `connections` sockets: the soft RLIMIT_NOFILE is raised (up to the hard limit) when it is
+    too low. Returns how many connections fit (at least `connections` when they all do)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover (Windows: no such limit to manage)
+        return connections
+    need = connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    inf = resource.RLIM_INFINITY
+    if soft == inf or soft >= need:
+        return connections if soft == inf else soft - FD_RESERVE
+    # only as far as needed (a child that closes every possible fd at start would crawl through a huge limit)
+    new = need if hard == inf else min(hard, need)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        soft = new
+    except (ValueError, OSError):
+        pass
+    return max(0, soft - FD_RESERVE)
+
+
+def ensure_open_files(connections: int) -> None:
+    """ServescopeError (one line, with the number that fits) when `connections` sockets cannot be opened at
+    once even after raising the soft open-file limit: such a cell would only measure failures."""
+    room = open_file_room(connections)
+    if room < connections:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        raise ServescopeError(
+            f"{connections} concurrent requests need about {connections + FD_RESERVE} open files, but this process "
+            f"may open {soft} (ulimit -n, hard limit {hard}); use at most {room} (--concurrency, --max-concurrency, "
+            "or fewer --requests), or raise the hard limit")
 
 
 def failure_limit(load: Load) -> int:
@@ -87,13 +153,18 @@ async def run_cell(
 ) -> CellRun:
     """`specs` holds the warmup prompts first, then the measured ones (cycled if a duration needs more)."""
     control = control or CellControl()
-    async with make_http_client(opts, load.connections) as http:
+    conns = cell_connections(load, limits.requests, limits.warmup)
+    if load.rate is not None and not load.max_concurrency:
+        conns = max(1, min(conns, open_file_room(conns)))  # an uncapped open loop's pool is a guess: fit it
+    else:
+        ensure_open_files(conns)
+    async with make_http_client(opts, conns) as http:
         warm = list(specs[: limits.warmup])
         measured = list(specs[limits.warmup :]) or list(specs)
         if warm:
             await _closed(http, opts, warm, Load(concurrency=min(load.connections, len(warm))),
                           Limits(requests=len(warm)), None, control, warmup=True)
-        if control.stop.is_set():
+        if control.ended:
             return CellRun([], _perf(), _perf(), control.reason)
         if before_measured is not None:
             await before_measured()
@@ -138,8 +209,10 @@ async def _send(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec,
 
 
 async def _closed(http, opts, specs, load, limits, on_record, control, warmup=False) -> CellRun:  # type: ignore[no-untyped-def]
-    n_users = int(load.concurrency or 1)
     total = limits.requests
+    n_users = int(load.concurrency or 1)
+    if total is not None:  # never more users than requests: `-c 100000000 -n 2` starts 2 tasks, not 10**8
+        n_users = min(n_users, total)
     deadline = None
     tracker = None if warmup else _Tracker(load, control, on_record)
     next_index = 0
@@ -149,7 +222,7 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
 
     async def user(u: int) -> None:
         nonlocal next_index
-        while not control.stop.is_set():
+        while not control.ended:
             i = next_index
             if total is not None and i >= total:
                 return
@@ -169,7 +242,7 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
     await _wait_or_stop(tasks, control)
     recs = tracker.records if tracker else []
     end = max((r.end_ns for r in recs), default=_perf())
-    return CellRun(recs, start, end, control.reason if control.stop.is_set() else "")
+    return CellRun(recs, start, end, control.reason if control.ended else "")
 
 
 async def _open(http, opts, specs, load, limits, on_record, control, seed) -> CellRun:  # type: ignore[no-untyped-def]
@@ -190,10 +263,12 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
             await _send(http, opts, spec, rec, tracker)
         else:
             async with sem:
+                if control.ended:  # it waited for a slot while the cell was being drained: never sent
+                    return
                 await _send(http, opts, spec, rec, tracker)
 
     i = 0
-    while not control.stop.is_set():
+    while not control.ended:
         if total is not None and i >= total:
             break
         if deadline is not None and sched >= deadline:
@@ -201,7 +276,7 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
         delay = (sched - _perf()) / 1e9
         if delay > 0:
             try:
-                await asyncio.wait_for(control.stop.wait(), timeout=delay)
+                await asyncio.wait_for(control.drain.wait(), timeout=delay)
                 break
             except TimeoutError:
                 pass
@@ -213,7 +288,7 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
         sched += int(gap * 1e9)
     await _wait_or_stop(list(tasks), control)
     end = max((r.end_ns for r in tracker.records), default=_perf())
-    return CellRun(tracker.records, start, end, control.reason if control.stop.is_set() else "")
+    return CellRun(tracker.records, start, end, control.reason if control.ended else "")
 
 
 async def _wait_or_stop(tasks: list[asyncio.Task[None]], control: CellControl) -> None:

@@ -189,6 +189,7 @@ def summarize(
     s: dict[str, Any] = {
         "requests_ok": n_ok,
         "requests_failed": pr.height - n_ok,
+        "requests_bad_usage": int((pr["status"] == "bad_usage").sum()),  # among the failed: usage not a count
         "wall_s": wall_s,
         "input_tokens_requested": float(req_in.mean()) if req_in.len() else None,  # type: ignore[arg-type]
         "input_tokens_mean": float(known_prompt["prompt_tokens"].mean()) if known_prompt.height else None,  # type: ignore[arg-type]
@@ -202,7 +203,8 @@ def summarize(
         "output_tok_s": out_tok / wall,
         "total_tok_s": (out_tok + in_tok) / wall,
         "goodput_req_s": good / wall,
-        "slo_met_fraction": (good / pr.height) if pr.height else None,
+        # of the requests that ran to an outcome: one cancelled by a stop never counts against the SLOs
+        "slo_met_fraction": (good / judged) if (judged := pr.height - int((pr["status"] == "cancelled").sum())) else None,
         "errors": errors,
     }
     for m in ("ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "per_user_tok_s", "prefill_tok_s"):

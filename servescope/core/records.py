@@ -7,8 +7,10 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Literal
 
-Status = Literal["ok", "error", "timeout", "cut", "cancelled"]
-STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cut", "cancelled")
+Status = Literal["ok", "error", "timeout", "cut", "cancelled", "bad_usage"]
+# bad_usage: the stream was measured, but the server's token counts (usage) were not plausible counts; the
+# raw value is in `error`, and the request never counts as ok (nor as goodput)
+STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cut", "cancelled", "bad_usage")
 
 
 @dataclass(slots=True)

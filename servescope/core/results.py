@@ -241,6 +241,8 @@ class CellSummary(_Base):
 
     requests_ok: int = 0
     requests_failed: int = 0
+    requests_bad_usage: int | None = None  # of the failed, how many had usage that was not a token count (None:
+    # written before servescope counted them, and left out of to_dict())
     wall_s: float | None = None
     input_tokens_requested: float | None = None
     input_tokens_mean: float | None = None
@@ -286,7 +288,7 @@ class CellSummary(_Base):
     def to_dict(self) -> dict[str, Any]:
         """Exactly the dict summarize() (plus the runner) writes: server/telemetry/gpu/source only when set."""
         out = super().to_dict()
-        for k in _OPTIONAL:
+        for k in (*_OPTIONAL, "requests_bad_usage"):
             if out.get(k) is None:
                 out.pop(k, None)
         return out

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 
 class SSEParser:
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_held", "_held_len")
 
     def __init__(self) -> None:
         self._buf = b""
+        self._held: list[bytes] = []  # pieces with no line end, joined once one arrives (a long line that
+        self._held_len = 0  # trickles in costs linear time, not quadratic)
 
     def feed(self, piece: bytes) -> list[bytes]:
+        if b"\n" not in piece:
+            if piece:
+                self._held.append(piece)
+                self._held_len += len(piece)
+            return []
+        if self._held:
+            piece = b"".join(self._held) + piece
+            self._held, self._held_len = [], 0
         buf = self._buf + piece if self._buf else piece
         out: list[bytes] = []
         start = 0
@@ -38,9 +48,19 @@ class SSEParser:
         self._buf = buf[start:] if start < n else b""
         return out
 
+    @property
+    def pending(self) -> int:
+        """Bytes of an unfinished line held until its end arrives."""
+        return len(self._buf) + self._held_len
+
+    def reset(self) -> None:
+        self._buf = b""
+        self._held, self._held_len = [], 0
+
     def flush(self) -> list[bytes]:
         """End of stream: a final line with no newline still counts."""
-        rest, self._buf = self._buf, b""
+        rest, self._buf = self._buf + b"".join(self._held), b""
+        self._held, self._held_len = [], 0
         rest = rest.rstrip(b"\r")
         if rest.startswith(b"data:"):
             s = 5

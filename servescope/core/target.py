@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -10,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from servescope.core.errors import ServescopeError
-from servescope.core.textsafe import clean_text
+from servescope.core.textsafe import clean_secret_text, clean_text, redact
 
 
 def redact_url(url: str) -> str:
@@ -100,7 +101,8 @@ async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0) -
         for m in data:
             if isinstance(m, dict) and "id" in m:
                 mml = m.get("max_model_len")
-                info.models.append(ModelInfo(str(m["id"]), int(mml) if isinstance(mml, int) else None))
+                ok_len = isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < 2**31
+                info.models.append(ModelInfo(str(m["id"]), mml if ok_len else None))
         try:
             v = await c.get("/version")
             if v.status_code == 200:
@@ -126,37 +128,82 @@ class Tokenizer(Protocol):
 
 
 class ServerTokenizer:
-    """vLLM's /tokenize and /detokenize: the exact tokenizer and chat template the server uses."""
+    """vLLM's /tokenize and /detokenize: the exact tokenizer and chat template the server uses. What they answer
+    is checked: anything but a count, a list of token ids or a text is one ServescopeError (never a
+    ValueError halfway through building prompts)."""
 
     exact = True
     name = "server /tokenize"
 
-    def __init__(self, http: httpx.AsyncClient, model: str) -> None:
+    def __init__(self, http: httpx.AsyncClient, model: str, secret: str | None = None) -> None:
         self.http = http
         self.model = model
+        self.secret = secret  # the API key: masked in any text of the server's that ends up in an error
 
-    async def _tok(self, body: dict[str, Any]) -> dict[str, Any]:
-        r = await self.http.post("/tokenize", json={"model": self.model, **body})
+    def _where(self, path: str) -> str:
+        return redact_url(str(self.http.base_url).rstrip("/")) + path
+
+    def _garbage(self, path: str, what: str, value: Any) -> ServescopeError:
+        return ServescopeError(f"{self._where(path)} answered {_show(value, self.secret)} where {what} belongs; "
+                               "fix the server or pass --tokenizer PATH (a local tokenizer)")
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = await self.http.post(path, json={"model": self.model, **body})
         if r.status_code != 200:
-            raise ServescopeError(f"/tokenize failed (HTTP {r.status_code}): {clean_text(r.text)[:200]}")
-        out: dict[str, Any] = r.json()
+            raise ServescopeError(f"{path} failed (HTTP {r.status_code}): "
+                                  f"{clean_secret_text(r.text[:4096], self.secret, 200)}")
+        try:
+            out = r.json()
+        except ValueError:
+            raise self._garbage(path, "a JSON object", redact(r.text[:60], self.secret)) from None
+        if not isinstance(out, dict):
+            raise self._garbage(path, "a JSON object", out)
         return out
 
+    async def _tok(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._post("/tokenize", body)
+
+    def _count(self, out: dict[str, Any]) -> int:
+        c: Any = out.get("count")
+        if not is_count(c):
+            raise self._garbage("/tokenize", "a token count", c)
+        return int(c)
+
     async def encode(self, text: str) -> list[int]:
-        return list((await self._tok({"prompt": text, "add_special_tokens": False}))["tokens"])
+        tokens = (await self._tok({"prompt": text, "add_special_tokens": False})).get("tokens")
+        if not isinstance(tokens, list) or not all(is_count(t) for t in tokens):
+            raise self._garbage("/tokenize", "a list of token ids", tokens)
+        return list(tokens)
 
     async def decode(self, ids: list[int]) -> str:
-        r = await self.http.post("/detokenize", json={"model": self.model, "tokens": ids})
-        if r.status_code != 200:
-            raise ServescopeError(f"/detokenize failed (HTTP {r.status_code}): {clean_text(r.text)[:200]}")
-        return str(r.json()["prompt"])
+        text = (await self._post("/detokenize", {"tokens": ids})).get("prompt")
+        if not isinstance(text, str):
+            raise self._garbage("/detokenize", "a text", text)
+        return text
 
     async def count_prompt(self, text: str) -> int:
-        return int((await self._tok({"prompt": text}))["count"])
+        return self._count(await self._tok({"prompt": text}))
 
     async def count_chat(self, text: str) -> int:
         body = {"messages": [{"role": "user", "content": text}], "add_generation_prompt": True}
-        return int((await self._tok(body))["count"])
+        return self._count(await self._tok(body))
+
+
+MAX_TOKENS = 2**31 - 1
+
+
+def is_count(v: Any) -> bool:
+    """A token count or id: an integer from 0 to 2**31 - 1 (not a bool, a float or a string)."""
+    return type(v) is int and 0 <= v <= MAX_TOKENS
+
+
+def _show(v: Any, secret: str | None = None) -> str:
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = repr(v)
+    text = clean_secret_text(text, secret, 10_000)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class LocalTokenizer:
@@ -220,9 +267,20 @@ class EstimateTokenizer:
         return len(text.split())
 
 
-async def has_tokenize(http: httpx.AsyncClient, model: str) -> bool:
+async def has_tokenize(http: httpx.AsyncClient, model: str, secret: str | None = None) -> bool:
+    """Whether the server has a usable /tokenize. No answer, an error or a body without a "count": False (input
+    lengths are then estimated). A 200 whose count or tokens are not counts (`{"count": "many"}`) raises one
+    ServescopeError before anything starts: such a server cannot be trusted to size prompts."""
     try:
         r = await http.post("/tokenize", json={"model": model, "prompt": "hello"})
-        return r.status_code == 200 and "count" in r.json()
+        body = r.json() if r.status_code == 200 else None
     except Exception:
         return False
+    if not isinstance(body, dict) or "count" not in body:
+        return False
+    tok = ServerTokenizer(http, model, secret)
+    tok._count(body)
+    tokens = body.get("tokens")
+    if tokens is not None and (not isinstance(tokens, list) or not all(is_count(t) for t in tokens)):
+        raise tok._garbage("/tokenize", "a list of token ids", tokens)
+    return True

@@ -287,9 +287,11 @@ class MetricsSampler:
         """The samples: `t_ns` (Int64) and one Float64 column per metric (null where the server lacks it)."""
         import polars as pl
 
-        data: dict[str, Any] = {"t_ns": pl.Series("t_ns", self.t_ns.tolist(), dtype=pl.Int64)}
+        # the sampler may be appending a sample on its own thread meanwhile: take the rows complete in every column
+        n = min([len(self.t_ns), *(len(a) for a in self.cols.values())])
+        data: dict[str, Any] = {"t_ns": pl.Series("t_ns", self.t_ns[:n].tolist(), dtype=pl.Int64)}
         for c, arr in self.cols.items():
-            data[c] = pl.Series(c, arr.tolist(), dtype=pl.Float64).fill_nan(None)
+            data[c] = pl.Series(c, arr[:n].tolist(), dtype=pl.Float64).fill_nan(None)
         return pl.DataFrame(data)
 
     def window_summary(self, t0_ns: int, t1_ns: int) -> dict[str, Any]:
@@ -384,8 +386,8 @@ def server_delta(before: Mapping[str, float | str] | None,
         or _hist_mean_ms(before, after, "vllm:time_per_output_token_seconds"),
         "e2e_ms_mean": _hist_mean_ms(before, after, "vllm:e2e_request_latency_seconds"),
         "queue_ms_mean": _hist_mean_ms(before, after, "vllm:request_queue_time_seconds"),
-        "kv_cache_tokens": (_f(after.get("cache_config.num_gpu_blocks")) * _f(after.get("cache_config.block_size")))
-        or None,
+        # the same figure as the KV budget (session.toml kv_budget, the app): stated size, else blocks x size
+        "kv_cache_tokens": (float(kb.tokens) if (kb := kv_budget_from_parsed(after)) is not None else None),
     }
     q = d("vllm:prefix_cache_queries_total")
     h = d("vllm:prefix_cache_hits_total")

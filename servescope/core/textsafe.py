@@ -15,6 +15,22 @@ def clean_text(s: str) -> str:
     return _CTRL.sub("", s).strip()
 
 
+MASK = "\u2022\u2022\u2022\u2022"  # what a secret is replaced with wherever it would be shown or stored
+
+
+def redact(s: str, secret: str | None) -> str:
+    """`s` with every occurrence of `secret` (an API key) replaced by MASK; `s` unchanged without a secret."""
+    if not secret or secret not in s:
+        return s
+    return s.replace(secret, MASK)
+
+
+def clean_secret_text(s: str, secret: str | None, limit: int = 500) -> str:
+    """Server text about to be stored: the secret masked before and after control characters are removed (a
+    server could split the echoed key with them), then cut to `limit` characters."""
+    return redact(clean_text(redact(s, secret)), secret)[:limit]
+
+
 def md_escape(s: str) -> str:
     """Escape text for a Markdown table cell."""
     s = clean_text(s)

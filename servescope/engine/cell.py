@@ -16,7 +16,7 @@ from servescope.core.results import CellSummary
 from servescope.core.telemetry import server_delta
 from servescope.core.textsafe import clean_text
 from servescope.engine.connection import Target
-from servescope.engine.events import CellFinished, Event, Notice, RequestsDone, SweepControl
+from servescope.engine.events import CellFinished, CellSkipped, Event, Notice, RequestsDone, SweepControl
 from servescope.engine.plan import Cell
 from servescope.engine.server import ServerManager, watchdog
 from servescope.engine.sink import SessionSink
@@ -27,8 +27,10 @@ __all__ = ["CellAttempt"]
 
 class CellAttempt:
     """One attempt at one cell. `events()` runs it and yields RequestsDone batches, TelemetrySamples, then
-    CellFinished (status "done", "stopped" or "server_lost"); afterwards `lost` says whether the server
-    stopped answering during it."""
+    CellFinished (status "done", "stopped" or "server_lost"), or CellSkipped when the user skipped it (saved
+    as `skipped`, without its partial requests); afterwards `lost` says whether the server stopped answering
+    during it. Interrupted (the task cancelled: the app closed, a second Ctrl-C), it saves what it measured
+    as `interrupted` and re-raises."""
 
     def __init__(self, cell: Cell, specs: list[RequestSpec], attempt: int, *, opts: ClientOptions,
                  slos: dict[str, float], control: SweepControl, sink: SessionSink, target: Target,
@@ -93,7 +95,7 @@ class CellAttempt:
                     await asyncio.wait_for(self.wake.wait(), timeout=0.25)
                 except TimeoutError:
                     pass
-                if self.pending:
+                if self.pending and control.skipped is not self.cc:  # a skipped cell's cancelled requests: not shown
                     yield self._batch(t0)
                 sample = self.telemetry.latest()
                 if sample is not None:
@@ -102,11 +104,21 @@ class CellAttempt:
             self.cc.request_stop("interrupted")
             dog.cancel()
             await asyncio.gather(task, dog, return_exceptions=True)
+            control.cell = None
             self._save(task, interrupted=True)
             raise
         dog.cancel()
         await asyncio.gather(dog, return_exceptions=True)
         run = task.result()
+        if control.skipped is self.cc and not self.lost:
+            control.cell = None
+            self.pending = []
+            reason = self.cc.reason or "skipped by the user"
+            self.sink.write_cell({**cell.row(), **self.ran_with, "status": "skipped", "reason": clean_text(reason)},
+                                 None, None)
+            self.telemetry.save(self.sink.path)
+            yield CellSkipped(cell, reason)
+            return
         if self.pending:
             yield self._batch(t0)
         self.server_after = await self.telemetry.boundary(metrics=not self.lost)
@@ -135,8 +147,13 @@ class CellAttempt:
               suffix: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Write the cell to the session; its summary as saved ({} when the load itself failed)."""
         cell = self.cell
-        if task.cancelled() or task.exception() is not None:
-            self.sink.set_cell_status(cell.index, "failed", "interrupted" if interrupted else str(task.exception()))
+        if task.cancelled() or interrupted and not task.done():
+            self.sink.set_cell_status(cell.index, "interrupted", "interrupted: the sweep was aborted mid-cell")
+            return {}
+        if task.exception() is not None:
+            self.sink.set_cell_status(cell.index, "interrupted" if interrupted else "failed",
+                                      "interrupted: the sweep was aborted mid-cell" if interrupted
+                                      else clean_text(str(task.exception())))
             return {}
         run = task.result()
         df = records_frame(run.records)
@@ -146,7 +163,8 @@ class CellAttempt:
         if server:
             summary["server"] = server
         summary.update(extra or {})
-        status = status or ("stopped" if (run.stopped or interrupted) else "done")
-        self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(run.stopped)},
+        status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
+        reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped
+        self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(reason)},
                              df, summary, suffix=suffix)
         return summary

@@ -67,8 +67,8 @@ class HttpTarget:
     async def tokenizer(self, model: str) -> Tokenizer:
         if self.tokenizer_path:
             return LocalTokenizer(self.tokenizer_path)
-        if self.http is not None and await has_tokenize(self.http, model):
-            return ServerTokenizer(self.http, model)
+        if self.http is not None and await has_tokenize(self.http, model, self.api_key):
+            return ServerTokenizer(self.http, model, self.api_key)
         return EstimateTokenizer()
 
     async def run_cell(self, opts: ClientOptions, specs: Sequence[RequestSpec], load: Load, limits: Limits,

@@ -4,6 +4,7 @@ consumers of the same stream), and `SweepControl`, the one way in (stop the swee
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,14 @@ class RequestsDone:
 class CellFinished:
     cell: Cell
     summary: CellSummary  # as saved (cells.parquet summary_json is `summary.to_dict()`)
-    status: str  # "done" | "stopped" | "server_lost"
+    status: str  # "done" | "stopped" (ended early: `x`, Ctrl-C, failing requests) | "server_lost"
     reason: str = ""
 
 
 @dataclass
 class CellSkipped:
+    """A cell that was not measured: it does not fit the model, or the user skipped it (`skip_cell`)."""
+
     cell: Cell
     reason: str
 
@@ -98,30 +101,54 @@ Event = (SweepStarted | CellStarted | RequestsDone | CellFinished | CellSkipped 
 
 @dataclass
 class SweepControl:
-    """Stop the sweep (finished cells are kept) or skip the current cell. Thread-safe setters for the TUI."""
+    """The one way into a running sweep: stop it (finished cells are kept) or skip the current cell.
+    Thread-safe: the app calls it from its own thread; what touches the running cell runs on the sweep's loop.
+
+    - `stop(reason)`: stop after the current cell, cancelling its in-flight requests (Ctrl-C in the CLI).
+    - `stop(reason, let_in_flight_finish=True)`: send no more requests; the in-flight ones finish, the cell is
+      saved as `stopped` and the sweep ends (the app's `x`). Called again, it cancels them.
+    - `skip_cell(reason)`: cancel the current cell's requests and record it as `skipped`; the sweep goes on."""
 
     stopping: bool = False
     cell: CellControl | None = None
     loop: asyncio.AbstractEventLoop | None = None
+    skipped: CellControl | None = None  # the running cell's control when the user skipped it
 
-    def stop(self, reason: str = "stopped by the user") -> None:
+    def stop(self, reason: str = "stopped by the user", *, let_in_flight_finish: bool = False) -> str:
+        """Stop the sweep; "draining" when the in-flight requests may finish, else "cancelling"."""
+        again = self.stopping
         self.stopping = True
-        self._stop_cell(reason)
+        if let_in_flight_finish and not again:
+            self._on_cell(lambda c: c.request_drain(reason))
+            return "draining"
+        self._on_cell(lambda c: c.request_stop(reason))
+        return "cancelling"
 
     def skip_cell(self, reason: str = "skipped by the user") -> None:
-        self._stop_cell(reason)
+        def skip(c: CellControl) -> None:
+            self.skipped = c
+            c.request_stop(reason)
 
-    def _stop_cell(self, reason: str) -> None:
-        c = self.cell
-        if c is None:
-            return
-        if self.loop is not None and self.loop.is_running():
+        self._on_cell(skip)
+
+    def _on_cell(self, fn: Callable[[CellControl], None]) -> None:
+        """Run `fn(running cell's control)` on the sweep's loop (nothing when no cell runs then)."""
+        def run() -> None:
+            c = self.cell
+            if c is not None:
+                fn(c)
+
+        loop = self.loop
+        if loop is not None and loop.is_running():
             try:
-                if asyncio.get_running_loop() is self.loop:
-                    c.request_stop(reason)
+                if asyncio.get_running_loop() is loop:
+                    run()
                     return
             except RuntimeError:
                 pass
-            self.loop.call_soon_threadsafe(c.request_stop, reason)
+            try:
+                loop.call_soon_threadsafe(run)
+            except RuntimeError:  # the loop closed meanwhile: nothing runs any more
+                pass
         else:
-            c.request_stop(reason)
+            run()

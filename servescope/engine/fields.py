@@ -68,6 +68,16 @@ def parse_float_list(text: str, where: str) -> list[float]:
 
 
 # ---- one parser per kind of value: (raw TOML value or string, where) -> typed value ------------------------
+def _blank(raw: Any, where: str) -> bool:
+    """Whether `raw` is an empty value that means "not set": only in a form field (`where` is the field's
+    name). An empty flag (`-c ""`) or an empty string in a file is an error, never a silent default."""
+    if not isinstance(raw, str) or raw.strip():
+        return False
+    if where.isidentifier():
+        return True
+    raise ServescopeError(f"{where}: empty; give a value (or leave the option out for its default)")
+
+
 def text(raw: Any, where: str) -> str:
     if not isinstance(raw, str):
         raise ServescopeError(f"{where}: must be a string")
@@ -108,7 +118,7 @@ def duration(raw: Any, where: str) -> float:
 
 
 def opt_duration(raw: Any, where: str) -> float | None:
-    if isinstance(raw, str) and not raw.strip():
+    if _blank(raw, where):
         return None
     return duration(raw, where)
 
@@ -126,9 +136,21 @@ def dump_interval(v: float | None) -> str:
     return "off" if v is None else fmt_duration(v)
 
 
+def _distinct(values: tuple[Any, ...], where: str) -> tuple[Any, ...]:
+    """The values, or one line naming the first one given twice (it would make two identical cells)."""
+    seen: set[Any] = set()
+    for v in values:
+        if v in seen:
+            raise ServescopeError(f"{where}: {v:g} is given twice; give each load level once")
+        seen.add(v)
+    return values
+
+
 def int_list(raw: Any, where: str) -> tuple[int, ...] | None:
+    if _blank(raw, where):
+        return None
     if isinstance(raw, str):
-        return tuple(parse_int_list(raw, where)) if raw.strip() else None
+        return _distinct(tuple(parse_int_list(raw, where)), where)
     if not isinstance(raw, list) or not raw:
         raise ServescopeError(f"{where}: give a list of positive integers like [1, 4, 16]")
     out = []
@@ -136,12 +158,14 @@ def int_list(raw: Any, where: str) -> tuple[int, ...] | None:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ServescopeError(f"{where}: {x!r} is not a positive integer; give a list like [1, 4, 16]")
         out.append(x)
-    return tuple(out)
+    return _distinct(tuple(out), where)
 
 
 def float_list(raw: Any, where: str) -> tuple[float, ...] | None:
+    if _blank(raw, where):
+        return None
     if isinstance(raw, str):
-        return tuple(parse_float_list(raw, where)) if raw.strip() else None
+        return _distinct(tuple(parse_float_list(raw, where)), where)
     if not isinstance(raw, list) or not raw:
         raise ServescopeError(f"{where}: give a list of request rates like [0.5, 2, 5]")
     out = []
@@ -149,7 +173,7 @@ def float_list(raw: Any, where: str) -> tuple[float, ...] | None:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 or math.isinf(x):
             raise ServescopeError(f"{where}: {x!r} is not a rate above 0; give a list like [0.5, 2, 5]")
         out.append(float(x))
-    return tuple(out)
+    return _distinct(tuple(out), where)
 
 
 def _int(raw: Any, where: str, lowest: int) -> int:
@@ -168,7 +192,7 @@ def count0(raw: Any, where: str) -> int:
 
 
 def opt_count1(raw: Any, where: str) -> int | None:
-    if isinstance(raw, str) and not raw.strip():
+    if _blank(raw, where):
         return None
     return _int(raw, where, 1)
 
@@ -195,9 +219,9 @@ def boolean(raw: Any, where: str) -> bool:
 
 
 def opt_price(raw: Any, where: str) -> float | None:
+    if _blank(raw, where):
+        return None
     if isinstance(raw, str):
-        if not raw.strip():
-            return None
         try:
             raw = float(raw)
         except ValueError:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servescope.core.load import Load
+from servescope.core.secrets import redact_command
 from servescope.engine.spec import SweepSpec
 from servescope.workloads.spec import Workload
 
@@ -67,7 +68,7 @@ def plan_cells(spec: SweepSpec) -> list[Cell]:
     cells: list[Cell] = []
     variants = list(enumerate(spec.variants)) or [(0, "")]
     for v, vargs in variants:
-        cells.extend(_workload_cells(spec, len(cells), v, vargs))
+        cells.extend(_workload_cells(spec, len(cells), v, redact_command(vargs)))  # shown and stored: no secret
     return cells
 
 

@@ -19,6 +19,7 @@ import httpx
 
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.errors import ServescopeError
+from servescope.core.secrets import redact_command, redact_sweep_table, redact_text
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 from servescope.core.textsafe import clean_text
 from servescope.engine.background import Background
@@ -200,11 +201,12 @@ class _Sweep:
         """Start the server of the cell's variant, then reconnect and restart telemetry."""
         sink = self.sink
         assert sink is not None
-        yield Notice("info", f"relaunching the server for variant {cell.variant + 1}: {cell.variant_args}")
+        yield Notice("info", f"relaunching the server for variant {cell.variant + 1}: "
+                             f"{redact_command(cell.variant_args)}")
         await self.servers.launch(cell.variant, path)
         await self._connect()
         self.tok = await self.target.tokenizer(self.model)
-        sink.add_event("server_launched", f"variant {cell.variant + 1}: {cell.variant_args}")
+        sink.add_event("server_launched", f"variant {cell.variant + 1}: {redact_command(cell.variant_args)}")
         sink.meta.setdefault("server", {}).setdefault("variant_args", {})[str(cell.variant)] = (
             self.servers.server_args() or {})
         sink.save_meta()
@@ -229,7 +231,8 @@ class _Sweep:
                      for p in prompts]
             yield CellStarted(cell, len(self.cells))
             opts = ClientOptions(base_url=self.servers.url, model=self.model, api_key=self.ctx.api_key,
-                                 timeout_s=spec.timeout_s, ignore_eos=spec.ignore_eos, transport=spec.transport)
+                                 timeout_s=spec.timeout_s, ignore_eos=spec.ignore_eos, transport=spec.transport,
+                                 max_model_len=self.minfo.max_model_len)
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
                               sink=sink, target=self.target, servers=self.servers, telemetry=self.telemetry,
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
@@ -276,7 +279,7 @@ class _Sweep:
                        "tokenizer": tok.name},
             "model": self.minfo.id,
             "max_model_len": self.minfo.max_model_len,
-            "models_json": json.dumps(target.raw_models, default=str),
+            "models_json": redact_text(json.dumps(target.raw_models, default=str), [self.ctx.api_key]),
             "workloads": [w.to_dict() for w in spec.workloads],
             "load": {
                 "concurrency": _list(spec.concurrency), "rates": _list(spec.rates), "arrival": spec.arrival,
@@ -285,11 +288,11 @@ class _Sweep:
             },
             "slos": dict(spec.slos),
             "tags": dict(spec.tags),
-            "sweep": spec.to_table(inline_workloads=True),
+            "sweep": redact_sweep_table(spec.to_table(inline_workloads=True)),  # secrets never stored
             "cells": [{**c.row(), "status": "planned"} for c in self.cells],
         }
         if spec.launch:
-            meta["server"] = {"launch": spec.launch, "variants": list(spec.variants),
+            meta["server"] = {"launch": redact_command(spec.launch), "variants": [redact_command(v) for v in spec.variants],
                               "args": self.servers.server_args()}
         if spec.electricity_price is not None:
             meta["electricity_usd_per_kwh"] = spec.electricity_price

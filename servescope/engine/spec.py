@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from servescope.core.errors import ServescopeError
+from servescope.core.secrets import is_redacted, redact_command
 from servescope.engine import fields as f
 from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
 from servescope.workloads.spec import Workload, parse_toml
@@ -134,7 +135,9 @@ class SweepSpec:
         if self.variants and not self.launch:
             raise ServescopeError(f"{where}: server variants need a launch command: servescope can only relaunch "
                                   "a server it started")
-        if self.launch:
+        if self.launch and not is_redacted(self.launch) and not any(map(is_redacted, self.variants)):
+            # a stored command whose secrets were redacted is read as it is; launching it is refused
+            # (servescope.core.launchspec), and `resume --launch` / `run --launch` give it in full
             from servescope.core.launch import parse_launch, with_variant
 
             try:
@@ -145,6 +148,8 @@ class SweepSpec:
                 raise ServescopeError(f"{where}: [server] {e.message}") from None
         if not self.workloads:
             raise ServescopeError(f"{where}: no workload; add workloads = [\"sharegpt\"] or a [[workload]] table")
+        for w in self.workloads:  # datasets read now: a bad one stops the run before a server or session exists
+            w.check(where)
         return self
 
     def replace(self, **changes: Any) -> SweepSpec:
@@ -152,8 +157,8 @@ class SweepSpec:
 
     @property
     def target_text(self) -> str:
-        """What the sweep runs against, for headers: the launch command or the URL."""
-        return self.launch or self.url
+        """What the sweep runs against, for headers: the launch command (its secrets as ••••) or the URL."""
+        return redact_command(self.launch) if self.launch else self.url
 
     # ---- TOML -----------------------------------------------------------------------------------------
     @classmethod

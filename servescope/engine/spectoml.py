@@ -18,7 +18,8 @@ def check_keys(table: dict[str, Any], known: set[str], section: str, at: Callabl
         if k not in known:
             near = difflib.get_close_matches(k, sorted(known), n=1)
             hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(sorted(known))}"
-            raise ServescopeError(f"{at(section, k)}: unknown key; {hint}")
+            shown = k if re.fullmatch(r"[A-Za-z0-9_\-]+", k) else repr(k)  # a key is data: one line
+            raise ServescopeError(f"{at(section, shown)}: unknown key; {hint}")
 
 
 class SectionLines:

@@ -1,11 +1,15 @@
 """What a session answers on its own, per workload: capacity at the SLOs, the knee, the peak throughput, and
-the cost of thinking mode (definitions in servescope.sessions.compare and the README); and their Markdown."""
+the cost of thinking mode (definitions in servescope.sessions.compare and the README); and their Markdown.
+
+Only *completed* cells (status `done`) answer: a cell the user skipped or stopped, one that was interrupted or
+lost its server measured a partial load, so it is left out, and each answer says which cells it left out and
+why (`WorkloadAnswers.left_out`)."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servescope.core.metrics import SLO_ATTAINMENT
@@ -15,6 +19,30 @@ from servescope.sessions import series_name
 from servescope.sessions.store import Session
 from servescope.sessions.views import CellView, fmt_num, slo_text
 
+# ---- which cells answer ------------------------------------------------------------------------------
+COMPLETED = "done"  # the one cell status whose figures a curve, a capacity, a knee or a peak may use
+
+
+def is_completed(v: CellView) -> bool:
+    return v.has_summary and (v.status or COMPLETED) == COMPLETED
+
+
+def completed(views: Sequence[CellView]) -> list[CellView]:
+    """The cells that ran to their end (curves, capacity, knee, peak and SLO figures use only these)."""
+    return [v for v in views if is_completed(v)]
+
+
+def left_out(views: Sequence[CellView]) -> list[str]:
+    """Why each other cell is left out: `c=16 (stopped: stopped by the user)`, one string per cell."""
+    out = []
+    for v in views:
+        if is_completed(v):
+            continue
+        status = v.status if v.has_summary or v.status else "skipped"
+        why = f"{status}: {v.reason}" if v.reason and v.reason != status else status
+        out.append(f"{v.load} ({why})")
+    return out
+
 
 # ---- derived answers --------------------------------------------------------------------------------
 @dataclass
@@ -23,10 +51,11 @@ class Capacity:
     unit: str  # "concurrency" | "req/s"
     not_reached: bool  # the highest measured level still meets the SLOs
     unknown: bool = False  # no cell could be judged
+    why_unknown: str = "no per-request data for these SLOs"
 
     def text(self) -> str:
         if self.unknown:
-            return "unknown (no per-request data for these SLOs)"
+            return f"unknown ({self.why_unknown})"
         if self.level is None:
             return "none: even the lowest load misses the SLOs"
         lv = _level_text(self.level, self.unit)
@@ -39,10 +68,13 @@ class Knee:
     not_reached: bool
     aggregate_tok_s: float | None = None
     per_user_tok_s: float | None = None
+    levels: int = 0  # completed concurrency levels it was found from
 
     def text(self) -> str:
         if self.concurrency is None:
-            return "needs at least two concurrency levels"
+            if self.levels == 1:
+                return "needs at least two completed concurrency levels (one completed)"
+            return "needs at least two completed concurrency levels"
         s = (f"c={self.concurrency} ({fmt_num(self.aggregate_tok_s)} tok/s aggregate, "
              f"{fmt_num(self.per_user_tok_s)} tok/s per user)")
         return s + ", not reached: the highest concurrency measured" if self.not_reached else s
@@ -56,6 +88,13 @@ class WorkloadAnswers:
     knee: Knee
     peak_output_tok_s: float | None
     peak_load: str
+    left_out: list[str] = field(default_factory=list)  # the cells not completed, with why ("c=16 (stopped: ...)")
+
+    def left_out_text(self) -> str:
+        """"" when every cell completed, else one sentence naming the cells the answers leave out."""
+        if not self.left_out:
+            return ""
+        return "left out (not completed): " + ", ".join(self.left_out)
 
 
 @dataclass
@@ -90,11 +129,15 @@ def _level_text(level: float, unit: str) -> str:
 
 
 def capacity(views: Sequence[CellView]) -> Capacity:
+    """The highest load whose completed cell meets the SLOs (cells not completed are left out)."""
+    views = completed(views)
     closed = [v for v in views if v.concurrency is not None]
     pts = closed or [v for v in views if v.rate is not None]
     unit = "concurrency" if closed else "req/s"
     judged = [(v.x, v.summary.slo_met_fraction) for v in pts if v.x is not None]
     known = [(x, f) for x, f in judged if f is not None]
+    if not views:
+        return Capacity(None, unit, False, unknown=True, why_unknown="no completed cell")
     if not known:
         return Capacity(None, unit, False, unknown=True)
     ok = [x for x, f in known if f >= SLO_ATTAINMENT]
@@ -105,8 +148,9 @@ def capacity(views: Sequence[CellView]) -> Capacity:
 
 
 def knee(views: Sequence[CellView]) -> Knee:
+    """The completed concurrency level that maximises aggregate x per-user tok/s."""
     pts = []
-    for v in views:
+    for v in completed(views):
         if v.concurrency is None:
             continue
         a, u = finite(v.summary.output_tok_s), finite(v.summary.per_user_tok_s.mean)
@@ -114,14 +158,15 @@ def knee(views: Sequence[CellView]) -> Knee:
             pts.append((v.concurrency, a, u))
     pts.sort()
     if len(pts) < 2:
-        return Knee(None, False)
+        return Knee(None, False, levels=len(pts))
     best = max(pts, key=lambda p: (p[1] * p[2], -p[0]))
-    return Knee(best[0], best[0] == pts[-1][0], best[1], best[2])
+    return Knee(best[0], best[0] == pts[-1][0], best[1], best[2], levels=len(pts))
 
 
 def peak(views: Sequence[CellView]) -> tuple[float | None, str]:
+    """The highest aggregate output tok/s of a completed cell, and its load."""
     best: tuple[float | None, str] = (None, "")
-    for v in views:
+    for v in completed(views):
         a = finite(v.summary.output_tok_s)
         if a is not None and (best[0] is None or a > best[0]):
             best = (a, v.load)
@@ -133,7 +178,7 @@ def derive(label: str, views: Sequence[CellView]) -> list[WorkloadAnswers]:
     for w in dict.fromkeys(v.workload for v in views):
         wv = [v for v in views if v.workload == w]
         pk, pl_ = peak(wv)
-        out.append(WorkloadAnswers(label, w, capacity(wv), knee(wv), pk, pl_))
+        out.append(WorkloadAnswers(label, w, capacity(wv), knee(wv), pk, pl_, left_out(wv)))
     return out
 
 
@@ -197,7 +242,11 @@ def answers_markdown(answers: Sequence[WorkloadAnswers], thinking: Sequence[Thin
         out.append("| " + " | ".join(cells) + " |")
     out += ["", f"Capacity: the highest load whose cell meets the SLOs ({md_escape(slo_text(slos))}). "
                 "Knee: the concurrency that maximises aggregate x per-user tok/s; past it, extra aggregate "
-                "throughput costs more per-user speed than it gains.", ""]
+                "throughput costs more per-user speed than it gains. Only completed cells count.", ""]
+    gaps = [(a, a.left_out_text()) for a in answers if a.left_out]
+    if gaps:
+        out += [f"- {md_escape(a.session) + ', ' if with_session else ''}{md_escape(a.workload)}: "
+                f"{md_escape(t)}" for a, t in gaps] + [""]
     return out + thinking_markdown(thinking, level)
 
 

@@ -85,11 +85,105 @@ def read_result(path: str | Path) -> tuple[str, dict[str, Any]]:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         data = None
+    except OSError as e:
+        raise ServescopeError(f"{p}: cannot read it ({clean_text(e.strerror or str(e))}); check the path") from None
+    except RecursionError:
+        data = None
     fmt = detect_format(data)
     if fmt is None or not isinstance(data, dict):
         raise ServescopeError(f"{p}: unknown import format; servescope imports the JSON that "
                               "`vllm bench serve --save-result [--save-detailed]` writes")
+    validate_vllm(data, str(p))
     return fmt, data
+
+
+# ---- validation: every value the import uses, before anything is written --------------------------------
+MAX_COUNT = 10**12  # tokens, requests: far beyond any real run, small enough for an Int64 column
+MAX_SECONDS = 1e9  # times and durations (start_times are a monotonic clock's seconds)
+MAX_TOKENS = 10**9  # one request's tokens (int32 columns)
+_COUNTS = ("completed", "failed", "num_prompts", "total_input_tokens", "total_output_tokens",
+           "max_concurrent_requests")
+_RATES = ("duration", "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+          "max_output_tokens_per_s", "burstiness")
+_PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors")
+_HINT = "the file is damaged or not what `vllm bench serve --save-result` wrote; re-run the benchmark"
+
+
+def _what(v: Any) -> str:
+    text = json.dumps(v, allow_nan=True, default=str) if not isinstance(v, str) else repr(v)
+    return clean_text(text)[:40]
+
+
+def _bad(where: str, key: str, v: Any, expected: str) -> ServescopeError:
+    return ServescopeError(f"{where}: {key} is {_what(v)}, expected {expected}; {_HINT}")
+
+
+def _finite(where: str, key: str, v: Any, lo: float = 0.0, hi: float = MAX_SECONDS, allow_none: bool = True,
+            allow_inf: bool = False) -> None:
+    if v is None and allow_none:
+        return
+    if allow_inf and (v == "inf" or (isinstance(v, float) and math.isinf(v) and v > 0)):
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise _bad(where, key, v, f"a finite number from {lo:g} to {hi:g}" + (" (or null)" if allow_none else ""))
+
+
+def _count(where: str, key: str, v: Any, lo: int = 0, allow_none: bool = True, hi: int = MAX_COUNT) -> None:
+    if v is None and allow_none:
+        return
+    ok = not isinstance(v, bool) and (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
+    if not ok or not lo <= v <= hi:
+        raise _bad(where, key, v, f"a whole number from {lo} to {hi:,}" + (" (or null)" if allow_none else ""))
+
+
+def validate_vllm(d: Mapping[str, Any], where: str) -> None:
+    """Every value of a `vllm bench serve` result the import reads: counts are whole and in range, times
+    and rates finite and not negative, per-request lists the same length with values of the right type.
+    One ServescopeError naming the file and the key; nothing is written before this passed."""
+    for k in _COUNTS:
+        _count(where, k, d.get(k), allow_none=k not in ("completed",))
+    _count(where, "max_concurrency", d.get("max_concurrency"), lo=1)
+    _finite(where, "request_rate", d.get("request_rate"), hi=MAX_COUNT, allow_inf=True)
+    _finite(where, "duration", d.get("duration"), allow_none=False)
+    for k in _RATES:
+        _finite(where, k, d.get(k), hi=MAX_COUNT)
+    ends = tuple(f"_{m}_ms" for m in _VLLM_METRICS)
+    for key, v in d.items():  # mean_ttft_ms, median_, std_, p99_ (and any --metric-percentiles)
+        if isinstance(key, str) and key.endswith(ends) and key.startswith(("mean_", "median_", "std_", "p")):
+            _finite(where, key, v, hi=MAX_SECONDS * 1000)
+    lists: dict[str, Any] = {k: d[k] for k in _PER_REQUEST if d.get(k) is not None}
+    for k, v in lists.items():
+        if not isinstance(v, list):
+            raise _bad(where, k, v, "a list (one entry per request)")
+    if not lists.get("ttfts"):
+        return  # aggregates only (no --save-detailed)
+    n = len(lists["ttfts"])
+    for k in ("input_lens", "output_lens", "itls"):
+        if k not in lists:
+            raise ServescopeError(f"{where}: has ttfts but no {k}; {_HINT} with --save-detailed")
+    for k, v in lists.items():
+        if k != "start_times" and len(v) != n or k == "start_times" and v and len(v) != n:
+            raise ServescopeError(f"{where}: {k} has {len(v)} entries but ttfts {n}: one per request is needed; "
+                                  f"{_HINT}")
+    for i in range(n):
+        _count(where, f"input_lens[{i}]", lists["input_lens"][i], hi=MAX_TOKENS)
+        _count(where, f"output_lens[{i}]", lists["output_lens"][i], hi=MAX_TOKENS)
+        _finite(where, f"ttfts[{i}]", lists["ttfts"][i])
+        gaps = lists["itls"][i]
+        if gaps is not None and not isinstance(gaps, list):
+            raise _bad(where, f"itls[{i}]", gaps, "a list of inter-token gaps in seconds")
+        total = 0.0
+        for j, g in enumerate(gaps or []):
+            _finite(where, f"itls[{i}][{j}]", g, allow_none=False)
+            total += g
+        if total > MAX_SECONDS:
+            raise _bad(where, f"itls[{i}]", f"{total:g} s in all", f"at most {MAX_SECONDS:g} s")
+        if "latencies" in lists:
+            _finite(where, f"latencies[{i}]", lists["latencies"][i])
+        if lists.get("start_times"):
+            _finite(where, f"start_times[{i}]", lists["start_times"][i], allow_none=False, hi=MAX_SECONDS)
+        if "errors" in lists and not isinstance(lists["errors"][i], (str, type(None))):
+            raise _bad(where, f"errors[{i}]", lists["errors"][i], "a text (empty when the request succeeded)")
 
 
 def _num(v: Any) -> float | None:

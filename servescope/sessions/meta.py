@@ -81,9 +81,18 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise ServescopeError(f"{where}: slos.{k}: expected float, got {type(v).__name__}")
         try:
-            return msgspec.convert(dict(meta), cls, strict=True)
+            out = msgspec.convert(dict(meta), cls, strict=True)
         except msgspec.ValidationError as e:
             raise ServescopeError(f"{where}: {_explain(str(e))}") from None
+        for i, c in enumerate(out.cells):  # the writer finds a cell by its index; the lists show its status
+            idx = c.get("index")
+            if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+                raise ServescopeError(f"{where}: cells[{i}].index: expected a cell number, got "
+                                      f"{'nothing' if idx is None else type(idx).__name__}; the file is damaged: "
+                                      "restore it from a copy")
+            if not isinstance(c.get("status", ""), str):
+                raise ServescopeError(f"{where}: cells[{i}].status: expected str, got {type(c['status']).__name__}")
+        return out
 
     @property
     def workload_names(self) -> list[str]:

@@ -3,8 +3,10 @@ or json for scripts. `render_report(session, compare_with=[...])` adds the delta
 
 from __future__ import annotations
 
+import csv
 import io
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +14,8 @@ from typing import Any
 import polars as pl
 
 from servescope import __version__
-from servescope.core.results import ServerWindow, finite
+from servescope.core.results import CellSummary, ServerWindow, finite
+from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.compare import (
     CellView,
@@ -38,10 +41,10 @@ from servescope.sessions.report_sections import (
     _workloads,
     xychart,
 )
-from servescope.sessions.store import Session
+from servescope.sessions.store import Session, summary_columns
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
-           "render_markdown", "render_report", "xychart"]
+           "csv_rows", "render_csv", "render_markdown", "render_report", "xychart"]
 
 FORMATS = ("md", "csv", "json")
 
@@ -65,7 +68,7 @@ def build(session: Session, slos: Mapping[str, float] | None = None, label_key: 
     everything = cell_views(session, include_skipped=True)
     skipped = [v for v in everything if not v.has_summary]
     label = session_label(session, label_key)
-    rep = SessionReport(session, label, views, skipped, used, source, derive(label, views),
+    rep = SessionReport(session, label, views, skipped, used, source, derive(label, views + skipped),
                         thinking_costs(label, session, views), [])
     rep.notes = abnormal_notes(rep)
     return rep
@@ -175,6 +178,7 @@ def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
 
 # ---- csv and json -----------------------------------------------------------------------------------
 def cells_frame(reps: Sequence[SessionReport]) -> pl.DataFrame:
+    """Every cell of the sessions as stored in cells.parquet (nested columns included), with the session."""
     frames = []
     for r in reps:
         df = r.session.cells
@@ -184,6 +188,66 @@ def cells_frame(reps: Sequence[SessionReport]) -> pl.DataFrame:
         frames.append(df.with_columns(session=pl.lit(r.label), session_dir=pl.lit(r.session.path.name))
                       .select("session", "session_dir", pl.exclude("session", "session_dir")))
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def _dotted(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'ttft_ms': {'p50': 1.0}} -> {'ttft_ms.p50': 1.0}; lists stay whole (written as JSON)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_dotted(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _csv_value(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+    if isinstance(v, (int, str)):
+        return str(v)
+    return json.dumps(v, default=str, allow_nan=True)
+
+
+def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, Any]]]:
+    """One flat row per cell: the session, the cell's plan (workload, load, status...), then every summary
+    figure as a dotted column (`ttft_ms.p50`, `server.preemptions`); lists (errors) as JSON text."""
+    columns: dict[str, None] = {"session": None, "session_dir": None}
+    rows: list[dict[str, Any]] = []
+    for r in reps:
+        recs = r.session.cells.to_dicts()
+        summs = []
+        for rec in recs:
+            js = rec.pop("summary_json", None)
+            cs = CellSummary.from_json(js) if isinstance(js, str) else None
+            summs.append(cs.to_dict() if cs is not None else {})
+        stored: set[str] = set()  # the summaries' flat copies in cells.parquet (`ttft_ms_p50`): not repeated
+        for summ in summs:
+            stored |= set(summary_columns(summ)) | set(summ)
+        for rec, summ in zip(recs, summs, strict=True):
+            row: dict[str, Any] = {"session": r.label, "session_dir": r.session.path.name}
+            row.update({k: v for k, v in rec.items() if k not in stored})
+            if "server_variant" in row and isinstance(row["server_variant"], str):
+                row["server_variant"] = redact_command(row["server_variant"])
+            row.update(_dotted(summ))
+            columns.update(dict.fromkeys(row))
+            rows.append(row)
+    return list(columns), rows
+
+
+def render_csv(reps: Sequence[SessionReport]) -> str:
+    cols, rows = csv_rows(reps)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for row in rows:
+        w.writerow([_csv_value(row.get(c)) for c in cols])
+    return buf.getvalue()
 
 
 def _rep_dict(r: SessionReport) -> dict[str, Any]:
@@ -240,9 +304,7 @@ def render_report(session: Session, compare_with: Sequence[Session] = (), fmt: s
     if fmt == "md":
         return render_markdown(rep, others, comparison)
     if fmt == "csv":
-        buf = io.StringIO()
-        cells_frame([rep, *others]).write_csv(buf)
-        return buf.getvalue()
+        return render_csv([rep, *others])
     doc = {"servescope_version": __version__, "report": _rep_dict(rep),
            "compared_with": [_rep_dict(o) for o in others],
            "comparison": comparison.to_dict() if comparison is not None else None}

@@ -11,7 +11,9 @@ import polars as pl
 
 from servescope.core.metrics import FORMULAS, SLO_ATTAINMENT
 from servescope.core.results import Dist, finite, metric_label
+from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
+from servescope.sessions.answers import completed
 from servescope.sessions.compare import CellView, Comparison, fmt_num, slo_text
 from servescope.sessions.store import Session
 
@@ -103,9 +105,11 @@ def _setup(rep: SessionReport) -> list[str]:
     rows = [
         ("target", clean_text(t.url)),
         ("server version", clean_text(t.version or "not reported")),
-        ("server arguments", clean_text(" ".join(map(str, args)) if isinstance(args, list) else str(args))
+        ("server arguments", redact_command(clean_text(" ".join(map(str, args)) if isinstance(args, list)
+                                                     else str(args)))
          if args else "not known (servescope did not launch the server)"),
-        *([("server variants", "; ".join(f"{i + 1}: {clean_text(str(v))}" for i, v in enumerate(server.variants))
+        *([("server variants", "; ".join(f"{i + 1}: {redact_command(clean_text(str(v)))}"
+                                       for i, v in enumerate(server.variants))
             + " (the sweep ran once per variant, the server relaunched; each variant's results have their own "
               "section)")] if server and server.variants else []),
         ("model", clean_text(m.model)),
@@ -252,10 +256,14 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
         if ans.peak_output_tok_s is not None:
             out.append(f"- **Peak aggregate throughput:** {fmt_num(ans.peak_output_tok_s)} output tok/s at "
                        f"{md_escape(ans.peak_load)}")
+        if ans.left_out:
+            out.append(f"- **Left out of these answers and the charts** (not completed): "
+                       f"{md_escape(', '.join(ans.left_out))}")
         out.append("")
-    closed = [v for v in views if v.concurrency is not None]
+    done = completed(views)  # the charts draw completed cells only, as the answers use
+    closed = [v for v in done if v.concurrency is not None]
     x_kind = "concurrency" if closed else "rate"
-    base = closed or [v for v in views if v.rate is not None]
+    base = closed or [v for v in done if v.rate is not None]
     series: dict[str, list[CellView]] = {rep.label: base}
     if comparison is not None and others:
         common = {(c.workload, c.load) for c in comparison.cells}

@@ -27,6 +27,8 @@ import tomli_w
 from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellSummary
+from servescope.core.textsafe import clean_text
+from servescope.sessions.meta import SessionMeta
 from servescope.workloads.spec import parse_toml
 
 SCHEMA_VERSION = 2
@@ -88,6 +90,7 @@ def new_session_dir(base: Path | None, name: str) -> Path:
 
 
 def _flatten(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary's columns in cells.parquet (`ttft_ms_p50`, ...) beside its full `summary_json`."""
     row: dict[str, Any] = {}
     for k, v in summary.items():
         if isinstance(v, dict) and k not in ("input_tokens_mismatch", "server"):
@@ -96,6 +99,9 @@ def _flatten(summary: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(v, (int, float, str, bool)) or v is None:
             row[k] = v
     return row
+
+
+summary_columns = _flatten
 
 
 @dataclass
@@ -186,10 +192,8 @@ class Session:
     cells: pl.DataFrame
 
     @property
-    def info(self) -> Any:
+    def info(self) -> SessionMeta:
         """The metadata, typed and validated (servescope.sessions.meta.SessionMeta)."""
-        from servescope.sessions.meta import SessionMeta
-
         return SessionMeta.from_dict(self.meta, str(self.path / "session.toml"))
 
     @property
@@ -201,19 +205,68 @@ class Session:
         """Each cell row's summary, typed (None for a cell without one: skipped)."""
         if "summary_json" not in self.cells.columns:
             return []
-        return [CellSummary.from_json(s) for s in self.cells["summary_json"].to_list()]
+        try:
+            return [CellSummary.from_json(s) for s in self.cells["summary_json"].to_list()]
+        except _DECODE_ERRORS as e:  # a damaged summary is one line, never a traceback
+            raise damaged(self.path / "cells.parquet", e) from None
 
     def requests(self, cell: int | None = None) -> pl.DataFrame:
         d = self.path / "requests"
-        files = sorted(f for f in d.glob("cell-*.parquet") if "-lost" not in f.name) if cell is None else [
-            d / f"cell-{cell:04d}.parquet"]
+        files = request_files(self.path) if cell is None else [d / f"cell-{cell:04d}.parquet"]
         files = [f for f in files if f.exists()]
         if not files:
             return pl.DataFrame()
-        return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+        frames = []
+        for f in files:
+            try:
+                frames.append(pl.read_parquet(f))
+            except _DECODE_ERRORS as e:  # polars/OS errors alike: the file is damaged
+                raise damaged(f, e) from None
+        try:
+            return pl.concat(frames, how="diagonal_relaxed")
+        except _DECODE_ERRORS as e:  # columns of incompatible types: damaged or foreign files
+            raise damaged(d, e) from None
+
+
+# what decoding a damaged file may raise: any Exception, and polars' PanicException (a BaseException)
+_DECODE_ERRORS: tuple[type[BaseException], ...] = (Exception, pl.exceptions.PanicException)
+
+
+def request_files(path: Path) -> list[Path]:
+    """A session's per-request files of its final cell runs (not the `-lostN` attempts), in cell order."""
+    d = path / "requests"
+    return sorted(f for f in d.glob("cell-*.parquet") if "-lost" not in f.name) if d.is_dir() else []
+
+
+def check_parquet_ends(f: Path) -> None:
+    """Cheap check that a Parquet file is whole (its magic at both ends, its footer inside it): a file cut
+    short (a copy, a full disk) fails here without reading it; the data is read when a report needs it."""
+    try:
+        size = f.stat().st_size
+        with open(f, "rb") as fh:
+            head = fh.read(4)
+            if size >= 12:
+                fh.seek(size - 8)
+            tail = fh.read(8)
+    except OSError as e:
+        raise ServescopeError(f"{f}: cannot read it ({clean_text(e.strerror or str(e))}); check its "
+                              "permissions") from None
+    footer = int.from_bytes(tail[:4], "little") if len(tail) == 8 else -1
+    if size < 12 or head != b"PAR1" or tail[4:] != b"PAR1" or not 0 < footer <= size - 12:
+        raise damaged(f, ValueError(f"not a whole Parquet file: {size} bytes, no footer at its end"))
+
+
+def damaged(file: Path, e: BaseException) -> ServescopeError:
+    """One line for a session file that cannot be decoded: which file, why, and what to do."""
+    reason = clean_text(str(e)).split("\n")[0][:160] or type(e).__name__
+    return ServescopeError(f"{file}: cannot be read ({reason}); the file is damaged (truncated or overwritten): "
+                           "restore it from a copy, or move its session directory out of the sessions folder")
 
 
 def load_session(path: str | Path) -> Session:
+    """Open a session, validating everything first: session.toml (TOML, schema_version, SessionMeta),
+    cells.parquet, and the footer of each requests/cell-NNNN.parquet. Any decode error is a ServescopeError
+    naming the file and what to do; nothing is written (loading never changes a session)."""
     p = Path(path)
     if not (p / "session.toml").is_file():
         cand = sessions_home() / str(path)
@@ -221,17 +274,85 @@ def load_session(path: str | Path) -> Session:
             p = cand
         else:
             raise ServescopeError(f"{path}: not a servescope session (no session.toml); see `servescope sessions`")
-    meta = parse_toml((p / "session.toml").read_text(encoding="utf-8"), str(p / "session.toml"))
+    toml_path = p / "session.toml"
+    meta = read_meta(toml_path)
+    SessionMeta.from_dict(meta, str(toml_path))  # every key of the right type before anything reads it
+    cells_path = p / "cells.parquet"
+    try:
+        cells = pl.read_parquet(cells_path) if cells_path.exists() else pl.DataFrame()
+    except _DECODE_ERRORS as e:  # polars raises ComputeError, OSError, even a PanicException
+        raise damaged(cells_path, e) from None
+    if cells.height and "index" not in cells.columns:
+        raise damaged(cells_path, ValueError("no index column"))
+    for f in request_files(p):
+        check_parquet_ends(f)
+    s = Session(p, meta, cells)
+    s.summaries()
+    return s
+
+
+def read_meta(toml_path: Path) -> dict[str, Any]:
+    """session.toml as a dict (schema 1 migrated to 2); a file that is empty, not TOML, not a session's or
+    from a newer servescope is a ServescopeError saying so."""
+    try:
+        text = toml_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise damaged(toml_path, e) from None
+    except OSError as e:
+        raise ServescopeError(f"{toml_path}: cannot read it ({clean_text(e.strerror or str(e))}); "
+                              "check its permissions") from None
+    if not text.strip():
+        raise ServescopeError(f"{toml_path}: the file is empty, not a session (a copy or a write cut short?); "
+                              "restore it from a copy, or move its session directory out of the sessions folder")
+    meta = parse_toml(text, str(toml_path))
     ver = meta.get("schema_version")
-    if not isinstance(ver, int) or ver > SCHEMA_VERSION:
-        raise ServescopeError(
-            f"{p}: session schema_version {ver} is newer than this servescope understands ({SCHEMA_VERSION}); upgrade servescope"
-        )
+    if ver is None:
+        raise ServescopeError(f"{toml_path}: no schema_version: not a servescope session.toml (or one cut short); "
+                              "restore it from a copy, or move its session directory out of the sessions folder")
+    if isinstance(ver, bool) or not isinstance(ver, int) or ver < 1:
+        raise ServescopeError(f"{toml_path}: schema_version {clean_text(repr(ver))} is not a session schema "
+                              "version (1, 2, ...); the file is damaged: restore it from a copy")
+    if ver > SCHEMA_VERSION:
+        raise ServescopeError(f"{toml_path}: session schema_version {ver} is newer than this servescope "
+                              f"understands ({SCHEMA_VERSION}); upgrade servescope")
     if ver < 2:
         meta = migrate_v1(meta)
-    cells_path = p / "cells.parquet"
-    cells = pl.read_parquet(cells_path) if cells_path.exists() else pl.DataFrame()
-    return Session(p, meta, cells)
+    return meta
+
+
+def session_dirs(base: Path) -> list[Path]:
+    """The session directories under `base` (those holding a session.toml), by name."""
+    if not base.is_dir():
+        return []
+    try:
+        return sorted(p for p in base.iterdir() if (p / "session.toml").is_file())
+    except OSError as e:
+        raise ServescopeError(f"{base}: cannot list it ({clean_text(e.strerror or str(e))}); "
+                              "check --sessions-dir") from None
+
+
+@dataclass
+class SessionEntry:
+    """One directory of a sessions folder: its session, or why it cannot be opened (`broken`)."""
+
+    path: Path
+    session: Session | None
+    broken: str | None = None
+
+
+def scan_sessions(base: Path, newest_first: bool = False) -> list[SessionEntry]:
+    """Every session under `base`, each loaded and validated; a damaged one is an entry with `broken` set to
+    the one-line reason (it never hides the others). The CLI's `servescope sessions` and the app list these."""
+    out = []
+    dirs = session_dirs(base)
+    for d in reversed(dirs) if newest_first else dirs:
+        try:
+            out.append(SessionEntry(d, load_session(d)))
+        except ServescopeError as e:
+            out.append(SessionEntry(d, None, e.message))
+        except Exception as e:  # noqa: BLE001 - one unreadable session must not hide the others
+            out.append(SessionEntry(d, None, clean_text(f"{type(e).__name__}: {e}")[:300]))
+    return out
 
 
 def migrate_v1(meta: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import polars as pl
 
 from servescope.core.metrics import SLO_ATTAINMENT, per_request, slo_mask
 from servescope.core.results import METRICS, CellSummary
+from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.sessions.store import Session
@@ -112,7 +113,7 @@ def cell_views(session: Session, include_skipped: bool = False) -> list[CellView
         rate = _opt_float(row.get("rate"))
         label = row.get("load_label") or (f"c={conc}" if conc is not None else f"rate {rate:g}/s")
         base = str(row.get("workload"))
-        variant = clean_text(str(row.get("server_variant") or ""))
+        variant = redact_command(clean_text(str(row.get("server_variant") or "")))  # older sessions: no secret
         views.append(CellView(int(row.get("index", len(views))), series_name(base, variant),
                               str(label), conc, rate, status, clean_text(str(row.get("reason") or "")),
                               summ or CellSummary(), base, variant, has_summary=summ is not None))
@@ -123,6 +124,17 @@ def cell_views(session: Session, include_skipped: bool = False) -> list[CellView
     views.sort(key=lambda v: (order.get(v.base, len(order)), vorder[v.variant], v.rate is not None, v.x or 0.0,
                               v.index))
     return views
+
+
+def cell_counts(session: Session) -> tuple[int, int]:
+    """(completed, planned): the cells saved as `done` and the cells the sweep planned, as every list of
+    sessions shows them ("2/3": the app's Sessions screen and `servescope sessions` alike). A skipped,
+    stopped or interrupted cell is planned but not completed."""
+    planned = [c for c in session.meta.get("cells") or [] if isinstance(c, Mapping)]
+    if planned:
+        return sum(1 for c in planned if c.get("status") == "done"), len(planned)
+    st = session.cells["status"].to_list() if "status" in session.cells.columns else []  # no plan recorded
+    return sum(1 for x in st if (x or "done") == "done"), session.cells.height
 
 
 def session_slos(session: Session) -> dict[str, float]:
@@ -158,7 +170,8 @@ def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float
         pr = per_request(df)
         good = pr.filter(slo_mask(pr, slos)).height
         wall = v.summary.value("wall_s") or 0.0
-        v.summary.slo_met_fraction = good / pr.height if pr.height else None
+        judged = pr.filter(pl.col("status") != "cancelled").height  # a cancelled request is never judged
+        v.summary.slo_met_fraction = good / judged if judged else None
         v.summary.goodput_req_s = good / wall if wall > 0 else None
 
 

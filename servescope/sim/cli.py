@@ -44,11 +44,32 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--cut-stream-rate", type=_rate, default=0.0, metavar="P", help="cut this fraction of streams mid-way")
     f.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--exit-with-parent", type=int, default=0, metavar="PID", help=argparse.SUPPRESS)
     return p
+
+
+def exit_with_parent(pid: int, poll_s: float = 0.25) -> None:
+    """Stop this simulator when process `pid`, its parent, is gone, however it ended (kill -9 included): a
+    daemon thread polls the parent pid (a dead parent's children are re-parented), then SIGTERMs this process
+    (a clean stop) and exits hard if that did not end it within 5 s."""
+    import os
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="servescope-sim-parent-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.exit_with_parent:
+        exit_with_parent(args.exit_with_parent)
     if args.list:
         for name in list_profiles():
             print(f"{name:48s} {describe(name)}")

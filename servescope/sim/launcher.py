@@ -89,8 +89,19 @@ def start_sim(
     host: str = "127.0.0.1",
     timeout_s: float = 30,
 ) -> SimHandle:
-    """Start `python -m servescope.sim` on a free port and wait until it listens."""
-    cmd = [sys.executable, "-m", "servescope.sim", "--profile", profile, "--host", host, "--port", "0", *(extra_args or [])]
+    """Start `python -m servescope.sim` on a free port and wait until it listens. The simulator exits by itself
+    when this process is gone (even after kill -9: it watches its parent pid). An unknown profile is one line
+    listing the profiles, before anything starts."""
+    import os
+
+    from servescope.sim.profile import ProfileError, load_profile
+
+    try:
+        load_profile(profile)
+    except ProfileError as e:
+        raise SimStartError(f"sim://{profile}: {e} (or give a path to a profile .toml)") from None
+    cmd = [sys.executable, "-m", "servescope.sim", "--profile", profile, "--host", host, "--port", "0",
+           "--exit-with-parent", str(os.getpid()), *(extra_args or [])]
     err = tempfile.NamedTemporaryFile(prefix="servescope-sim-", suffix=".log", delete=False)  # noqa: SIM115
     stderr_path = Path(err.name)
     try:
@@ -126,6 +137,10 @@ def start_sim(
     handle = SimHandle(proc, url_box[0] if url_box else "", stderr_path, reader)
     if url_box:
         return handle
+    try:  # stdout closed: the process is exiting; its code says more than "did not listen"
+        proc.wait(2.0)
+    except subprocess.TimeoutExpired:
+        pass
     died = proc.poll() is not None
     lines = [*tail, *_read_tail(stderr_path)]
     handle.stop()

@@ -27,6 +27,7 @@ from servescope.tui.screens.sessions import SessionsScreen
 from servescope.tui.sweepworker import SimPool, SweepDriver, default_sim_profile
 
 DEMO_SWEEP = {"workload": "sharegpt", "concurrency": "1,4,16", "duration": "8s", "requests": None}
+QUIT_WAIT_S = 0.8  # ctrl+q during a sweep: how long the app waits for the engine to save before it leaves
 
 
 class ServescopeApp(App[int]):
@@ -57,6 +58,8 @@ class ServescopeApp(App[int]):
         self.driver: SweepDriver | None = None
         self.sweep_worker: Worker[str] | None = None
         self.last_session: Path | None = None
+        self.quitting = False  # ctrl+q was pressed during a sweep: the engine is saving
+        self.quit_summary = ""  # what the quit saved, one line (run_app prints it once the screen is gone)
         self.SCREENS = {  # type: ignore[misc]
             "compose": partial(ComposeScreen, self.initial_url, api_key_env, self.workloads_dir),
             "run": partial(RunScreen, clock),
@@ -151,21 +154,54 @@ class ServescopeApp(App[int]):
             self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:
-        self.shutdown_engine()
+        """Quit. During a sweep: the engine cancels the running cell's requests and saves it as interrupted
+        (finished cells are on disk already); the app leaves as soon as that is done, or after QUIT_WAIT_S.
+        A second ctrl+q leaves at once."""
+        driver = self.driver
+        if self.quitting or driver is None or not self.sweep_running:
+            if self.quitting and driver is not None and self.sweep_running:
+                driver.abort()
+            self._leave()
+            return
+        self.quitting = True
+        driver.cancel()
+        self.notify(f"quitting: {self._saved_text(done=False)} (ctrl+q again: quit at once)", title="quit",
+                    severity="warning", timeout=10, markup=False)
+        deadline = time.monotonic() + QUIT_WAIT_S
+
+        def poll() -> None:
+            if not self.sweep_running or time.monotonic() >= deadline:
+                self._leave()
+
+        self.set_interval(0.05, poll)
+
+    def _leave(self) -> None:
+        if not self.quit_summary:
+            self.quit_summary = self._saved_text(done=True)
         self.exit(0)
 
-    def shutdown_engine(self) -> None:
-        """Abort a running sweep (finished cells stay saved) and stop simulators this app started."""
-        if self.driver is not None and self.sweep_running:
-            self.driver.cancel()
-            deadline = time.monotonic() + 5
-            w = self.sweep_worker
-            while w is not None and w.state == WorkerState.RUNNING and time.monotonic() < deadline:
-                time.sleep(0.02)
+    def _saved_text(self, done: bool) -> str:
+        """What quitting keeps: the finished cells (on disk already) and the running cell (interrupted)."""
+        if self.driver is None or (not self.quitting and not self.sweep_running):
+            return ""
+        run = self.get_screen("run", RunScreen)
+        return run.quit_text(done)
+
+    def shutdown_engine(self, wait_s: float = 0.0) -> None:
+        """End a running sweep (finished cells stay saved; the running cell is saved as interrupted when
+        the engine has `wait_s` to do it) and stop the simulators this app started."""
+        driver = self.driver
+        if driver is not None and not driver.done.is_set():
+            driver.cancel()
+            if wait_s > 0:
+                driver.done.wait(wait_s)
         self.sims.stop_all()
 
     def on_unmount(self) -> None:
-        self.shutdown_engine()
+        from servescope.tui.sweepworker import CANCEL_GRACE_S
+
+        # after one ctrl+q the engine may still be saving (a second one aborted it): give it its grace
+        self.shutdown_engine(wait_s=0.0 if self.driver is not None and self.driver.aborted else CANCEL_GRACE_S)
 
 
 def make_app(url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: bool = False,
@@ -184,6 +220,8 @@ def run_app(url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: b
         rc = app.run()
     finally:
         app.shutdown_engine()
+    if app.quit_summary:
+        print(f"servescope: {app.quit_summary}")
     return int(rc or 0) if app.return_code in (None, 0) else int(app.return_code or 1)
 
 

@@ -6,11 +6,14 @@ The app's sweep worker starts `main` with one end of a duplex pipe. This process
 event loop and sends lists of `(kind, fields)` items (servescope.tui.wire), one list per engine event
 (the engine already batches requests a few times a second), ending with `("__end__", {})`. A sender
 thread does the pipe writes so a slow reader can never block the event loop. It receives
-`("skip",)`, `("stop",)` and `("cancel",)`; a closed pipe (the app died) counts as cancel."""
+`("skip",)`, `("stop",)` (the first lets the in-flight requests finish, a second cancels them) and
+`("cancel",)`; a closed pipe (the app died) counts as cancel. Its stdout and stderr go to os.devnull: the
+terminal it inherited is the app's screen."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import signal
 import threading
@@ -18,6 +21,7 @@ from typing import Any
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.tui.wire import app_wording
 
 END = "__end__"
 
@@ -26,8 +30,20 @@ def _finished(status: str, message: str) -> list[tuple[str, dict[str, Any]]]:
     return [("SweepFinished", {"session_dir": None, "status": status, "message": message})]
 
 
+def _quiet() -> None:
+    """Point fds 1 and 2 at os.devnull: a warning printed here must never draw over the app's screen."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+    except OSError:
+        pass
+
+
 def main(conn: Any, spec: Any, ctx: Any) -> None:
     """Process entry point (picklable: a module-level function)."""
+    _quiet()
     try:  # ctrl+c in the terminal is the app's to handle: it cancels us over the pipe
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except (ValueError, OSError):
@@ -49,11 +65,12 @@ def main(conn: Any, spec: Any, ctx: Any) -> None:
     try:
         _sweep(conn, outbox, spec, ctx)
     except ServescopeError as e:
-        outbox.put(_finished("failed", clean_text(e.message)))
+        outbox.put(_finished("failed", app_wording(clean_text(e.message))))
     except (asyncio.CancelledError, KeyboardInterrupt):
         outbox.put(_finished("interrupted", "the app closed during the sweep"))
-    except Exception as e:  # the app shows what broke
-        outbox.put(_finished("failed", f"unexpected {type(e).__name__}: {clean_text(str(e))[:300]}"))
+    except Exception as e:  # the app shows what broke, in one line
+        outbox.put(_finished("failed", f"the sweep stopped on an unexpected error: "
+                                       f"{clean_text(str(e))[:300] or type(e).__name__}"))
     finally:
         outbox.put([(END, {})])
         outbox.put(None)
@@ -76,9 +93,9 @@ def _sweep(conn: Any, outbox: queue.SimpleQueue[Any], spec: Any, ctx: Any) -> No
                 cmd = ("cancel",)
             what = cmd[0] if cmd else ""
             if what == "skip":
-                control.skip_cell("skipped from the app")
+                control.skip_cell("skipped by the user")
             elif what == "stop":
-                control.stop("stopped from the app")
+                control.stop("stopped by the user", let_in_flight_finish=True)
             elif what == "cancel":
                 control.stopping = True
                 loop, task = state.get("loop"), state.get("task")

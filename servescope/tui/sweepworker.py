@@ -7,18 +7,49 @@ through `post` (the app's thread-safe `post_message`), in the engine's batches (
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.tui import messages as m
-from servescope.tui.wire import run_loop
+from servescope.tui.wire import app_wording, run_loop, start_failure
 
 Post = Callable[[Any], Any]
+
+CANCEL_GRACE_S = 3.0  # after a cancel, how long the engine process may take to save before it is terminated
+_STD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def real_std_streams() -> Iterator[None]:
+    """sys.stdout/sys.stderr with real file descriptors while a process is spawned. Inside the app Textual
+    replaces them with capture objects whose fileno() is -1, and multiprocessing hands sys.stderr's fd to the
+    resource tracker it starts with the first spawn: `ValueError: bad value(s) in fds_to_keep`. os.devnull
+    stands in, so nothing the spawned processes write ever lands on the app's screen."""
+    def usable(f: Any) -> bool:
+        try:
+            return f is not None and f.fileno() >= 0
+        except (AttributeError, ValueError, OSError):
+            return False
+
+    with _STD_LOCK:
+        if usable(sys.stdout) and usable(sys.stderr):
+            yield
+            return
+        saved = sys.stdout, sys.stderr
+        with open(os.devnull, "w") as null:  # noqa: PTH123
+            sys.stdout = sys.stdout if usable(sys.stdout) else null
+            sys.stderr = sys.stderr if usable(sys.stderr) else null
+            try:
+                yield
+            finally:
+                sys.stdout, sys.stderr = saved
 
 
 def default_sim_profile() -> str:
@@ -82,15 +113,50 @@ def probe_target(pool: SimPool, url: str, api_key_env: str) -> dict[str, Any]:
     """Blocking probe (run it in a thread worker): models, version, max length, /metrics, local GPUs."""
     from servescope.core.target import probe
 
-    real, label = pool.resolve(url)
-    info = run_loop(probe(real, os.environ.get(api_key_env) or None))
+    key = os.environ.get(api_key_env) or None
+    try:
+        real, label = pool.resolve(url)
+        info = run_loop(probe(real, key))
+    except ServescopeError as e:  # said as the app's fields are named ("check the URL field")
+        raise ServescopeError(app_wording(e.message)) from None
+    speed = None
+    if len(info.models) == 1:  # with several, the model to time is not known yet
+        try:
+            speed = run_loop(measure_speed(real, info.models[0].id, key))
+        except Exception:  # the estimate then stays a guess; the probe itself succeeded
+            speed = None
     return {
         "url": label or info.url,
         "models": [(mi.id, mi.max_model_len) for mi in info.models],
         "version": info.version,
         "metrics": info.metrics_available,
         "gpus": local_gpus(),
+        "speed": speed,
     }
+
+
+SPEED_TOKENS = 32  # output tokens of the probe's one timed request
+
+
+async def measure_speed(base_url: str, model: str, api_key: str | None, timeout_s: float = 20.0) -> dict[str, float] | None:
+    """Time one short streamed completion, alone on the server: its TTFT (ms) and TPOT (ms per output token),
+    for the Compose preview's duration estimate. None when it fails."""
+    import time
+
+    from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
+    from servescope.core.records import RequestRecord
+
+    opts = ClientOptions(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s)
+    spec = RequestSpec("completions", "Say hello. " * 4, 16, SPEED_TOKENS)
+    rec = RequestRecord(index=0, user=0, warmup=True, input_tokens_requested=16,
+                        output_tokens_requested=SPEED_TOKENS, scheduled_ns=time.perf_counter_ns())
+    async with make_http_client(opts, 1) as http:
+        await asyncio.wait_for(stream_request(http, opts, spec, rec), timeout_s)
+    if rec.status != "ok" or not rec.first_token_ns or rec.output_tokens < 2:
+        return None
+    ttft = (rec.first_token_ns - rec.sent_ns) / 1e6
+    tpot = (rec.end_ns - rec.first_token_ns) / 1e6 / (rec.output_tokens - 1)
+    return {"ttft_ms": ttft, "tpot_ms": tpot}
 
 
 def local_gpus() -> list[str]:
@@ -130,6 +196,16 @@ class SweepDriver:
         self._cancelled = False
         self._conn: Any = None
         self._lock = threading.Lock()
+        self.engine_pid: int | None = None  # the process the engine runs in (this one in thread mode)
+        self.done = threading.Event()  # set when run() returns: the session is as the engine left it
+        self.aborted = False  # abort(): the app leaves at once, the engine process is terminated
+
+    def run(self, spec: Any, pool: SimPool, sessions_dir: Path | None) -> str:
+        """Run `spec` (a SweepSpec) to its end; the sweep's final status."""
+        try:
+            return self._run(spec, pool, sessions_dir)
+        finally:
+            self.done.set()
 
     def _post_items(self, items: list[tuple[str, dict[str, Any]]]) -> str | None:
         """Post the items as app messages; the sweep's final status when one says it finished."""
@@ -140,8 +216,7 @@ class SweepDriver:
             self.post(m.from_wire(kind, fields))
         return status
 
-    def run(self, spec: Any, pool: SimPool, sessions_dir: Path | None) -> str:
-        """Run `spec` (a SweepSpec) to its end; the sweep's final status."""
+    def _run(self, spec: Any, pool: SimPool, sessions_dir: Path | None) -> str:
         from servescope.engine.runner import SweepControl
         from servescope.engine.spec import RunContext
 
@@ -159,18 +234,20 @@ class SweepDriver:
             result: str = run_loop(self._main(spec, ctx))
             return result
         except ServescopeError as e:
-            self.post(m.SweepFinished(None, "failed", clean_text(e.message)))
+            self.post(m.SweepFinished(None, "failed", app_wording(clean_text(e.message))))
             return "failed"
         except asyncio.CancelledError:
             self.post(m.SweepFinished(None, "interrupted", "the app closed during the sweep"))
             return "interrupted"
-        except Exception as e:  # keep the app alive: show what broke
-            self.post(m.SweepFinished(None, "failed", f"unexpected {type(e).__name__}: {clean_text(str(e))[:300]}"))
+        except Exception as e:  # keep the app alive: show what broke, in one line
+            self.post(m.SweepFinished(None, "failed", f"the sweep stopped on an unexpected error: "
+                                                      f"{clean_text(str(e))[:300] or type(e).__name__}"))
             return "failed"
 
     async def _main(self, spec: Any, ctx: Any) -> str:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
+        self.engine_pid = os.getpid()
         if self._cancelled:
             raise asyncio.CancelledError
         from servescope.engine import runner as r
@@ -198,14 +275,15 @@ class SweepDriver:
         proc = mpc.Process(target=engineproc.main, args=(there, spec, ctx),
                            name="servescope-engine", daemon=True)
         try:
-            proc.start()
+            with real_std_streams():  # Textual's stderr has no fd: the spawn would fail on it
+                proc.start()
         except Exception as e:  # e.g. a sweep that does not pickle, or no /dev/shm: use the thread
-            self.post(m.EngineNotice("warning", f"the engine process did not start ({type(e).__name__}: "
-                                                f"{clean_text(str(e))[:120]}); running in a thread"))
+            self.post(m.EngineNotice("warning", start_failure(e)))
             here.close()
             there.close()
             return None
         there.close()
+        self.engine_pid = proc.pid
         with self._lock:
             self._conn = here
         status: str | None = None
@@ -215,8 +293,11 @@ class SweepDriver:
                 if self._cancelled and cancel_at is None:
                     self._send(("cancel",))
                     cancel_at = time.monotonic()
-                if cancel_at is not None and time.monotonic() - cancel_at > 5:
+                if self.aborted:
                     proc.terminate()
+                    break
+                if cancel_at is not None and time.monotonic() - cancel_at > CANCEL_GRACE_S:
+                    proc.terminate()  # it did not save in time: the session then reads as interrupted
                     break
                 try:
                     ready = here.poll(0.1)
@@ -236,7 +317,7 @@ class SweepDriver:
             with self._lock:
                 self._conn = None
             here.close()
-            proc.join(timeout=5)
+            proc.join(timeout=CANCEL_GRACE_S if self._cancelled else 5)
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=2)
@@ -260,19 +341,29 @@ class SweepDriver:
 
     # thread-safe controls ------------------------------------------------------------------------
     def skip_cell(self) -> None:
+        """Skip the running cell: its in-flight requests are cancelled and it is saved as `skipped`."""
         if self._send(("skip",)):
             return
         if self.control is not None:
-            self.control.skip_cell("skipped from the app")
+            self.control.skip_cell("skipped by the user")
 
     def stop(self) -> None:
+        """Stop the sweep after the running cell's in-flight requests (no new ones are sent); called again,
+        cancel those requests."""
         if self._send(("stop",)):
             return
         if self.control is not None:
-            self.control.stop("stopped from the app")
+            self.control.stop("stopped by the user", let_in_flight_finish=True)
+
+    def abort(self) -> None:
+        """Leave at once (a second ctrl+q): cancel, and terminate the engine process without waiting for it
+        to save the running cell (the session then reads as interrupted; finished cells are on disk)."""
+        self.aborted = True
+        self.cancel()
 
     def cancel(self) -> None:
-        """Abort now (the app is closing): the running cell is marked interrupted, finished cells stay."""
+        """End the sweep now (the app is closing): the engine cancels the running cell's requests and saves
+        it as interrupted; finished cells stay."""
         self._cancelled = True  # the process relay sends ("cancel",) on its next turn
         if self.control is not None:
             self.control.stopping = True

@@ -5,6 +5,8 @@ makes the app's messages from them."""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,38 @@ LIVE_SERVER_KEYS: dict[str, tuple[str, ...]] = {
     "waiting": ("vllm:num_requests_waiting",),
     "preemptions_total": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
 }
+
+
+# the CLI flags the engine's messages name, as the Compose screen's fields are labelled: inside the app a
+# message says "check the URL field", not "check --url"
+APP_FIELDS: dict[str, str] = {
+    "--url": "the URL field", "--model": "the model field", "--api-key-env": "the API key var field",
+    "--api-key": "the API key var field", "--launch": "the `or launch` field",
+    "--server-variant": "the variants field", "--concurrency": "the concurrency field", "--rate": "the rates field",
+    "--requests": "the requests field", "--duration": "the duration field", "--warmup": "the warmup field",
+    "--slo": "the SLOs field", "--tag": "the tags field", "--name": "the name field", "--workload": "the workloads",
+    "--save": "the sessions folder", "--sessions-dir": "the sessions folder",
+}
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z-]*)(?![\w-])")
+
+
+def app_wording(text: str) -> str:
+    """An engine message as the app says it: each CLI flag it names becomes the Compose field it stands for
+    ("check --url" -> "check the URL field"); flags without a field are left as they are."""
+    return _FLAG.sub(lambda mo: APP_FIELDS.get(mo.group(1), mo.group(1)), text)
+
+
+def start_failure(e: BaseException) -> str:
+    """One readable line for an engine that could not start in its own process (never an exception repr)."""
+    what = clean_text(str(e)).strip().rstrip(".")
+    if isinstance(e, ValueError) and "fds_to_keep" in what:
+        what = "the terminal's error stream could not be handed to it"
+    elif isinstance(e, (OSError, PermissionError)) and getattr(e, "strerror", None):
+        what = clean_text(str(e.strerror)).lower()
+    elif "pickle" in what.lower() or type(e).__name__ == "PicklingError":
+        what = "the sweep could not be sent to it"
+    return (f"the engine could not start in its own process ({what[:120] or type(e).__name__}); running in a thread "
+            "instead, where its timings share the app's CPU time")
 
 
 @dataclass
@@ -70,7 +104,8 @@ def reduce_records(records: list[Any]) -> tuple[list[float], list[float], list[f
         return [], [], [], [], 0, []
     pr = per_request(records_frame(measured))
     ok = pr.filter(pr["status"] == "ok")
-    errors = [(str(s), clean_text(str(e))[:200]) for s, e in zip(pr["status"], pr["error"], strict=True) if s != "ok"]
+    errors = [(str(s), clean_text(str(e))[:200]) for s, e in zip(pr["status"], pr["error"], strict=True)
+              if s not in ("ok", "cancelled")]  # a request cancelled by a stop or skip is no server error
     return (
         ok["ttft_ms"].drop_nulls().to_list(),
         ok["tpot_ms"].drop_nulls().to_list(),
@@ -151,15 +186,15 @@ def translate(ev: Any, target_label: str | None) -> list[Item]:
     if isinstance(ev, r.CellSkipped):
         return [("CellSkipped", {"cell": CellInfo.from_cell(ev.cell), "reason": clean_text(ev.reason)})]
     if isinstance(ev, (r.Notice, r.KvBudgetKnown)):
-        return [("EngineNotice", {"level": ev.level, "text": clean_text(ev.text)})]
+        return [("EngineNotice", {"level": ev.level, "text": app_wording(clean_text(ev.text))})]
     if isinstance(ev, r.SweepStarted):
         out: list[Item] = [("SweepStarted", {"session_dir": ev.session_dir, "cells": [CellInfo.from_cell(c) for c in ev.cells],
                                  "target": target_label or ev.target.url, "model": ev.model,
                                  "version": ev.target.version, "tokenizer": ev.tokenizer,
-                                 "metrics": ev.target.metrics_available})]
+                                 "metrics": ev.target.metrics_available, "engine_pid": os.getpid()})]
         meta = telemetry_meta(ev.session_dir)
         return out + ([meta] if meta else [])
     if isinstance(ev, r.SweepFinished):
         return [("SweepFinished", {"session_dir": ev.session_dir, "status": ev.status,
-                                   "message": clean_text(ev.message)})]
+                                   "message": app_wording(clean_text(ev.message))})]
     return []

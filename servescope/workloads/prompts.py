@@ -9,14 +9,11 @@ cache; a workload's shared prefix (`prefix_tokens`) is the same for every prompt
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
-from servescope.core.errors import ServescopeError
 from servescope.core.target import Tokenizer
-from servescope.workloads.spec import Workload
+from servescope.workloads.spec import Workload, read_sharegpt
 
 _WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "they", "this", "which", "be", "are", "an", "or", "had", "not", "have", "were", "one", "all", "their", "there", "been", "has", "when", "who", "will", "more", "no", "if", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "states", "himself", "few", "house", "use", "during", "without", "again", "place", "around", "however", "home", "small", "found", "thought", "went", "say", "part", "once", "general", "high", "upon", "school", "every", "does", "got", "united", "left", "number", "course", "war", "until", "always", "away", "something", "fact", "though", "water", "less", "public", "put", "think", "almost", "hand", "enough", "far", "took", "head", "yet", "government", "system", "better", "set", "told", "nothing", "night", "end", "why", "called", "didn", "eyes", "find", "going", "look", "asked", "later", "knew", "point", "next", "program", "city", "business", "give", "group", "toward", "young", "days", "let", "room", "president", "side", "social", "given", "present", "several", "order", "national", "possible", "rather", "second", "face", "per", "among", "form", "important", "often", "things", "looked", "early", "white", "case", "john", "become", "large", "big", "need", "four", "within", "felt", "children", "along", "saw", "best", "church", "ever", "least", "power", "development", "light", "thing", "seemed", "family", "interest", "want", "members", "mind", "country", "area", "others", "done", "turned", "although", "open", "problem", "began", "various", "kernel", "cache", "token", "latency", "throughput", "server", "request", "model", "batch", "queue", "memory", "tensor", "matrix", "vector", "stream"]
 
@@ -46,31 +43,7 @@ async def _corpus_ids(tok: Tokenizer, rng: random.Random, need: int) -> list[int
 
 
 def _read_sharegpt(path: str) -> list[tuple[str, str]]:
-    p = Path(path)
-    if not p.is_file():
-        raise ServescopeError(f"dataset {path}: no such file; fix `dataset` in the workload TOML")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ServescopeError(f"dataset {path}: not valid JSON ({e}); it must be a ShareGPT-format JSON list") from None
-    pairs: list[tuple[str, str]] = []
-    if isinstance(data, list):
-        for item in data:
-            conv = item.get("conversations") if isinstance(item, dict) else None
-            if not isinstance(conv, list) or len(conv) < 2:
-                continue
-            first, second = conv[0], conv[1]
-            if not (isinstance(first, dict) and isinstance(second, dict)):
-                continue
-            q, a = first.get("value"), second.get("value")
-            if isinstance(q, str) and isinstance(a, str) and q.strip() and a.strip():
-                pairs.append((q, a))
-    if not pairs:
-        raise ServescopeError(
-            f"dataset {path}: not ShareGPT-shaped; expected a JSON list of "
-            '{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}'
-        )
-    return pairs
+    return read_sharegpt(path)
 
 
 async def build_prompts(

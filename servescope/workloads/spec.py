@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import math
 import random
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -50,36 +53,72 @@ class LengthDist:
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> LengthDist:
-        if isinstance(raw, int) and not isinstance(raw, bool):
-            raw = {"dist": "fixed", "value": raw}
+        if isinstance(raw, (int, float, str)) and not isinstance(raw, bool):
+            raw = {"dist": "fixed", "value": _tokens(raw, where)}
         if not isinstance(raw, dict):
-            raise ServescopeError(f"{where}: expected a table like {{ dist = \"fixed\", value = 1024 }}")
+            raise ServescopeError(f"{where}: expected a number of tokens or a table like "
+                                  "{ dist = \"fixed\", value = 1024 }")
         kind = raw.get("dist", "fixed")
+        for k in raw:
+            if k not in DIST_KEYS:
+                raise ServescopeError(f"{where}: unknown key {str(k)!r}; {_did_you_mean(str(k), DIST_KEYS)}")
         try:
             if kind == "fixed":
-                d = cls("fixed", value=int(raw["value"]))
+                d = cls("fixed", value=_tokens(raw["value"], f"{where}: value"))
                 lo = d.value
             elif kind == "uniform":
-                d = cls("uniform", min=int(raw["min"]), max=int(raw["max"]))
+                d = cls("uniform", min=_tokens(raw["min"], f"{where}: min"), max=_tokens(raw["max"], f"{where}: max"))
                 lo = d.min
                 if d.max < d.min:
                     raise ServescopeError(f"{where}: max ({d.max}) is below min ({d.min})")
             elif kind == "normal":
-                mean = float(raw["mean"])
-                std = float(raw.get("std", 0.0))
-                lo_v = int(raw.get("min", max(1, round(mean - 3 * std))))
-                hi_v = int(raw.get("max", round(mean + 3 * std)))
+                mean = _real(raw["mean"], f"{where}: mean")
+                std = _real(raw.get("std", 0.0), f"{where}: std")
+                if not 1 <= mean <= MAX_TOKENS:
+                    raise ServescopeError(f"{where}: mean ({mean:g}) must be between 1 and {MAX_TOKENS:,} tokens")
+                lo_v = _tokens(raw["min"], f"{where}: min") if "min" in raw else max(1, round(mean - 3 * std))
+                hi_v = _tokens(raw["max"], f"{where}: max") if "max" in raw else min(MAX_TOKENS, round(mean + 3 * std))
+                if hi_v < lo_v:
+                    raise ServescopeError(f"{where}: max ({hi_v}) is below min ({lo_v})")
                 d = cls("normal", mean=mean, std=std, min=lo_v, max=hi_v)
                 lo = d.min
             else:
-                raise ServescopeError(f"{where}: unknown dist {kind!r}; use fixed, uniform or normal")
+                shown = repr(kind) if isinstance(kind, str) else type(kind).__name__
+                raise ServescopeError(f"{where}: unknown dist {shown}; use fixed, uniform or normal")
         except KeyError as e:
             raise ServescopeError(f"{where}: dist {kind!r} needs the key {e.args[0]!r}") from None
-        except (TypeError, ValueError):
-            raise ServescopeError(f"{where}: lengths must be integers") from None
         if lo < 1:
             raise ServescopeError(f"{where}: token lengths must be at least 1")
         return d
+
+
+MAX_TOKENS = 100_000_000  # no model reads or writes more tokens in one request
+DIST_KEYS = ("dist", "value", "min", "max", "mean", "std")
+
+
+def _did_you_mean(key: str, known: Any) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(key, sorted(known), n=1)
+    return f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(sorted(known))}"
+
+
+def _tokens(v: Any, where: str, lo: int = 1) -> int:
+    """A token length: a whole number from `lo` to MAX_TOKENS (an integral float such as 1024.0 is accepted)."""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        shown = f", not {v!r}" if isinstance(v, (float, str)) and len(repr(v)) < 40 else ""
+        raise ServescopeError(f"{where}: lengths must be integers (a number of tokens){shown}")
+    if not lo <= v <= MAX_TOKENS:
+        raise ServescopeError(f"{where}: {v} is out of range; token lengths must be from {lo} to {MAX_TOKENS:,}")
+    return v
+
+
+def _real(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ServescopeError(f"{where}: must be a finite number, at least 0")
+    return float(v)
 
 
 def fixed(n: int) -> LengthDist:
@@ -132,30 +171,34 @@ class Workload:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "workload") -> Workload:
+        """A workload table (TOML) -> Workload; any bad key or value is a ServescopeError naming it."""
+        if not isinstance(d, dict):
+            raise ServescopeError(f"{where}: a workload must be a table (name = ..., input_tokens = ...)")
         for k in d:
             if k not in WORKLOAD_KEYS:
-                import difflib
-
-                near = difflib.get_close_matches(str(k), sorted(WORKLOAD_KEYS), n=1)
-                hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(sorted(WORKLOAD_KEYS))}"
-                raise ServescopeError(f"{where}: unknown key {k!r}; {hint}")
+                raise ServescopeError(f"{where}: unknown key {str(k)!r}; {_did_you_mean(str(k), WORKLOAD_KEYS)}")
         name = d.get("name")
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str) or not name.strip():
             raise ServescopeError(f"{where}: the workload needs a name = \"...\"")
         api = d.get("api", "completions")
         if api not in ("completions", "chat"):
-            raise ServescopeError(f"{where}: api must be \"completions\" or \"chat\", not {api!r}")
+            shown = repr(api) if isinstance(api, str) else type(api).__name__
+            raise ServescopeError(f"{where}: api must be \"completions\" or \"chat\", not {shown}")
         thinking = d.get("thinking")
         if thinking is not None and not isinstance(thinking, bool):
             raise ServescopeError(f"{where}: thinking must be true or false")
-        dataset = str(d.get("dataset", "") or "")
+        dataset = d.get("dataset", "") or ""
+        if not isinstance(dataset, str):
+            raise ServescopeError(f"{where}: dataset must be a path (a text), e.g. dataset = \"sharegpt.json\"")
+        for k in ("description", "source"):
+            if not isinstance(d.get(k, ""), str):
+                raise ServescopeError(f"{where}: {k} must be a text")
         inp = LengthDist.parse(d.get("input_tokens", 256), f"{where}: input_tokens")
         out = LengthDist.parse(d.get("output_tokens", 64), f"{where}: output_tokens")
-        try:
-            prefix = int(d.get("prefix_tokens", 0))
-            seed = int(d.get("seed", 0))
-        except (TypeError, ValueError):
-            raise ServescopeError(f"{where}: prefix_tokens and seed must be integers") from None
+        prefix = _tokens(d.get("prefix_tokens", 0), f"{where}: prefix_tokens", lo=0)
+        seed = d.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+            raise ServescopeError(f"{where}: seed must be an integer")
         lowest = inp.value if inp.dist == "fixed" else inp.min
         if prefix < 0 or (not dataset and prefix >= lowest):
             raise ServescopeError(f"{where}: prefix_tokens ({prefix}) must be between 0 and the shortest input length ({lowest})")
@@ -172,6 +215,61 @@ class Workload:
             source=str(d.get("source", "file")),
             output_from_dataset=bool(dataset) and "output_tokens" not in d,
         )
+
+
+    def check(self, where: str = "workload") -> Workload:
+        """What can be checked before a server starts: the dataset exists, is JSON and is ShareGPT-shaped."""
+        if self.dataset:
+            try:
+                read_sharegpt(self.dataset)
+            except ServescopeError as e:
+                raise ServescopeError(f"{where}: workload {self.name!r}: {e.message}") from None
+        return self
+
+
+def read_sharegpt(path: str) -> list[tuple[str, str]]:
+    """A ShareGPT-format dataset's (first human turn, first reply) pairs; one line when it is missing, not
+    JSON or not ShareGPT-shaped. Read once per file version (path, size, mtime)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        st = None
+    if st is None or not p.is_file():
+        what = "is a directory, not a file" if p.is_dir() else "no such file"
+        raise ServescopeError(f"dataset {path}: {what}; fix `dataset` in the workload TOML")
+    return _read_sharegpt_cached(str(p), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[str, str]]:
+    del size, mtime_ns  # the cache key: a changed file is read again
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        why = f"{type(e).__name__}: {e}" if not isinstance(e, json.JSONDecodeError) else str(e)
+        raise ServescopeError(f"dataset {path}: not valid JSON ({why[:120]}); it must be a ShareGPT-format "
+                              "JSON list") from None
+    except OSError as e:
+        raise ServescopeError(f"dataset {path}: cannot read it ({e.strerror or e}); check the path") from None
+    pairs: list[tuple[str, str]] = []
+    if isinstance(data, list):
+        for item in data:
+            conv = item.get("conversations") if isinstance(item, dict) else None
+            if not isinstance(conv, list) or len(conv) < 2:
+                continue
+            first, second = conv[0], conv[1]
+            if not (isinstance(first, dict) and isinstance(second, dict)):
+                continue
+            q, a = first.get("value"), second.get("value")
+            if isinstance(q, str) and isinstance(a, str) and q.strip() and a.strip():
+                pairs.append((q, a))
+    if not pairs:
+        raise ServescopeError(
+            f"dataset {path}: not ShareGPT-shaped; expected a JSON list of "
+            '{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}'
+        )
+    return pairs
 
 
 WORKLOAD_KEYS = {"name", "api", "input_tokens", "output_tokens", "prefix_tokens", "thinking", "dataset", "seed",
@@ -226,7 +324,12 @@ def load_toml(path: str | Path) -> list[Workload]:
     p = Path(path)
     if not p.is_file():
         raise ServescopeError(f"{p}: no such workload file; give a preset name ({', '.join(preset_names())}) or a .toml path")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ServescopeError(f"{p}: not a text file (not UTF-8); give a workload TOML file") from None
+    except OSError as e:
+        raise ServescopeError(f"{p}: cannot read it ({e.strerror or e}); check the path") from None
     data = parse_toml(text, str(p))
     raw = data.get("workload")
     if raw is None:
@@ -234,7 +337,10 @@ def load_toml(path: str | Path) -> list[Workload]:
     items = raw if isinstance(raw, list) else [raw]
     out = []
     for i, item in enumerate(items):
-        w = Workload.from_dict({**item, "source": str(p)}, f"{p}: workload {i + 1}" if len(items) > 1 else str(p))
+        where = f"{p}: workload {i + 1}" if len(items) > 1 else str(p)
+        if not isinstance(item, dict):
+            raise ServescopeError(f"{where}: expected a [workload] table (name = ..., input_tokens = ...)")
+        w = Workload.from_dict({**item, "source": str(p)}, where)
         if w.dataset and not Path(w.dataset).is_absolute():
             w = replace(w, dataset=str((p.parent / w.dataset).resolve()))
         out.append(w)

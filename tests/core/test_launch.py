@@ -289,3 +289,16 @@ def test_launch_real_vllm_kv_budget_from_log_and_metrics(tmp_path: Path) -> None
         pid = srv.pid
         srv.stop(grace_s=20)
     assert pid is not None and _gone(pid)
+
+
+def test_a_launched_servers_log_keeps_no_secret_of_its_command(tmp_path: Path) -> None:
+    from servescope.core.launch import ServerProcess, parse_launch
+
+    spec = parse_launch("VLLM_API_KEY=sk-env-456 vllm serve m --api-key sk-secret-123")
+    log = tmp_path / "server-0.log"
+    log.write_text("INFO non-default args: {'api_key': ['sk-secret-123'], 'model': 'm'}\nenv sk-env-456\n")
+    sp = ServerProcess(spec, log)
+    assert "sk-secret-123" not in sp.log_text() and "sk-env-456" not in sp.log_text()
+    sp._scrub_log()  # what stop() does once the server is down
+    text = log.read_text()
+    assert "sk-secret-123" not in text and "sk-env-456" not in text and "'model': 'm'" in text

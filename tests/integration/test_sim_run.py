@@ -77,11 +77,11 @@ def test_every_request_failing_stops_the_cell_but_not_the_sweep(tmp_path: Path) 
 
 def test_server_dies_mid_sweep_keeps_finished_cells(tmp_path: Path) -> None:
     with start_sim("tiny", ["--exit-after-requests", "22"]) as sim:
-        p = servescope("run", "--url", sim.url, "-w", "sharegpt", "-c", "4,4,4", "-n", "20", "--json",
+        p = servescope("run", "--url", sim.url, "-w", "sharegpt", "-c", "4,5,6", "-n", "20", "--json",
                        "--save", str(tmp_path / "s"), "--recover-timeout", "2s")
     assert p.returncode == 1
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
-    assert "stopped answering during cell 2 (sharegpt c=4)" in err[0]
+    assert "stopped answering during cell 2 (sharegpt c=5)" in err[0]
     assert "did not come back within 2 s" in err[-1] and "servescope resume" in err[-1]
     s = load_session(tmp_path / "s")
     assert s.status == "failed"
@@ -92,7 +92,7 @@ def test_server_dies_mid_sweep_keeps_finished_cells(tmp_path: Path) -> None:
 def _kill_9_after_first_cell(save: Path, requests: int) -> None:
     """Run a 3-cell sweep on sim://tiny and kill -9 servescope once the first cell is on disk."""
     proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", "--url", "sim://tiny", "-w", "sharegpt",
-                             "-c", "4,4,4", "-n", str(requests), "--save", str(save)], cwd=ROOT,
+                             "-c", "4,5,6", "-n", str(requests), "--save", str(save)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -119,7 +119,7 @@ def test_kill_9_loses_at_most_the_running_cell(tmp_path: Path) -> None:
 def test_ctrl_c_ends_the_cell_cleanly(tmp_path: Path) -> None:
     save = tmp_path / "s"
     proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", "--url", "sim://tiny", "-w", "longout",
-                             "-c", "2,2", "-n", "50", "--save", str(save)], cwd=ROOT,
+                             "-c", "2,3", "-n", "50", "--save", str(save)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list((save / "requests").glob("*")) and not (save / "session.toml").exists():
@@ -175,7 +175,7 @@ def test_server_restarts_mid_sweep_and_the_lost_cell_is_rerun(tmp_path: Path) ->
         except OSError:
             time.sleep(0.1)
     try:
-        out = run_json("--url", f"http://127.0.0.1:{port}", "-w", "sharegpt", "-c", "4,4,4", "-n", "20",
+        out = run_json("--url", f"http://127.0.0.1:{port}", "-w", "sharegpt", "-c", "4,5,6", "-n", "20",
                        "--save", str(tmp_path / "s"), "--recover-timeout", "60s")
     finally:
         t.join(30)

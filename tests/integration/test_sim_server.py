@@ -65,7 +65,7 @@ def test_launch_with_server_variants(tmp_path: Path) -> None:
 
 def test_launched_server_that_crashes_is_relaunched(tmp_path: Path) -> None:
     launch = f"{sys.executable} -m servescope.sim --profile tiny --exit-after-requests 30"
-    out = run_json("--launch", launch, "-w", "sharegpt", "-c", "4,4", "-n", "20", "--save", str(tmp_path / "s"))
+    out = run_json("--launch", launch, "-w", "sharegpt", "-c", "4,5", "-n", "20", "--save", str(tmp_path / "s"))
     assert out["status"] == "completed"
     s = load_session(tmp_path / "s")
     assert s.cells.sort("index")["status"].to_list() == ["done", "done"]
@@ -141,7 +141,7 @@ def test_server_killed_near_a_cells_end_is_caught(tmp_path: Path) -> None:
     """c=8: the 10 requests left after the crash fail fast, fewer than the early-stop threshold (16) and
     before the watchdog's second miss; the cell must still be marked lost and re-run, not counted done."""
     launch = f"{sys.executable} -m servescope.sim --profile tiny --exit-after-requests 30"
-    out = run_json("--launch", launch, "-w", "sharegpt", "-c", "8,8", "-n", "20", "--save", str(tmp_path / "s"))
+    out = run_json("--launch", launch, "-w", "sharegpt", "-c", "8,9", "-n", "20", "--save", str(tmp_path / "s"))
     assert out["status"] == "completed"
     s = load_session(tmp_path / "s")
     assert s.cells.sort("index")["status"].to_list() == ["done", "done"]

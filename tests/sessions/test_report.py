@@ -112,7 +112,7 @@ def test_interrupted_session_is_noted(tmp_path: Path) -> None:
                        message="http://127.0.0.1:8000 stopped answering during cell 2")
     md = render_report(load_session(build_session(tmp_path, spec)))
     assert "the sweep did not complete (status failed): http://127.0.0.1:8000 stopped answering" in md
-    assert "needs at least two concurrency levels" in md
+    assert "needs at least two completed concurrency levels" in md
     assert mermaid_charts(md) == []  # one point is no curve
 
 
@@ -121,7 +121,7 @@ def test_csv_and_json(fixed_pair) -> None:
     text = render_report(a, [b], fmt="csv", label_key="quant")
     rows = list(csv.DictReader(io.StringIO(text)))
     assert {r["session"] for r in rows} == {"GPTQ-Int4", "FP8"}
-    assert {"workload", "load_label", "ttft_ms_p50", "output_tok_s"} <= set(rows[0])
+    assert {"workload", "load_label", "ttft_ms.p50", "output_tok_s"} <= set(rows[0])
     assert len(rows) == 6 + 3  # skipped cell included, with its status
     doc = json.loads(render_report(a, [b], fmt="json", label_key="quant"))
     assert doc["report"]["label"] == "GPTQ-Int4"

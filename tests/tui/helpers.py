@@ -37,5 +37,18 @@ def text_of(widget: Any) -> str:
 
 
 def row_text(table: Any, i: int) -> list[str]:
-    """A DataTable row as the plain strings it shows."""
+    """A table row as plain strings: every column of a FitTable (also those left out at this width, uncut),
+    else the DataTable row as shown."""
+    if hasattr(table, "full_row"):
+        return list(table.full_row(i))
     return [str(getattr(v, "plain", v)) for v in table.get_row_at(i)]
+
+
+def drawn(widget: Any) -> list[str]:
+    """The lines a widget draws inside its border (its content region), as plain text."""
+    return [widget.render_line(y).text for y in range(widget.size.height)]
+
+
+def full_row(table: Any, i: int) -> list[str]:
+    """Every column's value of a FitTable's i-th row, also the columns left out at this width."""
+    return list(table.full_row(i))

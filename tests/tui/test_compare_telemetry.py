@@ -124,11 +124,11 @@ async def test_session_detail_shows_stored_telemetry(home: Path) -> None:
         panel = app.screen.query_one(TelemetryPanel)
         assert panel.display and [r[0] for r in panel.series] == ["KV peak", "running max", "waiting max",
                                                                    "preemptions"]
-        out = text_of(panel)
+        out = panel.full_text()
         assert "NVML not available" in out and "KV cache 12,752 tokens: sharegpt fits 16.6 at once, c=1 fits" in out
         await pilot.press("down", "down", "down")  # c=32: over the budget
         await pilot.pause()
-        assert "c=32 is over it" in text_of(panel)
+        assert "c=32 is over it" in panel.full_text()
         await pilot.press("t")
         assert not panel.display
 
@@ -155,7 +155,7 @@ async def test_run_screen_live_panel(home: Path) -> None:
         panel = run.query_one(TelemetryPanel)
         rows = {r[0]: r[1] for r in panel.series}
         assert rows == {"KV cache": "100.0%", "running": "16", "waiting": "13", "preemptions": "5"}
-        out = text_of(panel)
+        out = panel.full_text()
         assert "GPU0 61.2/80 GiB 97% 412 W" in out and "c=32 is over it" in out
 
 

@@ -123,3 +123,27 @@ def test_compare_export_80x24(sessions: Path, home: Path, snap_compare: Any) -> 
         await no_blink(pilot)
 
     assert snap_compare(app_for(home), terminal_size=(80, 24), run_before=before)
+
+
+def test_run_curve_zoomed_80x24(home: Path, snap_compare: Any) -> None:
+    """`z` on the focused throughput chart: the whole screen, the legend above the plot, round ticks."""
+    feed = _feed_run(home)
+
+    async def before(pilot: Any) -> None:
+        await feed(pilot)
+        pilot.app.screen.query_one("#curve").focus()
+        await pilot.press("z")
+        await pilot.pause()
+
+    assert snap_compare(app_for(home), terminal_size=(80, 24), run_before=before)
+
+
+def test_sessions_list_80x24(sessions: Path, home: Path, snap_compare: Any) -> None:
+    """The columns that fit (whole, or cut with …) and the highlighted session in full under the table."""
+    from servescope.sessions.store import SessionWriter
+
+    w = SessionWriter.open(next(sessions.glob("*qwen-int4")))
+    w.meta["target"]["url"] = "sim://rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
+    w.meta["model"] = "Qwen/Qwen3.5-35B-A3B-GPTQ-Int4"
+    w.save_meta()
+    assert snap_compare(app_for(home), terminal_size=(80, 24), press=["f4"])

@@ -54,7 +54,7 @@ def test_demo_in_tmux_shows_histograms_and_a_finished_cell(tmp_path: Path) -> No
         assert "sharegpt" in screen
         # keys work: help opens and closes, the sessions screen lists the demo session, ctrl+q quits
         tmux("send-keys", "-t", session, "F1")
-        wait_for(session, ["servescope: keys", "Skip cell"], timeout=10)
+        wait_for(session, ["servescope: keys", "Skip"], timeout=10)
         tmux("send-keys", "-t", session, "Escape")
         tmux("send-keys", "-t", session, "F4")
         wait_for(session, ["demo", "sim://"], timeout=10)

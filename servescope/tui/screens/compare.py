@@ -14,12 +14,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Label, Select, Static
+from textual.widgets import Footer, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
-from servescope.tui.safe import cell, esc, plain
+from servescope.tui.safe import esc, plain
 from servescope.tui.widgets.curve import OverlayCurve
+from servescope.tui.widgets.table import Col, FitTable
 
 NAME_LABEL = "(session name)"
 WIN = " ★"
@@ -76,17 +77,30 @@ def answer_line(a: Any) -> str:
     cap_t = cap.text().split(" (")[0].split(":")[0] + ("+" if cap.not_reached and cap.level is not None else "")
     knee = f"c={a.knee.concurrency}" + ("+" if a.knee.not_reached else "") if a.knee.concurrency is not None else "-"
     peak = f"{fmt_num(a.peak_output_tok_s)} tok/s at {a.peak_load}" if a.peak_output_tok_s is not None else "-"
-    return f"{a.session}: capacity {cap_t}, knee {knee}, peak {peak}"
+    left = f" (left out, not completed: {', '.join(a.left_out)})" if getattr(a, "left_out", None) else ""
+    return f"{a.session}: capacity {cap_t}, knee {knee}, peak {peak}{left}"
+
+
+def load_kind(sessions: list[Any], workload: str) -> str:
+    """"req/s" when the workload's cells ran at request rates, else "users" (concurrency)."""
+    from servescope.sessions.compare import cell_views
+
+    for s in sessions:
+        for v in cell_views(s):
+            if v.workload == workload and v.x is not None:
+                return "req/s" if v.concurrency is None and v.rate is not None else "users"
+    return "users"
 
 
 def session_curve(session: Any, workload: str, metric: str) -> tuple[tuple[float, float], ...]:
-    """(load, value) over one session's finished cells of `workload` (for the overlaid curves)."""
+    """(load, value) over one session's completed cells of `workload` (for the overlaid curves)."""
+    from servescope.sessions.answers import is_completed
     from servescope.sessions.compare import cell_views
 
     pts = []
     for v in cell_views(session):
         y = v.summary.value(metric)
-        if v.workload == workload and v.x is not None and y is not None and v.status != "skipped":
+        if v.workload == workload and v.x is not None and y is not None and is_completed(v):  # completed only
             pts.append((float(v.x), y))
     return tuple(sorted(pts))
 
@@ -97,6 +111,7 @@ class CompareScreen(Screen[None]):
     BINDINGS = [
         Binding("escape,b", "back", "Back"),
         Binding("l", "next_label", "Label by"),
+        Binding("B", "next_baseline", "Baseline"),
         Binding("w", "next_workload", "Workload"),
         Binding("e", "export", "Export"),
     ]
@@ -129,7 +144,7 @@ class CompareScreen(Screen[None]):
         yield Horizontal(Label("label by", classes="field-label"),
                          Select(options, value=self.label_key or NAME_LABEL, allow_blank=False, id="label-key"),
                          classes="field-row", id="compare-controls")
-        yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield FitTable(id="compare-table")
         yield Static("", id="compare-answers", markup=False)
         with Horizontal(id="compare-curves"):
             yield OverlayCurve(id="cmp-aggregate")
@@ -137,22 +152,29 @@ class CompareScreen(Screen[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        t = self.query_one("#compare-table", FitTable)
+        t.sortable = False  # rows are grouped by cell
         self.refresh_view()
-        self.query_one("#compare-table", DataTable).focus()
+        t.focus()
 
     def refresh_view(self) -> None:
         cmp_ = self.comparison
         labels = cmp_.labels
         head = [f"[b]{esc(' vs '.join(labels))}[/b]  ({len(cmp_.cells)} common cell{'s' if len(cmp_.cells) != 1 else ''};"
-                f" deltas vs {esc(labels[0])}; ★ best)"]
-        head += [esc(h) for h in cmp_.headline()[:1]]
+                f" baseline {esc(labels[0])} (B changes it); ★ best)"]
+        head += [esc(h) for h in cmp_.headline()[:1]]  # whole: the header grows rather than cut a sentence
         self.query_one("#compare-head", Static).update("\n".join(head))
-        t = self.query_one("#compare-table", DataTable)
+        t = self.query_one("#compare-table", FitTable)
         t.clear(columns=True)
-        for col in ("workload", "load", "metric", *labels, *[f"Δ {lb}" for lb in labels[1:]], "best"):
-            t.add_column(cell(col))
-        for row in delta_rows(cmp_):
-            t.add_row(*(cell(v) for v in row))
+        t.set_columns([Col("workload", "workload", 1, min_width=8, max_width=24), Col("load", "load", 0),
+                       Col("metric", "metric", 0, min_width=10, max_width=30),
+                       *[Col(f"v{i}", lb, 2, min_width=6, max_width=20, right=True) for i, lb in enumerate(labels)],
+                       *[Col(f"d{i}", f"Δ {lb}", 3, min_width=6, max_width=20, right=True)
+                         for i, lb in enumerate(labels[1:], 1)],
+                       Col("best", "best", 4, min_width=4, max_width=20)])
+        for i, row in enumerate(delta_rows(cmp_)):
+            t.data[str(i)] = [clean_text(str(v)) for v in row]
+        t.relayout(force=True)
         answers = [answer_line(a) for a in cmp_.answers if a.workload == self.workload]
         answers += cmp_.notes
         self.query_one("#compare-answers", Static).update("\n".join(clean_text(a) for a in answers))
@@ -160,11 +182,13 @@ class CompareScreen(Screen[None]):
 
     def _plot(self) -> None:
         """Every cell of each session (not only the common ones) for the shown workload."""
-        more = f"  (w: next of {len(self.workloads)})" if len(self.workloads) > 1 else ""
-        for wid, metric, what in (("#cmp-aggregate", "output_tok_s", "aggregate output tok/s"),
+        more = f" (w: next of {len(self.workloads)})" if len(self.workloads) > 1 else ""
+        kind = load_kind(self.sessions, self.workload)
+        for wid, metric, what in (("#cmp-aggregate", "output_tok_s", "output tok/s"),
                                   ("#cmp-per-user", "per_user_tok_s.mean", "per-user tok/s")):
             c = self.query_one(wid, OverlayCurve)
-            c.title = f"{self.workload}: {what} vs load{more}"
+            c.title = f"{what} vs load: {self.workload}{more}"
+            c.x_kind = kind
             c.series = tuple((lb, session_curve(s, self.workload, metric))
                              for lb, s in zip(self.comparison.labels, self.sessions, strict=True))
 
@@ -186,6 +210,16 @@ class CompareScreen(Screen[None]):
                         severity="warning", markup=False)
             return
         self.query_one("#label-key", Select).value = nxt or NAME_LABEL  # Select.Changed does the rest
+
+    def action_next_baseline(self) -> None:
+        """The next session becomes the baseline the deltas are taken against (and the report's first)."""
+        if len(self.sessions) < 2:
+            return
+        self.paths = self.paths[1:] + self.paths[:1]
+        self.sessions = self.sessions[1:] + self.sessions[:1]
+        self.comparison = self._compare(self.label_key)
+        self.refresh_view()
+        self.notify(f"baseline: {self.comparison.labels[0]}", timeout=3, markup=False)
 
     def action_next_workload(self) -> None:
         if len(self.workloads) < 2:

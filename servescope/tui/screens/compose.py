@@ -29,6 +29,7 @@ from textual.widgets.selection_list import Selection
 from servescope.core.errors import ServescopeError
 from servescope.tui import messages as m
 from servescope.tui.safe import plain
+from servescope.tui.widgets.marklist import MarkedSelectionList
 from servescope.tui.widgets.panels import short_path
 
 ASSUMED_TPOT_MS = 20.0  # for the rough duration only
@@ -60,6 +61,17 @@ def parse_length(text: str, where: str) -> dict[str, Any]:
     if sep and lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi):
         return {"dist": "uniform", "min": int(lo), "max": int(hi)}
     raise ServescopeError(f"{where}: give a token count like 1024 or a range like 200-512")
+
+
+def describe_profile(name: str) -> str:
+    """A simulator profile's one-line description ("" when the simulator is not installed)."""
+    try:
+        from servescope.sim.profile import describe
+
+        d = describe(name)
+    except Exception:
+        return ""
+    return "" if d == "(unreadable)" else d
 
 
 def field_row(label: str, input_id: str, value: str = "", placeholder: str = "", password: bool = False) -> Vertical:
@@ -167,9 +179,9 @@ class ComposeScreen(Screen[None]):
         Binding("ctrl+s", "save_sweep", "Save"),
         Binding("ctrl+o", "load_sweep", "Load"),
         Binding("ctrl+n", "new_workload", "Workload"),
-        Binding("f6", "tab('tab-target')", "Target", show=False),
-        Binding("f7", "tab('tab-workloads')", "Workloads", show=False),
-        Binding("f8", "tab('tab-load')", "Load", show=False),
+        Binding("f6", "tab('tab-target')", "Target pane", show=False),
+        Binding("f7", "tab('tab-workloads')", "Workloads pane", show=False),
+        Binding("f8", "tab('tab-load')", "Load pane", show=False),
     ]
 
     def __init__(self, url: str = "sim://tiny", api_key_env: str = "OPENAI_API_KEY",
@@ -180,6 +192,7 @@ class ComposeScreen(Screen[None]):
         self.workloads_folder = workloads_folder or workloads_dir()
         self.items: dict[str, Any] = {}  # selection value -> Workload (or composite name)
         self.probed: dict[str, Any] | None = None
+        self.probed_url = ""  # the URL field's value the probe result is for
         self.loaded_spec: Any = None  # the SweepSpec last loaded (ctrl+o): the settings the form does not show
 
     # ---- layout ---------------------------------------------------------------------------------
@@ -188,11 +201,12 @@ class ComposeScreen(Screen[None]):
 
         profiles = sim_profiles()
         with TabbedContent(id="compose-tabs", initial="tab-target"):
-            with TabPane("Target F6", id="tab-target"), VerticalScroll(classes="pane"):
+            with TabPane("Target F6", id="tab-target"), VerticalScroll(classes="pane", can_focus=False):
                 yield field_row("URL", "url", self.initial_url, "http://127.0.0.1:8000 or sim://tiny")
                 yield Horizontal(Label("simulator", classes="field-label"),
-                                 Select([(f"sim://{p}", p) for p in profiles], prompt="pick a built-in profile",
-                                        id="sim-profile"), classes="field-row")
+                                 Select([(plain(f"{p}: {describe_profile(p)}".rstrip(": ")), p) for p in profiles],
+                                        prompt="pick a built-in profile", id="sim-profile"), classes="field-row")
+                yield Static("", id="sim-desc", classes="hint field-note", markup=False)
                 yield field_row("or launch", "launch", "", "vllm serve MODEL --port 8000 (servescope starts it)")
                 yield field_row("variants", "variants", "", "with launch: --max-num-seqs 4 ; --max-num-seqs 16")
                 yield field_row("model", "model", "", "optional: the only served model by default")
@@ -201,15 +215,15 @@ class ComposeScreen(Screen[None]):
                 with Horizontal(classes="buttons"):
                     yield Button("Probe (F5)", id="probe", variant="primary")
                 yield Static("Not probed yet: press F5 to ask the server what it serves.", id="probe-result", markup=False)
-            with TabPane("Workloads F7", id="tab-workloads"), VerticalScroll(classes="pane"):
-                yield SelectionList[str](id="workloads")
+            with TabPane("Workloads F7", id="tab-workloads"), VerticalScroll(classes="pane", can_focus=False):
+                yield MarkedSelectionList(id="workloads")
                 yield field_row("add TOML file", "wl-file", "", "path/to/workload.toml, then enter")
                 with Horizontal(classes="buttons"):
                     yield Button("Add file", id="wl-add")
                     yield Button("New workload (ctrl+n)", id="wl-new")
                 yield Static("", id="wl-selected", classes="hint", markup=False)
                 yield Static(f"workloads folder: {short_path(self.workloads_folder)}", classes="hint", markup=False)
-            with TabPane("Load F8", id="tab-load"), VerticalScroll(classes="pane"):
+            with TabPane("Load F8", id="tab-load"), VerticalScroll(classes="pane", can_focus=False):
                 yield field_row("concurrency", "concurrency", "1,4,16", "closed loop users, e.g. 1,2,4,8,16,32,64")
                 yield field_row("rates", "rates", "", "or open-loop requests/s, e.g. 0.5,2,5")
                 yield field_row("requests", "requests", "100", "measured requests per cell")
@@ -230,6 +244,7 @@ class ComposeScreen(Screen[None]):
     def on_mount(self) -> None:
         self._fill_workloads(selected={"preset:sharegpt"})
         self._key_status()
+        self._sim_desc()
         self.update_preview()
 
     # ---- workloads list -------------------------------------------------------------------------
@@ -380,7 +395,8 @@ class ComposeScreen(Screen[None]):
             elif names:
                 pv.update(f"✗ fix: {', '.join(names)}")
             return
-        pv.update(preview_text(sweep))
+        speed = self.probed.get("speed") if self.probed and self.probed_url == self._val("url") else None
+        pv.update(preview_text(sweep, speed))
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
@@ -393,6 +409,12 @@ class ComposeScreen(Screen[None]):
                 self._err(other, self._check(other)[1])
         if fid == "key-env":
             self._key_status()
+        if fid == "url":
+            self._sim_desc()
+        if fid in ("url", "launch") and self.probed is not None and self._val("url") != self.probed_url:
+            self.probed = None  # the result was for another target: never show it as this one's
+            self.query_one("#probe-result", Static).update(
+                f"target changed to {self._val('url') or '(none)'}: not probed yet (F5)")
         self.update_preview()
 
     @on(SelectionList.SelectedChanged)
@@ -410,9 +432,21 @@ class ComposeScreen(Screen[None]):
         if isinstance(event.value, str):
             self.query_one("#url", Input).value = f"sim://{event.value}"
 
+    def _sim_desc(self) -> None:
+        """Under the simulator list: what the URL's simulator profile simulates (empty for a real server)."""
+        url = self._val("url")
+        prof = url.removeprefix("sim://") if url.startswith("sim://") else ""
+        self.query_one("#sim-desc", Static).update(
+            f"sim://{prof}: {describe_profile(prof)}" if prof and describe_profile(prof) else "")
+
     # ---- actions ----------------------------------------------------------------------------------
     def action_tab(self, tab: str) -> None:
+        """Show the pane and put the cursor in its first field (so typing goes there at once)."""
         self.query_one(TabbedContent).active = tab
+        first = self.query_one(f"#{tab}").query("Input, Select, SelectionList").first()
+        first.focus()
+        if isinstance(first, SelectionList) and first.highlighted is None and first.option_count:
+            first.highlighted = 0  # a visible cursor: space toggles the highlighted workload
 
     @on(Button.Pressed, "#probe")
     def action_probe(self) -> None:
@@ -456,7 +490,7 @@ class ComposeScreen(Screen[None]):
             self._err("url", clean_text(msg.error))
             self.notify(clean_text(msg.error), title="probe failed", severity="error", timeout=8, markup=False)
             return
-        self.probed = msg.info
+        self.probed, self.probed_url = msg.info, msg.url
         i = msg.info
         lines = [f"✓ {i['url']}  vLLM {i['version'] or '? (no /version)'}  "
                  f"/metrics: {'yes' if i['metrics'] else 'no'}"]
@@ -465,7 +499,11 @@ class ComposeScreen(Screen[None]):
         if not i["models"]:
             lines.append("  no models served")
         lines.append("  local GPUs: " + (", ".join(i["gpus"]) if i["gpus"] else "none seen by NVML"))
+        if i.get("speed"):
+            lines.append(f"  one request alone: TTFT {i['speed']['ttft_ms']:.0f} ms, "
+                         f"TPOT {i['speed']['tpot_ms']:.3g} ms/token (the preview's estimate uses it)")
         res.update("\n".join(lines))
+        self.update_preview()
         if len(i["models"]) > 1 and not self._val("model"):
             self._err("model", "several models: type the one to benchmark")
 
@@ -588,12 +626,12 @@ class ComposeScreen(Screen[None]):
 
 
 def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | None, duration_s: float | None,
-                 warmup: int) -> float:
+                 warmup: int, tpot_ms: float = ASSUMED_TPOT_MS) -> float:
     inp = (w.input_tokens.min + w.input_tokens.max) / 2 if w.input_tokens.dist != "fixed" else w.input_tokens.value
     out = (w.output_tokens.min + w.output_tokens.max) / 2 if w.output_tokens.dist != "fixed" else w.output_tokens.value
     if w.thinking:
         out *= 2
-    e2e = inp / ASSUMED_PREFILL_TOK_S + out * ASSUMED_TPOT_MS / 1000
+    e2e = inp / ASSUMED_PREFILL_TOK_S + out * tpot_ms / 1000
     if duration_s is not None and requests is None:
         return duration_s + e2e
     n = (requests or 100) + warmup
@@ -601,13 +639,19 @@ def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | N
     return min(est, duration_s + e2e) if duration_s else est
 
 
-def preview_text(spec: Any) -> str:
+def preview_text(spec: Any, speed: dict[str, float] | None = None) -> str:
+    """The grid, its requests and a duration estimate: from the TPOT the probe measured on this target
+    (`speed`), else a guess that says so."""
     from servescope.engine.runner import plan_cells
 
     cells = plan_cells(spec)
     reqs = sum((c.requests or 0) + c.warmup for c in cells)
-    secs = sum(rough_cell_s(c.workload, c.load.concurrency, c.load.rate, c.requests, c.duration_s, c.warmup)
+    tpot = float(speed["tpot_ms"]) if speed and speed.get("tpot_ms") else None
+    secs = sum(rough_cell_s(c.workload, c.load.concurrency, c.load.rate, c.requests, c.duration_s, c.warmup,
+                            tpot if tpot is not None else ASSUMED_TPOT_MS)
                for c in cells)
+    basis = (f"at the {tpot:.3g} ms/token the probe measured" if tpot is not None
+             else f"a guess at ~{ASSUMED_TPOT_MS:g} ms/token: F5 measures the server")
     nw = len({c.workload.name for c in cells})
     nv = max(1, len({c.variant for c in cells}))
     nl = len(cells) // max(1, nw * nv)
@@ -616,7 +660,7 @@ def preview_text(spec: Any) -> str:
     slo = ",".join(f"{k}={v:g}" for k, v in spec.slos.items())
     return (f"grid: {nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''}"
             + (f" x {nv} server variants" if nv > 1 else "") + " = "
-            f"{len(cells)} cells, {req_text}, roughly {dur} (assuming ~{ASSUMED_TPOT_MS:g} ms/token)\n"
-            + (f"launch {spec.launch}" if spec.launch else f"target {spec.url}")
+            f"{len(cells)} cells, {req_text}, roughly {dur} ({basis})\n"
+            + (f"launch {spec.target_text}" if spec.launch else f"target {spec.url}")
             + (f", SLOs {slo}" if slo else "")
             + (f", tags {', '.join(f'{k}={v}' for k, v in spec.tags.items())}" if spec.tags else ""))

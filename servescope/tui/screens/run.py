@@ -3,6 +3,7 @@ over finished cells, the server panel, the event log and the table of finished c
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -77,9 +78,9 @@ class RunScreen(Screen[None]):
     """Fed by the sweep worker's messages (posted to this screen; they bubble on to the app)."""
 
     BINDINGS = [
-        Binding("s", "skip_cell", "Skip cell"),
-        Binding("x", "stop_sweep", "Stop sweep"),
-        Binding("t", "toggle_server", "Live/cells"),
+        Binding("s", "skip_cell", "Skip"),
+        Binding("x", "stop_sweep", "Stop"),
+        Binding("t", "toggle_server", "Panel"),
         Binding("escape,b", "back", "Back to compose", show=False),  # F2 in the footer does the same
     ]
 
@@ -109,6 +110,13 @@ class RunScreen(Screen[None]):
         self._kv_budget: dict[str, Any] | None = None
         self._gpu_meta: dict[str, Any] | None = None
         self._tele_dirty = False
+        self._stops = 0  # `x` presses during this sweep: the first drains the running cell, a second cancels
+        self._done_cells = 0  # finished cells saved as `done`
+        self._left_out: list[str] = []  # finished cells not drawn on the curve, with why
+        self._cur_ended = True  # the cell in self._cur is saved (finished or skipped)
+        self.engine_pid = 0  # the process the engine runs in (the app's own when it runs in a thread)
+        self._quit_cell: m.CellInfo | None = None  # the cell running when ctrl+q was pressed
+        self._quit_finished = 0  # cells finished then
 
     def compose(self) -> ComposeResult:
         yield SweepProgress(id="progress")
@@ -148,6 +156,8 @@ class RunScreen(Screen[None]):
         self.cells, self.total, self.finished, self.running = [], 0, 0, True
         self.sweep_t0 = self.clock()
         self.session_dir = None
+        self._cur = None
+        self._stops, self._done_cells, self._left_out = 0, 0, []
         self._points.clear()
         self._servers.clear()
         self._client_ttft.clear()
@@ -159,10 +169,12 @@ class RunScreen(Screen[None]):
         p.state, p.cell_no, p.total, p.label, p.shape, p.detail = "starting", 0, 0, "", "", title
         p.done = p.failed = 0
         p.fraction, p.eta_s = 0.0, None
+        p.cell_elapsed, p.sweep_elapsed, p.planned = 0.0, 0.0, None
         self.log_view.reset()
         self.query_one(CellTable).clear()
         self.query_one(ServerPanel).cells = ()
         self.query_one(ThroughputCurve).points = ()
+        self.query_one(ThroughputCurve).title = "throughput vs load"  # not the last sweep's workload
         self.query_one("#run-session", Static).update("")
         self.log_view.event("info", f"starting {title}…" if title else "starting…")
 
@@ -183,12 +195,12 @@ class RunScreen(Screen[None]):
             p.sweep_elapsed = self.clock() - self.sweep_t0
         frac_cell = 0.0
         cur = self._cur
-        if cur is not None:
+        if cur is not None and not self._cur_ended:  # a finished or skipped cell is already in `finished`
             if cur.requests:
                 frac_cell = min(1.0, p.done / cur.requests) if p.done else 0.0
             elif cur.duration_s:
                 frac_cell = min(1.0, self._cell_elapsed / cur.duration_s)
-        f = (self.finished + frac_cell) / self.total if self.total else 0.0
+        f = min(1.0, (self.finished + frac_cell) / self.total) if self.total else 0.0
         p.fraction = f
         p.eta_s = p.sweep_elapsed * (1 - f) / f if f > 0.02 else None
 
@@ -215,11 +227,15 @@ class RunScreen(Screen[None]):
         p.detail = ""
         self.log_view.event("info", f"{msg.target}: model {msg.model} (vLLM {msg.version or '?'}), {self.total} cells,"
                                     f" tokenizer {msg.tokenizer}")
+        self.engine_pid = msg.engine_pid
+        if msg.engine_pid and msg.engine_pid != os.getpid():
+            self.log_view.event("info", f"the engine runs in its own process (pid {msg.engine_pid})")
         self.query_one("#run-session", Static).update(f"session: {short_path(msg.session_dir)}")
 
     @on(m.CellStarted)
     def _cell_started(self, msg: m.CellStarted) -> None:
         self._cur = msg.cell
+        self._cur_ended = False
         self._clear_cell()
         p = self.progress
         p.cell_no, p.total, p.label, p.shape = msg.cell.index + 1, msg.total, msg.cell.label, msg.cell.shape
@@ -289,7 +305,12 @@ class RunScreen(Screen[None]):
         self.flush_charts()
         s, c = msg.summary, msg.cell
         self.finished += 1
-        self._points.setdefault(c.series, []).append(curve_point(c, s, self.slos))
+        self._cur_ended = True
+        if msg.status == "done":  # the curve, its knee and capacity use completed cells only
+            self._done_cells += 1
+            self._points.setdefault(c.series, []).append(curve_point(c, s, self.slos))
+        else:
+            self._left_out.append(f"{c.label} ({msg.status})")
         self.query_one(CellTable).set_cell(c.index, c.series, c.load_label, msg.status, s)
         if s.get("server"):
             self._servers.append(s["server"])
@@ -305,6 +326,9 @@ class RunScreen(Screen[None]):
             f"{s.get('requests_failed', 0)} failed, {fnum(s.get('output_tok_s'))} tok/s, TTFT p50 "
             f"{fnum((s.get('ttft_ms') or {}).get('p50'))} ms, p99 {fnum((s.get('ttft_ms') or {}).get('p99'))} ms",
         )
+        if msg.status != "done":
+            self.log_view.event("warning", f"cell {c.index + 1} ({c.label}) is left out of the curve, knee and "
+                                           f"capacity: it did not complete ({msg.status})")
         self._out_tok, self._per_user = 0, []
         self._live_curve()
         self._update_eta()
@@ -312,6 +336,11 @@ class RunScreen(Screen[None]):
     @on(m.CellSkipped)
     def _cell_skipped(self, msg: m.CellSkipped) -> None:
         self.finished += 1
+        if self._cur is not None and self._cur.index == msg.cell.index:  # the running cell, skipped by the user
+            self._cur_ended = True
+            self._clear_cell()
+            self._dirty = True
+            self.progress.done = self.progress.failed = 0
         self.query_one(CellTable).set_cell(msg.cell.index, msg.cell.series, msg.cell.load_label, "skipped", {})
         self.log_view.event("warning", f"cell {msg.cell.index + 1}/{self.total} {msg.cell.label} skipped: {msg.reason}")
         self._update_eta()
@@ -325,6 +354,10 @@ class RunScreen(Screen[None]):
         self.running = False
         self._update_eta()
         p = self.progress
+        if msg.session_dir is None and not self.total:  # it ended before the first cell: say why, no timers
+            p.detail = msg.message or "the engine stopped before the first cell"
+            p.eta_s = None
+            self.query_one(ThroughputCurve).title = f"throughput vs load: the sweep {'did not start' if msg.status == 'failed' else 'was stopped'}"
         p.state = msg.status
         if msg.status == "completed":
             p.fraction = 1.0
@@ -338,15 +371,38 @@ class RunScreen(Screen[None]):
     # ---- actions --------------------------------------------------------------------------------
     def action_skip_cell(self) -> None:
         if self.app.skip_cell():  # type: ignore[attr-defined]
-            self.log_view.event("warning", "skipping the current cell (it is saved as stopped)…")
+            self.log_view.event("warning", "skipping the current cell: its requests are cancelled and it is saved "
+                                           "as skipped…")
         else:
             self.notify("no sweep is running", severity="warning", markup=False)
 
     def action_stop_sweep(self) -> None:
         if self.app.stop_sweep():  # type: ignore[attr-defined]
-            self.log_view.event("warning", "stopping the sweep after the current cell's in-flight requests…")
+            self._stops += 1
+            if self._stops == 1:
+                self.log_view.event("warning", "stopping the sweep: no new requests; the in-flight ones finish, then "
+                                               "the cell is saved as stopped (x again: cancel them)…")
+            else:
+                self.log_view.event("warning", "stopping now: the in-flight requests are cancelled…")
         else:
             self.notify("no sweep is running", severity="warning", markup=False)
+
+    def quit_text(self, done: bool) -> str:
+        """What quitting keeps, in one line: the finished cells on disk and the cell that was running when
+        ctrl+q was pressed (saved as interrupted)."""
+        if self.session_dir is None:
+            return "the sweep had not started its first cell: nothing to save"
+        if not done or self._quit_cell is None:  # the first ctrl+q: remember which cell it interrupts
+            cur = self._cur
+            self._quit_cell = cur if cur is not None and self.running and not self._cur_ended else None
+            self._quit_finished = self.finished
+        n = self._quit_finished
+        where = short_path(self.session_dir)
+        cur = self._quit_cell
+        running = (f"cell {cur.index + 1} ({cur.label}) {'is' if done else 'will be'} saved as interrupted; "
+                   if cur is not None else "")
+        return (f"{n} finished cell{'s' if n != 1 else ''} saved in {where}; {running}"
+                f"continue with `servescope resume {where}`")
 
     def action_toggle_server(self) -> None:
         """Swap the live server/GPU panel and the per-cell /metrics panel."""

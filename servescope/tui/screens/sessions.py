@@ -6,18 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from textual import on
+from rich.text import Text
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer, Input, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellSummary, GpuWindow, TelemetryWindow
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
-from servescope.tui.safe import cell
+from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
@@ -29,6 +30,7 @@ from servescope.tui.widgets.panels import (
     gpu_cell_line,
     short_path,
 )
+from servescope.tui.widgets.table import Col, FitTable
 
 # per-cell telemetry rows of a saved session: (label, key in the cell's `telemetry` summary, scale, format)
 STORED_ROWS = (("KV peak", "kv_cache_usage_peak", 100.0, "{:.1f}%"), ("running max", "running_max", 1.0, "{:.0f}"),
@@ -44,22 +46,31 @@ def stored_series(tele: list[TelemetryWindow]) -> tuple[tuple[str, str, tuple[fl
             rows.append((label, fmt.format(vals[-1]) if vals[-1] is not None else "-", tuple(vals)))
     return tuple(rows)
 
-SESSION_COLUMNS = ("✓", "date", "name", "status", "cells", "target", "model", "tags", "workloads")
+SESSION_COLUMNS = (
+    Col("mark", "✓", 0), Col("date", "date", 1), Col("name", "name", 2, min_width=8, max_width=32),
+    Col("status", "status", 3), Col("target", "target", 4, min_width=10, max_width=48),
+    Col("model", "model", 5, min_width=8, max_width=32), Col("cells", "cells", 6, right=True),
+    Col("tags", "tags", 7, min_width=8, max_width=48), Col("workloads", "workloads", 8, min_width=8, max_width=40),
+)
+TRASH = ".trash"  # deleted sessions are moved here, inside the sessions folder (not listed)
 
 
 def session_row(path: Path) -> tuple[str, ...]:
-    """One table row from session.toml alone (cheap: no Parquet is read)."""
+    """One table row from session.toml alone (cheap: no Parquet is read): mark, date (MM-DD HH:MM; the
+    detail line under the table has the year), name, status, target, model, cells done/planned, tags,
+    workloads."""
     from servescope.sessions.store import load_session
+    from servescope.sessions.views import cell_counts
 
     s = load_session(path)
     info = s.info
-    started = (info.started_at or "")[:16].replace("T", " ")
+    started = (info.started_at or "")[5:16].replace("T", " ")
     model = clean_text(info.model).rstrip("/").split("/")[-1]
     tags = ",".join(f"{k}={v}" for k, v in info.tags.items())
     wls = sorted({str(w.get("name", "?")).split("/")[0] for w in info.workloads})
-    done = sum(1 for c in info.cells if c.get("status") == "done")
+    done, planned = cell_counts(s)  # completed of planned, as `servescope sessions` counts them
     return ("", started, clean_text(info.name if info.name is not None else path.name), s.status,
-            f"{done}/{len(info.cells)}", clean_text(info.target.url), model, clean_text(tags), ",".join(wls))
+            clean_text(info.target.url), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
 
 
 def series_of(row: dict[str, Any]) -> str:
@@ -71,8 +82,11 @@ class SessionsScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "open", "Open", priority=False),
         Binding("space", "mark", "Mark"),
-        Binding("c", "compare", "Compare marked"),
-        Binding("r", "refresh", "Refresh"),
+        Binding("c", "compare", "Compare"),
+        Binding("slash", "filter", "Filter"),
+        Binding("d", "delete", "Delete"),
+        Binding("n", "rename", "Rename"),
+        Binding("r", "refresh", "Refresh", show=False),
     ]
 
     def __init__(self, sessions_dir: Path | None = None) -> None:
@@ -80,6 +94,7 @@ class SessionsScreen(Screen[None]):
         self.sessions_dir = sessions_dir
         self.paths: list[Path] = []
         self.marked: set[str] = set()
+        self.rows: dict[str, tuple[str, ...]] = {}
 
     @property
     def base(self) -> Path:
@@ -87,46 +102,65 @@ class SessionsScreen(Screen[None]):
 
         return self.sessions_dir or sessions_home()
 
+    @property
+    def table(self) -> FitTable:
+        return self.query_one("#sessions", FitTable)
+
     def compose(self) -> ComposeResult:
         yield Static("", id="sessions-title", classes="pane-title", markup=False)
-        yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
-        yield Static("enter: open · space: mark · c: compare the marked sessions · r: refresh", classes="hint")
+        yield Input(placeholder="filter: any text of a row (enter keeps it, esc clears)", id="sessions-filter")
+        yield FitTable(id="sessions")
+        yield Static("", id="session-detail", markup=False)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        t = self.query_one("#sessions", DataTable)
-        for c in SESSION_COLUMNS:
-            t.add_column(c, key=c)
+        self.table.set_columns(SESSION_COLUMNS)
         self.action_refresh()
+        self.table.focus()
 
     def on_screen_resume(self) -> None:
         self.action_refresh()
 
     def action_refresh(self) -> None:
-        t = self.query_one("#sessions", DataTable)
-        row = t.cursor_row
-        t.clear()
+        t = self.table
         base = self.base
         dirs = sorted((p for p in base.glob("*") if (p / "session.toml").is_file()), reverse=True) if base.is_dir() else []
         self.paths = []
+        self.rows = {}
         for d in dirs:
             try:
                 r = session_row(d)
-            except (ServescopeError, OSError, ValueError) as e:
-                r = ("", "?", d.name, "broken", "", "unreadable", clean_text(str(e))[:40], "", "")
+            except (ServescopeError, OSError, ValueError) as e:  # damaged: `broken: <file>: why` (store.load_session)
+                r = ("", "?", d.name, "broken", "broken: " + clean_text(str(e)).replace(f"{d}/", ""), "", "", "", "")
             self.paths.append(d)
-            t.add_row("✓" if str(d) in self.marked else "", *(cell(v) for v in r[1:]), key=str(d))
+            self.rows[str(d)] = r
+        t.set_rows({k: ["✓" if k in self.marked else "", *r[1:]] for k, r in self.rows.items()})
+        shown = len(t.ordered_keys())
+        where = short_path(base)
         self.query_one("#sessions-title", Static).update(
-            f"{len(dirs)} saved session{'s' if len(dirs) != 1 else ''} in {short_path(base)}" if dirs else
-            f"No saved sessions in {short_path(base)} yet: run a sweep (F2, ctrl+r).")
-        if dirs:
-            t.move_cursor(row=min(row, len(dirs) - 1))
+            (f"{len(dirs)} saved session{'s' if len(dirs) != 1 else ''} in {where}"
+             + (f", {shown} match “{t.row_filter}”" if t.row_filter else "")) if dirs else
+            f"No saved sessions in {where} yet: run a sweep (F2, ctrl+r).")
+        self._detail()
 
     def _current(self) -> Path | None:
-        t = self.query_one("#sessions", DataTable)
-        if not self.paths or t.cursor_row < 0 or t.cursor_row >= len(self.paths):
-            return None
-        return self.paths[t.cursor_row]
+        key = self.table.current_key
+        return Path(key) if key is not None else None
+
+    @on(DataTable.RowHighlighted, "#sessions")
+    def _highlighted(self) -> None:
+        self._detail()
+
+    def _detail(self) -> None:
+        """Under the table: the highlighted session in full (what the columns had no room for)."""
+        p = self._current()
+        det = self.query_one("#session-detail", Static)
+        if p is None or str(p) not in self.rows:
+            det.update("")
+            return
+        _, date, name, status, target, model, cells, tags, wls = self.rows[str(p)]
+        det.update(f"{p.name}: {status}, {cells} cells, target {target}, model {model or '?'}"
+                   + (f", tags {tags}" if tags else "") + (f", workloads {wls}" if wls else ""))
 
     def action_mark(self) -> None:
         p = self._current()
@@ -137,7 +171,90 @@ class SessionsScreen(Screen[None]):
             self.marked.discard(key)
         else:
             self.marked.add(key)
-        self.query_one("#sessions", DataTable).update_cell(key, "✓", "✓" if key in self.marked else "")
+        self.table.data[key][0] = "✓" if key in self.marked else ""
+        self.table.update_cell(key, "mark", Text("✓" if key in self.marked else ""))
+
+    # ---- filter ---------------------------------------------------------------------------------
+    def action_filter(self) -> None:
+        f = self.query_one("#sessions-filter", Input)
+        f.add_class("-visible")
+        f.focus()
+
+    @on(Input.Changed, "#sessions-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.table.set_filter(event.value)
+        self.action_refresh()
+
+    @on(Input.Submitted, "#sessions-filter")
+    def _filter_done(self) -> None:
+        f = self.query_one("#sessions-filter", Input)
+        if not f.value:
+            f.remove_class("-visible")
+        self.table.focus()
+
+    def on_key(self, event: events.Key) -> None:
+        f = self.query_one("#sessions-filter", Input)
+        if event.key == "escape" and f.has_focus:
+            f.value = ""
+            f.remove_class("-visible")
+            self.table.focus()
+            event.stop()
+
+    # ---- delete / rename --------------------------------------------------------------------------
+    def action_delete(self) -> None:
+        p = self._current()
+        if p is None:
+            self.notify("no session to delete", severity="warning", markup=False)
+            return
+        trash = self.base / TRASH
+
+        def done(yes: bool | None) -> None:
+            if not yes:
+                return
+            import shutil
+
+            try:
+                trash.mkdir(parents=True, exist_ok=True)
+                dest = trash / p.name
+                n = 1
+                while dest.exists():
+                    dest, n = trash / f"{p.name}-{n}", n + 1
+                shutil.move(str(p), str(dest))
+            except OSError as e:
+                self.notify(f"cannot move {p.name} to the trash: {e.strerror or e}", severity="error", markup=False)
+                return
+            self.marked.discard(str(p))
+            self.notify(f"moved {p.name} to {short_path(trash)}", markup=False)
+            self.action_refresh()
+
+        self.app.push_screen(ConfirmScreen(f"Delete session {p.name}?",
+                                           f"It is moved to {short_path(trash)} (delete that folder to free "
+                                           "the space)."), done)
+
+    def action_rename(self) -> None:
+        p = self._current()
+        if p is None or str(p) not in self.rows:
+            self.notify("no session to rename", severity="warning", markup=False)
+            return
+
+        def done(name: str | None) -> None:
+            if name is None or not name.strip():
+                return
+            from servescope.sessions.store import SessionWriter
+
+            try:
+                w = SessionWriter.open(p)
+                w.meta["name"] = name.strip()
+                if isinstance(w.meta.get("sweep"), dict):
+                    w.meta["sweep"]["name"] = name.strip()
+                w.save_meta()
+            except (ServescopeError, OSError) as e:
+                self.notify(f"cannot rename: {getattr(e, 'message', None) or e}", severity="error", markup=False)
+                return
+            self.notify(f"renamed {p.name} to “{name.strip()}” (the folder keeps its name)", markup=False)
+            self.action_refresh()
+
+        self.app.push_screen(AskScreen(f"Rename session {p.name}", self.rows[str(p)][2]), done)
 
     @on(DataTable.RowSelected, "#sessions")
     def _selected(self) -> None:
@@ -232,9 +349,14 @@ class SessionScreen(Screen[None]):
 
     @on(DataTable.RowHighlighted, "#session-cells")
     def _highlight(self, event: DataTable.RowHighlighted) -> None:
-        self.show_cell(event.cursor_row)
+        key = event.row_key.value
+        rows = getattr(self, "_rows", [])
+        pos = next((i for i, r in enumerate(rows) if str(int(r["index"])) == key), None)
+        if pos is not None:  # the table may be sorted: find the cell by its key
+            self.show_cell(pos)
 
     def show_cell(self, row: int) -> None:
+        """Show the `row`-th cell (in cell order) in the charts and panels."""
         from servescope.core.metrics import meets_slos, per_request
 
         if not getattr(self, "_rows", None) or row >= len(self._rows):
@@ -245,7 +367,7 @@ class SessionScreen(Screen[None]):
         pts = []
         for rr in self._rows:
             s = self.summaries.get(int(rr["index"]))
-            if series_of(rr) != wl or not s or rr.get("status") == "skipped":
+            if series_of(rr) != wl or not s or (rr.get("status") or "done") != "done":  # completed cells only
                 continue
             x = rr.get("concurrency") if rr.get("concurrency") is not None else rr.get("rate")
             pts.append(CurvePoint(float(x or 0), str(rr.get("load_label")), float(s.output_tok_s or 0),

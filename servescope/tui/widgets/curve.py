@@ -1,13 +1,19 @@
-"""Aggregate output tok/s and per-user tok/s against load (concurrency or rate), over finished cells,
-with the running cell drawn as it fills in, the knee and the SLO capacity marked."""
+"""Charts drawn with plain characters (no plotting library): the throughput curve of a sweep and the
+overlaid curves of the Compare screen. Every chart has a title line, a legend line above the plot (never
+drawn over the data) that names each series and its unit, y ticks at even, round steps from 0 (never
+negative), and x ticks that carry the load's unit (`c=4`, `2/s`; `users` / `req/s` at the axis' end when
+there is room)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual.reactive import reactive
-from textual_plotext import PlotextPlot
+
+from servescope.tui.widgets.zoom import Zoomable
 
 
 @dataclass(frozen=True)
@@ -40,108 +46,311 @@ def slo_capacity(points: Sequence[CurvePoint]) -> CurvePoint | None:
     return max(ok, key=lambda p: p.x) if ok else None
 
 
-class ThroughputCurve(PlotextPlot):
-    """Set `points` (finished cells plus, optionally, one live point); the plot redraws itself."""
+# ---- the character chart --------------------------------------------------------------------------------
+NICE_STEPS = (1.0, 2.0, 2.5, 5.0)
 
+
+def nice_step(top: float, intervals: int) -> float:
+    """The smallest round step (1, 2, 2.5 or 5 x 10^k) with `intervals` steps reaching `top`."""
+    if top <= 0 or intervals <= 0:
+        return 1.0
+    raw = top / intervals
+    mag = 10 ** math.floor(math.log10(raw))
+    for s in NICE_STEPS:
+        if s * mag >= raw * (1 - 1e-9):
+            return s * mag
+    return 10 * mag
+
+
+def nice_ticks(ymax: float, max_ticks: int) -> list[float]:
+    """Ticks 0, s, 2s, ... up to the first multiple of a round step s at or above `ymax` (never negative;
+    at most `max_ticks`, at least two)."""
+    ymax = max(0.0, ymax)
+    if ymax == 0:
+        return [0.0, 1.0]
+    best: list[float] | None = None
+    for n in range(1, max(1, max_ticks - 1) + 1):
+        step = nice_step(ymax, n)
+        k = math.ceil(ymax / step - 1e-9)
+        ticks = [i * step for i in range(k + 1)]
+        if len(ticks) <= max_ticks and (best is None or ticks[-1] < best[-1] or
+                                        (ticks[-1] == best[-1] and len(ticks) > len(best))):
+            best = ticks
+    return best or [0.0, ymax]
+
+
+def even_ticks(ymax: float, rows: int, max_ticks: int) -> list[float]:
+    """Round ticks from 0 whose rows are evenly spaced on a plot `rows` tall: the number of intervals
+    divides rows - 1; a top close to the data with as many ticks as fit. With `max_ticks` ticks at most."""
+    ymax = max(0.0, ymax) or 1.0
+    ks = [k for k in range(1, min(6, max(1, rows - 1)) + 1) if (rows - 1) % k == 0 and (k < max_ticks or k == rows - 1)]
+    if ks == [1] and rows >= 5:  # rows - 1 is prime: rows a tick apart differ by one at most
+        ks = list(range(2, max(2, min(6, max_ticks - 1)) + 1))
+    options = []
+    for k in ks:
+        step = nice_step(ymax, k)
+        options.append([i * step for i in range(k + 1)])
+    if not options:
+        return nice_ticks(ymax, max_ticks)
+    tightest = min(t[-1] for t in options)
+    # among tops within 25% of the tightest, the most ticks (0, 200, 400, 600 rather than 0, 500)
+    return max((t for t in options if t[-1] <= tightest * 1.25 + 1e-9), key=lambda t: (len(t), -t[-1]))
+
+
+def fmt_tick(v: float, step: float) -> str:
+    """A tick label with as many decimals as the step needs (2.5 -> "2.5", 1000 -> "1,000", 20k -> "20k")."""
+    if v >= 10_000 and step >= 1000 and abs(v / 1000 - round(v / 1000)) < 1e-9:
+        return f"{round(v / 1000):,}k"
+    nd = 0
+    while nd < 6 and abs(step * 10**nd - round(step * 10**nd)) > 1e-6 * max(1.0, step * 10**nd):
+        nd += 1
+    return f"{v:,.{nd}f}"
+
+
+def ellipsize(text: str, width: int) -> str:
+    """`text` cut to `width` characters, ending in `…` when cut."""
+    if width <= 0:
+        return ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str  # the legend's text
+    points: tuple[tuple[int, float], ...]  # (x category index, y)
+    marker: str
+    style: str = ""
+    right: bool = False  # on the right y axis
+    line: bool = True  # join the points with dots
+    legend: bool = True
+    short: str = ""  # the legend's text when the full one does not fit
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    title: str
+    x_labels: tuple[str, ...]  # one per category, left to right
+    x_name: str  # what the x ticks count, e.g. "users", "req/s"
+    series: tuple[Series, ...]
+    notes: tuple[tuple[str, str], ...] = ()  # (text, style) after the legend: knee, SLO capacity
+    vlines: tuple[tuple[int, str], ...] = ()  # (x category index, style): drawn as ┊ where no data is
+    empty: str = "waiting for the first finished cell…"
+
+
+MARKERS = set("■□◆◇●▼×+")
+
+
+def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
+    """The chart as text, `width` x `height`: title, legend (one or two lines, outside the plot), the plot
+    with the left (and right) y ticks, the x axis and its tick labels with the x unit."""
+    width = max(20, width)
+    out = Text()
+    out.append(ellipsize(spec.title, width), style="bold")
+    # legend items: marker + label, then the notes; wrapped onto at most two lines
+    max_lines = 2 if height >= 10 else 1  # a short chart keeps its rows for the data
+
+    def legend_items(short: bool) -> list[list[tuple[str, str]]]:
+        items = [[(s.marker, s.style), (" " + (s.short if short and s.short else s.label), "")]
+                 for s in spec.series if s.legend]
+        return items + [[(text, style)] for text, style in spec.notes]
+
+    def length(items: list[list[tuple[str, str]]]) -> int:
+        return sum(len(t) for it in items for t, _ in it) + 2 * (len(items) - 1)
+
+    items = legend_items(False)
+    if max_lines == 1 and length(items) > width:
+        items = legend_items(True)
+    lines: list[list[tuple[str, str]]] = [[]]
+    used = 0
+    dropped = False
+    for it in items:
+        n = sum(len(t) for t, _ in it)
+        if used and used + 2 + n > width:
+            if len(lines) < max_lines:
+                lines.append([])
+                used = 0
+            else:
+                dropped = True
+                continue
+        if used:
+            lines[-1].append(("  ", ""))
+            used += 2
+        lines[-1].extend(it)
+        used += n
+    for k, ln in enumerate(lines):
+        t = Text()
+        for txt, style in ln:
+            t.append(txt, style=style)
+        if dropped and k == len(lines) - 1:
+            t.append(" …" if t.cell_len <= width - 2 else "")
+        t.truncate(width, overflow="ellipsis")
+        out.append("\n")
+        out.append_text(t)
+    n_x = len(spec.x_labels)
+    pts = [p for s in spec.series for p in s.points]
+    ph = max(2, height - len(lines) - 2)  # plot rows
+    if not n_x or not pts:
+        out.append("\n" + ellipsize(spec.empty, width), style="dim")
+        return out
+    left = [p for s in spec.series if not s.right for p in s.points]
+    right = [p for s in spec.series if s.right for p in s.points]
+    max_ticks = ph if ph <= 4 else max(2, (ph - 1) // 2 + 1)
+    lt, rt = even_ticks(max((y for _, y in left), default=0.0), ph, max_ticks), []
+    if right:
+        k = len(lt) - 1  # the same rows as the left ticks
+        rstep = nice_step(max(y for _, y in right) or 1.0, k)
+        rt = [i * rstep for i in range(k + 1)]
+    lstep = lt[1] - lt[0]
+    llab = [fmt_tick(v, lstep) for v in lt]
+    rlab = [fmt_tick(v, rt[1] - rt[0]) for v in rt] if rt else []
+    lw = max(len(s) for s in llab)
+    rw = max(len(s) for s in rlab) if rlab else 0
+    pw = max(n_x * 2, width - lw - 1 - (rw + 1 if rt else 0))
+
+    def xcol(i: int) -> int:
+        return min(pw - 1, int((i + 0.5) * pw / n_x))
+
+    def yrow(y: float, top: float) -> int:
+        return max(0, min(ph - 1, round((1 - max(0.0, y) / top) * (ph - 1))))
+
+    grid: list[list[tuple[str, str]]] = [[(" ", "")] * pw for _ in range(ph)]
+    for i, style in spec.vlines:
+        if 0 <= i < n_x:
+            c = xcol(i)
+            for r in range(ph):
+                grid[r][c] = ("┊", style)
+    for s in spec.series:
+        top = (rt[-1] if s.right else lt[-1]) or 1.0
+        cells = sorted((xcol(i), yrow(y, top)) for i, y in s.points)
+        if s.line:
+            for (c0, r0), (c1, r1) in zip(cells, cells[1:], strict=False):
+                for c in range(c0 + 1, c1):
+                    r = round(r0 + (r1 - r0) * (c - c0) / (c1 - c0))
+                    if grid[r][c][0] in (" ", "┊"):
+                        grid[r][c] = ("·", s.style)
+        for c, r in cells:
+            if grid[r][c][0] in MARKERS and grid[r][c][0] != s.marker and c + 1 < pw:
+                c += 1  # another series' point is here: stand beside it, not on it
+            grid[r][c] = (s.marker, s.style)
+    lrows = {yrow(v, lt[-1]): lab for v, lab in zip(lt, llab, strict=True)}
+    rrows = {yrow(v, rt[-1]): lab for v, lab in zip(rt, rlab, strict=True)} if rt else {}
+    for r in range(ph):
+        out.append("\n")
+        lab = lrows.get(r)
+        out.append(f"{lab or '':>{lw}}" + ("┤" if lab else "│"), style="dim")
+        for ch, style in grid[r]:
+            out.append(ch, style=style)
+        if rt:
+            rl = rrows.get(r)
+            out.append(("├" if rl else "│") + f"{rl or '':<{rw}}", style="dim")
+    # the x axis, its tick labels written into it under their points, the x unit at its right end
+    axis = ["─"] * pw
+    taken: list[tuple[int, int]] = []
+    name = spec.x_name
+    name_at = pw - len(name) - 1
+    order = [0, n_x - 1, *range(1, n_x - 1)] if n_x > 1 else [0]  # first and last first
+    for i in order:
+        lab = spec.x_labels[i]
+        st = max(0, min(pw - len(lab), xcol(i) - len(lab) // 2))
+        en = st + len(lab)
+        if any(not (en < a - 1 or st > b + 1) for a, b in taken):
+            continue  # would touch a neighbour: left out (the first and last are always there)
+        taken.append((st, en))
+        axis[st:en] = list(lab)
+    if name and name_at > 0 and all(en + 1 < name_at for _, en in taken):
+        axis[name_at:name_at + len(name)] = list(name)
+    out.append("\n" + " " * lw + "└", style="dim")
+    out.append("".join(axis))
+    out.append("┘" if rt else "", style="dim")
+    return out
+
+
+class Chart(Zoomable):
+    """A focusable character chart (focus it and press `z` to zoom it); subclasses say what to draw."""
+
+    can_focus = True
     DEFAULT_CSS = """
-    ThroughputCurve { height: 1fr; }
+    Chart { height: 1fr; min-height: 7; padding: 0 1; }
     """
+
+    def spec(self) -> ChartSpec:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def render(self) -> Text:
+        return draw_chart(self.spec(), self.content_size.width, self.content_size.height)
+
+
+AGGREGATE = ("■", "□", "cyan")  # finished, running, colour
+PER_USER = ("◆", "◇", "magenta")
+
+
+def x_unit(labels: Sequence[str]) -> str:
+    return "req/s" if labels and all(lab.endswith("/s") for lab in labels) else "users"
+
+
+class ThroughputCurve(Chart):
+    """Set `points` (finished cells plus, optionally, one live point) and `title`; it redraws itself.
+    Aggregate output tok/s on the left axis (■), per-user tok/s on the right (◆), the running cell hollow
+    (□ ◇); the knee and the SLO capacity named in the legend and drawn as ┊ lines."""
 
     points: reactive[tuple[CurvePoint, ...]] = reactive(tuple)
     title: reactive[str] = reactive("throughput vs load")
 
-    def watch_points(self) -> None:
-        self._replot()
-
-    def watch_title(self) -> None:
-        self._replot()
-
-    def on_mount(self) -> None:
-        super().on_mount()
-        self._replot()
-
-    def _replot(self) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
+    def spec(self) -> ChartSpec:
         pts = sorted(self.points, key=lambda p: (p.x, p.live))
-        xs_unique = sorted({p.x for p in pts})
-        pos = {x: i + 1 for i, x in enumerate(xs_unique)}
+        xs = sorted({p.x for p in pts})
+        pos = {x: i for i, x in enumerate(xs)}
+        labels = {p.x: p.label for p in pts}
         knee, cap = find_knee(pts), slo_capacity(pts)
-        note = []
+        notes: list[tuple[str, str]] = []
+        vlines: list[tuple[int, str]] = []
         if knee:
-            note.append(f"knee {knee.label}")
+            notes.append((f"┊knee {knee.label}", "yellow"))
+            vlines.append((pos[knee.x], "yellow"))
         if cap:
-            note.append(f"SLO capacity {cap.label}")
+            notes.append((f"┊SLO capacity {cap.label}", "green"))
+            if not knee or cap.x != knee.x:
+                vlines.append((pos[cap.x], "green"))
         elif any(p.meets_slo is not None for p in pts):
-            note.append("no cell meets the SLOs")
-        plt.title(self.title + (f"  ({', '.join(note)})" if note else ""))
-        if not pts:
-            plt.xticks([])
-            plt.yticks([])
-            return
+            notes.append(("no cell meets the SLOs", "red"))
         done = [p for p in pts if not p.live]
         live = [p for p in pts if p.live]
-        if done:
-            plt.plot([pos[p.x] for p in done], [p.aggregate_tok_s for p in done], label="aggregate tok/s",
-                     marker="hd", color="cyan")
-            plt.plot([pos[p.x] for p in done], [p.per_user_tok_s for p in done], label="per-user tok/s",
-                     marker="hd", color="magenta", yside="right")
+        series = (
+            Series("tok/s (left)", tuple((pos[p.x], p.aggregate_tok_s) for p in done), AGGREGATE[0], AGGREGATE[2],
+                   short="tok/s"),
+            Series("tok/s/user (right)", tuple((pos[p.x], p.per_user_tok_s) for p in done), PER_USER[0],
+                   PER_USER[2], right=True, short="tok/s/user (r)"),
+            Series("running", tuple((pos[p.x], p.aggregate_tok_s) for p in live), AGGREGATE[1], AGGREGATE[2],
+                   line=False, legend=False),
+            Series("running", tuple((pos[p.x], p.per_user_tok_s) for p in live), PER_USER[1], PER_USER[2],
+                   right=True, line=False, legend=False),
+        )
         if live:
-            plt.scatter([pos[p.x] for p in live], [p.aggregate_tok_s for p in live], marker="o", color="cyan")
-            plt.scatter([pos[p.x] for p in live], [p.per_user_tok_s for p in live], marker="o", color="magenta",
-                        yside="right")
-        if knee:
-            plt.vline(pos[knee.x], "yellow")
-        if cap and (not knee or cap.x != knee.x):
-            plt.vline(pos[cap.x], "green")
-        labels = {p.x: p.label for p in pts}
-        plt.xticks([pos[x] for x in xs_unique], [labels[x] for x in xs_unique])
-        plt.xlim(0.5, len(xs_unique) + 0.5)
-        self.refresh()
+            notes.append(("□◇ running", "dim"))
+        x_labels = tuple(labels[x] for x in xs)
+        return ChartSpec(self.title, x_labels, x_unit(x_labels), series, tuple(notes), tuple(vlines))
 
 
 SERIES_COLORS = ("cyan", "magenta", "yellow", "green", "red", "blue")
-SERIES_MARKERS = ("hd", "dot", "+", "x", "*", "o")  # distinct without colour (NO_COLOR)
+SERIES_MARKERS = ("■", "◆", "●", "▼", "×", "+")  # distinct without colour (NO_COLOR)
 
 
-class OverlayCurve(PlotextPlot):
-    """One metric against load for several sessions, overlaid: set `series` (label -> [(x, y)]); the x
-    axis is categorical (the load levels in order), as in ThroughputCurve."""
-
-    DEFAULT_CSS = """
-    OverlayCurve { height: 1fr; }
-    """
+class OverlayCurve(Chart):
+    """One metric against load for several sessions, overlaid: set `series` (label -> [(x, y)]) and `title`
+    (which names the metric and its unit, e.g. "output tok/s vs load"); the legend names the sessions; the
+    x axis is categorical (the load levels in order), `x_kind` its unit."""
 
     series: reactive[tuple[tuple[str, tuple[tuple[float, float], ...]], ...]] = reactive(tuple)
     title: reactive[str] = reactive("")
+    x_kind: reactive[str] = reactive("users")  # "users" (concurrency) or "req/s" (rate)
 
-    def watch_series(self) -> None:
-        self._replot()
-
-    def watch_title(self) -> None:
-        self._replot()
-
-    def on_mount(self) -> None:
-        super().on_mount()
-        self._replot()
-
-    def _replot(self) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
-        plt.title(self.title)
+    def spec(self) -> ChartSpec:
         xs = sorted({x for _, pts in self.series for x, _ in pts})
-        if not xs:
-            plt.xticks([])
-            plt.yticks([])
-            self.refresh()
-            return
-        pos = {x: i + 1 for i, x in enumerate(xs)}
+        pos = {x: i for i, x in enumerate(xs)}
+        out = []
         for i, (label, pts) in enumerate(self.series):
-            pts_s = sorted(pts)
-            plt.plot([pos[x] for x, _ in pts_s], [y for _, y in pts_s], label=label,
-                     marker=SERIES_MARKERS[i % len(SERIES_MARKERS)], color=SERIES_COLORS[i % len(SERIES_COLORS)])
-        plt.xticks([pos[x] for x in xs], [f"{x:g}" for x in xs])
-        plt.xlim(0.5, len(xs) + 0.5)
-        self.refresh()
+            out.append(Series(label, tuple((pos[x], y) for x, y in sorted(pts)), SERIES_MARKERS[i % len(SERIES_MARKERS)],
+                              SERIES_COLORS[i % len(SERIES_COLORS)]))
+        rate = self.x_kind == "req/s"
+        labels = tuple((f"{x:g}/s" if rate else f"c={x:g}") for x in xs)
+        return ChartSpec(self.title, labels, self.x_kind, tuple(out), empty="no finished cells of this workload")

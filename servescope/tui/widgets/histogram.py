@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual.reactive import reactive
-from textual.widget import Widget
+
+from servescope.tui.widgets.zoom import Zoomable
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -38,11 +39,57 @@ def _fmt(v: float) -> str:
     return f"{v:.2f}"
 
 
-class LatencyHistogram(Widget):
+def axis_tokens(width: int, lo: float, hi: float, p50: float, p99: float, maxv: float,
+                unit: str = "") -> list[tuple[str, bool]]:
+    """The histogram's axis line as (text, is_marker) pieces, `width` characters in all: the minimum at
+    the left edge, the maximum and the unit at the right edge, `▲50` and `▲99` as close to their bins'
+    columns as the other labels allow. No two labels touch (a digit never sits next to a `▲`), and none
+    is dropped at any width >= 30 (narrower, the unit goes first, then the maximum, then the minimum)."""
+    span = hi - lo if hi > lo else 1.0
+
+    def col(v: float) -> int:
+        return max(0, min(width - 1, int((v - lo) / span * width)))
+
+    right = f"{_fmt(maxv)} {unit}".strip()
+    labels: list[tuple[str, int, bool]] = [(_fmt(lo), 0, False), ("▲50", col(p50), True), ("▲99", col(p99), True),
+                                           (right, width - len(right), False)]
+
+    def fits(ls: list[tuple[str, int, bool]]) -> bool:
+        return sum(len(t) for t, _, _ in ls) + len(ls) - 1 <= width
+
+    if not fits(labels):
+        labels[3] = (_fmt(maxv), width - len(_fmt(maxv)), False)
+    while not fits(labels) and len(labels) > 2:
+        labels.pop(-1 if len(labels) == 4 else 0)
+    # left to right: each label starts at its column or just after the previous one (one space between)
+    starts: list[int] = []
+    for i, (_text, want, _) in enumerate(labels):
+        starts.append(max(want, starts[-1] + len(labels[i - 1][0]) + 1) if starts else max(0, want))
+    # right to left: nothing past the right edge
+    limit = width
+    for i in range(len(labels) - 1, -1, -1):
+        starts[i] = min(starts[i], limit - len(labels[i][0]))
+        limit = starts[i] - 1
+    out: list[tuple[str, bool]] = []
+    pos = 0
+    for (text, _, mark), st in zip(labels, starts, strict=True):
+        st = max(st, pos)
+        if st > pos:
+            out.append((" " * (st - pos), False))
+        out.append((text, mark))
+        pos = st + len(text)
+    if pos < width:
+        out.append((" " * (width - pos), False))
+    return out
+
+
+class LatencyHistogram(Zoomable):
     """Distribution of one latency metric of the current cell, with p50 and p99 marked.
 
     Set `values` (a tuple of numbers); the widget redraws itself. Bars span [min, p99.5] so one outlier
-    does not squash the picture; values beyond it land in the last bin, which is then marked `+`."""
+    does not squash the picture; values beyond it land in the last bin. The axis line under the bars
+    labels the minimum (left), the maximum with the unit (right) and `▲50` / `▲99` under the p50 and p99
+    bins, each label kept apart from the others by at least one space (see `axis_tokens`)."""
 
     DEFAULT_CSS = """
     LatencyHistogram { height: 1fr; padding: 0 1; }
@@ -50,6 +97,7 @@ class LatencyHistogram(Widget):
     LatencyHistogram .hist--mark { color: $warning; text-style: bold; }
     """
     COMPONENT_CLASSES = {"hist--bar", "hist--mark"}
+    can_focus = True  # so it can be zoomed (z)
 
     values: reactive[tuple[float, ...]] = reactive(tuple, layout=False)
 
@@ -69,7 +117,10 @@ class LatencyHistogram(Widget):
             head.truncate(width, overflow="ellipsis")
             return head
         p50, p99 = percentile(vals, 50), percentile(vals, 99)
-        head.append(f"  n={len(vals)}  p50 {_fmt(p50)}  p99 {_fmt(p99)}  max {_fmt(vals[-1])}")
+        head.append(f"  p50 {_fmt(p50)}  p99 {_fmt(p99)}  n={len(vals)}")
+        if head.cell_len > width:  # narrow: the unit is on the axis, the count can go
+            head = Text(f"{self.title}", style="bold")
+            head.append(f" p50 {_fmt(p50)} p99 {_fmt(p99)}")
         head.truncate(width, overflow="ellipsis")
         bar_rows = height - 2
         lo = vals[0]
@@ -81,11 +132,9 @@ class LatencyHistogram(Widget):
         per = width / nbins
         span = hi - lo
         counts = [0] * nbins
-        overflow = False
         for v in vals:
             i = int((v - lo) / span * nbins)
-            if i >= nbins:
-                overflow = overflow or v > hi
+            if i >= nbins:  # values beyond p99.5 land in the last bin
                 i = nbins - 1
             counts[i] += 1
         bins = [counts[min(nbins - 1, int(c / per))] for c in range(width)]
@@ -107,26 +156,8 @@ class LatencyHistogram(Widget):
                 if b and ch == " " and row == 0:
                     ch = BLOCKS[1]  # show that a bin is not empty
                 out.append(ch, style=mark_style if i in (c50, c99) else bar_style)
-        # axis with the markers
-        axis = [" "] * width
-        left, right = _fmt(lo), _fmt(hi) + ("+" if overflow else "")
-        for i, ch in enumerate(left):
-            if i < width:
-                axis[i] = ch
-        for i, ch in enumerate(right):
-            j = width - len(right) + i
-            if 0 <= j < width:
-                axis[j] = ch
-        if c99 + 3 > width - len(right):  # the p99 marker wins over the range label
-            for j in range(width - len(right), width):
-                axis[j] = " "
-        for c, label in ((c50, "▲50"), (c99, "▲99")):
-            start = min(c, width - len(label))
-            for i, ch in enumerate(label):
-                axis[start + i] = ch
+        # the axis: min at the left, max (with the unit) at the right, ▲50/▲99 under their bins, never touching
         out.append("\n")
-        line = "".join(axis)
-        for i, ch in enumerate(line):
-            out.append(ch, style=mark_style if ch in "▲" or (ch.isdigit() and i in range(c50, c50 + 3))
-                       or (ch.isdigit() and i in range(c99, c99 + 3)) else "dim")
+        for text, is_mark in axis_tokens(width, lo, hi, p50, p99, vals[-1], self.unit):
+            out.append(text, style=mark_style if is_mark else "dim")
         return out

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import DataTable, RichLog
+from textual.widgets import RichLog
 
 from servescope.core.results import CellSummary, GpuWindow, ServerWindow
-from servescope.tui.safe import cell
+from servescope.tui.widgets.table import Col, FitTable
+from servescope.tui.widgets.zoom import Zoomable
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -67,6 +69,18 @@ def fnum(v: Any, nd: int = 1) -> str:
     return str(v)
 
 
+def fit_lines(t: Text, width: int, height: int) -> Text:
+    """`t` as lines of at most `width` cells (cut ones end in `…`); when there are more lines than
+    `height`, the last one shown says how many more there are (zoom the pane with `z` to see them)."""
+    lines = list(t.split("\n", allow_blank=True))
+    for ln in lines:
+        ln.truncate(max(1, width), overflow="ellipsis")
+    if height > 0 and len(lines) > height:
+        more = len(lines) - height + 1
+        lines = [*lines[: height - 1], Text(f"… {more} more line{'s' if more != 1 else ''} (z zooms)", style="dim")]
+    return Text("\n").join(lines)
+
+
 class SweepProgress(Widget):
     """Cell i of N with its workload and load, requests done/failed, elapsed and ETA."""
 
@@ -96,6 +110,14 @@ class SweepProgress(Widget):
             t.append("No sweep running. ", style="bold")
             t.append("Compose one (F2) and press ctrl+r, or open a saved session (F4).")
             return t
+        if not self.total and self.state in ("failed", "interrupted"):  # it ended before any cell: no timers
+            t.append("The sweep did not start" if self.state == "failed" else "The sweep was stopped before it "
+                     "started", style="bold red" if self.state == "failed" else "bold")
+            t.append(f"   [{self.state}]", style="bold")
+            if self.detail:
+                t.append(f"\n{self.detail}")
+            t.append("\nFix it in Compose (F2), then ctrl+r.", style="dim")
+            return t
         t.append(f"cell {self.cell_no}/{self.total}" if self.total else "starting", style="bold")
         if self.label:
             t.append(f"  {self.label}", style="bold")
@@ -116,7 +138,7 @@ class SweepProgress(Widget):
         return t
 
 
-class EventLog(RichLog):
+class EventLog(RichLog, Zoomable):
     """Notices, cell results and request errors (each distinct error once, counted at the cell's end)."""
 
     DEFAULT_CSS = """
@@ -162,9 +184,11 @@ SERVER_ROWS = (
 )
 
 
-class ServerPanel(Widget):
+class ServerPanel(Zoomable):
     """What the server's /metrics said during each finished cell (vLLM deltas); a sparkline per metric
     across cells. Live KV-cache/running/waiting gauges come with the telemetry work."""
+
+    can_focus = True  # so it can be zoomed (z)
 
     DEFAULT_CSS = """
     ServerPanel { height: auto; padding: 0 1; }
@@ -176,6 +200,16 @@ class ServerPanel(Widget):
     client_ttft: reactive[tuple[float | None, ...]] = reactive(tuple)  # client mean TTFT per cell
 
     def render(self) -> Text:
+        return fit_lines(self._text(), self.content_size.width, self.content_size.height)
+
+    def full_text(self) -> str:
+        """Everything the panel has to say, uncut (what zooming it shows, at any width)."""
+        return self._text(compact=False).plain if isinstance(self, TelemetryPanel) else self._text().plain
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._text().split("\n", allow_blank=True))  # all of it: a max-height cuts it with "… more"
+
+    def _text(self) -> Text:
         t = Text("server /metrics per cell", style="bold")
         if self.metrics_available is False:
             t.append("\nthis server has no vLLM /metrics: client-side numbers only", style="dim")
@@ -215,28 +249,29 @@ def cell_row(index: int, workload: str, load: str, status: str,
     )
 
 
-class CellTable(DataTable[Text]):
-    """One row per finished (or skipped) cell."""
+# (priority: lower stays longest when the table is narrow, min width when it may be cut, right-aligned)
+CELL_COLS = (
+    Col("#", "#", 0, right=True), Col("workload", "workload", 5, min_width=8, max_width=28), Col("load", "load", 1),
+    Col("status", "status", 2), Col("ok/fail", "ok/fail", 6, right=True), Col("out tok/s", "out tok/s", 3, right=True),
+    Col("user tok/s", "user tok/s", 7, right=True), Col("TTFT p50", "TTFT p50", 4, right=True),
+    Col("TTFT p99", "TTFT p99", 8, right=True), Col("TPOT p50", "TPOT p50", 9, right=True),
+    Col("E2E p50", "E2E p50", 10, right=True),
+)
+
+
+class CellTable(FitTable):
+    """One row per finished (or skipped) cell; the columns that fit (`z` zooms to see them all)."""
 
     DEFAULT_CSS = """
     CellTable { height: 1fr; }
     """
 
     def on_mount(self) -> None:
-        self.cursor_type = "row"
-        self.zebra_stripes = True
-        for c in CELL_COLUMNS:
-            self.add_column(c, key=c)
+        self.set_columns(CELL_COLS)
 
     def set_cell(self, index: int, workload: str, load: str, status: str,
                  summary: CellSummary | Mapping[str, Any] | None) -> None:
-        row = cell_row(index, workload, load, status, summary)
-        key = str(index)
-        if key in self.rows:
-            for col, v in zip(CELL_COLUMNS, row, strict=True):
-                self.update_cell(key, col, cell(v))
-        else:
-            self.add_row(*(cell(v) for v in row), key=key)
+        self.put_row(str(index), cell_row(index, workload, load, status, summary))
 
 
 def gpu_reading(g: dict[str, Any]) -> str:
@@ -299,13 +334,15 @@ def budget_line(kv: dict[str, Any] | None, workload: str | None, concurrency: in
     return line
 
 
-class TelemetryPanel(Widget):
+class TelemetryPanel(Zoomable):
     """Server gauges with a sparkline each (live samples on the Run screen, one point per cell on a saved
     session), the GPU line(s) or why NVML is absent, and the KV budget with the concurrency it allows."""
 
     DEFAULT_CSS = """
     TelemetryPanel { height: auto; padding: 0 1; }
     """
+
+    can_focus = True  # so it can be zoomed (z)
 
     title: reactive[str] = reactive("server live (/metrics)")
     # (label, value shown, values for the sparkline)
@@ -315,14 +352,37 @@ class TelemetryPanel(Widget):
     budget: reactive[str] = reactive("", layout=True)
 
     def render(self) -> Text:
+        return fit_lines(self._text(), self.content_size.width, self.content_size.height)
+
+    def full_text(self) -> str:
+        """Everything the panel has to say, uncut (what zooming it shows, at any width)."""
+        return self._text(compact=False).plain if isinstance(self, TelemetryPanel) else self._text().plain
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._text(compact=False).split("\n", allow_blank=True))  # all of it: a max-height cuts it with "… more"
+
+    def _text(self, compact: bool = True) -> Text:
         width = max(20, self.content_size.width)
         t = Text(self.title, style="bold")
         if self.note:
             t.append("\n" + self.note, style="dim")
-        spark_w = max(4, width - 24)
-        for label, value, vals in self.series:
-            t.append(f"\n{label:<12}{value:>9}  ")
-            t.append(sparkline(list(vals)[-spark_w:]), style="cyan")
+        full = 1 + len(self.series) + (1 if self.note else 0) + len(self.gpu_lines) + (1 if self.budget else 0)
+        height = self.content_size.height
+        if compact and height and full > height and width >= 36 and len(self.series) > 1:
+            # short pane: two gauges a row ("KV cache 0.2% ▂▂▇█  running 4 ▂▂██")
+            half = (width - 2) // 2
+            for k in range(0, len(self.series), 2):
+                t.append("\n")
+                for j, (label, value, vals) in enumerate(self.series[k:k + 2]):
+                    head = f"{label[:11]} {value}"
+                    sw = max(2, half - len(head) - 1)
+                    t.append(("  " if j else "") + head + " ")
+                    t.append(f"{sparkline(list(vals)[-sw:]):<{sw}}", style="cyan")
+        else:
+            spark_w = max(4, width - 24)
+            for label, value, vals in self.series:
+                t.append(f"\n{label:<12}{value:>9}  ")
+                t.append(sparkline(list(vals)[-spark_w:]), style="cyan")
         if not self.series and not self.note:
             t.append("\nwaiting for the first sample…", style="dim")
         for line in self.gpu_lines:

@@ -1,0 +1,493 @@
+"""What the screens draw (issue 10, the drawing half): histogram labels intact at every width, a readable
+throughput chart at 80x24, selections as characters, F6/F7/F8 focus, nothing cut without an ellipsis,
+zoom, per-screen searchable help, the sessions list's filter/sort/delete/rename, the compare baseline,
+the simulator descriptions, ctrl+s adding `.toml`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.widgets import DataTable, Input, Static, Tabs
+
+from servescope.tui import messages as m
+from servescope.tui.app import make_app
+from servescope.tui.screens.compare import CompareScreen
+from servescope.tui.screens.compose import ComposeScreen
+from servescope.tui.screens.help import HelpScreen
+from servescope.tui.screens.run import RunScreen
+from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
+from servescope.tui.widgets import CellTable, LatencyHistogram, OverlayCurve, ThroughputCurve
+
+from .fixtures import live_sweep_messages, write_session
+from .helpers import drawn, set_input, text_of
+
+GLUED = re.compile(r"\d▲|▲\d{3}|▲(50|99)[^\s]|▲▲")
+NUM = re.compile(r"-?\d[\d,]*(\.\d+)?k?")
+
+
+def two_sessions(home: Path) -> Path:
+    base = home / "sessions"
+    write_session(base, "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8", "gpu": "H100-SXM-80GB"},
+                  telemetry=True)
+    int4 = write_session(base, "qwen-int4", "2026-12-02T09:30:00+0000",
+                         {"quant": "GPTQ-Int4", "gpu": "H100-SXM-80GB", "note": "a long tag value that will not fit"},
+                         status="interrupted", loads=(1, 4), slow=1.5)
+    from servescope.sessions.store import SessionWriter
+
+    w = SessionWriter.open(int4)  # a long target and model, as a simulator profile has
+    w.meta["target"]["url"] = "sim://rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
+    w.meta["model"] = "Qwen/Qwen3.5-35B-A3B-GPTQ-Int4"
+    w.save_meta()
+    return base
+
+
+# ---- 2. histogram labels ------------------------------------------------------------------------------
+# value sets that overwrote labels before: min 77.4 / p50 504 (▲504), p50 next to the max (1▲50), p50 and
+# p99 in one bin (▲▲99), all equal, a long tail
+DATASETS = {
+    "field": [77.4] + [503.0 + i * 0.02 for i in range(60)] + [505.0, 1475.0],
+    "near-max": [10.0 + i for i in range(40)] + [150.0] * 60,
+    "one-bin": [1000.0] * 50 + [1000.5] * 50,
+    "equal": [42.0] * 30,
+    "tail": [20.0 + (i % 7) for i in range(200)] + [9000.0, 12000.0],
+}
+
+
+def _check_axis(line: str, lo: str, hi: str, width: int) -> None:
+    assert len(line) == width, (width, line)
+    assert not GLUED.search(line), line
+    tokens = line.split()
+    assert tokens[0] == lo and "▲50" in tokens and "▲99" in tokens, line
+    assert tokens.index("▲50") < tokens.index("▲99")
+    assert hi in tokens, line
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_histogram_axis_keeps_min_p50_p99_max_apart_at_every_width(name: str) -> None:
+    from servescope.tui.widgets.histogram import _fmt, axis_tokens, percentile
+
+    vals = sorted(DATASETS[name])
+    p50, p99 = percentile(vals, 50), percentile(vals, 99)
+    hi = percentile(vals, 99.5) if len(vals) > 20 else vals[-1]
+    for width in range(30, 161):
+        line = "".join(t for t, _ in axis_tokens(width, vals[0], max(hi, vals[0] + 1e-6), p50, p99, vals[-1], "ms"))
+        _check_axis(line, _fmt(vals[0]), _fmt(vals[-1]), width)
+        assert line.endswith(" ms"), line  # the unit on the axis
+
+
+class HistApp(App[None]):
+    def __init__(self, vals: list[float]) -> None:
+        super().__init__()
+        self.vals = vals
+
+    def compose(self) -> ComposeResult:
+        yield LatencyHistogram("TTFT", id="h")
+
+    def on_mount(self) -> None:
+        self.query_one(LatencyHistogram).values = tuple(self.vals)
+
+
+@pytest.mark.parametrize("width", [30, 40, 57, 80, 120, 160])
+async def test_histogram_drawn_at_several_widths_has_intact_labels(width: int) -> None:
+    from servescope.tui.widgets.histogram import _fmt
+
+    vals = DATASETS["field"]
+    app = HistApp(vals)
+    async with app.run_test(size=(width, 8)) as pilot:
+        await pilot.pause()
+        h = app.query_one(LatencyHistogram)
+        lines = [ln.rstrip() for ln in str(h.render()).split("\n")]
+        axis = lines[-1]
+        assert not GLUED.search(axis), axis
+        toks = axis.split()
+        assert toks[0] == _fmt(min(vals)) and toks[-2:] == [_fmt(max(vals)), "ms"] and "▲50" in toks and "▲99" in toks
+        assert "p50 504" in lines[0] and "p99" in lines[0]  # the values themselves are in the title line
+
+
+# ---- 4. the throughput chart at 80x24 ------------------------------------------------------------------
+def _ticks(lines: list[str], sep: str) -> list[float]:
+    out = []
+    for ln in lines:
+        if sep in ln:
+            left = ln.split(sep)[0] if sep == "┤" else ln.rsplit(sep, 1)[1]
+            mt = NUM.search(left.strip("▊ "))
+            if mt:
+                t = mt.group(0).replace(",", "")
+                out.append(float(t[:-1]) * 1000 if t.endswith("k") else float(t))
+    return out
+
+
+def _check_chart(lines: list[str], title: str) -> None:
+    body = [ln.lstrip("▊ ") for ln in lines]
+    assert body[0].startswith(title[:20]), body  # the title first
+    assert "■" in body[1] and "◆" in body[1] and "(l" in body[1], body  # the legend, above the plot
+    plot = [ln for ln in body[2:] if "┤" in ln or "│" in ln]
+    assert len(plot) >= 4, body  # at least four rows of data
+    assert not any("tok/s" in ln for ln in plot), body  # the legend is never drawn over the data
+    left, right = _ticks(plot, "┤"), _ticks(plot, "├")
+    for ticks in (left, right):
+        assert len(ticks) >= 2 and ticks == sorted(ticks, reverse=True) and min(ticks) == 0, body
+        steps = {round(a - b, 6) for a, b in zip(ticks, ticks[1:], strict=False)}
+        assert len(steps) == 1, body  # even steps (not 681.7 then 421.3)
+    assert left != right or left[0] != left[-1]  # not the same numbers on both axes
+    axis = next(ln for ln in body if "└" in ln)
+    assert "c=1" in axis and "c=4" in axis  # the load's unit on the x axis
+
+
+async def _feed(app: Any, home: Path) -> RunScreen:
+    await app.switch_mode("run")
+    run = app.get_screen("run", RunScreen)
+    run.reset("sim://tiny: 1 workload")
+    for msg in live_sweep_messages(home / "sessions" / "20261202-100000-demo"):
+        run.post_message(msg)
+    return run
+
+
+async def test_throughput_chart_is_readable_at_80x24(home: Path) -> None:
+    app = make_app(sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await _feed(app, home)
+        await pilot.pause()
+        run.flush_charts()
+        await pilot.pause()
+        curve = run.query_one(ThroughputCurve)
+        assert curve.size.height >= 7
+        _check_chart(drawn(curve), "sharegpt: output tok/s")
+        # zoom: the chart fills the screen, z again (or esc) puts it back
+        curve.focus()
+        await pilot.press("z")
+        await pilot.pause()
+        assert run.maximized is curve and curve.size.height >= 20
+        _check_chart(drawn(curve), "sharegpt: output tok/s")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert run.maximized is None and isinstance(app.screen, RunScreen)  # esc unzoomed, did not go back
+
+
+async def test_one_point_chart_has_distinct_round_ticks(home: Path) -> None:
+    from servescope.tui.widgets.curve import CurvePoint
+
+    app = make_app(sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.switch_mode("run")
+        run = app.get_screen("run", RunScreen)
+        curve = run.query_one(ThroughputCurve)
+        curve.title = "sharegpt: output tok/s vs load"
+        curve.points = (CurvePoint(1, "c=1", 173.4, 173.4),)
+        await pilot.pause()
+        lines = drawn(curve)
+        plot = [ln for ln in lines[2:] if "┤" in ln]
+        assert _ticks(plot, "┤")[0] > 173.4 and _ticks(plot, "┤")[-1] == 0
+        body = "\n".join(lines)
+        assert "■" in body.split("\n", 2)[2] and "◆" in body.split("\n", 2)[2]  # both points drawn, side by side
+        assert not re.search(r"-\d", body)  # no negative tick
+
+
+async def test_compare_charts_are_titled_with_units(home: Path) -> None:
+    base = two_sessions(home)
+    app = make_app(sessions_dir=str(base))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f4", "space", "down", "space", "c")
+        await pilot.pause()
+        scr = app.screen
+        assert isinstance(scr, CompareScreen)
+        for wid, unit in (("#cmp-aggregate", "output tok/s"), ("#cmp-per-user", "per-user tok/s")):
+            lines = [ln.lstrip("▊ ") for ln in drawn(scr.query_one(wid, OverlayCurve))]
+            assert lines[0].startswith(unit), lines  # the title names the metric and its unit
+            assert "■" in lines[1] and "◆" in lines[1]  # the legend: one marker per session
+            assert any("c=1" in ln and "└" in ln for ln in lines)
+
+
+# ---- 5. selection marks are characters -----------------------------------------------------------------
+async def test_workload_selection_is_marked_with_characters(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(sessions_dir=str(home / "sessions"), workloads_dir=home / "workloads")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f7")
+        await pilot.pause()
+        sl = app.screen.query_one("#workloads")
+        lines = [ln.strip() for ln in drawn(sl)]
+        assert any(ln.startswith("[x] sharegpt") for ln in lines), lines
+        assert any(ln.startswith("[ ] balanced1k1k") for ln in lines), lines
+        assert not any("▐" in ln for ln in lines)
+        sl.highlighted = 1  # type: ignore[attr-defined]
+        await pilot.press("space")
+        await pilot.pause()
+        assert any(ln.strip().startswith("[x] balanced1k1k") for ln in drawn(sl))
+
+
+# ---- 6. focus ------------------------------------------------------------------------------------------
+async def test_f6_f7_f8_focus_the_panes_first_field(home: Path) -> None:
+    app = make_app(sessions_dir=str(home / "sessions"), workloads_dir=home / "workloads")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f8")
+        await pilot.pause()
+        assert app.focused is not None and app.focused.id == "concurrency"
+        await pilot.press("ctrl+a", "ctrl+k", "8")  # typing right after F8 goes into the field
+        await pilot.pause()
+        assert app.screen.query_one("#concurrency", Input).value == "8"
+        await pilot.press("f7")
+        await pilot.pause()
+        sl = app.screen.query_one("#workloads")
+        assert app.focused is sl and sl.highlighted == 0  # type: ignore[attr-defined]
+        await pilot.press("f8")
+        await pilot.pause()
+        # the list keeps no highlight of its own once it lost focus: row 0 looks like row 2
+        assert list(sl.render_line(0))[1].style.bgcolor == list(sl.render_line(2))[1].style.bgcolor
+        await pilot.press("f6")
+        await pilot.pause()
+        assert app.focused is not None and app.focused.id == "url"
+        # from the tab strip one Tab reaches the first field (no invisible stop)
+        app.screen.query_one(Tabs).focus()
+        await pilot.press("tab")
+        await pilot.pause()
+        assert app.focused is not None and app.focused.id == "url"
+
+
+# ---- 7. nothing cut without an ellipsis at 80x24 -------------------------------------------------------
+def _cells_cut_with_ellipsis(table: Any) -> None:
+    shown = [c.key for c in table.shown]
+    for i in range(table.row_count):
+        full = table.full_row(i)
+        for j, cell in enumerate(table.get_row_at(i)):
+            text = cell.plain.rstrip()
+            whole = full[[c.key for c in table.cols].index(shown[j])]
+            assert text == whole or (text.endswith("…") and whole.startswith(text[:-1])), (text, whole)
+
+
+async def test_run_screen_at_80x24_shows_every_finished_cell_and_the_session(home: Path) -> None:
+    app = make_app(sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await _feed(app, home)
+        long_dir = home / "sessions" / ("20261202-100000-" + "a-long-session-name-" * 3)
+        run.post_message(m.SweepFinished(long_dir, "interrupted"))
+        await pilot.pause()
+        cells = run.query_one(CellTable)
+        text = "\n".join(drawn(cells))
+        for load in ("c=1", "c=4", "c=16"):
+            assert load in text, text  # all three finished cells are on screen
+        assert cells.virtual_size.width <= cells.size.width  # no horizontal scrollbar eating a row
+        header = drawn(cells)[0]
+        for c in cells.shown:
+            assert c.label in header, header  # whole column labels (not `ok/`)
+        _cells_cut_with_ellipsis(cells)
+        line = drawn(run.query_one("#run-session", Static))[0].rstrip()
+        assert line.startswith("session (interrupted): sessions/") and line.endswith("…"), line
+
+
+async def test_sessions_list_at_80x24_shows_model_and_cuts_with_ellipsis(home: Path) -> None:
+    two_sessions(home)
+    app = make_app(sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        t = app.screen.query_one("#sessions", DataTable)
+        header = drawn(t)[0]
+        for col in ("name", "status", "target", "model"):
+            assert f" {col} " in f" {header} ", header  # model no longer pushed off the right edge
+        keys = [c.key for c in t.shown]
+        assert {"name", "status", "target", "model"} <= set(keys), keys
+        _cells_cut_with_ellipsis(t)
+        detail = text_of(app.screen.query_one("#session-detail", Static))  # the highlighted one in full
+        assert "model Qwen3.5-35B-A3B-GPTQ-Int4" in detail and "note=a long tag value that will not fit" in detail
+        assert "workloads sharegpt" in detail
+
+
+async def test_sessions_list_at_160_columns_cuts_tags_with_an_ellipsis(home: Path) -> None:
+    base = two_sessions(home)
+    write_session(base, "many-tags", "2026-12-03T09:30:00+0000",
+                  {f"key{i}": f"value-number-{i}" for i in range(8)})
+    app = make_app(sessions_dir=str(base))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        t = app.screen.query_one("#sessions", DataTable)
+        assert "tags" in [c.key for c in t.shown]
+        _cells_cut_with_ellipsis(t)
+        assert any(str(c.plain).endswith("…") for i in range(t.row_count) for c in t.get_row_at(i))
+
+
+async def test_compare_headline_is_whole_at_80x24(home: Path) -> None:
+    base = two_sessions(home)
+    app = make_app(sessions_dir=str(base))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f4", "space", "down", "space", "c")
+        await pilot.pause()
+        scr = app.screen
+        assert isinstance(scr, CompareScreen)
+        head = " ".join(ln.strip() for ln in drawn(scr.query_one("#compare-head", Static)))
+        headline = scr.comparison.headline()[0]
+        assert " ".join(headline.split()) in " ".join(head.split()), (headline, head)
+
+
+# ---- discoverability -----------------------------------------------------------------------------------
+async def test_help_is_per_screen_and_searchable(home: Path) -> None:
+    app = make_app(sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        body = app.screen.query_one("#help Static", Static)
+        first = text_of(body).strip().split("\n")[0]
+        assert first.startswith("Sessions (F4)") and "this screen" in first
+        await pilot.press(*"zoom")
+        await pilot.pause()
+        out = text_of(body)
+        assert "Zoom" in out and "Skip cell" not in out
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, SessionsScreen)
+
+
+async def test_sessions_filter_sort_delete_rename(home: Path) -> None:
+    base = two_sessions(home)
+    app = make_app(sessions_dir=str(base))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        scr = app.screen
+        t = scr.query_one("#sessions", DataTable)
+        assert t.row_count == 2
+        # `/` filters
+        await pilot.press("slash", *"int4")
+        await pilot.pause()
+        assert t.row_count == 1 and "qwen-int4" in t.full_row(0)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert t.row_count == 2 and t.has_focus
+        # sort by a column (o), reverse (O)
+        t.sort_on("name")
+        assert [t.full_row(i)[2] for i in range(2)] == ["qwen-fp8", "qwen-int4"]
+        await pilot.press("O")
+        await pilot.pause()
+        assert [t.full_row(i)[2] for i in range(2)] == ["qwen-int4", "qwen-fp8"]
+        await pilot.press("o")
+        assert t.sort_key != "name"
+        t.sort_on(None)
+        # rename (n), with the current name to edit
+        await pilot.press("home", "n")
+        await pilot.pause()
+        assert app.screen.query_one("#ask-input", Input).value == "qwen-int4"
+        await set_input(pilot, "#ask-input", "int4 run")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SessionsScreen)
+        assert 'name = "int4 run"' in (base / "20261202-100000-qwen-int4" / "session.toml").read_text()
+        assert t.full_row(0)[2] == "int4 run"
+        # delete (d) asks first; n keeps it, y moves it to the trash
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("n")
+        await pilot.pause()
+        assert t.row_count == 2
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert t.row_count == 1
+        assert (base / ".trash" / "20261202-100000-qwen-int4" / "session.toml").is_file()
+
+
+async def test_compare_baseline_can_be_chosen(home: Path) -> None:
+    base = two_sessions(home)
+    app = make_app(sessions_dir=str(base))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f4", "space", "down", "space", "c")
+        await pilot.pause()
+        scr = app.screen
+        assert isinstance(scr, CompareScreen) and scr.comparison.labels[0] == "FP8"
+        await pilot.press("B")
+        await pilot.pause()
+        assert scr.comparison.labels[0] == "GPTQ-Int4"
+        assert "baseline GPTQ-Int4" in text_of(scr.query_one("#compare-head", Static))
+
+
+async def test_session_detail_zooms_the_cell_table(home: Path) -> None:
+    base = two_sessions(home)
+    app = make_app(sessions_dir=str(base))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f4", "down", "enter")
+        await pilot.pause()
+        scr = app.screen
+        assert isinstance(scr, SessionScreen)
+        table = scr.query_one(CellTable)
+        table.focus()
+        hidden = len(table.cols) - len(table.shown)
+        assert hidden > 0 and "z zooms" in str(table.border_subtitle)
+        await pilot.press("z")
+        await pilot.pause()
+        assert scr.maximized is table and len(table.cols) - len(table.shown) < hidden
+        await pilot.press("z")
+        await pilot.pause()
+        assert scr.maximized is None
+        await pilot.press("escape")  # not zoomed: esc goes back
+        await pilot.pause()
+        assert isinstance(app.screen, SessionsScreen)
+
+
+# ---- 10. simulator descriptions, ctrl+s adds .toml ------------------------------------------------------
+async def test_simulator_profiles_are_described(home: Path) -> None:
+    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "Tiny test model" in text_of(app.screen.query_one("#sim-desc", Static))
+        from textual.widgets import Select
+
+        sel = app.screen.query_one("#sim-profile", Select)
+        prompts = [str(p) for p, _ in sel._options]
+        assert any(p.startswith("tiny: Tiny test model") for p in prompts), prompts
+
+
+async def test_ctrl_s_adds_toml_to_a_bare_name(home: Path) -> None:
+    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f8")
+        await set_input(pilot, "#sweep-file", "gptq")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, ComposeScreen)
+        assert (home / "gptq.toml").is_file() and not (home / "gptq").exists()
+        assert app.screen.query_one("#sweep-file", Input).value == "gptq.toml"
+
+
+async def test_event_log_zooms_and_scrolls(home: Path) -> None:
+    from servescope.tui.widgets import EventLog
+
+    app = make_app(sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await _feed(app, home)
+        await pilot.pause()
+        log = run.query_one(EventLog)
+        for i in range(40):
+            log.event("info", f"line {i}")
+        log.focus()
+        await pilot.press("z")
+        await pilot.pause()
+        assert run.maximized is log and log.size.height >= 20
+        await pilot.press("home")
+        await pilot.pause()
+        assert log.scroll_y == 0
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert log.scroll_y > 0
+        await pilot.press("z")
+        await pilot.pause()
+        assert run.maximized is None
+
+
+async def test_session_head_is_cut_with_an_ellipsis_at_80(home: Path) -> None:
+    base = two_sessions(home)
+    app = make_app(sessions_dir=str(base))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f4", "home", "enter")
+        await pilot.pause()
+        scr = app.screen
+        assert isinstance(scr, SessionScreen)
+        head = [ln.rstrip() for ln in drawn(scr.query_one("#session-head", Static))]
+        assert len(head) == 2 and head[1].endswith("…") and "sim://rtx-pro-6000" in head[1], head

@@ -1,0 +1,225 @@
+"""The engine inside the app (issue 10): it really runs in its own process on a 2-CPU machine; a failed start
+is one readable line with no running timer; `s` saves the cell as skipped and `x` lets the in-flight requests
+finish (a second `x` cancels them), with the curve drawn from completed cells only; ctrl+q during a sweep
+leaves within a second and says what it saved (a second ctrl+q leaves at once); the app and `servescope
+sessions` count an interrupted session's cells alike; the probe result and the duration estimate follow
+the target."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Input, Static
+
+from servescope.engine.spec import SweepSpec
+from servescope.sessions.store import load_session
+from servescope.tui.app import make_app
+from servescope.tui.screens.run import RunScreen
+from servescope.tui.widgets import CellTable, EventLog, SweepProgress
+from servescope.workloads.spec import Workload, fixed
+
+from .helpers import row_text, set_input, text_of, wait_until
+
+SIZE = (100, 30)
+FAST = Workload("fast", "completions", fixed(32), fixed(16), source="inline")
+SLOW = Workload("slow", "completions", fixed(32), fixed(400), source="inline")  # requests stay in flight a while
+
+
+def _spec(url: str, wl: Workload = FAST, conc: tuple[int, ...] = (1,), requests: int = 4) -> Any:
+    return SweepSpec(url=url, workloads=(wl,), concurrency=conc, requests=requests, name="t",
+                     telemetry_interval_s=None).check("test")
+
+
+def _log(app: Any) -> str:
+    """The event log's text with its wrapped lines joined (one space between words)."""
+    return " ".join("".join(ln.text for ln in app.screen.query_one(EventLog).lines).split())
+
+
+@pytest.fixture
+def fresh_resource_tracker(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """multiprocessing's resource tracker not started yet in this process, as in a freshly opened app: the
+    first spawn starts it, with sys.stderr's fd (the bug: Textual's stderr has fd -1)."""
+    from multiprocessing import resource_tracker
+
+    fresh = resource_tracker.ResourceTracker()
+    monkeypatch.setattr(resource_tracker, "_resource_tracker", fresh)
+    for name in ("ensure_running", "register", "unregister", "getfd"):
+        monkeypatch.setattr(resource_tracker, name, getattr(fresh, name))
+    yield fresh
+    fresh._stop()  # type: ignore[attr-defined]
+
+
+async def test_the_engine_runs_in_its_own_process_on_two_cpus(home: Path, sim_url: str,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              fresh_resource_tracker: Any) -> None:
+    monkeypatch.delenv("SERVESCOPE_ENGINE", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # a 2-CPU machine
+    app = make_app(url=sim_url, sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.start_sweep(_spec(sim_url))
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 5, "the Run screen")
+        progress = app.screen.query_one(SweepProgress)
+        await wait_until(pilot, lambda: progress.state in ("completed", "failed"), 60, "the sweep to end")
+        log = _log(app)
+        assert progress.state == "completed", log
+        assert "in a thread" not in log and "could not start" not in log, log
+        run = app.screen
+        assert isinstance(run, RunScreen)
+        assert run.engine_pid and run.engine_pid != os.getpid()  # the sweep ran in another process
+        assert app.driver is not None and app.driver.mode == "process"
+        assert f"own process (pid {run.engine_pid})" in log
+
+
+def test_an_engine_start_failure_is_one_readable_line() -> None:
+    import pickle
+
+    from servescope.tui.wire import start_failure
+
+    for e in (ValueError("bad value(s) in fds_to_keep"), pickle.PicklingError("Can't pickle <function <lambda>>"),
+              OSError(28, "No space left on device")):
+        line = start_failure(e)
+        assert "\n" not in line and type(e).__name__ not in line and "running in a thread" in line, line
+        assert "fds_to_keep" not in line and "<lambda>" not in line, line
+
+
+async def test_a_failed_start_says_why_with_no_running_timer(home: Path) -> None:
+    app = make_app(url="http://127.0.0.1:9", sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.start_sweep(_spec("http://127.0.0.1:9"))
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 5, "the Run screen")
+        progress = app.screen.query_one(SweepProgress)
+        await wait_until(pilot, lambda: progress.state == "failed", 60, "the failure")
+        await pilot.pause(1.2)  # a running timer would tick meanwhile
+        shown = text_of(progress)
+        assert "did not start" in shown and "127.0.0.1:9" in shown, shown
+        assert "the URL field" in shown and "--url" not in shown, shown  # the app's field, not the CLI flag
+        assert "cell 0.0 s" not in shown and "ETA" not in shown and "starting" not in shown, shown
+        assert "--url" not in _log(app)
+
+
+async def test_skip_saves_skipped_and_stop_lets_in_flight_requests_finish(home: Path, sim_url: str) -> None:
+    sessions = home / "sessions"
+    app = make_app(url=sim_url, sessions_dir=str(sessions))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.start_sweep(_spec(sim_url, SLOW, (1, 2, 4), 200))
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 5, "the Run screen")
+        run = app.screen
+        progress = run.query_one(SweepProgress)
+        await wait_until(pilot, lambda: progress.cell_no == 1 and progress.done >= 1, 60, "a request of cell 1")
+        await pilot.press("s")
+        await wait_until(pilot, lambda: progress.cell_no == 2 and progress.done >= 1, 60, "a request of cell 2")
+        await pilot.press("x")
+        assert app.sweep_worker is not None
+        await app.sweep_worker.wait()
+        await wait_until(pilot, lambda: progress.state == "interrupted", 20, "the interrupted message")
+        table = run.query_one(CellTable)
+        assert [row_text(table, i)[3] for i in range(table.row_count)] == ["skipped", "stopped"]
+        log = _log(app)
+        assert "(x again: cancel them)" in log
+        assert "left out of the curve" in log
+        assert isinstance(run, RunScreen) and run._points == {}  # neither cell completed: no curve point
+    s = load_session(next(sessions.iterdir()))
+    assert [(c["status"], c.get("reason")) for c in s.meta["cells"]] == [
+        ("skipped", "skipped by the user"), ("stopped", "stopped by the user"), ("planned", None)]
+    assert "cancelled" not in s.requests(1)["status"].to_list()  # the in-flight requests finished
+
+
+async def test_a_second_x_cancels_the_in_flight_requests(home: Path, sim_url: str) -> None:
+    sessions = home / "sessions"
+    app = make_app(url=sim_url, sessions_dir=str(sessions))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.start_sweep(_spec(sim_url, SLOW, (4,), 200))
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 5, "the Run screen")
+        progress = app.screen.query_one(SweepProgress)
+        await wait_until(pilot, lambda: progress.done >= 1, 60, "a request")
+        await pilot.press("x", "x")
+        assert app.sweep_worker is not None
+        await app.sweep_worker.wait()
+        assert "the in-flight requests are cancelled" in _log(app)
+    s = load_session(next(sessions.iterdir()))
+    assert "cancelled" in s.requests(0)["status"].to_list()
+
+
+async def test_ctrl_q_during_a_sweep_quits_within_a_second_and_says_what_it_saved(home: Path, sim_url: str) -> None:
+    sessions = home / "sessions"
+    app = make_app(url=sim_url, sessions_dir=str(sessions))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.start_sweep(_spec(sim_url, SLOW, (1, 2), 400))
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 5, "the Run screen")
+        progress = app.screen.query_one(SweepProgress)
+        await wait_until(pilot, lambda: progress.done >= 1, 60, "a request")
+        t0 = time.monotonic()
+        await pilot.press("ctrl+q")
+        await wait_until(pilot, lambda: app.return_code is not None, 3, "the app to leave")
+        asked = time.monotonic() - t0
+    gone = time.monotonic() - t0
+    assert asked < 1.0, f"ctrl+q took {asked:.2f} s to leave"
+    assert gone < 2.0, f"the app took {gone:.2f} s to close"
+    assert app.driver is not None and app.driver.done.wait(5)
+    path = next(sessions.iterdir())
+    s = load_session(path)
+    assert s.meta["cells"][0]["status"] == "interrupted"
+    assert s.status == "interrupted"
+    summary = app.quit_summary
+    assert "0 finished cells saved in" in summary and path.name in summary, summary
+    assert "cell 1 (slow c=1) is saved as interrupted" in summary, summary
+    assert "servescope resume" in summary
+
+
+async def test_a_second_ctrl_q_quits_at_once(home: Path, sim_url: str) -> None:
+    app = make_app(url=sim_url, sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.start_sweep(_spec(sim_url, SLOW, (1,), 400))
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 5, "the Run screen")
+        progress = app.screen.query_one(SweepProgress)
+        await wait_until(pilot, lambda: progress.done >= 1, 60, "a request")
+        t0 = time.monotonic()
+        await pilot.press("ctrl+q", "ctrl+q")
+        await wait_until(pilot, lambda: app.return_code is not None, 3, "the app to leave")
+        assert time.monotonic() - t0 < 0.5
+    assert app.driver is not None and app.driver.aborted
+
+
+def test_the_app_and_servescope_sessions_count_cells_alike(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from servescope.__main__ import main
+    from servescope.sessions.store import SessionWriter
+    from servescope.tui.screens.sessions import SESSION_COLUMNS, session_row
+
+    path = home / "sessions" / "cut"
+    w = SessionWriter.create(path, {"name": "cut", "model": "m", "target": {"url": "sim://tiny"},
+                                    "cells": [{"index": i, "workload": "fast", "status": "planned"} for i in range(3)]})
+    w.write_cell({"index": 0, "workload": "fast", "concurrency": 1, "load_label": "c=1", "status": "done"}, None,
+                 {"requests_ok": 4, "requests_failed": 0})
+    w.write_cell({"index": 1, "workload": "fast", "concurrency": 2, "load_label": "c=2", "status": "stopped",
+                  "reason": "stopped by the user"}, None, {"requests_ok": 1, "requests_failed": 0})
+    w.finish("interrupted")
+    row = session_row(path)
+    assert row[[c.key for c in SESSION_COLUMNS].index("cells")] == "1/3"
+    assert main(["sessions", "--sessions-dir", str(home / "sessions")]) == 0
+    out = capsys.readouterr().out
+    assert "  1/3  " in out, out
+    assert main(["sessions", "--sessions-dir", str(home / "sessions"), "--json"]) == 0
+    [j] = json.loads(capsys.readouterr().out)
+    assert (j["cells_done"], j["cells_planned"]) == (1, 3)
+
+
+async def test_the_probe_result_and_the_estimate_follow_the_target(home: Path, sim_url: str) -> None:
+    app = make_app(url=sim_url, sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f5")
+        res = app.screen.query_one("#probe-result", Static)
+        await wait_until(pilot, lambda: text_of(res).startswith(("✓", "✗")), 30, "the probe")
+        assert text_of(res).startswith("✓") and "TPOT" in text_of(res), text_of(res)
+        preview = app.screen.query_one("#preview", Static)
+        assert "the probe measured" in text_of(preview), text_of(preview)
+        await pilot.press("f6")
+        await set_input(pilot, "#url", "http://127.0.0.1:9")
+        assert app.screen.query_one("#url", Input).value == "http://127.0.0.1:9"
+        assert "✓" not in text_of(res) and "not probed yet" in text_of(res), text_of(res)
+        assert "a guess" in text_of(preview), text_of(preview)

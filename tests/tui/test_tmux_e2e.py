@@ -1,0 +1,118 @@
+"""End to end at 80x24 in a real terminal (tmux): `servescope demo` runs a sweep; the test skips a cell (`s`)
+and stops the sweep (`x`), opens the session, compares it with another session and exports the report,
+reading the screen as a user would: no `▲` glued to a number, the skipped cell marked `skipped`, no
+negative axis value, a chart legend above its plot."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import servescope
+
+from .fixtures import write_session
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
+                                reason="tmux is not installed (.ci/run installs it); the e2e test needs it")
+
+ROOT = Path(servescope.__file__).resolve().parent.parent
+GLUED = re.compile(r"\d▲|▲\d{3}|▲(50|99)\S|▲▲")
+NEGATIVE_TICK = re.compile(r"-\d[\d,.]*┤|├-\d")
+
+
+class Term:
+    """A tmux session on its own server socket (other tmux users are never touched)."""
+
+    def __init__(self, home: Path, cmd: list[str], size: tuple[int, int] = (80, 24)) -> None:
+        self.sock = f"servescope-e2e-{uuid.uuid4().hex[:8]}"
+        self.home = home
+        shell = " ".join(f"'{c}'" for c in cmd)
+        self.tmux("new-session", "-d", "-s", "t", "-x", str(size[0]), "-y", str(size[1]), "-c", str(ROOT),
+                  "-e", f"SERVESCOPE_HOME={home}", "-e", f"PYTHONPATH={ROOT}", "-e", "TERM=xterm-256color",
+                  f"{shell}; sleep 30")
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20,
+                              check=False).stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "t")
+
+    def keys(self, *keys: str, pause: float = 0.4) -> None:
+        for k in keys:
+            self.tmux("send-keys", "-t", "t", k)
+            time.sleep(pause)
+
+    def wait_for(self, needles: list[str], timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if all(n in screen for n in needles):
+                return screen
+            time.sleep(0.4)
+        raise AssertionError(f"{needles} not on screen after {timeout:g} s; the screen was:\n{screen}")
+
+    def close(self) -> None:
+        self.tmux("kill-server")
+
+
+def check_readable(screen: str) -> None:
+    assert not GLUED.search(screen), screen
+    assert not NEGATIVE_TICK.search(screen), screen
+
+
+def test_sweep_skip_stop_open_compare_export_at_80x24(tmp_path: Path) -> None:
+    # a saved session to compare the demo's with (the same workload and c=1)
+    write_session(tmp_path / "sessions", "baseline", "2026-12-01T10:00:00+0000", {"run": "baseline"}, loads=(1, 4))
+    term = Term(tmp_path, [sys.executable, "-m", "servescope", "demo"])
+    try:
+        # the sweep runs: cell 1 finishes, then cell 2 is skipped and cell 3 stopped
+        screen = term.wait_for(["cell 1/3", "TTFT ms", "▲50", "▲99"], timeout=60)
+        check_readable(screen)
+        screen = term.wait_for(["cell 2/3", "✓ cell 1/3"], timeout=60)
+        check_readable(screen)
+        lines = screen.splitlines()
+        legend = next(i for i, ln in enumerate(lines) if "■ tok/s" in ln)
+        assert any("┤" in ln for ln in lines[legend + 1:legend + 4]), screen  # the plot is under its legend
+        assert not any("tok/s" in ln.split("▊")[-1] for ln in lines if "┤" in ln), screen  # not over the data
+        term.keys("s")
+        screen = term.wait_for(["cell 3/3"], timeout=30)
+        term.wait_for(["requests"], timeout=10)
+        time.sleep(1.5)
+        term.keys("x")
+        screen = term.wait_for(["session ("], timeout=60)
+        check_readable(screen)
+        # the skipped cell in the finished-cells table (once the "sweep interrupted" notice has gone)
+        screen = term.wait_for(["skipped", "stopped"], timeout=15)
+        check_readable(screen)
+        assert "112%" not in screen and not re.search(r"\b1[0-9]{2}%", screen.replace("100%", "")), screen
+        # the session: its cell table and charts
+        term.keys("F4")
+        screen = term.wait_for(["saved sessions", "demo", "baseline"], timeout=10)
+        term.keys("Home", "Enter", pause=1.0)
+        screen = term.wait_for(["cells", "output tok/s vs load", "skipped", "stopped"], timeout=15)
+        check_readable(screen)
+        term.keys("Escape")
+        # compare the demo with the baseline session
+        term.wait_for(["saved sessions"], timeout=10)
+        term.keys("Home", "space", "Down", "space", "c", pause=0.6)
+        screen = term.wait_for(["vs", "output tok/s vs load", "per-user tok/s vs load"], timeout=15)
+        check_readable(screen)
+        # export the report (the default path in the sessions folder)
+        term.keys("e", pause=1.0)
+        term.wait_for(["Export a Markdown report"], timeout=10)
+        term.keys("Enter", pause=1.0)
+        term.wait_for(["wrote the report"], timeout=10)
+        reports = list((tmp_path / "sessions").glob("report-*.md"))
+        assert len(reports) == 1 and "# servescope report" in reports[0].read_text()
+        term.keys("C-q")
+    finally:
+        term.close()

@@ -1,0 +1,93 @@
+"""End to end in a real terminal (tmux, 80x24): `servescope demo` with a skip (`s`) and a stop (`x`): the
+engine runs in its own process, the skipped cell is marked `skipped`, the stopped one `stopped`; and ctrl+q
+during a sweep leaves within a couple of seconds, printing what it saved."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import servescope
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
+                                reason="tmux is not installed (.ci/run installs it); the e2e tests need it")
+
+ROOT = Path(servescope.__file__).resolve().parent.parent
+DEMO_CMD = [sys.executable, "-m", "servescope", "demo"]
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20, check=False).stdout
+
+
+def screen(session: str) -> str:
+    return tmux("capture-pane", "-p", "-J", "-t", session)  # -J: a wrapped line reads as one
+
+
+def wait_for(session: str, needles: list[str], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = screen(session)
+        if all(n in text for n in needles):
+            return text
+        time.sleep(0.3)
+    raise AssertionError(f"{needles} not on screen after {timeout:g} s; the screen was:\n{text}")
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[str]:
+    session = f"servescope-e2e-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    env.pop("SERVESCOPE_ENGINE", None)
+    cmd = " ".join(f"'{c}'" for c in DEMO_CMD)
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", "-c", str(ROOT),
+                    "-e", f"SERVESCOPE_HOME={tmp_path}", "-e", f"PYTHONPATH={ROOT}", f"{cmd}; sleep 30"],
+                   check=True, env=env, timeout=20)
+    try:
+        yield session
+    finally:
+        tmux("kill-session", "-t", session)
+
+
+def _cells(tmp_path: Path) -> list[dict[str, object]]:
+    path = next((tmp_path / "sessions").iterdir())
+    return list(tomllib.loads((path / "session.toml").read_text())["cells"])
+
+
+def test_skip_and_stop_at_80x24(demo: str, tmp_path: Path) -> None:
+    wait_for(demo, ["cell 1/3"], timeout=60)
+    time.sleep(1.5)  # a few requests of cell 1 are in flight
+    tmux("send-keys", "-t", demo, "s")
+    wait_for(demo, ["cell 2/3"], timeout=30)
+    time.sleep(1.5)
+    tmux("send-keys", "-t", demo, "x")
+    # the finished-cells table: the "sweep interrupted" notice may cover its last row for a few seconds
+    text = wait_for(demo, ["interrupted", " skipped ", " stopped "], timeout=60)
+    assert "in a thread" not in text, text
+    cells = _cells(tmp_path)
+    assert [c["status"] for c in cells] == ["skipped", "stopped", "planned"]
+    assert cells[0]["reason"] == "skipped by the user"
+    tmux("send-keys", "-t", demo, "C-q")
+
+
+def test_ctrl_q_during_a_sweep_leaves_fast_and_says_what_it_saved(demo: str, tmp_path: Path) -> None:
+    wait_for(demo, ["cell 1/3"], timeout=60)
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    tmux("send-keys", "-t", demo, "C-q")
+    text = wait_for(demo, ["servescope: ", "saved as interrupted"], timeout=10)
+    took = time.monotonic() - t0
+    assert took < 2.5, f"ctrl+q took {took:.1f} s to leave"
+    assert "servescope resume" in text
+    assert _cells(tmp_path)[0]["status"] == "interrupted"

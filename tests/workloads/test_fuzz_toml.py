@@ -1,0 +1,118 @@
+"""Fuzz (Hypothesis): workload and sweep TOML from generated documents. `Workload.from_dict`, `load_toml`,
+`SweepSpec.from_table` and `SweepSpec.from_toml` never raise anything but a one-line ServescopeError.
+Bounded: 150 examples for workload tables, 150 for sweep tables, 100 for raw TOML text."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servescope.core.errors import ServescopeError
+from servescope.engine.spec import SECTION_KEYS, TOP_KEYS, SweepSpec
+from servescope.workloads.spec import DIST_KEYS, WORKLOAD_KEYS, Workload, load_toml, parse_toml
+
+SCALARS = st.one_of(
+    st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12), st.sampled_from(["fixed", "uniform", "normal", "chat", "completions", "sharegpt",
+                                           "1s", "off", "-5", "nan", "sim://tiny", "http://127.0.0.1:9",
+                                           "ttft_ms=5", "vllm serve M --api-key k", "context-sweep", ""]),
+    st.dates(min_value=dt.date(1, 1, 1)),
+)
+KEY_TEXT = st.text(min_size=0, max_size=10)
+
+
+def values(keys: list[str] | tuple[str, ...] | set[str]) -> st.SearchStrategy[Any]:
+    known = sorted(keys)
+    key = st.one_of(st.sampled_from(known), KEY_TEXT) if known else KEY_TEXT
+    return st.recursive(SCALARS, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
+        st.one_of(st.sampled_from(sorted(DIST_KEYS)), key), kids, max_size=4), max_leaves=10)
+
+
+def table(keys: set[str] | tuple[str, ...], vals: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.dictionaries(st.one_of(st.sampled_from(sorted(keys)), KEY_TEXT), vals, max_size=6)
+
+
+WORKLOAD_TABLES = table(WORKLOAD_KEYS, values(WORKLOAD_KEYS | set(DIST_KEYS)))
+
+
+def sweep_tables() -> st.SearchStrategy[dict[str, Any]]:
+    sections = {name: table(keys, values(keys)) | values(keys) for name, keys in SECTION_KEYS.items()}
+    parts = {**sections, "workload": st.lists(WORKLOAD_TABLES, max_size=2) | WORKLOAD_TABLES | SCALARS,
+             "workloads": st.lists(st.one_of(st.sampled_from(["sharegpt", "longin", "context-sweep", "x.toml",
+                                                              "context-sweep/4k"]), st.text(max_size=8)),
+                                   max_size=3) | SCALARS,
+             "slo": table({"ttft_ms", "tpot_ms", "e2e_ms", "per_user_tok_s"}, SCALARS) | SCALARS,
+             "tags": table({"quant"}, values(set())) | SCALARS}
+    tops = sorted(TOP_KEYS)
+    return st.fixed_dictionaries({}, optional={k: parts.get(k, values(set())) for k in tops}).flatmap(
+        lambda d: st.dictionaries(KEY_TEXT, SCALARS, max_size=1).map(lambda extra: {**d, **extra}))
+
+
+def one_line(e: ServescopeError) -> None:
+    assert e.message and "\n" not in e.message, e.message
+
+
+@settings(max_examples=150, deadline=None)
+@given(WORKLOAD_TABLES)
+def test_fuzz_workload_tables(d: dict[str, Any]) -> None:
+    try:
+        w = Workload.from_dict(d, "fuzz.toml")
+    except ServescopeError as e:
+        one_line(e)
+        return
+    assert w.input_tokens.upper >= 1 and w.output_tokens.upper >= 1  # a workload that loads is usable
+    w.shape()
+    assert Workload.from_dict(w.to_dict(), "again") == w
+
+
+@settings(max_examples=150, deadline=None)
+@given(sweep_tables())
+def test_fuzz_sweep_tables(d: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            spec = SweepSpec.from_table(d, "fuzz.toml", Path(tmp))
+        except ServescopeError as e:
+            one_line(e)
+            return
+        spec.to_table()
+        try:  # what a session would store reads back
+            text = tomli_w.dumps(spec.to_table(inline_workloads=True))
+        except (TypeError, ValueError):
+            return
+        f = Path(tmp) / "again.toml"
+        f.write_text(text)
+        SweepSpec.from_toml(f)
+
+
+def _dump(d: dict[str, Any]) -> str:
+    try:
+        return tomli_w.dumps(d)
+    except (TypeError, ValueError):
+        return ""
+
+
+TEXTS = st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
+                  WORKLOAD_TABLES.map(lambda d: _dump({"workload": d})), sweep_tables().map(_dump))
+
+
+@settings(max_examples=100, deadline=None)
+@given(TEXTS)
+def test_fuzz_toml_text(text: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "fuzz.toml"
+        f.write_bytes(text.encode("utf-8", errors="replace"))
+        for load in (load_toml, SweepSpec.from_toml):
+            try:
+                load(f)
+            except ServescopeError as e:
+                one_line(e)
+        try:
+            parse_toml(text, "fuzz.toml")
+        except ServescopeError as e:
+            one_line(e)
