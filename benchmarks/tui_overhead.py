@@ -55,10 +55,10 @@ def headless(sweep_file: Path, session: Path) -> Path:
     return session
 
 
-async def in_app(sweep: dict[str, Any], sessions: Path) -> Path:
+async def in_app(sweep: Any, sessions: Path) -> Path:
     from servescope.tui.app import make_app
 
-    app = make_app(url=sweep["url"], sessions_dir=str(sessions))
+    app = make_app(url=sweep.url, sessions_dir=str(sessions))
     async with app.run_test(size=(120, 40)) as pilot:
         app.start_sweep(sweep)
         while app.sweep_worker is None:
