@@ -290,6 +290,11 @@ class _Stream:
 
     def _usage(self, prompt: Any, completion: Any, reasoning: Any) -> tuple[Any, Any, Any] | None:
         """The counts when each is absent or an integer from 0 to the bound; else None (and bad_usage)."""
+        b = self.bound  # every chunk carries usage (continuous_usage_stats): the plausible case first, cheaply
+        if ((prompt is None or (type(prompt) is int and 0 <= prompt <= b))
+                and (completion is None or (type(completion) is int and 0 <= completion <= b))
+                and (reasoning is None or (type(reasoning) is int and 0 <= reasoning <= b))):
+            return prompt, completion, reasoning
         for name, v in (("prompt_tokens", prompt), ("completion_tokens", completion),
                         ("completion_tokens_details.reasoning_tokens", reasoning)):
             if v is not None and (type(v) is not int or v < 0 or v > self.bound):

@@ -20,9 +20,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from servescope.core.textsafe import MASK as REDACTED  # one mask for every secret, wherever it is hidden
+from servescope.core.textsafe import redact
+
 __all__ = ["REDACTED", "command_secrets", "is_redacted", "redact_command", "redact_sweep_table", "redact_text"]
 
-REDACTED = "••••"
 
 _VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"']\S*)"
 # an env-style word: NAME=VALUE, NAME holding API_KEY / TOKEN (not TOKENIZER/TOKENS) / SECRET / PASSWORD
@@ -79,7 +81,7 @@ def redact_text(text: str | None, secrets: Iterable[str | None] = ()) -> str:
     if not text:
         return text or ""
     for s in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(s, REDACTED)
+        text = redact(text, s)
     return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
 
 
