@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -233,6 +234,10 @@ class LocalTokenizer:
 
     async def count_chat(self, text: str) -> int:
         ids = self.tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, Mapping):  # newer transformers return a BatchEncoding (a mapping) here
+            ids = ids["input_ids"]
+        if ids and isinstance(ids[0], list):  # a batch of one
+            ids = ids[0]
         return len(ids)
 
 
