@@ -1,6 +1,7 @@
-"""Load patterns: a closed loop of N users, or an open loop at a fixed rate (constant or Poisson)
-with an optional concurrency cap. One call of `run_cell` runs one cell: warmup, then the measured part,
-stopped by a request count and/or a duration, or early when every request fails or on cancellation.
+"""Load patterns: a closed loop of N users, or an open loop at a rate (constant, Poisson or gamma arrivals,
+shaped by a ramp and a step pattern: servescope.core.arrivals) with an optional concurrency cap; a ramp
+starts a closed loop's users one by one. One call of `run_cell` runs one cell: warmup, then the measured
+part, stopped by a request count and/or a duration, or early when every request fails or on cancellation.
 `CellControl` ends a cell early in one of two ways: `request_drain` sends no more requests and lets the ones
 in flight finish; `request_stop` also cancels those in flight (recorded as `cancelled`)."""
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from servescope.core.arrivals import RateShape, Step, pattern_label, send_times
 from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
 from servescope.core.errors import ServescopeError
 from servescope.core.records import RequestRecord
@@ -24,24 +26,43 @@ _perf = time.perf_counter_ns
 
 @dataclass(frozen=True)
 class Load:
-    """One load level: `concurrency` users in a closed loop, or `rate` requests/s in an open loop."""
+    """One load level: `concurrency` users in a closed loop, or `rate` requests/s in an open loop.
+    `ramp_s`: the open loop's rate rises linearly from 0 to `rate` over it (a closed loop's users start one by
+    one over it, user u of N at u/N x ramp); `pattern`: the open loop's rate multiplied step by step."""
 
     concurrency: int | None = None
     rate: float | None = None
-    arrival: str = "constant"  # "constant" | "poisson" (open loop only)
+    arrival: str = "constant"  # "constant" | "poisson" | "gamma" (open loop only)
     max_concurrency: int | None = None  # cap on in-flight requests for the open loop
+    burstiness: float = 1.0  # the gamma shape: 1 is Poisson, below 1 burstier, above 1 more regular
+    ramp_s: float | None = None
+    pattern: tuple[Step, ...] = ()
 
     @property
     def label(self) -> str:
+        ramp = f" ramp {self.ramp_s:g}s" if self.ramp_s else ""
         if self.rate is not None:
+            arrival = f"gamma({self.burstiness:g})" if self.arrival == "gamma" else self.arrival
+            steps = f" steps {pattern_label(self.pattern)}" if self.pattern else ""
             cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
-            return f"rate {self.rate:g}/s {self.arrival}{cap}"
-        return f"c={self.concurrency}"
+            return f"rate {self.rate:g}/s {arrival}{ramp}{steps}{cap}"
+        return f"c={self.concurrency}{ramp}"
+
+    @property
+    def shape(self) -> RateShape:
+        return RateShape(self.ramp_s, self.pattern)
+
+    @property
+    def peak_rate(self) -> float | None:
+        """The open loop's highest rate (a pattern's spike), None for a closed loop."""
+        if self.rate is None:
+            return None
+        return self.rate * (self.shape.peak if self.pattern else 1.0)
 
     @property
     def connections(self) -> int:
         if self.rate is not None:
-            return self.max_concurrency or max(8, min(1024, int(self.rate * 60)))
+            return self.max_concurrency or max(8, min(1024, int((self.peak_rate or self.rate) * 60)))
         return int(self.concurrency or 1)
 
 
@@ -85,6 +106,7 @@ class CellRun:
     start_ns: int  # first measured request scheduled
     end_ns: int  # last measured request ended
     stopped: str = ""  # why it ended early ("" when it ran to its limit)
+    ramp_end_ns: int = 0  # requests scheduled before this were sent during the ramp (0: the cell had none)
 
 
 def cell_connections(load: Load, requests: int | None, warmup: int = 0) -> int:
@@ -219,9 +241,13 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
     start = _perf()
     if limits.duration_s is not None:
         deadline = start + int(limits.duration_s * 1e9)
+    ramp_ns = int(load.ramp_s * 1e9) if load.ramp_s and not warmup else 0
 
     async def user(u: int) -> None:
         nonlocal next_index
+        planned = start + ramp_ns * u // n_users if ramp_ns else 0  # the ramp starts user u of N at u/N x ramp
+        if planned and ((deadline is not None and planned >= deadline) or not await _until(planned, control)):
+            return
         while not control.ended:
             i = next_index
             if total is not None and i >= total:
@@ -234,27 +260,39 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
             rec = RequestRecord(
                 index=i - (len(specs) if warmup else 0), user=u, warmup=warmup,
                 input_tokens_requested=spec.input_tokens, output_tokens_requested=spec.output_tokens,
-                scheduled_ns=now,
+                scheduled_ns=planned or now,  # a ramped user's first request: when the ramp meant it to go
             )
+            planned = 0
             await _send(http, opts, spec, rec, tracker)
 
     tasks = [asyncio.create_task(user(u)) for u in range(n_users)]
     await _wait_or_stop(tasks, control)
     recs = tracker.records if tracker else []
     end = max((r.end_ns for r in recs), default=_perf())
-    return CellRun(recs, start, end, control.reason if control.ended else "")
+    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0)
+
+
+async def _until(when_ns: int, control: CellControl) -> bool:
+    """Sleep until `when_ns` (perf_counter_ns); False when the cell was drained meanwhile."""
+    delay = (when_ns - _perf()) / 1e9
+    if delay > 0:
+        try:
+            await asyncio.wait_for(control.drain.wait(), timeout=delay)
+        except TimeoutError:
+            pass
+    return not control.ended
 
 
 async def _open(http, opts, specs, load, limits, on_record, control, seed) -> CellRun:  # type: ignore[no-untyped-def]
     rate = float(load.rate or 1.0)
-    rng = random.Random(f"servescope-arrivals:{seed}")
+    times = send_times(load.arrival, rate, load.burstiness, load.shape, random.Random(f"servescope-arrivals:{seed}"))
     tracker = _Tracker(load, control, on_record)
     sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
     total = limits.requests
     start = _perf()
     deadline = start + int(limits.duration_s * 1e9) if limits.duration_s is not None else None
     tasks: set[asyncio.Task[None]] = set()
-    sched = start
+    sched = start + int(next(times) * 1e9)
 
     async def fire(i: int, spec: RequestSpec, scheduled: int) -> None:
         rec = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=spec.input_tokens,
@@ -273,22 +311,17 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
             break
         if deadline is not None and sched >= deadline:
             break
-        delay = (sched - _perf()) / 1e9
-        if delay > 0:
-            try:
-                await asyncio.wait_for(control.drain.wait(), timeout=delay)
-                break
-            except TimeoutError:
-                pass
+        if not await _until(sched, control):
+            break
         t = asyncio.create_task(fire(i, specs[i % len(specs)], sched))
         tasks.add(t)
         t.add_done_callback(tasks.discard)
         i += 1
-        gap = rng.expovariate(rate) if load.arrival == "poisson" else 1.0 / rate
-        sched += int(gap * 1e9)
+        sched = start + int(next(times) * 1e9)
     await _wait_or_stop(list(tasks), control)
     end = max((r.end_ns for r in tracker.records), default=_perf())
-    return CellRun(tracker.records, start, end, control.reason if control.ended else "")
+    ramp_end = start + int(load.ramp_s * 1e9) if load.ramp_s else 0
+    return CellRun(tracker.records, start, end, control.reason if control.ended else "", ramp_end)
 
 
 async def _wait_or_stop(tasks: list[asyncio.Task[None]], control: CellControl) -> None:

@@ -9,20 +9,21 @@ import math
 import re
 from typing import Any
 
+from servescope.core.arrivals import BURSTINESS_MAX, Step, parse_pattern, pattern_text
 from servescope.core.errors import ServescopeError
 
-ARRIVALS = ("constant", "poisson")
+ARRIVALS = ("constant", "poisson", "gamma")
 TRANSPORTS = ("aiohttp", "httpx")
 
 
 def parse_duration(text: str, where: str = "duration") -> float:
-    """'60s', '5m', '1.5h', '250ms' or '90' (seconds) -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text or "")
+    """'60s', '5m', '1.5h', '250ms' or '90' (seconds) -> seconds (also '1e-07s', as a tiny value is written)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ms|s|m|h)?\s*", text or "")
     if not m:
         raise ServescopeError(f"{where}: bad duration {text!r}; use e.g. 60s, 5m or 90")
     v = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    if v <= 0:
-        raise ServescopeError(f"{where}: the duration must be above 0")
+    if not 0 < v < math.inf:
+        raise ServescopeError(f"{where}: the duration must be above 0" if v <= 0 else f"{where}: {text!r} is too long")
     return v
 
 
@@ -41,7 +42,7 @@ def parse_int_list(text: str, where: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        if not part.isdigit() or int(part) < 1:
+        if not (part.isascii() and part.isdigit()) or int(part) < 1:  # "²" is a digit, not a number
             raise ServescopeError(f"{where}: bad value {part!r}; give positive integers like 1,4,8")
         out.append(int(part))
     if not out:
@@ -229,6 +230,37 @@ def opt_price(raw: Any, where: str) -> float | None:
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw >= 0 or math.isinf(raw):
         raise ServescopeError(f"{where}: must be a price of 0 or more in USD per kWh, like 0.15")
     return float(raw)
+
+
+def opt_burstiness(raw: Any, where: str) -> float | None:
+    """The gamma shape of `arrival = "gamma"`: a number above 0 (1 is Poisson), at most BURSTINESS_MAX."""
+    if _blank(raw, where):
+        return None
+    how = "give a number above 0 like 0.5 (1 is Poisson, below 1 burstier, above 1 more regular)"
+    if isinstance(raw, str):
+        try:
+            raw = float(raw)
+        except ValueError:
+            raise ServescopeError(f"{where}: {raw!r} is not a number; {how}") from None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw > 0 or math.isinf(raw):
+        raise ServescopeError(f"{where}: must be above 0; {how}")
+    if raw > BURSTINESS_MAX:
+        raise ServescopeError(f"{where}: {raw:g} is above {BURSTINESS_MAX:g}: that is constant arrivals; "
+                              "use arrival = \"constant\" instead")
+    return float(raw)
+
+
+def opt_pattern(raw: Any, where: str) -> tuple[Step, ...] | None:
+    """A step pattern: "1x for 20s, 4x for 5s, 1x", or its steps as a list of strings."""
+    if _blank(raw, where):
+        return None
+    if isinstance(raw, str) or (isinstance(raw, list) and all(isinstance(x, str) for x in raw)):
+        return parse_pattern(raw, where)
+    raise ServescopeError(f"{where}: give the steps as a string like \"1x for 20s, 4x for 5s, 1x\"")
+
+
+def dump_pattern(v: tuple[Step, ...]) -> str:
+    return pattern_text(v)
 
 
 def slos(raw: Any, where: str) -> dict[str, float]:

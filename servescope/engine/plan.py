@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from servescope.core.arrivals import pattern_text
 from servescope.core.load import Load
 from servescope.core.secrets import redact_command
 from servescope.engine.spec import SweepSpec
@@ -50,6 +51,9 @@ class Cell:
             "rate": self.load.rate,
             "arrival": self.load.arrival if self.load.rate is not None else None,
             "max_concurrency": self.load.max_concurrency,
+            "burstiness": self.load.burstiness if self.load.rate is not None and self.load.arrival == "gamma" else None,
+            "ramp_s": self.load.ramp_s,
+            "pattern": pattern_text(self.load.pattern) if self.load.pattern else None,
             "requests_planned": self.requests,
             "duration_s_planned": self.duration_s,
             "warmup": self.warmup,
@@ -75,11 +79,14 @@ def plan_cells(spec: SweepSpec) -> list[Cell]:
 def _workload_cells(spec: SweepSpec, first: int, variant: int, vargs: str) -> list[Cell]:
     cells: list[Cell] = []
     for w in spec.workloads:
+        ramp = _ramp(spec, w)
         if spec.rates:
-            loads = [Load(rate=r, arrival=spec.arrival, max_concurrency=spec.max_concurrency) for r in spec.rates]
+            loads = [Load(rate=r, arrival=spec.arrival, max_concurrency=spec.max_concurrency,
+                          burstiness=spec.burstiness or 1.0, ramp_s=ramp, pattern=spec.pattern or ())
+                     for r in spec.rates]
         else:
             conc = spec.concurrency or w.default_concurrency or DEFAULT_CONCURRENCY
-            loads = [Load(concurrency=c) for c in conc]
+            loads = [Load(concurrency=c, ramp_s=ramp) for c in conc]
         for ld in loads:
             req = spec.requests
             if req is None and spec.duration_s is None:
@@ -89,11 +96,19 @@ def _workload_cells(spec: SweepSpec, first: int, variant: int, vargs: str) -> li
     return cells
 
 
+def _ramp(spec: SweepSpec, w: Workload) -> float | None:
+    """The cell's ramp: the sweep's (`--ramp`, `[load] ramp`), else the workload's own `ramp`, if it has one."""
+    if spec.ramp_s is not None:
+        return spec.ramp_s
+    own = getattr(w, "ramp_s", None)  # Workload.ramp_s, the per-workload `ramp` key, where the workload has it
+    return float(own) if isinstance(own, (int, float)) and own > 0 else None
+
+
 def pool_size(cell: Cell) -> int:
     """How many distinct measured prompts a cell gets (a duration-limited cell cycles through them)."""
     if cell.requests is not None:
         return cell.requests
-    per = cell.load.concurrency or max(1, int((cell.load.rate or 1) * 4))
+    per = cell.load.concurrency or max(1, int((cell.load.peak_rate or 1) * 4))
     return max(64, min(1024, per * 16))
 
 

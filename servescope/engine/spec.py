@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
 from servescope.core.secrets import is_redacted, redact_command
 from servescope.engine import fields as f
@@ -84,7 +85,22 @@ class SweepSpec:
         None, "load", "rates", ["--rate"], parse=f.float_list, dump=list,
         help="open-loop request rates per second, e.g. 2,5 (instead of --concurrency)")
     arrival: str = option("poisson", "load", "arrival", ["--arrival"], parse=f.choice(f.ARRIVALS),
-                          help="open-loop arrivals: poisson (default) or constant")
+                          help="open-loop arrivals: poisson (default), constant, or gamma (see --burstiness)")
+    burstiness: float | None = option(
+        None, "load", "burstiness", ["--burstiness"], parse=f.opt_burstiness, metavar="K",
+        help="with --arrival gamma (needed: without it this is an error): the gamma shape of the gaps between "
+             "requests, as `vllm bench serve --burstiness`; the mean rate stays --rate; 1 (default) is Poisson, "
+             "below 1 burstier, above 1 more regular")
+    ramp_s: float | None = option(
+        None, "load", "ramp", ["--ramp"], parse=f.opt_duration, dump=f.fmt_duration, metavar="DURATION",
+        help="ramp up within each cell over this long, e.g. 10s: an open loop's rate rises linearly from 0 to "
+             "its target, a closed loop starts its users one by one (user u of N at u/N x ramp); requests sent "
+             "during the ramp are measured too")
+    pattern: tuple[Step, ...] | None = option(
+        None, "load", "pattern", ["--pattern"], parse=f.opt_pattern, dump=f.dump_pattern,
+        metavar='"1x for 20s, 4x for 5s, 1x"',
+        help="open loop: multiply the rate step by step within each cell (a spike, a step up, 0x pauses); "
+             "every step but the last lasts its time, the last holds until the cell ends")
     max_concurrency: int | None = option(None, "load", "max_concurrency", ["--max-concurrency"],
                                          parse=f.opt_count1, help="cap on in-flight requests in open-loop cells")
     requests: int | None = option(None, "load", "requests", ["--requests", "-n"], parse=f.opt_count1,
@@ -132,6 +148,12 @@ class SweepSpec:
         """Checks that involve several fields; returns self."""
         if self.concurrency and self.rates:
             raise ServescopeError(f"{where}: give concurrency (closed loop) or rates (open loop), not both")
+        if self.burstiness is not None and self.arrival != "gamma":
+            raise ServescopeError(f"{where}: burstiness shapes gamma arrivals, but arrival is {self.arrival!r}; add "
+                                  "arrival = \"gamma\" (--arrival gamma) or drop burstiness")
+        if self.pattern and not self.rates:
+            raise ServescopeError(f"{where}: a pattern multiplies an open loop's rate; give rates (--rate 2,5) or "
+                                  "drop the pattern")
         if self.variants and not self.launch:
             raise ServescopeError(f"{where}: server variants need a launch command: servescope can only relaunch "
                                   "a server it started")
@@ -302,6 +324,8 @@ class SweepSpec:
                 values["rates"] = None
             if "rates" in given:
                 values["concurrency"] = None
+            if "arrival" in given and "burstiness" not in given and values["arrival"] != "gamma":
+                values["burstiness"] = None  # the file's gamma shape goes with the file's gamma arrivals
             if "launch" in given and "url" not in given:
                 values["url"] = DEFAULT_URL
             if "url" in given and "launch" not in given:
