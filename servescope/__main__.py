@@ -32,6 +32,10 @@ def _parser() -> argparse.ArgumentParser:
     cc.add_compare_args(sub.add_parser("compare", help="compare sessions side by side (Markdown or JSON)"))
     cc.add_report_args(sub.add_parser("report", help="a Markdown (or CSV/JSON) report of a session"))
     cc.add_import_args(sub.add_parser("import", help="import `vllm bench serve --save-result` JSON as a session"))
+    from servescope.cli import detach as dt
+
+    dt.add_watch_args(sub.add_parser("watch", help="print a running sweep's progress and finished cells until it ends"))
+    dt.add_attach_args(sub.add_parser("attach", help="open the app on a running sweep's live view"))
     tui = sub.add_parser("tui", help="open the terminal app")
     add_target_args(tui)
     return p
@@ -68,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             fn = {"sessions": cc.sessions_command, "compare": cc.compare_command, "report": cc.report_command,
                   "import": cc.import_command}[args.command]
             return int(fn(args))
+        if args.command in ("watch", "attach"):
+            from servescope.cli import detach as dt
+
+            return int(dt.watch_command(args) if args.command == "watch" else dt.attach_command(args))
         if args.command in (None, "tui"):
             from servescope.tui.app import run_app
 

@@ -67,7 +67,7 @@ def sessions_command(args: argparse.Namespace) -> int:
 
     from servescope.core.textsafe import clean_text
     from servescope.sessions.store import scan_sessions
-    from servescope.sessions.views import cell_counts
+    from servescope.sessions.views import cell_counts, status_text
 
     base = _base(args)
     entries = scan_sessions(base)
@@ -81,15 +81,22 @@ def sessions_command(args: argparse.Namespace) -> int:
         m = s.info
         rows.append({
             "id": ids[d], "dir": str(d), "name": clean_text(m.name or ""), "status": s.status,
+            "status_text": status_text(s),
             "model": clean_text(m.model),
             "workloads": sorted({clean_text(str(w)) for w in (s.cells["workload"].to_list()
-                                                              if "workload" in s.cells.columns else [])}),
+                                                              if "workload" in s.cells.columns else
+                                                              [c.get("workload") for c in s.meta.get("cells") or []
+                                                               if isinstance(c, dict) and c.get("workload")])}),
             "cells": s.cells.height,
             "cells_done": (counts := cell_counts(s))[0], "cells_planned": counts[1],
             "tags": {str(k): clean_text(str(v)) for k, v in m.tags.items()},
             "target": clean_text(m.target.url),
             "started_at": clean_text(m.started_at or ""),
         })
+        if s.status == "running":
+            rows[-1]["pid"] = s.runner.pid
+        elif s.meta.get("status") == "running":  # it says running, but its runner is gone
+            rows[-1]["reason"] = clean_text(s.runner.reason)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -97,7 +104,8 @@ def sessions_command(args: argparse.Namespace) -> int:
         print(f"no sessions in {base}")
         return 0
     w = max(len(r["id"]) for r in rows)
-    print(f"{'id':<{w}}  {'status':<11} {'model':<26} {'cells':>5}   {'workloads':<26} tags / target")
+    sw = max([11] + [len(r["status_text"]) for r in rows if "status_text" in r])
+    print(f"{'id':<{w}}  {'status':<{sw}} {'model':<26} {'cells':>5}   {'workloads':<26} tags / target")
     for r in rows:
         if "broken" in r:
             print(f"{r['id']:<{w}}  broken: {r['broken']}")
@@ -105,7 +113,7 @@ def sessions_command(args: argparse.Namespace) -> int:
         model = r["model"].rstrip("/").split("/")[-1][:26]
         tags = " ".join(f"{k}={v}" for k, v in r["tags"].items())
         wl = ",".join(r["workloads"])
-        print(f"{r['id']:<{w}}  {r['status']:<11} {model:<26} {r['cells_done']:>3}/{r['cells_planned']:<3} "
+        print(f"{r['id']:<{w}}  {r['status_text']:<{sw}} {model:<26} {r['cells_done']:>3}/{r['cells_planned']:<3} "
               f"{wl[:26]:<26} "
               f"{tags + '  ' if tags else ''}{r['target']}")
     broken = sum(1 for r in rows if "broken" in r)

@@ -44,6 +44,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
     p.add_argument("--sessions-dir", help="where sessions go (default $SERVESCOPE_HOME/sessions or the user data dir)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
+    p.add_argument("--detach", action="store_true",
+                   help="run the sweep in the background (it survives a closed terminal or SSH connection): print "
+                        "the session directory and return; follow it with `servescope watch` or `servescope attach`")
 
 
 JSON_DISTS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s", "client_queue_ms")
@@ -186,11 +189,35 @@ def run_command(args: argparse.Namespace) -> int:
     ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
                      save_dir=Path(args.save) if args.save else None,
                      sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
+    if getattr(args, "detach", False):
+        if args.json:
+            raise ServescopeError("--detach prints the session directory and returns; read its results later with "
+                                  "`servescope report SESSION --format json` (drop --json)")
+        return detach_command(spec, ctx, out)
     with ExitStack() as stack:
         if not spec.launch:
             url, label = open_target(spec.url, stack, sys.stderr)
             ctx = replace(ctx, url=url, target_label=label)
-        return _run_loop(spec, ctx, out, table_out, args.json)
+        return run_loop_for(spec, ctx, out, table_out, args.json)
+
+
+def detach_command(spec: Any, ctx: Any, out: TextIO) -> int:
+    """`run --detach`: start the runner, wait (under 5 s) to see its sweep start or fail, print how to follow it
+    and, on the last line, the session directory."""
+    from servescope.engine.detached import discard_unstarted, start_runner, wait_started
+
+    path, proc = start_runner(spec, ctx)
+    err = wait_started(path, proc)
+    if err:
+        proc.wait(timeout=10)
+        discard_unstarted(path)
+        raise ServescopeError(f"the detached sweep failed to start: {err}")
+    print(f"sweep running in the background (pid {proc.pid}); its output goes to {path / 'runner.log'}", file=out)
+    print(f"  watch it:  servescope watch {path}", file=out)
+    print(f"  open it:   servescope attach {path}", file=out)
+    print(f"  stop it:   kill {proc.pid}   (finished cells stay saved; `servescope resume` continues)", file=out)
+    print(path, file=out, flush=True)
+    return 0
 
 
 def check_open_files(spec: Any) -> None:
@@ -226,7 +253,7 @@ def _refuse_redacted_launch(spec: Any, how: str) -> None:
                               "--server-variant in full")
 
 
-def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
+def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
     from servescope.core.textsafe import clean_text
     from servescope.engine.runner import (
         CellFinished,
@@ -255,14 +282,15 @@ def _run_loop(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool
             presses[0] += 1
             if presses[0] == 1:
                 print("\nstopping: ending the current cell and saving (Ctrl-C again to abort)", file=sys.stderr)
-                control.stop("stopped by Ctrl-C")
+                control.stop("stopped by Ctrl-C or SIGTERM")
             else:
                 raise KeyboardInterrupt
 
-        try:
-            loop.add_signal_handler(signal.SIGINT, on_sigint)
-        except (NotImplementedError, RuntimeError):
-            pass
+        for sig in (signal.SIGINT, signal.SIGTERM):  # `kill PID` stops a (detached) sweep as Ctrl-C does
+            try:
+                loop.add_signal_handler(sig, on_sigint)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
         cur = None
         async for ev in run_sweep(spec, ctx, control):
             if isinstance(ev, SweepStarted):
@@ -342,6 +370,9 @@ def resume_command(args: argparse.Namespace) -> int:
     s = resolve_session(args.session, Path(args.sessions_dir) if args.sessions_dir else None)
     if s.status == "completed":
         raise ServescopeError(f"{s.path} is already completed; nothing to resume")
+    if s.status == "running":
+        raise ServescopeError(f"{s.path} is still running (pid {s.runner.pid or '?'}); watch it with "
+                              f"`servescope attach {s.path}` or `servescope watch {s.path}`")
     sweep = s.meta.get("sweep")
     if not isinstance(sweep, dict):
         raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
@@ -375,4 +406,4 @@ def resume_command(args: argparse.Namespace) -> int:
             ctx = replace(ctx, url=real, target_label=label)
         todo = [c for c in cells if c.get("status") not in ("done", "skipped")]
         print(f"resuming {s.path}: {len(todo)} of {len(cells)} cells left", file=sys.stderr)
-        return _run_loop(spec, ctx, sys.stdout, sys.stderr if args.json else sys.stdout, args.json)
+        return run_loop_for(spec, ctx, sys.stdout, sys.stderr if args.json else sys.stdout, args.json)

@@ -23,6 +23,7 @@ from servescope.core.secrets import redact_command, redact_sweep_table, redact_t
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 from servescope.core.textsafe import clean_text
 from servescope.engine.background import Background
+from servescope.engine.bus import Bus, BusFactory, SweepBus
 from servescope.engine.cell import CellAttempt
 from servescope.engine.connection import HttpTarget, Target
 from servescope.engine.events import (
@@ -55,8 +56,11 @@ MAX_ATTEMPTS = 3  # runs of one cell, lost ones included
 
 async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | None = None, *,
                     target: Target | None = None, servers: ServerManager | None = None,
-                    telemetry: Telemetry | None = None, sink: SinkFactory | None = None) -> AsyncIterator[Event]:
-    """Run the sweep and yield events. Setup problems raise ServescopeError before any cell runs."""
+                    telemetry: Telemetry | None = None, sink: SinkFactory | None = None,
+                    bus: BusFactory | None = None) -> AsyncIterator[Event]:
+    """Run the sweep and yield events. Setup problems raise ServescopeError before any cell runs. Every
+    event also goes to the session's bus (`bus`, default engine.bus.SweepBus: the lock, the event log that
+    viewers follow, the control file they write)."""
     control = control or SweepControl()
     control.loop = asyncio.get_running_loop()
     cells = plan_cells(spec)
@@ -72,9 +76,23 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
                  servers or Servers(spec, ctx.url, ctx.api_key, _need(bg)),
                  telemetry or TelemetryHub(_need(bg), spec.telemetry_interval_s, ctx.api_key,
                                            spec.electricity_price),
-                 sink, bg)
-    async for ev in run.events():
-        yield ev
+                 sink, bg, bus or SweepBus)
+    try:
+        async for ev in run.events():
+            if run.bus is not None:
+                run.bus.publish(ev)
+            yield ev
+    except ServescopeError as e:
+        if run.bus is not None and run.path is not None:
+            run.bus.publish(SweepFinished(run.path, "failed", e.message))
+        raise
+    except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):
+        if run.bus is not None and run.path is not None:
+            run.bus.publish(SweepFinished(run.path, "interrupted", "interrupted"))
+        raise
+    finally:
+        if run.bus is not None:
+            run.bus.close()
 
 
 def _need(bg: Background | None) -> Background:
@@ -86,7 +104,8 @@ class _Sweep:
     """State of one sweep: the cells, the collaborators, the session, the label the target is shown as."""
 
     def __init__(self, spec: SweepSpec, ctx: RunContext, control: SweepControl, cells: list[Cell], target: Target,
-                 servers: ServerManager, telemetry: Telemetry, sinks: SinkFactory, bg: Background | None) -> None:
+                 servers: ServerManager, telemetry: Telemetry, sinks: SinkFactory, bg: Background | None,
+                 buses: BusFactory) -> None:
         self.spec = spec
         self.ctx = ctx
         self.control = control
@@ -96,6 +115,9 @@ class _Sweep:
         self.telemetry = telemetry
         self.sinks = sinks
         self.bg = bg
+        self.buses = buses
+        self.bus: Bus | None = None  # from the moment the session's directory is known
+        self.path: Path | None = None
         self.label = ctx.target_label or ctx.url
         self.sink: SessionSink | None = None
         self.model = ""
@@ -128,13 +150,22 @@ class _Sweep:
             out.append(KvBudgetKnown(kv, kv_budget_text(kv)))
         return out
 
+    def _claim(self, path: Path) -> None:
+        """Become the one writer of the session at `path` (its lock, event log and control file)."""
+        if self.bus is None:
+            self.bus = self.buses(path, self.control, self.ctx.target_label)
+            self.path = path
+
     # ---- the sweep ---------------------------------------------------------------------------------
     async def events(self) -> AsyncIterator[Event]:
         spec, ctx = self.spec, self.ctx
         path = ctx.resume or ctx.save_dir
         try:
+            if path is not None:
+                self._claim(path)
             if spec.launch:
                 path = path or _new_dir(ctx, spec.name or "launch")
+                self._claim(path)
                 await self.servers.launch(self.cells[0].variant, path)
             target = await self._connect()
             self.model = self.minfo.id
@@ -142,6 +173,7 @@ class _Sweep:
             name = spec.name or (f"{self.model.rstrip('/').split('/')[-1]}-"
                                  f"{'-'.join(sorted({w.name.split('/')[0] for w in spec.workloads}))}")
             path = path or _new_dir(ctx, name)
+            self._claim(path)
             if ctx.resume is not None:
                 self.sink = self.sinks.open(path)
                 self.sink.meta["status"] = "running"

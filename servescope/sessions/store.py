@@ -28,6 +28,7 @@ from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellSummary
 from servescope.core.textsafe import clean_text
+from servescope.sessions.live import BUS_FILES, RunnerState, runner_state
 from servescope.sessions.meta import SessionMeta
 from servescope.workloads.spec import parse_toml
 
@@ -112,12 +113,13 @@ class SessionWriter:
 
     @classmethod
     def create(cls, path: Path, meta: dict[str, Any], exist_ok: bool = False) -> SessionWriter:
-        """A new session directory; `exist_ok` allows one that holds only server logs (launched servers)."""
+        """A new session directory; it may hold its runner's bus files already (servescope.sessions.live), and
+        with `exist_ok` server logs (launched servers)."""
         try:
             path.mkdir(parents=True, exist_ok=False)
             (path / "requests").mkdir()
         except FileExistsError:
-            if any(p for p in path.iterdir() if not (exist_ok and p.name.startswith("server-"))):
+            if any(p for p in path.iterdir() if not (p.name in BUS_FILES or exist_ok and p.name.startswith("server-"))):
                 raise ServescopeError(f"{path} already exists and is not empty; choose another --save directory") from None
             (path / "requests").mkdir(exist_ok=True)
         except OSError as e:
@@ -198,8 +200,17 @@ class Session:
 
     @property
     def status(self) -> str:
+        """completed | running | interrupted | failed: a session.toml that says `running` is running only while
+        its runner lives (its lock is held); else it was interrupted."""
         s = str(self.meta.get("status", "unknown"))
-        return "interrupted" if s == "running" else s
+        if s != "running":
+            return s
+        return "running" if self.runner.running else "interrupted"
+
+    @property
+    def runner(self) -> RunnerState:
+        """The session's runner as its lock tells (servescope.sessions.live.runner_state)."""
+        return runner_state(self.path)
 
     def summaries(self) -> list[CellSummary | None]:
         """Each cell row's summary, typed (None for a cell without one: skipped)."""

@@ -137,6 +137,22 @@ def cell_counts(session: Session) -> tuple[int, int]:
     return sum(1 for x in st if (x or "done") == "done"), session.cells.height
 
 
+def status_text(session: Session) -> str:
+    """The session's status as lists show it: `running (pid 123, cell 5/12)` while its runner lives,
+    `interrupted` (and why, when it says running but its runner is gone), else the stored status."""
+    st = session.status
+    if st == "running":
+        r = session.runner
+        planned = [c for c in session.meta.get("cells") or [] if isinstance(c, Mapping)]
+        finished = sum(1 for c in planned if c.get("status") not in (None, "planned", "running"))
+        at = f", cell {min(finished + 1, len(planned))}/{len(planned)}" if planned else ""
+        stuck = f"; {r.reason}" if r.reason else ""
+        return f"running (pid {r.pid or '?'}{at}{stuck})"
+    if st == "interrupted" and session.meta.get("status") == "running":  # its runner died mid-sweep
+        return f"interrupted (runner pid {session.runner.pid or '?'} gone)"
+    return st
+
+
 def session_slos(session: Session) -> dict[str, float]:
     return {str(k): float(v) for k, v in session.info.slos.items()}
 

@@ -1,8 +1,9 @@
 """The servescope terminal app: compose a sweep, watch it run, browse saved sessions.
 
 `run_app()` is what `servescope`, `servescope tui --url URL` and `servescope demo` call; `make_app()` builds
-the same app for tests and snapshot tests. The engine runs in a thread worker with its own event loop
-(`servescope.tui.sweepworker`); its results reach the widgets as messages, a few batches per second."""
+the same app for tests and snapshot tests. A sweep runs in a runner process of its own, followed from a thread
+worker (`servescope.tui.sweepworker`); its results reach the widgets as messages, a few batches per second.
+`servescope attach` opens the app on a sweep already running."""
 
 from __future__ import annotations
 
@@ -46,8 +47,10 @@ class ServescopeApp(App[int]):
 
     def __init__(self, url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: bool = False,
                  sessions_dir: str | Path | None = None, workloads_dir: str | Path | None = None,
-                 clock: Callable[[], float] = time.monotonic, demo_sweep: dict[str, Any] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, demo_sweep: dict[str, Any] | None = None,
+                 attach: str | Path | None = None) -> None:
         self.demo = demo
+        self.attach_to = Path(attach) if attach else None
         self.initial_url = url or (f"sim://{default_sim_profile()}" if demo else "sim://tiny")
         self.api_key_env = api_key_env
         self.sessions_dir = Path(sessions_dir) if sessions_dir else None
@@ -70,6 +73,9 @@ class ServescopeApp(App[int]):
     def on_mount(self) -> None:
         if self.demo:
             self.call_after_refresh(self._start_demo)
+        elif self.attach_to is not None:
+            path = self.attach_to
+            self.call_after_refresh(lambda: self.attach(path))
 
     # ---- sweeps -----------------------------------------------------------------------------------
     @property
@@ -106,6 +112,24 @@ class ServescopeApp(App[int]):
         self.driver = driver
         self.sweep_worker = self.run_worker(partial(driver.run, spec, self.sims, self.sessions_dir), thread=True,
                                             name="sweep", group="sweep", exit_on_error=False)
+
+    def attach(self, path: Path) -> bool:
+        """Open the Run screen on the sweep running in session `path`: what it did so far, then live."""
+        if self.sweep_running:
+            self.notify("this app already shows a running sweep: leave it first (ctrl+q, then l)", severity="warning",
+                        markup=False)
+            return False
+        self.call_later(self._open_attached, Path(path))
+        return True
+
+    async def _open_attached(self, path: Path) -> None:
+        await self.switch_mode("run")
+        run = self.get_screen("run", RunScreen)
+        run.reset(f"attached to {path.name}")
+        driver = SweepDriver(run.post_message)
+        self.driver = driver
+        self.sweep_worker = self.run_worker(partial(driver.follow, path), thread=True, name="sweep", group="sweep",
+                                            exit_on_error=False)
 
     def skip_cell(self) -> bool:
         if not self.sweep_running or self.driver is None:
@@ -154,10 +178,21 @@ class ServescopeApp(App[int]):
             self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:
-        """Quit. During a sweep: the engine cancels the running cell's requests and saves it as interrupted
-        (finished cells are on disk already); the app leaves as soon as that is done, or after QUIT_WAIT_S.
-        A second ctrl+q leaves at once."""
+        """Quit. During a sweep in its own runner process (the default): ask whether to leave it running (it
+        goes on; `servescope attach` shows it again) or stop it. During a sweep in the app's thread: the engine
+        cancels the running cell's requests and saves it as interrupted (finished cells are on disk already);
+        the app leaves as soon as that is done, or after QUIT_WAIT_S. A second ctrl+q leaves at once."""
         driver = self.driver
+        if driver is not None and self.sweep_running and driver.detached and not self.quitting:
+            from servescope.tui.screens.dialogs import ChoiceScreen
+
+            where = driver.session_dir
+            self.push_screen(ChoiceScreen(
+                "The sweep runs in its own process: leave it running, or stop it?",
+                f"Left running, it goes on without this app (pid {driver.engine_pid or '?'}); see it again with "
+                f"`servescope attach {where}`. Stopped, its finished cells stay saved.",
+                [("l", "leave it running", "leave"), ("s", "stop the sweep", "stop")]), self._quit_answer)
+            return
         if self.quitting or driver is None or not self.sweep_running:
             if self.quitting and driver is not None and self.sweep_running:
                 driver.abort()
@@ -175,6 +210,22 @@ class ServescopeApp(App[int]):
 
         self.set_interval(0.05, poll)
 
+    def _quit_answer(self, answer: str | None) -> None:
+        driver = self.driver
+        if answer is None or driver is None:
+            return
+        where = driver.session_dir
+        if answer == "leave" or not self.sweep_running:
+            driver.leave()
+            self.quit_summary = (f"the sweep goes on in the background (pid {driver.engine_pid or '?'}); see it with "
+                                 f"`servescope attach {where}` or `servescope watch {where}`")
+        else:
+            driver.cancel()
+            self.quit_summary = (f"stopping the sweep: its running cell is saved as stopped, finished cells are in "
+                                 f"{where} (`servescope resume {where}` continues it)")
+        self.quitting = True
+        self.exit(0)
+
     def _leave(self) -> None:
         if not self.quit_summary:
             self.quit_summary = self._saved_text(done=True)
@@ -191,7 +242,9 @@ class ServescopeApp(App[int]):
         """End a running sweep (finished cells stay saved; the running cell is saved as interrupted when
         the engine has `wait_s` to do it) and stop the simulators this app started."""
         driver = self.driver
-        if driver is not None and not driver.done.is_set():
+        if driver is not None and driver.detached:
+            driver.leave()  # the sweep goes on in its own process unless the user stopped it
+        elif driver is not None and not driver.done.is_set():
             driver.cancel()
             if wait_s > 0:
                 driver.done.wait(wait_s)
@@ -212,10 +265,10 @@ def make_app(url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: 
 
 
 def run_app(url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: bool = False,
-            sessions_dir: str | None = None) -> int:
+            sessions_dir: str | None = None, attach: str | Path | None = None) -> int:
     """Open the app (blocking) and return an exit code. `demo=True` opens on the simulator's default
-    profile and starts a short sweep."""
-    app = make_app(url=url, api_key_env=api_key_env, demo=demo, sessions_dir=sessions_dir)
+    profile and starts a short sweep; `attach=SESSION` opens on that running sweep."""
+    app = make_app(url=url, api_key_env=api_key_env, demo=demo, sessions_dir=sessions_dir, attach=attach)
     try:
         rc = app.run()
     finally:

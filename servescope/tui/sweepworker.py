@@ -1,8 +1,9 @@
-"""The bridge between the engine and the app, run in a Textual *thread* worker. The engine runs either in a
-separate process (servescope.tui.engineproc; the default when two or more CPUs are usable, so the app's
-repaints and the load never share an interpreter lock) or on this thread's own asyncio event loop (one
-CPU, SERVESCOPE_ENGINE=thread, or when the process cannot start). Either way results reach the app only
-through `post` (the app's thread-safe `post_message`), in the engine's batches (a few per second)."""
+"""The bridge between a sweep and the app, run in a Textual *thread* worker. By default the sweep runs in a runner
+process of its own (servescope.engine.detached): it outlives the app, and the app follows the session's event
+log (servescope.sessions.live), as it does for a sweep it attaches to. With SERVESCOPE_ENGINE=thread (or when
+the runner cannot start) the engine runs on this thread's own asyncio event loop and ends with the app.
+Either way results reach the app only through `post` (the app's thread-safe `post_message`), in the
+engine's batches (a few per second)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,19 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.sessions.live import send_command
 from servescope.tui import messages as m
 from servescope.tui.wire import app_wording, run_loop, start_failure
 
 Post = Callable[[Any], Any]
 
-CANCEL_GRACE_S = 3.0  # after a cancel, how long the engine process may take to save before it is terminated
+CANCEL_GRACE_S = 3.0  # thread mode: after a cancel, how long the engine may take to save the running cell
 _STD_LOCK = threading.Lock()
 
 
@@ -167,25 +170,26 @@ def local_gpus() -> list[str]:
 
 
 def engine_mode() -> str:
-    """"process" when the app and the load would otherwise share a core (the interpreter lock makes a
-    thread worker share the app's core whatever the machine): whenever this process may use two or more
-    CPUs. "thread" on one CPU, where a second process gains nothing. SERVESCOPE_ENGINE=thread|process
-    overrides."""
+    """"detached" (the default): the sweep runs in a runner process of its own session, which outlives the app
+    (a dropped SSH connection leaves it running) and never shares the app's interpreter lock; the app follows
+    its event log. "thread": on this thread's own event loop, ending with the app (SERVESCOPE_ENGINE=thread;
+    also the fallback when the runner cannot start)."""
     forced = os.environ.get("SERVESCOPE_ENGINE", "").strip().lower()
-    if forced in ("thread", "process"):
-        return forced
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return "process" if cpus >= 2 else "thread"
+    return "thread" if forced == "thread" else "detached"
+
+
+FOLLOW_POLL_S = 0.1  # how often an attached app reads the event log
 
 
 class SweepDriver:
-    """Runs one sweep to its end, posting app messages, from a Textual thread worker. mode "thread": the
-    engine runs on this thread's own event loop. mode "process": it runs in a spawned process
-    (servescope.tui.engineproc) and this thread only relays its event batches; if the process cannot
-    start, the thread path runs instead."""
+    """Runs or follows one sweep to its end, posting app messages, from a Textual thread worker.
+
+    - `run(spec, ...)` in mode "detached": starts the runner process (servescope.engine.detached) and follows
+      its session; in mode "thread": runs the engine on this thread's own event loop.
+    - `follow(path)`: attach to a sweep already running (started by `servescope run --detach`, another app, or
+      this app before it was closed).
+    Controls (skip, stop) go to the runner through the session's control file, or straight to the engine in
+    thread mode."""
 
     def __init__(self, post: Post, mode: str | None = None) -> None:
         self.post = post
@@ -194,11 +198,14 @@ class SweepDriver:
         self.task: asyncio.Task[Any] | None = None
         self.control: Any = None
         self._cancelled = False
-        self._conn: Any = None
-        self._lock = threading.Lock()
-        self.engine_pid: int | None = None  # the process the engine runs in (this one in thread mode)
-        self.done = threading.Event()  # set when run() returns: the session is as the engine left it
-        self.aborted = False  # abort(): the app leaves at once, the engine process is terminated
+        self.session_dir: Path | None = None  # the followed session (detached and attached sweeps)
+        self.running_cell: int | None = None
+        self.own = True  # this app started the sweep: its messages name the Compose fields
+        self.engine_pid: int | None = None  # the process the sweep runs in (this one in thread mode)
+        self.done = threading.Event()  # set when run()/follow() returns
+        self.aborted = False
+        self._leave = threading.Event()  # stop following (the app leaves; the sweep goes on)
+        self._started = False  # a SweepStarted was seen
 
     def run(self, spec: Any, pool: SimPool, sessions_dir: Path | None) -> str:
         """Run `spec` (a SweepSpec) to its end; the sweep's final status."""
@@ -207,12 +214,35 @@ class SweepDriver:
         finally:
             self.done.set()
 
+    def follow(self, path: Path) -> str:
+        """Follow the sweep of session `path` to its end (or until the app leaves); its final status."""
+        self.own = False
+        try:
+            return self._follow(Path(path))
+        finally:
+            self.done.set()
+
+    @property
+    def detached(self) -> bool:
+        """The sweep lives in a runner process of its own (it may outlive the app)."""
+        return self.session_dir is not None
+
     def _post_items(self, items: list[tuple[str, dict[str, Any]]]) -> str | None:
         """Post the items as app messages; the sweep's final status when one says it finished."""
         status = None
         for kind, fields in items:
             if kind == "SweepFinished":
                 status = str(fields["status"])
+                if not self._started:  # it ended before its session was made: there is no session to show
+                    fields = {**fields, "session_dir": None}
+            elif kind == "CellStarted":
+                self.running_cell = int(fields["cell"].index)
+            elif kind == "SweepStarted":
+                self._started = True
+                self.engine_pid = int(fields.get("engine_pid") or 0) or self.engine_pid
+            if self.own and kind in ("EngineNotice", "SweepFinished"):
+                key = "text" if kind == "EngineNotice" else "message"
+                fields = {**fields, key: app_wording(str(fields.get(key) or ""))}
             self.post(m.from_wire(kind, fields))
         return status
 
@@ -222,16 +252,15 @@ class SweepDriver:
 
         self.control = SweepControl()
         try:
-            # a launched server is started by the engine itself ([server] launch); its URL comes from its command
-            url, label = ("", None) if spec.launch else pool.resolve(spec.url)
-            ctx = RunContext(url=url, target_label=label, api_key=os.environ.get(spec.api_key_env) or None,
-                             sessions_dir=sessions_dir)
-            if self.mode == "process":
-                status = self._run_process(spec, ctx)
+            ctx = RunContext(api_key=os.environ.get(spec.api_key_env) or None, sessions_dir=sessions_dir)
+            if self.mode == "detached":
+                status = self._run_detached(spec, ctx)
                 if status is not None:
                     return status
-                self.mode = "thread"  # the process did not start: fall back
-            result: str = run_loop(self._main(spec, ctx))
+                self.mode = "thread"  # the runner did not start: fall back
+            # a launched server is started by the engine itself ([server] launch); its URL comes from its command
+            url, label = ("", None) if spec.launch else pool.resolve(spec.url)
+            result: str = run_loop(self._main(spec, replace(ctx, url=url, target_label=label)))
             return result
         except ServescopeError as e:
             self.post(m.SweepFinished(None, "failed", app_wording(clean_text(e.message))))
@@ -261,110 +290,102 @@ class SweepDriver:
                 status = done
         return status
 
-    def _run_process(self, spec: Any, ctx: Any) -> str | None:
-        """Relay the engine process's batches until it ends; None when it could not be started."""
-        import multiprocessing as mp
-        import time
-
-        from servescope.tui import engineproc
+    def _run_detached(self, spec: Any, ctx: Any) -> str | None:
+        """Start the runner and follow it; None when it could not be started (the thread runs it instead)."""
+        from servescope.engine.detached import discard_unstarted, start_runner, wait_started
 
         if self._cancelled:
             raise asyncio.CancelledError
-        mpc = mp.get_context("spawn")
-        here, there = mpc.Pipe(duplex=True)
-        proc = mpc.Process(target=engineproc.main, args=(there, spec, ctx),
-                           name="servescope-engine", daemon=True)
         try:
-            with real_std_streams():  # Textual's stderr has no fd: the spawn would fail on it
-                proc.start()
-        except Exception as e:  # e.g. a sweep that does not pickle, or no /dev/shm: use the thread
+            with real_std_streams():
+                path, proc = start_runner(spec, ctx)
+        except ServescopeError:
+            raise
+        except Exception as e:  # e.g. a sweep that does not pickle: use the thread
             self.post(m.EngineNotice("warning", start_failure(e)))
-            here.close()
-            there.close()
             return None
-        there.close()
         self.engine_pid = proc.pid
-        with self._lock:
-            self._conn = here
-        status: str | None = None
-        cancel_at: float | None = None
-        try:
-            while True:
-                if self._cancelled and cancel_at is None:
-                    self._send(("cancel",))
-                    cancel_at = time.monotonic()
-                if self.aborted:
-                    proc.terminate()
-                    break
-                if cancel_at is not None and time.monotonic() - cancel_at > CANCEL_GRACE_S:
-                    proc.terminate()  # it did not save in time: the session then reads as interrupted
-                    break
-                try:
-                    ready = here.poll(0.1)
-                    batch = here.recv() if ready else None
-                except (EOFError, OSError):
-                    break
-                if batch is None:
-                    if not proc.is_alive() and not here.poll(0):
-                        break
-                    continue
-                if batch and batch[0][0] == engineproc.END:
-                    break
-                done = self._post_items(batch)
-                if done is not None:
-                    status = done
-        finally:
-            with self._lock:
-                self._conn = None
-            here.close()
-            proc.join(timeout=CANCEL_GRACE_S if self._cancelled else 5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=2)
-        if status is None:
-            status = "interrupted" if self._cancelled else "failed"
-            why = ("the app closed during the sweep" if self._cancelled
-                   else f"the engine process ended unexpectedly (exit code {proc.exitcode})")
-            self.post(m.SweepFinished(None, status, why))
-        return status
+        err = wait_started(path, proc, wait_s=30.0)
+        if err:
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=10)
+            discard_unstarted(path)
+            raise ServescopeError(err)
+        return self._follow(path, proc)
 
-    def _send(self, cmd: tuple[str, ...]) -> bool:
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                return False
-            try:
-                conn.send(cmd)
-                return True
-            except (OSError, ValueError):
-                return False
+    def _follow(self, path: Path, proc: Any = None) -> str:
+        """Post the session's logged events, then the new ones as they come, until the sweep ends, its runner
+        dies, or the app leaves (status "detached": it goes on without us)."""
+        from servescope.engine.wire import decode_item
+        from servescope.sessions.live import EventLogReader, runner_state
+
+        self.session_dir = path
+        reader = EventLogReader(path)
+        first = True
+        idle = 0
+        try:
+            while not self._leave.is_set():
+                items = [decode_item(k, f) for k, f in reader.poll()]
+                if first:  # attaching: catch up on what the sweep did so far, without its old request batches
+                    more = items
+                    while more:
+                        more = [decode_item(k, f) for k, f in reader.poll()]
+                        items += more
+                    items = catch_up(items)
+                    first = False
+                if items:
+                    idle = 0
+                    status = self._post_items(items)
+                    if status is not None:
+                        return status
+                    continue
+                idle += 1
+                if idle % 10 == 0 and not runner_state(path).running and (proc is None or proc.poll() is not None):
+                    if reader.poll():  # its last words arrived meanwhile: read them on the next turn
+                        continue
+                    why = runner_state(path).reason or "its runner ended"
+                    self.post(m.SweepFinished(path, "interrupted", f"the sweep is not running: {why}; continue it "
+                                                                  f"with `servescope resume {path}`"))
+                    return "interrupted"
+                self._leave.wait(FOLLOW_POLL_S)
+            return "detached"
+        finally:
+            reader.close()
 
     # thread-safe controls ------------------------------------------------------------------------
     def skip_cell(self) -> None:
         """Skip the running cell: its in-flight requests are cancelled and it is saved as `skipped`."""
-        if self._send(("skip",)):
-            return
-        if self.control is not None:
+        if self.session_dir is not None:
+            send_command(self.session_dir, "skip", self.running_cell)
+        elif self.control is not None:
             self.control.skip_cell("skipped by the user")
 
     def stop(self) -> None:
         """Stop the sweep after the running cell's in-flight requests (no new ones are sent); called again,
         cancel those requests."""
-        if self._send(("stop",)):
-            return
-        if self.control is not None:
+        if self.session_dir is not None:
+            send_command(self.session_dir, "stop")
+        elif self.control is not None:
             self.control.stop("stopped by the user", let_in_flight_finish=True)
 
+    def leave(self) -> None:
+        """Stop following: the app leaves, a detached sweep goes on."""
+        self._leave.set()
+
     def abort(self) -> None:
-        """Leave at once (a second ctrl+q): cancel, and terminate the engine process without waiting for it
-        to save the running cell (the session then reads as interrupted; finished cells are on disk)."""
+        """Leave at once (a second ctrl+q)."""
         self.aborted = True
         self.cancel()
 
     def cancel(self) -> None:
-        """End the sweep now (the app is closing): the engine cancels the running cell's requests and saves
-        it as interrupted; finished cells stay."""
-        self._cancelled = True  # the process relay sends ("cancel",) on its next turn
+        """End the sweep now (the app is closing and the user chose to stop it): the runner cancels the running
+        cell's requests and saves it as interrupted; finished cells stay."""
+        self._cancelled = True
+        if self.session_dir is not None:
+            send_command(self.session_dir, "stop")
+            send_command(self.session_dir, "stop")  # the second stop cancels the in-flight requests
+            self._leave.set()
+            return
         if self.control is not None:
             self.control.stopping = True
         loop, task = self.loop, self.task
@@ -373,3 +394,13 @@ class SweepDriver:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:
                 pass
+
+
+def catch_up(items: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """What an app attaching mid-sweep needs of the log so far: every item but the request batches of cells
+    already finished and all but the newest telemetry sample (their figures are in the finished cells)."""
+    ended = {int(f["cell"].index) for k, f in items if k in ("CellFinished", "CellSkipped")}
+    last_tele = max((i for i, (k, _) in enumerate(items) if k == "TelemetryUpdated"), default=-1)
+    return [(k, f) for i, (k, f) in enumerate(items)
+            if not (k == "RequestsMeasured" and int(f["cell"].index) in ended)
+            and not (k == "TelemetryUpdated" and i != last_tele)]

@@ -1,31 +1,25 @@
-"""The engine's events as plain data for the app, with no Textual import: the sweep worker (thread) and
-the engine process both turn `servescope.engine.events` events into `(kind, fields)` items here, so
-the same items can be posted at once (thread) or pickled over a pipe (process). `messages.from_wire`
-makes the app's messages from them."""
+"""The app's wording of the engine's items: `app_wording` says an engine message with the Compose screen's
+field names instead of CLI flags, `start_failure` says why the engine could not start. The items themselves
+are made by servescope.engine.wire (re-exported here)."""
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from servescope.core.textsafe import clean_text
 from servescope.engine.aio import run_loop  # noqa: F401  (re-exported: the app's engine runs on it)
-from servescope.sessions import series_name
-
-Item = tuple[str, dict[str, Any]]
-
-# the /metrics gauges and counters the live panel draws (vLLM names, as parse_metrics returns them;
-# older vLLM names are mapped to the new ones)
-LIVE_SERVER_KEYS: dict[str, tuple[str, ...]] = {
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
-    "preemptions_total": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
-}
-
+from servescope.engine.wire import (  # noqa: F401  (re-exported)
+    LIVE_SERVER_KEYS,
+    CellInfo,
+    Item,
+    Translator,
+    decode_item,
+    encode_item,
+    live_server,
+    reduce_records,
+    telemetry_meta,
+    translate,
+)
 
 # the CLI flags the engine's messages name, as the Compose screen's fields are labelled: inside the app a
 # message says "check the URL field", not "check --url"
@@ -57,144 +51,3 @@ def start_failure(e: BaseException) -> str:
         what = "the sweep could not be sent to it"
     return (f"the engine could not start in its own process ({what[:120] or type(e).__name__}); running in a thread "
             "instead, where its timings share the app's CPU time")
-
-
-@dataclass
-class CellInfo:
-    """What the UI needs to know about a planned cell (a plain copy of the engine's Cell)."""
-
-    index: int
-    workload: str
-    load_label: str
-    concurrency: int | None
-    rate: float | None
-    requests: int | None
-    duration_s: float | None
-    shape: str = ""
-    variant: str = ""  # the server variant's arguments in a server-config sweep
-
-    @property
-    def series(self) -> str:
-        """The workload, with the server variant when there is one: one curve per series."""
-        return series_name(self.workload, self.variant)
-
-    @property
-    def label(self) -> str:
-        return f"{self.series} {self.load_label}"
-
-    @property
-    def x(self) -> float:
-        """The load level as a number (concurrency, else rate) for curves."""
-        return float(self.concurrency if self.concurrency is not None else (self.rate or 0.0))
-
-    @classmethod
-    def from_cell(cls, cell: Any) -> CellInfo:
-        return cls(cell.index, cell.workload.name, cell.load.label, cell.load.concurrency, cell.load.rate,
-                   cell.requests, cell.duration_s, cell.workload.shape(), clean_text(getattr(cell, "variant_args", "")))
-
-
-def reduce_records(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,
-                                                list[tuple[str, str]]]:
-    """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics (the one
-    definition), plus the batch's output tokens and its errors."""
-    from servescope.core.metrics import per_request, records_frame
-
-    measured = [r for r in records if not r.warmup]
-    if not measured:
-        return [], [], [], [], 0, []
-    pr = per_request(records_frame(measured))
-    ok = pr.filter(pr["status"] == "ok")
-    errors = [(str(s), clean_text(str(e))[:200]) for s, e in zip(pr["status"], pr["error"], strict=True)
-              if s not in ("ok", "cancelled")]  # a request cancelled by a stop or skip is no server error
-    return (
-        ok["ttft_ms"].drop_nulls().to_list(),
-        ok["tpot_ms"].drop_nulls().to_list(),
-        ok["e2e_ms"].drop_nulls().to_list(),
-        ok["per_user_tok_s"].drop_nulls().to_list(),
-        int(ok["output_tokens"].sum() or 0),
-        errors,
-    )
-
-
-def live_server(sample: dict[str, Any] | None) -> dict[str, float] | None:
-    """The few /metrics values the live panel draws, under short names (None when there is no sample)."""
-    if not sample:
-        return None
-    out: dict[str, float] = {}
-    for key, names in LIVE_SERVER_KEYS.items():
-        for n in names:
-            v = sample.get(n)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[key] = float(v)
-                break
-    return out
-
-
-def telemetry_meta(session_dir: Path) -> Item | None:
-    """The KV budget and GPU availability the engine wrote into session.toml (at the start, and again
-    after a relaunch)."""
-    try:
-        from servescope.sessions.store import load_session
-
-        meta = load_session(session_dir).meta
-    except Exception:
-        return None
-    kv, gpu = meta.get("kv_budget"), meta.get("gpu")
-    if kv is None and gpu is None:
-        return None
-    return ("TelemetryMeta", {"kv_budget": dict(kv) if kv else None, "gpu": dict(gpu) if gpu else None})
-
-
-class Translator:
-    """Runner events -> app items; remembers the session folder to re-read the KV budget and GPU
-    availability when the engine announces a KV budget (at the start, and after a relaunch)."""
-
-    def __init__(self, target_label: str | None) -> None:
-        self.target_label = target_label
-        self.session_dir: Path | None = None
-
-    def __call__(self, ev: Any) -> list[Item]:
-        from servescope.engine import events as r
-
-        if isinstance(ev, r.SweepStarted):
-            self.session_dir = ev.session_dir
-        items = translate(ev, self.target_label)
-        if isinstance(ev, r.KvBudgetKnown) and self.session_dir is not None:
-            meta = telemetry_meta(self.session_dir)
-            items += [meta] if meta else [("TelemetryMeta", {"kv_budget": dict(ev.budget), "gpu": None})]
-        return items
-
-
-def translate(ev: Any, target_label: str | None) -> list[Item]:
-    """One runner event -> the items the app needs (usually one)."""
-    from servescope.engine import events as r
-
-    if isinstance(ev, r.RequestsDone):
-        ttft, tpot, e2e, per_user, out_tok, errors = reduce_records(ev.records)
-        return [("RequestsMeasured", {"cell": CellInfo.from_cell(ev.cell), "ttft_ms": ttft, "tpot_ms": tpot,
-                                      "e2e_ms": e2e, "per_user_tok_s": per_user, "output_tokens": out_tok,
-                                      "done": ev.done, "failed": ev.failed, "elapsed_s": ev.elapsed_s,
-                                      "errors": errors})]
-    if isinstance(ev, r.TelemetrySample):
-        gpus = [dict(g) for g in ev.gpus] if ev.gpus else None
-        return [("TelemetryUpdated", {"server": live_server(ev.server), "gpus": gpus})]
-    if isinstance(ev, r.CellStarted):
-        return [("CellStarted", {"cell": CellInfo.from_cell(ev.cell), "total": ev.total})]
-    if isinstance(ev, r.CellFinished):
-        return [("CellFinished", {"cell": CellInfo.from_cell(ev.cell), "summary": ev.summary.to_dict(),
-                                  "status": ev.status, "reason": clean_text(ev.reason)})]
-    if isinstance(ev, r.CellSkipped):
-        return [("CellSkipped", {"cell": CellInfo.from_cell(ev.cell), "reason": clean_text(ev.reason)})]
-    if isinstance(ev, (r.Notice, r.KvBudgetKnown)):
-        return [("EngineNotice", {"level": ev.level, "text": app_wording(clean_text(ev.text))})]
-    if isinstance(ev, r.SweepStarted):
-        out: list[Item] = [("SweepStarted", {"session_dir": ev.session_dir, "cells": [CellInfo.from_cell(c) for c in ev.cells],
-                                 "target": target_label or ev.target.url, "model": ev.model,
-                                 "version": ev.target.version, "tokenizer": ev.tokenizer,
-                                 "metrics": ev.target.metrics_available, "engine_pid": os.getpid()})]
-        meta = telemetry_meta(ev.session_dir)
-        return out + ([meta] if meta else [])
-    if isinstance(ev, r.SweepFinished):
-        return [("SweepFinished", {"session_dir": ev.session_dir, "status": ev.status,
-                                   "message": app_wording(clean_text(ev.message))})]
-    return []

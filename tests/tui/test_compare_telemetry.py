@@ -172,9 +172,9 @@ def test_engine_process_falls_back_to_the_thread(home: Path, sim_url: str) -> No
     from servescope.tui.sweepworker import SimPool, SweepDriver
 
     sweep = _tiny_sweep(home).replace(url=sim_url)
-    object.__setattr__(sweep, "unpicklable", lambda: None)  # the process cannot start: the thread path runs it
+    object.__setattr__(sweep, "unpicklable", lambda: None)  # the runner cannot start: the thread path runs it
     got: list[Any] = []
-    d = SweepDriver(got.append, mode="process")
+    d = SweepDriver(got.append, mode="detached")
     assert d.run(sweep, SimPool(), home / "sessions") == "completed"
     assert d.mode == "thread"
     kinds = [type(x).__name__ for x in got]

@@ -1,5 +1,5 @@
 """The headless engine never imports Textual (layers: core <- workloads <- sessions <- engine <- tui; see
-tests/test_imports.py), nor does the process the app runs a sweep in."""
+tests/test_imports.py), nor does the runner process a sweep runs in."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def test_headless_modules_do_not_import_textual() -> None:
         "import servescope.sessions.store\n"
         "import servescope.engine.spec, servescope.engine.runner\n"
         "import servescope.cli.run\n"
-        "import servescope.tui.wire, servescope.tui.engineproc  # the engine process loads no Textual\n"
+        "import servescope.tui.wire, servescope.cli.detach, servescope.engine.detached  # nor does a runner\n"
         "bad = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
         "assert not bad, bad\n"
     )

@@ -1,4 +1,5 @@
-"""Small modal dialogs: a yes/no question (delete a session) and a one-line answer (rename it)."""
+"""Small modal dialogs: a yes/no question (delete a session), a choice of a few keys (leave a sweep running or
+stop it) and a one-line answer (rename it)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,31 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+class ChoiceScreen(ModalScreen[str | None]):
+    """`question` with a few answers, each a key: `choices` is [(key, label, value)]; esc answers None."""
+
+    def __init__(self, question: str, detail: str, choices: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.question = question
+        self.detail = detail
+        self.choices = choices
+        for key, label, value in choices:
+            self._bindings.bind(key, f"answer({value!r})", label)
+        self._bindings.bind("escape", "answer(None)", "Cancel")
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm", classes="dialog"):
+            yield Static(plain(self.question), classes="pane-title")
+            if self.detail:
+                yield Static(plain(self.detail), classes="hint")
+            yield Static(plain("   ".join(f"{k}: {label}" for k, label, _ in self.choices) + "   esc: cancel"),
+                         classes="hint")
+        yield Footer(compact=True)
+
+    def action_answer(self, value: str | None) -> None:
+        self.dismiss(value)
 
 
 class AskScreen(ModalScreen[str | None]):

@@ -229,7 +229,8 @@ class RunScreen(Screen[None]):
                                     f" tokenizer {msg.tokenizer}")
         self.engine_pid = msg.engine_pid
         if msg.engine_pid and msg.engine_pid != os.getpid():
-            self.log_view.event("info", f"the engine runs in its own process (pid {msg.engine_pid})")
+            self.log_view.event("info", f"the sweep runs in its own process (pid {msg.engine_pid}): it goes on if "
+                                        "this terminal closes; ctrl+q asks whether to stop it")
         self.query_one("#run-session", Static).update(f"session: {short_path(msg.session_dir)}")
 
     @on(m.CellStarted)

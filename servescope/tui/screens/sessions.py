@@ -84,6 +84,7 @@ class SessionsScreen(Screen[None]):
         Binding("space", "mark", "Mark"),
         Binding("c", "compare", "Compare"),
         Binding("slash", "filter", "Filter"),
+        Binding("a", "attach", "Attach"),
         Binding("d", "delete", "Delete"),
         Binding("n", "rename", "Rename"),
         Binding("r", "refresh", "Refresh", show=False),
@@ -206,6 +207,9 @@ class SessionsScreen(Screen[None]):
         if p is None:
             self.notify("no session to delete", severity="warning", markup=False)
             return
+        if self._sweep_running(p):
+            self.notify(f"{p.name} is running: attach (a) and stop it (x) first", severity="warning", markup=False)
+            return
         trash = self.base / TRASH
 
         def done(yes: bool | None) -> None:
@@ -271,6 +275,21 @@ class SessionsScreen(Screen[None]):
             self.notify(e.message, severity="error", markup=False)
             return
         self.app.push_screen(scr)
+
+    @staticmethod
+    def _sweep_running(p: Path) -> bool:
+        from servescope.sessions.live import runner_state
+
+        return runner_state(p).running
+
+    def action_attach(self) -> None:
+        """Open the Run screen on the selected session's running sweep."""
+        p = self._current()
+        if p is None or not self._sweep_running(p):
+            self.notify("a is for a running sweep: this session is not running (enter opens it)", severity="warning",
+                        markup=False)
+            return
+        self.app.attach(p)  # type: ignore[attr-defined]
 
     def action_compare(self) -> None:
         paths = sorted(self.marked)
