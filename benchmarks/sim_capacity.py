@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import re
 import sys
@@ -39,11 +40,13 @@ def _metric(text: str, name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+_SENT = itertools.count(1)
+
+
 async def drive(url: str, c: int, seconds: float) -> tuple[int, float, float, float]:
     """c closed-loop users for `seconds`; returns (tokens, wall, late steps, steps estimate)."""
     tokens = 0
     stop_at = time.perf_counter() + seconds
-    sent = 0
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as s:
         async with s.get(url + "/metrics") as r:
@@ -51,10 +54,9 @@ async def drive(url: str, c: int, seconds: float) -> tuple[int, float, float, fl
 
         async def user() -> None:
             nonlocal tokens
-            nonlocal sent
             while time.perf_counter() < stop_at:
-                sent += 1  # a distinct prompt each time: no prefix-cache hits
-                prompt = [1000 + sent % 20000, *range(2000, 2000 + PROMPT_TOKENS - 1)]
+                n = next(_SENT)  # a distinct first token across every cell of the run: no prefix-cache hits
+                prompt = [1000 + n % 20000, *range(2000, 2000 + PROMPT_TOKENS - 1)]
                 body = {"prompt": prompt, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True, "stream": True}
                 async with s.post(url + "/v1/completions", json=body) as r:
                     async for piece in r.content.iter_any():

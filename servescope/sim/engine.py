@@ -3,7 +3,9 @@
 Each step: running requests first (a decode token each, or their next prefill chunk), in arrival order;
 a request that needs a KV block when none is free preempts the newest running request (recompute: its
 blocks are freed and it goes back to the front of the queue, to prefill prompt + output so far). Then
-waiting requests are admitted while sequences, the token budget (chunked prefill) and free blocks allow.
+waiting requests are admitted while sequences, the token budget (chunked prefill) and free blocks allow;
+one with nothing computed first takes its longest cached prefix (prefill skips those tokens). The KV blocks
+and the prefix cache (chain-hashed full blocks, LRU eviction) live in `servescope.sim.prefixcache`.
 The step's duration comes from `CostModel.step_time`; its tokens are emitted at the step's end.
 
 `Scheduler` is pure: `schedule()` plans a step, `finish(step, t_end)` applies it. `VirtualRunner` drives
@@ -15,21 +17,28 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from servescope.sim.prefixcache import KVPool
 from servescope.sim.profile import CostModel
 
 WAITING, RUNNING, FINISHED, ABORTED = 0, 1, 2, 3
 
 
 class SimRequest:
-    """One request inside the engine. Token emission goes through `on_tokens(req, n, finished, t)`."""
+    """One request inside the engine. Token emission goes through `on_tokens(req, n, finished, t)`.
+
+    `prompt_ids` (hashed for the prefix cache when the request enters the engine) and `out_ids` (`out_ids(n)`:
+    the next n output token ids, in the order the client gets them) are optional: without prompt ids nothing
+    is cached, without output ids only the prompt's blocks.
+    """
 
     __slots__ = (
         "rid", "prompt_len", "max_tokens", "target_len", "finish_reason", "arrival", "state",
         "num_computed", "num_output", "blocks", "first_token_t", "last_token_t", "first_scheduled_t",
-        "num_preemptions", "on_tokens", "prefix_key", "cached_tokens", "done_t",
+        "num_preemptions", "on_tokens", "cached_tokens", "done_t",
+        "prompt_ids", "out_ids", "hashes", "tail", "out_pulled", "held", "reg_at",
     )
 
     def __init__(
@@ -40,7 +49,8 @@ class SimRequest:
         target_len: int | None = None,
         arrival: float = 0.0,
         on_tokens: Callable[[SimRequest, int, bool, float], None] | None = None,
-        prefix_key: int | None = None,
+        prompt_ids: Sequence[int] | None = None,
+        out_ids: Callable[[int], list[int]] | None = None,
     ) -> None:
         self.rid = rid
         self.prompt_len = prompt_len
@@ -51,15 +61,22 @@ class SimRequest:
         self.state = WAITING
         self.num_computed = 0  # tokens whose KV is in the cache
         self.num_output = 0
-        self.blocks = 0
+        self.blocks = 0  # KV blocks of its own (cached ones it shares: `held`)
         self.first_token_t = -1.0
         self.last_token_t = -1.0
         self.first_scheduled_t = -1.0
         self.num_preemptions = 0
         self.on_tokens = on_tokens
-        self.prefix_key = prefix_key  # requests with one key share their prompt's prefix cache
-        self.cached_tokens = 0
+        self.cached_tokens = 0  # prompt tokens the prefix cache had when first scheduled (usage's cached_tokens)
         self.done_t = -1.0
+        # prefix cache (servescope.sim.prefixcache)
+        self.prompt_ids = prompt_ids
+        self.out_ids = out_ids
+        self.hashes: list[int] | None = None  # chain hashes of its full blocks, as far as known
+        self.tail: list[int] = []  # token ids after the last hashed block
+        self.out_pulled = 0  # output ids taken from `out_ids`
+        self.held = 0  # cached blocks it holds: the first `held` of `hashes`
+        self.reg_at = 0.0  # computed tokens at which its next full block is cached
 
     @property
     def total_len(self) -> int:
@@ -84,9 +101,9 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs or e.max_num_seqs
         self.budget = max_num_batched_tokens or e.max_num_batched_tokens
         self.num_blocks = cost.num_blocks
-        self.free_blocks = cost.num_blocks
         self.block_size = cost.block_size
         self.prefix_caching = e.enable_prefix_caching
+        self.pool = KVPool(cost, e.enable_prefix_caching)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         # counters (exported as vLLM metrics)
@@ -96,17 +113,17 @@ class Scheduler:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.steps = 0
-        self._prefix_seen: dict[int, int] = {}  # prefix key -> cached prompt tokens (coarse LRU-free model)
 
     # --- queue -----------------------------------------------------------------------------------------
     def add(self, req: SimRequest) -> None:
         req.state = WAITING
+        self.pool.prepare(req)
         self.waiting.append(req)
 
     def abort(self, req: SimRequest) -> None:
         if req.state == RUNNING:
             self.running.remove(req)
-            self._free(req)
+            self.pool.release(req)
         elif req.state == WAITING:
             try:
                 self.waiting.remove(req)
@@ -118,27 +135,19 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     @property
+    def free_blocks(self) -> int:
+        """Blocks no request holds (cached ones nobody holds included, as vLLM counts them)."""
+        return self.pool.available
+
+    @property
     def kv_usage(self) -> float:
-        return 1.0 - self.free_blocks / self.num_blocks if self.num_blocks else 0.0
-
-    def _free(self, req: SimRequest) -> None:
-        self.free_blocks += req.blocks
-        req.blocks = 0
-        req.num_computed = 0
-
-    def _grow(self, req: SimRequest, new_total: int) -> bool:
-        need = self.cost.blocks_for(new_total) - req.blocks
-        if need <= 0:
-            return True
-        if need > self.free_blocks:
-            return False
-        self.free_blocks -= need
-        req.blocks += need
-        return True
+        return self.pool.usage
 
     # --- one step --------------------------------------------------------------------------------------
     def schedule(self, now: float = 0.0) -> Step:
         step = Step()
+        pool = self.pool
+        grow = pool.grow
         budget = self.budget
         kv_read = 0.0
         pairs = 0.0
@@ -150,7 +159,7 @@ class Scheduler:
             if n <= 0:  # cannot happen: a running request always has a token to compute
                 i += 1
                 continue
-            while not self._grow(req, req.num_computed + n):
+            while not grow(req, req.num_computed + n):
                 victim = running.pop()  # newest
                 self._preempt(victim, step)
                 if victim is req:
@@ -166,18 +175,23 @@ class Scheduler:
                 pairs += n * (ctx + (n + 1) / 2.0)
                 step.num_prefill_tokens += n
             i += 1
-        # admit waiting requests (FCFS: stop at the first that does not fit)
-        while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
+        # admit waiting requests (FCFS: stop at the first that does not fit; none in a step that preempted,
+        # as vLLM, unless the step would be empty)
+        while self.waiting and budget > 0 and len(running) < self.max_num_seqs and not (step.preempted and step.reqs):
             req = self.waiting[0]
-            if req.num_computed == 0 and self.prefix_caching and req.num_preemptions == 0:
-                self._prefix_lookup(req)
-            n = min(req.total_len - req.num_computed, budget)
-            if not self._grow(req, req.num_computed + n):
+            hit = pool.lookup(req)  # a waiting request has nothing computed (preemption drops it all)
+            start = hit * self.block_size
+            n = min(req.total_len - start, budget)
+            if not pool.admit(req, hit, start + n):
                 break
             self.waiting.popleft()
             req.state = RUNNING
-            if req.first_scheduled_t < 0:
+            if req.first_scheduled_t < 0:  # first admission: vLLM counts new requests' lookups only
                 req.first_scheduled_t = now
+                req.cached_tokens = start
+                if self.prefix_caching:
+                    self.prefix_queries += req.total_len
+                    self.prefix_hits += start
             running.append(req)
             step.reqs.append(req)
             step.tokens.append(n)
@@ -191,20 +205,8 @@ class Scheduler:
             step.duration = self.cost.step_time(step.num_tokens, len(step.reqs), kv_read, pairs)
         return step
 
-    def _prefix_lookup(self, req: SimRequest) -> None:
-        self.prefix_queries += req.prompt_len
-        if req.prefix_key is None:
-            return
-        cached = self._prefix_seen.get(req.prefix_key, 0)
-        # whole blocks only, and never the last prompt token (it must be computed to sample)
-        hit = min(cached, req.prompt_len - 1) // self.block_size * self.block_size
-        if hit > 0 and self._grow(req, hit):
-            req.num_computed = hit
-            req.cached_tokens = hit
-            self.prefix_hits += hit
-
     def _preempt(self, victim: SimRequest, step: Step) -> None:
-        self._free(victim)
+        self.pool.release(victim)
         victim.state = WAITING
         victim.num_preemptions += 1
         self.num_preemptions += 1
@@ -215,16 +217,17 @@ class Scheduler:
         """Apply a step at its end time: advance KV, sample tokens, retire finished requests."""
         self.steps += 1
         done: list[SimRequest] = []
+        pool = self.pool
         for req, n in zip(step.reqs, step.tokens, strict=True):
             if req.state != RUNNING:
                 continue  # preempted or aborted within this step
             req.num_computed += n
+            if req.num_computed >= req.reg_at:
+                pool.register(req)
             if req.num_computed < req.total_len:
                 continue  # a prefill chunk that samples nothing
             if req.num_output == 0 and req.num_computed == req.prompt_len:
                 self.prompt_tokens_total += req.prompt_len
-                if self.prefix_caching and req.prefix_key is not None:
-                    self._prefix_seen[req.prefix_key] = max(self._prefix_seen.get(req.prefix_key, 0), req.prompt_len)
             req.num_output += 1
             self.generation_tokens_total += 1
             if req.first_token_t < 0:
@@ -239,8 +242,7 @@ class Scheduler:
                 req.on_tokens(req, 1, finished, t_end)
         if done:
             for req in done:
-                self.free_blocks += req.blocks
-                req.blocks = 0
+                pool.release(req)
             self.running = [r for r in self.running if r.state == RUNNING]
         return done
 
@@ -311,6 +313,10 @@ class VirtualRunner:
                     self.on_done(req, self.now)
 
 
+def _filler_ids(n: int) -> list[int]:
+    return [64] * n
+
+
 def run_closed_loop(
     cost: CostModel,
     concurrency: int,
@@ -319,13 +325,16 @@ def run_closed_loop(
     output_len: int,
     **kw: int,
 ) -> tuple[list[RequestResult], float]:
-    """`concurrency` users each send their next request when the last one ends. Returns (results, wall)."""
+    """`concurrency` users each send their next request when the last one ends. Returns (results, wall).
+
+    The prompts share no prefix, but carry token ids, so that a preempted request re-hits its own cached
+    blocks, as it does in the server."""
     runner = VirtualRunner(cost, **kw)
     sent = 0
 
     def make(i: int) -> SimRequest:
         pl = prompt_len(i) if callable(prompt_len) else prompt_len
-        return SimRequest(i, pl, output_len)
+        return SimRequest(i, pl, output_len, prompt_ids=[i, *range(64, 63 + pl)], out_ids=_filler_ids)
 
     def on_done(req: SimRequest, t: float) -> None:
         nonlocal sent

@@ -44,10 +44,23 @@ class TokenSource:
         self.x = (self.x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
         return WORD_BASE + (self.x >> 33) % NUM_WORDS
 
+    def take(self, n: int) -> list[int]:
+        """The next `n` ids (as `n` calls of `next`)."""
+        x = self.x
+        out = []
+        for _ in range(n):
+            x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
+            out.append(WORD_BASE + (x >> 33) % NUM_WORDS)
+        self.x = x
+        return out
 
-def usage_stats(prompt_len: int, completion: int, reasoning: int, final: bool) -> dict[str, Any]:
-    """The `usage` object of a response (`final`: the last one, which counts the reasoning tokens)."""
+
+def usage_stats(prompt_len: int, completion: int, reasoning: int, final: bool, cached: int | None = None) -> dict[str, Any]:
+    """The `usage` object of a response (`final`: the last one, which counts the reasoning tokens and, when
+    `cached` is not None, the prompt tokens the prefix cache had)."""
     u: dict[str, Any] = {"prompt_tokens": prompt_len, "total_tokens": prompt_len + completion, "completion_tokens": completion}
+    if final and cached is not None:
+        u["prompt_tokens_details"] = {"cached_tokens": cached}
     if reasoning and final:
         u["completion_tokens_details"] = {"reasoning_tokens": min(reasoning, completion)}
     return u
@@ -55,11 +68,12 @@ def usage_stats(prompt_len: int, completion: int, reasoning: int, final: bool) -
 
 def full_response(
     req: SimRequest, gen: TokenSource, tok: Tokenizer, model_name: str, chat: bool, created: int, prompt_len: int,
-    reasoning: int,
+    reasoning: int, prompt_details: bool,
 ) -> web.Response:
-    """The body of a non-streamed completion, once the request has finished."""
+    """The body of a non-streamed completion, once the request has finished (`prompt_details`: the usage
+    says how many prompt tokens were cached)."""
     ids = [gen.next() for _ in range(req.num_output)]
-    usage = usage_stats(prompt_len, req.num_output, reasoning, True)
+    usage = usage_stats(prompt_len, req.num_output, reasoning, True, req.cached_tokens if prompt_details else None)
     if chat:
         r = min(reasoning, len(ids))
         message: dict[str, Any] = {
@@ -100,9 +114,11 @@ async def stream_response(
     include_usage: bool,
     continuous: bool,
     cut_at: int,
+    prompt_details: bool,
 ) -> web.StreamResponse:
     """Stream the request's tokens as server-sent events while the engine produces them (`chan`); cut the
-    connection after `cut_at` tokens when it is not 0 (a fault)."""
+    connection after `cut_at` tokens when it is not 0 (a fault). The final usage chunk says how many prompt
+    tokens were cached when `prompt_details` (the continuous ones do not, as in vLLM)."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     tok_text = tok.token_text
@@ -158,7 +174,8 @@ async def stream_response(
                     return resp
             if chan.finished and sent >= req.num_output:
                 if include_usage:
-                    parts.append(head + b'[],"usage":' + _json_encode(usage_stats(prompt_len, sent, reasoning, True)) + b"}\n\n")
+                    usage = usage_stats(prompt_len, sent, reasoning, True, req.cached_tokens if prompt_details else None)
+                    parts.append(head + b'[],"usage":' + _json_encode(usage) + b"}\n\n")
                 parts.append(b"data: [DONE]\n\n")
                 await write(b"".join(parts))
                 break

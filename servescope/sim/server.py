@@ -3,6 +3,11 @@
 `SimServer` reads and checks the requests, hands them to the engine loop (`servescope.sim.engineloop`,
 which runs the scheduler against the event loop's clock) and writes the answers
 (`servescope.sim.responses`); `Faults` are the failures it can be told to simulate.
+
+With prefix caching on (the default, as in vLLM), the prompt is tokenized (a chat's as its rendered ChatML
+text) and the engine gets its token ids and the output ids the client will get, for the block hashes of
+`servescope.sim.prefixcache`; the usage then carries `prompt_tokens_details.cached_tokens`, always (vLLM
+sends it only with `--enable-prompt-tokens-details`, and leaves it out when the count is 0).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class SimServer:
         self.tokenizer = Tokenizer(add_bos_token=profile.model.add_bos_token)
         self.metrics = Metrics(self.model_name)
         self.max_model_len = self._effective_max_model_len()
+        self.prefix_caching = profile.engine.enable_prefix_caching
         self.rng = random.Random(self.faults.seed)
         self.completed = 0
         self._rid = 0
@@ -196,9 +202,10 @@ class SimServer:
             return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
         return None
 
-    def _prompt(self, body: dict[str, Any], chat: bool) -> tuple[int, int]:
-        """(prompt token count, content hash) for a request body."""
+    def _prompt(self, body: dict[str, Any], chat: bool) -> tuple[int, int, list[int] | None]:
+        """(prompt token count, content hash, token ids when the prefix cache needs them) for a request body."""
         tok = self.tokenizer
+        ids: list[int] | None
         if chat:
             msgs = body.get("messages")
             if not isinstance(msgs, list) or not msgs:
@@ -207,16 +214,19 @@ class SimServer:
                 if not isinstance(m, dict):
                     raise _BadRequest("each message must be an object with 'role' and 'content'")
             text = render_chat(msgs, add_generation_prompt=True)
-            return tok.count(text), zlib.crc32(text.encode("utf-8", "replace"))
+            ids = tok.encode(text) if self.prefix_caching else None
+            n = len(ids) if ids is not None else tok.count(text)
+            return n, zlib.crc32(text.encode("utf-8", "replace")), ids
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            return tok.count(prompt, add_special_tokens=bool(body.get("add_special_tokens", True))), zlib.crc32(
-                prompt.encode("utf-8", "replace")
-            )
+            special = bool(body.get("add_special_tokens", True))
+            ids = tok.encode(prompt, special) if self.prefix_caching else None
+            n = len(ids) if ids is not None else tok.count(prompt, special)
+            return n, zlib.crc32(prompt.encode("utf-8", "replace")), ids
         if isinstance(prompt, list) and prompt and tok.valid_ids(prompt):
-            return len(prompt), zlib.crc32(_json_encode(prompt))
+            return len(prompt), zlib.crc32(_json_encode(prompt)), prompt
         raise _BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -233,7 +243,7 @@ class SimServer:
             bad = self._check_model(body)
             if bad is not None:
                 return bad
-            prompt_len, phash = self._prompt(body, chat)
+            prompt_len, phash, prompt_ids = self._prompt(body, chat)
             mml = self.max_model_len
             max_tokens = body.get("max_completion_tokens") if chat else None
             if max_tokens is None:
@@ -317,8 +327,10 @@ class SimServer:
             chan.event.set()
 
         chan_last = [arrival]
-        req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prefix_key=phash)
-        gen = TokenSource(h ^ rid if seed is None else h)
+        gen_seed = h ^ rid if seed is None else h
+        gen = TokenSource(gen_seed)
+        req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prompt_ids,
+                         TokenSource(gen_seed).take if self.prefix_caching else None)  # the ids `gen` will give
         if self.cost.frontend_s > 0:
             await asyncio.sleep(arrival + self.cost.frontend_s - loop.time())
         assert self.engine is not None
@@ -328,11 +340,13 @@ class SimServer:
         try:
             if stream:
                 return await stream_response(request, req, chan, gen, self.tokenizer, self._model_bytes, chat, created,
-                                             prompt_len, reasoning, include_usage, continuous, cut_at)
+                                             prompt_len, reasoning, include_usage, continuous, cut_at,
+                                             self.prefix_caching)
             while not chan.finished:
                 await chan.event.wait()
                 chan.event.clear()
-            return full_response(req, gen, self.tokenizer, self.model_name, chat, created, prompt_len, reasoning)
+            return full_response(req, gen, self.tokenizer, self.model_name, chat, created, prompt_len, reasoning,
+                                 self.prefix_caching)
         finally:
             if req.done_t < 0:
                 engine.abort(req)

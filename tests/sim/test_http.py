@@ -40,7 +40,8 @@ async def test_completions_stream_shape(sim: SimHandle) -> None:
         assert ch["finish_reason"] == ("length" if i == 15 else None)
         assert "usage" not in ev
     assert usage["choices"] == []
-    assert usage["usage"] == {"prompt_tokens": 101, "completion_tokens": 16, "total_tokens": 117}
+    assert usage["usage"] == {"prompt_tokens": 101, "completion_tokens": 16, "total_tokens": 117,
+                              "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 async def test_continuous_usage_is_cumulative(sim: SimHandle) -> None:
@@ -81,7 +82,8 @@ def test_non_streaming(sim: SimHandle) -> None:
     with httpx.Client(base_url=sim.url) as c:
         r = c.post("/v1/completions", json={"prompt": "one two", "max_tokens": 7, "ignore_eos": True}).json()
         assert r["object"] == "text_completion" and r["choices"][0]["finish_reason"] == "length"
-        assert r["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}
+        assert r["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10,
+                              "prompt_tokens_details": {"cached_tokens": 0}}
         assert len(c.post("/tokenize", json={"prompt": r["choices"][0]["text"], "add_special_tokens": False}).json()["tokens"]) == 7
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
                                                  "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": True}}).json()
