@@ -271,6 +271,8 @@ class EventLogReader:
             if seq <= self.seq or not isinstance(fields, dict):
                 continue
             self.seq = seq
+            if kind == "SweepStarted" and isinstance(obj.get("t"), (int, float)):
+                fields = {**fields, "started_at": float(obj["t"])}  # when it started (epoch s), for viewers
             out.append((kind, fields))
         return out
 

@@ -1,6 +1,6 @@
 """End to end in a real terminal (tmux, 80x24): `servescope demo` with a skip (`s`) and a stop (`x`): the
-engine runs in its own process, the skipped cell is marked `skipped`, the stopped one `stopped`; and ctrl+q
-during a sweep leaves within a couple of seconds, printing what it saved."""
+sweep runs in its own process, the skipped cell is marked `skipped`, the stopped one `stopped`; and ctrl+q
+during a sweep asks, then `s` stops it and the app leaves within a couple of seconds, saying what it kept."""
 
 from __future__ import annotations
 
@@ -81,13 +81,22 @@ def test_skip_and_stop_at_80x24(demo: str, tmp_path: Path) -> None:
     tmux("send-keys", "-t", demo, "C-q")
 
 
-def test_ctrl_q_during_a_sweep_leaves_fast_and_says_what_it_saved(demo: str, tmp_path: Path) -> None:
+def test_ctrl_q_during_a_sweep_asks_then_s_stops_it_fast(demo: str, tmp_path: Path) -> None:
     wait_for(demo, ["cell 1/3"], timeout=60)
     time.sleep(1.5)
-    t0 = time.monotonic()
     tmux("send-keys", "-t", demo, "C-q")
-    text = wait_for(demo, ["servescope: ", "saved as interrupted"], timeout=10)
+    wait_for(demo, ["leave it running", "stop the sweep"], timeout=10)
+    t0 = time.monotonic()
+    tmux("send-keys", "-t", demo, "s")
+    text = wait_for(demo, ["servescope: ", "stopping the sweep"], timeout=10)
     took = time.monotonic() - t0
-    assert took < 2.5, f"ctrl+q took {took:.1f} s to leave"
+    assert took < 2.5, f"stopping took {took:.1f} s to leave"
     assert "servescope resume" in text
-    assert _cells(tmp_path)[0]["status"] == "interrupted"
+    from servescope.sessions.live import runner_state
+
+    path = next((tmp_path / "sessions").iterdir())
+    deadline = time.monotonic() + 30
+    while runner_state(path).running:
+        assert time.monotonic() < deadline, "the runner did not stop"
+        time.sleep(0.2)
+    assert _cells(tmp_path)[0]["status"] in ("stopped", "interrupted")

@@ -227,6 +227,8 @@ class RunScreen(Screen[None]):
         p.detail = ""
         self.log_view.event("info", f"{msg.target}: model {msg.model} (vLLM {msg.version or '?'}), {self.total} cells,"
                                     f" tokenizer {msg.tokenizer}")
+        if msg.started_at is not None:  # attached: the sweep began before this screen did
+            self.sweep_t0 = self.clock() - max(0.0, time.time() - msg.started_at)
         self.engine_pid = msg.engine_pid
         if msg.engine_pid and msg.engine_pid != os.getpid():
             self.log_view.event("info", f"the sweep runs in its own process (pid {msg.engine_pid}): it goes on if "
