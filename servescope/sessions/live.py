@@ -191,9 +191,16 @@ class EventLogWriter:
         """events.jsonl -> events.1.jsonl; the new file opens with the snapshot (seq numbers kept, so a viewer
         that read the old file skips what it has)."""
         tmp = self.dir / (EVENTS + ".tmp")
+        budget = self.max_bytes // 2 - sum(len(x) for x in self._keep)  # room left for new items before the next
+        recent: list[str] = []
+        for line in reversed(self._batches[-SNAPSHOT_BATCHES:]):
+            budget -= len(line)
+            if budget < 0:
+                break
+            recent.append(line)
         with open(tmp, "w", encoding="utf-8") as f:
             f.writelines(self._keep)
-            f.writelines(self._batches[-SNAPSHOT_BATCHES:])
+            f.writelines(reversed(recent))
             if self._last_telemetry:
                 f.write(self._last_telemetry)
             f.flush()
@@ -233,26 +240,37 @@ class EventLogReader:
         self._buf = b""
         self.seq = 0
 
-    def _open(self) -> bool:
+    def _open(self, path: Path) -> bool:
         try:
-            f = open(self.path, "rb")  # noqa: SIM115 - followed across calls
+            f = open(path, "rb")  # noqa: SIM115 - followed across calls
         except OSError:
             return False
         self._f, self._ino, self._buf = f, os.fstat(f.fileno()).st_ino, b""
         return True
 
     def poll(self, max_bytes: int = 8 * 1024 * 1024) -> list[tuple[str, dict[str, Any]]]:
-        if self._f is None and not self._open():
+        if self._f is None and not self._open(self.path):
             return []
         out = self._read(max_bytes)
-        try:
-            rotated = os.stat(self.path).st_ino != self._ino
-        except OSError:
-            rotated = False
-        if rotated and len(out) == 0:  # the old file is read to its end: go on in the new one
+        while not out:
+            try:
+                rotated = os.stat(self.path).st_ino != self._ino
+            except OSError:
+                rotated = False
+            if not rotated:
+                break
+            # the file followed was rotated and is read to its end: go on in the next one. Rotated twice since
+            # the last poll, the next one is events.1.jsonl (the snapshot's seq numbers skip what was read)
             self._f.close()
-            if self._open():
-                out = self._read(max_bytes)
+            old = self.path.with_name(EVENTS_OLD)
+            try:
+                nxt = old if os.stat(old).st_ino != self._ino else self.path
+            except OSError:
+                nxt = self.path
+            if not self._open(nxt):
+                self._f = None
+                break
+            out = self._read(max_bytes)
         return out
 
     def _read(self, max_bytes: int) -> list[tuple[str, dict[str, Any]]]:
