@@ -34,7 +34,7 @@ output_tokens = 64
 def start_sim(profile: str) -> tuple[subprocess.Popen[bytes], str]:
     from servescope.sim.launcher import start_sim as start
 
-    h = start(profile)
+    h = start(profile, ["--no-enable-prefix-caching"])  # every run sends the same prompts: no cache hits between runs
     return h.proc, str(h.url)
 
 
