@@ -235,3 +235,35 @@ async def test_the_probe_result_and_the_estimate_follow_the_target(home: Path, s
         assert app.screen.query_one("#url", Input).value == "http://127.0.0.1:9"
         assert "✓" not in text_of(res) and "not probed yet" in text_of(res), text_of(res)
         assert "a guess" in text_of(preview), text_of(preview)
+
+
+async def test_a_on_a_running_session_attaches_and_s_skips_its_cell(home: Path, sim_url: str) -> None:
+    """Sessions screen: `a` on a sweep another process runs opens the Run screen on it, rebuilt from its event
+    log, and `s` there skips the runner's current cell (through the session's control file)."""
+    from servescope.engine.detached import start_runner, wait_started
+    from servescope.engine.spec import RunContext
+    from servescope.sessions.live import runner_state, send_command
+
+    sessions = home / "sessions"
+    path, proc = start_runner(_spec(sim_url, SLOW, (1, 2), 40), RunContext(sessions_dir=sessions))
+    assert wait_started(path, proc, 30) is None
+    try:
+        app = make_app(url=sim_url, sessions_dir=str(sessions))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f4")
+            await wait_until(pilot, lambda: [r[3] for r in getattr(app.screen, "rows", {}).values()] == ["running"],
+                             10, "the running session in the list")
+            await pilot.press("a")
+            await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 5, "the Run screen")
+            progress = app.screen.query_one(SweepProgress)
+            await wait_until(pilot, lambda: progress.state == "running" and progress.done >= 1, 60, "live figures")
+            assert app.driver is not None and app.driver.engine_pid == proc.pid  # the runner, not this app
+            await pilot.press("s")
+            await wait_until(pilot, lambda: "skipped" in _log(app), 30, "the skip")
+            await wait_until(pilot, lambda: progress.cell_no == 2, 30, "cell 2")
+            assert load_session(path).meta["cells"][0]["status"] == "skipped"
+    finally:
+        send_command(path, "stop")
+        send_command(path, "stop")
+        proc.wait(timeout=60)
+    assert not runner_state(path).running
