@@ -61,6 +61,7 @@ class ServescopeApp(App[int]):
         self.driver: SweepDriver | None = None
         self.sweep_worker: Worker[str] | None = None
         self.last_session: Path | None = None
+        self.sweep_status: str | None = None  # how the last sweep shown ended (None: not ended while shown)
         self.quitting = False  # ctrl+q was pressed during a sweep: the engine is saving
         self.quit_summary = ""  # what the quit saved, one line (run_app prints it once the screen is gone)
         self.SCREENS = {  # type: ignore[misc]
@@ -145,6 +146,7 @@ class ServescopeApp(App[int]):
 
     def on_sweep_finished(self, msg: m.SweepFinished) -> None:
         self.last_session = msg.session_dir
+        self.sweep_status = msg.status
         sev = {"completed": "information", "interrupted": "warning"}.get(msg.status, "error")
         text = f"sweep {msg.status}" + (f": saved {msg.session_dir.name}" if msg.session_dir else "")
         if msg.status == "failed" and msg.message:
@@ -275,6 +277,8 @@ def run_app(url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: b
         app.shutdown_engine()
     if app.quit_summary:
         print(f"servescope: {app.quit_summary}")
+    if attach is not None and app.sweep_status == "failed":
+        return 1  # `servescope attach`: 0 when the sweep ended well (or goes on), 1 when it failed
     return int(rc or 0) if app.return_code in (None, 0) else int(app.return_code or 1)
 
 
