@@ -23,6 +23,8 @@ LIVE_SERVER_KEYS: dict[str, tuple[str, ...]] = {
     "running": ("vllm:num_requests_running",),
     "waiting": ("vllm:num_requests_waiting",),
     "preemptions_total": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+    "prefix_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
 }
 
 

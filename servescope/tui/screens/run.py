@@ -58,8 +58,28 @@ def live_series(samples: Sequence[dict[str, float]]) -> tuple[tuple[str, str, tu
     rows = [("KV cache", show(kv[-1], "{:.1f}%"), tuple(kv)),
             ("running", show(last.get("running"), "{:.0f}"), tuple(col("running"))),
             ("waiting", show(last.get("waiting"), "{:.0f}"), tuple(col("waiting"))),
-            ("preemptions", show(total, "{:.0f}"), tuple(new))]
+            ("preemptions", show(total, "{:.0f}"), tuple(new)),
+            ("prefix hits", *prefix_hits(col("prefix_queries_total"), col("prefix_hits_total")))]
     return tuple(r for r in rows if any(v is not None for v in r[2]))
+
+
+HIT_WINDOW = 10  # samples the live prefix-cache hit rate is taken over (a few seconds)
+
+
+def prefix_hits(queries: list[float | None], hits: list[float | None]) -> tuple[str, tuple[float | None, ...]]:
+    """The server's prefix-cache hit rate from its counters: the value shown is hits / queried prompt tokens over
+    the last HIT_WINDOW samples (%), the sparkline the same between consecutive samples (None where no prompt
+    was queried)."""
+    def rate(i: int, j: int) -> float | None:
+        q0, q1, h0, h1 = queries[i], queries[j], hits[i], hits[j]
+        if q0 is None or q1 is None or h0 is None or h1 is None or q1 - q0 <= 0:
+            return None
+        return max(0.0, min(100.0, 100.0 * (h1 - h0) / (q1 - q0)))
+
+    n = len(queries)
+    spark = tuple(rate(i - 1, i) if i else None for i in range(n))
+    now = rate(max(0, n - 1 - HIT_WINDOW), n - 1) if n > 1 else None
+    return (f"{now:.1f}%" if now is not None else "-"), spark
 
 
 def curve_point(cell: m.CellInfo, summary: dict[str, Any], slos: bool) -> CurvePoint:
