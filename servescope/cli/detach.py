@@ -1,9 +1,8 @@
-"""Sweeps that outlive the terminal: `servescope run --detach` (and the app) start the sweep in a runner process
-of its own session (setsid: a closed SSH connection's SIGHUP never reaches it), its stdin closed and its
-output in the session's runner.log; `servescope watch` follows any running sweep from its event log.
-
-The runner gets its sweep (the SweepSpec and the RunContext, API key included) pickled over its stdin, never
-on its command line (where `ps` shows it) nor on disk. Its entry point is `python -m servescope.cli.detach`."""
+"""Sweeps that outlive the terminal, the command-line side: the runner process's entry point (`python -m
+servescope.cli.detach`, started by servescope.engine.detached for `servescope run --detach` and for every sweep
+the app starts: it reads its sweep from stdin and runs it as `servescope run` would, its output going to the
+session's runner.log), `servescope watch` (progress and finished-cell tables of a running sweep, from its event
+log) and `servescope attach` (the app on it)."""
 
 from __future__ import annotations
 
