@@ -46,10 +46,15 @@ class _Details(msgspec.Struct):
     reasoning_tokens: int | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     completion_tokens_details: _Details | None = None
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _ErrorBody(msgspec.Struct):
@@ -68,13 +73,22 @@ _encode = msgspec.json.Encoder().encode
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """What to send. `prompt` is text for completions; `messages` for chat."""
+    """What to send. `prompt` is the text for completions, or chat's one user message; `messages` (chat only),
+    when set, is sent instead of that one message (a conversation's history and its new message).
+
+    A turn of a conversation (core/conversation.py) says which (`conversation`, from 0 in the cell's pool), its
+    place in it (`turn`, from 1) and the pause before it is sent (`think_s`, after the previous reply); its
+    `prompt` is the new user message and `input_tokens` that message's own count."""
 
     api: str  # "completions" | "chat"
     prompt: str
     input_tokens: int
     output_tokens: int
     thinking: bool | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+    conversation: int = -1  # -1: a single-turn request
+    turn: int = 0
+    think_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -103,7 +117,7 @@ def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
         body["ignore_eos"] = True
         body["min_tokens"] = spec.output_tokens
     if spec.api == "chat":
-        body["messages"] = [{"role": "user", "content": spec.prompt}]
+        body["messages"] = spec.messages if spec.messages is not None else [{"role": "user", "content": spec.prompt}]
         if spec.thinking is not None:
             body["chat_template_kwargs"] = {"enable_thinking": spec.thinking}
     else:
@@ -238,6 +252,18 @@ def _loose_flags(choices: Any) -> tuple[bool, bool]:
     return has_content, has_reasoning
 
 
+def _loose_texts(choices: Any) -> list[str]:
+    """The content texts of a chunk decoded leniently (any JSON)."""
+    out: list[str] = []
+    for c in choices if isinstance(choices, list) else ():
+        if isinstance(c, dict):
+            d = c.get("delta")
+            v = d.get("content") if isinstance(d, dict) else c.get("text")
+            if isinstance(v, str) and v:
+                out.append(v)
+    return out
+
+
 class _Stream:
     """Turns the bytes of one response into the record's stamps and counts. Transport-independent.
 
@@ -246,9 +272,10 @@ class _Stream:
     and timing are still measured (a chunk that msgspec's typed decoder refuses is decoded again leniently)."""
 
     __slots__ = ("rec", "parser", "last_completion", "counted", "reasoning_counted", "done", "bound", "secret",
-                 "bad", "events", "head", "overflow")
+                 "bad", "events", "head", "overflow", "reply")
 
-    def __init__(self, rec: RequestRecord, bound: int = USAGE_BOUND, secret: str | None = None) -> None:
+    def __init__(self, rec: RequestRecord, bound: int = USAGE_BOUND, secret: str | None = None,
+                 reply: list[str] | None = None) -> None:
         self.rec = rec
         self.parser = SSEParser()
         self.last_completion = 0
@@ -261,6 +288,7 @@ class _Stream:
         self.events = 0  # data lines seen
         self.head = b""  # the body's first bytes
         self.overflow = False  # the server sent a line too long to hold: stop reading
+        self.reply = reply  # when a list: the reply's content pieces are appended to it (a conversation's history)
 
     def feed(self, piece: bytes, now: int) -> None:
         if len(self.head) < _HEAD:
@@ -288,19 +316,24 @@ class _Stream:
                 f"the server's usage is not a token count: {what} (expected an integer from 0 to {self.bound})",
                 self.secret)
 
-    def _usage(self, prompt: Any, completion: Any, reasoning: Any) -> tuple[Any, Any, Any] | None:
-        """The counts when each is absent or an integer from 0 to the bound; else None (and bad_usage)."""
+    def _usage(self, prompt: Any, completion: Any, reasoning: Any,
+               cached: Any = None) -> tuple[Any, Any, Any, Any] | None:
+        """The counts when each is absent or an integer from 0 to the bound (cached: to the prompt's count);
+        else None (and bad_usage)."""
         b = self.bound  # every chunk carries usage (continuous_usage_stats): the plausible case first, cheaply
         if ((prompt is None or (type(prompt) is int and 0 <= prompt <= b))
                 and (completion is None or (type(completion) is int and 0 <= completion <= b))
-                and (reasoning is None or (type(reasoning) is int and 0 <= reasoning <= b))):
-            return prompt, completion, reasoning
+                and (reasoning is None or (type(reasoning) is int and 0 <= reasoning <= b))
+                and (cached is None or (type(cached) is int and 0 <= cached <= (b if prompt is None else prompt)))):
+            return prompt, completion, reasoning, cached
         for name, v in (("prompt_tokens", prompt), ("completion_tokens", completion),
-                        ("completion_tokens_details.reasoning_tokens", reasoning)):
+                        ("completion_tokens_details.reasoning_tokens", reasoning),
+                        ("prompt_tokens_details.cached_tokens", cached)):
             if v is not None and (type(v) is not int or v < 0 or v > self.bound):
                 self._bad(f"{name} = {_show(v)}")
                 return None
-        return prompt, completion, reasoning
+        self._bad(f"prompt_tokens_details.cached_tokens = {_show(cached)} is more than prompt_tokens = {prompt}")
+        return None
 
     def _event(self, data: bytes, now: int) -> None:
         self.events += 1
@@ -328,12 +361,23 @@ class _Stream:
                         has_reasoning = True
                 elif c.text:
                     has_content = True
+            if self.reply is not None and has_content:
+                self._keep(self.reply, ch.choices)
         usage = None
         u = ch.usage
         if u is not None and not self.bad:
             det = u.completion_tokens_details
-            usage = self._usage(u.prompt_tokens, u.completion_tokens, det.reasoning_tokens if det is not None else None)
+            pdet = u.prompt_tokens_details
+            usage = self._usage(u.prompt_tokens, u.completion_tokens, det.reasoning_tokens if det is not None else None,
+                                pdet.cached_tokens if pdet is not None else None)
         self._tokens(has_content, has_reasoning, bool(ch.choices), usage, now)
+
+    @staticmethod
+    def _keep(reply: list[str], choices: list[_Choice]) -> None:
+        for c in choices:
+            text = c.delta.content if c.delta is not None else c.text
+            if text:
+                reply.append(text)
 
     def _loose(self, data: bytes, now: int) -> None:
         try:
@@ -356,15 +400,21 @@ class _Stream:
                 self._bad(f"usage = {_show(raw)}")
             else:
                 det = raw.get("completion_tokens_details")
+                pdet = raw.get("prompt_tokens_details")
                 if det is not None and not isinstance(det, dict):
                     self._bad(f"completion_tokens_details = {_show(det)}")
+                elif pdet is not None and not isinstance(pdet, dict):
+                    self._bad(f"prompt_tokens_details = {_show(pdet)}")
                 else:
                     usage = self._usage(raw.get("prompt_tokens"), raw.get("completion_tokens"),
-                                        det.get("reasoning_tokens") if det is not None else None)
+                                        det.get("reasoning_tokens") if det is not None else None,
+                                        pdet.get("cached_tokens") if pdet is not None else None)
+        if self.reply is not None and has_content:
+            self.reply.extend(_loose_texts(choices))
         self._tokens(has_content, has_reasoning, isinstance(choices, list) and bool(choices), usage, now)
 
     def _tokens(self, has_content: bool, has_reasoning: bool, has_choices: bool,
-                usage: tuple[Any, Any, Any] | None, now: int) -> None:
+                usage: tuple[Any, Any, Any, Any] | None, now: int) -> None:
         rec = self.rec
         completion = usage[1] if usage is not None else None
         # a chunk carries tokens when it has text, or when continuous usage says the count grew
@@ -388,7 +438,9 @@ class _Stream:
             rec.chunk_ns.append(now)
             rec.chunk_tokens.append(ntok)
         if usage is not None:
-            prompt, completion, reasoning = usage
+            prompt, completion, reasoning, cached = usage
+            if cached is not None:
+                rec.cached_tokens = cached
             if prompt is not None:
                 rec.prompt_tokens = prompt
             if completion is not None:
@@ -447,12 +499,14 @@ async def stream_request(
     opts: ClientOptions,
     spec: RequestSpec,
     rec: RequestRecord,
+    reply: list[str] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill `rec` in place. Never raises (except CancelledError).
-    `http` is an aiohttp.ClientSession (the default transport) or an httpx.AsyncClient."""
+    `http` is an aiohttp.ClientSession (the default transport) or an httpx.AsyncClient. With `reply` (a list),
+    the reply's content text is appended to it piece by piece (a conversation resends it next turn)."""
     body = build_body(spec, opts)
     secret = opts.api_key
-    st = _Stream(rec, usage_bound(opts.max_model_len), secret)
+    st = _Stream(rec, usage_bound(opts.max_model_len), secret, reply)
     status = 0
     ctype = ""
     raw_error = b""
@@ -491,8 +545,9 @@ async def stream_request(
                     # a server that does not know continuous_usage_stats: drop it and send again
                     opts.continuous_usage = False
                     fresh = RequestRecord(rec.index, rec.user, rec.warmup, rec.input_tokens_requested,
-                                          rec.output_tokens_requested, rec.scheduled_ns)
-                    return _copy_into(rec, await stream_request(http, opts, spec, fresh))
+                                          rec.output_tokens_requested, rec.scheduled_ns,
+                                          conversation=rec.conversation, turn=rec.turn, turns=rec.turns)
+                    return _copy_into(rec, await stream_request(http, opts, spec, fresh, reply))
                 return rec
     except TimeoutError:
         rec.end_ns = _perf()

@@ -3,7 +3,12 @@ shaped by a ramp and a step pattern: servescope.core.arrivals) with an optional 
 starts a closed loop's users one by one. One call of `run_cell` runs one cell: warmup, then the measured
 part, stopped by a request count and/or a duration, or early when every request fails or on cancellation.
 `CellControl` ends a cell early in one of two ways: `request_drain` sends no more requests and lets the ones
-in flight finish; `request_stop` also cancels those in flight (recorded as `cancelled`)."""
+in flight finish; `request_stop` also cancels those in flight (recorded as `cancelled`).
+
+A multi-turn cell (its requests marked as turns: servescope.core.conversation) runs conversations instead of
+independent requests: a closed loop's N users each hold one conversation at a time, one after another; an open
+loop starts conversations at the rate (its concurrency cap counts conversations). The request count counts
+turns; the warmup runs the conversations its turns belong to."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import httpx
 
 from servescope.core.arrivals import RateShape, Step, pattern_label, send_times
 from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
+from servescope.core.conversation import Conversation, Pool, conversations, converse, is_multi_turn
 from servescope.core.errors import ServescopeError
 from servescope.core.records import RequestRecord
 
@@ -183,13 +189,23 @@ async def run_cell(
     async with make_http_client(opts, conns) as http:
         warm = list(specs[: limits.warmup])
         measured = list(specs[limits.warmup :]) or list(specs)
+        talk = is_multi_turn(specs)
         if warm:
-            await _closed(http, opts, warm, Load(concurrency=min(load.connections, len(warm))),
-                          Limits(requests=len(warm)), None, control, warmup=True)
+            warm_load = Load(concurrency=min(load.connections, len(warm)))
+            if talk:
+                await _talk(http, opts, Pool(conversations(warm), len(warm), warmup=True), warm_load,
+                            Limits(requests=len(warm)), None, control, warmup=True)
+            else:
+                await _closed(http, opts, warm, warm_load, Limits(requests=len(warm)), None, control, warmup=True)
         if control.ended:
             return CellRun([], _perf(), _perf(), control.reason)
         if before_measured is not None:
             await before_measured()
+        if talk:
+            pool = Pool(conversations(measured) or conversations(specs), limits.requests)
+            if load.rate is not None:
+                return await _talk_open(http, opts, pool, load, limits, on_record, control, seed)
+            return await _talk(http, opts, pool, load, limits, on_record, control)
         if load.rate is not None:
             return await _open(http, opts, measured, load, limits, on_record, control, seed)
         return await _closed(http, opts, measured, load, limits, on_record, control)
@@ -216,9 +232,12 @@ class _Tracker:
 
 
 async def _send(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec, rec: RequestRecord,
-                tracker: _Tracker | None) -> None:
+                tracker: _Tracker | None, reply: list[str] | None = None) -> None:
     try:
-        await stream_request(http, opts, spec, rec)
+        if reply is None:
+            await stream_request(http, opts, spec, rec)
+        else:
+            await stream_request(http, opts, spec, rec, reply)
     except asyncio.CancelledError:
         rec.end_ns = _perf()
         rec.status = "cancelled"
@@ -317,6 +336,78 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
         tasks.add(t)
         t.add_done_callback(tasks.discard)
         i += 1
+        sched = start + int(next(times) * 1e9)
+    await _wait_or_stop(list(tasks), control)
+    end = max((r.end_ns for r in tracker.records), default=_perf())
+    ramp_end = start + int(load.ramp_s * 1e9) if load.ramp_s else 0
+    return CellRun(tracker.records, start, end, control.reason if control.ended else "", ramp_end)
+
+
+async def _talk(http, opts, pool: Pool, load: Load, limits: Limits, on_record, control: CellControl,  # type: ignore[no-untyped-def]
+                warmup: bool = False) -> CellRun:
+    """The closed loop of conversations: each user runs one conversation after another."""
+    n_users = int(load.concurrency or 1)
+    if limits.requests is not None:  # every conversation has a turn: never more users than turns to send
+        n_users = min(n_users, limits.requests)
+    tracker = None if warmup else _Tracker(load, control, on_record)
+    start = _perf()
+    deadline = start + int(limits.duration_s * 1e9) if limits.duration_s is not None else None
+    ramp_ns = int(load.ramp_s * 1e9) if load.ramp_s and not warmup else 0
+
+    async def send(spec: RequestSpec, rec: RequestRecord, reply: list[str]) -> None:
+        await _send(http, opts, spec, rec, tracker, reply)
+
+    async def user(u: int) -> None:
+        planned = start + ramp_ns * u // n_users if ramp_ns else 0  # the ramp starts user u of N at u/N x ramp
+        if planned and ((deadline is not None and planned >= deadline) or not await _until(planned, control)):
+            return
+        while not control.ended and (deadline is None or _perf() < deadline):
+            got = pool.take()
+            if got is None:
+                return
+            await converse(pool, *got, u, planned or _perf(), send, control.drain, deadline)
+            planned = 0
+
+    await _wait_or_stop([asyncio.create_task(user(u)) for u in range(n_users)], control)
+    recs = tracker.records if tracker else []
+    end = max((r.end_ns for r in recs), default=_perf())
+    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0)
+
+
+async def _talk_open(http, opts, pool: Pool, load: Load, limits: Limits, on_record, control: CellControl,  # type: ignore[no-untyped-def]
+                     seed: int) -> CellRun:
+    """The open loop of conversations: conversations start at the load's rate (and arrival shape)."""
+    rate = float(load.rate or 1.0)
+    times = send_times(load.arrival, rate, load.burstiness, load.shape, random.Random(f"servescope-arrivals:{seed}"))
+    tracker = _Tracker(load, control, on_record)
+    sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+    start = _perf()
+    deadline = start + int(limits.duration_s * 1e9) if limits.duration_s is not None else None
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def send(spec: RequestSpec, rec: RequestRecord, reply: list[str]) -> None:
+        await _send(http, opts, spec, rec, tracker, reply)
+
+    async def begin(cid: int, conv: Conversation, scheduled: int) -> None:
+        if sem is None:
+            await converse(pool, cid, conv, -1, scheduled, send, control.drain, deadline)
+            return
+        async with sem:
+            if not control.ended:  # it waited for a slot while the cell was being drained: never started
+                await converse(pool, cid, conv, -1, scheduled, send, control.drain, deadline)
+
+    sched = start + int(next(times) * 1e9)
+    while not control.ended:
+        if deadline is not None and sched >= deadline:
+            break
+        if not await _until(sched, control):
+            break
+        got = pool.take()
+        if got is None:
+            break
+        t = asyncio.create_task(begin(*got, sched))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
         sched = start + int(next(times) * 1e9)
     await _wait_or_stop(list(tasks), control)
     end = max((r.end_ns for r in tracker.records), default=_perf())

@@ -14,10 +14,16 @@ Definitions (also in the README and in every report):
   the input tokens; request_s: successful requests / wall time. Wall time runs from the first measured
   request's scheduled send to the last measured request's end.
 - goodput_req_s: successful requests meeting every SLO / wall time.
+- prefix_cache_hit_rate: cached prompt tokens / prompt tokens of successful requests, from the usage's
+  `prompt_tokens_details.cached_tokens` where the server sends it, else the server's /metrics prefix-cache
+  hits / queries over the cell (`prefix_cache_source` says which); per turn only from the usage.
+- multi-turn cells: per turn index, TTFT p50/p90 and mean input/output tokens; per complete conversation,
+  duration_s (first turn sent -> last reply's end, think times included) and its turns' prompt/output tokens.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -28,8 +34,8 @@ from servescope.core.records import RequestRecord
 from servescope.core.results import METRICS, STATS, CellSummary
 
 __all__ = ["DIST_METRICS", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellSummary",
-           "describe", "itl_frame", "meets_slos", "parse_slos", "per_request", "records_frame", "slo_mask",
-           "summarize"]
+           "describe", "itl_frame", "meets_slos", "parse_slos", "per_conversation", "per_request", "per_turn",
+           "records_frame", "slo_mask", "summarize"]
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_KEYS = STATS
@@ -47,7 +53,8 @@ REQUEST_SCHEMA: dict[str, Any] = {
     "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64,
     "usage_reported": pl.Boolean, "scheduled_ns": pl.Int64, "sent_ns": pl.Int64, "first_token_ns": pl.Int64,
     "first_content_ns": pl.Int64, "end_ns": pl.Int64, "chunk_ns": pl.List(pl.Int64),
-    "chunk_tokens": pl.List(pl.Int64),
+    "chunk_tokens": pl.List(pl.Int64), "cached_tokens": pl.Int64, "conversation": pl.Int64, "turn": pl.Int64,
+    "turns": pl.Int64,
 }
 
 
@@ -74,6 +81,10 @@ def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
         cols["end_ns"].append(r.end_ns)
         cols["chunk_ns"].append(r.chunk_ns.tolist())
         cols["chunk_tokens"].append(r.chunk_tokens.tolist())
+        cols["cached_tokens"].append(r.cached_tokens)
+        cols["conversation"].append(r.conversation)
+        cols["turn"].append(r.turn)
+        cols["turns"].append(r.turns)
     return pl.DataFrame(cols, schema=REQUEST_SCHEMA)
 
 
@@ -160,14 +171,90 @@ def slo_mask(df: pl.DataFrame, slos: Mapping[str, float]) -> pl.Expr:
     return expr
 
 
+def _with_turn_columns(df: pl.DataFrame) -> pl.DataFrame:
+    """Rows written before servescope measured conversations and cached tokens: single-turn, cached unknown."""
+    missing = {"cached_tokens": None, "conversation": -1, "turn": 0, "turns": 0}
+    return df.with_columns(pl.lit(v, dtype=pl.Int64).alias(k) for k, v in missing.items() if k not in df.columns)
+
+
+def _cache_figures(rows: pl.DataFrame) -> dict[str, Any]:
+    """Prompt tokens the server's prefix cache served, of the successful rows whose usage said so."""
+    known = rows.filter(pl.col("cached_tokens").is_not_null() & (pl.col("prompt_tokens") >= 0))
+    if known.height == 0:
+        return {}
+    cached = int(known["cached_tokens"].sum() or 0)
+    prompt = int(known["prompt_tokens"].sum() or 0)
+    return {"prefix_cache_hit_rate": cached / prompt if prompt else None, "prompt_tokens_cached": cached,
+            "prompt_tokens_uncached": prompt - cached}
+
+
+def _mean(s: pl.Series) -> float | None:
+    s = s.drop_nulls()
+    return float(s.mean()) if s.len() else None  # type: ignore[arg-type]
+
+
+def per_turn(pr: pl.DataFrame) -> list[dict[str, Any]]:
+    """One entry per turn index of a multi-turn cell's requests (with per_request's columns): TTFT, input and
+    output tokens, and what the prefix cache served (when the server's usage says)."""
+    ok = pl.col("status") == "ok"
+    known = ok & (pl.col("prompt_tokens") >= 0)
+    cached = known & pl.col("cached_tokens").is_not_null()
+    by = pr.filter(pl.col("turn") > 0).group_by("turn").agg(
+        requests_ok=ok.sum(), requests_failed=(~ok).sum(),
+        ttft_ms_p50=pl.col("ttft_ms").filter(ok).quantile(0.5, interpolation="linear"),
+        ttft_ms_p90=pl.col("ttft_ms").filter(ok).quantile(0.9, interpolation="linear"),
+        input_tokens_mean=pl.col("prompt_tokens").filter(known).mean(),
+        output_tokens_mean=pl.col("output_tokens").filter(ok).cast(pl.Float64).mean(),
+        cached_rows=cached.sum(), prompt_tokens_cached=pl.col("cached_tokens").filter(cached).sum(),
+        prompt_of_cached=pl.col("prompt_tokens").filter(cached).sum(),
+    ).sort("turn")
+    out = []
+    for row in by.to_dicts():
+        if row.pop("cached_rows"):
+            prompt = row.pop("prompt_of_cached")
+            row["prefix_cache_hit_rate"] = row["prompt_tokens_cached"] / prompt if prompt else None
+            row["prompt_tokens_uncached"] = prompt - row["prompt_tokens_cached"]
+        else:
+            row.pop("prompt_of_cached")
+            row.update(prefix_cache_hit_rate=None, prompt_tokens_cached=None, prompt_tokens_uncached=None)
+        out.append({k: row[k] for k in _TURN_KEYS})
+    return out
+
+
+_TURN_KEYS = ("turn", "requests_ok", "requests_failed", "ttft_ms_p50", "ttft_ms_p90", "input_tokens_mean",
+              "output_tokens_mean", "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached")
+
+
+def per_conversation(pr: pl.DataFrame) -> dict[str, Any]:
+    """A multi-turn cell's conversations: how many started and completed (every turn it was to have ran and
+    succeeded), and over the complete ones, the time from the first turn sent to the last reply's end (think
+    times included) and the prompt and output tokens of all their turns."""
+    rows = pr.filter(pl.col("conversation") >= 0)
+    by = rows.group_by("conversation").agg(
+        n=pl.len(), ok=(pl.col("status") == "ok").sum(), turns=pl.col("turns").max(),
+        start_ns=pl.col("sent_ns").filter(pl.col("sent_ns") > 0).min(), end_ns=pl.col("end_ns").max(),
+        input_tokens=pl.col("prompt_tokens").clip(lower_bound=0).sum(), output_tokens=pl.col("output_tokens").sum(),
+    )
+    done = by.filter((pl.col("ok") == pl.col("n")) & (pl.col("n") == pl.col("turns")))
+    return {
+        "started": by.height, "complete": done.height,
+        "turns_mean": _mean(done["n"].cast(pl.Float64)),
+        "duration_s": describe((done["end_ns"] - done["start_ns"]) / 1e9),
+        "input_tokens": describe(done["input_tokens"].cast(pl.Float64)),
+        "output_tokens": describe(done["output_tokens"].cast(pl.Float64)),
+    }
+
+
 def summarize(
     df: pl.DataFrame,
     wall_s: float,
     slos: Mapping[str, float] | None = None,
+    server_prefix_hit_rate: float | None = None,
 ) -> dict[str, Any]:
-    """A cell's summary from its measured (non-warmup) request rows."""
+    """A cell's summary from its measured (non-warmup) request rows. The prefix cache's hit rate comes from the
+    usage's cached tokens where the server sends them, else from `server_prefix_hit_rate` (its /metrics)."""
     slos = dict(slos or {})
-    df = df.filter(~pl.col("warmup"))
+    df = _with_turn_columns(df.filter(~pl.col("warmup")))
     pr = per_request(df)
     ok = pr.filter(pl.col("status") == "ok")
     itl = itl_frame(pr)
@@ -179,8 +266,9 @@ def summarize(
     known_prompt = ok.filter(pl.col("prompt_tokens") >= 0)
     req_in = ok["input_tokens_requested"]
     mismatch = None
-    if known_prompt.height:
-        diff = known_prompt["prompt_tokens"] - known_prompt["input_tokens_requested"]
+    whole = known_prompt.filter(pl.col("turn") <= 1)  # a later turn's request is an estimate (its history's replies)
+    if whole.height:
+        diff = whole["prompt_tokens"] - whole["input_tokens_requested"]
         mismatch = {"mean": float(diff.mean()), "max_abs": int(diff.abs().max())}  # type: ignore[arg-type]
     errors = (
         pr.filter(pl.col("status") != "ok").group_by("status", "error").len().sort("len", descending=True)
@@ -212,6 +300,16 @@ def summarize(
     s["client_queue_ms"] = describe(pr["client_queue_ms"])
     s["itl_ms"] = describe(itl["itl_ms"])
     s["itl_token_ms"] = describe(itl["itl_token_ms"])
+    cache = _cache_figures(ok)
+    if cache.get("prefix_cache_hit_rate") is not None:
+        s.update(prefix_cache_hit_rate=cache["prefix_cache_hit_rate"], prefix_cache_source="usage")
+    elif server_prefix_hit_rate is not None and math.isfinite(server_prefix_hit_rate):
+        s.update(prefix_cache_hit_rate=server_prefix_hit_rate, prefix_cache_source="server_metrics")
+    if cache:
+        s.update(prompt_tokens_cached=cache["prompt_tokens_cached"], prompt_tokens_uncached=cache["prompt_tokens_uncached"])
+    if (pr["turn"] > 0).any():
+        s["turns"] = per_turn(pr)
+        s["conversations"] = per_conversation(pr)
     return s
 
 

@@ -37,3 +37,9 @@ class RequestRecord:
     # one entry per token-carrying chunk: arrival stamp and tokens in that chunk
     chunk_ns: array = field(default_factory=lambda: array("q"))
     chunk_tokens: array = field(default_factory=lambda: array("i"))
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (prefix cache), None: not sent
+    # a turn of a conversation (or a call of an agent session): its id in the cell (from 0), its place (from 1)
+    # and how many turns it was to have; -1, 0, 0 for a single-turn request
+    conversation: int = -1
+    turn: int = 0
+    turns: int = 0

@@ -232,7 +232,34 @@ class GpuWindow(_Base):
     per_gpu: list[GpuStat] = msgspec.field(default_factory=list)
 
 
-_OPTIONAL = ("server", "telemetry", "gpu", "source")
+class TurnStat(_Base):
+    """One turn index of a multi-turn cell (core/metrics.py per_turn): turn 1 is every conversation's first."""
+
+    turn: int = 0
+    requests_ok: int = 0
+    requests_failed: int = 0
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    input_tokens_mean: float | None = None
+    output_tokens_mean: float | None = None
+    prefix_cache_hit_rate: float | None = None  # from the usage's cached tokens; None when the server sent none
+    prompt_tokens_cached: int | None = None
+    prompt_tokens_uncached: int | None = None
+
+
+class ConversationStats(_Base):
+    """A multi-turn cell's conversations (core/metrics.py per_conversation); the Dists are over the complete ones."""
+
+    started: int = 0
+    complete: int = 0
+    turns_mean: float | None = None
+    duration_s: Dist = msgspec.field(default_factory=Dist)
+    input_tokens: Dist = msgspec.field(default_factory=Dist)
+    output_tokens: Dist = msgspec.field(default_factory=Dist)
+
+
+_OPTIONAL = ("server", "telemetry", "gpu", "source", "prefix_cache_hit_rate", "prefix_cache_source",
+             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations")
 
 
 class CellSummary(_Base):
@@ -267,6 +294,14 @@ class CellSummary(_Base):
     client_queue_ms: Dist = msgspec.field(default_factory=Dist)
     itl_ms: Dist = msgspec.field(default_factory=Dist)
     itl_token_ms: Dist = msgspec.field(default_factory=Dist)
+    # the prefix cache (None: unknown, and left out of to_dict()): from the usage's cached tokens ("usage"), else
+    # from the server's /metrics ("server_metrics"); the token counts only from the usage
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_source: str | None = None
+    prompt_tokens_cached: int | None = None
+    prompt_tokens_uncached: int | None = None
+    turns: list[TurnStat] = msgspec.field(default_factory=list)  # multi-turn cells only (else empty, left out)
+    conversations: ConversationStats | None = None  # multi-turn cells only
     server: ServerWindow | None = None
     telemetry: TelemetryWindow | None = None
     gpu: GpuWindow | None = None
@@ -286,11 +321,14 @@ class CellSummary(_Base):
         return cls.from_dict(d) if isinstance(d, Mapping) and d else None
 
     def to_dict(self) -> dict[str, Any]:
-        """Exactly the dict summarize() (plus the runner) writes: server/telemetry/gpu/source only when set."""
+        """Exactly the dict summarize() (plus the runner) writes: server/telemetry/gpu/source, the prefix cache's
+        figures and the multi-turn ones only when set."""
         out = super().to_dict()
         for k in (*_OPTIONAL, "requests_bad_usage"):
             if out.get(k) is None:
                 out.pop(k, None)
+        if not out.get("turns"):
+            out.pop("turns", None)
         return out
 
     @property
@@ -318,7 +356,8 @@ class CellSummary(_Base):
 
 
 _SCALARS = frozenset(f for f in CellSummary.__struct_fields__
-                     if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch"))
+                     if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch", "turns")) | {
+    "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached"}
 
 
 def finite(v: Any) -> float | None:
@@ -367,6 +406,7 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("goodput_req_s", "goodput req/s", "req/s", "higher",
            "successful requests meeting every SLO / cell wall time"),
     Metric("slo_met_fraction", "SLO met", "", "higher"),
+    Metric("prefix_cache_hit_rate", "prefix cache hit rate", "", None),
     Metric("input_tokens_mean", "input tokens (mean)", "tokens", None),
     Metric("output_tokens_mean", "output tokens (mean)", "tokens", None),
     Metric("reasoning_tokens_mean", "reasoning tokens (mean)", "tokens", None),

@@ -21,6 +21,7 @@ from servescope.engine.plan import Cell
 from servescope.engine.server import ServerManager, watchdog
 from servescope.engine.sink import SessionSink
 from servescope.engine.telemetryhub import Metrics, Telemetry
+from servescope.workloads.conversation import mark_turns
 
 __all__ = ["CellAttempt"]
 
@@ -37,7 +38,7 @@ class CellAttempt:
                  servers: ServerManager, telemetry: Telemetry, health_interval_s: float, label: str,
                  ran_with: dict[str, Any] | None = None) -> None:
         self.cell = cell
-        self.specs = specs
+        self.specs = mark_turns(cell.workload, cell.prompt_key, specs)  # a multi-turn cell's requests are turns
         self.attempt = attempt
         self.opts = opts
         self.slos = slos
@@ -158,8 +159,8 @@ class CellAttempt:
         run = task.result()
         df = records_frame(run.records)
         wall = max(0.0, (run.end_ns - run.start_ns) / 1e9)
-        summary = summarize(df, wall, self.slos)
         server = server_delta(self.server_before, self.server_after)
+        summary = summarize(df, wall, self.slos, server_prefix_hit_rate=(server or {}).get("prefix_cache_hit_rate"))
         if server:
             summary["server"] = server
         summary.update(extra or {})

@@ -105,17 +105,31 @@ def _ramp(spec: SweepSpec, w: Workload) -> float | None:
 
 
 def pool_size(cell: Cell) -> int:
-    """How many distinct measured prompts a cell gets (a duration-limited cell cycles through them)."""
+    """How many distinct measured prompts a cell gets (a duration-limited cell cycles through them). A
+    multi-turn cell's are turns: a conversation's worth more, for the one its warmup may have begun."""
+    extra = cell.workload.rounds.upper if cell.workload.multi_turn and cell.warmup else 0
     if cell.requests is not None:
-        return cell.requests
+        return cell.requests + extra
     per = cell.load.concurrency or max(1, int((cell.load.peak_rate or 1) * 4))
-    return max(64, min(1024, per * 16))
+    return max(64, min(1024, per * 16)) + extra
 
 
 def fits(w: Workload, max_len: int | None) -> str | None:
     """Why the workload's longest request cannot fit the model's context, or None when it can (or when
-    that is unknown: no max length, or a dataset whose lengths are only known per prompt)."""
+    that is unknown: no max length, or a dataset whose lengths are only known per prompt). A conversation's
+    longest request is its last turn: the shared start, then every turn's message and reply."""
     if not max_len or w.dataset:
+        return None
+    if w.multi_turn:
+        n, first, later, out = w.rounds.upper, w.input_tokens.upper, w.later_tokens.upper, w.output_tokens.upper
+        need = w.max_request_tokens
+        if need > max_len:
+            what = "an agent session of up to" if w.kind == "agent" else "a conversation of up to"
+            unit = "calls" if w.kind == "agent" else "turns"
+            shared = f"{w.shared_tokens} shared + " if w.shared_tokens else ""
+            parts = (f"{shared}{n} x (in {first} + out {out})" if first == later else
+                     f"{shared}in {first} + {n - 1} x in {later} + {n} x out {out}")
+            return f"{what} {n} {unit} needs up to {need} tokens ({parts}), more than the model's max length {max_len}"
         return None
     need = w.input_tokens.upper + w.output_tokens.upper
     if need > max_len:

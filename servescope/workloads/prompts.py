@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from servescope.core.target import Tokenizer
-from servescope.workloads.spec import Workload, read_sharegpt
+from servescope.workloads.conversation import dataset_picks, layout
+from servescope.workloads.spec import Workload, read_sharegpt, read_sharegpt_conversations
 
 _WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "they", "this", "which", "be", "are", "an", "or", "had", "not", "have", "were", "one", "all", "their", "there", "been", "has", "when", "who", "will", "more", "no", "if", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "states", "himself", "few", "house", "use", "during", "without", "again", "place", "around", "however", "home", "small", "found", "thought", "went", "say", "part", "once", "general", "high", "upon", "school", "every", "does", "got", "united", "left", "number", "course", "war", "until", "always", "away", "something", "fact", "though", "water", "less", "public", "put", "think", "almost", "hand", "enough", "far", "took", "head", "yet", "government", "system", "better", "set", "told", "nothing", "night", "end", "why", "called", "didn", "eyes", "find", "going", "look", "asked", "later", "knew", "point", "next", "program", "city", "business", "give", "group", "toward", "young", "days", "let", "room", "president", "side", "social", "given", "present", "several", "order", "national", "possible", "rather", "second", "face", "per", "among", "form", "important", "often", "things", "looked", "early", "white", "case", "john", "become", "large", "big", "need", "four", "within", "felt", "children", "along", "saw", "best", "church", "ever", "least", "power", "development", "light", "thing", "seemed", "family", "interest", "want", "members", "mind", "country", "area", "others", "done", "turned", "although", "open", "problem", "began", "various", "kernel", "cache", "token", "latency", "throughput", "server", "request", "model", "batch", "queue", "memory", "tensor", "matrix", "vector", "stream"]
 
@@ -46,6 +48,34 @@ def _read_sharegpt(path: str) -> list[tuple[str, str]]:
     return read_sharegpt(path)
 
 
+async def _fit(tok: Tokenizer, count: Any, corpus: list[int], offset: int, head: list[int], target: int,
+               k: int) -> tuple[str, int]:
+    """The text of `head` + a window of `corpus` from `offset`, its window length adjusted (up to 6 tries) until
+    `count` says `target` tokens; the closest (text, count) found."""
+    best_text, best_count = "", -1
+    for _ in range(6):
+        window = corpus[offset : offset + k]
+        if len(window) < k:  # extend from the start of the corpus
+            window = window + corpus[: k - len(window)]
+        text = await tok.decode(head + window)
+        c = await count(text)
+        if best_count < 0 or abs(c - target) < abs(best_count - target):
+            best_text, best_count = text, c
+        if c == target or not tok.exact:
+            break
+        k = max(1, k + (target - c))
+    return best_text, best_count
+
+
+async def _shared_ids(workload: Workload, tok: Tokenizer) -> list[int]:
+    """The tokens every prompt of the workload starts with, in every cell (the prefix cache shares them)."""
+    n = workload.shared_tokens
+    if not n:
+        return []
+    prng = random.Random(f"servescope-prefix:{workload.seed}:{workload.name}")
+    return (await _corpus_ids(tok, prng, n))[:n]
+
+
 async def build_prompts(
     workload: Workload,
     n: int,
@@ -53,7 +83,10 @@ async def build_prompts(
     tok: Tokenizer,
     concurrency: int = 8,
 ) -> list[Prompt]:
-    """`n` prompts for one cell, in issue order. Deterministic for (workload.seed, cell_key)."""
+    """`n` prompts for one cell, in issue order. Deterministic for (workload.seed, cell_key). For a multi-turn
+    workload, its turns (workloads/conversation.py)."""
+    if workload.multi_turn:
+        return await _turn_prompts(workload, n, cell_key, tok, concurrency)
     rng = cell_rng(workload, cell_key)
     chat = workload.api == "chat"
     count = tok.count_chat if chat else tok.count_prompt
@@ -78,30 +111,58 @@ async def build_prompts(
     ins = [workload.input_tokens.sample(rng) for _ in range(n)]
     outs = [workload.output_tokens.sample(rng) for _ in range(n)]
     overhead = await count("")
-    prefix_ids: list[int] = []
-    if workload.prefix_tokens:
-        prng = random.Random(f"servescope-prefix:{workload.seed}:{workload.name}")
-        prefix_ids = (await _corpus_ids(tok, prng, workload.prefix_tokens))[: workload.prefix_tokens]
+    prefix_ids = await _shared_ids(workload, tok)
     longest = max(ins)
     corpus = await _corpus_ids(tok, rng, 2 * longest + 64)
     offsets = [rng.randrange(0, max(1, len(corpus) - longest)) for _ in range(n)]
 
     async def one(i: int) -> Prompt:
         target = ins[i]
-        k = max(1, target - overhead - len(prefix_ids))
-        best_text, best_count = "", -1
         async with sem:
-            for _ in range(6):
-                window = corpus[offsets[i] : offsets[i] + k]
-                if len(window) < k:  # extend from the start of the corpus
-                    window = window + corpus[: k - len(window)]
-                text = await tok.decode(prefix_ids + window)
-                c = await count(text)
-                if best_count < 0 or abs(c - target) < abs(best_count - target):
-                    best_text, best_count = text, c
-                if c == target or not tok.exact:
-                    break
-                k = max(1, k + (target - c))
-        return Prompt(best_text, best_count, outs[i])
+            text, c = await _fit(tok, count, corpus, offsets[i], prefix_ids, target,
+                                 max(1, target - overhead - len(prefix_ids)))
+        return Prompt(text, c, outs[i])
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def _turn_prompts(workload: Workload, n: int, cell_key: str, tok: Tokenizer, concurrency: int) -> list[Prompt]:
+    """A multi-turn cell's `n` turns in order: each the new user message (an agent's tool result after its first
+    call), turn 1 opening with the shared start; `input_tokens` counts that message alone in the chat template
+    (the history comes on top: core/conversation.py)."""
+    rng = cell_rng(workload, cell_key)
+    sizes = layout(workload, cell_key, n)
+    firsts = [t == 1 for size in sizes for t in range(1, size + 1)]
+    sem = asyncio.Semaphore(concurrency)
+    shared = await _shared_ids(workload, tok)
+    if workload.dataset:
+        convs = read_sharegpt_conversations(workload.dataset)
+        pairs = [p for i in dataset_picks(workload, cell_key, n) for p in convs[i]][:n]
+        outs = [workload.output_tokens.sample(rng) for _ in range(n)]
+        head = (await tok.decode(shared)) + "\n\n" if shared else ""
+
+        async def one_ds(i: int) -> Prompt:
+            q, a = pairs[i]
+            text = head + q if firsts[i] else q
+            async with sem:
+                nin = await tok.count_chat(text)
+                nout = max(1, min(4096, len(await tok.encode(a)))) if workload.output_from_dataset else outs[i]
+            return Prompt(text, nin, nout)
+
+        return list(await asyncio.gather(*(one_ds(i) for i in range(n))))
+
+    news = [(workload.input_tokens if first else workload.later_tokens).sample(rng) for first in firsts]
+    outs = [workload.output_tokens.sample(rng) for _ in range(n)]
+    overhead = await tok.count_chat("")
+    longest = max(news)
+    corpus = await _corpus_ids(tok, rng, 2 * longest + 64)
+    offsets = [rng.randrange(0, max(1, len(corpus) - longest)) for _ in range(n)]
+
+    async def one(i: int) -> Prompt:
+        head = shared if firsts[i] else []
+        target = overhead + len(head) + news[i]
+        async with sem:
+            text, c = await _fit(tok, tok.count_chat, corpus, offsets[i], head, target, news[i])
+        return Prompt(text, c, outs[i])
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))

@@ -52,22 +52,24 @@ class LengthDist:
         return {"dist": "normal", "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
 
     @classmethod
-    def parse(cls, raw: Any, where: str) -> LengthDist:
+    def parse(cls, raw: Any, where: str, unit: str = "tokens") -> LengthDist:
+        """A length (or, with `unit` "turns"/"calls", a count) as a number or a { dist = ... } table."""
+        count = functools.partial(_count, unit=unit)
         if isinstance(raw, (int, float, str)) and not isinstance(raw, bool):
-            raw = {"dist": "fixed", "value": _tokens(raw, where)}
+            raw = {"dist": "fixed", "value": count(raw, where)}
         if not isinstance(raw, dict):
-            raise ServescopeError(f"{where}: expected a number of tokens or a table like "
-                                  "{ dist = \"fixed\", value = 1024 }")
+            raise ServescopeError(f"{where}: expected a number of {unit} or a table like "
+                                  f"{{ dist = \"fixed\", value = {1024 if unit == 'tokens' else 5} }}")
         kind = raw.get("dist", "fixed")
         for k in raw:
             if k not in DIST_KEYS:
                 raise ServescopeError(f"{where}: unknown key {str(k)!r}; {_did_you_mean(str(k), DIST_KEYS)}")
         try:
             if kind == "fixed":
-                d = cls("fixed", value=_tokens(raw["value"], f"{where}: value"))
+                d = cls("fixed", value=count(raw["value"], f"{where}: value"))
                 lo = d.value
             elif kind == "uniform":
-                d = cls("uniform", min=_tokens(raw["min"], f"{where}: min"), max=_tokens(raw["max"], f"{where}: max"))
+                d = cls("uniform", min=count(raw["min"], f"{where}: min"), max=count(raw["max"], f"{where}: max"))
                 lo = d.min
                 if d.max < d.min:
                     raise ServescopeError(f"{where}: max ({d.max}) is below min ({d.min})")
@@ -75,9 +77,9 @@ class LengthDist:
                 mean = _real(raw["mean"], f"{where}: mean")
                 std = _real(raw.get("std", 0.0), f"{where}: std")
                 if not 1 <= mean <= MAX_TOKENS:
-                    raise ServescopeError(f"{where}: mean ({mean:g}) must be between 1 and {MAX_TOKENS:,} tokens")
-                lo_v = _tokens(raw["min"], f"{where}: min") if "min" in raw else max(1, round(mean - 3 * std))
-                hi_v = _tokens(raw["max"], f"{where}: max") if "max" in raw else min(MAX_TOKENS, round(mean + 3 * std))
+                    raise ServescopeError(f"{where}: mean ({mean:g}) must be between 1 and {MAX_TOKENS:,} {unit}")
+                lo_v = count(raw["min"], f"{where}: min") if "min" in raw else max(1, round(mean - 3 * std))
+                hi_v = count(raw["max"], f"{where}: max") if "max" in raw else min(MAX_TOKENS, round(mean + 3 * std))
                 if hi_v < lo_v:
                     raise ServescopeError(f"{where}: max ({hi_v}) is below min ({lo_v})")
                 d = cls("normal", mean=mean, std=std, min=lo_v, max=hi_v)
@@ -88,7 +90,7 @@ class LengthDist:
         except KeyError as e:
             raise ServescopeError(f"{where}: dist {kind!r} needs the key {e.args[0]!r}") from None
         if lo < 1:
-            raise ServescopeError(f"{where}: token lengths must be at least 1")
+            raise ServescopeError(f"{where}: {_noun(unit)} must be at least 1")
         return d
 
 
@@ -105,13 +107,24 @@ def _did_you_mean(key: str, known: Any) -> str:
 
 def _tokens(v: Any, where: str, lo: int = 1) -> int:
     """A token length: a whole number from `lo` to MAX_TOKENS (an integral float such as 1024.0 is accepted)."""
+    return _count(v, where, lo)
+
+
+def _noun(unit: str) -> str:
+    return "token lengths" if unit == "tokens" else f"numbers of {unit}"
+
+
+def _count(v: Any, where: str, lo: int = 1, unit: str = "tokens") -> int:
+    """A whole number of `unit` from `lo` to MAX_TOKENS (an integral float such as 1024.0 is accepted)."""
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int):
         shown = f", not {v!r}" if isinstance(v, (float, str)) and len(repr(v)) < 40 else ""
-        raise ServescopeError(f"{where}: lengths must be integers (a number of tokens){shown}")
-    if not lo <= v <= MAX_TOKENS:
-        raise ServescopeError(f"{where}: {v} is out of range; token lengths must be from {lo} to {MAX_TOKENS:,}")
+        what = "lengths must be integers (a number of tokens)" if unit == "tokens" else f"must be a whole number of {unit}"
+        raise ServescopeError(f"{where}: {what}{shown}")
+    hi = MAX_TOKENS if unit == "tokens" else MAX_TURNS
+    if not lo <= v <= hi:
+        raise ServescopeError(f"{where}: {v} is out of range; {_noun(unit)} must be from {lo} to {hi:,}")
     return v
 
 
@@ -119,6 +132,86 @@ def _real(v: Any, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise ServescopeError(f"{where}: must be a finite number, at least 0")
     return float(v)
+
+
+@dataclass(frozen=True)
+class SecondsDist:
+    """A time distribution in seconds (think time between turns): fixed, uniform (inclusive) or a normal clipped
+    to [min, max] (never below 0)."""
+
+    dist: str = "fixed"
+    value: float = 0.0
+    min: float = 0.0
+    max: float = 0.0
+    mean: float = 0.0
+    std: float = 0.0
+
+    def sample(self, rng: random.Random) -> float:
+        if self.dist == "fixed":
+            return self.value
+        if self.dist == "uniform":
+            return rng.uniform(self.min, self.max)
+        return max(self.min, min(self.max, rng.gauss(self.mean, self.std)))
+
+    @property
+    def upper(self) -> float:
+        return self.value if self.dist == "fixed" else self.max
+
+    def describe(self) -> str:
+        if self.dist == "fixed":
+            return f"{self.value:g} s"
+        if self.dist == "uniform":
+            return f"{self.min:g}-{self.max:g} s (uniform)"
+        return f"N({self.mean:g}, {self.std:g}) s in [{self.min:g}, {self.max:g}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.dist == "fixed":
+            return {"dist": "fixed", "value": self.value}
+        if self.dist == "uniform":
+            return {"dist": "uniform", "min": self.min, "max": self.max}
+        return {"dist": "normal", "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> SecondsDist:
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            raw = {"dist": "fixed", "value": raw}
+        if not isinstance(raw, dict):
+            raise ServescopeError(f"{where}: expected a number of seconds or a table like "
+                                  "{ dist = \"uniform\", min = 1, max = 5 }")
+        kind = raw.get("dist", "fixed")
+        for k in raw:
+            if k not in DIST_KEYS:
+                raise ServescopeError(f"{where}: unknown key {str(k)!r}; {_did_you_mean(str(k), DIST_KEYS)}")
+
+        def secs(k: str) -> float:
+            v = _real(raw[k], f"{where}: {k}")
+            if v > MAX_THINK_S:
+                raise ServescopeError(f"{where}: {k} ({v:g} s) is more than {MAX_THINK_S:g} s")
+            return v
+
+        try:
+            if kind == "fixed":
+                return cls("fixed", value=secs("value"))
+            if kind == "uniform":
+                lo, hi = secs("min"), secs("max")
+                if hi < lo:
+                    raise ServescopeError(f"{where}: max ({hi:g}) is below min ({lo:g})")
+                return cls("uniform", min=lo, max=hi)
+            if kind == "normal":
+                mean, std = secs("mean"), _real(raw.get("std", 0.0), f"{where}: std")
+                lo = secs("min") if "min" in raw else max(0.0, mean - 3 * std)
+                hi = secs("max") if "max" in raw else min(MAX_THINK_S, mean + 3 * std)
+                if hi < lo:
+                    raise ServescopeError(f"{where}: max ({hi:g}) is below min ({lo:g})")
+                return cls("normal", mean=mean, std=std, min=lo, max=hi)
+        except KeyError as e:
+            raise ServescopeError(f"{where}: dist {kind!r} needs the key {e.args[0]!r}") from None
+        shown = repr(kind) if isinstance(kind, str) else type(kind).__name__
+        raise ServescopeError(f"{where}: unknown dist {shown}; use fixed, uniform or normal")
+
+
+MAX_THINK_S = 86_400.0  # a pause between turns longer than a day is a typo
+MAX_TURNS = 10_000  # turns of one conversation, calls of one agent session
 
 
 def fixed(n: int) -> LengthDist:
@@ -145,6 +238,42 @@ class Workload:
     default_requests: int = 0
     source: str = "preset"
     output_from_dataset: bool = False  # dataset workloads without output_tokens use the replies' lengths
+    # multi-turn kinds: "conversation" (turns resend the whole history), "agent" (calls on one long context)
+    kind: str = "single"
+    turns: LengthDist = field(default_factory=lambda: fixed(1))  # conversation: turns per conversation
+    think_time_s: SecondsDist = field(default_factory=lambda: SecondsDist())  # pause before each later turn
+    context_tokens: int = 0  # agent: the long context every session shares (system prompt, tools, repository)
+    calls: LengthDist = field(default_factory=lambda: fixed(1))  # agent: model calls per session
+    tool_result_tokens: LengthDist = field(default_factory=lambda: fixed(1))  # agent: appended before each later call
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.kind != "single"
+
+    @property
+    def rounds(self) -> LengthDist:
+        """Requests per conversation (turns, or an agent's calls)."""
+        return self.calls if self.kind == "agent" else self.turns
+
+    @property
+    def shared_tokens(self) -> int:
+        """The shared start of every conversation: the prefix (system prompt), or an agent's context."""
+        return self.context_tokens if self.kind == "agent" else self.prefix_tokens
+
+    @property
+    def later_tokens(self) -> LengthDist:
+        """New tokens of each turn after the first: user messages, or an agent's tool results."""
+        return self.tool_result_tokens if self.kind == "agent" else self.input_tokens
+
+    @property
+    def max_request_tokens(self) -> int:
+        """The longest request's context (prompt + output) when the dataset does not decide it: a conversation's
+        last turn holds the shared start and every turn's message and reply (chat template tokens aside)."""
+        if not self.multi_turn:
+            return self.input_tokens.upper + self.output_tokens.upper
+        n = self.rounds.upper
+        return (self.shared_tokens + self.input_tokens.upper + (n - 1) * self.later_tokens.upper
+                + n * self.output_tokens.upper)
 
     def shape(self) -> str:
         think = {True: ", thinking on", False: ", thinking off", None: ""}[self.thinking]
@@ -152,6 +281,13 @@ class Workload:
         ds = f", dataset {Path(self.dataset).name}" if self.dataset else ""
         out = "as the dataset's replies" if self.output_from_dataset else self.output_tokens.describe()
         inp = "as the dataset's prompts" if self.dataset else self.input_tokens.describe()
+        pause = f", think {self.think_time_s.describe()}"
+        if self.kind == "conversation":
+            turns = "as the dataset's conversations" if self.dataset else self.turns.describe()
+            return f"{turns} turns x in {inp} new / out {out}{pause} (conversation{pre}{think}{ds})"
+        if self.kind == "agent":
+            return (f"context {self.context_tokens} + task {self.input_tokens.describe()}, {self.calls.describe()} "
+                    f"calls x tool result {self.tool_result_tokens.describe()} / out {out}{pause} (agent{think})")
         return f"in {inp} / out {out} ({self.api}{pre}{think}{ds})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,6 +303,13 @@ class Workload:
         }
         if self.thinking is not None:
             d["thinking"] = self.thinking
+        if self.kind == "conversation":
+            d.update(kind=self.kind, turns=self.turns.to_dict(), think_time_s=self.think_time_s.to_dict())
+        elif self.kind == "agent":
+            d.update(kind=self.kind, context_tokens=self.context_tokens, calls=self.calls.to_dict(),
+                     tool_result_tokens=self.tool_result_tokens.to_dict(), think_time_s=self.think_time_s.to_dict())
+        if self.kind == "agent":  # its shared context is context_tokens, and it reads no dataset
+            del d["prefix_tokens"], d["dataset"]
         return d
 
     @classmethod
@@ -180,10 +323,14 @@ class Workload:
         name = d.get("name")
         if not isinstance(name, str) or not name.strip():
             raise ServescopeError(f"{where}: the workload needs a name = \"...\"")
-        api = d.get("api", "completions")
+        kind = _kind(d, where)
+        api = d.get("api", "chat" if kind != "single" else "completions")
         if api not in ("completions", "chat"):
             shown = repr(api) if isinstance(api, str) else type(api).__name__
             raise ServescopeError(f"{where}: api must be \"completions\" or \"chat\", not {shown}")
+        if kind != "single" and api != "chat":
+            raise ServescopeError(f"{where}: kind = \"{kind}\" needs api = \"chat\" (each turn resends the history "
+                                  "as chat messages)")
         thinking = d.get("thinking")
         if thinking is not None and not isinstance(thinking, bool):
             raise ServescopeError(f"{where}: thinking must be true or false")
@@ -200,8 +347,10 @@ class Workload:
         if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
             raise ServescopeError(f"{where}: seed must be an integer")
         lowest = inp.value if inp.dist == "fixed" else inp.min
-        if prefix < 0 or (not dataset and prefix >= lowest):
+        # a conversation's prefix is a system prompt before the first message, not part of it
+        if prefix < 0 or (kind == "single" and not dataset and prefix >= lowest):
             raise ServescopeError(f"{where}: prefix_tokens ({prefix}) must be between 0 and the shortest input length ({lowest})")
+        multi = _multi_turn(d, kind, where)
         return cls(
             name=name,
             api=api,
@@ -214,6 +363,8 @@ class Workload:
             description=str(d.get("description", "")),
             source=str(d.get("source", "file")),
             output_from_dataset=bool(dataset) and "output_tokens" not in d,
+            kind=kind,
+            **multi,
         )
 
 
@@ -230,6 +381,12 @@ class Workload:
 def read_sharegpt(path: str) -> list[tuple[str, str]]:
     """A ShareGPT-format dataset's (first human turn, first reply) pairs; one line when it is missing, not
     JSON or not ShareGPT-shaped. Read once per file version (path, size, mtime)."""
+    return [c[0] for c in read_sharegpt_conversations(path)]
+
+
+def read_sharegpt_conversations(path: str) -> list[tuple[tuple[str, str], ...]]:
+    """Each conversation of a ShareGPT-format dataset as its (human turn, reply) pairs in order, up to the first
+    pair that is not two texts; errors as `read_sharegpt`."""
     p = Path(path)
     try:
         st = p.stat()
@@ -242,7 +399,7 @@ def read_sharegpt(path: str) -> list[tuple[str, str]]:
 
 
 @functools.lru_cache(maxsize=8)
-def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[str, str]]:
+def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[tuple[str, str], ...]]:
     del size, mtime_ns  # the cache key: a changed file is read again
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -252,28 +409,74 @@ def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[str
                               "JSON list") from None
     except OSError as e:
         raise ServescopeError(f"dataset {path}: cannot read it ({e.strerror or e}); check the path") from None
-    pairs: list[tuple[str, str]] = []
+    convs: list[tuple[tuple[str, str], ...]] = []
     if isinstance(data, list):
         for item in data:
             conv = item.get("conversations") if isinstance(item, dict) else None
-            if not isinstance(conv, list) or len(conv) < 2:
+            if not isinstance(conv, list):
                 continue
-            first, second = conv[0], conv[1]
-            if not (isinstance(first, dict) and isinstance(second, dict)):
-                continue
-            q, a = first.get("value"), second.get("value")
-            if isinstance(q, str) and isinstance(a, str) and q.strip() and a.strip():
+            pairs: list[tuple[str, str]] = []
+            for first, second in zip(conv[::2], conv[1::2], strict=False):
+                if not (isinstance(first, dict) and isinstance(second, dict)):
+                    break
+                q, a = first.get("value"), second.get("value")
+                if not (isinstance(q, str) and isinstance(a, str) and q.strip() and a.strip()):
+                    break
                 pairs.append((q, a))
-    if not pairs:
+            if pairs:
+                convs.append(tuple(pairs))
+    if not convs:
         raise ServescopeError(
             f"dataset {path}: not ShareGPT-shaped; expected a JSON list of "
             '{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}'
         )
-    return pairs
+    return convs
 
 
 WORKLOAD_KEYS = {"name", "api", "input_tokens", "output_tokens", "prefix_tokens", "thinking", "dataset", "seed",
-                 "description", "source"}
+                 "description", "source", "kind", "turns", "think_time_s", "context_tokens", "calls",
+                 "tool_result_tokens"}
+KINDS = ("single", "conversation", "agent")
+# keys only some kinds take, and the kinds that take them
+_KIND_KEYS = {"turns": ("conversation",), "think_time_s": ("conversation", "agent"), "context_tokens": ("agent",),
+              "calls": ("agent",), "tool_result_tokens": ("agent",), "prefix_tokens": ("single", "conversation"),
+              "dataset": ("single", "conversation")}
+AGENT_CONTEXT = 16384  # an agent's shared context when the TOML does not say
+
+
+def _kind(d: dict[str, Any], where: str) -> str:
+    kind = d.get("kind", "single")
+    if kind == "trace":
+        raise ServescopeError(f"{where}: kind \"trace\" is not available yet; use one of {', '.join(KINDS)}")
+    if kind not in KINDS:
+        shown = repr(kind) if isinstance(kind, str) else type(kind).__name__
+        raise ServescopeError(f"{where}: unknown kind {shown}; use one of {', '.join(KINDS)}")
+    for k, kinds in _KIND_KEYS.items():
+        if k in d and kind not in kinds:
+            need = " or ".join(f'kind = "{x}"' for x in kinds)
+            raise ServescopeError(f"{where}: {k} is only for {need} workloads (this one is kind = \"{kind}\")")
+    if kind == "conversation" and d.get("dataset") and "turns" in d:
+        raise ServescopeError(f"{where}: with a dataset, the turns are each conversation's own (all of them, in "
+                              "order); drop turns")
+    return str(kind)
+
+
+def _multi_turn(d: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """The Workload fields of a conversation's or an agent's keys (none for a single-turn workload)."""
+    if kind == "single":
+        return {}
+    out: dict[str, Any] = {"think_time_s": SecondsDist.parse(d.get("think_time_s", 0), f"{where}: think_time_s")}
+    rounds = "turns" if kind == "conversation" else "calls"
+    dist = LengthDist.parse(d.get(rounds, 5 if kind == "conversation" else 8), f"{where}: {rounds}", unit=rounds)
+    if dist.upper > MAX_TURNS:
+        raise ServescopeError(f"{where}: {rounds} ({dist.upper}) must be at most {MAX_TURNS:,}")
+    out[rounds] = dist
+    if kind == "agent":
+        out["context_tokens"] = _tokens(d.get("context_tokens", AGENT_CONTEXT), f"{where}: context_tokens", lo=0)
+        out["tool_result_tokens"] = LengthDist.parse(d.get("tool_result_tokens", {"dist": "uniform", "min": 100,
+                                                                                   "max": 1000}),
+                                                     f"{where}: tool_result_tokens")
+    return out
 _SHAREGPT_IN = uniform(200, 512)
 
 PRESETS: dict[str, Workload] = {
@@ -296,6 +499,11 @@ PRESETS: dict[str, Workload] = {
             default_concurrency=(32,),
             default_requests=300,
         ),
+        Workload("chat-multiturn", "chat", uniform(200, 500), fixed(256), kind="conversation", turns=fixed(5),
+                 description="chat: 5 turns, each resending the history"),
+        Workload("coding-agent", "chat", fixed(256), fixed(64), kind="agent", context_tokens=AGENT_CONTEXT,
+                 calls=fixed(8), tool_result_tokens=uniform(100, 1000),
+                 description="coding assistant: 8 calls on a shared 16K context"),
     ]
 }
 CONTEXT_SWEEP = (1024, 4096, 8192, 16384, 32768)
