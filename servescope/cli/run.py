@@ -52,7 +52,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 JSON_DISTS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s", "client_queue_ms")
 JSON_SCALARS = ("requests_ok", "requests_failed", "requests_bad_usage", "wall_s", "input_tokens_requested", "input_tokens_mean",
                 "output_tokens_requested", "output_tokens_mean", "reasoning_tokens_mean", "request_s", "output_tok_s",
-                "total_tok_s", "goodput_req_s")
+                "total_tok_s", "goodput_req_s", "prefix_cache_hit_rate")
 
 
 def cell_json(cell: Any, s: CellSummary, status: str, reason: str) -> dict[str, Any]:
@@ -70,6 +70,8 @@ def cell_json(cell: Any, s: CellSummary, status: str, reason: str) -> dict[str, 
         **{m: {k: (s.dist(m) or Dist()).stat(k) for k in JSON_STATS} for m in JSON_DISTS},
         "server": s.server.to_dict() if s.server is not None else None,
         "errors": [e.to_dict() for e in s.errors],
+        **({"turns": [t.to_dict() for t in s.turns]} if s.turns else {}),
+        **({"conversations": s.conversations.to_dict()} if s.conversations is not None else {}),
     }
 
 
@@ -125,6 +127,17 @@ def format_cell(ev: Any, total: int) -> str:
             f"TTFT mean {_f(srv.ttft_ms_mean, 2)} ms, ITL mean {_f(srv.itl_ms_mean, 2)} ms, "
             f"preemptions {_f(srv.preemptions, 0)}"
         )
+    if s.prefix_cache_hit_rate is not None:
+        how = "the usage's cached_tokens" if s.prefix_cache_source == "usage" else "the server's /metrics"
+        lines.append(f"  prefix cache: {s.prefix_cache_hit_rate * 100:.1f}% of prompt tokens were cached (from {how})")
+    for t in s.turns[:12]:
+        hit = f", cached {t.prefix_cache_hit_rate * 100:.0f}%" if t.prefix_cache_hit_rate is not None else ""
+        lines.append(f"  turn {t.turn}: {t.requests_ok} ok, TTFT p50 {_f(t.ttft_ms_p50, 2)} ms, p90 "
+                     f"{_f(t.ttft_ms_p90, 2)} ms, input {_f(t.input_tokens_mean)} tokens{hit}")
+    cv = s.conversations
+    if cv is not None:
+        lines.append(f"  conversations: {cv.started} started, {cv.complete} complete (mean {_f(cv.turns_mean)} turns); "
+                     f"complete ones took p50 {_f(cv.duration_s.p50, 2)} s, p90 {_f(cv.duration_s.p90, 2)} s")
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)

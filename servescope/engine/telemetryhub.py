@@ -223,7 +223,7 @@ def kv_budget_meta(budget: KVBudget | None, log_budget: KVBudget | None,
     if not kv or b is None:
         return None
     kv["max_concurrency_by_workload"] = {
-        w.name: round(b.max_concurrency(w.input_tokens.upper + w.output_tokens.upper), 2)
+        w.name: round(b.max_concurrency(w.max_request_tokens), 2)  # a conversation's whole history
         for w in workloads if not w.dataset
     }
     return kv

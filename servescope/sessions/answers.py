@@ -183,7 +183,8 @@ def derive(label: str, views: Sequence[CellView]) -> list[WorkloadAnswers]:
 
 
 def _shape_key(w: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (w.get("api"), repr(w.get("input_tokens")), w.get("prefix_tokens", 0), w.get("dataset", ""))
+    return (w.get("api"), repr(w.get("input_tokens")), w.get("prefix_tokens", 0), w.get("dataset", ""),
+            w.get("kind", "single"), repr(w.get("turns")), w.get("context_tokens"))
 
 
 def thinking_costs(label: str, session: Session, views: Sequence[CellView]) -> list[ThinkingCost]:
