@@ -70,9 +70,28 @@ def cell_json(cell: Any, s: CellSummary, status: str, reason: str) -> dict[str, 
         **{m: {k: (s.dist(m) or Dist()).stat(k) for k in JSON_STATS} for m in JSON_DISTS},
         "server": s.server.to_dict() if s.server is not None else None,
         "errors": [e.to_dict() for e in s.errors],
+        **({"send_lateness_ms": lateness(s)} if _is_trace(cell) else {}),
         **({"turns": [t.to_dict() for t in s.turns]} if s.turns else {}),
         **({"conversations": s.conversations.to_dict()} if s.conversations is not None else {}),
     }
+
+
+LATE_MS = 10.0  # a trace cell whose sends were later than this at p99 did not replay the trace's times
+
+
+def _is_trace(cell: Any) -> bool:
+    """A trace replay cell (an engine Cell, or a viewer's CellInfo whose shape names the trace)."""
+    w = getattr(cell, "workload", None)
+    return getattr(w, "kind", None) == "trace" or str(getattr(cell, "shape", "")).startswith("trace ")
+
+
+def lateness(s: Any) -> dict[str, float | None]:
+    """How late each send was against the trace's time (p50, p99, max, ms): the cell's client queueing, which
+    for an uncapped open loop is exactly the send's delay after its scheduled time."""
+    from servescope.core.results import Dist
+
+    d = s.dist("client_queue_ms") or Dist()
+    return {"p50": d.stat("p50"), "p99": d.stat("p99"), "max": d.stat("max")}
 
 
 def _f(v: Any, nd: int = 1) -> str:
@@ -127,6 +146,13 @@ def format_cell(ev: Any, total: int) -> str:
             f"TTFT mean {_f(srv.ttft_ms_mean, 2)} ms, ITL mean {_f(srv.itl_ms_mean, 2)} ms, "
             f"preemptions {_f(srv.preemptions, 0)}"
         )
+    if _is_trace(c):
+        late = lateness(s)
+        p99 = late["p99"]
+        flag = (f"  FLAGGED: over {LATE_MS:g} ms at p99, the client did not keep the trace's times"
+                if p99 is not None and p99 > LATE_MS else "")
+        lines.append(f"  schedule fidelity: sends were late against the trace by p50 {_f(late['p50'], 2)} ms, p99 "
+                     f"{_f(p99, 2)} ms, max {_f(late['max'], 2)} ms{flag}")
     if s.prefix_cache_hit_rate is not None:
         how = "the usage's cached_tokens" if s.prefix_cache_source == "usage" else "the server's /metrics"
         lines.append(f"  prefix cache: {s.prefix_cache_hit_rate * 100:.1f}% of prompt tokens were cached (from {how})")

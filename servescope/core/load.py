@@ -43,9 +43,13 @@ class Load:
     burstiness: float = 1.0  # the gamma shape: 1 is Poisson, below 1 burstier, above 1 more regular
     ramp_s: float | None = None
     pattern: tuple[Step, ...] = ()
+    # arrival "trace": each request's send time (s from the cell's start), as a trace file says
+    times: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def label(self) -> str:
+        if self.arrival == "trace":
+            return f"trace {self.rate:.3g}/s mean"
         ramp = f" ramp {self.ramp_s:g}s" if self.ramp_s else ""
         if self.rate is not None:
             arrival = f"gamma({self.burstiness:g})" if self.arrival == "gamma" else self.arrival
@@ -304,14 +308,16 @@ async def _until(when_ns: int, control: CellControl) -> bool:
 
 async def _open(http, opts, specs, load, limits, on_record, control, seed) -> CellRun:  # type: ignore[no-untyped-def]
     rate = float(load.rate or 1.0)
-    times = send_times(load.arrival, rate, load.burstiness, load.shape, random.Random(f"servescope-arrivals:{seed}"))
+    times = (iter(load.times) if load.arrival == "trace" else
+             send_times(load.arrival, rate, load.burstiness, load.shape, random.Random(f"servescope-arrivals:{seed}")))
     tracker = _Tracker(load, control, on_record)
     sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
     total = limits.requests
     start = _perf()
     deadline = start + int(limits.duration_s * 1e9) if limits.duration_s is not None else None
     tasks: set[asyncio.Task[None]] = set()
-    sched = start + int(next(times) * 1e9)
+    nxt = next(times, None)
+    sched = start + int(nxt * 1e9) if nxt is not None else 0
 
     async def fire(i: int, spec: RequestSpec, scheduled: int) -> None:
         rec = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=spec.input_tokens,
@@ -325,7 +331,7 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
                 await _send(http, opts, spec, rec, tracker)
 
     i = 0
-    while not control.ended:
+    while not control.ended and nxt is not None:
         if total is not None and i >= total:
             break
         if deadline is not None and sched >= deadline:
@@ -336,7 +342,8 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
         tasks.add(t)
         t.add_done_callback(tasks.discard)
         i += 1
-        sched = start + int(next(times) * 1e9)
+        nxt = next(times, None)  # a trace ends
+        sched = start + int(nxt * 1e9) if nxt is not None else 0
     await _wait_or_stop(list(tasks), control)
     end = max((r.end_ns for r in tracker.records), default=_perf())
     ramp_end = start + int(load.ramp_s * 1e9) if load.ramp_s else 0

@@ -11,6 +11,7 @@ from servescope.core.load import Load
 from servescope.core.secrets import redact_command
 from servescope.engine.spec import SweepSpec
 from servescope.workloads.spec import Workload
+from servescope.workloads.traces import workload_trace
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 16)  # when neither the sweep nor the workload says
 DEFAULT_REQUESTS = 100  # measured requests per cell, when neither says (and no duration is given)
@@ -79,6 +80,9 @@ def plan_cells(spec: SweepSpec) -> list[Cell]:
 def _workload_cells(spec: SweepSpec, first: int, variant: int, vargs: str) -> list[Cell]:
     cells: list[Cell] = []
     for w in spec.workloads:
+        if w.kind == "trace":  # one cell: the trace says when each request goes
+            cells.append(_trace_cell(spec, w, first + len(cells), variant, vargs))
+            continue
         ramp = _ramp(spec, w)
         if spec.rates:
             loads = [Load(rate=r, arrival=spec.arrival, max_concurrency=spec.max_concurrency,
@@ -96,6 +100,18 @@ def _workload_cells(spec: SweepSpec, first: int, variant: int, vargs: str) -> li
     return cells
 
 
+def _trace_cell(spec: SweepSpec, w: Workload, index: int, variant: int, vargs: str) -> Cell:
+    """A trace replays its requests at its own times (scaled by `time_scale`): the sweep's load levels do not
+    apply; `--requests` takes its first N, `--duration` stops sending at that time. No warmup: the trace's
+    first requests are its own."""
+    trace = workload_trace(w).scaled(w.time_scale)
+    t0 = trace.requests[0].t_s if trace.requests else 0.0
+    times = tuple(r.t_s - t0 for r in trace.requests)
+    n = len(times) if spec.requests is None else min(spec.requests, len(times))
+    load = Load(rate=round(trace.mean_rate, 6) or 1.0, arrival="trace", times=times)
+    return Cell(index, w, load, n, spec.duration_s, 0, variant, vargs, spec.seed)
+
+
 def _ramp(spec: SweepSpec, w: Workload) -> float | None:
     """The cell's ramp: the sweep's (`--ramp`, `[load] ramp`), else the workload's own `ramp`, if it has one."""
     if spec.ramp_s is not None:
@@ -107,6 +123,8 @@ def _ramp(spec: SweepSpec, w: Workload) -> float | None:
 def pool_size(cell: Cell) -> int:
     """How many distinct measured prompts a cell gets (a duration-limited cell cycles through them). A
     multi-turn cell's are turns: a conversation's worth more, for the one its warmup may have begun."""
+    if cell.workload.kind == "trace":
+        return len(cell.load.times)
     extra = cell.workload.rounds.upper if cell.workload.multi_turn and cell.warmup else 0
     if cell.requests is not None:
         return cell.requests + extra
@@ -120,6 +138,8 @@ def fits(w: Workload, max_len: int | None) -> str | None:
     longest request is its last turn: the shared start, then every turn's message and reply."""
     if not max_len or w.dataset:
         return None
+    if w.kind == "trace":
+        return workload_trace(w).check_fits(max_len)
     if w.multi_turn:
         n, first, later, out = w.rounds.upper, w.input_tokens.upper, w.later_tokens.upper, w.output_tokens.upper
         need = w.max_request_tokens

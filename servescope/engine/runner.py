@@ -46,6 +46,7 @@ from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.telemetryhub import Telemetry, TelemetryHub, kv_budget_meta, kv_budget_text
 from servescope.workloads.prompts import build_prompts
+from servescope.workloads.traces import trace_prompts, workload_trace
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "FINISHED", "Cell", "CellFinished", "CellSkipped",
            "CellStarted", "Event", "KvBudgetKnown", "Notice", "RequestsDone", "SweepControl", "SweepFinished",
@@ -254,8 +255,12 @@ class _Sweep:
         while True:
             attempt += 1
             try:
-                prompts = await build_prompts(cell.workload, pool_size(cell) + cell.warmup, cell.prompt_key,
-                                              self.tok)
+                if cell.workload.kind == "trace":  # the trace's requests, in its order, sharing its blocks
+                    prompts = await trace_prompts(workload_trace(cell.workload), self.tok, cell.seed,
+                                                  chat=cell.workload.api == "chat")
+                else:
+                    prompts = await build_prompts(cell.workload, pool_size(cell) + cell.warmup, cell.prompt_key,
+                                                  self.tok)
             except httpx.HTTPError as e:
                 raise ServescopeError(f"lost {self.label} while building prompts: "
                                       f"{clean_text(str(e)) or type(e).__name__}") from None

@@ -170,8 +170,15 @@ class SweepSpec:
                 raise ServescopeError(f"{where}: [server] {e.message}") from None
         if not self.workloads:
             raise ServescopeError(f"{where}: no workload; add workloads = [\"sharegpt\"] or a [[workload]] table")
-        for w in self.workloads:  # datasets read now: a bad one stops the run before a server or session exists
+        for w in self.workloads:  # datasets and traces read now: a bad one stops the run before anything starts
             w.check(where)
+            if w.kind == "trace":
+                from servescope.workloads.traces import workload_trace
+
+                try:
+                    workload_trace(w)
+                except ServescopeError as e:
+                    raise ServescopeError(f"{where}: {e.message}") from None
         return self
 
     def replace(self, **changes: Any) -> SweepSpec:

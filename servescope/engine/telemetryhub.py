@@ -223,10 +223,19 @@ def kv_budget_meta(budget: KVBudget | None, log_budget: KVBudget | None,
     if not kv or b is None:
         return None
     kv["max_concurrency_by_workload"] = {
-        w.name: round(b.max_concurrency(w.max_request_tokens), 2)  # a conversation's whole history
+        w.name: round(b.max_concurrency(request_tokens(w)), 2)  # a conversation's whole history
         for w in workloads if not w.dataset
     }
     return kv
+
+
+def request_tokens(w: Any) -> int:
+    """The workload's longest request (prompt + output): a conversation's last turn, a trace's longest entry."""
+    if w.kind == "trace":
+        from servescope.workloads.traces import workload_trace
+
+        return int(workload_trace(w).max_total()) or 1
+    return int(w.max_request_tokens)
 
 
 def kv_budget_text(kv: dict[str, Any]) -> str:

@@ -245,10 +245,14 @@ class Workload:
     context_tokens: int = 0  # agent: the long context every session shares (system prompt, tools, repository)
     calls: LengthDist = field(default_factory=lambda: fixed(1))  # agent: model calls per session
     tool_result_tokens: LengthDist = field(default_factory=lambda: fixed(1))  # agent: appended before each later call
+    # kind "trace": requests replayed at a trace file's times (servescope.workloads.traces)
+    trace: str = ""
+    trace_format: str = "auto"
+    time_scale: float = 1.0  # multiplies the trace's times: 0.5 replays it twice as fast
 
     @property
     def multi_turn(self) -> bool:
-        return self.kind != "single"
+        return self.kind in ("conversation", "agent")
 
     @property
     def rounds(self) -> LengthDist:
@@ -269,6 +273,8 @@ class Workload:
     def max_request_tokens(self) -> int:
         """The longest request's context (prompt + output) when the dataset does not decide it: a conversation's
         last turn holds the shared start and every turn's message and reply (chat template tokens aside)."""
+        if self.kind == "trace":
+            return 0  # the trace file's (servescope.workloads.traces.workload_trace(w).max_total())
         if not self.multi_turn:
             return self.input_tokens.upper + self.output_tokens.upper
         n = self.rounds.upper
@@ -285,6 +291,9 @@ class Workload:
         if self.kind == "conversation":
             turns = "as the dataset's conversations" if self.dataset else self.turns.describe()
             return f"{turns} turns x in {inp} new / out {out}{pause} (conversation{pre}{think}{ds})"
+        if self.kind == "trace":
+            scale = f" x{self.time_scale:g} time" if self.time_scale != 1 else ""
+            return f"trace {Path(self.trace).name} ({self.trace_format}{scale}; {self.api})"
         if self.kind == "agent":
             return (f"context {self.context_tokens} + task {self.input_tokens.describe()}, {self.calls.describe()} "
                     f"calls x tool result {self.tool_result_tokens.describe()} / out {out}{pause} (agent{think})")
@@ -310,6 +319,10 @@ class Workload:
                      tool_result_tokens=self.tool_result_tokens.to_dict(), think_time_s=self.think_time_s.to_dict())
         if self.kind == "agent":  # its shared context is context_tokens, and it reads no dataset
             del d["prefix_tokens"], d["dataset"]
+        if self.kind == "trace":  # the lengths and times are the trace's
+            for k in ("input_tokens", "output_tokens", "prefix_tokens", "dataset"):
+                del d[k]
+            d.update(kind="trace", trace=self.trace, format=self.trace_format, time_scale=self.time_scale)
         return d
 
     @classmethod
@@ -324,11 +337,11 @@ class Workload:
         if not isinstance(name, str) or not name.strip():
             raise ServescopeError(f"{where}: the workload needs a name = \"...\"")
         kind = _kind(d, where)
-        api = d.get("api", "chat" if kind != "single" else "completions")
+        api = d.get("api", "chat" if kind in ("conversation", "agent") else "completions")
         if api not in ("completions", "chat"):
             shown = repr(api) if isinstance(api, str) else type(api).__name__
             raise ServescopeError(f"{where}: api must be \"completions\" or \"chat\", not {shown}")
-        if kind != "single" and api != "chat":
+        if kind in ("conversation", "agent") and api != "chat":
             raise ServescopeError(f"{where}: kind = \"{kind}\" needs api = \"chat\" (each turn resends the history "
                                   "as chat messages)")
         thinking = d.get("thinking")
@@ -350,7 +363,7 @@ class Workload:
         # a conversation's prefix is a system prompt before the first message, not part of it
         if prefix < 0 or (kind == "single" and not dataset and prefix >= lowest):
             raise ServescopeError(f"{where}: prefix_tokens ({prefix}) must be between 0 and the shortest input length ({lowest})")
-        multi = _multi_turn(d, kind, where)
+        multi = _trace_keys(d, where) if kind == "trace" else _multi_turn(d, kind, where)
         return cls(
             name=name,
             api=api,
@@ -435,19 +448,20 @@ def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[tup
 
 WORKLOAD_KEYS = {"name", "api", "input_tokens", "output_tokens", "prefix_tokens", "thinking", "dataset", "seed",
                  "description", "source", "kind", "turns", "think_time_s", "context_tokens", "calls",
-                 "tool_result_tokens"}
-KINDS = ("single", "conversation", "agent")
+                 "tool_result_tokens", "trace", "format", "time_scale"}
+KINDS = ("single", "conversation", "agent", "trace")
+TRACE_FORMATS = ("mooncake", "burstgpt", "azure", "session")  # read by servescope.workloads.traces
 # keys only some kinds take, and the kinds that take them
 _KIND_KEYS = {"turns": ("conversation",), "think_time_s": ("conversation", "agent"), "context_tokens": ("agent",),
               "calls": ("agent",), "tool_result_tokens": ("agent",), "prefix_tokens": ("single", "conversation"),
-              "dataset": ("single", "conversation")}
+              "dataset": ("single", "conversation"), "trace": ("trace",), "format": ("trace",),
+              "time_scale": ("trace",), "input_tokens": ("single", "conversation", "agent"),
+              "output_tokens": ("single", "conversation", "agent")}
 AGENT_CONTEXT = 16384  # an agent's shared context when the TOML does not say
 
 
 def _kind(d: dict[str, Any], where: str) -> str:
     kind = d.get("kind", "single")
-    if kind == "trace":
-        raise ServescopeError(f"{where}: kind \"trace\" is not available yet; use one of {', '.join(KINDS)}")
     if kind not in KINDS:
         shown = repr(kind) if isinstance(kind, str) else type(kind).__name__
         raise ServescopeError(f"{where}: unknown kind {shown}; use one of {', '.join(KINDS)}")
@@ -459,6 +473,24 @@ def _kind(d: dict[str, Any], where: str) -> str:
         raise ServescopeError(f"{where}: with a dataset, the turns are each conversation's own (all of them, in "
                               "order); drop turns")
     return str(kind)
+
+
+def _trace_keys(d: dict[str, Any], where: str) -> dict[str, Any]:
+    """The Workload fields of a trace's keys: the file (read and checked later, by `check`), its format and
+    how its times are scaled."""
+    path = d.get("trace")
+    if not isinstance(path, str) or not path.strip():
+        raise ServescopeError(f'{where}: kind = "trace" needs trace = "FILE" (a Mooncake JSONL, BurstGPT or Azure '
+                              "CSV, or a session directory)")
+    fmt = d.get("format", "auto")
+    if fmt not in ("auto", *TRACE_FORMATS):
+        shown = repr(fmt) if isinstance(fmt, str) else type(fmt).__name__
+        raise ServescopeError(f"{where}: format {shown} is not one of auto, {', '.join(TRACE_FORMATS)}")
+    scale = d.get("time_scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ServescopeError(f"{where}: time_scale must be a number above 0 (0.5 replays the trace twice as "
+                              "fast, 2 at half speed)")
+    return {"trace": path, "trace_format": str(fmt), "time_scale": float(scale)}
 
 
 def _multi_turn(d: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
@@ -551,6 +583,8 @@ def load_toml(path: str | Path) -> list[Workload]:
         w = Workload.from_dict({**item, "source": str(p)}, where)
         if w.dataset and not Path(w.dataset).is_absolute():
             w = replace(w, dataset=str((p.parent / w.dataset).resolve()))
+        if w.trace and not Path(w.trace).is_absolute():  # a trace path is relative to its TOML file
+            w = replace(w, trace=str((p.parent / w.trace).resolve()))
         out.append(w)
     return out
 

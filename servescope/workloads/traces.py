@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import functools
 import json
 import math
 import random
@@ -39,9 +40,9 @@ from typing import Any
 from servescope.core.errors import ServescopeError
 from servescope.core.target import Tokenizer
 from servescope.workloads.prompts import Prompt, _corpus_ids
-from servescope.workloads.spec import MAX_TOKENS
+from servescope.workloads.spec import MAX_TOKENS, TRACE_FORMATS, Workload
 
-FORMATS = ("mooncake", "burstgpt", "azure", "session")
+FORMATS = TRACE_FORMATS
 # CSV formats: (time column, input column, output column), and the other columns their public files have
 _CSV_COLUMNS = {"burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
                 "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens")}
@@ -181,6 +182,32 @@ class _Where:
 
 # one row as read: (line, time in seconds on the file's own clock, the time as written, input, output, hash ids)
 _Row = tuple[int, float, Any, int, int, tuple[int, ...]]
+
+
+def workload_trace(w: Workload) -> Trace:
+    """The trace of a `kind = "trace"` workload, read and checked once per file version."""
+    try:
+        return cached_trace(w.trace, w.trace_format)
+    except ServescopeError as e:
+        raise ServescopeError(f"workload {w.name!r}: {e.message}") from None
+
+
+def cached_trace(path: str | Path, format: str = "auto") -> Trace:
+    """`read_trace`, read once per file version (its size and mtime; a session directory by its cells.parquet)."""
+    p = Path(path)
+    key = p / "cells.parquet" if p.is_dir() else p
+    try:
+        st = key.stat()
+        stamp = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = (-1, -1)
+    return _cached(str(p), format, *stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached(path: str, format: str, size: int, mtime_ns: int) -> Trace:
+    del size, mtime_ns  # the cache key: a changed file is read again
+    return read_trace(path, format)
 
 
 def read_trace(path: str | Path, format: str = "auto", *, where: str | None = None) -> Trace:

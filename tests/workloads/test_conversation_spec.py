@@ -72,8 +72,9 @@ def test_the_presets_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("body, message", [
-    ('kind = "trace"', 'kind "trace" is not available yet; use one of single, conversation, agent'),
-    ('kind = "chat"', "unknown kind 'chat'; use one of single, conversation, agent"),
+    ('kind = "trace"', 'kind = "trace" needs trace = "FILE" (a Mooncake JSONL, BurstGPT or Azure CSV, or a session '
+                       'directory)'),
+    ('kind = "chat"', "unknown kind 'chat'; use one of single, conversation, agent, trace"),
     ("turns = 5", 'turns is only for kind = "conversation" workloads (this one is kind = "single")'),
     ('kind = "conversation"\ncalls = 3',
      'calls is only for kind = "agent" workloads (this one is kind = "conversation")'),
