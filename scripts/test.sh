@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need (a venv with servescope and its
-# test tools, tmux, the vLLM CPU build and the tiny test models, both cached outside the clone), then
-# runs ruff, mypy and pytest (real vLLM and simulator integration tests included).
+# test tools, tmux, the vLLM CPU build, llama.cpp's server and the tiny test models, all cached outside the
+# clone), then runs ruff, mypy and pytest (real vLLM, real llama.cpp and simulator integration tests included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v tmux >/dev/null 2>&1; then
@@ -14,6 +14,7 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U "pip>=25.1"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e . --group test --group lint
 bash .ci/setup_vllm.sh >/dev/null
+[ "${SERVESCOPE_SKIP_LLAMACPP:-}" = 1 ] || bash .ci/setup_llamacpp.sh >/dev/null  # llama-server and GGUF models
 .venv/bin/ruff check servescope tests benchmarks
 .venv/bin/mypy
 exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@"
