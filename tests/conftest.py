@@ -22,7 +22,7 @@ def vllm_server() -> Iterator[object]:
         pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
     from tests.support import vllm_server as vs
 
-    srv = vs.start("dense", ["--max-model-len", "8192"])
+    srv = vs.start("dense", ["--max-model-len", "8192", "--enable-prompt-tokens-details"])  # cached_tokens in usage
     try:
         yield srv
     finally:

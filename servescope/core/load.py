@@ -13,9 +13,11 @@ turns; the warmup runs the conversations its turns belong to."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,14 +207,28 @@ async def run_cell(
             return CellRun([], _perf(), _perf(), control.reason)
         if before_measured is not None:
             await before_measured()
-        if talk:
-            pool = Pool(conversations(measured) or conversations(specs), limits.requests)
+        with _quiet_gc():
+            if talk:
+                pool = Pool(conversations(measured) or conversations(specs), limits.requests)
+                if load.rate is not None:
+                    return await _talk_open(http, opts, pool, load, limits, on_record, control, seed)
+                return await _talk(http, opts, pool, load, limits, on_record, control)
             if load.rate is not None:
-                return await _talk_open(http, opts, pool, load, limits, on_record, control, seed)
-            return await _talk(http, opts, pool, load, limits, on_record, control)
-        if load.rate is not None:
-            return await _open(http, opts, measured, load, limits, on_record, control, seed)
-        return await _closed(http, opts, measured, load, limits, on_record, control)
+                return await _open(http, opts, measured, load, limits, on_record, control, seed)
+            return await _closed(http, opts, measured, load, limits, on_record, control)
+
+
+@contextlib.contextmanager
+def _quiet_gc() -> Iterator[None]:
+    """No long garbage-collector pause during the measured part: what exists before it (prompts, the HTTP
+    client, libraries) is collected once and frozen, so a full collection during the cell walks only the
+    cell's own new objects (a pause of tens of ms once delayed a trace's sends by that much)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class _Tracker:

@@ -1,0 +1,123 @@
+"""Production-like traffic against the real CPU vLLM: in a conversation the prefix-cache hit rate rises with
+the turn index and later turns answer faster than a cold prompt of the same length, unless prefix caching is
+off; a Mooncake trace with shared hash_ids replays on time and vLLM's prefix cache hits the shared blocks;
+BurstGPT and Azure CSV traces replay at their timestamps."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servescope.sessions.store import load_session
+from tests.integration.helpers import metrics, run_json
+
+CHAT = ('[workload]\nname = "chat4"\nkind = "conversation"\nturns = 4\nprefix_tokens = 3000\ninput_tokens = 300\n'
+        'output_tokens = 16\n')
+COLD = '[workload]\nname = "cold"\napi = "chat"\ninput_tokens = 4000\noutput_tokens = 16\n'
+
+
+@pytest.fixture(scope="module")
+def vllm_no_cache() -> Iterator[Any]:
+    """A second real vLLM, with prefix caching off."""
+    import os
+
+    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
+        pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
+    from tests.support import vllm_server as vs
+
+    srv = vs.start("dense", ["--max-model-len", "8192", "--enable-prompt-tokens-details",
+                             "--no-enable-prefix-caching"])
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _turns_and_cold(url: str, tmp_path: Path) -> tuple[list[dict[str, Any]], float]:
+    (tmp_path / "chat.toml").write_text(CHAT)
+    (tmp_path / "cold.toml").write_text(COLD)
+    chat = run_json("--url", url, "-w", str(tmp_path / "chat.toml"), "-c", "1", "-n", "12")
+    cold = run_json("--url", url, "-w", str(tmp_path / "cold.toml"), "-c", "1", "-n", "6")
+    [c] = chat["cells"]
+    assert c["requests_ok"] == 12 and [t["turn"] for t in c["turns"]] == [1, 2, 3, 4]
+    return c["turns"], float(cold["cells"][0]["ttft_ms"]["p50"])
+
+
+def test_a_conversation_hits_the_prefix_cache_more_each_turn_and_answers_faster(vllm_server: Any,
+                                                                               tmp_path: Path) -> None:
+    turns, cold = _turns_and_cold(vllm_server.url, tmp_path)
+    hits = [t["prefix_cache_hit_rate"] for t in turns]
+    assert all(h is not None for h in hits), turns  # vLLM sends cached_tokens (--enable-prompt-tokens-details)
+    assert hits[1] < hits[2] < hits[3] and hits[3] > 0.85, hits  # the history is cached, more of it each turn
+    assert turns[3]["input_tokens_mean"] > 4000  # turn 4 holds the whole history: as long as the cold prompt
+    for t in turns[2:]:  # turn 3 and later: most of the prompt is cached
+        assert t["ttft_ms_p50"] < 0.6 * cold, (t, cold)
+
+
+def test_with_prefix_caching_off_later_turns_are_not_faster(vllm_no_cache: Any, tmp_path: Path) -> None:
+    turns, cold = _turns_and_cold(vllm_no_cache.url, tmp_path)
+    assert [t["prefix_cache_hit_rate"] for t in turns] == [0.0, 0.0, 0.0, 0.0]
+    assert turns[3]["ttft_ms_p50"] > 0.6 * cold, (turns[3], cold)
+
+
+def _mooncake(path: Path, n: int = 24) -> tuple[int, int]:
+    """Requests 40-150 ms apart; even ones share blocks [1, 2], odd ones [3]. The prompt tokens an unbounded
+    prefix cache would hit, and all prompt tokens."""
+    r = random.Random(3)
+    t, hits, total, seen = 0, 0, 0, set()
+    with path.open("w") as f:
+        for i in range(n):
+            t += r.randint(40, 150)
+            shared = [1, 2] if i % 2 == 0 else [3]
+            length = len(shared) * 512 + 200
+            f.write(json.dumps({"timestamp": t, "input_length": length, "output_length": 8,
+                                "hash_ids": [*shared, 1000 + i]}) + "\n")
+            hits += 512 * sum(h in seen for h in shared)
+            seen.update(shared)
+            total += length
+    return hits, total
+
+
+def _trace_toml(tmp_path: Path, name: str) -> str:
+    f = tmp_path / f"{name}.toml"
+    f.write_text(f'[workload]\nname = "replay"\nkind = "trace"\ntrace = "{name}"\n')
+    return str(f)
+
+
+def _offsets(session: str) -> list[float]:
+    req = load_session(session).requests().sort("scheduled_ns")
+    start = int(req["scheduled_ns"].min())
+    return [(x - start) / 1e9 for x in req["sent_ns"].to_list()]
+
+
+def test_a_mooncake_trace_replays_on_time_and_vllm_hits_its_shared_blocks(vllm_server: Any, tmp_path: Path) -> None:
+    hits, total = _mooncake(tmp_path / "mc.jsonl")
+    before = metrics(vllm_server.url)
+    out = run_json("--url", vllm_server.url, "-w", _trace_toml(tmp_path, "mc.jsonl"), "--telemetry-interval", "off")
+    after = metrics(vllm_server.url)
+    [c] = out["cells"]
+    assert c["requests_ok"] == 24 and c["send_lateness_ms"]["p99"] < 10.0, c["send_lateness_ms"]
+    served_hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+    assert abs(served_hits - hits) <= 0.10 * hits, (served_hits, hits)  # the shared blocks, as the trace says
+    assert abs(c["prefix_cache_hit_rate"] - hits / total) <= 0.10 * hits / total
+
+
+def test_burstgpt_and_azure_traces_replay_at_their_timestamps(vllm_server: Any, tmp_path: Path) -> None:
+    (tmp_path / "b.csv").write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                                    + "".join(f"{3 + i * 0.2:.1f},ChatGPT,{150 + i},6,{156 + i},Conversation log\n"
+                                              for i in range(8)))
+    (tmp_path / "a.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    + "".join(f"2023-11-16 18:15:46.{i}000000,{120 + i},6\n" for i in range(8)))
+    for name, gaps in (("b.csv", [0.2 * i for i in range(8)]), ("a.csv", [0.1 * i for i in range(8)])):
+        out = run_json("--url", vllm_server.url, "-w", _trace_toml(tmp_path, name))
+        [c] = out["cells"]
+        assert c["requests_ok"] == 8 and c["output_tokens_mean"] == 6 and c["send_lateness_ms"]["p50"] < 10.0
+        sent = _offsets(out["session"])
+        assert max(abs(a - b) for a, b in zip(sent, gaps, strict=True)) < 0.05, (name, sent)
+        assert sorted(load_session(out["session"]).requests()["prompt_tokens"].to_list()) == sorted(
+            (150 if name == "b.csv" else 120) + i for i in range(8))  # exact lengths, as vLLM counted them
