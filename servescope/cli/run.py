@@ -64,6 +64,7 @@ def cell_json(cell: Any, s: CellSummary, status: str, reason: str) -> dict[str, 
         "workload": cell.workload.name,
         "concurrency": cell.load.concurrency,
         "rate": cell.load.rate,
+        "repeat": getattr(cell, "repeat", 1),
         "status": status,
         "reason": reason,
         **{k: getattr(s, k) for k in JSON_SCALARS},
@@ -92,6 +93,53 @@ def lateness(s: Any) -> dict[str, float | None]:
 
     d = s.dist("client_queue_ms") or Dist()
     return {"p50": d.stat("p50"), "p99": d.stat("p99"), "max": d.stat("max")}
+
+
+POINT_FIGURES = (("output_tok_s", "output tok/s"), ("request_s", "req/s"), ("ttft_ms.p50", "TTFT p50 ms"),
+                 ("tpot_ms.p50", "TPOT p50 ms"), ("e2e_ms.p50", "E2E p50 ms"))
+
+
+def _figure(cell: dict[str, Any], key: str) -> float | None:
+    name, _, stat = key.partition(".")
+    v = cell.get(name)
+    v = v.get(stat) if stat and isinstance(v, dict) else v
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def points(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """With --repeat: each point (workload, load level) over its repeats that were measured (status done):
+    every figure's median, the lowest and highest repeat, and the per-repeat values."""
+    import statistics
+
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for c in cells:
+        if c.get("status") == "done":
+            groups.setdefault((c["workload"], c["concurrency"], c["rate"]), []).append(c)
+    out = []
+    for (wl, conc, rate), cs in groups.items():
+        figs: dict[str, Any] = {}
+        for key, _ in POINT_FIGURES:
+            vals = [v for v in (_figure(c, key) for c in cs) if v is not None]
+            figs[key] = ({"median": statistics.median(vals), "min": min(vals), "max": max(vals), "repeats": vals}
+                         if vals else None)
+        out.append({"workload": wl, "concurrency": conc, "rate": rate, "repeats": len(cs), "figures": figs})
+    return out
+
+
+def format_points(pts: list[dict[str, Any]]) -> str:
+    """The repeats' summary table: median of each point's repeats, and their range."""
+    from servescope.core.textsafe import clean_text
+
+    lines = ["points: the median of each point's repeats (lowest-highest repeat)"]
+    for p in pts:
+        load = f"c={p['concurrency']}" if p["concurrency"] is not None else f"rate {p['rate']:g}/s"
+        parts = []
+        for key, label in POINT_FIGURES:
+            f = p["figures"].get(key)
+            if f is not None:
+                parts.append(f"{label} {_f(f['median'], 2)} ({_f(f['min'], 2)}-{_f(f['max'], 2)})")
+        lines.append(f"  {clean_text(str(p['workload']))} {load}, {p['repeats']} repeats: " + ", ".join(parts))
+    return "\n".join(lines)
 
 
 def _f(v: Any, nd: int = 1) -> str:
@@ -374,6 +422,9 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
         print(f"aborted; finished cells are saved in {result['session']}", file=sys.stderr)
         return 130
     progress.clear()
+    if int(getattr(spec, "repeat", 1)) > 1:
+        result["points"] = points(result["cells"])
+        print(format_points(result["points"]), file=table_out)
     if as_json:
         out.write(json.dumps(result, default=str) + "\n")
     else:

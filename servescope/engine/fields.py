@@ -192,6 +192,17 @@ def count0(raw: Any, where: str) -> int:
     return _int(raw, where, 0)
 
 
+MAX_REPEATS = 100
+
+
+def repeats(raw: Any, where: str) -> int:
+    """How many times each cell runs: 1 to MAX_REPEATS."""
+    n = _int(raw, where, 1)
+    if n > MAX_REPEATS:
+        raise ServescopeError(f"{where}: {n} repeats is more than {MAX_REPEATS}; 3 to 5 are usually enough")
+    return n
+
+
 def opt_count1(raw: Any, where: str) -> int | None:
     if _blank(raw, where):
         return None

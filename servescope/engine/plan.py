@@ -30,6 +30,8 @@ class Cell:
     variant: int = 0
     variant_args: str = ""
     sweep_seed: int = 0
+    repeat: int = 1  # which run of its point (--repeat K: 1..K, interleaved across the sweep)
+    repeats: int = 1
 
     @property
     def seed(self) -> int:
@@ -59,21 +61,28 @@ class Cell:
             "duration_s_planned": self.duration_s,
             "warmup": self.warmup,
             "load_label": self.load.label,
+            "repeat": self.repeat,
         }
 
     @property
     def label(self) -> str:
         v = f" [{self.variant_args}]" if self.variant_args else ""
-        return f"{self.workload.name} {self.load.label}{v}"
+        r = f" #{self.repeat}/{self.repeats}" if self.repeats > 1 else ""
+        return f"{self.workload.name} {self.load.label}{v}{r}"
 
 
 def plan_cells(spec: SweepSpec) -> list[Cell]:
     """Every cell of the sweep: for each server variant (one when there are none), each workload at each
-    load level. Indices run across variants."""
+    load level; with `repeat` K, that whole round K times within each variant (interleaved: c=1,4,16, c=1,4,16,
+    not c=1,1,1), so drift hits every point alike. Indices run across variants and repeats."""
     cells: list[Cell] = []
     variants = list(enumerate(spec.variants)) or [(0, "")]
+    k = max(1, int(spec.repeat))
     for v, vargs in variants:
-        cells.extend(_workload_cells(spec, len(cells), v, redact_command(vargs)))  # shown and stored: no secret
+        for r in range(1, k + 1):
+            for c in _workload_cells(spec, len(cells), v, redact_command(vargs)):  # shown and stored: no secret
+                c.repeat, c.repeats = r, k
+                cells.append(c)
     return cells
 
 

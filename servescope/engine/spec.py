@@ -110,6 +110,10 @@ class SweepSpec:
                                       dump=f.fmt_duration, help="stop issuing requests in a cell after this long, e.g. 60s")
     warmup: int = option(0, "load", "warmup", ["--warmup"], parse=f.count0,
                          help="requests sent first in each cell and not counted")
+    repeat: int = option(1, "load", "repeat", ["--repeat"], parse=f.repeats,
+                         help="run each cell K times, interleaved across the sweep (c=1,4,16, c=1,4,16, ...), so "
+                              "slow drift hits every cell alike; each point's figures are then the median of its "
+                              "repeats")
     timeout_s: float = option(600.0, "load", "timeout", ["--timeout"], parse=f.duration, dump=f.fmt_duration,
                               help="per-request timeout (default 600s)")
     ignore_eos: bool = option(True, "load", "ignore_eos", ["--no-ignore-eos"], parse=f.boolean, negate=True,
