@@ -383,7 +383,7 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
             if isinstance(ev, SweepStarted):
                 total = len(ev.cells)
                 result["session"] = str(ev.session_dir)
-                print(clean_text(f"servescope: {ev.target.url} model {ev.model} (vLLM {ev.target.version or '?'}), "
+                print(clean_text(f"servescope: {ev.target.url} model {ev.model} ({ev.target.engine_text}), "
                                  f"{total} cells, tokenizer: {ev.tokenizer}; session {ev.session_dir}"),
                       file=table_out)  # names from the server are data: no escape sequence reaches the terminal
             elif isinstance(ev, CellStarted):

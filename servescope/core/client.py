@@ -148,6 +148,12 @@ def async_client(**kw: Any) -> httpx.AsyncClient:
 TRANSPORTS = ("aiohttp", "httpx")
 
 
+# an idle pooled connection is closed by us before the server closes it: llama.cpp's server and uvicorn (vLLM)
+# drop idle keep-alive connections after 5 s, and a request written into one the server just closed fails
+# ("Can not write request body") instead of being measured
+KEEPALIVE_S = 4.0
+
+
 def make_http_client(opts: ClientOptions, connections: int, transport: str | None = None) -> Any:
     """A pooled HTTP client holding up to `connections` keep-alive streams (one per user).
 
@@ -158,7 +164,7 @@ def make_http_client(opts: ClientOptions, connections: int, transport: str | Non
         if opts.api_key:
             headers["Authorization"] = f"Bearer {opts.api_key}"
         n = max(1, connections)
-        conn = aiohttp.TCPConnector(limit=n, limit_per_host=n, keepalive_timeout=60, ttl_dns_cache=300,
+        conn = aiohttp.TCPConnector(limit=n, limit_per_host=n, keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=300,
                                     ssl=ssl_context() if opts.base_url.startswith("https") else False)
         return aiohttp.ClientSession(base_url=opts.base_url.rstrip("/") + "/", connector=conn, headers=headers,
                                      timeout=aiohttp.ClientTimeout(total=None, sock_connect=15),
@@ -174,10 +180,26 @@ def _make_httpx_client(opts: ClientOptions, connections: int) -> httpx.AsyncClie
     return async_client(
         base_url=opts.base_url,
         headers=headers,
-        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60),
+        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=KEEPALIVE_S),
         timeout=httpx.Timeout(opts.timeout_s, connect=15.0),
         http2=False,
     )
+
+
+STALE_RETRIES = 2  # sends of one request into pooled connections the server had closed, before it is an error
+
+
+def _stale_connection(e: BaseException) -> bool:
+    """The server closed a pooled keep-alive connection as the request was written into it (no response at
+    all): aiohttp's "Can not write request body" / ServerDisconnected, httpx's "Server disconnected without
+    sending a response"."""
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return True
+    if isinstance(e, aiohttp.ClientOSError):
+        return "write request body" in str(e) or getattr(e, "errno", None) in (32, 104)
+    if isinstance(e, httpx.RemoteProtocolError):
+        return "without sending a response" in str(e)
+    return isinstance(e, (httpx.WriteError, httpx.ReadError)) and not str(e).strip()
 
 
 def _rejects_usage_stats(error: str) -> bool:
@@ -500,6 +522,7 @@ async def stream_request(
     spec: RequestSpec,
     rec: RequestRecord,
     reply: list[str] | None = None,
+    _retries: int = 0,
 ) -> RequestRecord:
     """Send one streaming request and fill `rec` in place. Never raises (except CancelledError).
     `http` is an aiohttp.ClientSession (the default transport) or an httpx.AsyncClient. With `reply` (a list),
@@ -555,6 +578,13 @@ async def stream_request(
         rec.error = f"no complete response within {opts.timeout_s:g} s (raise --timeout)"
     except (httpx.HTTPError, aiohttp.ClientError) as e:
         rec.end_ns = _perf()
+        if not status and not rec.chunk_ns and _stale_connection(e) and _retries < STALE_RETRIES:
+            # written into a pooled connection the server had just closed: it never saw the request. Send it
+            # again (a fresh connection); its time waiting for that shows as client queueing, not as TTFT
+            fresh = RequestRecord(rec.index, rec.user, rec.warmup, rec.input_tokens_requested,
+                                  rec.output_tokens_requested, rec.scheduled_ns,
+                                  conversation=rec.conversation, turn=rec.turn, turns=rec.turns)
+            return _copy_into(rec, await stream_request(http, opts, spec, fresh, reply, _retries + 1))
         rec.status = "cut" if rec.chunk_ns else "error"
         rec.error = clean_secret_text(_hint(f"{type(e).__name__}: {e}"), secret) or type(e).__name__
     except OSError as e:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from servescope.core import llamacpp
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_secret_text, clean_text, redact
 
@@ -50,6 +51,14 @@ class TargetInfo:
     metrics_available: bool = False
     tokenize_available: bool = False
     raw_models: Any = None
+    engine: str = "openai"  # "vllm" | "llamacpp" | "openai" (any other OpenAI-compatible server)
+    slots: int | None = None  # llama.cpp: parallel slots (`--parallel`), each with max_model_len of context
+
+    @property
+    def engine_text(self) -> str:
+        """The engine and its version, for headers: `vLLM 0.32.0`, `llama.cpp b4512`, `OpenAI-compatible`."""
+        name = {"vllm": "vLLM", "llamacpp": "llama.cpp"}.get(self.engine, "OpenAI-compatible server")
+        return f"{name} {self.version}" if self.version else name
 
     def model(self, name: str | None) -> ModelInfo:
         if name is None:
@@ -70,7 +79,8 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> TargetInfo:
+async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, engine: str = "auto") -> TargetInfo:
+    """What the server at `url` serves, and which engine it is (`engine` "auto": recognised from its answers)."""
     url = normalize_url(url)
     info = TargetInfo(url=redact_url(url))
     from servescope.core.client import async_client
@@ -104,18 +114,41 @@ async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0) -
                 mml = m.get("max_model_len")
                 ok_len = isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < 2**31
                 info.models.append(ModelInfo(str(m["id"]), mml if ok_len else None))
-        try:
-            v = await c.get("/version")
-            if v.status_code == 200:
-                info.version = clean_text(str(v.json().get("version")))
-        except Exception:
-            pass
+        props = await _props(c) if engine in ("auto", "llamacpp") else None
+        if engine == "llamacpp" or (engine == "auto" and llamacpp.is_llamacpp(data, props)):
+            info.engine = "llamacpp"
+            info.version = llamacpp.build_version(props)
+            info.slots = llamacpp.slots(props)
+            n_ctx = llamacpp.slot_context(props, data)
+            for m in info.models:
+                m.max_model_len = m.max_model_len or n_ctx
+        else:
+            try:
+                v = await c.get("/version")
+                if v.status_code == 200:
+                    info.version = clean_text(str(v.json().get("version")))
+                    info.engine = "vllm" if engine == "auto" else engine
+            except Exception:
+                pass
+            if engine in ("vllm", "openai"):
+                info.engine = engine
         try:
             mt = await c.get("/metrics")
-            info.metrics_available = mt.status_code == 200 and "vllm:" in mt.text
+            info.metrics_available = mt.status_code == 200 and ("vllm:" in mt.text or "llamacpp:" in mt.text)
+            if info.engine == "openai" and engine == "auto" and "vllm:" in mt.text:
+                info.engine = "vllm"
         except Exception:
             pass
     return info
+
+
+async def _props(c: Any) -> Any:
+    """llama.cpp's /props (None from other servers)."""
+    try:
+        r = await c.get("/props")
+        return r.json() if r.status_code == 200 else None
+    except Exception:
+        return None
 
 
 class Tokenizer(Protocol):

@@ -9,6 +9,7 @@ from typing import Protocol
 import httpx
 
 from servescope.core.client import ClientOptions, RequestSpec, async_client
+from servescope.core.llamacpp import LlamaCppTokenizer
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
 from servescope.core.records import RequestRecord
 from servescope.core.target import (
@@ -46,13 +47,16 @@ class Target(Protocol):
 class HttpTarget:
     """The real Target: `core.target.probe`, a small HTTP client for /tokenize, `core.load.run_cell`."""
 
-    def __init__(self, api_key: str | None, tokenizer_path: str | None = None) -> None:
+    def __init__(self, api_key: str | None, tokenizer_path: str | None = None, engine: str = "auto") -> None:
         self.api_key = api_key
         self.tokenizer_path = tokenizer_path
+        self.engine = engine  # "auto": recognised from the server's answers
         self.http: httpx.AsyncClient | None = None
+        self.info: TargetInfo | None = None
 
     async def connect(self, url: str, model: str | None) -> tuple[TargetInfo, ModelInfo]:
-        target = await probe(url, self.api_key)
+        target = await probe(url, self.api_key, engine=self.engine)
+        self.info = target
         minfo = target.model(model)
         if self.http is not None:
             await self.http.aclose()
@@ -67,6 +71,8 @@ class HttpTarget:
     async def tokenizer(self, model: str) -> Tokenizer:
         if self.tokenizer_path:
             return LocalTokenizer(self.tokenizer_path)
+        if self.http is not None and self.info is not None and self.info.engine == "llamacpp":
+            return LlamaCppTokenizer(self.http, self.api_key, self.info.url)
         if self.http is not None and await has_tokenize(self.http, model, self.api_key):
             return ServerTokenizer(self.http, model, self.api_key)
         return EstimateTokenizer()

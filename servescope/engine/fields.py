@@ -14,6 +14,7 @@ from servescope.core.errors import ServescopeError
 
 ARRIVALS = ("constant", "poisson", "gamma")
 TRANSPORTS = ("aiohttp", "httpx")
+ENGINES = ("auto", "vllm", "llamacpp", "openai")
 
 
 def parse_duration(text: str, where: str = "duration") -> float:

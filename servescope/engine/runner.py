@@ -73,7 +73,7 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
 
         sink = SessionWriter
     run = _Sweep(spec, ctx, control, cells,
-                 target or HttpTarget(ctx.api_key, spec.tokenizer),
+                 target or HttpTarget(ctx.api_key, spec.tokenizer, spec.engine),
                  servers or Servers(spec, ctx.url, ctx.api_key, _need(bg)),
                  telemetry or TelemetryHub(_need(bg), spec.telemetry_interval_s, ctx.api_key,
                                            spec.electricity_price),
@@ -313,7 +313,7 @@ class _Sweep:
         meta: dict[str, Any] = {
             "name": name,
             "target": {"url": self.label, "version": target.version, "metrics": target.metrics_available,
-                       "tokenizer": tok.name},
+                       "tokenizer": tok.name, "engine": target.engine},
             "model": self.minfo.id,
             "max_model_len": self.minfo.max_model_len,
             "models_json": redact_text(json.dumps(target.raw_models, default=str), [self.ctx.api_key]),

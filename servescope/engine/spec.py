@@ -75,6 +75,9 @@ class SweepSpec:
                                help="served model name (default: the only one /v1/models lists)")
     tokenizer: str | None = option(None, "target", "tokenizer", ["--tokenizer"], parse=f.opt_path_or_name,
                                    help="local Hugging Face tokenizer path, for servers without /tokenize")
+    engine: str = option("auto", "target", "engine", ["--engine"], parse=f.choice(f.ENGINES),
+                         help="the server's engine: auto (recognised from its answers), vllm, llamacpp (llama.cpp's "
+                              "llama-server) or openai (any other OpenAI-compatible server)")
     transport: str = option("aiohttp", "target", "transport", ["--transport"], parse=f.choice(f.TRANSPORTS),
                             help="HTTP client for the load: aiohttp (default, the least CPU per streamed token) or httpx")
     workloads: tuple[Workload, ...] = field(default_factory=_workloads_default)

@@ -20,6 +20,7 @@ class TargetMeta(msgspec.Struct, frozen=True, kw_only=True):
     version: str | None = None
     metrics: bool | None = None
     tokenizer: str | None = None
+    engine: str | None = None  # "vllm" | "llamacpp" | "openai" (older sessions: absent)
 
 
 class LoadMeta(msgspec.Struct, frozen=True, kw_only=True):

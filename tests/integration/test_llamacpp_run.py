@@ -1,0 +1,73 @@
+"""servescope against a real llama.cpp server (built by .ci/setup_llamacpp.sh): recognised with no flag, exact
+input lengths as its own tokenizer counts them (completions and chat), exact output lengths, every request
+measured (its pooled connections closed by the server are retried, never counted as failures), the output
+tokens equal to its `llamacpp:tokens_predicted_total` delta, and the client's TTFT at or above its own prompt
+time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.helpers import metrics, run_json, servescope
+
+pytestmark = pytest.mark.skipif(os.environ.get("SERVESCOPE_SKIP_LLAMACPP") == "1",
+                                reason="SERVESCOPE_SKIP_LLAMACPP=1: real llama.cpp tests skipped on purpose")
+
+WORKLOADS = """
+[[workload]]
+name = "comp"
+input_tokens = { dist = "uniform", min = 150, max = 300 }
+output_tokens = 24
+
+[[workload]]
+name = "chat"
+api = "chat"
+input_tokens = 180
+output_tokens = 12
+"""
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[Any]:
+    from tests.support import llamacpp_server as ls
+
+    _binary, models = ls.setup()
+    with ls.running(models / "tiny-f16.gguf", ctx=4096, parallel=4) as srv:
+        yield srv
+
+
+def test_a_sweep_against_llamacpp_is_exact_and_loses_no_request(llama: Any, tmp_path: Path) -> None:
+    (tmp_path / "w.toml").write_text(WORKLOADS)
+    before = metrics(llama.url)
+    out = run_json("--url", llama.url, "-w", str(tmp_path / "w.toml"), "-c", "1,3", "-n", "9",
+                   "--telemetry-interval", "off")
+    after = metrics(llama.url)
+    cells = out["cells"]
+    assert len(cells) == 4
+    for c in cells:
+        assert c["status"] == "done" and c["requests_ok"] == 9 and c["requests_failed"] == 0, c
+        assert c["input_tokens_mean"] == c["input_tokens_requested"], c  # as llama.cpp's tokenizer counts
+        assert c["output_tokens_mean"] == (24 if c["workload"] == "comp" else 12)
+    predicted = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+    assert predicted == sum(c["requests_ok"] * c["output_tokens_mean"] for c in cells)
+    n = sum(c["requests_ok"] for c in cells)
+    server_prompt_ms = 1000 * (after["llamacpp:prompt_seconds_total"] - before["llamacpp:prompt_seconds_total"]) / n
+    client_ttft_ms = sum(c["ttft_ms"]["mean"] * c["requests_ok"] for c in cells) / n
+    assert client_ttft_ms >= server_prompt_ms, (client_ttft_ms, server_prompt_ms)
+
+
+def test_the_engine_is_recognised_and_can_be_forced(llama: Any, tmp_path: Path) -> None:
+    (tmp_path / "w.toml").write_text(WORKLOADS)
+    p = servescope("run", "--url", llama.url, "-w", str(tmp_path / "w.toml"), "-c", "1", "-n", "2",
+                   "--telemetry-interval", "off", timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "(llama.cpp " in p.stdout and "tokenizer: llama.cpp /tokenize" in p.stdout, p.stdout[:400]
+    p = servescope("run", "--url", llama.url, "-w", str(tmp_path / "w.toml"), "-c", "1", "-n", "2", "--engine",
+                   "openai", "--telemetry-interval", "off", timeout=120)
+    assert p.returncode == 0, p.stderr  # forced to a plain OpenAI server: no llama.cpp tokenizer, lengths estimated
+    assert "(OpenAI-compatible server)" in p.stdout and "input lengths are estimated" in p.stderr, p.stdout[:300]
