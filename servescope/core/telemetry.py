@@ -46,16 +46,19 @@ __all__ = [
 # /metrics
 # --------------------------------------------------------------------------------------------------------
 
-# column -> Prometheus sample names, newest first (older vLLM versions used the later ones)
+# column -> Prometheus sample names, newest first (older vLLM versions used the later ones; llama.cpp's server,
+# with --metrics, has its own names for the same figures: requests processing / deferred, prompt tokens
+# processed, tokens predicted; older builds had a KV-cache usage ratio)
 GAUGES: dict[str, tuple[str, ...]] = {
-    "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "num_requests_running": ("vllm:num_requests_running",),
-    "num_requests_waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"),
+    "num_requests_running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
+    "num_requests_waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
 }
 COUNTERS: dict[str, tuple[str, ...]] = {
     "num_preemptions_total": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
-    "prompt_tokens_total": ("vllm:prompt_tokens_total", "vllm:prompt_tokens"),
-    "generation_tokens_total": ("vllm:generation_tokens_total", "vllm:generation_tokens"),
+    "prompt_tokens_total": ("vllm:prompt_tokens_total", "vllm:prompt_tokens", "llamacpp:prompt_tokens_total"),
+    "generation_tokens_total": ("vllm:generation_tokens_total", "vllm:generation_tokens",
+                                "llamacpp:tokens_predicted_total"),
     "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     "request_success_total": ("vllm:request_success_total", "vllm:request_success"),
@@ -262,7 +265,7 @@ class MetricsSampler:
                 parsed = parse_metrics(r.text)
                 row = _row_from_parsed(parsed)
                 if all(math.isnan(v) for v in row):
-                    raise ValueError("no vLLM metrics in the answer")
+                    raise ValueError("no vLLM or llama.cpp metrics in the answer")
             except Exception as e:  # noqa: BLE001 - any failure is a missing sample
                 self.failures += 1
                 self.failure_t_ns.append(time.perf_counter_ns())
@@ -370,16 +373,17 @@ def server_delta(before: Mapping[str, float | str] | None,
     if not before or not after:
         return None
 
-    def d(name: str) -> float | None:
-        v = after.get(name)
-        if not isinstance(v, float):
-            return None
-        return v - _f(before.get(name))
+    def d(*names: str) -> float | None:
+        for name in names:  # the first the server has (vLLM's, else llama.cpp's)
+            v = after.get(name)
+            if isinstance(v, float):
+                return v - _f(before.get(name))
+        return None
 
     out = {
         "requests_success": d("vllm:request_success_total"),
-        "prompt_tokens": d("vllm:prompt_tokens_total"),
-        "generation_tokens": d("vllm:generation_tokens_total"),
+        "prompt_tokens": d("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
+        "generation_tokens": d("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
         "preemptions": d("vllm:num_preemptions_total"),
         "ttft_ms_mean": _hist_mean_ms(before, after, "vllm:time_to_first_token_seconds"),
         "itl_ms_mean": _hist_mean_ms(before, after, "vllm:inter_token_latency_seconds")

@@ -19,9 +19,9 @@ Item = tuple[str, dict[str, Any]]
 # the /metrics gauges and counters the live panel draws (vLLM names, as parse_metrics returns them;
 # older vLLM names are mapped to the new ones)
 LIVE_SERVER_KEYS: dict[str, tuple[str, ...]] = {
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"),
+    "running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
+    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
     "preemptions_total": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
     "prefix_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "prefix_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
@@ -66,22 +66,35 @@ def reduce_records(records: list[Any]) -> tuple[list[float], list[float], list[f
                                                 list[tuple[str, str]]]:
     """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics (the one
     definition), plus the batch's output tokens and its errors."""
+    return reduce_batch(records)[:6]  # type: ignore[return-value]
+
+
+def reduce_batch(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,
+                                              list[tuple[str, str]], list[int], list[list[int | None]]]:
+    """`reduce_records`, plus two lists parallel to the TTFT list (one entry per successful request with a
+    TTFT): the request's turn (from 1 in a conversation or agent session, 0 for a single-turn request) and
+    `[cached prompt tokens or None when the usage did not say, prompt tokens or None]`."""
     from servescope.core.metrics import per_request, records_frame
 
     measured = [r for r in records if not r.warmup]
     if not measured:
-        return [], [], [], [], 0, []
+        return [], [], [], [], 0, [], [], []
     pr = per_request(records_frame(measured))
     ok = pr.filter(pr["status"] == "ok")
     errors = [(str(s), clean_text(str(e))[:200]) for s, e in zip(pr["status"], pr["error"], strict=True)
               if s not in ("ok", "cancelled")]  # a request cancelled by a stop or skip is no server error
+    with_ttft = ok.filter(ok["ttft_ms"].is_not_null())
+    cached = [[c, p if p is not None and p >= 0 else None]
+              for c, p in zip(with_ttft["cached_tokens"].to_list(), with_ttft["prompt_tokens"].to_list(), strict=True)]
     return (
-        ok["ttft_ms"].drop_nulls().to_list(),
+        with_ttft["ttft_ms"].to_list(),
         ok["tpot_ms"].drop_nulls().to_list(),
         ok["e2e_ms"].drop_nulls().to_list(),
         ok["per_user_tok_s"].drop_nulls().to_list(),
         int(ok["output_tokens"].sum() or 0),
         errors,
+        [int(t or 0) for t in with_ttft["turn"].to_list()],
+        cached,
     )
 
 
@@ -139,11 +152,11 @@ def translate(ev: Any, target_label: str | None) -> list[Item]:
     from servescope.engine import events as r
 
     if isinstance(ev, r.RequestsDone):
-        ttft, tpot, e2e, per_user, out_tok, errors = reduce_records(ev.records)
+        ttft, tpot, e2e, per_user, out_tok, errors, turns, cached = reduce_batch(ev.records)
         return [("RequestsMeasured", {"cell": CellInfo.from_cell(ev.cell), "ttft_ms": ttft, "tpot_ms": tpot,
                                       "e2e_ms": e2e, "per_user_tok_s": per_user, "output_tokens": out_tok,
                                       "done": ev.done, "failed": ev.failed, "elapsed_s": ev.elapsed_s,
-                                      "errors": errors})]
+                                      "errors": errors, "turns": turns, "cached": cached})]
     if isinstance(ev, r.TelemetrySample):
         gpus = [dict(g) for g in ev.gpus] if ev.gpus else None
         return [("TelemetryUpdated", {"server": live_server(ev.server), "gpus": gpus})]

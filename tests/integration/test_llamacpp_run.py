@@ -71,3 +71,16 @@ def test_the_engine_is_recognised_and_can_be_forced(llama: Any, tmp_path: Path) 
                    "openai", "--telemetry-interval", "off", timeout=120)
     assert p.returncode == 0, p.stderr  # forced to a plain OpenAI server: no llama.cpp tokenizer, lengths estimated
     assert "(OpenAI-compatible server)" in p.stdout and "input lengths are estimated" in p.stderr, p.stdout[:300]
+
+
+def test_its_metrics_are_read_live_and_per_cell(llama: Any, tmp_path: Path) -> None:
+    (tmp_path / "w.toml").write_text(WORKLOADS)
+    before = metrics(llama.url)
+    out = run_json("--url", llama.url, "-w", str(tmp_path / "w.toml"), "-c", "2", "-n", "6",
+                   "--telemetry-interval", "0.25s")
+    after = metrics(llama.url)
+    srv = [c["server"] for c in out["cells"]]
+    assert all(s is not None for s in srv), out["cells"]
+    total = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+    assert sum(s["generation_tokens"] for s in srv) == total == 6 * 24 + 6 * 12
+    assert all(s["requests_success"] is None for s in srv)  # llama.cpp counts no requests: said as unknown
