@@ -55,10 +55,26 @@ INTERESTING: dict[str, type] = {
     "kv_cache_memory_bytes": str,
     "async_scheduling": bool,
     "kv_cache_tokens": int,  # simulator
+    # llama.cpp's llama-server
+    "ctx_size": int,
+    "parallel": int,
+    "n_gpu_layers": int,
+    "cache_type_k": str,
+    "cache_type_v": str,
+    "flash_attn": str,
+    "batch_size": int,
+    "ubatch_size": int,
+    "threads": int,
 }
 
 SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
                "-dp": "--data-parallel-size", "-q": "--quantization"}
+# llama-server's short options (its README): every word starting with "-" is an option there
+LLAMA_SHORT = {"-m": "--model", "-c": "--ctx-size", "-np": "--parallel", "-ngl": "--n-gpu-layers",
+               "-t": "--threads", "-b": "--batch-size", "-ub": "--ubatch-size", "-fa": "--flash-attn",
+               "-ctk": "--cache-type-k", "-ctv": "--cache-type-v", "-a": "--alias", "-cb": "--cont-batching"}
+_LLAMA_BOOL = {"--metrics", "--cont-batching", "--mlock", "--no-mmap", "--embedding", "--embeddings", "--jinja",
+               "--slots", "--props", "--verbose", "--no-webui", "--kv-unified", "--swa-full"}
 
 # boolean flags (argparse BooleanOptionalAction / store_true) never take the next word as their value
 _BOOL_EXACT = {"--enforce-eager", "--trust-remote-code", "--async-scheduling", "--list", "--headless",
@@ -79,8 +95,9 @@ def _is_bool_flag(flag: str) -> bool:
     return flag in _BOOL_EXACT or flag.startswith(_BOOL_PREFIXES)
 
 
-def _split_options(words: list[str], what: str) -> list[tuple[str, str | None]]:
+def _split_options(words: list[str], what: str, kind: str = "vllm") -> list[tuple[str, str | None]]:
     """`--a 1 --b=2 --c -tp 2` -> [('--a', '1'), ('--b', '2'), ('--c', None), ('--tensor-parallel-size', '2')]."""
+    shorts = LLAMA_SHORT if kind == "llamacpp" else SHORT_FLAGS
     out: list[tuple[str, str | None]] = []
     i = 0
     while i < len(words):
@@ -93,9 +110,12 @@ def _split_options(words: list[str], what: str) -> list[tuple[str, str | None]]:
             out.append((flag, value))
             i += 1
             continue
-        flag = SHORT_FLAGS.get(w, w)
+        flag = shorts.get(w, w)
         nxt = words[i + 1] if i + 1 < len(words) else None
-        takes = nxt is not None and not _is_bool_flag(flag) and not (nxt.startswith("--") or nxt in SHORT_FLAGS)
+        boolean = _is_bool_flag(flag) or (kind == "llamacpp" and flag in _LLAMA_BOOL)
+        is_option = nxt is not None and (nxt.startswith("--") or nxt in shorts
+                                         or (kind == "llamacpp" and nxt.startswith("-") and not _number(nxt)))
+        takes = nxt is not None and not boolean and not is_option
         if takes:
             out.append((flag, nxt))
             i += 2
@@ -103,6 +123,14 @@ def _split_options(words: list[str], what: str) -> list[tuple[str, str | None]]:
             out.append((flag, None))
             i += 1
     return out
+
+
+def _number(w: str) -> bool:
+    try:
+        float(w)
+        return True
+    except ValueError:
+        return False
 
 
 def _key(flag: str) -> str:
@@ -133,7 +161,7 @@ class LaunchSpec:
     """A server command ready to run. `argv` is what is executed (a list, never a shell)."""
 
     command: str  # as the user wrote it
-    kind: str  # "vllm" or "sim"
+    kind: str  # "vllm", "llamacpp" or "sim"
     head: tuple[str, ...]  # executable and subcommand words, e.g. ('vllm', 'serve', 'MODEL')
     options: tuple[tuple[str, str | None], ...]  # ('--flag', 'value' or None), --host/--port included
     model: str
@@ -247,17 +275,22 @@ def parse_launch(command: str) -> LaunchSpec:
     elif base == "servescope" and len(words) >= 2 and words[1] == "sim":
         kind = "sim"
         head, rest = [sys.executable, "-m", "servescope.sim"], words[2:]
+    elif base == "llama-server":
+        kind = "llamacpp"
+        head, rest, model_in_options = [exe], words[1:], True
     else:
         raise ServescopeError(f"cannot launch {clean_text(exe)!r}: the command must start with `vllm serve MODEL` "
-                              "(or a path ending in vllm, or `python -m vllm.entrypoints.openai.api_server`)")
-    options = _split_options(rest, "the server options")
+                              "(or a path ending in vllm, or `python -m vllm.entrypoints.openai.api_server`) or "
+                              "`llama-server -m MODEL.gguf`")
+    options = _split_options(rest, "the server options", kind)
     model = ""
     if kind == "sim":
         model = next((v for f, v in options if f == "--profile" and v), "tiny")
     elif model_in_options:
         model = next((v for f, v in options if f == "--model" and v), "")
         if not model:
-            raise ServescopeError("the launch command names no model: write `vllm serve MODEL ...` or `--model MODEL`")
+            raise ServescopeError("the launch command names no model: write `vllm serve MODEL ...` or `--model MODEL`"
+                                  + (" (llama-server: -m MODEL.gguf)" if kind == "llamacpp" else ""))
     else:
         model = head[2]
     host = next((v for f, v in options if f == "--host" and v), None)
@@ -273,6 +306,8 @@ def parse_launch(command: str) -> LaunchSpec:
             port = int(port_s)
         except ValueError:
             raise ServescopeError(f"the launch command's --port {clean_text(port_s)!r} is not a number") from None
+    if kind == "llamacpp" and not any(f == "--metrics" for f, _ in options):
+        options.append(("--metrics", None))  # its /metrics: servescope's server figures
     return LaunchSpec(command=command, kind=kind, head=tuple(head), options=tuple(options), model=model,
                       host=host, port=port, env=env)
 
@@ -286,7 +321,7 @@ def with_variant(spec: LaunchSpec, variant_args: str) -> LaunchSpec:
     except ValueError as e:
         raise ServescopeError(f"cannot read the server variant {clean_text(variant_args)!r}: {e}") from None
     options = list(spec.options)
-    for flag, value in _split_options(words, "the server variant"):
+    for flag, value in _split_options(words, "the server variant", spec.kind):
         _set_option(options, flag, value)
     host = next((v for f, v in options if f == "--host" and v), spec.host)
     port_s = next((v for f, v in options if f == "--port" and v), str(spec.port))

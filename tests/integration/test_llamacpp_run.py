@@ -84,3 +84,72 @@ def test_its_metrics_are_read_live_and_per_cell(llama: Any, tmp_path: Path) -> N
     total = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
     assert sum(s["generation_tokens"] for s in srv) == total == 6 * 24 + 6 * 12
     assert all(s["requests_success"] is None for s in srv)  # llama.cpp counts no requests: said as unknown
+
+
+def _processing(port: int) -> float:
+    try:
+        return metrics(f"http://127.0.0.1:{port}").get("llamacpp:requests_processing", 0.0)
+    except OSError:
+        return 0.0
+
+
+def _llama_pids(port: int) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"llama-server") and str(port).encode() in cmd:
+            pids.append(int(d.name))
+    return pids
+
+
+def test_launch_two_variants_and_survive_a_kill_9(tmp_path: Path) -> None:
+    """servescope launches llama-server itself (its --metrics added), once per variant, and relaunches it when
+    it is killed mid-cell; the lost cell runs again and no finished cell is lost."""
+    import signal
+    import threading
+    import time
+
+    import polars as pl
+
+    from servescope.core.launchspec import free_port
+    from servescope.sessions.store import load_session
+    from tests.support import llamacpp_server as ls
+
+    binary, models = ls.setup()
+    port = free_port()
+    (tmp_path / "w.toml").write_text('[workload]\nname = "l"\ninput_tokens = 200\noutput_tokens = 48\n')
+    save = tmp_path / "s"
+    killed: list[int] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            if ((save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1
+                    and _processing(port) > 0):  # the second cell's requests are in the server
+                for pid in _llama_pids(port):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    out = run_json("--launch", f"{binary} -m {models / 'tiny-f16.gguf'} -c 4096 --port {port}",
+                   "--server-variant", "--parallel 1", "--server-variant", "--parallel 4",
+                   "-w", str(tmp_path / "w.toml"), "-c", "4", "-n", "40", "--save", str(save),
+                   "--recover-timeout", "60s", timeout=600)
+    t.join(5)
+    assert killed, "the server was never killed mid-sweep"
+    assert out["status"] == "completed"
+    s = load_session(save)
+    assert s.cells.sort("index")["status"].to_list() == ["done", "done"]
+    assert s.cells.sort("index")["server_variant"].to_list() == ["--parallel 1", "--parallel 4"]
+    kinds = [e["kind"] for e in s.meta["events"]]
+    assert "server_lost" in kinds and "server_back" in kinds
+    assert s.meta["server"]["args"]["parallel"] == 1 and s.meta["server"]["variant_args"]["1"]["parallel"] == 4
+    assert (s.requests()["output_tokens"] == 48).all() and s.requests().height == 80
+    assert not _llama_pids(port)  # servescope stopped what it launched
