@@ -39,12 +39,18 @@ class CellStarted(Message):
 
 
 class RequestsMeasured(Message):
-    """A batch of finished requests of the running cell, already reduced to the numbers the charts use."""
+    """A batch of finished requests of the running cell, already reduced to the numbers the charts use.
+    `turns` and `cached` run parallel to `ttft_ms` (one entry per successful request with a TTFT): the request's
+    turn (0: single-turn) and [cached prompt tokens or None, prompt tokens or None]. Event logs written before
+    they existed have neither: they are then empty (and ignored unless as long as `ttft_ms`)."""
 
     def __init__(self, cell: CellInfo, ttft_ms: list[float], tpot_ms: list[float], e2e_ms: list[float],
                  per_user_tok_s: list[float], output_tokens: int, done: int, failed: int, elapsed_s: float,
-                 errors: list[tuple[str, str]] | None = None) -> None:
+                 errors: list[tuple[str, str]] | None = None, turns: list[int] | None = None,
+                 cached: list[Any] | None = None) -> None:
         super().__init__()
+        self.turns = list(turns) if isinstance(turns, list) and len(turns) == len(ttft_ms) else []
+        self.cached = list(cached) if isinstance(cached, list) and len(cached) == len(ttft_ms) else []
         self.cell = cell
         self.ttft_ms = ttft_ms
         self.tpot_ms = tpot_ms

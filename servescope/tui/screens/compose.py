@@ -11,8 +11,8 @@ from typing import Any
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
 from textual.widgets import (
     Button,
     Footer,
@@ -29,8 +29,11 @@ from textual.widgets.selection_list import Selection
 from servescope.core.errors import ServescopeError
 from servescope.tui import messages as m
 from servescope.tui.safe import plain
+from servescope.tui.screens.workloadform import WorkloadFormScreen, field_row, list_shape, parse_length
 from servescope.tui.widgets.marklist import MarkedSelectionList
 from servescope.tui.widgets.panels import short_path
+
+__all__ = ["ComposeScreen", "WorkloadFormScreen", "field_row", "parse_length", "preview_text", "rough_cell_s"]
 
 ASSUMED_TPOT_MS = 20.0  # for the rough duration only
 ASSUMED_PREFILL_TOK_S = 5000.0
@@ -52,17 +55,6 @@ def workloads_dir() -> Path:
     return Path(user_data_dir("servescope", appauthor=False)) / "workloads"
 
 
-def parse_length(text: str, where: str) -> dict[str, Any]:
-    """'1024' -> fixed, '200-512' -> uniform."""
-    t = text.strip().replace(" ", "")
-    lo, sep, hi = t.partition("-")
-    if not sep and t.isdigit() and int(t) > 0:
-        return {"dist": "fixed", "value": int(t)}
-    if sep and lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi):
-        return {"dist": "uniform", "min": int(lo), "max": int(hi)}
-    raise ServescopeError(f"{where}: give a token count like 1024 or a range like 200-512")
-
-
 def describe_profile(name: str) -> str:
     """A simulator profile's one-line description ("" when the simulator is not installed)."""
     try:
@@ -72,104 +64,6 @@ def describe_profile(name: str) -> str:
     except Exception:
         return ""
     return "" if d == "(unreadable)" else d
-
-
-def field_row(label: str, input_id: str, value: str = "", placeholder: str = "", password: bool = False) -> Vertical:
-    return Vertical(
-        Horizontal(Label(label, classes="field-label"), Input(value, placeholder=placeholder, id=input_id,
-                                                              password=password), classes="field-row"),
-        Static("", id=f"{input_id}-error", classes="field-error", markup=False),
-        classes="field",
-    )
-
-
-class WorkloadFormScreen(ModalScreen["Any"]):
-    """A small form for a new workload; saved as TOML in the workloads folder."""
-
-    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "save", "Save workload")]
-
-    def __init__(self, folder: Path) -> None:
-        super().__init__()
-        self.folder = folder
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="wl-form"):
-            yield Static(f"New workload (saved to {short_path(self.folder)})", classes="pane-title", markup=False)
-            yield field_row("name", "wf-name", placeholder="rag-4k")
-            yield Horizontal(Label("api", classes="field-label"),
-                             Select([("chat", "chat"), ("completions", "completions")], value="chat",
-                                    allow_blank=False, id="wf-api"), classes="field-row")
-            yield field_row("input tokens", "wf-in", "1024", "1024 or 200-512")
-            yield field_row("output tokens", "wf-out", "256", "256 or 128-512")
-            yield field_row("shared prefix", "wf-prefix", "0", "tokens shared by every prompt")
-            yield Horizontal(Label("thinking", classes="field-label"),
-                             Select([("server default", "default"), ("on", "on"), ("off", "off")], value="default",
-                                    allow_blank=False, id="wf-think"), classes="field-row")
-            yield Static("", id="wf-error", classes="field-error", markup=False)
-            with Horizontal(classes="buttons"):
-                yield Button("Save (ctrl+s)", id="wf-save", variant="primary")
-                yield Button("Cancel (esc)", id="wf-cancel")
-
-    def _err(self, field: str, text: str) -> None:
-        self.query_one(f"#{field}-error", Static).update(text)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-    @on(Button.Pressed, "#wf-cancel")
-    def _cancel(self) -> None:
-        self.dismiss(None)
-
-    @on(Button.Pressed, "#wf-save")
-    def _save_pressed(self) -> None:
-        self.action_save()
-
-    def action_save(self) -> None:
-        import tomli_w
-
-        from servescope.sessions.store import slug
-        from servescope.workloads.spec import Workload
-
-        for f in ("wf-name", "wf-in", "wf-out", "wf-prefix", "wf"):
-            self._err(f, "")
-        name = self.query_one("#wf-name", Input).value.strip()
-        ok = True
-        if not name:
-            self._err("wf-name", "give the workload a name")
-            ok = False
-        d: dict[str, Any] = {"name": name, "api": self.query_one("#wf-api", Select).value}
-        for fid, key in (("wf-in", "input_tokens"), ("wf-out", "output_tokens")):
-            try:
-                d[key] = parse_length(self.query_one(f"#{fid}", Input).value, key.replace("_", " "))
-            except ServescopeError as e:
-                self._err(fid, e.message)
-                ok = False
-        pre = self.query_one("#wf-prefix", Input).value.strip() or "0"
-        if not pre.isdigit():
-            self._err("wf-prefix", "shared prefix: a whole number of tokens (0 for none)")
-            ok = False
-        else:
-            d["prefix_tokens"] = int(pre)
-        think = self.query_one("#wf-think", Select).value
-        if think != "default":
-            d["thinking"] = think == "on"
-        if not ok:
-            return
-        try:
-            w = Workload.from_dict(d, "workload")
-            self.folder.mkdir(parents=True, exist_ok=True)
-            path = self.folder / f"{slug(name)}.toml"
-            body = {k: v for k, v in w.to_dict().items() if k not in ("source", "dataset", "seed")}
-            path.write_text(tomli_w.dumps({"workload": body}), encoding="utf-8")
-        except ServescopeError as e:
-            self._err("wf", e.message)
-            return
-        except OSError as e:
-            self._err("wf", f"cannot write to {self.folder}: {e.strerror}")
-            return
-        from dataclasses import replace
-
-        self.dismiss(replace(w, source=str(path)))
 
 
 class ComposeScreen(Screen[None]):
@@ -256,7 +150,7 @@ class ComposeScreen(Screen[None]):
         self.items = {k: v for k, v in self.items.items() if k.startswith("file:")}
         opts: list[tuple[str, Any, str]] = []
         for w in PRESETS.values():
-            opts.append((f"preset:{w.name}", w, f"{w.name:<15} {w.shape()}"))
+            opts.append((f"preset:{w.name}", w, f"{w.name:<15} {list_shape(w)}"))
         for name, desc in COMPOSITE.items():
             opts.append((f"composite:{name}", name, f"{name:<15} {desc}"))
         files = sorted(self.workloads_folder.glob("*.toml")) if self.workloads_folder.is_dir() else []
@@ -270,7 +164,11 @@ class ComposeScreen(Screen[None]):
             self.items[f"file:{w.source}#{w.name}"] = w
         for k, w in self.items.items():
             if k.startswith("file:"):
-                opts.append((k, w, f"{w.name:<15} {w.shape()}  [{Path(w.source).name}]"))
+                # the file, unless it is the one the form names after the workload (a short list at 80 columns)
+                from servescope.sessions.store import slug
+
+                src = Path(w.source).name
+                opts.append((k, w, f"{w.name:<15} {list_shape(w)}" + (f"  [{src}]" if src != f"{slug(w.name)}.toml" else "")))
         self.items.update({k: v for k, v, _ in opts})
         sl.clear_options()
         sl.add_options([Selection(plain(label), k, k in keep) for k, _, label in opts])
@@ -625,40 +523,81 @@ class ComposeScreen(Screen[None]):
         self.notify(f"added {len(ws)} workload(s) from {p}", markup=False)
 
 
+def _mean(d: Any) -> float:
+    if d.dist == "fixed":
+        return float(d.value)
+    if d.dist == "uniform":
+        return (d.min + d.max) / 2
+    return float(d.mean)
+
+
 def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | None, duration_s: float | None,
-                 warmup: int, tpot_ms: float = ASSUMED_TPOT_MS) -> float:
-    inp = (w.input_tokens.min + w.input_tokens.max) / 2 if w.input_tokens.dist != "fixed" else w.input_tokens.value
-    out = (w.output_tokens.min + w.output_tokens.max) / 2 if w.output_tokens.dist != "fixed" else w.output_tokens.value
-    if w.thinking:
-        out *= 2
-    e2e = inp / ASSUMED_PREFILL_TOK_S + out * tpot_ms / 1000
+                 warmup: int, tpot_ms: float = ASSUMED_TPOT_MS, times: tuple[float, ...] = ()) -> float:
+    """A cell's duration, roughly. A trace cell lasts as long as its (scaled) trace up to the last request it
+    sends, plus that request; a conversation's requests are its turns, one after another per user, each after
+    its think time; the rest: requests / users x one request's time (or requests / rate)."""
+    if w.kind == "trace":
+        from servescope.workloads.traces import cached_trace
+
+        try:
+            t = cached_trace(w.trace, w.trace_format)
+        except ServescopeError:
+            return 0.0
+        n = len(times) if requests is None else min(requests, len(times))
+        reqs = t.requests[:n] or t.requests
+        inp = sum(r.input_tokens for r in reqs) / max(1, len(reqs))
+        out = sum(r.output_tokens for r in reqs) / max(1, len(reqs))
+        last = times[n - 1] if n and n <= len(times) else (times[-1] if times else 0.0)
+        end = last + inp / ASSUMED_PREFILL_TOK_S + out * tpot_ms / 1000
+        return min(end, duration_s) if duration_s else end
+    inp = _mean(w.input_tokens)
+    out = _mean(w.output_tokens) * (2 if w.thinking else 1)
+    e2e = inp / ASSUMED_PREFILL_TOK_S + out * tpot_ms / 1000  # a later turn's history is mostly a cached prefix
+    if w.multi_turn:
+        rounds = max(1.0, _mean(w.rounds))
+        e2e += _mean(w.think_time_s) * (rounds - 1) / rounds  # each later turn waits its think time first
     if duration_s is not None and requests is None:
         return duration_s + e2e
     n = (requests or 100) + warmup
-    est = n / rate + e2e if rate else n / max(1, conc or 1) * e2e
+    if rate and w.multi_turn:  # a rate starts conversations: n turns make n / turns of them, each turns long
+        rounds = max(1.0, _mean(w.rounds))
+        est = n / rounds / rate + rounds * e2e
+    else:
+        est = n / rate + e2e if rate else n / max(1, conc or 1) * e2e
     return min(est, duration_s + e2e) if duration_s else est
 
 
 def preview_text(spec: Any, speed: dict[str, float] | None = None) -> str:
     """The grid, its requests and a duration estimate: from the TPOT the probe measured on this target
-    (`speed`), else a guess that says so."""
+    (`speed`), else a guess that says so. A trace is one cell (its own times, not the load levels); a
+    conversation's requests are its turns."""
     from servescope.engine.runner import plan_cells
 
-    cells = plan_cells(spec)
+    try:
+        cells = plan_cells(spec)
+    except ServescopeError as e:  # a trace file that went bad since it was added
+        return f"✗ {e.message}"
     reqs = sum((c.requests or 0) + c.warmup for c in cells)
     tpot = float(speed["tpot_ms"]) if speed and speed.get("tpot_ms") else None
     secs = sum(rough_cell_s(c.workload, c.load.concurrency, c.load.rate, c.requests, c.duration_s, c.warmup,
-                            tpot if tpot is not None else ASSUMED_TPOT_MS)
+                            tpot if tpot is not None else ASSUMED_TPOT_MS, tuple(c.load.times or ()))
                for c in cells)
     basis = (f"at the {tpot:.3g} ms/token the probe measured" if tpot is not None
              else f"a guess at ~{ASSUMED_TPOT_MS:g} ms/token: F5 measures the server")
-    nw = len({c.workload.name for c in cells})
     nv = max(1, len({c.variant for c in cells}))
-    nl = len(cells) // max(1, nw * nv)
+    traces = {c.workload.name for c in cells if c.workload.kind == "trace"}
+    grid_cells = [c for c in cells if c.workload.kind != "trace"]
+    nw = len({c.workload.name for c in grid_cells})
+    nl = len(grid_cells) // max(1, nw * nv)
     dur = f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
-    req_text = f"{reqs} requests" if reqs else "duration-limited"
+    multi = any(c.workload.multi_turn for c in cells)
+    req_text = (f"{reqs} requests" + (" (turns)" if multi else "")) if reqs else "duration-limited"
     slo = ",".join(f"{k}={v:g}" for k, v in spec.slos.items())
-    return (f"grid: {nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''}"
+    grid = (f"{nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''}" if grid_cells else "")
+    if traces:
+        replay = f"{len(traces)} trace replay{'s' if len(traces) != 1 else ''}"
+        grid = f"{grid} + {replay}" if grid else replay
+    return (f"grid: {grid}"
             + (f" x {nv} server variants" if nv > 1 else "") + " = "
             f"{len(cells)} cells, {req_text}, roughly {dur} ({basis})\n"
             + (f"launch {spec.target_text}" if spec.launch else f"target {spec.url}")

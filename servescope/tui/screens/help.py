@@ -28,10 +28,11 @@ def _keys(binding: Any) -> str:
 def sections(app_bindings: Iterable[Any]) -> list[tuple[str, type | None, list[tuple[str, str]]]]:
     """(title, screen class or None, [(keys, what)]) for the app ("Everywhere"), each screen and the panes."""
     from servescope.tui.screens.compare import CompareScreen
-    from servescope.tui.screens.compose import ComposeScreen, WorkloadFormScreen
+    from servescope.tui.screens.compose import ComposeScreen
     from servescope.tui.screens.export import ExportScreen
     from servescope.tui.screens.run import RunScreen
     from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
+    from servescope.tui.screens.workloadform import WorkloadFormScreen
     from servescope.tui.widgets.table import FitTable
     from servescope.tui.widgets.zoom import Zoomable
 

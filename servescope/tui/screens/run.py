@@ -31,6 +31,7 @@ from servescope.tui.widgets.panels import (
     gpu_reading,
     short_path,
 )
+from servescope.tui.widgets.turns import TurnChart, live_turn_rows
 
 LIVE_SAMPLES = 240  # telemetry samples kept for the sparklines (a minute or more)
 
@@ -82,6 +83,43 @@ def prefix_hits(queries: list[float | None], hits: list[float | None]) -> tuple[
     return (f"{now:.1f}%" if now is not None else "-"), spark
 
 
+LATE_MS = 10.0  # a trace cell sent later than this at p99 did not keep the trace's times (as `servescope run` says)
+
+
+def multi_turn_kind(cell: m.CellInfo) -> str:
+    """"conversation" or "agent" when the cell's workload is one (its shape says so), else ""."""
+    shape = cell.shape or ""
+    for kind in ("conversation", "agent"):
+        if f"({kind}" in shape or shape.startswith(f"{kind}:"):
+            return kind
+    return ""
+
+
+def is_trace(cell: m.CellInfo) -> bool:
+    return (cell.shape or "").startswith("trace ")
+
+
+def lateness_text(summary: dict[str, Any]) -> str:
+    """How late a trace cell's sends were against the trace (its client queueing, ms), in one line that says what
+    it means."""
+    q = summary.get("client_queue_ms") or {}
+    p50, p99, mx = q.get("p50"), q.get("p99"), q.get("max")
+    if p99 is None:
+        return "sent late vs trace: - (no request was sent)"
+    verdict = (f"over {LATE_MS:g} ms: the client did not keep the trace's times" if p99 > LATE_MS
+               else f"within {LATE_MS:g} ms: on the trace's schedule")
+    return (f"sent late vs trace p50 {fnum(p50, 2)} ms, p99 {fnum(p99, 2)} ms, max {fnum(mx, 2)} ms "
+            f"(client queueing; p99 {verdict})")
+
+
+def short_lateness(summary: dict[str, Any]) -> str:
+    """`sent late vs trace p99 X ms`, and whether that kept the trace's times (the progress line)."""
+    p99 = (summary.get("client_queue_ms") or {}).get("p99")
+    if p99 is None:
+        return "sent late vs trace: -"
+    return f"sent late vs trace p99 {fnum(p99, 2)} ms ({'behind the trace' if p99 > LATE_MS else 'on schedule'})"
+
+
 def curve_point(cell: m.CellInfo, summary: dict[str, Any], slos: bool) -> CurvePoint:
     from servescope.core.metrics import meets_slos
 
@@ -119,6 +157,9 @@ class RunScreen(Screen[None]):
         self._tpot: list[float] = []
         self._e2e: list[float] = []
         self._per_user: list[float] = []
+        self._turns: list[int] = []  # parallel to self._ttft: each request's turn (0: single-turn)
+        self._cached: list[Any] = []  # parallel to self._ttft: [cached prompt tokens or None, prompt tokens]
+        self._turn_kind = ""  # "conversation" / "agent" while such a cell runs: the per-turn chart is shown
         self._out_tok = 0
         self._cell_elapsed = 0.0
         self._points: dict[str, list[CurvePoint]] = {}  # per workload (and server variant)
@@ -145,6 +186,7 @@ class RunScreen(Screen[None]):
                 yield LatencyHistogram("TTFT", id="hist-ttft")
                 yield LatencyHistogram("TPOT", id="hist-tpot")
                 yield LatencyHistogram("E2E", id="hist-e2e")
+                yield TurnChart("TTFT p50 by turn", id="turn-chart")
             with Vertical(id="run-right"):
                 yield ThroughputCurve(id="curve")
                 yield TelemetryPanel(id="live")
@@ -159,6 +201,7 @@ class RunScreen(Screen[None]):
         self.query_one("#log", EventLog).border_title = "events"
         self.query_one("#cells", CellTable).border_title = "finished cells"
         self.query_one(ServerPanel).display = False  # `t` swaps the live panel for the per-cell one
+        self.query_one(TurnChart).display = False  # in E2E's place while a multi-turn cell runs
         self.set_interval(1.0, self._tick)
         self.set_interval(0.5, self.flush_charts)  # charts redraw at most twice a second, whatever the batch rate
 
@@ -200,9 +243,24 @@ class RunScreen(Screen[None]):
 
     def _clear_cell(self) -> None:
         self._ttft, self._tpot, self._e2e, self._per_user = [], [], [], []
+        self._turns, self._cached = [], []
         self._out_tok, self._cell_elapsed = 0, 0.0
         for h in self.query(LatencyHistogram):
             h.values = ()
+        self.query_one(TurnChart).rows = ()
+
+    def _show_turns(self, kind: str) -> None:
+        """While a conversation or agent cell runs, its TTFT by turn takes the E2E histogram's place (its title
+        says so); any other cell shows the E2E histogram."""
+        self._turn_kind = kind
+        chart, e2e = self.query_one(TurnChart), self.query_one("#hist-e2e", LatencyHistogram)
+        if kind:
+            chart.note = "(in E2E's place)"
+        if chart.display != bool(kind):
+            moves = (chart if kind else e2e) if (e2e if kind else chart).has_focus else None
+            chart.display, e2e.display = bool(kind), not kind
+            if moves is not None:  # the focus stays in the same slot
+                moves.focus()
 
     def _tick(self) -> None:
         if not self.running or self.sweep_t0 is None:
@@ -265,12 +323,21 @@ class RunScreen(Screen[None]):
         p.done = p.failed = 0
         p.planned = msg.cell.requests
         p.cell_elapsed = 0.0
+        self._show_turns(multi_turn_kind(msg.cell))
+        if is_trace(msg.cell):
+            self.log_view.event("info", f"cell {msg.cell.index + 1} replays a trace: how late its sends were against "
+                                        "the trace's times (client queueing) is shown when it ends")
         self._tele_dirty = True  # the KV budget line follows the running cell
         self._live_curve()
 
     @on(m.RequestsMeasured)
     def _requests(self, msg: m.RequestsMeasured) -> None:
         self._ttft.extend(msg.ttft_ms)
+        # older event logs have no turns: keep the lists parallel to the TTFTs all the same
+        self._turns.extend(msg.turns or [0] * len(msg.ttft_ms))
+        self._cached.extend(msg.cached or [None] * len(msg.ttft_ms))
+        if not self._turn_kind and any(t > 1 for t in msg.turns):
+            self._show_turns("conversation")  # a multi-turn cell whose shape did not say so
         self._tpot.extend(msg.tpot_ms)
         self._e2e.extend(msg.e2e_ms)
         self._per_user.extend(msg.per_user_tok_s)
@@ -321,6 +388,8 @@ class RunScreen(Screen[None]):
         self.query_one("#hist-ttft", LatencyHistogram).values = tuple(self._ttft)
         self.query_one("#hist-tpot", LatencyHistogram).values = tuple(self._tpot)
         self.query_one("#hist-e2e", LatencyHistogram).values = tuple(self._e2e)
+        if self._turn_kind:
+            self.query_one(TurnChart).rows = live_turn_rows(self._turns, self._ttft, self._cached)
         self._live_curve()
 
     @on(m.CellFinished)
@@ -349,6 +418,13 @@ class RunScreen(Screen[None]):
             f"{s.get('requests_failed', 0)} failed, {fnum(s.get('output_tok_s'))} tok/s, TTFT p50 "
             f"{fnum((s.get('ttft_ms') or {}).get('p50'))} ms, p99 {fnum((s.get('ttft_ms') or {}).get('p99'))} ms",
         )
+        if is_trace(c):
+            late = lateness_text(s)
+            p99 = (s.get("client_queue_ms") or {}).get("p99")
+            self.log_view.event("warning" if p99 is not None and p99 > LATE_MS else "info",
+                                f"cell {c.index + 1} {late}")
+            if self._cur is not None and self._cur.index == c.index:  # the first line says it, in the load's and
+                self.progress.label, self.progress.shape = c.series, short_lateness(s)  # the shape's place
         if msg.status != "done":
             self.log_view.event("warning", f"cell {c.index + 1} ({c.label}) is left out of the curve, knee and "
                                            f"capacity: it did not complete ({msg.status})")

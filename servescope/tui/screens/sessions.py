@@ -31,6 +31,7 @@ from servescope.tui.widgets.panels import (
     short_path,
 )
 from servescope.tui.widgets.table import Col, FitTable
+from servescope.tui.widgets.turns import TurnChart, summary_turn_rows
 
 # per-cell telemetry rows of a saved session: (label, key in the cell's `telemetry` summary, scale, format)
 STORED_ROWS = (("KV peak", "kv_cache_usage_peak", 100.0, "{:.1f}%"), ("running max", "running_max", 1.0, "{:.0f}"),
@@ -339,6 +340,7 @@ class SessionScreen(Screen[None]):
             yield LatencyHistogram("TTFT", id="s-hist-ttft")
             yield LatencyHistogram("TPOT", id="s-hist-tpot")
             yield LatencyHistogram("E2E", id="s-hist-e2e")
+            yield TurnChart("TTFT ms by turn: p50", saved=True, id="s-turns")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -363,6 +365,7 @@ class SessionScreen(Screen[None]):
         if not tele:
             live.note = "no /metrics telemetry in this session"
         live.display, sp.display = has_tele, not has_tele
+        self.query_one("#s-turns", TurnChart).display = False
         if rows:
             self.show_cell(0)
 
@@ -396,6 +399,7 @@ class SessionScreen(Screen[None]):
         curve.title = f"{wl}: output tok/s vs load"
         curve.points = tuple(pts)
         self._show_cell_telemetry(r)
+        self._show_turns(self.summaries.get(idx))
         df = self.session.requests(idx)
         vals: dict[str, tuple[float, ...]] = {"ttft_ms": (), "tpot_ms": (), "e2e_ms": ()}
         if df.height:
@@ -405,6 +409,22 @@ class SessionScreen(Screen[None]):
         self.query_one("#s-hist-ttft", LatencyHistogram).values = vals["ttft_ms"]
         self.query_one("#s-hist-tpot", LatencyHistogram).values = vals["tpot_ms"]
         self.query_one("#s-hist-e2e", LatencyHistogram).values = vals["e2e_ms"]
+
+    def _show_turns(self, s: CellSummary | None) -> None:
+        """A conversation or agent cell: its per-turn figures (turn, ok, TTFT p50/p90, input tokens, cached %) in
+        the TPOT and E2E histograms' place; any other cell: the histograms."""
+        chart = self.query_one("#s-turns", TurnChart)
+        turns = s.turns if s is not None else []
+        chart.rows = summary_turn_rows(turns)
+        chart.note = "(in TPOT/E2E's place)" if turns else ""
+        hists = [self.query_one(hid, LatencyHistogram) for hid in ("#s-hist-tpot", "#s-hist-e2e")]
+        moves = (chart if any(h.has_focus for h in hists) else None) if turns else \
+            (self.query_one("#s-hist-ttft", LatencyHistogram) if chart.has_focus else None)
+        for h in hists:
+            h.display = not turns
+        chart.display = bool(turns)
+        if moves is not None:  # the focus stays on the histograms' row
+            moves.focus()
 
     def _show_cell_telemetry(self, row: dict[str, Any]) -> None:
         s = self.summaries.get(int(row["index"])) or CellSummary()

@@ -121,9 +121,13 @@ class SweepProgress(Widget):
         t.append(f"cell {self.cell_no}/{self.total}" if self.total else "starting", style="bold")
         if self.label:
             t.append(f"  {self.label}", style="bold")
-        if self.shape:
-            t.append(f"  {self.shape}", style="dim")
-        t.append(f"   [{self.state}]", style="bold")
+        state = f"   [{self.state}]"
+        if self.shape:  # a long shape (a conversation's) is cut so that the state stays on the first line
+            room = self.content_size.width - t.cell_len - len(state) - 2 if self.content_size.width else 10_000
+            shape = Text(f"  {self.shape}", style="dim")
+            shape.truncate(max(3, room + 2), overflow="ellipsis")
+            t.append_text(shape)
+        t.append(state, style="bold")
         planned = f"/{self.planned}" if self.planned else ""
         t.append(f"\nrequests {self.done}{planned} done, {self.failed} failed   cell {self.cell_elapsed:.1f} s"
                  f"   sweep {fmt_s(self.sweep_elapsed)}  ETA {fmt_s(self.eta_s) if self.state == 'running' else '-'}")
@@ -251,7 +255,7 @@ def cell_row(index: int, workload: str, load: str, status: str,
 
 # (priority: lower stays longest when the table is narrow, min width when it may be cut, right-aligned)
 CELL_COLS = (
-    Col("#", "#", 0, right=True), Col("workload", "workload", 5, min_width=8, max_width=28), Col("load", "load", 1),
+    Col("#", "#", 0, right=True), Col("workload", "workload", 5, min_width=8, max_width=28), Col("load", "load", 1, min_width=6, max_width=20),
     Col("status", "status", 2), Col("ok/fail", "ok/fail", 6, right=True), Col("out tok/s", "out tok/s", 3, right=True),
     Col("user tok/s", "user tok/s", 7, right=True), Col("TTFT p50", "TTFT p50", 4, right=True),
     Col("TTFT p99", "TTFT p99", 8, right=True), Col("TPOT p50", "TPOT p50", 9, right=True),
