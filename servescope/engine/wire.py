@@ -172,7 +172,7 @@ def translate(ev: Any, target_label: str | None) -> list[Item]:
     if isinstance(ev, r.SweepStarted):
         out: list[Item] = [("SweepStarted", {"session_dir": ev.session_dir, "cells": [CellInfo.from_cell(c) for c in ev.cells],
                                  "target": target_label or ev.target.url, "model": ev.model,
-                                 "version": ev.target.version, "tokenizer": ev.tokenizer,
+                                 "version": ev.target.version, "engine": ev.target.engine_text, "tokenizer": ev.tokenizer,
                                  "metrics": ev.target.metrics_available, "engine_pid": os.getpid()})]
         meta = telemetry_meta(ev.session_dir)
         return out + ([meta] if meta else [])

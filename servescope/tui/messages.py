@@ -18,8 +18,10 @@ class SweepStarted(Message):
     """The target answered and the session directory exists."""
 
     def __init__(self, session_dir: Path, cells: list[CellInfo], target: str, model: str, version: str | None,
-                 tokenizer: str, metrics: bool, engine_pid: int = 0, started_at: float | None = None) -> None:
+                 tokenizer: str, metrics: bool, engine_pid: int = 0, started_at: float | None = None,
+                 engine: str = "") -> None:
         super().__init__()
+        self.engine = engine  # the engine and its version, e.g. "vLLM 0.32.0", "llama.cpp b4512" (older logs: "")
         self.started_at = started_at  # epoch seconds, when read from the session's event log
         self.engine_pid = engine_pid  # the process the engine runs in (the app's own in thread mode)
         self.session_dir = session_dir

@@ -303,7 +303,8 @@ class RunScreen(Screen[None]):
         p = self.progress
         p.total, p.state = self.total, "running"
         p.detail = ""
-        self.log_view.event("info", f"{msg.target}: model {msg.model} (vLLM {msg.version or '?'}), {self.total} cells,"
+        engine = msg.engine or f"vLLM {msg.version or '?'}"  # an older event log names no engine
+        self.log_view.event("info", f"{msg.target}: model {msg.model} ({engine}), {self.total} cells,"
                                     f" tokenizer {msg.tokenizer}")
         if msg.started_at is not None:  # attached: the sweep began before this screen did
             self.sweep_t0 = self.clock() - max(0.0, time.time() - msg.started_at)

@@ -79,6 +79,9 @@ def series_of(row: dict[str, Any]) -> str:
     return series_name(str(row.get("workload")), clean_text(str(row.get("server_variant") or "")))
 
 
+ENGINE_NAMES = {"vllm": "vLLM", "llamacpp": "llama.cpp", "openai": "OpenAI-compatible server"}
+
+
 class SessionsScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "open", "Open", priority=False),
@@ -328,7 +331,8 @@ class SessionScreen(Screen[None]):
         yield Static(clean_text(
             f"{name}  [{self.session.status}]  {(info.started_at or '')[:19]}")
             + "\n" + clean_text(
-            f"target {tgt.url} (vLLM {tgt.version or '?'}), model {info.model}"
+            f"target {tgt.url} ({ENGINE_NAMES.get(tgt.engine or 'vllm', 'OpenAI-compatible server')} {tgt.version or '?'}), "
+            f"model {info.model}"
             + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head", markup=False)
         with Horizontal(id="session-top"):
             yield CellTable(id="session-cells")
