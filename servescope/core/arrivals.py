@@ -55,6 +55,24 @@ def pattern_label(steps: Sequence[Step]) -> str:
                     for s in steps)
 
 
+MAX_RAMP_S = 86_400.0
+
+
+def parse_seconds(raw: object, where: str) -> float:
+    """A ramp's length: "10s", "500ms", "2m", or a number of seconds; above 0, at most a day. One line."""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        v = float(raw)
+    else:
+        d = _DURATION.fullmatch(str(raw).strip())
+        if not d:
+            raise ServescopeError(f"{where}: bad duration {str(raw)[:40]!r}; use e.g. \"10s\", \"500ms\" or 2.5")
+        unit = (d.group(2) or "s").lower()
+        v = float(d.group(1)) / 1000 if unit == "ms" else float(d.group(1)) * {"s": 1, "m": 60, "h": 3600}[unit]
+    if not (0 < v <= MAX_RAMP_S):
+        raise ServescopeError(f"{where}: must be above 0 and at most a day (got {raw!r})")
+    return v
+
+
 def parse_pattern(raw: str | Sequence[str], where: str) -> tuple[Step, ...]:
     """"1x for 20s, 4x for 5s, 1x" (or the steps as a list) -> steps. Every step but the last has a
     duration; the last has none (it holds until the cell ends) and a multiplier above 0. One-line errors."""

@@ -125,8 +125,7 @@ def _ramp(spec: SweepSpec, w: Workload) -> float | None:
     """The cell's ramp: the sweep's (`--ramp`, `[load] ramp`), else the workload's own `ramp`, if it has one."""
     if spec.ramp_s is not None:
         return spec.ramp_s
-    own = getattr(w, "ramp_s", None)  # Workload.ramp_s, the per-workload `ramp` key, where the workload has it
-    return float(own) if isinstance(own, (int, float)) and own > 0 else None
+    return w.ramp_s  # the workload's own `ramp`, if it has one
 
 
 def pool_size(cell: Cell) -> int:

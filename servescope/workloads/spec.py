@@ -249,6 +249,7 @@ class Workload:
     trace: str = ""
     trace_format: str = "auto"
     time_scale: float = 1.0  # multiplies the trace's times: 0.5 replays it twice as fast
+    ramp_s: float | None = None  # this workload's cells ramp up over it (the sweep's --ramp wins)
 
     @property
     def multi_turn(self) -> bool:
@@ -312,6 +313,8 @@ class Workload:
         }
         if self.thinking is not None:
             d["thinking"] = self.thinking
+        if self.ramp_s:
+            d["ramp"] = f"{self.ramp_s:g}s"
         if self.kind == "conversation":
             d.update(kind=self.kind, turns=self.turns.to_dict(), think_time_s=self.think_time_s.to_dict())
         elif self.kind == "agent":
@@ -364,6 +367,8 @@ class Workload:
         if prefix < 0 or (kind == "single" and not dataset and prefix >= lowest):
             raise ServescopeError(f"{where}: prefix_tokens ({prefix}) must be between 0 and the shortest input length ({lowest})")
         multi = _trace_keys(d, where) if kind == "trace" else _multi_turn(d, kind, where)
+        if "ramp" in d:
+            multi["ramp_s"] = _ramp(d["ramp"], f"{where}: ramp")
         return cls(
             name=name,
             api=api,
@@ -448,7 +453,7 @@ def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[tup
 
 WORKLOAD_KEYS = {"name", "api", "input_tokens", "output_tokens", "prefix_tokens", "thinking", "dataset", "seed",
                  "description", "source", "kind", "turns", "think_time_s", "context_tokens", "calls",
-                 "tool_result_tokens", "trace", "format", "time_scale"}
+                 "tool_result_tokens", "trace", "format", "time_scale", "ramp"}
 KINDS = ("single", "conversation", "agent", "trace")
 TRACE_FORMATS = ("mooncake", "burstgpt", "azure", "session")  # read by servescope.workloads.traces
 # keys only some kinds take, and the kinds that take them
@@ -473,6 +478,13 @@ def _kind(d: dict[str, Any], where: str) -> str:
         raise ServescopeError(f"{where}: with a dataset, the turns are each conversation's own (all of them, in "
                               "order); drop turns")
     return str(kind)
+
+
+def _ramp(raw: Any, where: str) -> float:
+    """A workload's `ramp = "10s"` (or seconds as a number): above 0, at most a day."""
+    from servescope.core.arrivals import parse_seconds
+
+    return parse_seconds(raw, where)
 
 
 def _trace_keys(d: dict[str, Any], where: str) -> dict[str, Any]:

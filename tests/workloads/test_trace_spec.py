@@ -52,3 +52,14 @@ def test_a_missing_trace_file_stops_the_sweep_before_anything_starts(tmp_path: P
     with pytest.raises(ServescopeError) as e:
         SweepSpec(workloads=(w,)).check("flags")
     assert "nope.jsonl" in e.value.message and "workload 'r'" in e.value.message
+
+
+def test_a_workload_ramp_applies_to_its_cells_unless_the_sweep_says(tmp_path: Path) -> None:
+    [w] = load_toml(_toml(tmp_path, '[workload]\nname = "r"\nramp = "10s"\n'))
+    assert w.ramp_s == 10.0 and Workload.from_dict(w.to_dict()) == w
+    assert [c.load.ramp_s for c in plan_cells(SweepSpec(workloads=(w,), concurrency=(2, 4)))] == [10.0, 10.0]
+    assert plan_cells(SweepSpec(workloads=(w,), concurrency=(2,), ramp_s=3.0))[0].load.ramp_s == 3.0
+    for bad, msg in (('"abc"', "bad duration 'abc'"), ("0", "must be above 0")):
+        with pytest.raises(ServescopeError) as e:
+            load_toml(_toml(tmp_path, f'[workload]\nname = "r"\nramp = {bad}\n'))
+        assert msg in e.value.message and "ramp" in e.value.message
