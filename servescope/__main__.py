@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
 
     cc.add_sessions_args(sub.add_parser("sessions", help="list saved sessions"))
     cc.add_compare_args(sub.add_parser("compare", help="compare sessions side by side (Markdown or JSON)"))
+    cc.add_gate_args(sub.add_parser("gate", help="exit 1 when a candidate regresses beyond noise and a threshold "
+                                    "(for CI)"))
     cc.add_report_args(sub.add_parser("report", help="a Markdown (or CSV/JSON) report of a session"))
     cc.add_import_args(sub.add_parser("import", help="import `vllm bench serve --save-result` JSON as a session"))
     from servescope.cli import detach as dt
@@ -66,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
             from servescope.tui.app import run_app
 
             return int(run_app(url=f"sim://{args.profile}" if args.profile else None, demo=True) or 0)
-        if args.command in ("sessions", "compare", "report", "import"):
+        if args.command in ("sessions", "compare", "gate", "report", "import"):
             from servescope.cli import compare as cc
 
-            fn = {"sessions": cc.sessions_command, "compare": cc.compare_command, "report": cc.report_command,
-                  "import": cc.import_command}[args.command]
+            fn = {"sessions": cc.sessions_command, "compare": cc.compare_command, "gate": cc.gate_command,
+                  "report": cc.report_command, "import": cc.import_command}[args.command]
             return int(fn(args))
         if args.command in ("watch", "attach"):
             from servescope.cli import detach as dt

@@ -132,7 +132,30 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
                    "(default: the first session's, else TTFT <= 3 s and >= 20 tok/s per user)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("-o", "--output", metavar="FILE.md", help="write the Markdown (or JSON) to FILE")
+    _add_min_effect(p)
     p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+# the parser is built on every start: these mirror servescope.sessions.stats / gate without importing polars
+# (tests/sessions/test_significance.py checks that they agree)
+MIN_EFFECT_PCT = 2.0
+FAIL_ON_EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
+MISMATCH_NAMES = ("servescope_version", "warmup", "max_model_len", "tokenizer", "host", "lengths")
+
+
+def _add_min_effect(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-effect", type=_percent, default=MIN_EFFECT_PCT, metavar="PCT",
+                   help=f"a change smaller than PCT percent is within noise (default {MIN_EFFECT_PCT:g})")
+
+
+def _percent(text: str) -> float:
+    try:
+        v = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 2 or 2%)") from None
+    if not 0 <= v < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage from 0 to 1000")
+    return v
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -144,10 +167,85 @@ def compare_command(args: argparse.Namespace) -> int:
         raise ServescopeError("compare needs at least two sessions (ids or directories); see `servescope sessions`")
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     sessions = [resolve_session(r, base) for r in args.sessions]
-    comp = compare_sessions(sessions, label_key=args.label, slos=_slos(args))
+    comp = compare_sessions(sessions, label_key=args.label, slos=_slos(args), min_effect=args.min_effect)
     text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if args.json else comp.to_markdown(level=1)
     _write(text, args.output, "comparison")
     return 0
+
+
+# ---- gate -------------------------------------------------------------------------------------------
+def add_gate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sessions", nargs="+", metavar="SESSION", help="BASELINE CANDIDATE: session directories or "
+                   "ids, the baseline also a baseline file (--save-baseline); one SESSION with --save-baseline "
+                   "only writes that file")
+    p.add_argument("--fail-on", metavar="SPEC", help="figures and signed thresholds, e.g. "
+                   f'"{FAIL_ON_EXAMPLE.replace("%", "%%")}": -5%% fails on a drop of more than 5%%, '
+                   "+10%% on a rise of more than 10%%")
+    p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary for a pull-request comment")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (the one-line verdict goes "
+                   "to stderr)")
+    p.add_argument("--save-baseline", metavar="FILE", help="write the candidate (or the one SESSION) as a "
+                   "baseline file (JSON, gzip when FILE ends in .gz) for later gates")
+    p.add_argument("--allow-mismatch", metavar="NAMES", help="gate even though the sessions differ in these "
+                   f"(all, or any of {', '.join(MISMATCH_NAMES)})")
+    p.add_argument("--slo", help="judge goodput by these SLOs (default: the baseline's, else TTFT <= 3 s and "
+                   ">= 20 tok/s per user)")
+    _add_min_effect(p)
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+def gate_command(args: argparse.Namespace) -> int:
+    """0: no significant regression beyond a threshold; 1: one at least (the line names it); 2: bad input
+    (raised as ServescopeError)."""
+    import json
+    import tempfile
+
+    from servescope.sessions.gate import (
+        gate,
+        is_baseline_file,
+        load_baseline,
+        parse_allow_mismatch,
+        parse_fail_on,
+        save_baseline,
+    )
+
+    refs = list(args.sessions)
+    if len(refs) > 2:
+        raise ServescopeError("gate takes two sessions, BASELINE CANDIDATE (the baseline may be a baseline file)")
+    base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
+    if len(refs) == 1:
+        if not args.save_baseline:
+            raise ServescopeError('gate needs BASELINE CANDIDATE, e.g. servescope gate base.json SESSION --fail-on '
+                                  '"output_tok_s:-5%"; or one SESSION with --save-baseline FILE')
+        n = save_baseline(resolve_session(refs[0], base), Path(args.save_baseline).expanduser())
+        print(f"baseline written to {args.save_baseline} ({n:,} bytes)", file=sys.stderr)
+        return 0
+    thresholds = parse_fail_on(args.fail_on)
+    allow = parse_allow_mismatch(args.allow_mismatch)
+    slos = _slos(args)
+    with tempfile.TemporaryDirectory(prefix="servescope-gate-") as tmp:
+        if is_baseline_file(refs[0]):
+            baseline = load_baseline(Path(refs[0]).expanduser(), Path(tmp))
+            base_name = f"{Path(refs[0]).name} (baseline file of {baseline.path.name.removeprefix('baseline-')})"
+        else:
+            baseline = resolve_session(refs[0], base)
+            base_name = baseline.path.name
+        candidate = resolve_session(refs[1], base)
+        result = gate(baseline, candidate, thresholds, min_effect=args.min_effect, slos=slos, allow=allow,
+                      names=(base_name, candidate.path.name))
+        if args.save_baseline:
+            save_baseline(candidate, Path(args.save_baseline).expanduser())
+    md = result.to_markdown()
+    if args.markdown:
+        _write(md, args.markdown, "gate summary")
+    if args.json:
+        print(f"servescope gate: {result.line()}", file=sys.stderr)
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    else:
+        print(f"servescope gate: {result.line()}")
+        if not args.markdown:
+            sys.stdout.write("\n" + md)
+    return result.exit_code
 
 
 # ---- report -----------------------------------------------------------------------------------------

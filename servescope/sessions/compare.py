@@ -10,9 +10,19 @@ Definitions (also in the README's "Reports and comparisons" and in every report)
   table, curve, capacity and knee, and two sessions align variant by variant.
 - Delta: signed relative change of a session's value against the first session's,
   (value - first) / first, in percent. No delta where the first value is missing or zero.
+- Interval and verdict of each delta (servescope.sessions.stats): a seeded 95% bootstrap interval of the
+  delta, from the cells' requests (and repeats), and `better` / `worse` / `within noise` (the interval
+  includes 0, or |delta| is below the minimum effect, 2% by default).
 - Winner: the best value among the sessions, knowing the metric's direction (lower TTFT/TPOT/ITL/E2E wins,
   higher tok/s and goodput win). No winner when fewer than two sessions have a value, for neutral metrics
-  (token counts), or when the best two are within TIE_REL (0.1%) of each other.
+  (token counts), when the best two are within TIE_REL (0.1%) of each other, when the best is not better
+  than the runner-up beyond noise (or either lacks per-request data to tell), or when the sessions are not
+  comparable.
+- Not comparable: sessions that differ in what was measured (the mean measured input or output tokens of a
+  workload by more than 2%, servescope version, warmup, max model length, tokenizer, client host) get no
+  winner; the comparison says which facts differ, and each delta's verdict reads `not comparable (...)`.
+- Configuration diff: the recorded server arguments (and model, server version, launch command) that differ
+  between the sessions head the comparison.
 - Capacity at the SLOs: the highest load level (concurrency; request rate for open-loop workloads) whose
   cell meets the SLOs, i.e. at least 90% of its requests succeeded within every SLO (`meets_slos`).
   "Not reached" when the highest measured level still meets them.
@@ -53,6 +63,19 @@ from servescope.sessions.answers import (
     thinking_costs,
     thinking_markdown,
 )
+from servescope.sessions.stats import (
+    CONFIDENCE,
+    MIN_EFFECT_PCT,
+    RESAMPLES,
+    Boot,
+    Judgement,
+    bootstrap,
+    figure_problem,
+    interval_label,
+    judge,
+    measured,
+    seed_for,
+)
 from servescope.sessions.store import Session
 from servescope.sessions.views import (
     DEFAULT_SLOS,
@@ -69,9 +92,10 @@ from servescope.sessions.views import (
 )
 
 __all__ = [
-    "COMPARE_METRICS", "DEFAULT_SLOS", "TIE_REL", "Capacity", "CellView", "ComparedCell", "Comparison", "Knee",
-    "MetricSpec", "SessionRef", "ThinkingCost", "WorkloadAnswers", "answers_markdown", "apply_slos", "capacity",
-    "cell_views", "choose_slos", "compare_sessions", "delta_pct", "derive", "fmt_num", "fmt_pct", "knee", "peak",
+    "COMPARE_METRICS", "DEFAULT_SLOS", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView", "ComparedCell",
+    "Comparison", "Judgement", "Knee", "MetricSpec", "SessionRef", "ThinkingCost", "WorkloadAnswers",
+    "answers_markdown", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions", "config_diff",
+    "delta_pct", "delta_text", "derive", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
     "session_label", "session_slos", "slo_text", "thinking_costs", "thinking_markdown", "winner", "workload_order",
 ]
 
@@ -114,6 +138,21 @@ def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL
     return bi
 
 
+def delta_text(c: ComparedCell, m: MetricSpec, i: int) -> str:
+    """A delta as tables show it: `+13.2% ±2.1 better`, `-0.4% ±1.9 within noise`, `+3.1% ±0.8 not comparable
+    (warmup)`; a neutral metric's delta alone; `(no interval)` without per-request data."""
+    d = c.deltas[m.key][i]
+    if d is None:
+        return "-"
+    j = (c.judgements.get(m.key) or [None] * (i + 1))[i]
+    hw = j.half_width() if j is not None else None
+    if m.better not in ("higher", "lower"):
+        return fmt_pct(d)
+    if hw is None:
+        return f"{fmt_pct(d)} (no interval)"
+    return f"{fmt_pct(d)} ±{hw:.1f} {c.verdict(m.key, i)}"
+
+
 def delta_pct(value: float | None, base: float | None) -> float | None:
     if value is None or base is None or base == 0:
         return None
@@ -149,6 +188,18 @@ class ComparedCell:
     values: dict[str, list[float | None]]  # metric key -> one value per session
     deltas: dict[str, list[float | None]]  # metric key -> delta vs the first session, per session (first: None)
     winners: dict[str, int | None]  # metric key -> index of the winning session
+    # metric key -> the delta's interval and verdict vs the first session, per session (first: None)
+    judgements: dict[str, list[Judgement | None]] = field(default_factory=dict)
+    no_winner: dict[str, str] = field(default_factory=dict)  # metric key -> why no winner ("within noise")
+    repeats: list[int] = field(default_factory=list)  # repeats per session (0: no per-request data)
+    not_comparable: str = ""  # why no verdict is called for this cell ("" when comparable)
+
+    def verdict(self, key: str, i: int) -> str | None:
+        """`better` / `worse` / `within noise`, `not comparable (...)`, or None (not judged, no interval)."""
+        j = (self.judgements.get(key) or [None] * (i + 1))[i]
+        if j is None or j.verdict is None:
+            return None
+        return f"not comparable ({self.not_comparable})" if self.not_comparable else j.verdict
 
 
 @dataclass
@@ -162,6 +213,12 @@ class Comparison:
     slos: dict[str, float]
     slos_source: str
     notes: list[str] = field(default_factory=list)
+    min_effect: float = MIN_EFFECT_PCT
+    resamples: int = RESAMPLES
+    interval: str = ""  # "request-level interval (1 repeat)" or the hierarchical one
+    mismatches: list[str] = field(default_factory=list)  # what was measured differently, one line each
+    config: list[tuple[str, list[str]]] = field(default_factory=list)  # (what, value per session) that differ
+    config_note: str = ""  # when no argument was recorded, or all are equal
 
     @property
     def labels(self) -> list[str]:
@@ -177,8 +234,13 @@ class Comparison:
                                        "rate": c.rate, "metric": m.key, "metric_label": m.label, "better": m.better}
                 for lb, v in zip(self.labels, c.values[m.key], strict=True):
                     row[lb] = v
-                for lb, d in list(zip(self.labels, c.deltas[m.key], strict=True))[1:]:
+                js = c.judgements.get(m.key) or [None] * len(self.labels)
+                for i, (lb, d) in list(enumerate(zip(self.labels, c.deltas[m.key], strict=True)))[1:]:
                     row[f"delta_pct {lb}"] = d
+                    ji = js[i]
+                    ci = ji.ci if ji is not None else None
+                    row[f"ci_lo {lb}"], row[f"ci_hi {lb}"] = ci if ci is not None else (None, None)
+                    row[f"verdict {lb}"] = c.verdict(m.key, i)
                 w = c.winners[m.key]
                 row["winner"] = self.labels[w] if w is not None else None
                 rows.append(row)
@@ -191,6 +253,9 @@ class Comparison:
             schema[lb] = pl.Float64
         for lb in self.labels[1:]:
             schema[f"delta_pct {lb}"] = pl.Float64
+            schema[f"ci_lo {lb}"] = pl.Float64
+            schema[f"ci_hi {lb}"] = pl.Float64
+            schema[f"verdict {lb}"] = pl.Utf8
         schema["winner"] = pl.Utf8
         return pl.DataFrame(self.to_rows(), schema=schema)
 
@@ -212,10 +277,17 @@ class Comparison:
             "slos": self.slos,
             "slos_source": self.slos_source,
             "metrics": [m.__dict__ for m in self.metrics],
+            "significance": {"confidence": CONFIDENCE, "resamples": self.resamples, "min_effect_pct": self.min_effect,
+                             "interval": self.interval},
+            "mismatches": self.mismatches,
+            "config_diff": [{"what": w, "values": v} for w, v in self.config],
             "cells": [
                 {"workload": c.workload, "load": c.load, "concurrency": c.concurrency, "rate": c.rate,
+                 "repeats": c.repeats, "comparable": not c.not_comparable,
+                 "not_comparable": c.not_comparable or None,
                  "metrics": {m.key: {"values": c.values[m.key], "delta_pct": c.deltas[m.key],
-                                     "winner": self.labels[w] if (w := c.winners[m.key]) is not None else None}
+                                     "winner": self.labels[w] if (w := c.winners[m.key]) is not None else None,
+                                     "deltas": [self._delta_dict(c, m, i) for i in range(1, len(self.labels))]}
                              for m in self.metrics}}
                 for c in self.cells
             ],
@@ -239,6 +311,28 @@ class Comparison:
             ],
             "notes": self.notes,
         }
+
+    def config_markdown(self, level: int) -> list[str]:
+        """The server configuration that differs between the sessions (it heads every comparison)."""
+        h = "#" * level
+        out = [f"{h} Configuration diff", ""]
+        if not self.config:
+            return out + [md_escape(self.config_note or "The recorded configuration is the same."), ""]
+        out += ["| | " + " | ".join(md_escape(lb) for lb in self.labels) + " |",
+                "|" + "|".join(["---"] * (len(self.labels) + 1)) + "|"]
+        out += [f"| {md_escape(w)} | " + " | ".join(md_escape(x) for x in v) + " |" for w, v in self.config]
+        if self.config_note:
+            out += ["", md_escape(self.config_note)]
+        return out + [""]
+
+    def _delta_dict(self, c: ComparedCell, m: MetricSpec, i: int) -> dict[str, Any]:
+        """One delta of the JSON: against the first session, with its interval (percent) and verdict."""
+        j = (c.judgements.get(m.key) or [None] * len(self.labels))[i]
+        ci = j.ci if j is not None else None
+        v = j.verdict if j is not None else None
+        return {"session": self.labels[i], "delta_pct": c.deltas[m.key][i],
+                "ci": [ci[0], ci[1]] if ci is not None else None,
+                "verdict": v, "comparable": not c.not_comparable, "not_comparable": c.not_comparable or None}
 
     def headline(self) -> list[str]:
         """'FP8 vs GPTQ-Int4: output tok/s -12.0%, TPOT p50 +9.1% (median over 4 common cells)'."""
@@ -269,10 +363,18 @@ class Comparison:
             out.append(f"| {md_escape(s.label)} | {md_escape(s.path)} | {md_escape(s.model)} | "
                        f"{md_escape(s.target)} | {md_escape(tags) or '-'} |")
         out.append("")
+        out += self.config_markdown(level + 1)
+        if self.mismatches:
+            out += ["**Not comparable: no winner is called.** The sessions differ in what was measured:", ""]
+            out += [f"- {md_escape(x)}" for x in self.mismatches] + [""]
         for line in self.headline():
             out.append(f"- {md_escape(line)}")
-        out += ["", f"Deltas are against **{esc[0]}**; the best value of each row is in bold "
-                    f"(lower is better for latencies, higher for tok/s and goodput; token counts are not judged). "
+        out += ["", f"Deltas are against **{esc[0]}**, each with its 95% bootstrap interval (`±` half its width, "
+                    f"in points of percent; {md_escape(self.interval or interval_label(1))}, "
+                    f"{self.resamples} resamples) and a verdict: better or worse beyond noise, or within noise "
+                    f"(the interval includes 0, or the change is under {self.min_effect:g}%). The best value of "
+                    f"a row is in bold only when it beats the runner-up beyond noise (lower is better for "
+                    f"latencies, higher for tok/s and goodput; token counts are not judged). "
                     f"SLOs: {slo_text(self.slos)} ({md_escape(self.slos_source)}).", ""]
         for w in dict.fromkeys(c.workload for c in self.cells):
             out += [f"{h}# {md_escape(w)}", ""]
@@ -283,9 +385,9 @@ class Comparison:
                 for j, m in enumerate(self.metrics):
                     wi = c.winners[m.key]
                     vals = [f"**{fmt_num(v)}**" if i == wi else fmt_num(v) for i, v in enumerate(c.values[m.key])]
-                    deltas = [fmt_pct(d) for d in c.deltas[m.key][1:]]
+                    deltas = [md_escape(delta_text(c, m, i)) for i in range(1, len(L))]
                     load = md_escape(c.load) if j == 0 else ""
-                    best = esc[wi] if wi is not None else ("-" if m.better == "neutral" else "tie")
+                    best = esc[wi] if wi is not None else md_escape(c.no_winner.get(m.key, "-"))
                     out.append("| " + " | ".join([load, md_escape(m.label), *vals, *deltas, best]) + " |")
             out.append("")
         if self.only_in:
@@ -304,10 +406,133 @@ class Comparison:
         return "\n".join(out).rstrip() + "\n"
 
 
+def _facts(session: Session) -> dict[str, str]:
+    """What a session measured with, beyond its workloads: the facts two sessions must share to be judged."""
+    i = session.info
+    return {"servescope version": clean_text(i.servescope_version),
+            "warmup": str(i.load.warmup or 0),
+            "max model length": str(i.max_model_len) if i.max_model_len is not None else "",
+            "tokenizer": clean_text(i.target.tokenizer or ""),
+            "client host": clean_text(i.host if i.host != "?" else "")}
+
+
+def _lengths(groups: Sequence[Sequence[CellView]]) -> tuple[float | None, float | None]:
+    """Mean measured input and output tokens over some cells, weighted by their successful requests."""
+    out: list[float | None] = []
+    for key in ("input_tokens_mean", "output_tokens_mean"):
+        num = den = 0.0
+        for g in groups:
+            for v in g:
+                x = v.summary.value(key)
+                if x is not None and v.summary.requests_ok:
+                    num += x * v.summary.requests_ok
+                    den += v.summary.requests_ok
+        out.append(num / den if den else None)
+    return out[0], out[1]
+
+
+LENGTH_TOLERANCE = 0.02
+
+
+def mismatches(sessions: Sequence[Session], labels: Sequence[str],
+               groups: Sequence[Mapping[tuple[str, str], list[CellView]]],
+               common: Sequence[tuple[str, str]]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """What the sessions measured differently: (lines for the report, {fact: short why} for every cell,
+    {workload: short why} for the cells of one workload). A fact unknown in a session is not a mismatch."""
+    lines: list[str] = []
+    every: dict[str, str] = {}
+    facts = [_facts(s) for s in sessions]
+    for k in facts[0]:
+        vals = [f[k] for f in facts]
+        known = {v for v in vals if v}
+        if len(known) > 1:
+            every[k] = k
+            lines.append(f"{k}: " + ", ".join(f"{lb} {v or '?'}" for lb, v in zip(labels, vals, strict=True)))
+    per_wl: dict[str, str] = {}
+    for w in dict.fromkeys(k[0] for k in common):
+        keys = [k for k in common if k[0] == w]
+        lens = [_lengths([g[k] for k in keys]) for g in groups]
+        for n, what in ((0, "input"), (1, "output")):
+            means = [ln[n] for ln in lens]
+            got = [x for x in means if x is not None]
+            if len(got) > 1 and max(got) > 0 and (max(got) - min(got)) / max(got) > LENGTH_TOLERANCE:
+                per_wl[w] = ", ".join(x for x in (per_wl.get(w), f"{what} tokens") if x)
+                lines.append(f"{w}: mean measured {what} tokens differ by more than {LENGTH_TOLERANCE:.0%}: "
+                             + ", ".join(f"{lb} {fmt_num(x)}" for lb, x in zip(labels, means, strict=True)))
+    return lines, every, per_wl
+
+
+def _args_dict(args: Any) -> dict[str, str]:
+    """`--max-num-seqs 4 --enforce-eager` -> {"--max-num-seqs": "4", "--enforce-eager": ""} (positionals by
+    position, `pos 1`); arguments recorded as text are split as a shell would."""
+    import shlex
+
+    if args is None:
+        return {}
+    if isinstance(args, str):
+        try:
+            toks = shlex.split(args)
+        except ValueError:
+            toks = args.split()
+    elif isinstance(args, list):
+        toks = [str(a) for a in args]
+    else:
+        return {}
+    out: dict[str, str] = {}
+    i = 0
+    npos = 0
+    while i < len(toks):
+        t = toks[i]
+        if t.startswith("-"):
+            flag, eq, val = t.partition("=")
+            if not eq and i + 1 < len(toks) and not toks[i + 1].startswith("-"):
+                val = toks[i + 1]
+                i += 1
+            out[flag] = val
+        else:
+            npos += 1
+            out[f"pos {npos}"] = t
+        i += 1
+    return out
+
+
+def config_diff(sessions: Sequence[Session]) -> tuple[list[tuple[str, list[str]]], str]:
+    """The recorded configuration that differs between the sessions, (what, value per session), and a note
+    when some session recorded no server arguments (servescope did not launch its server)."""
+    from servescope.core.secrets import redact_command
+
+    infos = [s.info for s in sessions]
+    rows: list[tuple[str, list[str]]] = []
+
+    def add(what: str, vals: list[str]) -> None:
+        if len(set(vals)) > 1:
+            rows.append((what, vals))
+
+    add("model", [clean_text(i.model) for i in infos])
+    add("server version", [clean_text(i.target.version or "not reported") for i in infos])
+    add("launch command", [redact_command(clean_text(i.server.launch or "")) if i.server else "" for i in infos])
+    args = [_args_dict(i.server.args) if i.server else {} for i in infos]
+    for flag in dict.fromkeys(f for a in args for f in a):
+        add(flag, [redact_command(clean_text(a[flag])) or "(set)" if flag in a else "(not set)"
+                          for a in args])
+    missing = [s.path.name for s, i in zip(sessions, infos, strict=True) if not (i.server and i.server.args)]
+    note = ""
+    if len(missing) == len(sessions):
+        note = ("No server arguments were recorded (servescope did not launch the servers): compare their "
+                "configuration by hand.")
+    elif missing:
+        note = f"No server arguments recorded for {', '.join(missing)} (servescope did not launch its server)."
+    elif not rows:
+        note = "The recorded server arguments are the same."
+    return rows, note
+
+
 def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                      slos: Mapping[str, float] | None = None,
-                     metrics: tuple[MetricSpec, ...] = COMPARE_METRICS) -> Comparison:
-    """Align the sessions' cells by workload and load and compare them metric by metric.
+                     metrics: tuple[MetricSpec, ...] = COMPARE_METRICS, min_effect: float = MIN_EFFECT_PCT,
+                     resamples: int = RESAMPLES, seed: int = 0) -> Comparison:
+    """Align the sessions' cells by workload and load and compare them metric by metric, each delta with its
+    bootstrap interval and verdict (servescope.sessions.stats).
 
     Raises ServescopeError when fewer than two sessions are given or when they share no cell."""
     if len(sessions) < 2:
@@ -326,28 +551,67 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
         v = cell_views(s)
         apply_slos(s, v, used)
         views.append(v)
-    by_key = [{c.key: c for c in v} for v in views]
+    groups: list[dict[tuple[str, str], list[CellView]]] = []  # the repeats of each cell
+    for v in views:
+        g: dict[tuple[str, str], list[CellView]] = {}
+        for c in v:
+            g.setdefault(c.key, []).append(c)
+        groups.append(g)
     order: list[tuple[str, str]] = []
     for v in views:
         for c in v:
             if c.key not in order:
                 order.append(c.key)
-    common = [k for k in order if all(k in m for m in by_key)]
+    common = [k for k in order if all(k in m for m in groups)]
     if not common:
         desc = "; ".join(f"{lb}: {', '.join(sorted({w for w, _ in m})) or 'no finished cells'}"
-                         for lb, m in zip(labels, by_key, strict=True))
+                         for lb, m in zip(labels, groups, strict=True))
         raise ServescopeError(f"the sessions share no cell (same workload and load): {desc}; "
                               "compare sessions that ran the same workloads and concurrencies")
     # keep each session's natural order: sort the common keys by the first session's order
     pos = {k: i for i, k in enumerate(order)}
+    common.sort(key=lambda k: pos[k])
+    lines, every, per_wl = mismatches(sessions, labels, groups, common)
+    judged = tuple(m.key for m in metrics if figure_problem(m.key) is None)
     cells = []
-    for k in sorted(common, key=lambda k: pos[k]):
-        cs = [m[k] for m in by_key]
-        values = {m.key: [m.value(c.summary) for c in cs] for m in metrics}
+    max_repeats = 1
+    for k in common:
+        reps = [m[k] for m in groups]
+        values = {m.key: [_mean([m.value(rv.summary) for rv in rviews]) for rviews in reps] for m in metrics}
         deltas = {key: [None, *[delta_pct(v, vals[0]) for v in vals[1:]]] for key, vals in values.items()}
-        wins = {m.key: winner(values[m.key], m.better) for m in metrics}
-        cells.append(ComparedCell(k[0], k[1], cs[0].concurrency, cs[0].rate, values, deltas, wins))
-    only = [(k[0], k[1], [lb for lb, m in zip(labels, by_key, strict=True) if k in m]) for k in order if k not in common]
+        boots: list[Boot | None] = []
+        for i, (sess, rviews) in enumerate(zip(sessions, reps, strict=True)):
+            boots.append(_cell_boot(sess, rviews, used, judged, resamples, seed_for(seed, i, *k)))
+        max_repeats = max([max_repeats, *(b.repeats for b in boots if b is not None)])
+        why = ", ".join(x for x in (*every.values(), per_wl.get(k[0], "")) if x)
+        judgements: dict[str, list[Judgement | None]] = {}
+        wins: dict[str, int | None] = {}
+        no_win: dict[str, str] = {}
+        for m in metrics:
+            vals = values[m.key]
+            judgements[m.key] = [None, *[judge(boots[0], boots[i], m.key, m.better, min_effect,
+                                               observed=(vals[0], vals[i])) for i in range(1, len(vals))]]
+            w = winner(vals, m.better)
+            if m.better not in ("higher", "lower"):
+                no_win[m.key] = "-"
+            elif w is None:
+                no_win[m.key] = "tie" if sum(v is not None for v in vals) > 1 else "-"
+            else:
+                ranked = sorted((i for i, v in enumerate(vals) if v is not None and i != w),
+                                key=lambda i: vals[i] or 0.0, reverse=(m.better == "higher"))
+                r = ranked[0]
+                pair = judge(boots[r], boots[w], m.key, m.better, min_effect, observed=(vals[r], vals[w]))
+                if why:
+                    w, no_win[m.key] = None, "not comparable"
+                elif pair.verdict is None:
+                    w, no_win[m.key] = None, "no interval"
+                elif pair.verdict != "better":
+                    w, no_win[m.key] = None, "within noise"
+            wins[m.key] = w
+        cells.append(ComparedCell(k[0], k[1], reps[0][0].concurrency, reps[0][0].rate, values, deltas, wins,
+                                  judgements, no_win, [b.repeats if b is not None else 0 for b in boots], why))
+    only = [(k[0], k[1], [lb for lb, m in zip(labels, groups, strict=True) if k in m])
+            for k in order if k not in common]
     answers = []
     thinking = []
     for s, lb, v in zip(sessions, labels, views, strict=True):
@@ -356,4 +620,40 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
     refs = [SessionRef(lb, s.path.name, clean_text(i.model), clean_text(i.target.url),
                        {str(k): clean_text(str(x)) for k, x in i.tags.items()})
             for s, i, lb in zip(sessions, infos, labels, strict=True)]
-    return Comparison(refs, metrics, cells, only, answers, thinking, used, source, notes)
+    if any(r == 0 for c in cells for r in c.repeats):
+        notes.append("some cells have no per-request data (an import without --save-detailed): their deltas "
+                     "have no interval and no winner")
+    config, config_note = config_diff(sessions)
+    return Comparison(refs, metrics, cells, only, answers, thinking, used, source, notes, min_effect, resamples,
+                      interval_label(max_repeats), lines, config, config_note)
+
+
+_BOOTS: dict[tuple[Any, ...], Boot | None] = {}  # the Compare screen recompares on every relabel: keep the work
+
+
+def _cell_boot(session: Session, views: Sequence[CellView], slos: Mapping[str, float], keys: tuple[str, ...],
+               resamples: int, seed: int) -> Boot | None:
+    """One session's cell (its repeats), bootstrapped; remembered while its request files are unchanged."""
+    files = [session.path / "requests" / f"cell-{v.index:04d}.parquet" for v in views]
+    try:
+        stamp = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.exists())
+    except OSError:
+        stamp = ()
+    closed = views[0].concurrency if views[0].rate is None else None
+    key = (str(session.path.resolve()), stamp, tuple(sorted(slos.items())), keys, resamples, seed, closed)
+    if key in _BOOTS:
+        return _BOOTS[key]
+    frames = [fr for v in views if (fr := measured(session.requests(v.index), slos)) is not None]
+    boot = bootstrap(frames, keys, resamples, seed, users=closed) if frames else None
+    if len(_BOOTS) >= 512:
+        _BOOTS.pop(next(iter(_BOOTS)))
+    _BOOTS[key] = boot
+    return boot
+
+
+def _mean(vals: Sequence[float | None]) -> float | None:
+    """A cell's figure over its repeats (one repeat: its own value)."""
+    got = [v for v in vals if v is not None]
+    if len(got) != len(vals) or not got:
+        return None
+    return got[0] if len(got) == 1 else statistics.fmean(got)

@@ -44,7 +44,7 @@ from servescope.sessions.report_sections import (
 from servescope.sessions.store import Session, summary_columns
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
-           "csv_rows", "render_csv", "render_markdown", "render_report", "xychart"]
+           "csv_rows", "render_csv", "render_markdown", "render_report", "stability_notes", "xychart"]
 
 FORMATS = ("md", "csv", "json")
 
@@ -138,6 +138,7 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                          "(the client or its connection cap fell behind; latencies exclude that wait)")
         if v.slo_unknown:
             notes.append(f"{cell}: no per-request data: cannot judge it against these SLOs")
+        notes += stability_notes(s, v)
     imp = s.info.import_
     if imp is not None:
         fmt = clean_text(str(imp.get("format", "?")))
@@ -146,6 +147,33 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                                                " without per-request data (--save-detailed was not used)")
                      + "; it lacks: " + "; ".join(f"{k} ({clean_text(str(v))})" for k, v in lacks.items()))
     return notes
+
+
+def stability_notes(session: Session, v: CellView) -> list[str]:
+    """Drift within a cell (first vs last third of its requests by send time, beyond noise and by more than
+    10%) and a warm-up effect (its first 5% of requests much slower to the first token): servescope.sessions.stats."""
+    from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
+
+    pr = measured(session.requests(v.index))
+    if pr is None:
+        return []
+    cell = f"{v.workload} {v.load}"
+    out = []
+    w = warm_up(pr)
+    if w is not None:
+        out.append(f"{cell}: warm-up effect: its first {_plural(w.requests, 'request')} took {w.first_ttft_ms:,.0f} "
+                   f"ms to the first token (p50), {w.ratio:.1f}x the rest's {w.rest_ttft_ms:,.0f} ms (over "
+                   f"{WARMUP_RATIO:g}x): add warmup requests (--warmup) so the cell measures a warm server")
+    for d in drift(pr, seed=seed_for(0, v.index)):
+        what = "TTFT p50" if d.figure.startswith("ttft") else "per-request tok/s p50"
+        j = d.judgement
+        ci = f"95% interval {j.ci[0]:+.0f}% to {j.ci[1]:+.0f}%" if j.ci is not None else "no interval"
+        moved = "rose" if (j.delta_pct or 0) > 0 else "fell"
+        out.append(f"{cell}: drift within the cell: {what} {moved} {abs(j.delta_pct or 0):.0f}% ({ci}) from "
+                   f"the first third of its requests to the last ({_plural(d.requests, 'request')} each, by send "
+                   f"time; {d.first:,.1f} -> {d.last:,.1f}), beyond noise and over {DRIFT_MIN_PCT:g}%: the "
+                   "server's state changed during the cell (a filling cache, throttling, other load)")
+    return out
 
 
 def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),

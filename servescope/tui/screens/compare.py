@@ -1,5 +1,6 @@
 """The Compare screen: two or more saved sessions side by side. The delta table (each metric's values per
-session, the signed delta against the first, the winner marked with ★ knowing which direction is better),
+session, the signed delta against the first with its interval and verdict, `+13.2% ±2.1 better`, the winner
+marked with ★ only when it is better than the runner-up beyond noise, knowing which direction is better),
 the aggregate and per-user tok/s curves of every session overlaid, the capacity/knee answers, a label-key
 selector (a tag such as `quant`), and Export, which writes the Markdown report. All numbers come from
 `servescope.sessions.compare.compare_sessions`; this screen only lays them out."""
@@ -49,9 +50,10 @@ def default_label_key(sessions: list[Any]) -> str | None:
 
 
 def delta_rows(comparison: Any) -> list[tuple[str, ...]]:
-    """The rows of the delta table: workload, load, metric, one value per session (★ on the winner),
-    the delta of each later session vs the first, and the winner's label (or tie / -)."""
-    from servescope.sessions.compare import fmt_num, fmt_pct
+    """The rows of the delta table: workload, load, metric, one value per session (★ on a winner beyond
+    noise), the delta of each later session vs the first with its interval and verdict, and the winner's
+    label (or why there is none: within noise, tie, not comparable, -)."""
+    from servescope.sessions.compare import delta_text, fmt_num
 
     labels = comparison.labels
     rows: list[tuple[str, ...]] = []
@@ -59,13 +61,18 @@ def delta_rows(comparison: Any) -> list[tuple[str, ...]]:
         for j, mspec in enumerate(comparison.metrics):
             wi = c.winners[mspec.key]
             vals = [fmt_num(v) + (WIN if i == wi else "") for i, v in enumerate(c.values[mspec.key])]
-            deltas = [fmt_pct(d) for d in c.deltas[mspec.key][1:]]
-            best = labels[wi] if wi is not None else ("-" if mspec.better == "neutral" else "tie")
+            deltas = [delta_text(c, mspec, i) for i in range(1, len(labels))]
+            best = labels[wi] if wi is not None else c.no_winner.get(mspec.key, "-")
             rows.append((c.workload if j == 0 else "", c.load if j == 0 else "", mspec.label, *vals, *deltas, best))
     for w, ld, have in comparison.only_in:
         present = ["✓" if lb in have else "·" for lb in labels]
         rows.append((w, ld, "only in " + ", ".join(have), *present, *[""] * (len(labels) - 1), ""))
     return rows
+
+
+def config_line(comparison: Any) -> str:
+    """'config: --max-num-seqs 16 | 32; model a | b': what the sessions' recorded configuration differs in."""
+    return "config: " + "; ".join(f"{what} {' | '.join(vals)}" for what, vals in comparison.config)
 
 
 def answer_line(a: Any) -> str:
@@ -161,7 +168,9 @@ class CompareScreen(Screen[None]):
         cmp_ = self.comparison
         labels = cmp_.labels
         head = [f"[b]{esc(' vs '.join(labels))}[/b]  ({len(cmp_.cells)} common cell{'s' if len(cmp_.cells) != 1 else ''};"
-                f" baseline {esc(labels[0])} (B changes it); ★ best)"]
+                f" baseline {esc(labels[0])} (B changes it); ★ best beyond noise)"]
+        if cmp_.mismatches:
+            head.append("[b]not comparable[/b], no winner: " + esc("; ".join(cmp_.mismatches)))
         head += [esc(h) for h in cmp_.headline()[:1]]  # whole: the header grows rather than cut a sentence
         self.query_one("#compare-head", Static).update("\n".join(head))
         t = self.query_one("#compare-table", FitTable)
@@ -169,14 +178,17 @@ class CompareScreen(Screen[None]):
         t.set_columns([Col("workload", "workload", 1, min_width=8, max_width=24), Col("load", "load", 0),
                        Col("metric", "metric", 0, min_width=10, max_width=30),
                        *[Col(f"v{i}", lb, 2, min_width=6, max_width=20, right=True) for i, lb in enumerate(labels)],
-                       *[Col(f"d{i}", f"Δ {lb}", 3, min_width=6, max_width=20, right=True)
+                       *[Col(f"d{i}", f"Δ {lb}", 2, min_width=18, max_width=30, right=True)
                          for i, lb in enumerate(labels[1:], 1)],
                        Col("best", "best", 4, min_width=4, max_width=20)])
         for i, row in enumerate(delta_rows(cmp_)):
             t.data[str(i)] = [clean_text(str(v)) for v in row]
         t.relayout(force=True)
-        answers = [answer_line(a) for a in cmp_.answers if a.workload == self.workload]
+        answers = [config_line(cmp_)] if cmp_.config else []  # the server arguments that differ
+        answers += [answer_line(a) for a in cmp_.answers if a.workload == self.workload]
         answers += cmp_.notes
+        answers.append(f"Δ ±: 95% {cmp_.interval or 'bootstrap interval'}; within noise: it holds 0, or "
+                       f"under {cmp_.min_effect:g}%")
         self.query_one("#compare-answers", Static).update("\n".join(clean_text(a) for a in answers))
         self._plot()
 
