@@ -58,7 +58,7 @@ def test_resume_continues_with_the_tokenizer_transport_and_telemetry_interval(tm
 
 
 def test_run_sweep_of_a_session_plans_the_same_cells(tmp_path: Path) -> None:
-    first = run_json("--url", "sim://tiny", "-w", "sharegpt,longout", "-c", "1,2", "-n", "2", "--warmup", "1",
+    first = run_json("--url", "sim://tiny", "-w", "sharegpt,longin", "-c", "1,2", "-n", "2", "--warmup", "1",
                      "--slo", "ttft_ms=3000", "--tag", "k=v", "--save", str(tmp_path / "a"))
     again = run_json("--sweep", str(tmp_path / "a" / "session.toml"), "--save", str(tmp_path / "b"))
     key = ("index", "workload", "concurrency", "rate", "requests_planned", "warmup", "server_variant")
@@ -70,8 +70,12 @@ def test_run_sweep_of_a_session_plans_the_same_cells(tmp_path: Path) -> None:
 
 
 def test_the_same_seed_sends_the_same_requests(tmp_path: Path) -> None:
+    wl = tmp_path / "w.toml"  # lengths drawn from a range, short outputs: the run takes a second
+    wl.write_text('[workload]\nname = "u"\napi = "chat"\ninput_tokens = { dist = "uniform", min = 100, max = 400 }\n'
+                  'output_tokens = 8\n')
+
     def lengths(seed: str) -> list[int]:
-        out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "1", "-n", "6", "--seed", seed,
+        out = run_json("--url", "sim://tiny", "-w", str(wl), "-c", "1", "-n", "6", "--seed", seed,
                        "--telemetry-interval", "off", "--sessions-dir", str(tmp_path))
         return load_session(out["session"]).requests().sort("index")["input_tokens_requested"].to_list()
 

@@ -38,13 +38,14 @@ def test_kv_pressure_shows_preemptions(tmp_path: Path) -> None:
 
     from servescope.sim.launcher import start_sim
 
-    with start_sim("tiny", ["--kv-cache-tokens", "3072"]) as sim:
-        run_json("--url", sim.url, "-w", "longout", "-c", "16", "-n", "16", "--telemetry-interval", "0.25s",
-                 "--save", str(tmp_path / "s"))
+    (tmp_path / "w.toml").write_text('[workload]\nname = "grow"\ninput_tokens = 128\noutput_tokens = 384\n')
+    with start_sim("tiny", ["--kv-cache-tokens", "2048"]) as sim:  # 16 x 512 tokens need four times that
+        run_json("--url", sim.url, "-w", str(tmp_path / "w.toml"), "-c", "16", "-n", "16", "--telemetry-interval",
+                 "0.25s", "--save", str(tmp_path / "s"))
     s = load_session(tmp_path / "s")
     tel = json.loads(s.cells["summary_json"][0])["telemetry"]
     assert tel["preemptions"] > 0 and tel["waiting_max"] > 0 and tel["kv_cache_usage_peak"] > 0.9
-    assert s.meta["kv_budget"]["kv_cache_tokens"] == 3072
+    assert s.meta["kv_budget"]["kv_cache_tokens"] == 2048
 
 
 def test_launch_with_server_variants(tmp_path: Path) -> None:
