@@ -119,7 +119,7 @@ class MetricSpec:
 
 COMPARE_METRICS: tuple[MetricSpec, ...] = tuple(MetricSpec.of(k) for k in (
     "output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "ttft_ms.p99", "ttfo_ms.p50", "tpot_ms.p50", "itl_ms.p99",
-    "e2e_ms.p50", "goodput_req_s", "input_tokens_mean", "output_tokens_mean",
+    "e2e_ms.p50", "goodput_req_s", "prefix_cache_hit_rate", "input_tokens_mean", "output_tokens_mean",
 ))
 
 
@@ -572,6 +572,9 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
     pos = {k: i for i, k in enumerate(order)}
     common.sort(key=lambda k: pos[k])
     lines, every, per_wl = mismatches(sessions, labels, groups, common)
+    # a descriptive figure no session measured (the prefix-cache hit rate of a server without it) is left out
+    metrics = tuple(m for m in metrics if m.better != "neutral" or m.key.endswith("tokens_mean")
+                    or any(m.value(rv.summary) is not None for g in groups for k in common for rv in g[k]))
     judged = tuple(m.key for m in metrics if figure_problem(m.key) is None)
     cells = []
     max_repeats = 1

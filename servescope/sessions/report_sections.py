@@ -231,24 +231,61 @@ def _charts_for(workload: str, series: Mapping[str, Sequence[CellView]], x_kind:
     return out
 
 
+def _turn_tables(views: Sequence[CellView]) -> list[str]:
+    """Per turn index of each conversation or agent cell: TTFT p50/p90, input tokens and the cached share."""
+    out: list[str] = []
+    for v in views:
+        turns = v.summary.turns
+        if not turns:
+            continue
+        out += [f"**{md_escape(v.load)}, per turn** (turn k resends turns 1..k-1 with the model's replies; cached from "
+                "the usage's cached tokens):", ""]
+        head = ["turn", "ok / failed", "TTFT ms p50", "TTFT ms p90", "input tokens (mean)", "cached"]
+        out += [_row(head), _sep(len(head), numeric_from=1)]
+        for t in turns:
+            hit = finite(t.prefix_cache_hit_rate)
+            out.append(_row([str(t.turn), f"{t.requests_ok} / {t.requests_failed}", fmt_num(finite(t.ttft_ms_p50)),
+                             fmt_num(finite(t.ttft_ms_p90)), fmt_num(finite(t.input_tokens_mean)),
+                             f"{hit:.0%}" if hit is not None else "-"]))
+        cv = v.summary.conversations
+        if cv is not None:
+            out.append("")
+            out.append(f"Conversations: {cv.started} started, {cv.complete} complete"
+                       + (f"; complete ones took p50 {fmt_num(finite(cv.duration_s.p50))} s, p90 "
+                          f"{fmt_num(finite(cv.duration_s.p90))} s (first turn sent to last reply, think time "
+                          "included)" if cv.complete else ""))
+        out.append("")
+    return out
+
+
 def _workload_section(rep: SessionReport, workload: str, comparison: Comparison | None,
                       others: Sequence[SessionReport]) -> list[str]:
     views = [v for v in rep.views if v.workload == workload]
     out = [f"## Results: {md_escape(workload)}", ""]
     head = ["load", "ok / failed", "TTFT ms p50 / p90 / p99", "TPOT ms p50 / p90 / p99", "ITL ms p50 / p90 / p99",
             "E2E ms p50 / p90 / p99", "output tok/s", "per-user tok/s", "goodput req/s", "SLO met"]
+    cache = any(finite(v.summary.prefix_cache_hit_rate) is not None for v in views)
+    if cache:
+        head.append("prefix cache hit")
     out += [_row(head), _sep(len(head), numeric_from=6)]
     for v in views:
         sm = v.summary
         frac = finite(sm.slo_met_fraction)
+        hit = finite(sm.prefix_cache_hit_rate)
         out.append(_row([
             md_escape(v.load),
             f"{sm.requests_ok} / {sm.requests_failed}",
             _trio(sm.ttft_ms), _trio(sm.tpot_ms), _trio(sm.itl_ms), _trio(sm.e2e_ms),
             fmt_num(finite(sm.output_tok_s)), fmt_num(finite(sm.per_user_tok_s.mean)),
             fmt_num(finite(sm.goodput_req_s)), f"{frac:.0%}" if frac is not None else "-",
+            *([f"{hit:.1%}" if hit is not None else "-"] if cache else []),
         ]))
     out.append("")
+    if cache:
+        out += ["Prefix cache hit: cached / prompt tokens of the cell's successful requests, from the usage's "
+                "`prompt_tokens_details.cached_tokens` when the server sent it, else from its `/metrics` prefix-cache "
+                "counters over the cell.", ""]
+    out += _turn_tables(views)
     ans = next((a for a in rep.answers if a.workload == workload), None)
     if ans:
         out.append(f"- **Capacity at the SLOs:** {md_escape(ans.capacity.text())}")

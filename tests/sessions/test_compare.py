@@ -103,7 +103,9 @@ def test_tabular_form(fixed_pair) -> None:
     a, b = fixed_pair
     comp = compare_sessions([a, b], label_key="quant")
     df = comp.to_frame()
-    assert df.height == len(comp.cells) * len(COMPARE_METRICS)
+    assert df.height == len(comp.cells) * len(comp.metrics)
+    # every figure but the prefix-cache hit rate, which these sessions did not measure
+    assert [m.key for m in comp.metrics] == [m.key for m in COMPARE_METRICS if m.key != "prefix_cache_hit_rate"]
     assert {"GPTQ-Int4", "FP8", "delta_pct FP8", "winner"} <= set(df.columns)
     tpot = df.filter(df["metric"] == "tpot_ms.p50")
     assert tpot["winner"].to_list() == ["GPTQ-Int4", "GPTQ-Int4"]
