@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--exit-at", type=float, default=0.0, metavar="SECONDS", help="exit abruptly SECONDS after start")
     f.add_argument("--error-rate", type=_rate, default=0.0, metavar="P", help="answer this fraction of requests with HTTP 500")
     f.add_argument("--cut-stream-rate", type=_rate, default=0.0, metavar="P", help="cut this fraction of streams mid-way")
+    f.add_argument("--slow-decode", type=_rate, default=0.0, metavar="F",
+                   help="decode steps take (1 + F) times as long (0.08: 8%% slower), a regression to catch")
     f.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--exit-with-parent", type=int, default=0, metavar="PID", help=argparse.SUPPRESS)
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.kv_cache_tokens is not None:
         engine_kw["kv_cache_tokens"] = args.kv_cache_tokens
+    if args.slow_decode:
+        engine_kw["decode_slowdown"] = 1.0 + args.slow_decode
     profile = profile.with_overrides(**engine_kw)
     logging.basicConfig(
         level=getattr(logging, args.log_level), stream=sys.stderr,

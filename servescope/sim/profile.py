@@ -86,6 +86,7 @@ class EfficiencySpec:
     per_seq_overhead_us: float = 5.0  # CPU side, per scheduled sequence per step: input prep, detokenize
     async_scheduling: bool = True  # CPU work of step k+1 overlaps GPU work of step k (vLLM >= 0.11)
     frontend_ms: float = 5.0  # per request, before the engine sees it: HTTP, template, tokenize
+    decode_slowdown: float = 1.0  # a fault (`--slow-decode F`): decode-only steps take (1 + F) x as long
 
 
 @dataclass(frozen=True)
@@ -100,13 +101,14 @@ class Profile:
     def with_overrides(self, **engine: Any) -> Profile:
         kept = {k: v for k, v in engine.items() if v is not None}
         model_kw = {k: kept.pop(k) for k in ("max_model_len", "served_name") if k in kept}
+        eff_kw = {k: kept.pop(k) for k in ("decode_slowdown",) if k in kept}
         return Profile(
             self.name,
             self.description,
             _replace(self.model, **model_kw),
             self.gpu,
             _replace(self.engine, **kept),
-            self.efficiency,
+            _replace(self.efficiency, **eff_kw),
         )
 
 
@@ -176,6 +178,7 @@ class CostModel:
         m, g, e, eff = p.model, p.gpu, p.engine, p.efficiency
         self.profile = p
         self.block_size = e.block_size
+        self.decode_slowdown = eff.decode_slowdown
         wbytes = m.weight_bits / 8.0
         self.dense_bytes = m.dense_params_b * 1e9 * wbytes + m.unquantized_params_b * 1e9 * 2.0
         self.expert_bytes = m.expert_params_b * 1e9 * wbytes
@@ -260,7 +263,8 @@ class CostModel:
         memory = mem_bytes / self.bandwidth
         gpu = self.step_overhead + max(memory, compute)
         host = self.host_overhead + self.per_seq_overhead * num_seqs
-        return max(gpu, host) if self.async_scheduling else gpu + host
+        t = max(gpu, host) if self.async_scheduling else gpu + host
+        return t * self.decode_slowdown if attn_pairs == 0.0 else t
 
     def decode_step_time(self, batch: int, context: int) -> float:
         return self.step_time(batch, batch, batch * self.footprint_tokens(context), 0.0)
