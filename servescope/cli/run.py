@@ -106,9 +106,11 @@ def _figure(cell: dict[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def points(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def points(cells: list[dict[str, Any]], session: str | None = None) -> list[dict[str, Any]]:
     """With --repeat: each point (workload, load level) over its repeats that were measured (status done):
-    every figure's median, the lowest and highest repeat, and the per-repeat values."""
+    every figure's median, its 95% interval (from the session's requests: a hierarchical bootstrap, the
+    repeats resampled, then the requests within each, as compare computes it), the lowest and highest repeat
+    and the per-repeat values."""
     import statistics
 
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -117,12 +119,37 @@ def points(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             groups.setdefault((c["workload"], c["concurrency"], c["rate"]), []).append(c)
     out = []
     for (wl, conc, rate), cs in groups.items():
+        cis = _intervals(session, [int(c["index"]) for c in cs], conc) if session else {}
         figs: dict[str, Any] = {}
         for key, _ in POINT_FIGURES:
             vals = [v for v in (_figure(c, key) for c in cs) if v is not None]
-            figs[key] = ({"median": statistics.median(vals), "min": min(vals), "max": max(vals), "repeats": vals}
-                         if vals else None)
+            figs[key] = ({"median": statistics.median(vals), "ci": cis.get(key), "min": min(vals), "max": max(vals),
+                          "repeats": vals} if vals else None)
         out.append({"workload": wl, "concurrency": conc, "rate": rate, "repeats": len(cs), "figures": figs})
+    return out
+
+
+def _intervals(session: str, indices: list[int], concurrency: int | None) -> dict[str, list[float]]:
+    """95% bootstrap intervals of the point's figures from its repeats' requests (servescope.sessions.stats)."""
+    from servescope.sessions import stats
+    from servescope.sessions.store import load_session
+
+    try:
+        s = load_session(session)
+        frames = [f for i in indices if (f := stats.measured(s.requests(i))) is not None]
+        boot = stats.bootstrap(frames, [k for k, _ in POINT_FIGURES], users=concurrency) if frames else None
+    except Exception:  # noqa: BLE001 - an interval is a convenience: the medians stand without it
+        return {}
+    if boot is None:
+        return {}
+    out = {}
+    for key, ratios in boot.ratios.items():
+        obs = boot.observed.get(key)
+        if obs is None or not ratios:
+            continue
+        r = sorted(ratios)
+        lo, hi = r[int(0.025 * (len(r) - 1))], r[int(0.975 * (len(r) - 1))]
+        out[key] = [obs * lo, obs * hi]
     return out
 
 
@@ -130,14 +157,16 @@ def format_points(pts: list[dict[str, Any]]) -> str:
     """The repeats' summary table: median of each point's repeats, and their range."""
     from servescope.core.textsafe import clean_text
 
-    lines = ["points: the median of each point's repeats (lowest-highest repeat)"]
+    lines = ["points: the median of each point's repeats [95% interval: bootstrap over the repeats, then the requests "
+             "within each] (lowest-highest repeat)"]
     for p in pts:
         load = f"c={p['concurrency']}" if p["concurrency"] is not None else f"rate {p['rate']:g}/s"
         parts = []
         for key, label in POINT_FIGURES:
             f = p["figures"].get(key)
             if f is not None:
-                parts.append(f"{label} {_f(f['median'], 2)} ({_f(f['min'], 2)}-{_f(f['max'], 2)})")
+                ci = f" [{_f(f['ci'][0], 2)}, {_f(f['ci'][1], 2)}]" if f.get("ci") else ""
+                parts.append(f"{label} {_f(f['median'], 2)}{ci} ({_f(f['min'], 2)}-{_f(f['max'], 2)})")
         lines.append(f"  {clean_text(str(p['workload']))} {load}, {p['repeats']} repeats: " + ", ".join(parts))
     return "\n".join(lines)
 
@@ -423,7 +452,7 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
         return 130
     progress.clear()
     if int(getattr(spec, "repeat", 1)) > 1:
-        result["points"] = points(result["cells"])
+        result["points"] = points(result["cells"], result["session"])
         print(format_points(result["points"]), file=table_out)
     if as_json:
         out.write(json.dumps(result, default=str) + "\n")

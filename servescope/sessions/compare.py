@@ -655,8 +655,8 @@ def _cell_boot(session: Session, views: Sequence[CellView], slos: Mapping[str, f
 
 
 def _mean(vals: Sequence[float | None]) -> float | None:
-    """A cell's figure over its repeats (one repeat: its own value)."""
+    """A cell's figure over its repeats: their median (one repeat: its own value)."""
     got = [v for v in vals if v is not None]
     if len(got) != len(vals) or not got:
         return None
-    return got[0] if len(got) == 1 else statistics.fmean(got)
+    return got[0] if len(got) == 1 else statistics.median(got)

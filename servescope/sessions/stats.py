@@ -6,8 +6,8 @@ polars only. The method (also in the README's "Significance"):
 - A figure's interval comes from a seeded percentile bootstrap (`RESAMPLES` = 1000 replicates, 95%): each
   replicate resamples a cell's measured (non-warmup) requests with replacement and recomputes the figure.
   With several repeats of a cell (cells sharing a workload and load, e.g. a `repeat` column), a replicate
-  first resamples the repeats, then the requests within each chosen repeat, and averages them (a
-  hierarchical bootstrap); with one repeat the interval is request-level only and says so
+  first resamples the repeats, then the requests within each chosen repeat, and takes their median (a
+  hierarchical bootstrap; the point's figure is the median of its repeats); with one repeat the interval is request-level only and says so
   (`interval_label`).
 - Distribution figures (`ttft_ms.p99`, `tpot_ms.p50`, `per_user_tok_s.mean`, ...) are recomputed exactly as
   `core.metrics.summarize` computes them: over the successful requests, percentiles by linear
@@ -36,6 +36,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import statistics
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -270,10 +271,10 @@ def bootstrap(frames: Sequence[pl.DataFrame], keys: Sequence[str], resamples: in
                                                                          return_dtype=pl.Float64))
             if "sim" in table.columns:  # the resample's own in-flight level, relative to the cell's
                 t = t.with_columns(pl.col(key) * table["sim"].fill_null(1.0))
-        by_b = t.group_by("b").agg(pl.col(key).mean()).sort("b")[key].to_list()
-        mean_obs = sum(float(v) for v in vals if v is not None) / K
+        by_b = t.group_by("b").agg(pl.col(key).median()).sort("b")[key].to_list()  # a point: the median repeat
+        mean_obs = statistics.median(float(v) for v in vals if v is not None)
         whole = [fx.get(key) for fx in full]
-        observed[key] = (sum(float(x) for x in whole if x is not None) / K if head in POOLED_DISTS
+        observed[key] = (statistics.median(float(x) for x in whole if x is not None) if head in POOLED_DISTS
                          and all(x is not None for x in whole) else mean_obs)
         if mean_obs == 0:
             continue

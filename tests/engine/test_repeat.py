@@ -47,3 +47,5 @@ def test_a_repeated_sweep_reports_each_points_median(tmp_path: Path) -> None:
     got = sorted(c["output_tok_s"] for c in out["cells"] if c["concurrency"] == 1)
     f = p1["figures"]["output_tok_s"]
     assert f["median"] == got[1] and (f["min"], f["max"]) == (got[0], got[2])
+    lo, hi = f["ci"]  # the hierarchical bootstrap's 95% interval, around the median
+    assert lo < hi and lo <= f["median"] * 1.02 and hi >= f["median"] * 0.98

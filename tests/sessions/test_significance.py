@@ -289,7 +289,7 @@ def test_bad_baseline_files_are_one_line_errors(tmp_path: Path, raw: bytes) -> N
 
 
 def test_compare_with_repeated_cells_resamples_repeats(tmp_path: Path) -> None:
-    """Two cells of one workload and load are two repeats: the figure is their mean, the interval
+    """Two cells of one workload and load are two repeats: the figure is their median, the interval
     hierarchical."""
     a = write_session(tmp_path, "a", [dict(seed=1, c=4, n=80), dict(seed=2, c=4, n=80)])
     b = write_session(tmp_path, "b", [dict(seed=3, c=4, n=80, tpot_ms=6 * SLOWER, ttft_ms=100 * SLOWER),

@@ -35,6 +35,8 @@ def test_gptq_is_faster_in_tpot(tmp_path: Path) -> None:
         delta = c.deltas["tpot_ms.p50"][1]
         assert delta is not None and delta < 0  # GPTQ's TPOT below FP8's
         assert comp.labels[c.winners["output_tok_s"]] == "GPTQ-Int4"
+        # significant, with the right sign: the difference is the profiles', not noise
+        assert c.verdict("tpot_ms.p50", 1) == "better" and c.verdict("output_tok_s", 1) == "better"
     md = render_report(fp8, [gptq], label_key="quant")
     tables(md)
     charts = mermaid_charts(md)

@@ -265,3 +265,18 @@ async def test_launch_a_server_with_variants_from_the_target_pane(home: Path) ->
         assert s.cells.sort("index")["server_variant"].to_list() == ["--max-num-seqs 1", "--max-num-seqs 4"]
         assert (saved / "server-0.log").is_file() and (saved / "server-1.log").is_file()
         assert s.meta["kv_budget"]["kv_cache_tokens"] > 0
+
+
+async def test_repeat_in_the_load_pane(home: Path) -> None:
+    """Compose's `repeat`: K runs of each cell (the preview counts them), a bad value next to its field."""
+    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f8")
+        await set_input(pilot, "#concurrency", "1,2,4")
+        await set_input(pilot, "#repeat", "0")
+        assert "repeat" in err(app, "repeat") or "at least 1" in err(app, "repeat"), err(app, "repeat")
+        await set_input(pilot, "#repeat", "3")
+        assert err(app, "repeat") == ""
+        assert "9 cells" in text_of(app.screen.query_one("#preview", Static))
+        spec = app.screen.collect()
+        assert spec is not None and spec.repeat == 3

@@ -123,6 +123,7 @@ class ComposeScreen(Screen[None]):
                 yield field_row("requests", "requests", "100", "measured requests per cell")
                 yield field_row("duration", "duration", "", "and/or per cell, e.g. 60s")
                 yield field_row("warmup", "warmup", "0", "requests per cell not counted")
+                yield field_row("repeat", "repeat", "1", "runs of each cell, interleaved (3: medians with intervals)")
                 yield field_row("SLOs", "slos", "", "e.g. ttft_ms=3000,tpot_ms=50")
                 yield field_row("tags", "tags", "", "e.g. quant=FP8,gpu=H100")
                 yield field_row("name", "name", "", "session name (optional)")
@@ -197,8 +198,9 @@ class ComposeScreen(Screen[None]):
     # form field id -> SweepSpec field; the spec's own parsers check each one (one validation path)
     FORM = {"url": "url", "launch": "launch", "variants": "variants", "key-env": "api_key_env", "model": "model",
             "concurrency": "concurrency", "rates": "rates", "requests": "requests", "duration": "duration",
-            "warmup": "warmup", "slos": "slos", "tags": "tags", "name": "name"}
-    FIELDS = ("url", "launch", "variants", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "slos", "tags")
+            "warmup": "warmup", "repeat": "repeat", "slos": "slos", "tags": "tags", "name": "name"}
+    FIELDS = ("url", "launch", "variants", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "repeat",
+              "slos", "tags")
 
     def _check(self, fid: str) -> tuple[Any, str]:
         """(parsed value, error) of one field, by SweepSpec's parser for it."""
@@ -228,6 +230,8 @@ class ComposeScreen(Screen[None]):
                     with_variant(spec, part)
             if fid == "warmup" and not v:
                 return 0, ""
+            if fid == "repeat" and not v:
+                return 1, ""
             name = self.FORM[fid]
             return parse_field("duration_s" if name == "duration" else name, v, fid), ""
         except ServescopeError as e:
@@ -267,6 +271,7 @@ class ComposeScreen(Screen[None]):
         form: dict[str, Any] = {("duration_s" if n == "duration" else n): self._val(fid)
                                 for fid, n in self.FORM.items()}
         form["warmup"] = form["warmup"] or "0"
+        form["repeat"] = form["repeat"] or "1"
         if vals["launch"]:
             form["url"] = "sim://"  # unused: the launched server's URL comes from its command
         else:
@@ -477,6 +482,7 @@ class ComposeScreen(Screen[None]):
         put("requests", spec.requests)
         put("duration", fmt_duration(spec.duration_s) if spec.duration_s else None)
         put("warmup", spec.warmup)
+        put("repeat", spec.repeat)
         put("slos", ",".join(f"{k}={fmt_num(v)}" for k, v in spec.slos.items()) or None)
         put("tags", ",".join(f"{k}={v}" for k, v in spec.tags.items()))
         put("name", spec.name)

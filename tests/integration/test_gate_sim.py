@@ -1,0 +1,63 @@
+"""Significance and the gate where the truth is known, on the simulator: two runs of one profile differ only by
+noise (the gate passes, compare calls the differences within noise), and a decode 8% slower (the simulator's
+`--slow-decode 0.08`) is caught by `--fail-on output_tok_s:-5%`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.helpers import run_json, servescope
+
+WL = '[workload]\nname = "g"\ninput_tokens = 128\noutput_tokens = 48\n'
+
+
+@pytest.fixture(scope="module")
+def sims() -> Iterator[tuple[str, str]]:
+    """One simulator as it is, one with an 8% decode regression (the same profile otherwise)."""
+    from servescope.sim.launcher import start_sim
+
+    with start_sim("tiny", ["--no-enable-prefix-caching"]) as a, \
+            start_sim("tiny", ["--no-enable-prefix-caching", "--slow-decode", "0.08"]) as b:
+        yield a.url, b.url
+
+
+def _run(url: str, tmp_path: Path, seed: int) -> str:
+    (tmp_path / "g.toml").write_text(WL)
+    out: dict[str, Any] = run_json("--url", url, "-w", str(tmp_path / "g.toml"), "-c", "4", "-n", "80",
+                                   "--seed", str(seed), "--telemetry-interval", "off",
+                                   "--sessions-dir", str(tmp_path / "s"))
+    return str(out["session"])
+
+
+FAIL_ON = "output_tok_s:-5%,tpot_ms.p50:+5%"
+
+
+def test_the_same_server_twice_is_within_noise_and_passes_the_gate(sims: tuple[str, str], tmp_path: Path) -> None:
+    runs = [_run(sims[0], tmp_path, seed) for seed in (1, 2, 3)]
+    verdicts = []
+    for a, b in ((runs[0], runs[1]), (runs[1], runs[2]), (runs[0], runs[2])):
+        g = servescope("gate", a, b, "--fail-on", FAIL_ON, timeout=120)
+        assert g.returncode == 0, g.stdout[-1500:] + g.stderr[-800:]
+        cmp = servescope("compare", a, b, "--json", timeout=120)
+        assert cmp.returncode == 0, cmp.stderr
+        for m in json.loads(cmp.stdout)["cells"][0]["metrics"].values():
+            verdicts += [d["verdict"] for d in m.get("deltas", []) if d.get("verdict") is not None]
+    false_alarms = sum(v != "within noise" for v in verdicts)
+    assert len(verdicts) >= 20 and false_alarms <= 0.05 * len(verdicts) + 1, verdicts
+
+
+def test_a_decode_8_percent_slower_is_caught(sims: tuple[str, str], tmp_path: Path) -> None:
+    base, slow = _run(sims[0], tmp_path, 1), _run(sims[1], tmp_path, 1)
+    g = servescope("gate", base, slow, "--fail-on", FAIL_ON, "--json", timeout=120)
+    assert g.returncode == 1, g.stdout[-1500:] + g.stderr[-800:]
+    res = json.loads(g.stdout)
+    failed = {r["figure"] for r in res["rows"] if r["failed"]}
+    assert {"tpot_ms.p50", "output_tok_s"} <= failed, res["rows"]
+    tpot = next(r for r in res["rows"] if r["figure"] == "tpot_ms.p50")
+    assert 4 < tpot["delta_pct"] < 12 and tpot["verdict"] == "worse"
+    assert "FAIL" in g.stderr.splitlines()[0]
