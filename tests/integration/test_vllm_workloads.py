@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from servescope.sessions.store import load_session
-from tests.integration.helpers import metrics, run_json
+from tests.integration.helpers import metrics, run_json, servescope
 
 CHAT = ('[workload]\nname = "chat4"\nkind = "conversation"\nturns = 4\nprefix_tokens = 3000\ninput_tokens = 300\n'
         'output_tokens = 16\n')
@@ -121,3 +121,24 @@ def test_burstgpt_and_azure_traces_replay_at_their_timestamps(vllm_server: Any, 
         assert max(abs(a - b) for a, b in zip(sent, gaps, strict=True)) < 0.05, (name, sent)
         assert sorted(load_session(out["session"]).requests()["prompt_tokens"].to_list()) == sorted(
             (150 if name == "b.csv" else 120) + i for i in range(8))  # exact lengths, as vLLM counted them
+
+
+def test_repeat_3_against_vllm(vllm_server: Any, tmp_path: Path) -> None:
+    """--repeat 3 on the real vLLM: cells interleaved, each point's median with its interval, and compare
+    resamples the repeats (its interval says so)."""
+    (tmp_path / "w.toml").write_text('[workload]\nname = "r"\ninput_tokens = 128\noutput_tokens = 16\n')
+    out = run_json("--url", vllm_server.url, "-w", str(tmp_path / "w.toml"), "-c", "1,2", "-n", "8", "--repeat", "3",
+                   "--telemetry-interval", "off")
+    assert [(c["concurrency"], c["repeat"]) for c in out["cells"]] == [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3), (2, 3)]
+    assert all(c["status"] == "done" and c["requests_ok"] == 8 for c in out["cells"])
+    for p in out["points"]:
+        f = p["figures"]["output_tok_s"]
+        assert p["repeats"] == 3 and len(f["repeats"]) == 3 and f["min"] <= f["median"] <= f["max"]
+        lo, hi = f["ci"]
+        assert 0 < lo < hi
+    cmp = servescope("compare", out["session"], out["session"], "--json", timeout=120)
+    assert cmp.returncode == 0, cmp.stderr
+    doc = json.loads(cmp.stdout)
+    assert "3 repeats" in doc["significance"]["interval"]
+    deltas = [d for c in doc["cells"] for m in c["metrics"].values() for d in m.get("deltas", [])]
+    assert deltas and all(d["verdict"] in ("within noise", None) for d in deltas)  # a session against itself
