@@ -57,6 +57,10 @@ class _Usage(msgspec.Struct):
     prompt_tokens_details: _PromptDetails | None = None
 
 
+class _Timings(msgspec.Struct):
+    prompt_ms: float | None = None  # llama.cpp: the server's own prompt (prefill) time for this request
+
+
 class _ErrorBody(msgspec.Struct):
     message: str | None = None
 
@@ -65,6 +69,7 @@ class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: _ErrorBody | str | None = None
+    timings: _Timings | None = None
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
@@ -385,6 +390,9 @@ class _Stream:
                     has_content = True
             if self.reply is not None and has_content:
                 self._keep(self.reply, ch.choices)
+        t = ch.timings
+        if t is not None and t.prompt_ms is not None and 0 <= t.prompt_ms < 1e9:
+            self.rec.server_prompt_ms = float(t.prompt_ms)
         usage = None
         u = ch.usage
         if u is not None and not self.bad:
@@ -414,6 +422,10 @@ class _Stream:
             self._error(msg if isinstance(msg, str) else _show(msg))
             return
         choices = obj.get("choices")
+        timings = obj.get("timings")
+        pm = timings.get("prompt_ms") if isinstance(timings, dict) else None
+        if isinstance(pm, (int, float)) and not isinstance(pm, bool) and 0 <= pm < 1e9:
+            self.rec.server_prompt_ms = float(pm)
         has_content, has_reasoning = _loose_flags(choices)
         usage = None
         raw = obj.get("usage")

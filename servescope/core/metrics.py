@@ -54,7 +54,7 @@ REQUEST_SCHEMA: dict[str, Any] = {
     "usage_reported": pl.Boolean, "scheduled_ns": pl.Int64, "sent_ns": pl.Int64, "first_token_ns": pl.Int64,
     "first_content_ns": pl.Int64, "end_ns": pl.Int64, "chunk_ns": pl.List(pl.Int64),
     "chunk_tokens": pl.List(pl.Int64), "cached_tokens": pl.Int64, "conversation": pl.Int64, "turn": pl.Int64,
-    "turns": pl.Int64,
+    "turns": pl.Int64, "server_prompt_ms": pl.Float64,
 }
 
 
@@ -85,6 +85,7 @@ def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
         cols["conversation"].append(r.conversation)
         cols["turn"].append(r.turn)
         cols["turns"].append(r.turns)
+        cols["server_prompt_ms"].append(r.server_prompt_ms)
     return pl.DataFrame(cols, schema=REQUEST_SCHEMA)
 
 

@@ -38,6 +38,7 @@ class RequestRecord:
     chunk_ns: array = field(default_factory=lambda: array("q"))
     chunk_tokens: array = field(default_factory=lambda: array("i"))
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (prefix cache), None: not sent
+    server_prompt_ms: float | None = None  # the server's own prompt time for it (llama.cpp's `timings.prompt_ms`)
     # a turn of a conversation (or a call of an agent session): its id in the cell (from 0), its place (from 1)
     # and how many turns it was to have; -1, 0, 0 for a single-turn request
     conversation: int = -1

@@ -160,6 +160,10 @@ class CellAttempt:
         df = records_frame(run.records)
         wall = max(0.0, (run.end_ns - run.start_ns) / 1e9)
         server = server_delta(self.server_before, self.server_after)
+        own = [x for x in df["server_prompt_ms"].to_list() if x is not None] if "server_prompt_ms" in df.columns else []
+        if own and (server is None or server.get("ttft_ms_mean") is None):
+            # llama.cpp times each request's prompt itself (`timings`): the server's TTFT beside the client's
+            server = {**(server or {}), "ttft_ms_mean": sum(own) / len(own)}
         summary = summarize(df, wall, self.slos, server_prefix_hit_rate=(server or {}).get("prefix_cache_hit_rate"))
         if server:
             summary["server"] = server

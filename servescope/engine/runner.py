@@ -44,7 +44,13 @@ from servescope.engine.plan import DEFAULT_CONCURRENCY, DEFAULT_REQUESTS, Cell, 
 from servescope.engine.server import ServerManager, Servers
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
-from servescope.engine.telemetryhub import Telemetry, TelemetryHub, kv_budget_meta, kv_budget_text
+from servescope.engine.telemetryhub import (
+    Telemetry,
+    TelemetryHub,
+    kv_budget_meta,
+    kv_budget_text,
+    request_tokens,
+)
 from servescope.workloads.prompts import build_prompts
 from servescope.workloads.traces import trace_prompts, workload_trace
 
@@ -124,12 +130,14 @@ class _Sweep:
         self.model = ""
         self.minfo = ModelInfo("")
         self.tok: Tokenizer | None = None
+        self.info: TargetInfo | None = None
 
     def _stopping(self) -> bool:
         return self.control.stopping
 
     async def _connect(self) -> TargetInfo:
         target, self.minfo = await self.target.connect(self.servers.url, self.spec.model)
+        self.info = target
         if self.ctx.target_label is None:
             self.label = target.url
         return target
@@ -143,13 +151,24 @@ class _Sweep:
         sink.meta["telemetry"] = st.telemetry
         if st.gpu is not None:
             sink.meta["gpu"] = st.gpu
-        kv = kv_budget_meta(st.kv_budget, self.servers.kv_budget(), self.spec.workloads)
+        kv = kv_budget_meta(st.kv_budget, self.servers.kv_budget(), self.spec.workloads) or self._slot_budget()
         if kv is not None:
             sink.meta["kv_budget"] = kv
         sink.save_meta()
         if kv is not None:
             out.append(KvBudgetKnown(kv, kv_budget_text(kv)))
         return out
+
+    def _slot_budget(self) -> dict[str, Any] | None:
+        """llama.cpp's KV budget: `-c` tokens shared by `--parallel` slots, each request in one slot of
+        `-c / --parallel` tokens; past that many users requests wait (its `requests_deferred`)."""
+        info, n_ctx = self.info, self.minfo.max_model_len
+        if info is None or info.engine != "llamacpp" or not info.slots or not n_ctx:
+            return None
+        return {"kv_cache_tokens": info.slots * n_ctx, "source": "llama.cpp /props", "slots": info.slots,
+                "slot_tokens": n_ctx,
+                "max_concurrency_by_workload": {w.name: float(info.slots if request_tokens(w) <= n_ctx else 0)
+                                                for w in self.spec.workloads if not w.dataset}}
 
     def _claim(self, path: Path) -> None:
         """Become the one writer of the session at `path` (its lock, event log and control file)."""

@@ -239,5 +239,9 @@ def request_tokens(w: Any) -> int:
 
 
 def kv_budget_text(kv: dict[str, Any]) -> str:
+    if kv.get("slots"):  # llama.cpp: its context shared by parallel slots, one request each
+        return (f"KV: {int(kv['slots'])} slots x {int(kv['slot_tokens']):,} tokens ({kv['source']}): up to "
+                f"{int(kv['slots'])} requests at once, more wait in the server; the longest request is "
+                f"{int(kv['slot_tokens']):,} tokens")
     return (f"KV cache: {int(kv['kv_cache_tokens']):,} tokens ({kv['source']}); max concurrency "
             + ", ".join(f"{k} {v:g}x" for k, v in kv["max_concurrency_by_workload"].items()))

@@ -59,6 +59,14 @@ def test_a_sweep_against_llamacpp_is_exact_and_loses_no_request(llama: Any, tmp_
     server_prompt_ms = 1000 * (after["llamacpp:prompt_seconds_total"] - before["llamacpp:prompt_seconds_total"]) / n
     client_ttft_ms = sum(c["ttft_ms"]["mean"] * c["requests_ok"] for c in cells) / n
     assert client_ttft_ms >= server_prompt_ms, (client_ttft_ms, server_prompt_ms)
+    # its own per-request prompt time (`timings.prompt_ms`) is kept, and each client TTFT is at or above it
+    from servescope.core.metrics import per_request
+    from servescope.sessions.store import load_session
+
+    pr = per_request(load_session(out["session"]).requests())
+    pairs = [(t, s) for t, s in zip(pr["ttft_ms"].to_list(), pr["server_prompt_ms"].to_list(), strict=True)]
+    assert len(pairs) == n and all(s is not None and t >= s for t, s in pairs), pairs[:5]
+    assert all(c["server"]["ttft_ms_mean"] is not None for c in cells)  # the server's TTFT beside the client's
 
 
 def test_the_engine_is_recognised_and_can_be_forced(llama: Any, tmp_path: Path) -> None:
@@ -84,6 +92,11 @@ def test_its_metrics_are_read_live_and_per_cell(llama: Any, tmp_path: Path) -> N
     total = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
     assert sum(s["generation_tokens"] for s in srv) == total == 6 * 24 + 6 * 12
     assert all(s["requests_success"] is None for s in srv)  # llama.cpp counts no requests: said as unknown
+    from servescope.sessions.store import load_session
+
+    kv = load_session(out["session"]).meta["kv_budget"]  # its KV budget: -c shared by the --parallel slots
+    assert (kv["slots"], kv["slot_tokens"], kv["kv_cache_tokens"]) == (4, 1024, 4096)
+    assert kv["max_concurrency_by_workload"] == {"comp": 4.0, "chat": 4.0}
 
 
 def _processing(port: int) -> float:
@@ -153,3 +166,25 @@ def test_launch_two_variants_and_survive_a_kill_9(tmp_path: Path) -> None:
     assert s.meta["server"]["args"]["parallel"] == 1 and s.meta["server"]["variant_args"]["1"]["parallel"] == 4
     assert (s.requests()["output_tokens"] == 48).all() and s.requests().height == 80
     assert not _llama_pids(port)  # servescope stopped what it launched
+
+
+def test_q4_k_m_against_f16_in_one_report(tmp_path: Path) -> None:
+    """The consumer-GPU question: the same model as Q4_K_M and f16 GGUF, side by side at the "usable" SLO
+    (TTFT under 3 s, 20 tok/s per user), with the capacity each holds."""
+    from tests.support import llamacpp_server as ls
+
+    _binary, models = ls.setup()
+    (tmp_path / "w.toml").write_text('[workload]\nname = "chat"\napi = "chat"\ninput_tokens = 200\noutput_tokens = 24\n')
+    sessions = {}
+    for quant, gguf in (("f16", "tiny-f16.gguf"), ("Q4_K_M", "tiny-q4_k_m.gguf")):
+        with ls.running(models / gguf, ctx=4096, parallel=2) as srv:
+            out = run_json("--url", srv.url, "-w", str(tmp_path / "w.toml"), "-c", "1,2,4", "-n", "8",
+                           "--slo", "ttft_ms=3000,per_user_tok_s=20", "--tag", f"quant={quant}",
+                           "--telemetry-interval", "off")
+        assert all(c["requests_ok"] == 8 for c in out["cells"])
+        sessions[quant] = out["session"]
+    rep = servescope("report", sessions["f16"], "--compare", sessions["Q4_K_M"], "--label", "quant", timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    md = rep.stdout
+    assert "## Comparison: f16 vs Q4\\_K\\_M" in md and "Capacity at the SLOs" in md  # (markdown-escaped)
+    assert md.count("c=4 (not reached") >= 1 and "| Q4\\_K\\_M | chat |" in md  # the capacity each holds

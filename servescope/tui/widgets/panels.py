@@ -327,6 +327,8 @@ def budget_line(kv: dict[str, Any] | None, workload: str | None, concurrency: in
     if not kv or kv.get("kv_cache_tokens") is None:
         return ""
     line = f"KV cache {int(kv['kv_cache_tokens']):,} tokens"
+    if kv.get("slots"):  # llama.cpp: the context is shared by its parallel slots
+        line = f"KV {int(kv['slots'])} slots x {int(kv.get('slot_tokens') or 0):,} tokens"
     by = kv.get("max_concurrency_by_workload") or {}
     mc = by.get(workload) if workload else None
     if mc is not None:
