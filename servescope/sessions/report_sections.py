@@ -104,7 +104,8 @@ def _setup(rep: SessionReport) -> list[str]:
     args = server.args if server else None
     rows = [
         ("target", clean_text(t.url)),
-        ("server version", clean_text(t.version or "not reported")),
+        ("server", clean_text({"vllm": "vLLM", "llamacpp": "llama.cpp"}.get(t.engine or "vllm", "OpenAI-compatible server")
+                              + f" {t.version or '(version not reported)'}")),
         ("server arguments", redact_command(clean_text(" ".join(map(str, args)) if isinstance(args, list)
                                                      else str(args)))
          if args else "not known (servescope did not launch the server)"),
@@ -114,7 +115,7 @@ def _setup(rep: SessionReport) -> list[str]:
               "section)")] if server and server.variants else []),
         ("model", clean_text(m.model)),
         ("max model length", f"{m.max_model_len:,}" if m.max_model_len is not None else "not reported"),
-        ("KV cache", f"{kv:,.0f} tokens (from /metrics)" if kv else "not reported"),
+        ("KV cache", _kv_text(kv, rep.session.meta.get("kv_budget"))),
         ("GPU", gpu_txt),
         ("tags", ", ".join(f"{k}={clean_text(str(v))}" for k, v in tags.items()) or "none"),
         ("date", dates),
@@ -127,6 +128,14 @@ def _setup(rep: SessionReport) -> list[str]:
     out = ["## Setup", "", "| | |", "|---|---|"]
     out += [f"| {k} | {md_escape(v)} |" for k, v in rows]
     return out + [""]
+
+
+def _kv_text(kv: Any, budget: Any) -> str:
+    """The KV cache as the server reported it: vLLM's from /metrics, llama.cpp's as its parallel slots."""
+    if isinstance(budget, dict) and budget.get("slots"):
+        return (f"{int(budget['slots'])} slots x {int(budget.get('slot_tokens') or 0):,} tokens (llama.cpp /props: "
+                "one request per slot, more wait in the server; it reports no KV-cache usage)")
+    return f"{kv:,.0f} tokens (from /metrics)" if kv else "not reported"
 
 
 def _workloads(rep: SessionReport) -> list[str]:

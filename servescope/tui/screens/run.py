@@ -299,7 +299,10 @@ class RunScreen(Screen[None]):
     def _started(self, msg: m.SweepStarted) -> None:
         self.cells, self.total, self.session_dir = msg.cells, len(msg.cells), msg.session_dir
         self.query_one(ServerPanel).metrics_available = msg.metrics
-        self.query_one(TelemetryPanel).note = "" if msg.metrics else "this server has no vLLM /metrics"
+        self.query_one(TelemetryPanel).note = (
+            ("llama.cpp: running = requests processing, waiting = deferred; no KV-cache usage or preemptions"
+             if msg.engine.startswith("llama.cpp") else "") if msg.metrics
+            else "this server has no vLLM or llama.cpp /metrics")
         p = self.progress
         p.total, p.state = self.total, "running"
         p.detail = ""
