@@ -75,6 +75,9 @@ def test_the_engine_is_recognised_and_can_be_forced(llama: Any, tmp_path: Path) 
                    "--telemetry-interval", "off", timeout=120)
     assert p.returncode == 0, p.stderr
     assert "(llama.cpp " in p.stdout and "tokenizer: llama.cpp /tokenize" in p.stdout, p.stdout[:400]
+    forced = run_json("--url", llama.url, "-w", str(tmp_path / "w.toml"), "-c", "1", "-n", "2", "--engine", "llamacpp",
+                      "--telemetry-interval", "off")
+    assert all(c["input_tokens_mean"] == c["input_tokens_requested"] for c in forced["cells"])
     p = servescope("run", "--url", llama.url, "-w", str(tmp_path / "w.toml"), "-c", "1", "-n", "2", "--engine",
                    "openai", "--telemetry-interval", "off", timeout=120)
     assert p.returncode == 0, p.stderr  # forced to a plain OpenAI server: no llama.cpp tokenizer, lengths estimated
