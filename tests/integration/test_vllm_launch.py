@@ -73,8 +73,12 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             # once the first cell is on disk, wait until the server is serving the second one, then kill -9
-            if ((save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1
-                    and _running(port) > 0):
+            try:
+                ready = ((save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1
+                         and _running(port) > 0)
+            except Exception:  # noqa: BLE001 - a file being replaced, a scrape cut short: look again
+                ready = False
+            if ready:
                 for pid in _pids_listening_on(port):
                     try:
                         os.kill(pid, signal.SIGKILL)
