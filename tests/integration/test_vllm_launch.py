@@ -36,6 +36,22 @@ def _running(port: int) -> float:
     return float(sum(v for k, v in m.items() if "num_requests_running" in k))
 
 
+def _second_cell_started(save: Path) -> bool:
+    import json
+
+    log = save / "events.jsonl"
+    if not log.exists():
+        return False
+    for line in log.read_text().splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("kind") == "CellStarted" and ev["fields"]["cell"]["index"] >= 1:
+            return True
+    return False
+
+
 def _pids_listening_on(port: int) -> list[int]:
     pids = []
     for d in Path("/proc").iterdir():
@@ -62,8 +78,8 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
                                                    "TMPDIR", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE"))
     launch = f"{env_words} {venv}/bin/vllm serve {models}/dense --max-model-len 2048 --port {port}"
     wl = tmp_path / "w.toml"
-    # 64 output tokens: the second cell lasts seconds, so the kill lands inside it, not in the variant switch
-    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 64\n')
+    # 128 output tokens: the second cell lasts seconds, so the kill lands inside it, not in the variant switch
+    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 128\n')
     save = tmp_path / "s"
     killed = threading.Event()
 
@@ -72,10 +88,11 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
     def killer() -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            # once the first cell is on disk, wait until the server is serving the second one, then kill -9
+            # once the first cell is on disk and the second has started (the session's event log says so), kill
+            # -9 while its requests are in the server
             try:
                 ready = ((save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1
-                         and _running(port) > 0)
+                         and _second_cell_started(save) and _running(port) > 0)
             except Exception:  # noqa: BLE001 - a file being replaced, a scrape cut short: look again
                 ready = False
             if ready:
@@ -117,7 +134,7 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     kinds = [e["kind"] for e in s.meta["events"]]
     assert "server_lost" in kinds and "server_back" in kinds and "server_launched" in kinds
     assert s.requests().height == 4 * 24
-    assert (s.requests()["output_tokens"] == 64).all()
+    assert (s.requests()["output_tokens"] == 128).all()
     # the KV budget from the startup log equals the one from /metrics
     kv = s.meta["kv_budget"]
     assert kv["source"] == "metrics+log" and kv["kv_cache_tokens"] == kv["log_kv_cache_tokens"] > 0
