@@ -62,16 +62,10 @@ class CellInfo:
                    cell.requests, cell.duration_s, cell.workload.shape(), clean_text(getattr(cell, "variant_args", "")))
 
 
-def reduce_records(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,
-                                                list[tuple[str, str]]]:
-    """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics (the one
-    definition), plus the batch's output tokens and its errors."""
-    return reduce_batch(records)[:6]  # type: ignore[return-value]
-
-
 def reduce_batch(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,
                                               list[tuple[str, str]], list[int], list[list[int | None]]]:
-    """`reduce_records`, plus two lists parallel to the TTFT list (one entry per successful request with a
+    """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics (the one
+    definition), its output tokens and errors, plus two lists parallel to the TTFT list (one entry per successful request with a
     TTFT): the request's turn (from 1 in a conversation or agent session, 0 for a single-turn request) and
     `[cached prompt tokens or None when the usage did not say, prompt tokens or None]`."""
     from servescope.core.metrics import per_request, records_frame

@@ -16,7 +16,7 @@ from servescope.engine.wire import (  # noqa: F401  (re-exported)
     decode_item,
     encode_item,
     live_server,
-    reduce_records,
+    reduce_batch,
     telemetry_meta,
     translate,
 )

@@ -22,20 +22,6 @@ from tests.support import vllm_server
 pytestmark = pytest.mark.vllm
 
 
-def _running(port: int) -> float:
-    """vllm:num_requests_running of the server on `port` (0 when it does not answer)."""
-    import urllib.request
-
-    from servescope.core.servermetrics import parse
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            m = parse(r.read().decode())
-    except OSError:
-        return 0.0
-    return float(sum(v for k, v in m.items() if "num_requests_running" in k))
-
-
 def _second_cell_started(save: Path) -> bool:
     import json
 
