@@ -8,7 +8,9 @@ polars only. The method (also in the README's "Significance"):
   With several repeats of a cell (cells sharing a workload and load, e.g. a `repeat` column), a replicate
   first resamples the repeats, then the requests within each chosen repeat, and takes their median (a
   hierarchical bootstrap; the point's figure is the median of its repeats); with one repeat the interval is request-level only and says so
-  (`interval_label`).
+  (`interval_label`). K repeats only estimate the spread between runs, so their replicates are spread out
+  around the figure (as ratios to it, on the log scale) by t(0.975, K-1)/1.96 x sqrt(K/(K-1))
+  (`small_k_widening`: 2.69 at K=3, 1.22 at K=10).
 - Distribution figures (`ttft_ms.p99`, `tpot_ms.p50`, `per_user_tok_s.mean`, ...) are recomputed exactly as
   `core.metrics.summarize` computes them: over the successful requests, percentiles by linear
   interpolation. Pooled ITL (`itl_ms`, `itl_token_ms`) resamples whole requests with all their gaps (a
@@ -50,6 +52,7 @@ from servescope.core.results import METRICS
 __all__ = [
     "CONFIDENCE", "MIN_EFFECT_PCT", "RESAMPLES", "Boot", "Drift", "Judgement", "Verdict", "WarmUp", "bootstrap",
     "drift", "figure_problem", "interval_label", "judge", "measured", "metric_direction", "seed_for",
+    "small_k_widening",
     "verdict_of", "warm_up",
 ]
 
@@ -279,9 +282,30 @@ def bootstrap(frames: Sequence[pl.DataFrame], keys: Sequence[str], resamples: in
         if mean_obs == 0:
             continue
         good = [v / mean_obs for v in by_b if v is not None and math.isfinite(v)]
+        if K > 1:  # the spread between repeats is known from K values only: widen as a t interval would
+            w = small_k_widening(K)  # on the log scale where it can be, so a positive figure stays positive
+            good = ([math.exp(math.log(g) * w) for g in good] if all(g > 0 for g in good) else
+                    [1.0 + (g - 1.0) * w for g in good])
         if len(good) >= resamples // 2:
             ratios[key] = good
     return Boot(observed, ratios, K, sum(f.height for f in reps))
+
+
+# Student's t, 97.5th percentile, by degrees of freedom (1..30); beyond, the normal's 1.96
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def small_k_widening(k: int) -> float:
+    """How much a K-repeat bootstrap's replicates are spread out around the observed figure: a bootstrap over
+    K repeats sees (K-1)/K of their variance and treats it as known, where K values only estimate it (K-1
+    degrees of freedom); t(0.975, K-1) / 1.96 x sqrt(K / (K-1)) makes up for both (2.69 at K=3, 1.58 at K=5,
+    1.22 at K=10)."""
+    if k <= 1:
+        return 1.0
+    t = _T975[k - 2] if k - 2 < len(_T975) else 1.96
+    return t / 1.96 * math.sqrt(k / (k - 1))
 
 
 def _closed_loop(lives: Sequence[float], users: int) -> float | None:

@@ -35,6 +35,9 @@ def _run(url: str, tmp_path: Path, seed: int, repeat: int = 1) -> str:
 
 
 FAIL_ON = "output_tok_s:-5%,tpot_ms.p50:+5%"
+# the fault slows decode-only steps by 8%; steps that also prefill a new request are not slowed, so TPOT rises
+# by less than 8% (about 5-7% at this load, lower on a slower machine): its threshold here sits below that
+FAIL_ON_SLOW = "output_tok_s:-5%,tpot_ms.p50:+3%"
 
 
 def test_the_same_server_twice_is_within_noise_and_passes_the_gate(sims: tuple[str, str], tmp_path: Path) -> None:
@@ -56,11 +59,11 @@ def test_the_same_server_twice_is_within_noise_and_passes_the_gate(sims: tuple[s
 
 def test_a_decode_8_percent_slower_is_caught(sims: tuple[str, str], tmp_path: Path) -> None:
     base, slow = _run(sims[0], tmp_path, 1), _run(sims[1], tmp_path, 1)
-    g = servescope("gate", base, slow, "--fail-on", FAIL_ON, "--json", timeout=120)
+    g = servescope("gate", base, slow, "--fail-on", FAIL_ON_SLOW, "--json", timeout=120)
     assert g.returncode == 1, g.stdout[-1500:] + g.stderr[-800:]
     res = json.loads(g.stdout)
     failed = {r["figure"] for r in res["rows"] if r["failed"]}
     assert {"tpot_ms.p50", "output_tok_s"} <= failed, res["rows"]
     tpot = next(r for r in res["rows"] if r["figure"] == "tpot_ms.p50")
-    assert 4 < tpot["delta_pct"] < 12 and tpot["verdict"] == "worse"
+    assert 3 < tpot["delta_pct"] < 12 and tpot["verdict"] == "worse"
     assert "FAIL" in g.stderr.splitlines()[0]

@@ -50,11 +50,22 @@ def _send_offsets(session: str) -> list[float]:
 
 def test_a_mooncake_trace_replays_at_its_times_and_its_shared_blocks_hit(tmp_path: Path) -> None:
     times, hits, total = _mooncake(tmp_path / "mc.jsonl")
-    out = run_json("--url", "sim://tiny", "-w", str(_workload(tmp_path, "mc.jsonl")))
-    [c] = out["cells"]
-    assert c["status"] == "done" and c["requests_ok"] == len(times)
-    assert abs(c["input_tokens_mean"] - total / len(times)) < 0.01  # exact lengths
-    assert c["send_lateness_ms"]["p99"] < 10.0, c["send_lateness_ms"]
+    for attempt in (1, 2):
+        p = servescope("run", "--url", "sim://tiny", "-w", str(_workload(tmp_path, "mc.jsonl")), "--json")
+        assert p.returncode == 0, p.stderr[-3000:]
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        [c] = out["cells"]
+        assert c["status"] == "done" and c["requests_ok"] == len(times)
+        assert abs(c["input_tokens_mean"] - total / len(times)) < 0.01  # exact lengths
+        late = c["send_lateness_ms"]
+        assert late["p50"] < 2.0, late
+        if late["p99"] < 10.0:
+            assert "FLAGGED" not in p.stderr
+            break
+        # one late send (the OS took the CPU away on a busy 2-core machine) makes p99 of 30 sends: the tool must
+        # say so, and a second replay must keep the trace's times
+        assert "FLAGGED: over 10 ms at p99" in p.stderr, p.stderr[-2000:]
+        assert attempt == 1, late
     sent = _send_offsets(out["session"])
     rel = [t - times[0] for t in times]
     assert max(abs(a - b) for a, b in zip(sent, rel, strict=True)) < 0.05  # each at its time

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from servescope.core.errors import ServescopeError
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import load_baseline, parse_fail_on
 from servescope.sessions.report import build
-from servescope.sessions.stats import bootstrap, interval_label, judge, measured, verdict_of
+from servescope.sessions.stats import bootstrap, interval_label, judge, measured, small_k_widening, verdict_of
 from servescope.sessions.store import load_session
 
 from .synth import cell_frame, write_session
@@ -289,18 +290,24 @@ def test_bad_baseline_files_are_one_line_errors(tmp_path: Path, raw: bytes) -> N
 
 
 def test_compare_with_repeated_cells_resamples_repeats(tmp_path: Path) -> None:
-    """Two cells of one workload and load are two repeats: the figure is their median, the interval
-    hierarchical."""
-    a = write_session(tmp_path, "a", [dict(seed=1, c=4, n=80), dict(seed=2, c=4, n=80)])
-    b = write_session(tmp_path, "b", [dict(seed=3, c=4, n=80, tpot_ms=6 * SLOWER, ttft_ms=100 * SLOWER),
-                                      dict(seed=4, c=4, n=80, tpot_ms=6 * SLOWER, ttft_ms=100 * SLOWER)])
+    """Three cells of one workload and load are three repeats: the figure is their median, the interval
+    hierarchical and widened for three repeats."""
+    slow = dict(tpot_ms=6 * SLOWER, ttft_ms=100 * SLOWER)
+    a = write_session(tmp_path, "a", [dict(seed=s, c=4, n=80) for s in (1, 2, 5)])
+    b = write_session(tmp_path, "b", [dict(seed=s, c=4, n=80, **slow) for s in (3, 4, 6)])
     sa = load_session(a)
     comp = compare_sessions([sa, load_session(b)])
     (cell,) = comp.cells
-    assert cell.repeats == [2, 2] and "2 repeats" in comp.interval
-    tputs = [s.output_tok_s for s in sa.summaries() if s is not None]
-    assert cell.values["output_tok_s"][0] == pytest.approx(sum(tputs) / 2)
+    assert cell.repeats == [3, 3] and "3 repeats" in comp.interval
+    tputs = sorted(s.output_tok_s for s in sa.summaries() if s is not None)
+    assert cell.values["output_tok_s"][0] == pytest.approx(tputs[1])
     assert cell.verdict("output_tok_s", 1) == "worse"
+
+
+def test_few_repeats_widen_the_interval() -> None:
+    assert small_k_widening(1) == 1.0
+    assert small_k_widening(3) == pytest.approx(4.303 / 1.96 * math.sqrt(1.5))
+    assert small_k_widening(2) > small_k_widening(3) > small_k_widening(10) > small_k_widening(100) > 1.0
 
 
 def test_no_per_request_data_no_interval_no_winner(tmp_path: Path) -> None:
