@@ -1,10 +1,11 @@
-"""Client CPU per streamed token: the aiohttp transport (default) vs httpx, in one run, alternating.
+"""Client CPU per streamed token of each transport (raw, aiohttp, httpx), in one run, alternating.
 
-    .venv/bin/python benchmarks/client_transport.py [--concurrency 1,8,32] [--requests 100] [--rounds 3]
+    .venv/bin/python benchmarks/client_transport.py [--transports raw,aiohttp,httpx] [--concurrency 1,8,32]
+        [--requests 100] [--rounds 3]
 
 Runs the load part of a cell (prompts built beforehand, outside the measurement) in this process against
 the simulator (`sim://tiny`, a separate process), and reads this process's CPU time around it. Prints the
-median CPU ms per 1,000 streamed tokens of each transport and the ratio httpx / aiohttp.
+median CPU ms per 1,000 streamed tokens of each transport and its ratio to the first one listed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--requests", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--transports", default="raw,aiohttp,httpx")
     args = ap.parse_args()
     try:
         import uvloop
@@ -58,21 +60,24 @@ def main() -> None:
     with start_sim("tiny") as sim:
         for c in [int(x) for x in args.concurrency.split(",")]:
             for rnd in range(args.rounds):
-                order = ["aiohttp", "httpx"] if rnd % 2 == 0 else ["httpx", "aiohttp"]
+                names = args.transports.split(",")
+                order = names[rnd % len(names):] + names[:rnd % len(names)]  # each goes first in turn
                 for tr in order:
                     with asyncio.Runner(loop_factory=factory) as r:
                         specs = r.run(prompts(sim.url, args.requests, f"{tr}-{c}-{rnd}"))
                         res.setdefault((tr, c), []).append(r.run(measure(sim.url, specs, c, tr)))
+    names = args.transports.split(",")
     print(f"client CPU per 1,000 streamed tokens vs sim://tiny (256 in / 64 out, {args.requests} requests, "
           f"{args.rounds} rounds alternating, medians; {time.strftime('%Y-%m-%d')})")
-    print("| c | aiohttp ms/1k tok | httpx ms/1k tok | httpx / aiohttp | aiohttp tok/s | httpx tok/s |")
-    print("|---|---|---|---|---|---|")
+    print("| c | " + " | ".join(f"{t} ms/1k tok" for t in names) + " | "
+          + " | ".join(f"{t} / {names[0]}" for t in names[1:]) + " | " + " | ".join(f"{t} tok/s" for t in names) + " |")
+    print("|---" * (1 + 3 * len(names) - 1) + "|")
     for c in sorted({c for _, c in res}):
-        a = statistics.median(x[0] for x in res[("aiohttp", c)])
-        h = statistics.median(x[0] for x in res[("httpx", c)])
-        at = statistics.median(x[1] for x in res[("aiohttp", c)])
-        ht = statistics.median(x[1] for x in res[("httpx", c)])
-        print(f"| {c} | {a:.0f} | {h:.0f} | {h / a:.2f} | {at:,.0f} | {ht:,.0f} |")
+        cpu = {t: statistics.median(x[0] for x in res[(t, c)]) for t in names}
+        tps = {t: statistics.median(x[1] for x in res[(t, c)]) for t in names}
+        print(f"| {c} | " + " | ".join(f"{cpu[t]:.0f}" for t in names) + " | "
+              + " | ".join(f"{cpu[t] / cpu[names[0]]:.2f}" for t in names[1:]) + " | "
+              + " | ".join(f"{tps[t]:,.0f}" for t in names) + " |")
 
 
 if __name__ == "__main__":

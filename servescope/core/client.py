@@ -1,7 +1,7 @@
 """Streaming OpenAI-compatible client.
 
-One pooled client per cell (aiohttp by default, httpx selectable) with as many keep-alive connections as the
-cell has users (httpx and aiohttp both cap pools at 100 by default: ours are sized to the load), SSE
+One pooled client per cell (core/rawhttp.py's by default, aiohttp and httpx selectable) with as many keep-alive
+connections as the cell has users (httpx and aiohttp both cap pools at 100 by default: ours are sized to the load), SSE
 parsed incrementally and chunks decoded with msgspec, every token-carrying chunk stamped with
 perf_counter_ns() as its bytes arrive.
 Nothing here raises for a failed request: it ends up in the RequestRecord. Everything a server sends is data:
@@ -23,6 +23,7 @@ import aiohttp
 import httpx
 import msgspec
 
+from servescope.core.rawhttp import RawClient, RawHTTPError, StaleConnection
 from servescope.core.records import RequestRecord
 from servescope.core.sse import SSEParser
 from servescope.core.textsafe import clean_secret_text, clean_text
@@ -105,7 +106,7 @@ class ClientOptions:
     ignore_eos: bool = True
     continuous_usage: bool = True
     extra_body: dict[str, Any] | None = None
-    transport: str = "aiohttp"  # or "httpx"
+    transport: str = "raw"  # or "aiohttp", "httpx"
     max_model_len: int | None = None  # bounds the token counts a server's usage may plausibly say
 
 
@@ -150,7 +151,7 @@ def async_client(**kw: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(**kw)
 
 
-TRANSPORTS = ("aiohttp", "httpx")
+
 
 
 # an idle pooled connection is closed by us before the server closes it: llama.cpp's server and uvicorn (vLLM)
@@ -162,8 +163,14 @@ KEEPALIVE_S = 4.0
 def make_http_client(opts: ClientOptions, connections: int, transport: str | None = None) -> Any:
     """A pooled HTTP client holding up to `connections` keep-alive streams (one per user).
 
-    aiohttp is the default: on 2 cores it streamed with 4-6x less CPU per token than httpx
-    (benchmarks/client_transport.py). httpx stays selectable (`--transport httpx`)."""
+    `raw` (core/rawhttp.py) is the default: it handles each read in the protocol's callback, without waking a
+    coroutine per piece, and streamed with less CPU per token than aiohttp, which streamed with 4-6x less than
+    httpx (benchmarks/client_transport.py). aiohttp and httpx stay selectable (`--transport`)."""
+    if (transport or opts.transport) == "raw":
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if opts.api_key:
+            headers["Authorization"] = f"Bearer {opts.api_key}"
+        return RawClient(opts.base_url, headers, max(1, connections), KEEPALIVE_S, ssl_context=ssl_context)
     if (transport or opts.transport) == "aiohttp":
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if opts.api_key:
@@ -198,7 +205,7 @@ def _stale_connection(e: BaseException) -> bool:
     """The server closed a pooled keep-alive connection as the request was written into it (no response at
     all): aiohttp's "Can not write request body" / ServerDisconnected, httpx's "Server disconnected without
     sending a response"."""
-    if isinstance(e, aiohttp.ServerDisconnectedError):
+    if isinstance(e, (aiohttp.ServerDisconnectedError, StaleConnection)):
         return True
     if isinstance(e, aiohttp.ClientOSError):
         return "write request body" in str(e) or getattr(e, "errno", None) in (32, 104)
@@ -547,7 +554,11 @@ async def stream_request(
     raw_error = b""
     try:
         async with asyncio.timeout(opts.timeout_s):
-            if isinstance(http, httpx.AsyncClient):
+            if isinstance(http, RawClient):
+                rec.sent_ns = _perf()
+                status, ctype, raw_error = await http.post_stream(endpoint(spec.api), body, st, ERROR_BODY_LIMIT)
+                rec.http_status = status
+            elif isinstance(http, httpx.AsyncClient):
                 rec.sent_ns = _perf()
                 async with http.stream("POST", endpoint(spec.api), content=body) as resp:
                     status = rec.http_status = resp.status_code
@@ -588,7 +599,7 @@ async def stream_request(
         rec.end_ns = _perf()
         rec.status = "timeout"
         rec.error = f"no complete response within {opts.timeout_s:g} s (raise --timeout)"
-    except (httpx.HTTPError, aiohttp.ClientError) as e:
+    except (httpx.HTTPError, aiohttp.ClientError, RawHTTPError) as e:
         rec.end_ns = _perf()
         if not status and not rec.chunk_ns and _stale_connection(e) and _retries < STALE_RETRIES:
             # written into a pooled connection the server had just closed: it never saw the request. Send it

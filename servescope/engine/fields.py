@@ -13,7 +13,7 @@ from servescope.core.arrivals import BURSTINESS_MAX, Step, parse_pattern, patter
 from servescope.core.errors import ServescopeError
 
 ARRIVALS = ("constant", "poisson", "gamma")
-TRANSPORTS = ("aiohttp", "httpx")
+TRANSPORTS = ("raw", "aiohttp", "httpx")  # core.client.make_http_client builds each
 ENGINES = ("auto", "vllm", "llamacpp", "openai")
 
 
@@ -217,7 +217,9 @@ def any_int(raw: Any, where: str) -> int:
 def choice(options: tuple[str, ...]) -> Any:
     def parse(raw: Any, where: str) -> str:
         if raw not in options:
-            raise ServescopeError(f"{where}: must be {' or '.join(repr(o) for o in options)}, not {raw!r}")
+            names = [repr(o) for o in options]
+            listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+            raise ServescopeError(f"{where}: must be {listed}, not {raw!r}")
         return str(raw)
 
     return parse

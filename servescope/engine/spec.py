@@ -78,8 +78,9 @@ class SweepSpec:
     engine: str = option("auto", "target", "engine", ["--engine"], parse=f.choice(f.ENGINES),
                          help="the server's engine: auto (recognised from its answers), vllm, llamacpp (llama.cpp's "
                               "llama-server) or openai (any other OpenAI-compatible server)")
-    transport: str = option("aiohttp", "target", "transport", ["--transport"], parse=f.choice(f.TRANSPORTS),
-                            help="HTTP client for the load: aiohttp (default, the least CPU per streamed token) or httpx")
+    transport: str = option("raw", "target", "transport", ["--transport"], parse=f.choice(f.TRANSPORTS),
+                            help="HTTP client for the load: raw (default: HTTP/1.1 on an asyncio protocol, the least "
+                                 "CPU per streamed token), aiohttp (proxies, anything raw cannot read) or httpx")
     workloads: tuple[Workload, ...] = field(default_factory=_workloads_default)
     concurrency: tuple[int, ...] | None = option(
         None, "load", "concurrency", ["--concurrency", "-c"], parse=f.int_list, dump=list,

@@ -61,7 +61,7 @@ async def send(url: str, spec: RequestSpec, timeout_s: float = 10, transport: st
 SPEC = RequestSpec("completions", "hello", 7, 5)
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_stream_split_in_odd_pieces(server, transport: str) -> None:
     body = completion_stream(5)
     seen: dict[str, object] = {}
@@ -126,7 +126,7 @@ async def test_multi_token_chunks_from_usage(server) -> None:
     assert list(r.chunk_tokens) == [2, 3] and r.output_tokens == 5
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_http_error_is_data_and_escapes_are_stripped(server, transport: str) -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.json_response({"error": {"message": "bad \x1b[31mred\x1b[0m thing\x07"}}, status=400)
@@ -136,7 +136,7 @@ async def test_http_error_is_data_and_escapes_are_stripped(server, transport: st
     assert r.error == "HTTP 400: bad red thing"
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_cut_stream(server, transport: str) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse()
@@ -148,7 +148,7 @@ async def test_cut_stream(server, transport: str) -> None:
     assert r.status == "cut" and len(r.chunk_ns) >= 1
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_timeout(server, transport: str) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse()
@@ -162,7 +162,7 @@ async def test_timeout(server, transport: str) -> None:
     assert r.output_tokens == 1  # partial counts kept
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_connection_refused(transport: str) -> None:
     r = await send("http://127.0.0.1:9", SPEC, transport=transport)
     assert r.status == "error" and r.error

@@ -94,7 +94,7 @@ async def send(url: str, *, api_key: str | None = None, max_model_len: int | Non
     ('"lots"', 'usage = "lots"'),
     ('{"completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": -1}}', "reasoning_tokens = -1"),
 ])
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_implausible_usage_is_bad_usage_and_the_stream_is_still_measured(server, usage: str, shown: str,
                                                                               transport: str) -> None:
     r = await send(await server(body_handler(stream_with_usage(usage))), transport=transport)
@@ -142,7 +142,7 @@ def test_old_summaries_without_the_bad_usage_count_read_back_unchanged() -> None
 
 
 # ---- item 12: an HTML page is not "a stream ended before [DONE]" -------------------------------------------
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_html_200_says_it_is_not_an_event_stream(server, transport: str) -> None:
     html = b"<html><body><h1>Welcome to nginx!</h1></body></html>"
     r = await send(await server(body_handler(html, "text/html; charset=utf-8")), transport=transport)
@@ -157,7 +157,7 @@ async def test_a_stream_cut_after_some_events_is_still_cut(server) -> None:
 
 
 # ---- item 9: the API key never lands in an error text ------------------------------------------------------
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_a_401_echoing_the_key_stores_it_masked(server, transport: str) -> None:
     key = "sk-hostile-0123456789abcdef"
 

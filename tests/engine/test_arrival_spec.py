@@ -100,7 +100,7 @@ def test_the_form_leaves_them_unset_when_blank() -> None:
          "above 1 more regular)"),
         (["--rate", "2", "--arrival", "gamma", "--burstiness", "5000"],
          "--burstiness: 5000 is above 1000: that is constant arrivals; use arrival = \"constant\" instead"),
-        (["--rate", "2", "--arrival", "bursty"], "--arrival: must be 'constant' or 'poisson' or 'gamma', not 'bursty'"),
+        (["--rate", "2", "--arrival", "bursty"], "--arrival: must be 'constant', 'poisson' or 'gamma', not 'bursty'"),
         (["--ramp", "0s"], "--ramp: the duration must be above 0"),
         (["--ramp", "soon"], "--ramp: bad duration 'soon'; use e.g. 60s, 5m or 90"),
         (["--rate", "2", "--pattern", "1x for 20s, 4x for 5s"],

@@ -279,7 +279,7 @@ async def test_session_holds_the_whole_sweep_and_arrival_defaults_to_poisson(tmp
     assert s.meta["tags"] == {"quant": "FP8"}
     row = s.cells.row(0, named=True)  # what the cell really ran with
     assert (row["tokenizer"], row["transport"], row["telemetry_interval"]) == (
-        "estimate (1 token per word)", "aiohttp", "off")
+        "estimate (1 token per word)", "raw", "off")
     assert "server" not in _finished(events)[0].summary.to_dict()  # no /metrics: no server part
 
 

@@ -76,7 +76,7 @@ def test_relative_workload_paths_resolve_next_to_the_sweep(tmp_path: Path) -> No
         ('workloads = ["sharegpt"]\n[load]\nrequests = 0\n', "at least 1"),
         ("[load]\nrequests = 3\n", "no workload"),
         ('workloads = ["sharegpt"]\ncolour = "blue"\n', "s.toml:2: colour: unknown key"),
-        ('workloads = ["sharegpt"]\n[target]\ntransport = "curl"\n', "'aiohttp' or 'httpx'"),
+        ('workloads = ["sharegpt"]\n[target]\ntransport = "curl"\n', "'raw', 'aiohttp' or 'httpx'"),
     ],
 )
 def test_errors_are_actionable(tmp_path: Path, body: str, needle: str) -> None:

@@ -1,0 +1,346 @@
+"""The lightest streaming transport: HTTP/1.1 over an asyncio Protocol, for the load's POSTs only.
+
+aiohttp wakes a coroutine for every piece a stream delivers (its reader's future, the async iterator, the
+task step). Here the bytes are handled in the protocol's `data_received` callback itself: chunked transfer
+coding is undone in one pass over what arrived, and the whole read goes to the SSE consumer at once, stamped
+with one `perf_counter_ns()`. The awaiting request wakes twice: when the head arrives and when the body ends.
+
+It speaks only what an OpenAI-compatible server answers a streaming POST with: a status line, headers, and a
+chunked, Content-Length or close-delimited body; keep-alive connections are pooled per client (closed by us
+after `idle_s`, before the server drops them). Anything else (a proxy, HTTP/2, redirects) is for aiohttp
+(`--transport aiohttp`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+from typing import Protocol
+from urllib.parse import urlsplit
+
+_perf = time.perf_counter_ns
+MAX_HEAD = 64 * 1024  # bytes of status line and headers before the response is refused
+
+
+class RawHTTPError(Exception):
+    """The connection failed or the server's answer was not HTTP/1.x we can read."""
+
+
+class StaleConnection(RawHTTPError):
+    """A pooled keep-alive connection was closed by the server before it answered: it never saw the request."""
+
+
+class Sink(Protocol):
+    """Where a 200 body goes: `feed(piece, now_ns)` for each read, `overflow` set to stop reading."""
+
+    overflow: bool
+
+    def feed(self, piece: bytes, now: int) -> None: ...
+
+
+class _Collect:
+    """A non-200 body, kept up to `limit` bytes (an error text)."""
+
+    __slots__ = ("data", "limit", "overflow")
+
+    def __init__(self, limit: int) -> None:
+        self.data = bytearray()
+        self.limit = limit
+        self.overflow = False
+
+    def feed(self, piece: bytes, now: int) -> None:
+        self.data += piece[: self.limit - len(self.data)]
+        if len(self.data) >= self.limit:
+            self.overflow = True
+
+
+HEAD, CHUNK_SIZE, CHUNK_DATA, CHUNK_END, TRAILER, LENGTH, CLOSE, DONE = range(8)
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; one request at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.used = 0  # responses read on it
+        self.idle_since = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = HEAD
+        self.buf = b""
+        self.left = 0  # bytes left of the current chunk or of the Content-Length body
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.keep = True
+        self.got_any = False
+        self.sink: Sink | None = None
+        self.error_sink: _Collect | None = None
+        self.head_fut: asyncio.Future[None] | None = None
+        self.done_fut: asyncio.Future[None] | None = None
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.state == CLOSE:  # a close-delimited body ends here
+            self._finish()
+            return
+        if self.state == DONE or (self.head_fut is None and self.done_fut is None):
+            return
+        if not self.got_any and self.used:
+            err: Exception = StaleConnection("the server closed the pooled connection before answering")
+        else:
+            err = RawHTTPError(f"the server closed the connection mid-response ({exc or 'EOF'})")
+        self._raise(err)
+
+    def data_received(self, data: bytes) -> None:
+        now = _perf()
+        self.got_any = True
+        if self.state == HEAD:
+            data = self._head(self.buf + data if self.buf else data)
+            if not data:
+                return
+        elif self.buf:
+            data, self.buf = self.buf + data, b""
+        st = self.state
+        if st == LENGTH:
+            take = data[: self.left]
+            self.left -= len(take)
+            if take:
+                self._feed(take, now)
+            if self.left <= 0:
+                self._finish()
+        elif st == CLOSE:
+            self._feed(data, now)
+        elif st != DONE:
+            self._chunked(data, now)
+
+    # --- parsing ------------------------------------------------------------------------------------------
+    def _head(self, data: bytes) -> bytes:
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            if len(data) > MAX_HEAD:
+                self._fail("the server's response head is over 64 KiB")
+            else:
+                self.buf = data
+            return b""
+        self.buf = b""
+        lines = data[:end].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            self._fail(f"not an HTTP/1.x response: {lines[0][:80]!r}")
+            return b""
+        self.status = int(parts[1])
+        h = self.headers
+        for line in lines[1:]:
+            k, sep, v = line.partition(":")
+            if sep:
+                h[k.strip().lower()] = v.strip()
+        self.keep = parts[0] != "HTTP/1.0" and "close" not in h.get("connection", "").lower()
+        if self.status != 200 and self.error_sink is not None:
+            self.sink = self.error_sink
+        if "chunked" in h.get("transfer-encoding", "").lower():
+            self.state = CHUNK_SIZE
+        elif "content-length" in h:
+            try:
+                self.left = int(h["content-length"])
+            except ValueError:
+                self._fail(f"bad Content-Length {h['content-length'][:40]!r}")
+                return b""
+            self.state = LENGTH
+        else:
+            self.state = CLOSE
+            self.keep = False
+        if self.head_fut is not None and not self.head_fut.done():
+            self.head_fut.set_result(None)
+        rest = data[end + 4:]
+        if self.state == LENGTH and self.left == 0:
+            self._finish()
+            return b""
+        return rest
+
+    def _chunked(self, data: bytes, now: int) -> None:
+        """Undo chunked coding in one pass; the payload of this read goes to the sink as one piece."""
+        out: list[bytes] = []
+        pos, n = 0, len(data)
+        st = self.state
+        while pos < n:
+            if st == CHUNK_DATA:
+                end = pos + self.left
+                if end > n:
+                    out.append(data[pos:])
+                    self.left = end - n
+                    pos = n
+                    break
+                out.append(data[pos:end])
+                pos = end
+                st = CHUNK_END
+            elif st == CHUNK_END:  # the CRLF after a chunk's data
+                if n - pos < 2:
+                    break
+                pos += 2
+                st = CHUNK_SIZE
+            elif st == CHUNK_SIZE:
+                nl = data.find(b"\r\n", pos)
+                if nl < 0:
+                    break
+                try:
+                    size = int(data[pos:nl].split(b";", 1)[0], 16)
+                except ValueError:
+                    self.state = st
+                    self._fail(f"bad chunk size {data[pos:nl][:20]!r}")
+                    return
+                pos = nl + 2
+                if size == 0:
+                    st = TRAILER
+                else:
+                    self.left = size
+                    st = CHUNK_DATA
+            elif st == TRAILER:  # trailer lines until an empty one
+                nl = data.find(b"\r\n", pos)
+                if nl < 0:
+                    break
+                empty = nl == pos
+                pos = nl + 2
+                if empty:
+                    st = DONE
+                    break
+            else:
+                break
+        self.state = st
+        if pos < n and st != DONE:
+            self.buf = data[pos:]
+        if out:
+            self._feed(out[0] if len(out) == 1 else b"".join(out), now)
+        if st == DONE:
+            self._finish()
+
+    def _feed(self, piece: bytes, now: int) -> None:
+        sink = self.sink
+        if sink is None:
+            return
+        sink.feed(piece, now)
+        if sink.overflow:  # stop reading: this connection cannot be reused
+            self.keep = False
+            self._finish()
+
+    def _finish(self) -> None:
+        self.state = DONE
+        for f in (self.head_fut, self.done_fut):
+            if f is not None and not f.done():
+                f.set_result(None)
+
+    def _fail(self, why: str) -> None:
+        self.keep = False
+        self.state = DONE
+        self._raise(RawHTTPError(why))
+        self.close()
+
+    def _raise(self, err: Exception) -> None:
+        """The request fails: the future awaited now gets the error (the head's, else the body's)."""
+        head, done = self.head_fut, self.done_fut
+        if head is not None and not head.done():
+            head.set_exception(err)
+            if done is not None and not done.done():
+                done.cancel()  # never awaited now
+        elif done is not None and not done.done():
+            done.set_exception(err)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class RawClient:
+    """A pool of up to `limit` keep-alive HTTP/1.1 connections to one server, for streaming POSTs."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], limit: int, idle_s: float = 4.0,
+                 connect_timeout_s: float = 15.0, ssl_context: Callable[[], ssl.SSLContext] | None = None) -> None:
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"bad base URL {base_url!r}")
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl = ssl_context() if u.scheme == "https" and ssl_context else (True if u.scheme == "https" else None)
+        self.prefix = u.path.rstrip("/") + "/"
+        hostport = self.host if u.port is None else f"{self.host}:{u.port}"
+        self._head_lines = "".join(f"{k}: {v}\r\n" for k, v in {"Host": hostport, **headers}.items())
+        self.limit = max(1, limit)
+        self.idle_s = idle_s
+        self.connect_timeout_s = connect_timeout_s
+        self._idle: list[_Conn] = []
+        self._all: set[_Conn] = set()
+        self._slots = asyncio.Semaphore(self.limit)
+
+    async def __aenter__(self) -> RawClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for c in list(self._all):
+            c.close()
+        self._all.clear()
+        self._idle.clear()
+
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, proto = await loop.create_connection(lambda: _Conn(loop), self.host, self.port, ssl=self.ssl)
+        except TimeoutError:
+            raise RawHTTPError(f"could not connect to {self.host}:{self.port} within {self.connect_timeout_s:g} s") from None
+        self._all.add(proto)
+        return proto
+
+    def _take_idle(self) -> _Conn | None:
+        now = time.monotonic()
+        while self._idle:
+            c = self._idle.pop()
+            if not c.closed and now - c.idle_since < self.idle_s:
+                return c
+            c.close()
+            self._all.discard(c)
+        return None
+
+    async def post_stream(self, path: str, body: bytes, sink: Sink, error_limit: int) -> tuple[int, str, bytes]:
+        """POST `body`; a 200 body goes to `sink` read by read; returns (status, content type, error body)."""
+        async with self._slots:
+            conn = self._take_idle() or await self._connect()
+            ok = False
+            try:
+                loop = conn.loop
+                conn._reset()
+                conn.sink = sink
+                errors = conn.error_sink = _Collect(error_limit)
+                conn.head_fut = loop.create_future()
+                conn.done_fut = loop.create_future()
+                assert conn.transport is not None
+                conn.transport.write(f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head_lines}"
+                                     f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
+                await conn.head_fut
+                await conn.done_fut
+                conn.used += 1
+                ok = conn.keep and not conn.closed
+                return conn.status, conn.headers.get("content-type", ""), bytes(errors.data)
+            finally:
+                conn.sink = conn.error_sink = None
+                for f in (conn.head_fut, conn.done_fut):
+                    if f is not None and not f.done():
+                        f.cancel()  # cancelled or failed midway: nothing awaits them any more
+                conn.head_fut = conn.done_fut = None
+                if ok:
+                    conn.idle_since = time.monotonic()
+                    self._idle.append(conn)
+                else:  # cancelled, failed, or a body not read to its end: never reused
+                    conn.close()
+                    self._all.discard(conn)

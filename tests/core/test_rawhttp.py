@@ -1,0 +1,218 @@
+"""The raw HTTP/1.1 transport against servers that answer with exact bytes: chunked bodies split anywhere,
+Content-Length and close-delimited bodies, keep-alive reuse, a pooled connection the server closed (sent
+again, not an error), and answers that are not HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
+from servescope.core.rawhttp import CHUNK_SIZE, DONE, RawClient, RawHTTPError, _Collect, _Conn
+from servescope.core.records import RequestRecord
+
+SPEC = RequestSpec("completions", "hello", 7, 3)
+
+
+def sse(n: int) -> bytes:
+    events = [b'data: {"choices":[{"text":"t%d"}],"usage":{"prompt_tokens":7,"completion_tokens":%d}}\n\n' % (i, i + 1)
+              for i in range(n)]
+    return b"".join(events) + b"data: [DONE]\n\n"
+
+
+def chunked(payload: bytes, sizes: list[int]) -> bytes:
+    out, pos = b"", 0
+    for s in sizes:
+        if pos >= len(payload):
+            break
+        part = payload[pos:pos + s]
+        out += b"%x;ext=1\r\n" % len(part) + part + b"\r\n"
+        pos += s
+    if pos < len(payload):
+        out += b"%x\r\n" % (len(payload) - pos) + payload[pos:] + b"\r\n"
+    return out + b"0\r\nX-Trailer: 1\r\n\r\n"
+
+
+HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+class Feed:
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.overflow = False
+
+    def feed(self, piece: bytes, now: int) -> None:
+        self.pieces.append(piece)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12), cuts=st.lists(st.integers(1, 60), max_size=40))
+def test_chunked_bodies_split_anywhere_give_back_the_payload(sizes: list[int], cuts: list[int]) -> None:
+    payload = sse(4)
+    wire = HEAD_CHUNKED + chunked(payload, sizes)
+    conn = _Conn(asyncio.new_event_loop())
+    sink = Feed()
+    conn.sink = sink
+    pos = 0
+    for c in [*cuts, len(wire)]:
+        if pos >= len(wire):
+            break
+        conn.data_received(wire[pos:pos + c])
+        pos += c
+    assert b"".join(sink.pieces) == payload
+    assert conn.state == DONE and conn.status == 200 and conn.keep
+
+
+def test_a_bad_chunk_size_is_an_error_not_a_hang() -> None:
+    loop = asyncio.new_event_loop()
+    conn = _Conn(loop)
+    conn.sink = Feed()
+    conn.done_fut = loop.create_future()
+    conn.data_received(HEAD_CHUNKED + b"zz\r\nhello\r\n")
+    assert conn.state == DONE and isinstance(conn.done_fut.exception(), RawHTTPError)
+    assert "bad chunk size" in str(conn.done_fut.exception())
+
+
+def test_an_error_body_is_kept_up_to_its_limit() -> None:
+    c = _Collect(10)
+    c.feed(b"0123456789abcdef", 0)
+    assert bytes(c.data) == b"0123456789" and c.overflow
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@pytest.fixture
+async def raw_server() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> str:
+        srv = await asyncio.start_server(handler, "127.0.0.1", 0)
+        servers.append(srv)
+        return f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+async def read_request(r: asyncio.StreamReader) -> bytes:
+    head = await r.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    return head + await r.readexactly(length)
+
+
+async def send(url: str, transport: str = "raw", http: object = None) -> RequestRecord:
+    opts = ClientOptions(base_url=url, model="m", timeout_s=5, transport=transport)
+    rec = RequestRecord(0, 0, False, 7, 3, scheduled_ns=0)
+    if http is not None:
+        return await stream_request(http, opts, SPEC, rec)
+    async with make_http_client(opts, 1) as h:
+        return await stream_request(h, opts, SPEC, rec)
+
+
+async def test_keep_alive_connections_are_reused(raw_server) -> None:
+    connections = 0
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                req = await read_request(r)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            assert req.startswith(b"POST /v1/completions HTTP/1.1\r\n")
+            w.write(HEAD_CHUNKED + chunked(sse(3), [7, 100]))
+            await w.drain()
+
+    url = await raw_server(handler)
+    opts = ClientOptions(base_url=url, model="m", transport="raw")
+    async with make_http_client(opts, 1) as http:
+        assert isinstance(http, RawClient)
+        recs = [await send(url, http=http) for _ in range(5)]
+    assert all(r.status == "ok" and r.output_tokens == 3 and len(r.chunk_ns) == 3 for r in recs)
+    assert connections == 1
+
+
+async def test_a_pooled_connection_the_server_closed_is_sent_again(raw_server) -> None:
+    answered = 0
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        await read_request(r)
+        answered += 1
+        w.write(HEAD_CHUNKED + chunked(sse(3), [50]))
+        await w.drain()
+        # keep-alive promised, but the server drops the connection at the next request without answering
+        try:
+            await r.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        w.close()
+
+    url = await raw_server(handler)
+    opts = ClientOptions(base_url=url, model="m", transport="raw")
+    async with make_http_client(opts, 1) as http:
+        first = await send(url, http=http)
+        second = await send(url, http=http)
+    assert first.status == "ok" and second.status == "ok" and second.output_tokens == 3
+    assert answered == 2
+
+
+@pytest.mark.parametrize("framing", ["length", "close", "http10"])
+async def test_content_length_and_close_delimited_bodies(raw_server, framing: str) -> None:
+    body = sse(3)
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        if framing == "length":
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body))
+            w.write(body[:10])
+            await w.drain()
+            await asyncio.sleep(0.01)
+            w.write(body[10:])
+        else:
+            proto = b"HTTP/1.0" if framing == "http10" else b"HTTP/1.1"
+            w.write(proto + b" 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + body)
+            await w.drain()
+            w.close()
+        await w.drain()
+
+    r = await send(await raw_server(handler))
+    assert r.status == "ok" and r.output_tokens == 3 and len(r.chunk_ns) == 3
+
+
+@pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.6\r\n\r\n", b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 70000])
+async def test_an_answer_that_is_not_http_is_an_error(raw_server, answer: bytes) -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(answer)
+        await w.drain()
+        await asyncio.sleep(1)
+        w.close()
+
+    r = await send(await raw_server(handler))
+    assert r.status == "error"
+    assert "not an HTTP/1.x response" in r.error or "over 64 KiB" in r.error
+
+
+async def test_a_server_gone_mid_stream_is_cut(raw_server) -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(HEAD_CHUNKED + chunked(sse(3), [100])[:150])  # one event, then the connection drops
+        await w.drain()
+        w.close()
+
+    r = await send(await raw_server(handler))
+    assert r.status == "cut" and len(r.chunk_ns) >= 1 and "closed the connection" in r.error
+
+
+def test_the_states_start_from_the_head() -> None:
+    conn = _Conn(asyncio.new_event_loop())
+    conn.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert conn.state == CHUNK_SIZE
