@@ -1,0 +1,537 @@
+"""The benchmark client's CPU per 1,000 streamed tokens *during the load*: servescope vs `vllm bench serve`.
+
+    .venv/bin/python benchmarks/client_cpu.py [--rounds 3] [--concurrency 8,32,128] [--requests 200]
+                                              [--servescope-args "--transport httpx"]
+    .venv/bin/python benchmarks/client_cpu.py --sim [--streams 512,1024,2048,4096] [--rounds 3]
+
+Default mode starts the real CPU vLLM (tiny dense model, prefix caching off, via tests/support/vllm_server.py),
+then for each concurrency and round runs both tools on 256 in / 64 out random prompts (ignore_eos, a fresh
+seed per run), alternating which tool goes first. servescope runs with `--telemetry-interval off` (vllm bench
+samples nothing during a run, so neither tool pays for telemetry); `--servescope-args` is appended after it.
+
+While a client runs, two threads of this process sample every 20 ms (a) the client's CPU: utime+stime of the
+client process and of all its descendants, from /proc (threads included), and (b) the server's /metrics:
+requests running + waiting, and generation tokens. The server's busy window runs from the first sample with
+running + waiting > 0 to the last one; the client's CPU during the load is its CPU at the window's end minus
+at its start (interpolated between samples). Tokens are the server's generation_tokens_total delta over the
+whole run (checked against requests x 64). Apart from the load it reports the start-up CPU (the whole CPU of
+a 1-request, 1-output-token run of each tool) and the preparation CPU per request (the client's CPU before
+the busy window starts, minus the start-up CPU, over the requests).
+
+Prints per-run lines on stderr, then one table: per concurrency the median over rounds of CPU ms per 1k
+tokens for each tool and the ratio servescope / vllm bench; then the start-up CPU (s) and preparation CPU
+per request (ms) of each tool. Figures are medians of N interleaved rounds on a noisy machine.
+
+`--sim` runs no vLLM and no vllm bench: it starts servescope's simulator once (profile `max-speed` where it
+exists, else `tiny`) and runs servescope alone at each of `--streams` concurrencies (requests = 2 x streams,
+256 in / 64 out, busy window from the simulator's /metrics, which exports the same vllm: names); it prints
+CPU ms per 1k tokens per stream count and its ratio to the first (the aim: 4,096 streams within 1.2x of 512).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import http.client
+import json
+import os
+import resource
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from servescope.core.servermetrics import parse  # noqa: E402
+from tests.support import vllm_server  # noqa: E402
+
+IN_LEN, OUT_LEN = 256, 64
+SAMPLE_S = 0.020
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# parse() sums each sample over its label sets (engine=, model_name=), so these keys are plain names
+RUNNING, WAITING, GEN = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"
+VLLM_BENCH, SERVESCOPE = "vllm bench", "servescope"
+PREP_NOTE = ("(the start-up run's CPU also holds its work after the load, results and exit, which a run's CPU before "
+             "the window does not: preparation can come out a little low, even below 0)")
+
+
+# --- the client's CPU, from /proc ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcStat:
+    ppid: int
+    start: int  # field 22, starttime: tells a reused pid apart from the process we saw
+    own: int  # fields 14 + 15, utime + stime: all the process's threads, live and exited
+    reaped: int  # fields 16 + 17, cutime + cstime: the children it has waited for, each with its whole subtree
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            s = f.read()
+    except OSError:  # gone between the listing and the read
+        return None
+    rest = s[s.rindex(b")") + 2:].split()  # the command name may hold spaces and parentheses; rest[0] is field 3
+    return ProcStat(ppid=int(rest[1]), start=int(rest[19]), own=int(rest[11]) + int(rest[12]),
+                    reaped=int(rest[13]) + int(rest[14]))
+
+
+def all_stats() -> dict[int, ProcStat]:
+    out: dict[int, ProcStat] = {}
+    for name in os.listdir("/proc"):  # lists processes (thread group leaders), not their other threads
+        if name.isdigit():
+            st = read_stat(int(name))
+            if st is not None:
+                out[int(name)] = st
+    return out
+
+
+class TreeCPU:
+    """CPU ticks of a process and every descendant, sampled.
+
+    The rule, so that each process's CPU is counted exactly once and none is lost:
+    - a member (the root, or a process seen as a descendant of a member) counts, while it is in /proc (running
+      or a zombie), its own utime+stime plus its cutime+cstime: the final CPU of the children it has reaped;
+    - when a member disappears from /proc it has been reaped. If its parent, when last seen, was a member, that
+      parent's cutime+cstime now holds its final CPU (the kernel adds the child's utime+stime+cutime+cstime at
+      the wait), so it is dropped here: adding its last value too would count it twice;
+    - if its parent, when last seen, was not a member (an orphan reparented to init or a subreaper outside the
+      tree, which we keep as a member once seen: membership sticks while the same process lives), no member
+      will ever hold its CPU: its last value seen is kept for good (`outside`). The root itself is reaped by
+      this process, so its last value is kept the same way (`root_last`).
+    What can still be missed: the CPU between a process's last sample and its exit when nobody in the tree reaps
+    it, a child reaped by a member that set SIGCHLD to SIG_IGN (the kernel then adds nothing to cutime), and a
+    member reparented and reaped within one 20 ms interval. None of these happen with these two clients.
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.root_start: int | None = None
+        self.members: dict[int, ProcStat] = {}  # members alive at the last sample, as then seen
+        self.outside = 0  # final CPU of members reaped outside the tree (the root not included)
+        self.root_last = 0  # the root's last value, once it is gone
+
+    def sample(self) -> int:
+        stats = all_stats()
+        kids: dict[int, list[int]] = {}
+        for pid, st in stats.items():
+            kids.setdefault(st.ppid, []).append(pid)
+        root = stats.get(self.root)
+        if self.root_start is None and root is not None:
+            self.root_start = root.start
+        seeds = [p for p, old in self.members.items() if p in stats and stats[p].start == old.start]
+        if root is not None and root.start == self.root_start:
+            seeds.append(self.root)
+        now: dict[int, ProcStat] = {}
+        while seeds:
+            p = seeds.pop()
+            if p not in now:
+                now[p] = stats[p]
+                seeds.extend(kids.get(p, ()))
+        for p, old in self.members.items():
+            if p in now:
+                continue
+            if p == self.root:
+                self.root_last = old.own + old.reaped
+            elif old.ppid not in self.members:
+                self.outside += old.own + old.reaped
+        self.members = now
+        return sum(st.own + st.reaped for st in now.values()) + self.outside + self.root_last
+
+
+# --- the server's /metrics -------------------------------------------------------------------------------------
+
+class Metrics:
+    """GET /metrics on one kept-alive connection (a new one per scrape would cost the server more)."""
+
+    def __init__(self, url: str) -> None:
+        u = urlsplit(url)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        self.conn: http.client.HTTPConnection | None = None
+
+    def get(self) -> dict[str, float] | None:
+        for _ in range(2):  # once more on a fresh connection when the kept one was closed
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+                self.conn.request("GET", "/metrics")
+                r = self.conn.getresponse()
+                body = r.read()
+                return parse(wanted_lines(body.decode())) if r.status == 200 else None
+            except (OSError, http.client.HTTPException):
+                self.close()
+        return None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def wanted_lines(text: str) -> str:
+    """Only the sample lines of the three metrics read here: vLLM's whole /metrics is ~60 kB of histograms whose
+    parse costs this process ~10 ms a scrape (far more when the two cores are busy), which would starve the
+    sampler. Sample lines alone parse as untyped samples under the same names, summed over labels the same."""
+    heads = tuple(name + c for name in (RUNNING, WAITING, GEN) for c in ("{", " "))
+    return "".join(line + "\n" for line in text.splitlines() if line.startswith(heads))
+
+
+def busy(m: dict[str, float]) -> float:
+    return m.get(RUNNING, 0.0) + m.get(WAITING, 0.0)
+
+
+class Sampler:
+    """Every 20 ms the client tree's CPU ticks (one thread) and the server's running + waiting and generation
+    tokens (another thread, so a scrape the busy server answers late leaves no hole in the CPU series)."""
+
+    def __init__(self, root: int, url: str) -> None:
+        self.tree = TreeCPU(root)
+        self.metrics = Metrics(url)
+        self.done = threading.Event()
+        self.cpu: list[tuple[float, int]] = []  # (monotonic s, ticks)
+        self.load: list[tuple[float, float, float]] = []  # (monotonic s, running + waiting, generation tokens)
+        self.threads = [threading.Thread(target=self.every, args=(fn,), name=f"client-cpu-{fn.__name__}",
+                                         daemon=True) for fn in (self.sample_cpu, self.sample_load)]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        for t in self.threads:
+            t.join()
+        self.sample_cpu()  # the last value: the root has been reaped by now
+        self.metrics.close()
+
+    def sample_cpu(self) -> None:
+        t0 = time.monotonic()
+        ticks = self.tree.sample()
+        self.cpu.append(((t0 + time.monotonic()) / 2, ticks))
+
+    def sample_load(self) -> None:
+        t0 = time.monotonic()
+        m = self.metrics.get()
+        if m is not None:
+            self.load.append(((t0 + time.monotonic()) / 2, busy(m), m.get(GEN, 0.0)))
+
+    def every(self, fn: Callable[[], None]) -> None:
+        due = time.monotonic()
+        while not self.done.is_set():
+            fn()
+            due += SAMPLE_S
+            wait = due - time.monotonic()
+            if wait < 0:  # fell behind (a slow scrape, a busy machine): carry on from now rather than burst
+                due, wait = time.monotonic(), 0.0
+            self.done.wait(wait)
+
+
+def interp(series: list[tuple[float, int]], t: float) -> float:
+    """The value at time t, linear between the samples around it (held flat outside them)."""
+    ts = [x for x, _ in series]
+    i = bisect.bisect_left(ts, t)
+    if i == 0:
+        return float(series[0][1])
+    if i == len(series):
+        return float(series[-1][1])
+    (t0, v0), (t1, v1) = series[i - 1], series[i]
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else float(v1)
+
+
+# --- one client run --------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    tool: str
+    requests: int
+    total_s: float  # the whole run's client CPU
+    before_s: float = float("nan")  # client CPU before the busy window starts
+    load_s: float = float("nan")  # client CPU during the busy window
+    window_s: float = float("nan")
+    tokens: float = 0.0  # server's generation tokens over the whole run
+    stdout: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ms_per_1k(self) -> float:
+        return self.load_s * 1e6 / self.tokens if self.tokens else float("nan")
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def settle(m: Metrics, timeout_s: float = 10.0) -> dict[str, float]:
+    """/metrics once the server is idle and its token counter has stopped moving (it lags the last token)."""
+    deadline = time.monotonic() + timeout_s
+    last = m.get() or {}
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        cur = m.get() or {}
+        if busy(cur) == 0 and cur.get(GEN) == last.get(GEN):
+            return cur
+        last = cur
+    return last
+
+
+def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, requests: int, out_len: int,
+               out_dir: Path, tag: str) -> Run:
+    m = Metrics(url)
+    before = settle(m)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out_path, err_path = out_dir / f"{tag}.out", out_dir / f"{tag}.err"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=ROOT, start_new_session=True)
+        sampler = Sampler(proc.pid, url)
+        sampler.start()
+        try:
+            rc = proc.wait()
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
+            sampler.stop()
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if rc != 0:
+        raise SystemExit(f"{tool} failed ({rc}): {shlex.join(cmd)}\n{err_path.read_text(errors='replace')[-3000:]}")
+    after = settle(m)
+    m.close()
+    # the root and everything reaped into it come back exactly through our own wait; orphans only sampled
+    total = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) + sampler.tree.outside / CLK_TCK
+    run = Run(tool, requests, total, tokens=after.get(GEN, 0.0) - before.get(GEN, 0.0),
+              stdout=out_path.read_text(errors="replace"))
+    expected = requests * out_len
+    if abs(run.tokens - expected) > max(out_len, 0.01 * expected):
+        print(f"  WARNING: {tool} {tag}: the server generated {run.tokens:.0f} tokens, expected {expected} "
+              f"({requests} x {out_len})", file=sys.stderr)
+    sampled = sampler.cpu[-1][1] / CLK_TCK if sampler.cpu else 0.0
+    if abs(sampled - total) > 0.1 + 0.05 * total:  # the sampled tree against the kernel's own sum at our wait
+        print(f"  WARNING: {tool} {tag}: sampled CPU {sampled:.2f} s, rusage {total:.2f} s", file=sys.stderr)
+    busy_t = [t for t, b, _ in sampler.load if b > 0]
+    run.extra["samples"], run.extra["busy_samples"] = float(len(sampler.load)), float(len(busy_t))
+    if busy_t and len(sampler.cpu) >= 2:
+        start, end = busy_t[0], busy_t[-1]
+        c0, c1 = interp(sampler.cpu, start), interp(sampler.cpu, end)
+        run.before_s, run.load_s, run.window_s = c0 / CLK_TCK, (c1 - c0) / CLK_TCK, end - start
+    elif out_len > 1 and not tag.startswith("warm"):  # a short warm run may slip between samples
+        print(f"  WARNING: {tool} {tag}: no /metrics sample saw the server busy", file=sys.stderr)
+    return run
+
+
+# --- the two tools ---------------------------------------------------------------------------------------------
+
+def vllm_bench_cmd(srv: vllm_server.VLLMServer, conc: int, n: int, out_len: int,
+                   seed: int) -> list[str]:
+    return [str(srv.venv / "bin" / "vllm"), "bench", "serve", "--backend", "vllm", "--base-url", srv.url,
+            "--model", srv.model, "--dataset-name", "random", "--random-input-len", str(IN_LEN),
+            "--random-output-len", str(out_len), "--num-prompts", str(n), "--max-concurrency", str(conc),
+            "--ignore-eos", "--seed", str(seed)]
+
+
+def servescope_cmd(url: str, conc: int, n: int, out_len: int, seed: int, out_dir: Path,
+                   extra: list[str]) -> list[str]:
+    wl = out_dir / f"w-{seed}-{out_len}.toml"
+    wl.write_text(f'[workload]\nname = "bench"\napi = "completions"\ninput_tokens = {IN_LEN}\n'
+                  f"output_tokens = {out_len}\nseed = {seed}\n")
+    return [sys.executable, "-m", "servescope", "run", "--url", url, "-w", str(wl), "-c", str(conc),
+            "-n", str(n), "--seed", str(seed), "--telemetry-interval", "off", "--json",
+            "--sessions-dir", str(out_dir / "sessions"), *extra]
+
+
+def check_servescope(run: Run) -> None:
+    try:
+        cells = json.loads(run.stdout.strip().splitlines()[-1])["cells"]
+        ok = sum(int(c["requests_ok"]) for c in cells)
+    except (ValueError, KeyError, IndexError, TypeError):
+        print("  WARNING: servescope printed no readable JSON result", file=sys.stderr)
+        return
+    if ok != run.requests:
+        print(f"  WARNING: servescope: {ok} of {run.requests} requests succeeded", file=sys.stderr)
+
+
+Runner = Callable[[int, int, int, int, str], Run]  # (concurrency, requests, output tokens, seed, tag) -> Run
+
+
+def raise_open_files(need: int) -> None:
+    """Children inherit the limit: raise the soft one up to the hard one when `need` descriptors do not fit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        new = hard if hard == resource.RLIM_INFINITY else max(soft, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        if hard != resource.RLIM_INFINITY and hard < need:
+            print(f"WARNING: the open-files limit ({hard}) is below the {need} this run wants", file=sys.stderr)
+
+
+def med(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x]  # leave out NaN (a run whose busy window was never seen)
+    return statistics.median(xs) if xs else float("nan")
+
+
+def show(run: Run, label: str, startup_s: float) -> None:
+    prep = (run.before_s - startup_s) / run.requests * 1000
+    print(f"  {label} {run.tool:<10} window {run.window_s:6.1f} s  tokens {run.tokens:7.0f}  "
+          f"load CPU {run.load_s:6.2f} s = {run.ms_per_1k:6.1f} ms/1k tok  before {run.before_s:5.2f} s "
+          f"(prep {prep:5.2f} ms/req)  total {run.total_s:6.2f} s  "
+          f"[{run.extra.get('busy_samples', 0):.0f} busy of {run.extra.get('samples', 0):.0f} samples]",
+          file=sys.stderr)
+
+
+def startup_runs(tools: dict[str, Runner], rounds: int) -> dict[str, float]:
+    """The whole CPU of a 1-request, 1-output-token run of each tool: median of `rounds`, alternating."""
+    got: dict[str, list[float]] = {name: [] for name in tools}
+    for rnd in range(rounds):
+        order = list(tools.items()) if rnd % 2 == 0 else list(tools.items())[::-1]
+        for name, fn in order:
+            r = fn(1, 1, 1, 900 + rnd, f"startup-{rnd}")
+            got[name].append(r.total_s)
+            print(f"  start-up round {rnd + 1} {name:<10} {r.total_s:6.2f} s", file=sys.stderr)
+    return {name: med(v) for name, v in got.items()}
+
+
+def header(args: argparse.Namespace, extra: list[str], alternating: str) -> None:
+    print(f"\nclient CPU during the load, {IN_LEN} in / {OUT_LEN} out, ignore_eos; medians of {args.rounds} "
+          f"interleaved rounds ({alternating}); {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"{os.cpu_count()} cores. This machine is noisy (shared): read medians and ratios, not single figures.")
+    print(f"servescope flags: --telemetry-interval off {shlex.join(extra)}".rstrip())
+
+
+def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
+    concs = [int(x) for x in args.concurrency.split(",")]
+    raise_open_files(max(concs) + 1024)
+    print("starting vLLM (tiny dense model, --no-enable-prefix-caching) ...", file=sys.stderr)
+    srv = vllm_server.start("dense", ["--no-enable-prefix-caching", "--max-model-len", "2048"])
+    env = vllm_server.vllm_env(tmp / "scratch")
+    try:
+        def vb(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
+            return run_client(VLLM_BENCH, vllm_bench_cmd(srv, conc, n, out_len, seed), env, srv.url, n, out_len,
+                              tmp, f"vb-{tag}")
+
+        def ss(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
+            r = run_client(SERVESCOPE, servescope_cmd(srv.url, conc, n, out_len, seed, tmp, extra), None, srv.url,
+                           n, out_len, tmp, f"ss-{tag}")
+            check_servescope(r)
+            return r
+
+        tools: dict[str, Runner] = {VLLM_BENCH: vb, SERVESCOPE: ss}
+        startup = startup_runs(tools, args.rounds)
+        results: dict[tuple[str, int], list[Run]] = {}
+        seed = 1
+        for conc in concs:
+            # one untimed warm run so neither tool pays for the server's first-shape compile
+            ss(conc, max(conc, 8), OUT_LEN, 10_000 + conc, f"warm-{conc}")
+            for rnd in range(args.rounds):
+                order = list(tools.items()) if rnd % 2 == 0 else list(tools.items())[::-1]
+                for name, fn in order:
+                    seed += 1
+                    r = fn(conc, args.requests, OUT_LEN, seed, f"{conc}-{rnd}")
+                    results.setdefault((name, conc), []).append(r)
+                    show(r, f"c={conc} round {rnd + 1}", startup[name])
+    finally:
+        try:
+            srv.stop()
+        finally:
+            try:  # the engine core and anything else vLLM started: its own process group
+                os.killpg(srv.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    header(args, extra, "alternating which tool goes first")
+    print(f"{args.requests} requests per run")
+    print("| c | vllm bench CPU ms / 1k tok | servescope CPU ms / 1k tok | ratio servescope / vllm bench |")
+    print("|---|---|---|---|")
+    for conc in concs:
+        a = med([r.ms_per_1k for r in results[(VLLM_BENCH, conc)]])
+        b = med([r.ms_per_1k for r in results[(SERVESCOPE, conc)]])
+        print(f"| {conc} | {a:,.1f} | {b:,.1f} | {b / a if a else float('nan'):.2f} |")
+    print(f"start-up CPU (whole 1-request, 1-output-token run): vllm bench {startup[VLLM_BENCH]:.2f} s, "
+          f"servescope {startup[SERVESCOPE]:.2f} s")
+    prep = {name: med([(r.before_s - startup[name]) / r.requests * 1000 for (n, _), runs in results.items()
+                       if n == name for r in runs]) for name in tools}
+    print(f"preparation CPU per request (CPU before the busy window minus start-up, over the requests; median of "
+          f"all runs): vllm bench {prep[VLLM_BENCH]:.2f} ms, servescope {prep[SERVESCOPE]:.2f} ms")
+    print(PREP_NOTE)
+
+
+def main_sim(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
+    from servescope.sim.launcher import start_sim
+
+    streams = [int(x) for x in args.streams.split(",")]
+    raise_open_files(max(streams) + 1024)  # before any child starts: the simulator and clients inherit it
+    profile = "max-speed" if (ROOT / "servescope" / "sim" / "profiles" / "max-speed.toml").exists() else "tiny"
+    print(f"starting the simulator (profile {profile}) ...", file=sys.stderr)
+    results: dict[int, list[Run]] = {}
+    with start_sim(profile, ["--no-enable-prefix-caching"]) as sim:
+        def ss(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
+            r = run_client(SERVESCOPE, servescope_cmd(sim.url, conc, n, out_len, seed, tmp, extra), None, sim.url,
+                           n, out_len, tmp, f"ss-{tag}")
+            check_servescope(r)
+            return r
+
+        startup = startup_runs({SERVESCOPE: ss}, args.rounds)
+        ss(8, 16, OUT_LEN, 10_000, "warm")  # untimed: the first run of a fresh simulator
+        seed = 1
+        for rnd in range(args.rounds):
+            order = streams if rnd % 2 == 0 else streams[::-1]
+            for s in order:
+                seed += 1
+                r = ss(s, 2 * s, OUT_LEN, seed, f"{s}-{rnd}")
+                results.setdefault(s, []).append(r)
+                show(r, f"streams={s} round {rnd + 1}", startup[SERVESCOPE])
+
+    header(args, extra, "the order of stream counts reversed every other round")
+    print(f"servescope alone on the simulator (profile {profile}), requests = 2 x streams")
+    print(f"| streams | requests | servescope CPU ms / 1k tok | ratio to {streams[0]} streams |")
+    print("|---|---|---|---|")
+    first = med([r.ms_per_1k for r in results[streams[0]]])
+    for s in streams:
+        v = med([r.ms_per_1k for r in results[s]])
+        print(f"| {s} | {2 * s} | {v:,.1f} | {v / first if first else float('nan'):.2f} |")
+    prep = med([(r.before_s - startup[SERVESCOPE]) / r.requests * 1000 for runs in results.values() for r in runs])
+    print(f"start-up CPU (whole 1-request, 1-output-token run): servescope {startup[SERVESCOPE]:.2f} s")
+    print(f"preparation CPU per request (median of all runs): servescope {prep:.2f} ms")
+    print(PREP_NOTE)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--concurrency", default="8,32,128")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--servescope-args", default="", help='extra flags for servescope, e.g. "--transport httpx"')
+    ap.add_argument("--sim", action="store_true", help="servescope alone on its simulator at --streams")
+    ap.add_argument("--streams", default="512,1024,2048,4096")
+    args = ap.parse_args()
+    extra = shlex.split(args.servescope_args)
+    # servescope's own modules compiled once, as a wheel install does (this checkout is an editable install,
+    # and PYTHONDONTWRITEBYTECODE would otherwise make every run compile them again: ~0.1 s of start-up)
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "servescope"), quiet=1)
+    # a SIGTERM then unwinds through the finally blocks that stop the server and the client
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmp = Path(tempfile.mkdtemp(prefix="servescope-client-cpu-"))
+    try:
+        if args.sim:
+            main_sim(args, extra, tmp)
+        else:
+            main_vllm(args, extra, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
