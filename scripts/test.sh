@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U "pip>=25.1"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e . --group test --group lint
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[ray]' --group test --group lint
 bash .ci/setup_vllm.sh >/dev/null
 [ "${SERVESCOPE_SKIP_LLAMACPP:-}" = 1 ] || bash .ci/setup_llamacpp.sh >/dev/null  # llama-server and GGUF models
 .venv/bin/ruff check servescope tests benchmarks

@@ -132,6 +132,9 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
                    "(default: the first session's, else TTFT <= 3 s and >= 20 tok/s per user)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("-o", "--output", metavar="FILE.md", help="write the Markdown (or JSON) to FILE")
+    p.add_argument("--include-bound", action="store_true",
+                   help="count cells whose client was bound (the load generator, not the server, limited them) in "
+                        "capacity, knee and peak; by default they are left out and named")
     _add_min_effect(p)
     p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
 
@@ -167,7 +170,8 @@ def compare_command(args: argparse.Namespace) -> int:
         raise ServescopeError("compare needs at least two sessions (ids or directories); see `servescope sessions`")
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     sessions = [resolve_session(r, base) for r in args.sessions]
-    comp = compare_sessions(sessions, label_key=args.label, slos=_slos(args), min_effect=args.min_effect)
+    comp = compare_sessions(sessions, label_key=args.label, slos=_slos(args), min_effect=args.min_effect,
+                            include_bound=args.include_bound)
     text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if args.json else comp.to_markdown(level=1)
     _write(text, args.output, "comparison")
     return 0
@@ -257,6 +261,9 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo", help="judge capacity and goodput by these SLOs (default: the session's, else "
                    "TTFT <= 3 s and >= 20 tok/s per user)")
     p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="output format (default md)")
+    p.add_argument("--include-bound", action="store_true",
+                   help="count cells whose client was bound (the load generator, not the server, limited them) in "
+                        "capacity, knee and peak; by default they are left out and named")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (default: stdout)")
     p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
 
@@ -267,7 +274,8 @@ def report_command(args: argparse.Namespace) -> int:
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     main = resolve_session(args.session, base)
     others = [resolve_session(r, base) for r in args.compare]
-    text = render_report(main, others, fmt=args.format, slos=_slos(args), label_key=args.label)
+    text = render_report(main, others, fmt=args.format, slos=_slos(args), label_key=args.label,
+                         include_bound=args.include_bound)
     _write(text, args.output, "report")
     return 0
 

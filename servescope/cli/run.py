@@ -70,6 +70,7 @@ def cell_json(cell: Any, s: CellSummary, status: str, reason: str) -> dict[str, 
         **{k: getattr(s, k) for k in JSON_SCALARS},
         **{m: {k: (s.dist(m) or Dist()).stat(k) for k in JSON_STATS} for m in JSON_DISTS},
         "server": s.server.to_dict() if s.server is not None else None,
+        "client": s.client.to_dict() if s.client is not None else None,
         "errors": [e.to_dict() for e in s.errors],
         **({"send_lateness_ms": lateness(s)} if _is_trace(cell) else {}),
         **({"turns": [t.to_dict() for t in s.turns]} if s.turns else {}),
@@ -216,6 +217,10 @@ def format_cell(ev: Any, total: int) -> str:
         f"{_f(s.output_tokens_requested)}, measured {_f(s.output_tokens_mean)}"
         + (f" (reasoning {_f(s.reasoning_tokens_mean)})" if s.reasoning_tokens_mean else "")
     )
+    if s.client is not None:
+        from servescope.core.health import client_text
+
+        lines.append(f"  client: {client_text(s.client)}")
     srv = s.server
     if srv is not None:
         lines.append(

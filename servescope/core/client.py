@@ -31,48 +31,49 @@ from servescope.core.textsafe import clean_secret_text, clean_text
 _perf = time.perf_counter_ns
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None  # newer vLLM / some servers name it so
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     text: str | None = None
     delta: _Delta | None = None
     finish_reason: str | None = None
 
 
-class _Details(msgspec.Struct):
+class _Details(msgspec.Struct, gc=False):
     reasoning_tokens: int | None = None
 
 
-class _PromptDetails(msgspec.Struct):
+class _PromptDetails(msgspec.Struct, gc=False):
     cached_tokens: int | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     completion_tokens_details: _Details | None = None
     prompt_tokens_details: _PromptDetails | None = None
 
 
-class _Timings(msgspec.Struct):
+class _Timings(msgspec.Struct, gc=False):
     prompt_ms: float | None = None  # llama.cpp: the server's own prompt (prefill) time for this request
 
 
-class _ErrorBody(msgspec.Struct):
+class _ErrorBody(msgspec.Struct, gc=False):
     message: str | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: _ErrorBody | str | None = None
     timings: _Timings | None = None
 
 
+# gc=False: a decoded chunk holds no cycles, so the garbage collector need not track (and walk) every one
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _encode = msgspec.json.Encoder().encode
 

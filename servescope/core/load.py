@@ -27,6 +27,7 @@ from servescope.core.arrivals import RateShape, Step, pattern_label, send_times
 from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
 from servescope.core.conversation import Conversation, Pool, conversations, converse, is_multi_turn
 from servescope.core.errors import ServescopeError
+from servescope.core.health import ClientProbe
 from servescope.core.records import RequestRecord
 
 _perf = time.perf_counter_ns
@@ -119,6 +120,9 @@ class CellRun:
     end_ns: int  # last measured request ended
     stopped: str = ""  # why it ended early ("" when it ran to its limit)
     ramp_end_ns: int = 0  # requests scheduled before this were sent during the ramp (0: the cell had none)
+    # the client's own health over the measured part (core.health.ClientProbe's part: a plain dict, so a
+    # worker process's CellRun pickles; core.health.merge_client joins several)
+    client: dict[str, Any] | None = None
 
 
 def cell_connections(load: Load, requests: int | None, warmup: int = 0) -> int:
@@ -208,14 +212,24 @@ async def run_cell(
         if before_measured is not None:
             await before_measured()
         with _quiet_gc():
-            if talk:
-                pool = Pool(conversations(measured) or conversations(specs), limits.requests)
-                if load.rate is not None:
-                    return await _talk_open(http, opts, pool, load, limits, on_record, control, seed)
-                return await _talk(http, opts, pool, load, limits, on_record, control)
-            if load.rate is not None:
-                return await _open(http, opts, measured, load, limits, on_record, control, seed)
-            return await _closed(http, opts, measured, load, limits, on_record, control)
+            probe = ClientProbe()  # after the collection above: its pause is no lag of the cell's
+            probe.start()
+            try:
+                if talk:
+                    pool = Pool(conversations(measured) or conversations(specs), limits.requests)
+                    if load.rate is not None:
+                        run = await _talk_open(http, opts, pool, load, limits, on_record, control, seed)
+                    else:
+                        run = await _talk(http, opts, pool, load, limits, on_record, control)
+                elif load.rate is not None:
+                    run = await _open(http, opts, measured, load, limits, on_record, control, seed)
+                else:
+                    run = await _closed(http, opts, measured, load, limits, on_record, control)
+            except BaseException:
+                probe.close()
+                raise
+            run.client = await probe.stop()
+            return run
 
 
 @contextlib.contextmanager

@@ -17,6 +17,9 @@ Definitions (also in the README and in every report):
 - prefix_cache_hit_rate: cached prompt tokens / prompt tokens of successful requests, from the usage's
   `prompt_tokens_details.cached_tokens` where the server sends it, else the server's /metrics prefix-cache
   hits / queries over the cell (`prefix_cache_source` says which); per turn only from the usage.
+- client health (core/health.py judge_client): bunched_share = the share of successful requests' token events
+  after their first that carry the same perf_counter_ns stamp as the request's previous one (read in one
+  piece: the client read late); send_late_p99_ms = client_queue_ms p99 of an uncapped open loop.
 - multi-turn cells: per turn index, TTFT p50/p90 and mean input/output tokens; per complete conversation,
   duration_s (first turn sent -> last reply's end, think times included) and its turns' prompt/output tokens.
 """
@@ -33,7 +36,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.records import RequestRecord
 from servescope.core.results import METRICS, STATS, CellSummary
 
-__all__ = ["DIST_METRICS", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellSummary",
+__all__ = ["DIST_METRICS", "client_figures", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellSummary",
            "describe", "itl_frame", "meets_slos", "parse_slos", "per_conversation", "per_request", "per_turn",
            "records_frame", "slo_mask", "summarize"]
 
@@ -121,6 +124,32 @@ def itl_frame(df: pl.DataFrame) -> pl.DataFrame:
     ex = ex.with_columns(gap=(pl.col("chunk_ns") - pl.col("chunk_ns").shift(1).over("index")) * 1e-6)
     ex = ex.drop_nulls("gap")
     return ex.select(itl_ms=pl.col("gap"), itl_token_ms=pl.col("gap") / pl.col("chunk_tokens").clip(lower_bound=1))
+
+
+def bunched_share(df: pl.DataFrame) -> float | None:
+    """Of the successful requests' token events after each one's first, the share stamped at exactly the same
+    nanosecond as the request's previous event (they arrived in one read); None when there are none."""
+    ok = df.filter(pl.col("status") == "ok").select("chunk_ns").with_row_index("row")
+    if ok.height == 0:
+        return None
+    ex = ok.explode("chunk_ns").drop_nulls("chunk_ns")
+    gap = (pl.col("chunk_ns") - pl.col("chunk_ns").shift(1)).over("row")
+    gaps = ex.select(gap=gap).drop_nulls("gap")
+    if gaps.height == 0:
+        return None
+    return float((gaps["gap"] == 0).sum()) / gaps.height
+
+
+def client_figures(df: pl.DataFrame, open_loop: bool) -> dict[str, float | None]:
+    """The two figures of the client's health that come from a cell's measured request rows: `bunched_share`
+    and, for an uncapped open loop (`open_loop`), `send_late_p99_ms` (client_queue_ms p99); a closed or capped
+    loop's sends wait for a user or a slot by design, so it has none."""
+    rows = df.filter(~pl.col("warmup"))
+    late = None
+    if open_loop:
+        q = per_request(rows)["client_queue_ms"].drop_nulls()
+        late = float(q.quantile(0.99, interpolation="linear")) if q.len() else None  # type: ignore[arg-type]
+    return {"send_late_p99_ms": late, "bunched_share": bunched_share(rows)}
 
 
 def describe(s: pl.Series) -> dict[str, float | None]:

@@ -258,13 +258,52 @@ class ConversationStats(_Base):
     output_tokens: Dist = msgspec.field(default_factory=Dist)
 
 
-_OPTIONAL = ("server", "telemetry", "gpu", "source", "prefix_cache_hit_rate", "prefix_cache_source",
+class LoopLag(_Base):
+    """How late the client's event loop ran a timer due every 10 ms, over a cell's measured part (ms)."""
+
+    p50: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+class ClientHealth(_Base):
+    """The load generator's own health over a cell (core/health.py judge_client): is the client the bottleneck?
+    `verdict` "ok" | "strained" | "bound", `reasons` one line per figure past a threshold."""
+
+    verdict: str | None = None
+    loop_lag_ms: LoopLag = msgspec.field(default_factory=LoopLag)
+    cpu_util: float | None = None  # the (busiest) worker process's CPU time / wall time: a share of one core
+    workers: int = 1
+    reasons: list[str] = msgspec.field(default_factory=list)
+    cpu_wait_share: float | None = None  # the (busiest) loop's time ready but waiting for a CPU / wall time
+    cpu_s: float | None = None  # every worker's CPU time together (s)
+    wall_s: float | None = None
+    loop_cpu_s: float | None = None  # the event loops' own threads' CPU time (s)
+    bunched_share: float | None = None  # tokens stamped at the same ns as the request's previous one
+    send_late_p99_ms: float | None = None  # an uncapped open loop's sends after their schedule, p99
+    nodes: dict[str, int] | None = None  # Ray: node -> requests (left out of to_dict() when None)
+    clock_error_ms: float | None = None  # several hosts: the bound on their clocks' offset (left out when None)
+
+    @property
+    def bound(self) -> bool:
+        return self.verdict == "bound"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        for k in ("nodes", "clock_error_ms"):
+            if out.get(k) is None:
+                out.pop(k, None)
+        return out
+
+
+_OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
              "prompt_tokens_cached", "prompt_tokens_uncached", "conversations")
 
 
 class CellSummary(_Base):
     """One cell's summary (core/metrics.py summarize), plus what the runner adds: `server` (/metrics
-    deltas), `telemetry` (/metrics window) and `gpu` (GPU window); `source` marks imported cells."""
+    deltas), `telemetry` (/metrics window), `gpu` (GPU window) and `client` (the load generator's own health);
+    `source` marks imported cells."""
 
     requests_ok: int = 0
     requests_failed: int = 0
@@ -305,6 +344,7 @@ class CellSummary(_Base):
     server: ServerWindow | None = None
     telemetry: TelemetryWindow | None = None
     gpu: GpuWindow | None = None
+    client: ClientHealth | None = None  # the load generator's own health (None: not measured, left out)
     source: str | None = None  # the import format ("vllm-bench-serve") for cells imported from other tools
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
@@ -321,9 +361,11 @@ class CellSummary(_Base):
         return cls.from_dict(d) if isinstance(d, Mapping) and d else None
 
     def to_dict(self) -> dict[str, Any]:
-        """Exactly the dict summarize() (plus the runner) writes: server/telemetry/gpu/source, the prefix cache's
+        """Exactly the dict summarize() (plus the runner) writes: server/telemetry/gpu/client/source, the prefix cache's
         figures and the multi-turn ones only when set."""
         out = super().to_dict()
+        if self.client is not None:
+            out["client"] = self.client.to_dict()
         for k in (*_OPTIONAL, "requests_bad_usage"):
             if out.get(k) is None:
                 out.pop(k, None)
@@ -334,6 +376,11 @@ class CellSummary(_Base):
     @property
     def requests(self) -> int:
         return self.requests_ok + self.requests_failed
+
+    @property
+    def client_bound(self) -> bool:
+        """The client, not the server, limited this cell (its figures measure the load generator)."""
+        return self.client is not None and self.client.bound
 
     def dist(self, metric: str) -> Dist | None:
         """The distribution of a metric by name ("ttft_ms"), None when it has none."""
@@ -348,7 +395,7 @@ class CellSummary(_Base):
         if metric in DIST_KEYS:
             return getattr(self, metric).stat(stat or "mean")
         if stat is not None:
-            part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu") else None
+            part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu", "client") else None
             return finite(getattr(part, stat, None)) if part is not None and stat in part.__struct_fields__ else None
         if metric not in _SCALARS:
             return None

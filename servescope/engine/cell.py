@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from servescope.core.client import ClientOptions, RequestSpec
+from servescope.core.health import judge_client
 from servescope.core.load import CellControl, CellRun, Limits
-from servescope.core.metrics import records_frame, summarize
+from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellSummary
 from servescope.core.telemetry import server_delta
@@ -168,6 +169,10 @@ class CellAttempt:
         if server:
             summary["server"] = server
         summary.update(extra or {})
+        if run.client:  # is the client the bottleneck? (core/health.py)
+            load = cell.load
+            figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
+            summary["client"] = judge_client(run.client, **figs)
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped
         self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(reason)},

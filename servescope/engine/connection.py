@@ -1,5 +1,7 @@
 """The target as the runner sees it: probe it (models, version, /metrics), pick the tokenizer, and run one
-cell's load against it (`core.load.run_cell`)."""
+cell's load against it: in this process (`core.load.run_cell`), in worker processes (`--workers N|auto`:
+`core.workers.run_cell_workers`) or in Ray actors across a cluster (`--ray ADDRESS|auto`, `--ray-nodes`:
+`core.rayworkers.run_cell_ray`, imported only then)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from servescope.core.target import (
     has_tokenize,
     probe,
 )
+from servescope.core.workers import resolve_workers, run_cell_workers
 
 __all__ = ["HttpTarget", "Target"]
 
@@ -45,12 +48,18 @@ class Target(Protocol):
 
 
 class HttpTarget:
-    """The real Target: `core.target.probe`, a small HTTP client for /tokenize, `core.load.run_cell`."""
+    """The real Target: `core.target.probe`, a small HTTP client for /tokenize, `core.load.run_cell`.
+    `workers` ("auto" or N), `ray` (an address, "auto", or None) and `ray_nodes` say where a cell's load runs
+    (the sweep's `--workers`, `--ray`, `--ray-nodes`); the defaults run it in this process."""
 
-    def __init__(self, api_key: str | None, tokenizer_path: str | None = None, engine: str = "auto") -> None:
+    def __init__(self, api_key: str | None, tokenizer_path: str | None = None, engine: str = "auto",
+                 workers: int | str = 1, ray: str | None = None, ray_nodes: tuple[str, ...] = ()) -> None:
         self.api_key = api_key
         self.tokenizer_path = tokenizer_path
         self.engine = engine  # "auto": recognised from the server's answers
+        self.workers = workers
+        self.ray = ray
+        self.ray_nodes = ray_nodes
         self.http: httpx.AsyncClient | None = None
         self.info: TargetInfo | None = None
 
@@ -80,6 +89,17 @@ class HttpTarget:
     async def run_cell(self, opts: ClientOptions, specs: Sequence[RequestSpec], load: Load, limits: Limits,
                        on_record: Callable[[RequestRecord], None], control: CellControl, seed: int,
                        before_measured: Callable[[], Awaitable[None]]) -> CellRun:
+        if self.ray:
+            from servescope.core.rayworkers import run_cell_ray
+
+            n = 1 if self.workers in (1, "1", "auto") else resolve_workers(self.workers, load, specs, limits.warmup)
+            return await run_cell_ray(opts, specs, load, limits, on_record, control, seed=seed,
+                                      before_measured=before_measured, address=self.ray,
+                                      nodes=tuple(self.ray_nodes), workers=n)
+        n = resolve_workers(self.workers, load, specs, limits.warmup)
+        if n > 1:
+            return await run_cell_workers(opts, specs, load, limits, on_record, control, seed=seed,
+                                          before_measured=before_measured, workers=n)
         return await run_cell(opts, specs, load, limits, on_record, control, seed=seed,
                               before_measured=before_measured)
 

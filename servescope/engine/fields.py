@@ -214,6 +214,29 @@ def any_int(raw: Any, where: str) -> int:
     return _int(raw, where, -(2**63))
 
 
+def workers(raw: Any, where: str) -> int | str:
+    """`auto` or a count of worker processes from 1."""
+    if isinstance(raw, str) and raw.strip().lower() == "auto":
+        return "auto"
+    if isinstance(raw, str) and not raw.strip().isdigit():
+        raise ServescopeError(f"{where}: must be auto or a number of processes from 1, not {raw!r}")
+    return _int(raw, where, 1)
+
+
+def dump_workers(v: int | str) -> int | str:
+    return v
+
+
+def names(raw: Any, where: str) -> tuple[str, ...]:
+    """Comma-separated names (a flag, a form field) or a TOML list of strings; empty: none."""
+    if raw is None:
+        return ()
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
+        raise ServescopeError(f"{where}: must be names separated by commas, e.g. 10.0.0.2,10.0.0.3")
+    return tuple(x.strip() for x in items if x.strip())
+
+
 def choice(options: tuple[str, ...]) -> Any:
     def parse(raw: Any, where: str) -> str:
         if raw not in options:

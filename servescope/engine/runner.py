@@ -79,7 +79,8 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
 
         sink = SessionWriter
     run = _Sweep(spec, ctx, control, cells,
-                 target or HttpTarget(ctx.api_key, spec.tokenizer, spec.engine),
+                 target or HttpTarget(ctx.api_key, spec.tokenizer, spec.engine, workers=spec.workers, ray=spec.ray,
+                                      ray_nodes=spec.ray_nodes),
                  servers or Servers(spec, ctx.url, ctx.api_key, _need(bg)),
                  telemetry or TelemetryHub(_need(bg), spec.telemetry_interval_s, ctx.api_key,
                                            spec.electricity_price),

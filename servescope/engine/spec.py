@@ -38,7 +38,7 @@ DEFAULT_URL = "sim://"
 
 @dataclass(frozen=True)
 class Option:
-    section: str  # "" (top level), "target", "load", "slo", "tags", "server", "telemetry"
+    section: str  # "" (top level), "target", "load", "client", "slo", "tags", "server", "telemetry"
     key: str  # the TOML key; for "slo"/"tags" the whole table
     flags: tuple[str, ...]  # "--concurrency", "-c"; empty: no flag
     parse: Callable[[Any, str], Any]
@@ -125,6 +125,18 @@ class SweepSpec:
     seed: int = option(0, "load", "seed", ["--seed"], parse=f.any_int,
                        help="seed of the whole sweep: the prompts, lengths and arrival times of every cell derive "
                             "from it (default 0); the same seed sends the same requests")
+    workers: int | str = option("auto", "client", "workers", ["--workers"], parse=f.workers, dump=f.dump_workers,
+                                metavar="N|auto",
+                                help="processes that send each cell's load, each with its own event loop and "
+                                     "connections (default auto: 1 for small loads, more when one core cannot "
+                                     "carry the load)")
+    ray: str | None = option(None, "client", "ray", ["--ray"], parse=f.opt_text, metavar="ADDRESS|auto",
+                             help="run the workers as Ray actors on the cluster at ADDRESS (auto: the one this "
+                                  "machine belongs to); needs pip install 'servescope[ray]'")
+    ray_nodes: tuple[str, ...] = option((), "client", "ray_nodes", ["--ray-nodes"], parse=f.names, dump=list,
+                                        metavar="NODE,...",
+                                        help="with --ray: the nodes (IP addresses or node IDs) to place workers on, "
+                                             "one worker each (default: spread over the cluster)")
     slos: dict[str, float] = option(None, "slo", "", ["--slo"], parse=f.slos, dump=f.dump_slos, factory=dict,
                                     help="SLOs for goodput, e.g. ttft_ms=3000,tpot_ms=50")
     tags: dict[str, str] = option(None, "tags", "", ["--tag"], parse=f.tags, dump=dict, factory=dict, repeat=True,
@@ -274,7 +286,7 @@ class SweepSpec:
             if (opt.section == "server" and not self.launch and fd.name != "recover_timeout_s") \
                     or (fd.name == "url" and self.launch):
                 continue
-            if fd.name == "variants" and not v:
+            if fd.name in ("variants", "ray_nodes") and not v:
                 continue
             dumped = opt.dump(v) if opt.dump else v
             if opt.section in ("slo", "tags"):
@@ -289,8 +301,8 @@ class SweepSpec:
             out["workloads"] = names
         if inline:
             out["workload"] = inline
-        order = ["sweep_version", "name", "workloads", "target", "workload", "load", "slo", "tags", "server",
-                 "telemetry"]
+        order = ["sweep_version", "name", "workloads", "target", "workload", "load", "client", "slo", "tags",
+                 "server", "telemetry"]
         return {k: out[k] for k in order if k in out}
 
     def save(self, path: str | Path) -> Path:

@@ -3,7 +3,9 @@ the cost of thinking mode (definitions in servescope.sessions.compare and the RE
 
 Only *completed* cells (status `done`) answer: a cell the user skipped or stopped, one that was interrupted or
 lost its server measured a partial load, so it is left out, and each answer says which cells it left out and
-why (`WorkloadAnswers.left_out`)."""
+why (`WorkloadAnswers.left_out`). A cell whose client was `bound` (core/health.py: the load generator, not the
+server, limited it) measured the client, so it is left out too, named with its reason (`WorkloadAnswers.bound`),
+unless the caller asks to include it (`include_bound`, `--include-bound`)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,31 @@ def is_completed(v: CellView) -> bool:
 def completed(views: Sequence[CellView]) -> list[CellView]:
     """The cells that ran to their end (curves, capacity, knee, peak and SLO figures use only these)."""
     return [v for v in views if is_completed(v)]
+
+
+def client_bound(v: CellView) -> bool:
+    """The cell's client was `bound`: its figures measure the load generator, not the server."""
+    return v.has_summary and v.summary.client_bound
+
+
+def answering(views: Sequence[CellView], include_bound: bool = False) -> list[CellView]:
+    """The cells an answer (capacity, knee, peak) uses: completed ones, less the client-bound ones unless
+    `include_bound`."""
+    return [v for v in completed(views) if include_bound or not client_bound(v)]
+
+
+def bound_out(views: Sequence[CellView], include_bound: bool = False) -> list[str]:
+    """The completed cells left out because their client was bound: `c=256 (CPU 96% of a core (bound above
+    90%))`, one string per cell ([] with `include_bound`)."""
+    if include_bound:
+        return []
+    out = []
+    for v in completed(views):
+        if client_bound(v):
+            c = v.summary.client
+            why = "; ".join(c.reasons) if c is not None and c.reasons else "client bound"
+            out.append(f"{v.load} ({why})")
+    return out
 
 
 def left_out(views: Sequence[CellView]) -> list[str]:
@@ -89,12 +116,22 @@ class WorkloadAnswers:
     peak_output_tok_s: float | None
     peak_load: str
     left_out: list[str] = field(default_factory=list)  # the cells not completed, with why ("c=16 (stopped: ...)")
+    bound: list[str] = field(default_factory=list)  # completed cells left out: their client was bound, with why
+    include_bound: bool = False  # the client-bound cells were counted (`--include-bound`)
 
     def left_out_text(self) -> str:
-        """"" when every cell completed, else one sentence naming the cells the answers leave out."""
-        if not self.left_out:
-            return ""
-        return "left out (not completed): " + ", ".join(self.left_out)
+        """"" when every cell completed (and none was client bound), else the sentences naming the cells the
+        answers leave out."""
+        parts = []
+        if self.left_out:
+            parts.append("left out (not completed): " + ", ".join(self.left_out))
+        if self.bound:
+            parts.append(BOUND_NOTE + ", ".join(self.bound))
+        return "; ".join(parts)
+
+
+BOUND_NOTE = ("left out (client bound: the load generator, not the server, limited them; --include-bound counts "
+              "them): ")
 
 
 @dataclass
@@ -128,16 +165,19 @@ def _level_text(level: float, unit: str) -> str:
     return f"c={int(level)}" if unit == "concurrency" else f"{level:g} req/s"
 
 
-def capacity(views: Sequence[CellView]) -> Capacity:
-    """The highest load whose completed cell meets the SLOs (cells not completed are left out)."""
-    views = completed(views)
+def capacity(views: Sequence[CellView], include_bound: bool = False) -> Capacity:
+    """The highest load whose completed cell meets the SLOs (cells not completed, and client-bound ones unless
+    `include_bound`, are left out)."""
+    done = completed(views)
+    views = answering(views, include_bound)
     closed = [v for v in views if v.concurrency is not None]
     pts = closed or [v for v in views if v.rate is not None]
     unit = "concurrency" if closed else "req/s"
     judged = [(v.x, v.summary.slo_met_fraction) for v in pts if v.x is not None]
     known = [(x, f) for x, f in judged if f is not None]
     if not views:
-        return Capacity(None, unit, False, unknown=True, why_unknown="no completed cell")
+        why = "no completed cell whose client kept up" if done else "no completed cell"
+        return Capacity(None, unit, False, unknown=True, why_unknown=why)
     if not known:
         return Capacity(None, unit, False, unknown=True)
     ok = [x for x, f in known if f >= SLO_ATTAINMENT]
@@ -147,10 +187,11 @@ def capacity(views: Sequence[CellView]) -> Capacity:
     return Capacity(best, unit, best == max(x for x, _ in known))
 
 
-def knee(views: Sequence[CellView]) -> Knee:
-    """The completed concurrency level that maximises aggregate x per-user tok/s."""
+def knee(views: Sequence[CellView], include_bound: bool = False) -> Knee:
+    """The completed concurrency level that maximises aggregate x per-user tok/s (client-bound cells left out
+    unless `include_bound`)."""
     pts = []
-    for v in completed(views):
+    for v in answering(views, include_bound):
         if v.concurrency is None:
             continue
         a, u = finite(v.summary.output_tok_s), finite(v.summary.per_user_tok_s.mean)
@@ -163,22 +204,24 @@ def knee(views: Sequence[CellView]) -> Knee:
     return Knee(best[0], best[0] == pts[-1][0], best[1], best[2], levels=len(pts))
 
 
-def peak(views: Sequence[CellView]) -> tuple[float | None, str]:
-    """The highest aggregate output tok/s of a completed cell, and its load."""
+def peak(views: Sequence[CellView], include_bound: bool = False) -> tuple[float | None, str]:
+    """The highest aggregate output tok/s of a completed cell (not client bound unless `include_bound`), and
+    its load."""
     best: tuple[float | None, str] = (None, "")
-    for v in completed(views):
+    for v in answering(views, include_bound):
         a = finite(v.summary.output_tok_s)
         if a is not None and (best[0] is None or a > best[0]):
             best = (a, v.load)
     return best
 
 
-def derive(label: str, views: Sequence[CellView]) -> list[WorkloadAnswers]:
+def derive(label: str, views: Sequence[CellView], include_bound: bool = False) -> list[WorkloadAnswers]:
     out = []
     for w in dict.fromkeys(v.workload for v in views):
         wv = [v for v in views if v.workload == w]
-        pk, pl_ = peak(wv)
-        out.append(WorkloadAnswers(label, w, capacity(wv), knee(wv), pk, pl_, left_out(wv)))
+        pk, pl_ = peak(wv, include_bound)
+        out.append(WorkloadAnswers(label, w, capacity(wv, include_bound), knee(wv, include_bound), pk, pl_,
+                                   left_out(wv), bound_out(wv, include_bound), include_bound))
     return out
 
 
@@ -243,8 +286,10 @@ def answers_markdown(answers: Sequence[WorkloadAnswers], thinking: Sequence[Thin
         out.append("| " + " | ".join(cells) + " |")
     out += ["", f"Capacity: the highest load whose cell meets the SLOs ({md_escape(slo_text(slos))}). "
                 "Knee: the concurrency that maximises aggregate x per-user tok/s; past it, extra aggregate "
-                "throughput costs more per-user speed than it gains. Only completed cells count.", ""]
-    gaps = [(a, a.left_out_text()) for a in answers if a.left_out]
+                "throughput costs more per-user speed than it gains. Only completed cells count"
+                + (", client-bound ones included (--include-bound)." if any(a.include_bound for a in answers) else
+                   (", and not those whose client was bound." if any(a.bound for a in answers) else ".")), ""]
+    gaps = [(a, a.left_out_text()) for a in answers if a.left_out or a.bound]
     if gaps:
         out += [f"- {md_escape(a.session) + ', ' if with_session else ''}{md_escape(a.workload)}: "
                 f"{md_escape(t)}" for a, t in gaps] + [""]

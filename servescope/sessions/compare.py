@@ -33,6 +33,10 @@ Definitions (also in the README's "Reports and comparisons" and in every report)
   throughput costs more per-user speed than it gains. "Not reached" when the maximum is the highest
   concurrency measured (the knee lies at or beyond it). Needs at least two concurrency levels.
 - Peak aggregate throughput: the highest output tok/s among the workload's cells, with its load.
+- Client bound: a cell whose load generator was `bound` (core/health.py: its CPU, event-loop lag, send
+  lateness or token bunching past the second threshold) measured the client, not the server. It is marked in
+  the comparison, no winner is called from it, and capacity, knee and peak leave it out (naming it) unless
+  `include_bound`.
 - Thinking cost: for two workloads of one session with the same api and input shape (prompt lengths,
   prefix, dataset), one with thinking on and one without, the ratio on/off of E2E p50 and TTFO p50 at each
   load level they share, and the ratio of their capacities.
@@ -193,6 +197,12 @@ class ComparedCell:
     no_winner: dict[str, str] = field(default_factory=dict)  # metric key -> why no winner ("within noise")
     repeats: list[int] = field(default_factory=list)  # repeats per session (0: no per-request data)
     not_comparable: str = ""  # why no verdict is called for this cell ("" when comparable)
+    client: list[str | None] = field(default_factory=list)  # per session: the worst client verdict of its repeats
+
+    @property
+    def bound_in(self) -> list[int]:
+        """The sessions whose client was bound in this cell (their figures measure the load generator)."""
+        return [i for i, v in enumerate(self.client) if v == "bound"]
 
     def verdict(self, key: str, i: int) -> str | None:
         """`better` / `worse` / `within noise`, `not comparable (...)`, or None (not judged, no interval)."""
@@ -285,6 +295,8 @@ class Comparison:
                 {"workload": c.workload, "load": c.load, "concurrency": c.concurrency, "rate": c.rate,
                  "repeats": c.repeats, "comparable": not c.not_comparable,
                  "not_comparable": c.not_comparable or None,
+                 "client": dict(zip(self.labels, c.client, strict=True)) if c.client else None,
+                 "client_bound": [self.labels[i] for i in c.bound_in],
                  "metrics": {m.key: {"values": c.values[m.key], "delta_pct": c.deltas[m.key],
                                      "winner": self.labels[w] if (w := c.winners[m.key]) is not None else None,
                                      "deltas": [self._delta_dict(c, m, i) for i in range(1, len(self.labels))]}
@@ -297,7 +309,8 @@ class Comparison:
                  "capacity": a.capacity.level, "capacity_unit": a.capacity.unit,
                  "capacity_not_reached": a.capacity.not_reached, "capacity_unknown": a.capacity.unknown,
                  "knee_concurrency": a.knee.concurrency, "knee_not_reached": a.knee.not_reached,
-                 "peak_output_tok_s": a.peak_output_tok_s, "peak_load": a.peak_load}
+                 "peak_output_tok_s": a.peak_output_tok_s, "peak_load": a.peak_load,
+                 "left_out_client_bound": a.bound, "include_bound": a.include_bound}
                 for a in self.answers
             ],
             "thinking": [
@@ -386,10 +399,16 @@ class Comparison:
                     wi = c.winners[m.key]
                     vals = [f"**{fmt_num(v)}**" if i == wi else fmt_num(v) for i, v in enumerate(c.values[m.key])]
                     deltas = [md_escape(delta_text(c, m, i)) for i in range(1, len(L))]
-                    load = md_escape(c.load) if j == 0 else ""
+                    load = (md_escape(c.load) + _bound_mark(c, esc)) if j == 0 else ""
                     best = esc[wi] if wi is not None else md_escape(c.no_winner.get(m.key, "-"))
                     out.append("| " + " | ".join([load, md_escape(m.label), *vals, *deltas, best]) + " |")
             out.append("")
+        bound = [(c, [L[i] for i in c.bound_in]) for c in self.cells if c.bound_in]
+        if bound:
+            out += ["**Client bound** (marked ⚠ above): in these cells the load generator, not the server, limited "
+                    "the figures of the sessions named; no winner is called from them:", ""]
+            out += [f"- {md_escape(c.workload)} {md_escape(c.load)}: {', '.join(md_escape(x) for x in who)}"
+                    for c, who in bound] + [""]
         if self.only_in:
             out += [f"{h}# Cells present in only some sessions", "", "| workload | load | present in | missing from |",
                     "|---|---|---|---|"]
@@ -404,6 +423,19 @@ class Comparison:
         if self.notes:
             out.append("")
         return "\n".join(out).rstrip() + "\n"
+
+
+def _bound_mark(c: ComparedCell, esc: Sequence[str]) -> str:
+    return f" ⚠ client bound: {', '.join(esc[i] for i in c.bound_in)}" if c.bound_in else ""
+
+
+def _client_verdict(views: Sequence[CellView]) -> str | None:
+    """The worst client verdict among a cell's repeats (None: not measured)."""
+    got = [c.verdict for v in views if (c := v.summary.client) is not None and c.verdict]
+    for worst in ("bound", "strained", "ok"):
+        if worst in got:
+            return worst
+    return None
 
 
 def _facts(session: Session) -> dict[str, str]:
@@ -530,9 +562,10 @@ def config_diff(sessions: Sequence[Session]) -> tuple[list[tuple[str, list[str]]
 def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                      slos: Mapping[str, float] | None = None,
                      metrics: tuple[MetricSpec, ...] = COMPARE_METRICS, min_effect: float = MIN_EFFECT_PCT,
-                     resamples: int = RESAMPLES, seed: int = 0) -> Comparison:
+                     resamples: int = RESAMPLES, seed: int = 0, include_bound: bool = False) -> Comparison:
     """Align the sessions' cells by workload and load and compare them metric by metric, each delta with its
-    bootstrap interval and verdict (servescope.sessions.stats).
+    bootstrap interval and verdict (servescope.sessions.stats). A cell whose client was bound in some session
+    calls no winner; the answers leave such cells out unless `include_bound`.
 
     Raises ServescopeError when fewer than two sessions are given or when they share no cell."""
     if len(sessions) < 2:
@@ -587,6 +620,7 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
             boots.append(_cell_boot(sess, rviews, used, judged, resamples, seed_for(seed, i, *k)))
         max_repeats = max([max_repeats, *(b.repeats for b in boots if b is not None)])
         why = ", ".join(x for x in (*every.values(), per_wl.get(k[0], "")) if x)
+        client = [_client_verdict(rviews) for rviews in reps]
         judgements: dict[str, list[Judgement | None]] = {}
         wins: dict[str, int | None] = {}
         no_win: dict[str, str] = {}
@@ -606,19 +640,22 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                 pair = judge(boots[r], boots[w], m.key, m.better, min_effect, observed=(vals[r], vals[w]))
                 if why:
                     w, no_win[m.key] = None, "not comparable"
+                elif "bound" in client:
+                    w, no_win[m.key] = None, "client bound"
                 elif pair.verdict is None:
                     w, no_win[m.key] = None, "no interval"
                 elif pair.verdict != "better":
                     w, no_win[m.key] = None, "within noise"
             wins[m.key] = w
         cells.append(ComparedCell(k[0], k[1], reps[0][0].concurrency, reps[0][0].rate, values, deltas, wins,
-                                  judgements, no_win, [b.repeats if b is not None else 0 for b in boots], why))
+                                  judgements, no_win, [b.repeats if b is not None else 0 for b in boots], why,
+                                  client))
     only = [(k[0], k[1], [lb for lb, m in zip(labels, groups, strict=True) if k in m])
             for k in order if k not in common]
     answers = []
     thinking = []
     for s, lb, v in zip(sessions, labels, views, strict=True):
-        answers += derive(lb, v)
+        answers += derive(lb, v, include_bound)
         thinking += thinking_costs(lb, s, v)
     refs = [SessionRef(lb, s.path.name, clean_text(i.model), clean_text(i.target.url),
                        {str(k): clean_text(str(x)) for k, x in i.tags.items()})

@@ -61,14 +61,15 @@ class SessionReport:
     notes: list[str]
 
 
-def build(session: Session, slos: Mapping[str, float] | None = None, label_key: str | None = None) -> SessionReport:
+def build(session: Session, slos: Mapping[str, float] | None = None, label_key: str | None = None,
+          include_bound: bool = False) -> SessionReport:
     used, source = choose_slos([session], slos)
     views = cell_views(session)
     apply_slos(session, views, used)
     everything = cell_views(session, include_skipped=True)
     skipped = [v for v in everything if not v.has_summary]
     label = session_label(session, label_key)
-    rep = SessionReport(session, label, views, skipped, used, source, derive(label, views + skipped),
+    rep = SessionReport(session, label, views, skipped, used, source, derive(label, views + skipped, include_bound),
                         thinking_costs(label, session, views), [])
     rep.notes = abnormal_notes(rep)
     return rep
@@ -138,6 +139,14 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                          "(the client or its connection cap fell behind; latencies exclude that wait)")
         if v.slo_unknown:
             notes.append(f"{cell}: no per-request data: cannot judge it against these SLOs")
+        ch = sm.client
+        if ch is not None and ch.verdict in ("bound", "strained"):
+            from servescope.core.health import client_text
+
+            notes.append(f"{cell}: client {client_text(ch)}" + (
+                " (its figures measure the load generator; capacity, knee and peak leave it out unless "
+                "--include-bound; run the load from more cores or a stronger host)" if ch.verdict == "bound" else
+                ": its timestamps may be late by up to the loop lag"))
         notes += stability_notes(s, v)
     imp = s.info.import_
     if imp is not None:
@@ -186,7 +195,7 @@ def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
            f"(session `{md_escape(rep.session.path.name).replace('`', '')}`).", ""]
     out += _setup(rep)
     out += _workloads(rep)
-    out += _definitions()
+    out += _definitions(with_client=any(v.summary.client is not None for v in rep.views))
     for w in dict.fromkeys(v.workload for v in rep.views):
         out += _workload_section(rep, w, comparison, others)
     if rep.thinking:
@@ -301,7 +310,8 @@ def _rep_dict(r: SessionReport) -> dict[str, Any]:
             {"workload": a.workload, "capacity": a.capacity.level, "capacity_unit": a.capacity.unit,
              "capacity_not_reached": a.capacity.not_reached, "capacity_unknown": a.capacity.unknown,
              "knee_concurrency": a.knee.concurrency, "knee_not_reached": a.knee.not_reached,
-             "peak_output_tok_s": a.peak_output_tok_s, "peak_load": a.peak_load}
+             "peak_output_tok_s": a.peak_output_tok_s, "peak_load": a.peak_load,
+             "left_out_client_bound": a.bound, "include_bound": a.include_bound}
             for a in r.answers
         ],
         "thinking": [{"thinking_on": t.thinking_on, "thinking_off": t.thinking_off, "loads": t.loads,
@@ -312,18 +322,21 @@ def _rep_dict(r: SessionReport) -> dict[str, Any]:
 
 
 def render_report(session: Session, compare_with: Sequence[Session] = (), fmt: str = "md",
-                  slos: Mapping[str, float] | None = None, label_key: str | None = None) -> str:
-    """The report of `session` (plus delta tables against `compare_with`) as md, csv or json text."""
+                  slos: Mapping[str, float] | None = None, label_key: str | None = None,
+                  include_bound: bool = False) -> str:
+    """The report of `session` (plus delta tables against `compare_with`) as md, csv or json text; client-bound
+    cells count in capacity, knee and peak only with `include_bound`."""
     if fmt not in FORMATS:
         from servescope.core.errors import ServescopeError
 
         raise ServescopeError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
     comparison = None
     if compare_with:
-        comparison = compare_sessions([session, *compare_with], label_key=label_key, slos=slos)
+        comparison = compare_sessions([session, *compare_with], label_key=label_key, slos=slos,
+                                      include_bound=include_bound)
         slos = comparison.slos
-    rep = build(session, slos, label_key)
-    others = [build(s, rep.slos, label_key) for s in compare_with]
+    rep = build(session, slos, label_key, include_bound)
+    others = [build(s, rep.slos, label_key, include_bound) for s in compare_with]
     if comparison is not None:
         rep.slos_source = comparison.slos_source
         rep.label = comparison.labels[0]

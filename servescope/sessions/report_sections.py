@@ -27,6 +27,12 @@ EXTRA_DEFINITIONS: dict[str, str] = {
     "knee": "the concurrency that maximises aggregate output tok/s x mean per-user tok/s; past it, extra "
             "aggregate throughput costs more per-user speed than it gains",
 }
+CLIENT_DEFINITION = (
+    "the load generator's own health over the cell: ok, strained or bound (the client, not the server, "
+    "limited the cell) by the worst of: CPU (process CPU time / wall time, plus the loop thread's wait for a "
+    "CPU, as a share of one core), event-loop lag p99 (how late a 10 ms timer ran), open-loop sends late "
+    "against their schedule p99, and the share of tokens stamped at the same ns as the request's previous one "
+    "(read in one piece)")
 
 
 
@@ -166,13 +172,33 @@ def _workloads(rep: SessionReport) -> list[str]:
     return out + [""]
 
 
-def _definitions() -> list[str]:
+def _definitions(with_client: bool = False) -> list[str]:
     out = ["## Metric definitions", "", "| metric | definition |", "|---|---|"]
     for k, v in FORMULAS.items():
         out.append(f"| `{k}` | {md_escape(v)} |")
     for k, v in EXTRA_DEFINITIONS.items():
         out.append(f"| {k} | {md_escape(v)} |")
+    if with_client:
+        from servescope.core.health import BUNCHED_SHARE, CPU_UTIL, LOOP_LAG_P99_MS, SEND_LATE_P99_MS
+
+        limits = (f"strained / bound above: CPU {CPU_UTIL[0]:.0%} / {CPU_UTIL[1]:.0%}, loop lag p99 "
+                  f"{LOOP_LAG_P99_MS[0]:g} / {LOOP_LAG_P99_MS[1]:g} ms, sends late p99 {SEND_LATE_P99_MS[0]:g} / "
+                  f"{SEND_LATE_P99_MS[1]:g} ms, bunched tokens {BUNCHED_SHARE[0]:.0%} / {BUNCHED_SHARE[1]:.0%}")
+        out.append(f"| client | {md_escape(CLIENT_DEFINITION)}; {md_escape(limits)} |")
     return out + [""]
+
+
+def _client_cell(sm: Any) -> str:
+    """`ok 23% / 0.4 ms`, `**BOUND** 96% / 130 ms` (CPU share of a core, wait included; loop lag p99)."""
+    c = sm.client
+    if c is None:
+        return "-"
+    cpu = finite(c.cpu_util)
+    demand = None if cpu is None else cpu + (finite(c.cpu_wait_share) or 0.0)
+    lag = finite(c.loop_lag_ms.p99)
+    figs = f"{demand:.0%} / {fmt_num(lag)} ms" if demand is not None and lag is not None else ""
+    verdict = "**BOUND**" if c.verdict == "bound" else md_escape(c.verdict or "?")
+    return f"{verdict} {figs}".strip()
 
 
 def _trio(d: Dist) -> str:
@@ -276,6 +302,9 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
     cache = any(finite(v.summary.prefix_cache_hit_rate) is not None for v in views)
     if cache:
         head.append("prefix cache hit")
+    client = any(v.summary.client is not None for v in views)
+    if client:
+        head.append("client")
     out += [_row(head), _sep(len(head), numeric_from=6)]
     for v in views:
         sm = v.summary
@@ -288,8 +317,13 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
             fmt_num(finite(sm.output_tok_s)), fmt_num(finite(sm.per_user_tok_s.mean)),
             fmt_num(finite(sm.goodput_req_s)), f"{frac:.0%}" if frac is not None else "-",
             *([f"{hit:.1%}" if hit is not None else "-"] if cache else []),
+            *([_client_cell(sm)] if client else []),
         ]))
     out.append("")
+    if client:
+        out += ["Client: the load generator's own health in the cell (see the definitions): `ok`, `strained`, or "
+                "**BOUND** when the client, not the server, limited the cell; CPU as a share of one core "
+                "(with its wait for a CPU), loop lag p99 in ms.", ""]
     if cache:
         out += ["Prefix cache hit: cached / prompt tokens of the cell's successful requests, from the usage's "
                 "`prompt_tokens_details.cached_tokens` when the server sent it, else from its `/metrics` prefix-cache "
@@ -305,6 +339,11 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
         if ans.left_out:
             out.append(f"- **Left out of these answers and the charts** (not completed): "
                        f"{md_escape(', '.join(ans.left_out))}")
+        if ans.bound:
+            out.append(f"- **Left out of these answers** (client bound: the load generator, not the server, "
+                       f"limited them; `--include-bound` counts them): {md_escape(', '.join(ans.bound))}")
+        elif ans.include_bound and any(v.summary.client_bound for v in views):
+            out.append("- Client-bound cells are counted in these answers (`--include-bound`).")
         out.append("")
     done = completed(views)  # the charts draw completed cells only, as the answers use
     closed = [v for v in done if v.concurrency is not None]

@@ -40,6 +40,7 @@ class CellSpec:
     server: dict[str, Any] | None = None
     prompt_delta: int = 0  # measured prompt - requested
     skipped: str = ""
+    client: dict[str, Any] | None = None  # the summary's `client` entry (core/health.py judge_client)
 
 
 @dataclass
@@ -140,6 +141,8 @@ def build_session(base: Path, spec: SessionSpec, dirname: str | None = None) -> 
         summary = summarize(df, wall, spec.slos)
         if c.server is not None:
             summary["server"] = c.server
+        if c.client is not None:
+            summary["client"] = c.client
         w.write_cell({**row, "status": "done", "reason": ""}, df, summary)
     w.finish(spec.status, spec.message)
     w.meta.update(started_at="2026-12-01T12:00:00+0000", ended_at="2026-12-01T12:10:00+0000", host="gpu-box",

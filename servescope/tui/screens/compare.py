@@ -85,6 +85,9 @@ def answer_line(a: Any) -> str:
     knee = f"c={a.knee.concurrency}" + ("+" if a.knee.not_reached else "") if a.knee.concurrency is not None else "-"
     peak = f"{fmt_num(a.peak_output_tok_s)} tok/s at {a.peak_load}" if a.peak_output_tok_s is not None else "-"
     left = f" (left out, not completed: {', '.join(a.left_out)})" if getattr(a, "left_out", None) else ""
+    bound = getattr(a, "bound", None)
+    if bound:  # the load generator, not the server, limited them
+        left += f" (left out, client bound: {', '.join(b.split(' (')[0] for b in bound)})"
     return f"{a.session}: capacity {cap_t}, knee {knee}, peak {peak}{left}"
 
 

@@ -17,6 +17,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from servescope.core.health import client_text
 from servescope.tui import messages as m
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
@@ -402,9 +403,13 @@ class RunScreen(Screen[None]):
         s, c = msg.summary, msg.cell
         self.finished += 1
         self._cur_ended = True
-        if msg.status == "done":  # the curve, its knee and capacity use completed cells only
+        client = s.get("client") if isinstance(s.get("client"), dict) else None
+        bound = client is not None and client.get("verdict") == "bound"
+        if msg.status == "done" and not bound:  # the curve, its knee and capacity use completed cells only
             self._done_cells += 1
             self._points.setdefault(c.series, []).append(curve_point(c, s, self.slos))
+        elif msg.status == "done":  # the load generator, not the server, limited it: its figures are the client's
+            self._left_out.append(f"{c.label} (client bound)")
         else:
             self._left_out.append(f"{c.label} ({msg.status})")
         self.query_one(CellTable).set_cell(c.index, c.series, c.load_label, msg.status, s)
@@ -429,9 +434,15 @@ class RunScreen(Screen[None]):
                                 f"cell {c.index + 1} {late}")
             if self._cur is not None and self._cur.index == c.index:  # the first line says it, in the load's and
                 self.progress.label, self.progress.shape = c.series, short_lateness(s)  # the shape's place
+        if client is not None and client.get("verdict") != "ok":  # ok is in the table's client column
+            self.log_view.event("warning", f"cell {c.index + 1} client: {client_text(client)}")
         if msg.status != "done":
             self.log_view.event("warning", f"cell {c.index + 1} ({c.label}) is left out of the curve, knee and "
                                            f"capacity: it did not complete ({msg.status})")
+        elif bound:
+            self.log_view.event("warning", f"cell {c.index + 1} ({c.label}) is left out of the curve, knee and "
+                                           "capacity: its client was bound (the load generator, not the server, "
+                                           "limited it)")
         self._out_tok, self._per_user = 0, []
         self._live_curve()
         self._update_eta()

@@ -395,6 +395,8 @@ class SessionScreen(Screen[None]):
             s = self.summaries.get(int(rr["index"]))
             if series_of(rr) != wl or not s or (rr.get("status") or "done") != "done":  # completed cells only
                 continue
+            if s.client_bound:  # the load generator, not the server, limited it: not on the curve or its knee
+                continue
             x = rr.get("concurrency") if rr.get("concurrency") is not None else rr.get("rate")
             pts.append(CurvePoint(float(x or 0), str(rr.get("load_label")), float(s.output_tok_s or 0),
                                   float(s.per_user_tok_s.mean or 0),

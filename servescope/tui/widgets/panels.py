@@ -237,7 +237,7 @@ class ServerPanel(Zoomable):
 
 
 CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "user tok/s", "TTFT p50", "TTFT p99",
-                "TPOT p50", "E2E p50")
+                "TPOT p50", "E2E p50", "client")
 
 
 def cell_row(index: int, workload: str, load: str, status: str,
@@ -246,11 +246,21 @@ def cell_row(index: int, workload: str, load: str, status: str,
     s = CellSummary.from_dict(summary) if isinstance(summary, Mapping) and summary else summary
     if not isinstance(s, CellSummary):
         return (str(index + 1), workload, load, status, *["-"] * (len(CELL_COLUMNS) - 4))
+    if s.client_bound:  # the load generator, not the server, limited it (core/health.py)
+        status = f"{status}, client BOUND"
     return (
         str(index + 1), workload, load, status, f"{s.requests_ok}/{s.requests_failed}",
         fnum(s.output_tok_s, 1), fnum(s.per_user_tok_s.p50), fnum(s.ttft_ms.p50), fnum(s.ttft_ms.p99),
-        fnum(s.tpot_ms.p50, 2), fnum(s.e2e_ms.p50, 0),
+        fnum(s.tpot_ms.p50, 2), fnum(s.e2e_ms.p50, 0), _verdict(s),
     )
+
+
+def _verdict(s: CellSummary) -> str:
+    """The client's verdict (core/health.py), `BOUND` in capitals: that cell measured the load generator."""
+    c = s.client
+    if c is None or not c.verdict:
+        return "-"
+    return "BOUND" if c.verdict == "bound" else c.verdict
 
 
 # (priority: lower stays longest when the table is narrow, min width when it may be cut, right-aligned)
@@ -259,7 +269,7 @@ CELL_COLS = (
     Col("status", "status", 2), Col("ok/fail", "ok/fail", 6, right=True), Col("out tok/s", "out tok/s", 3, right=True),
     Col("user tok/s", "user tok/s", 7, right=True), Col("TTFT p50", "TTFT p50", 4, right=True),
     Col("TTFT p99", "TTFT p99", 8, right=True), Col("TPOT p50", "TPOT p50", 9, right=True),
-    Col("E2E p50", "E2E p50", 10, right=True),
+    Col("E2E p50", "E2E p50", 10, right=True), Col("client", "client", 11),
 )
 
 

@@ -1,0 +1,207 @@
+"""The client's own health (core/health.py): the probe measures a blocked loop and an idle one, parts merge,
+and `judge_client` grades each figure against its thresholds with a reason naming it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from array import array
+from typing import Any
+
+import pytest
+
+from servescope.core.health import (
+    BUNCHED_SHARE,
+    CPU_UTIL,
+    LOOP_LAG_P99_MS,
+    SEND_LATE_P99_MS,
+    ClientProbe,
+    client_text,
+    judge_client,
+    merge_client,
+)
+from servescope.core.metrics import client_figures, records_frame, summarize
+from servescope.core.records import RequestRecord
+from servescope.core.results import CellSummary, ClientHealth
+from tests.sessions.conftest import CellSpec, _records
+
+
+def part(cpu: float = 0.2, p99: float = 1.0, wait: float | None = 0.0, **kw: Any) -> dict[str, Any]:
+    return {"loop_lag_ms": {"p50": 0.5, "p99": p99, "max": p99 * 2}, "cpu_s": cpu * 10, "wall_s": 10.0,
+            "cpu_util": cpu, "cpu_wait_share": wait, "loop_cpu_s": cpu * 9, "workers": 1,
+            "lag_samples": [0.5] * 98 + [p99, p99 * 2], **kw}
+
+
+# ---- judge_client -----------------------------------------------------------------------------------
+def test_healthy_part_is_ok_without_reasons() -> None:
+    c = judge_client(part(), send_late_p99_ms=1.0, bunched_share=0.02)
+    assert c is not None
+    assert c["verdict"] == "ok" and c["reasons"] == []
+    assert c["loop_lag_ms"] == {"p50": 0.5, "p99": 1.0, "max": 2.0}
+    assert c["cpu_util"] == 0.2 and c["workers"] == 1
+    assert "lag_samples" not in c  # the raw samples never reach the summary
+    assert {"verdict", "loop_lag_ms", "cpu_util", "workers", "reasons"} <= set(c)
+    json.dumps(c)
+
+
+def test_no_part_no_verdict() -> None:
+    assert judge_client(None) is None
+    assert judge_client({}) is None
+
+
+@pytest.mark.parametrize(("kw", "verdict", "reason"), [
+    ({"cpu": 0.80}, "strained", "CPU 80% of a core (strained above 70%)"),
+    ({"cpu": 0.96}, "bound", "CPU 96% of a core (bound above 90%)"),
+    ({"cpu": 0.45, "wait": 0.50}, "bound", "CPU 45% of a core + 50% waiting for a CPU = 95% (bound above 90%)"),
+    ({"p99": 30.0}, "strained", "event-loop lag p99 30.0 ms (strained above 20 ms)"),
+    ({"p99": 60.0}, "bound", "event-loop lag p99 60.0 ms (bound above 50 ms)"),
+])
+def test_each_probe_figure_grades(kw: dict[str, float], verdict: str, reason: str) -> None:
+    c = judge_client(part(**kw))
+    assert c is not None and c["verdict"] == verdict
+    assert c["reasons"] == [reason]
+
+
+def test_record_figures_grade() -> None:
+    late = judge_client(part(), send_late_p99_ms=60.0)
+    assert late is not None and late["verdict"] == "bound"
+    assert late["reasons"] == ["sends late against their schedule p99 60.0 ms (bound above 50 ms)"]
+    bunched = judge_client(part(), bunched_share=0.35)
+    assert bunched is not None and bunched["verdict"] == "strained"
+    assert bunched["reasons"] == ["35% of tokens read together with the previous one (strained above 30%)"]
+
+
+def test_at_the_threshold_is_not_past_it() -> None:
+    c = judge_client(part(cpu=CPU_UTIL[0], p99=LOOP_LAG_P99_MS[0]), send_late_p99_ms=SEND_LATE_P99_MS[0],
+                     bunched_share=BUNCHED_SHARE[0])
+    assert c is not None and c["verdict"] == "ok"
+
+
+def test_worst_figure_wins_and_every_figure_past_a_threshold_is_named() -> None:
+    c = judge_client(part(cpu=0.75, p99=120.0), bunched_share=0.5)
+    assert c is not None and c["verdict"] == "bound"
+    assert [r.split(" (")[-1] for r in c["reasons"]] == ["strained above 70%)", "bound above 50 ms)",
+                                                         "strained above 30%)"]
+
+
+def test_client_text() -> None:
+    ok = judge_client(part(p99=0.4, cpu=0.23))
+    assert client_text(ok) == "ok (loop lag p99 0.4 ms, CPU 23% of one core, 1 worker)"
+    bound = judge_client(part(cpu=0.96))
+    assert client_text(bound) == ("BOUND (CPU 96% of a core (bound above 90%)): the client, not the server, "
+                                  "limited this cell")
+    assert client_text(ClientHealth.from_dict(bound)) == client_text(bound)
+    assert client_text(None) == ""
+
+
+# ---- merge_client -----------------------------------------------------------------------------------
+def test_merge_of_workers() -> None:
+    a = part(cpu=0.3, p99=2.0, nodes={"n1": 10}, clock_error_ms=0.2)
+    b = part(cpu=0.8, p99=40.0, wait=0.1, nodes={"n1": 5, "n2": 7}, clock_error_ms=0.5)
+    m = merge_client([a, None, b])
+    assert m is not None
+    assert m["workers"] == 2
+    assert m["cpu_util"] == 0.8  # the busiest worker: the one that saturates first
+    assert m["cpu_s"] == pytest.approx(11.0)  # every worker's CPU together
+    assert m["cpu_wait_share"] == 0.1
+    assert len(m["lag_samples"]) == 200
+    assert m["loop_lag_ms"]["max"] == 80.0  # the worst worker's lag is the cell's
+    assert m["nodes"] == {"n1": 15, "n2": 7}
+    assert m["clock_error_ms"] == 0.5
+    j = judge_client(m)
+    assert j is not None and j["verdict"] == "strained" and j["workers"] == 2
+    assert "busiest of its workers" in j["reasons"][0]
+    assert j["nodes"] == {"n1": 15, "n2": 7} and j["clock_error_ms"] == 0.5
+
+
+def test_merge_of_one_and_of_none() -> None:
+    a = part()
+    assert merge_client([a]) == a
+    assert merge_client([]) is None
+    assert merge_client([None, None]) is None
+
+
+# ---- the probe on a real event loop --------------------------------------------------------------
+def test_probe_sees_a_blocked_loop() -> None:
+    async def go() -> dict[str, Any]:
+        p = ClientProbe()
+        p.start()
+        await asyncio.sleep(0.05)
+        asyncio.get_running_loop().call_soon(time.sleep, 0.25)  # a callback that holds the loop 250 ms
+        await asyncio.sleep(0.35)
+        return await p.stop()
+
+    got = go()
+    out = asyncio.run(got)
+    assert out["loop_lag_ms"]["max"] >= 200.0
+    assert out["workers"] == 1 and out["wall_s"] >= 0.35
+    j = judge_client(out)
+    assert j is not None and j["verdict"] == "bound", j  # p99 over few samples: the blocked tick
+
+
+def test_probe_idle_loop_has_little_lag() -> None:
+    async def go() -> dict[str, Any]:
+        p = ClientProbe()
+        p.start()
+        await asyncio.sleep(1.0)
+        return await p.stop()
+
+    out = asyncio.run(go())
+    assert len(out["lag_samples"]) >= 20
+    assert out["loop_lag_ms"]["p50"] < 10.0, out["loop_lag_ms"]  # a tick is late by epoll's ms rounding, not more
+    assert out["cpu_util"] < 0.5
+
+
+def test_probe_counts_cpu() -> None:
+    async def go() -> dict[str, Any]:
+        p = ClientProbe()
+        p.start()
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.2:  # CPU work on the loop
+            pass
+        return await p.stop()
+
+    out = asyncio.run(go())
+    assert out["cpu_s"] >= 0.2 and out["loop_cpu_s"] >= 0.2
+    assert out["cpu_util"] > 0.0
+
+
+# ---- figures from the records and the typed summary ---------------------------------------------
+def _rec(i: int, stamps: list[int], scheduled: int = 0, sent: int = 0) -> RequestRecord:
+    r = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=10, output_tokens_requested=len(stamps),
+                      scheduled_ns=scheduled, sent_ns=sent or scheduled)
+    r.first_token_ns = stamps[0]
+    r.chunk_ns = array("q", stamps)
+    r.chunk_tokens = array("i", [1] * len(stamps))
+    r.end_ns = stamps[-1] + 1
+    r.output_tokens = len(stamps)
+    r.prompt_tokens = 10
+    return r
+
+
+def test_bunched_share_and_send_lateness() -> None:
+    # request 0: 4 events after its first, 2 stamped with the previous one; request 1: 2 after, none bunched
+    recs = [_rec(0, [100, 200, 200, 300, 300], scheduled=0, sent=2_000_000),
+            _rec(1, [1000, 1100, 1200], scheduled=10, sent=10)]
+    df = records_frame(recs)
+    figs = client_figures(df, open_loop=True)
+    assert figs["bunched_share"] == pytest.approx(2 / 6)
+    assert figs["send_late_p99_ms"] == pytest.approx(2.0 * 0.99, rel=0.01)
+    assert client_figures(df, open_loop=False)["send_late_p99_ms"] is None
+
+
+def test_summary_round_trip_with_the_client() -> None:
+    recs, wall = _records(CellSpec("w", 4))
+    s = summarize(records_frame(recs), wall)
+    s["client"] = judge_client(part(cpu=0.95), send_late_p99_ms=None, bunched_share=0.0)
+    cs = CellSummary.from_dict(s)
+    assert cs.to_dict() == s
+    assert json.dumps(cs.to_dict()) == json.dumps(s)  # key order too
+    assert cs.client is not None and cs.client.verdict == "bound" and cs.client_bound
+    assert cs.value("client", "cpu_util") == 0.95
+    s["client"] = judge_client(part(nodes={"a": 3}, clock_error_ms=1.5))
+    assert CellSummary.from_dict(s).to_dict() == s
+    del s["client"]
+    cs = CellSummary.from_dict(s)
+    assert cs.client is None and not cs.client_bound and "client" not in cs.to_dict()

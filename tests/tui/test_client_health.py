@@ -1,0 +1,47 @@
+"""The Run screen shows each finished cell's client verdict, and leaves a client-bound cell off the curve (so
+off its knee and SLO capacity), saying why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from servescope.core.health import judge_client
+from servescope.tui import messages as m
+from servescope.tui.app import make_app
+from servescope.tui.screens.run import RunScreen
+from servescope.tui.widgets import EventLog
+from servescope.tui.widgets.panels import CellTable
+
+
+def _summary(cpu: float) -> dict[str, Any]:
+    client = judge_client({"loop_lag_ms": {"p50": 0.3, "p99": 0.4, "max": 1.0}, "cpu_s": cpu, "wall_s": 1.0,
+                           "cpu_util": cpu, "workers": 1}, bunched_share=0.0)
+    return {"requests_ok": 20, "requests_failed": 0, "output_tok_s": 900.0 * cpu, "per_user_tok_s": {"mean": 50.0},
+            "client": client}
+
+
+async def test_run_screen_shows_the_verdict_and_leaves_bound_cells_off_the_curve(home: Path) -> None:
+    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
+    cells = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 20, None, "in 200-512 (uniform) / out 256 (chat)")
+             for i, c in enumerate((1, 4))]
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.switch_mode("run")
+        await pilot.pause()
+        run = app.screen
+        assert isinstance(run, RunScreen)
+        run.reset("t")
+        run.post_message(m.SweepStarted(home / "sessions" / "x", cells, "sim://tiny", "tiny", None, "t", True))
+        for cell, cpu in zip(cells, (0.23, 0.96), strict=True):
+            run.post_message(m.CellStarted(cell, 2))
+            run.post_message(m.CellFinished(cell, _summary(cpu), "done"))
+        await pilot.pause()
+        log = " ".join(" ".join(ln.text for ln in run.query_one(EventLog).lines).split())
+        assert "cell 1 client" not in log  # ok: in the table's client column, the event log stays for problems
+        assert ("cell 2 client: BOUND (CPU 96% of a core (bound above 90%)): the client, not the server, limited "
+                "this cell") in log
+        assert "cell 2 (sharegpt c=4) is left out of the curve, knee and capacity: its client was bound" in log
+        table = run.query_one(CellTable)
+        assert table.data["1"][3] == "done, client BOUND" and table.data["0"][3] == "done"
+        assert table.data["0"][-1] == "ok" and table.data["1"][-1] == "BOUND"
+        assert [p.label for p in run._points["sharegpt"]] == ["c=1"]
