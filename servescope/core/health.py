@@ -152,13 +152,18 @@ def merge_client(parts: Sequence[dict[str, Any] | None]) -> dict[str, Any] | Non
         "workers": sum(int(p.get("workers") or 1) for p in got),
         "lag_samples": lags,
     }
+    return add_placement(out, got)
+
+
+def add_placement(out: dict[str, Any], parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """`out` with the parts' Ray placement: `nodes` (node -> requests) summed, the worst `clock_error_ms`."""
     nodes: dict[str, int] = {}
-    for p in got:
+    for p in parts:
         for k, v in (p.get("nodes") or {}).items():
             nodes[k] = nodes.get(k, 0) + int(v)
     if nodes:
         out["nodes"] = nodes
-    bounds = [float(p["clock_error_ms"]) for p in got if p.get("clock_error_ms") is not None]
+    bounds = [float(p["clock_error_ms"]) for p in parts if p.get("clock_error_ms") is not None]
     if bounds:
         out["clock_error_ms"] = max(bounds)
     return out

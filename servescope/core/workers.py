@@ -43,7 +43,7 @@ from servescope.core.arrivals import send_times
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.conversation import is_multi_turn
 from servescope.core.errors import ServescopeError
-from servescope.core.health import merge_client
+from servescope.core.health import add_placement, merge_client
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
 from servescope.core.records import RequestRecord
 
@@ -457,17 +457,7 @@ def merge_parts(parts: Sequence[dict[str, Any] | None], workers: int) -> dict[st
         return None
     if all("loop_lag_ms" in p for p in got):
         return merge_client(got)
-    out: dict[str, Any] = {"workers": workers}
-    nodes: dict[str, int] = {}
-    for p in got:
-        for key, v in (p.get("nodes") or {}).items():
-            nodes[key] = nodes.get(key, 0) + int(v)
-    if nodes:
-        out["nodes"] = nodes
-    bounds = [float(p["clock_error_ms"]) for p in got if p.get("clock_error_ms") is not None]
-    if bounds:
-        out["clock_error_ms"] = max(bounds)
-    return out
+    return add_placement({"workers": workers}, got)
 
 
 # --- local processes ----------------------------------------------------------------------------------------
