@@ -84,7 +84,8 @@ def main() -> None:
         clients = [c.get("client") or {} for c in cells]
         tps = statistics.median(float(c["output_tok_s"]) for c in cells)
         per_1k = statistics.median(
-            float(cl.get("cpu_s") or 0.0) / max(1, int(c.get("output_tokens_total") or 0)) * 1e6
+            float(cl.get("cpu_s") or 0.0) / max(1.0, float(c.get("output_tokens_mean") or 0.0) * int(c["requests_ok"]))
+            * 1e6
             for c, cl in zip(cells, clients, strict=True))
         util = statistics.median(float(cl.get("cpu_util") or 0.0) for cl in clients)
         lag = statistics.median(float((cl.get("loop_lag_ms") or {}).get("p99") or 0.0) for cl in clients)
