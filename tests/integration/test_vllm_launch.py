@@ -128,7 +128,8 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     assert kv["source"] == "metrics+log" and kv["kv_cache_tokens"] == kv["log_kv_cache_tokens"] > 0
     assert s.meta["server"]["args"]["max_num_seqs"] == 2
     assert s.meta["server"]["variant_args"]["1"]["max_num_seqs"] == 8
-    # 8 sequences in a batch beat 2 at c=8
+    # at c=8, 2 sequences in a batch make 6 requests wait for a whole reply before their first token; 8 do not
+    # (throughput says the same on a quiet machine, but moves with a busy 2-core box more than TTFT does)
     by = {(r["server_variant"], r["concurrency"]): r for r in cells.to_dicts()}
-    assert by[("--max-num-seqs 8", 8)]["output_tok_s"] > by[("--max-num-seqs 2", 8)]["output_tok_s"]
+    assert by[("--max-num-seqs 8", 8)]["ttft_ms_p50"] < by[("--max-num-seqs 2", 8)]["ttft_ms_p50"]
     assert not _pids_listening_on(port)  # servescope stopped what it launched
