@@ -160,6 +160,14 @@ def async_client(**kw: Any) -> httpx.AsyncClient:
 KEEPALIVE_S = 4.0
 
 
+def _headers(opts: ClientOptions) -> dict[str, str]:
+    """The load's request headers, for every transport."""
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if opts.api_key:
+        headers["Authorization"] = f"Bearer {opts.api_key}"
+    return headers
+
+
 def make_http_client(opts: ClientOptions, connections: int, transport: str | None = None) -> Any:
     """A pooled HTTP client holding up to `connections` keep-alive streams (one per user).
 
@@ -167,16 +175,12 @@ def make_http_client(opts: ClientOptions, connections: int, transport: str | Non
     coroutine per piece, and streamed with less CPU per token than aiohttp, which streamed with 4-6x less than
     httpx (benchmarks/client_transport.py). aiohttp and httpx stay selectable (`--transport`)."""
     if (transport or opts.transport) == "raw":
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if opts.api_key:
-            headers["Authorization"] = f"Bearer {opts.api_key}"
+        headers = _headers(opts)
         return RawClient(opts.base_url, headers, max(1, connections), KEEPALIVE_S, ssl_context=ssl_context)
     if (transport or opts.transport) == "aiohttp":
         import aiohttp  # only when chosen: its import and SSL contexts cost ~0.2 s of start-up
 
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if opts.api_key:
-            headers["Authorization"] = f"Bearer {opts.api_key}"
+        headers = _headers(opts)
         n = max(1, connections)
         conn = aiohttp.TCPConnector(limit=n, limit_per_host=n, keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=300,
                                     ssl=ssl_context() if opts.base_url.startswith("https") else False)
@@ -187,9 +191,7 @@ def make_http_client(opts: ClientOptions, connections: int, transport: str | Non
 
 
 def _make_httpx_client(opts: ClientOptions, connections: int) -> httpx.AsyncClient:
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if opts.api_key:
-        headers["Authorization"] = f"Bearer {opts.api_key}"
+    headers = _headers(opts)
     n = max(1, connections)
     return async_client(
         base_url=opts.base_url,

@@ -223,10 +223,6 @@ def workers(raw: Any, where: str) -> int | str:
     return _int(raw, where, 1)
 
 
-def dump_workers(v: int | str) -> int | str:
-    return v
-
-
 def names(raw: Any, where: str) -> tuple[str, ...]:
     """Comma-separated names (a flag, a form field) or a TOML list of strings; empty: none."""
     if raw is None:

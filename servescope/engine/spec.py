@@ -125,7 +125,7 @@ class SweepSpec:
     seed: int = option(0, "load", "seed", ["--seed"], parse=f.any_int,
                        help="seed of the whole sweep: the prompts, lengths and arrival times of every cell derive "
                             "from it (default 0); the same seed sends the same requests")
-    workers: int | str = option("auto", "client", "workers", ["--workers"], parse=f.workers, dump=f.dump_workers,
+    workers: int | str = option("auto", "client", "workers", ["--workers"], parse=f.workers,
                                 metavar="N|auto",
                                 help="processes that send each cell's load, each with its own event loop and "
                                      "connections (default auto: 1 for small loads, more when one core cannot "
