@@ -3,9 +3,7 @@ It checks that a histogram and a finished cell are on screen, then quits with ct
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -14,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import servescope
+from tests.support.tmux import open_session, tmux
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (.ci/run installs it); the e2e demo test needs it")
@@ -23,8 +22,6 @@ ROOT = Path(servescope.__file__).resolve().parent.parent
 DEMO_CMD = [sys.executable, "-m", "servescope", "demo"]
 
 
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20, check=False).stdout
 
 
 def wait_for(session: str, needles: list[str], timeout: float) -> str:
@@ -40,12 +37,8 @@ def wait_for(session: str, needles: list[str], timeout: float) -> str:
 
 def test_demo_in_tmux_shows_histograms_and_a_finished_cell(tmp_path: Path) -> None:
     session = f"servescope-e2e-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "TERM": "xterm-256color"}
-    env.pop("NO_COLOR", None)
-    cmd = " ".join(f"'{c}'" for c in DEMO_CMD)
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", "-c", str(ROOT),
-                    "-e", f"SERVESCOPE_HOME={tmp_path}", "-e", f"PYTHONPATH={ROOT}", f"{cmd}; sleep 5"],
-                   check=True, env=env, timeout=20)
+    open_session(session, DEMO_CMD, ROOT, size=(100, 30),
+                 env={"SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}, linger_s=5)
     try:
         # the demo starts the simulator and a short sweep; the run screen shows the live histograms
         wait_for(session, ["cell 1/", "TTFT ms", "▲50", "▲99"], timeout=60)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from servescope.sessions.live import runner_state, send_command
-from tests.tui.test_tmux_skip_stop import ROOT, tmux, wait_for
+from tests.support.tmux import open_session, tmux
+from tests.tui.test_tmux_skip_stop import ROOT, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (.ci/run installs it); the e2e tests need it")
@@ -44,10 +45,8 @@ def term(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def _open(name: str, home: Path, *argv: str) -> None:
-    cmd = " ".join(f"'{c}'" for c in [sys.executable, "-m", "servescope", *argv])
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "80", "-y", "24", "-c", str(ROOT),
-                    "-e", f"SERVESCOPE_HOME={home}", "-e", f"PYTHONPATH={ROOT}", f"{cmd}; sleep 30"],
-                   check=True, timeout=20, env={**os.environ, "TERM": "xterm-256color"})
+    open_session(name, [sys.executable, "-m", "servescope", *argv], ROOT,
+                 env={"SERVESCOPE_HOME": str(home), "PYTHONPATH": str(ROOT)})
 
 
 def _cells(path: Path) -> list[dict[str, object]]:

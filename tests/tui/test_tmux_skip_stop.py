@@ -4,9 +4,7 @@ during a sweep asks, then `s` stops it and the app leaves within a couple of sec
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import time
 import tomllib
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import servescope
+from tests.support.tmux import open_session, tmux
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (.ci/run installs it); the e2e tests need it")
@@ -25,8 +24,6 @@ ROOT = Path(servescope.__file__).resolve().parent.parent
 DEMO_CMD = [sys.executable, "-m", "servescope", "demo"]
 
 
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20, check=False).stdout
 
 
 def screen(session: str) -> str:
@@ -47,13 +44,7 @@ def wait_for(session: str, needles: list[str], timeout: float) -> str:
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[str]:
     session = f"servescope-e2e-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "TERM": "xterm-256color"}
-    env.pop("NO_COLOR", None)
-    env.pop("SERVESCOPE_ENGINE", None)
-    cmd = " ".join(f"'{c}'" for c in DEMO_CMD)
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", "-c", str(ROOT),
-                    "-e", f"SERVESCOPE_HOME={tmp_path}", "-e", f"PYTHONPATH={ROOT}", f"{cmd}; sleep 30"],
-                   check=True, env=env, timeout=20)
+    open_session(session, DEMO_CMD, ROOT, env={"SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)})
     try:
         yield session
     finally:
