@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-LAG_PERIOD_S = 0.02  # the probe's timer period (50 ticks a second: a few microseconds each)
+LAG_PERIOD_S = 0.1  # the probe's timer period: 10 ticks a second (each wake-up of an idle loop costs ~0.1 ms of CPU here)
 MAX_LAG_SAMPLES = 200_000  # an hour-long cell keeps every 2nd, 4th, ... sample beyond this
 
 # thresholds of the verdict: `strained` past the first, `bound` past the second. Measured on this project's

@@ -21,7 +21,7 @@ from servescope.sessions.live import HEARTBEAT_S, ControlReader, EventLogWriter,
 
 __all__ = ["Bus", "BusFactory", "SweepBus"]
 
-POLL_S = 0.2  # how often the writer thread looks at the control file
+POLL_S = 0.5  # how often an idle writer thread looks at the control file (it also looks after every batch)
 
 
 class Bus(Protocol):

@@ -64,32 +64,41 @@ class CellInfo:
 
 def reduce_batch(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,
                                               list[tuple[str, str]], list[int], list[list[int | None]]]:
-    """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics (the one
-    definition), its output tokens and errors, plus two lists parallel to the TTFT list (one entry per successful request with a
+    """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics
+    (`request_figures`: `per_request`'s formulas, row by row), its output tokens and errors, plus two lists parallel to the TTFT list (one entry per successful request with a
     TTFT): the request's turn (from 1 in a conversation or agent session, 0 for a single-turn request) and
     `[cached prompt tokens or None when the usage did not say, prompt tokens or None]`."""
-    from servescope.core.metrics import per_request, records_frame
+    from servescope.core.metrics import request_figures
 
-    measured = [r for r in records if not r.warmup]
-    if not measured:
-        return [], [], [], [], 0, [], [], []
-    pr = per_request(records_frame(measured))
-    ok = pr.filter(pr["status"] == "ok")
-    errors = [(str(s), clean_text(str(e))[:200]) for s, e in zip(pr["status"], pr["error"], strict=True)
-              if s not in ("ok", "cancelled")]  # a request cancelled by a stop or skip is no server error
-    with_ttft = ok.filter(ok["ttft_ms"].is_not_null())
-    cached = [[c, p if p is not None and p >= 0 else None]
-              for c, p in zip(with_ttft["cached_tokens"].to_list(), with_ttft["prompt_tokens"].to_list(), strict=True)]
-    return (
-        with_ttft["ttft_ms"].to_list(),
-        ok["tpot_ms"].drop_nulls().to_list(),
-        ok["e2e_ms"].drop_nulls().to_list(),
-        ok["per_user_tok_s"].drop_nulls().to_list(),
-        int(ok["output_tokens"].sum() or 0),
-        errors,
-        [int(t or 0) for t in with_ttft["turn"].to_list()],
-        cached,
-    )
+    ttft: list[float] = []
+    tpot: list[float] = []
+    e2e: list[float] = []
+    per_user: list[float] = []
+    out_tok = 0
+    errors: list[tuple[str, str]] = []
+    turns: list[int] = []
+    cached: list[list[int | None]] = []
+    for r in records:
+        if r.warmup:
+            continue
+        if r.status != "ok":
+            if r.status != "cancelled":  # a request cancelled by a stop or skip is no server error
+                errors.append((str(r.status), clean_text(str(r.error))[:200]))
+            continue
+        f = request_figures(r)
+        out_tok += r.output_tokens
+        if f.tpot_ms is not None:
+            tpot.append(f.tpot_ms)
+        if f.e2e_ms is not None:
+            e2e.append(f.e2e_ms)
+        if f.per_user_tok_s is not None:
+            per_user.append(f.per_user_tok_s)
+        if f.ttft_ms is not None:
+            ttft.append(f.ttft_ms)
+            turns.append(int(r.turn or 0))
+            p = r.prompt_tokens
+            cached.append([r.cached_tokens, p if p is not None and p >= 0 else None])
+    return ttft, tpot, e2e, per_user, out_tok, errors, turns, cached
 
 
 def live_server(sample: dict[str, Any] | None) -> dict[str, float] | None:

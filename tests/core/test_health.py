@@ -14,6 +14,7 @@ import pytest
 from servescope.core.health import (
     BUNCHED_SHARE,
     CPU_UTIL,
+    LAG_PERIOD_S,
     LOOP_LAG_P99_MS,
     SEND_LATE_P99_MS,
     ClientProbe,
@@ -144,11 +145,11 @@ def test_probe_idle_loop_has_little_lag() -> None:
     async def go() -> dict[str, Any]:
         p = ClientProbe()
         p.start()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(2.0)
         return await p.stop()
 
     out = asyncio.run(go())
-    assert len(out["lag_samples"]) >= 20
+    assert len(out["lag_samples"]) >= 2.0 / LAG_PERIOD_S - 2
     assert out["loop_lag_ms"]["p50"] < 10.0, out["loop_lag_ms"]  # a tick is late by epoll's ms rounding, not more
     assert out["cpu_util"] < 0.5
 

@@ -2,10 +2,21 @@ from array import array
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servescope.core.errors import ServescopeError
-from servescope.core.metrics import itl_frame, meets_slos, parse_slos, per_request, records_frame, summarize
+from servescope.core.metrics import (
+    itl_frame,
+    meets_slos,
+    parse_slos,
+    per_request,
+    records_frame,
+    request_figures,
+    summarize,
+)
 from servescope.core.records import RequestRecord
+from servescope.engine.wire import reduce_batch
 
 MS = 1_000_000
 
@@ -135,3 +146,43 @@ def test_frame_schema_roundtrip(tmp_path) -> None:
     df.write_parquet(tmp_path / "r.parquet")
     back = pl.read_parquet(tmp_path / "r.parquet")
     assert back["chunk_ns"].to_list() == [[1 * MS, 2 * MS]]
+
+
+_ns = st.integers(min_value=0, max_value=10**12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ok", "error", "cancelled", "timeout"]), _ns, _ns, _ns,
+                          st.integers(min_value=0, max_value=5000)), min_size=1, max_size=12))
+def test_request_figures_agree_with_per_request(rows: list[tuple[str, int, int, int, int]]) -> None:
+    """The live batches' row-by-row figures are per_request's, value for value (nulls included), on records
+    with any order of stamps (a first token before the send, no end, no token)."""
+    recs = []
+    for i, (status, sent, first, end, out) in enumerate(rows):
+        r = RequestRecord(index=i, user=0, warmup=False, input_tokens_requested=1, output_tokens_requested=1,
+                          scheduled_ns=sent, sent_ns=sent, first_token_ns=first, end_ns=end, output_tokens=out)
+        r.status = status  # type: ignore[assignment]
+        recs.append(r)
+    frame = per_request(records_frame(recs))
+    for r, row in zip(recs, frame.iter_rows(named=True), strict=True):
+        got = request_figures(r)._asdict()
+        for k, v in got.items():
+            assert (v is None) == (row[k] is None), (k, r, v, row[k])
+            if v is not None:
+                assert v == pytest.approx(row[k], rel=1e-12, abs=1e-9), (k, r)
+
+
+def test_reduce_batch_figures_and_errors() -> None:
+    """A live batch: warm-ups left out, cancelled requests no error, errors cleaned of control bytes."""
+    ok = rec(0, 0, [(100, 1), (110, 1), (120, 1), (130, 1), (140, 1)])
+    ok.cached_tokens = 64
+    warm = rec(1, 0, [(50, 1)])
+    warm.warmup = True
+    bad = rec(2, 0, [], status="error")
+    bad.error = "boom\x1b[31m"
+    gone = rec(3, 0, [], status="cancelled")
+    ttft, tpot, e2e, per_user, out_tok, errors, turns, cached = reduce_batch([ok, warm, bad, gone])
+    assert ttft == [pytest.approx(100)] and tpot == [pytest.approx(10.25)] and e2e == [pytest.approx(141)]
+    assert per_user == [pytest.approx(5 / 0.141)] and out_tok == 5
+    assert len(errors) == 1 and errors[0][0] == "error" and "\x1b" not in errors[0][1]
+    assert turns == [0] and cached == [[64, 100]]
