@@ -256,6 +256,14 @@ MAX_COUNT = 2**31 - 1  # and never more than this, whatever the server says its 
 ERROR_BODY_LIMIT = 65536  # bytes of a failed response's body read for its error text
 _HEAD = 256  # bytes of a 200 body kept to say what it was when it is not an event stream
 MAX_LINE = 8 * 1024 * 1024  # an unfinished SSE line longer than this ends the request (memory, quadratic joins)
+_reads = 0  # pieces of response bodies received by this process, ever (see `reads()`)
+
+
+def reads() -> int:
+    """How many pieces of streamed response bodies this process has received so far: a count that moves while
+    a server is streaming, for the watchdog (a busy server can be slow to answer a health check and still be
+    serving every request)."""
+    return _reads
 
 
 def usage_bound(max_model_len: int | None) -> int:
@@ -339,6 +347,8 @@ class _Stream:
         self.reply = reply  # when a list: the reply's content pieces are appended to it (a conversation's history)
 
     def feed(self, piece: bytes, now: int) -> None:
+        global _reads
+        _reads += 1
         if len(self.head) < _HEAD:
             self.head += piece[: _HEAD - len(self.head)]
         for data in self.parser.feed(piece):

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from servescope.core.client import ClientOptions, RequestSpec
+from servescope.core.client import ClientOptions, RequestSpec, reads
 from servescope.core.health import judge_client
 from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
@@ -95,7 +95,7 @@ class CellAttempt:
             self.cc, seed=cell.seed, before_measured=self._before_measured))
         task.add_done_callback(lambda _t: self.wake.set())
         dog = asyncio.create_task(watchdog(self.servers, self.health_interval_s, self.cc.stop, self._on_lost,
-                                           progress=lambda: self.ok))
+                                           progress=lambda: self.ok + reads()))
         try:
             while not task.done():
                 try:

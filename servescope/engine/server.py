@@ -149,9 +149,11 @@ class Servers:
 async def watchdog(servers: ServerManager, interval_s: float, stopped: asyncio.Event,
                    on_lost: Callable[[], None], progress: Callable[[], int] | None = None) -> None:
     """Until `stopped` is set: check the server's health every `interval_s`; after two misses in a row call
-    `on_lost()` and return. With `progress` (a count of requests answered so far), a tick at which the count
-    rose needs no check: the server just answered (a check is a fresh connection and a request, costly for a
-    busy CPU server and for the client during the load)."""
+    `on_lost()` and return. With `progress` (a count that moves while the server answers: requests finished and
+    pieces of streams received), a tick at which it moved needs no check: the server is answering (a check is a
+    fresh connection and a request, costly for a busy CPU server and the client during the load), and a
+    check that fails while it moved is no miss (an overloaded server answers its streams before a new
+    connection)."""
     misses = 0
     seen = progress() if progress is not None else 0
     while not stopped.is_set():
@@ -163,6 +165,9 @@ async def watchdog(servers: ServerManager, interval_s: float, stopped: asyncio.E
                 continue
         if await servers.healthy(timeout_s=max(2.0, interval_s)):
             misses = 0
+            continue
+        if progress is not None and progress() != seen:
+            seen, misses = progress(), 0
             continue
         misses += 1
         if misses >= 2 and not stopped.is_set():

@@ -52,3 +52,18 @@ def test_a_live_server_without_progress_is_checked_every_tick() -> None:
     server = CountingServer(up=True)
     assert not asyncio.run(_run(server, lambda: 0, 0.3))
     assert server.checks >= 5
+
+
+def test_a_check_that_fails_while_streams_move_is_no_miss() -> None:
+    """An overloaded server answers its streams but not a new connection in time: not lost."""
+    moved = [0]
+
+    class Slow(CountingServer):
+        async def healthy(self, timeout_s: float = 5.0) -> bool:
+            self.checks += 1
+            moved[0] += 1  # pieces of the streams arrived while the check waited
+            return False
+
+    server = Slow(up=False)
+    assert not asyncio.run(_run(server, lambda: moved[0], 0.4))
+    assert server.checks >= 3
