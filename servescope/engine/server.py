@@ -156,18 +156,18 @@ async def watchdog(servers: ServerManager, interval_s: float, stopped: asyncio.E
     connection)."""
     misses = 0
     seen = progress() if progress is not None else 0
+
+    def moved() -> bool:
+        nonlocal seen
+        if progress is None or progress() == seen:
+            return False
+        seen = progress()
+        return True
+
     while not stopped.is_set():
         await asyncio.sleep(interval_s)
-        if progress is not None:
-            now = progress()
-            if now != seen:
-                seen, misses = now, 0
-                continue
-        if await servers.healthy(timeout_s=max(2.0, interval_s)):
+        if moved() or await servers.healthy(timeout_s=max(2.0, interval_s)) or moved():
             misses = 0
-            continue
-        if progress is not None and progress() != seen:
-            seen, misses = progress(), 0
             continue
         misses += 1
         if misses >= 2 and not stopped.is_set():

@@ -65,8 +65,8 @@ class CellInfo:
 def reduce_batch(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,
                                               list[tuple[str, str]], list[int], list[list[int | None]]]:
     """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics
-    (`request_figures`: `per_request`'s formulas, row by row), its output tokens and errors, plus two lists parallel to the TTFT list (one entry per successful request with a
-    TTFT): the request's turn (from 1 in a conversation or agent session, 0 for a single-turn request) and
+    (`request_figures`: `per_request`'s formulas, row by row), its output tokens and errors, plus two lists
+    parallel to the TTFT list (one entry per successful request with a TTFT): the request's turn (from 1 in a conversation or agent session, 0 for a single-turn request) and
     `[cached prompt tokens or None when the usage did not say, prompt tokens or None]`."""
     from servescope.core.metrics import request_figures
 
