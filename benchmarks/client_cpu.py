@@ -1,13 +1,14 @@
 """The benchmark client's CPU per 1,000 streamed tokens *during the load*: servescope vs `vllm bench serve`.
 
     .venv/bin/python benchmarks/client_cpu.py [--rounds 3] [--concurrency 8,32,128] [--requests 200]
-                                              [--servescope-args "--transport httpx"]
+                                              [--servescope-args "--transport httpx"] [--variant "--read-window 0"]
     .venv/bin/python benchmarks/client_cpu.py --sim [--streams 512,1024,2048,4096] [--rounds 3]
 
 Default mode starts the real CPU vLLM (tiny dense model, prefix caching off, via tests/support/vllm_server.py),
 then for each concurrency and round runs both tools on 256 in / 64 out random prompts (ignore_eos, a fresh
 seed per run), alternating which tool goes first. servescope runs with `--telemetry-interval off` (vllm bench
 samples nothing during a run, so neither tool pays for telemetry); `--servescope-args` is appended after it.
+`--variant FLAGS` adds servescope with those flags as a third tool in the rotation (an A/B of a setting).
 
 While a client runs, two threads of this process sample every 20 ms (a) the client's CPU: utime+stime of the
 client process and of all its descendants, from /proc (threads included), and (b) the server's /metrics:
@@ -61,7 +62,7 @@ SAMPLE_S = 0.020
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # parse() sums each sample over its label sets (engine=, model_name=), so these keys are plain names
 RUNNING, WAITING, GEN = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"
-VLLM_BENCH, SERVESCOPE = "vllm bench", "servescope"
+VLLM_BENCH, SERVESCOPE, VARIANT = "vllm bench", "servescope", "variant"
 PREP_NOTE = ("(the start-up run's CPU also holds its work after the load, results and exit, which a run's CPU before "
              "the window does not: preparation can come out a little low, even below 0)")
 
@@ -376,6 +377,12 @@ def raise_open_files(need: int) -> None:
             print(f"WARNING: the open-files limit ({hard}) is below the {need} this run wants", file=sys.stderr)
 
 
+def rotated(items: list[tuple[str, Runner]], rnd: int) -> list[tuple[str, Runner]]:
+    """Round `rnd`'s order: each tool goes first in turn (two tools: alternating)."""
+    k = rnd % len(items)
+    return items[k:] + items[:k]
+
+
 def med(xs: list[float]) -> float:
     xs = [x for x in xs if x == x]  # leave out NaN (a run whose busy window was never seen)
     return statistics.median(xs) if xs else float("nan")
@@ -394,7 +401,7 @@ def startup_runs(tools: dict[str, Runner], rounds: int) -> dict[str, float]:
     """The whole CPU of a 1-request, 1-output-token run of each tool: median of `rounds`, alternating."""
     got: dict[str, list[float]] = {name: [] for name in tools}
     for rnd in range(rounds):
-        order = list(tools.items()) if rnd % 2 == 0 else list(tools.items())[::-1]
+        order = rotated(list(tools.items()), rnd)
         for name, fn in order:
             r = fn(1, 1, 1, 900 + rnd, f"startup-{rnd}")
             got[name].append(r.total_s)
@@ -410,6 +417,7 @@ def header(args: argparse.Namespace, extra: list[str], alternating: str) -> None
 
 
 def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
+    variant = shlex.split(args.variant)
     concs = [int(x) for x in args.concurrency.split(",")]
     raise_open_files(max(concs) + 1024)
     print("starting vLLM (tiny dense model, --no-enable-prefix-caching) ...", file=sys.stderr)
@@ -426,7 +434,13 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
             check_servescope(r)
             return r
 
-        tools: dict[str, Runner] = {VLLM_BENCH: vb, SERVESCOPE: ss}
+        def sv(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
+            r = run_client(VARIANT, servescope_cmd(srv.url, conc, n, out_len, seed, tmp, [*extra, *variant]), None,
+                           srv.url, n, out_len, tmp, f"sv-{tag}")
+            check_servescope(r)
+            return r
+
+        tools: dict[str, Runner] = {VLLM_BENCH: vb, SERVESCOPE: ss, **({VARIANT: sv} if variant else {})}
         startup = startup_runs(tools, args.rounds)
         results: dict[tuple[str, int], list[Run]] = {}
         seed = 1
@@ -434,7 +448,7 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
             # one untimed warm run so neither tool pays for the server's first-shape compile
             ss(conc, max(conc, 8), OUT_LEN, 10_000 + conc, f"warm-{conc}")
             for rnd in range(args.rounds):
-                order = list(tools.items()) if rnd % 2 == 0 else list(tools.items())[::-1]
+                order = rotated(list(tools.items()), rnd)
                 for name, fn in order:
                     seed += 1
                     r = fn(conc, args.requests, OUT_LEN, seed, f"{conc}-{rnd}")
@@ -450,15 +464,20 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
                 pass
 
     header(args, extra, "alternating which tool goes first")
-    print(f"{args.requests} requests per run")
-    print("| c | vllm bench CPU ms / 1k tok | servescope CPU ms / 1k tok | ratio servescope / vllm bench |")
-    print("|---|---|---|---|")
+    print(f"{args.requests} requests per run" + (f"; variant: servescope with {shlex.join(variant)}" if variant else ""))
+    more = " variant CPU ms / 1k tok | ratio variant / vllm bench |" if variant else ""
+    print(f"| c | vllm bench CPU ms / 1k tok | servescope CPU ms / 1k tok | ratio servescope / vllm bench |{more}")
+    print("|---|---|---|---|" + ("---|---|" if variant else ""))
     for conc in concs:
         a = med([r.ms_per_1k for r in results[(VLLM_BENCH, conc)]])
         b = med([r.ms_per_1k for r in results[(SERVESCOPE, conc)]])
-        print(f"| {conc} | {a:,.1f} | {b:,.1f} | {b / a if a else float('nan'):.2f} |")
+        row = f"| {conc} | {a:,.1f} | {b:,.1f} | {b / a if a else float('nan'):.2f} |"
+        if variant:
+            v = med([r.ms_per_1k for r in results[(VARIANT, conc)]])
+            row += f" {v:,.1f} | {v / a if a else float('nan'):.2f} |"
+        print(row)
     print(f"start-up CPU (whole 1-request, 1-output-token run): vllm bench {startup[VLLM_BENCH]:.2f} s, "
-          f"servescope {startup[SERVESCOPE]:.2f} s")
+          f"servescope {startup[SERVESCOPE]:.2f} s" + (f", variant {startup[VARIANT]:.2f} s" if variant else ""))
     prep = {name: med([(r.before_s - startup[name]) / r.requests * 1000 for (n, _), runs in results.items()
                        if n == name for r in runs]) for name in tools}
     print(f"preparation CPU per request (CPU before the busy window minus start-up, over the requests; median of "
@@ -512,6 +531,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="8,32,128")
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--servescope-args", default="", help='extra flags for servescope, e.g. "--transport httpx"')
+    ap.add_argument("--variant", default="", help='vLLM mode: also run servescope with these extra flags, as a third '
+                    'tool in the rotation, e.g. "--read-window 0"')
     ap.add_argument("--sim", action="store_true", help="servescope alone on its simulator at --streams")
     ap.add_argument("--streams", default="512,1024,2048,4096")
     args = ap.parse_args()
