@@ -1,14 +1,15 @@
 """The benchmark client's CPU per 1,000 streamed tokens *during the load*: servescope vs `vllm bench serve`.
 
     .venv/bin/python benchmarks/client_cpu.py [--rounds 3] [--concurrency 8,32,128] [--requests 200]
-                                              [--servescope-args "--transport httpx"] [--variant "--read-window 0"]
+                                              [--servescope-args "--transport httpx"] [--variant "--transport aiohttp"]
     .venv/bin/python benchmarks/client_cpu.py --sim [--streams 512,1024,2048,4096] [--rounds 3]
 
 Default mode starts the real CPU vLLM (tiny dense model, prefix caching off, via tests/support/vllm_server.py),
 then for each concurrency and round runs both tools on 256 in / 64 out random prompts (ignore_eos, a fresh
 seed per run), alternating which tool goes first. servescope runs with `--telemetry-interval off` (vllm bench
 samples nothing during a run, so neither tool pays for telemetry); `--servescope-args` is appended after it.
-`--variant FLAGS` adds servescope with those flags as a third tool in the rotation (an A/B of a setting).
+`--variant FLAGS` adds servescope with those flags as a third tool in the rotation (an A/B of a setting);
+`--variant-checkout DIR` makes that third tool another checkout's servescope (an A/B of a change).
 
 While a client runs, two threads of this process sample every 20 ms (a) the client's CPU: utime+stime of the
 client process and of all its descendants, from /proc (threads included), and (b) the server's /metrics:
@@ -291,13 +292,13 @@ def settle(m: Metrics, timeout_s: float = 10.0) -> dict[str, float]:
 
 
 def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, requests: int, out_len: int,
-               out_dir: Path, tag: str) -> Run:
+               out_dir: Path, tag: str, cwd: Path = ROOT) -> Run:
     m = Metrics(url)
     before = settle(m)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out_path, err_path = out_dir / f"{tag}.out", out_dir / f"{tag}.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=ROOT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
         sampler = Sampler(proc.pid, url)
         sampler.start()
         try:
@@ -418,6 +419,12 @@ def header(args: argparse.Namespace, extra: list[str], alternating: str) -> None
 
 def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     variant = shlex.split(args.variant)
+    variant_root = Path(args.variant_checkout).resolve() if args.variant_checkout else ROOT
+    if args.variant_checkout:
+        import compileall
+
+        compileall.compile_dir(str(variant_root / "servescope"), quiet=1)
+        variant = variant or ["--telemetry-interval", "off"]  # any flag: the variant is the other checkout
     concs = [int(x) for x in args.concurrency.split(",")]
     raise_open_files(max(concs) + 1024)
     print("starting vLLM (tiny dense model, --no-enable-prefix-caching) ...", file=sys.stderr)
@@ -436,7 +443,7 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
 
         def sv(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
             r = run_client(VARIANT, servescope_cmd(srv.url, conc, n, out_len, seed, tmp, [*extra, *variant]), None,
-                           srv.url, n, out_len, tmp, f"sv-{tag}")
+                           srv.url, n, out_len, tmp, f"sv-{tag}", cwd=variant_root)
             check_servescope(r)
             return r
 
@@ -463,8 +470,9 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
             except ProcessLookupError:
                 pass
 
-    header(args, extra, "alternating which tool goes first")
-    print(f"{args.requests} requests per run" + (f"; variant: servescope with {shlex.join(variant)}" if variant else ""))
+    header(args, extra, "each tool going first in turn")
+    what = f"servescope from {variant_root}" if args.variant_checkout else "servescope"
+    print(f"{args.requests} requests per run" + (f"; variant: {what} with {shlex.join(variant)}" if variant else ""))
     more = " variant CPU ms / 1k tok | ratio variant / vllm bench |" if variant else ""
     print(f"| c | vllm bench CPU ms / 1k tok | servescope CPU ms / 1k tok | ratio servescope / vllm bench |{more}")
     print("|---|---|---|---|" + ("---|---|" if variant else ""))
@@ -532,7 +540,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--servescope-args", default="", help='extra flags for servescope, e.g. "--transport httpx"')
     ap.add_argument("--variant", default="", help='vLLM mode: also run servescope with these extra flags, as a third '
-                    'tool in the rotation, e.g. "--read-window 0"')
+                    'tool in the rotation, e.g. "--transport aiohttp"')
+    ap.add_argument("--variant-checkout", default="", metavar="DIR",
+                    help="vLLM mode: the variant runs this other checkout's servescope (`python -m servescope` from "
+                         "DIR imports DIR's package first), e.g. a worktree of the commit before a change")
     ap.add_argument("--sim", action="store_true", help="servescope alone on its simulator at --streams")
     ap.add_argument("--streams", default="512,1024,2048,4096")
     args = ap.parse_args()

@@ -3,8 +3,7 @@
 One pooled client per cell (core/rawhttp.py's by default, aiohttp and httpx selectable) with as many keep-alive
 connections as the cell has users (httpx and aiohttp both cap pools at 100 by default: ours are sized to the load), SSE
 parsed incrementally and chunks decoded with msgspec, every token-carrying chunk stamped with
-perf_counter_ns() as its bytes arrive (the raw transport over plain HTTP on Linux: the kernel's receive time
-of the read's last packet, so a late read is not a late stamp).
+perf_counter_ns() as its bytes arrive.
 Nothing here raises for a failed request: it ends up in the RequestRecord. Everything a server sends is data:
 its token counts are checked (implausible ones make the record `bad_usage`), its text is cleaned, and the API
 key is masked in any error text before it is stored.
@@ -24,7 +23,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from servescope.core.rawhttp import COALESCE_S, RawClient, RawHTTPError, StaleConnection
+from servescope.core.rawhttp import RawClient, RawHTTPError, StaleConnection
 from servescope.core.records import RequestRecord
 from servescope.core.sse import SSEParser
 from servescope.core.textsafe import clean_secret_text, clean_text
@@ -109,7 +108,6 @@ class ClientOptions:
     continuous_usage: bool = True
     extra_body: dict[str, Any] | None = None
     transport: str = "raw"  # or "aiohttp", "httpx"
-    read_window_s: float = COALESCE_S  # the raw transport's read window (plain HTTP on Linux)
     max_model_len: int | None = None  # bounds the token counts a server's usage may plausibly say
 
 
@@ -173,13 +171,12 @@ def _headers(opts: ClientOptions) -> dict[str, str]:
 def make_http_client(opts: ClientOptions, connections: int, transport: str | None = None) -> Any:
     """A pooled HTTP client holding up to `connections` keep-alive streams (one per user).
 
-    `raw` (core/rawhttp.py) is the default: it handles each read in a callback, without waking a
+    `raw` (core/rawhttp.py) is the default: it handles each read in the protocol's callback, without waking a
     coroutine per piece, and streamed with less CPU per token than aiohttp, which streamed with 4-6x less than
     httpx (benchmarks/client_transport.py). aiohttp and httpx stay selectable (`--transport`)."""
     if (transport or opts.transport) == "raw":
         headers = _headers(opts)
-        return RawClient(opts.base_url, headers, max(1, connections), KEEPALIVE_S, ssl_context=ssl_context,
-                         window_s=opts.read_window_s)
+        return RawClient(opts.base_url, headers, max(1, connections), KEEPALIVE_S, ssl_context=ssl_context)
     if (transport or opts.transport) == "aiohttp":
         import aiohttp  # only when chosen: its import and SSL contexts cost ~0.2 s of start-up
 
@@ -576,15 +573,14 @@ async def stream_request(
     body = build_body(spec, opts)
     secret = opts.api_key
     st = _Stream(rec, usage_bound(opts.max_model_len), secret, reply)
-    status = end_ns = 0
+    status = 0
     ctype = ""
     raw_error = b""
     try:
         async with asyncio.timeout(opts.timeout_s):
             if isinstance(http, RawClient):
                 rec.sent_ns = _perf()
-                status, ctype, raw_error, end_ns = await http.post_stream(endpoint(spec.api), body, st,
-                                                                         ERROR_BODY_LIMIT)
+                status, ctype, raw_error = await http.post_stream(endpoint(spec.api), body, st, ERROR_BODY_LIMIT)
                 rec.http_status = status
             elif isinstance(http, httpx.AsyncClient):
                 rec.sent_ns = _perf()
@@ -610,7 +606,7 @@ async def stream_request(
                             st.feed(piece, _perf())
                             if st.overflow:
                                 break
-            rec.end_ns = end_ns or _perf()  # the raw transport's: when the response's last bytes arrived
+            rec.end_ns = _perf()
             st.close(rec.end_ns)
             if status != 200:
                 rec.status = "error"

@@ -138,21 +138,6 @@ def dump_interval(v: float | None) -> str:
     return "off" if v is None else fmt_duration(v)
 
 
-MAX_READ_WINDOW_S = 0.05
-
-
-def read_window(raw: Any, where: str) -> float:
-    """The raw transport's read window: 0 (or off) reads each piece as it comes, else up to 50 ms."""
-    if isinstance(raw, str) and raw.strip().lower() in ("off", "0", "0s", "0ms"):
-        return 0.0
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw == 0:
-        return 0.0
-    v = duration(raw, where)
-    if v > MAX_READ_WINDOW_S:
-        raise ServescopeError(f"{where}: at most 50ms (the window delays sends to the server by as much)")
-    return v
-
-
 def _distinct(values: tuple[Any, ...], where: str) -> tuple[Any, ...]:
     """The values, or one line naming the first one given twice (it would make two identical cells)."""
     seen: set[Any] = set()

@@ -289,7 +289,7 @@ class _Sweep:
             yield CellStarted(cell, len(self.cells))
             opts = ClientOptions(base_url=self.servers.url, model=self.model, api_key=self.ctx.api_key,
                                  timeout_s=spec.timeout_s, ignore_eos=spec.ignore_eos, transport=spec.transport,
-                                 read_window_s=spec.read_window_s, max_model_len=self.minfo.max_model_len)
+                                 max_model_len=self.minfo.max_model_len)
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
                               sink=sink, target=self.target, servers=self.servers, telemetry=self.telemetry,
                               health_interval_s=self.ctx.health_interval_s, label=self.label,

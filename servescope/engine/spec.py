@@ -79,14 +79,8 @@ class SweepSpec:
                          help="the server's engine: auto (recognised from its answers), vllm, llamacpp (llama.cpp's "
                               "llama-server) or openai (any other OpenAI-compatible server)")
     transport: str = option("raw", "target", "transport", ["--transport"], parse=f.choice(f.TRANSPORTS),
-                            help="HTTP client for the load: raw (default: HTTP/1.1 read in callbacks, the least "
+                            help="HTTP client for the load: raw (default: HTTP/1.1 on an asyncio protocol, the least "
                                  "CPU per streamed token), aiohttp (proxies, anything raw cannot read) or httpx")
-    read_window_s: float = option(
-        0.001, "target", "read_window", ["--read-window"], parse=f.read_window, dump=f.fmt_duration,
-        metavar="DURATION",
-        help="raw transport over plain HTTP on Linux: after a stream's data wakes the client, wait this long and read "
-             "every stream that has data at once (one wake-up for the tokens of an engine step; each read keeps the "
-             "kernel's receive time as its stamp). Default 1ms; 0 reads each piece as it comes")
     workloads: tuple[Workload, ...] = field(default_factory=_workloads_default)
     concurrency: tuple[int, ...] | None = option(
         None, "load", "concurrency", ["--concurrency", "-c"], parse=f.int_list, dump=list,

@@ -28,7 +28,7 @@ def test_round_trip_presets_inline_and_files(tmp_path: Path) -> None:
                      workloads=(PRESETS["sharegpt"], *load_toml(wfile), inline), concurrency=(1, 4, 16),
                      requests=50, duration_s=30, warmup=2, slos={"ttft_ms": 3000, "tpot_ms": 50},
                      tags={"quant": "FP8"}, name="nightly", tokenizer="/tok", transport="httpx",
-                     telemetry_interval_s=None, electricity_price=0.2, read_window_s=0.0025)
+                     telemetry_interval_s=None, electricity_price=0.2)
     path = spec.save(tmp_path / "sweep.toml")
     text = path.read_text()
     assert "MY_KEY" in text and "api_key =" not in text
@@ -37,7 +37,6 @@ def test_round_trip_presets_inline_and_files(tmp_path: Path) -> None:
     assert back.workloads[2].input_tokens == fixed(100)
     assert back == spec.replace(workloads=back.workloads)  # every other field survives the file
     assert back.telemetry_interval_s is None and back.transport == "httpx" and back.tokenizer == "/tok"
-    assert back.read_window_s == 0.0025
 
 
 def test_inline_workloads_make_a_session_table_self_contained(tmp_path: Path) -> None:
@@ -78,7 +77,6 @@ def test_relative_workload_paths_resolve_next_to_the_sweep(tmp_path: Path) -> No
         ("[load]\nrequests = 3\n", "no workload"),
         ('workloads = ["sharegpt"]\ncolour = "blue"\n', "s.toml:2: colour: unknown key"),
         ('workloads = ["sharegpt"]\n[target]\ntransport = "curl"\n', "'raw', 'aiohttp' or 'httpx'"),
-        ('workloads = ["sharegpt"]\n[target]\nread_window = "1s"\n', "s.toml:3: [target] read_window: at most 50ms"),
     ],
 )
 def test_errors_are_actionable(tmp_path: Path, body: str, needle: str) -> None:
@@ -141,10 +139,10 @@ def test_flags_override_a_file(tmp_path: Path) -> None:
                  '[telemetry]\ninterval = "2s"\n')
     base = SweepSpec.from_toml(p)
     spec = SweepSpec.from_args(_args("-c", "2,8", "--transport", "httpx", "--telemetry-interval", "off",
-                                     "--tag", "a=1", "--tag", "b=2", "--read-window", "0"), base)
+                                     "--tag", "a=1", "--tag", "b=2"), base)
     assert spec.concurrency == (2, 8) and spec.rates is None  # the flag replaces the file's counterpart
     assert spec.requests == 9 and spec.url == "sim://tiny"  # what no flag gave stays the file's
-    assert spec.transport == "httpx" and spec.telemetry_interval_s is None and spec.read_window_s == 0
+    assert spec.transport == "httpx" and spec.telemetry_interval_s is None
     assert spec.tags == {"a": "1", "b": "2"}
 
 
@@ -167,7 +165,6 @@ def test_flags_alone_use_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--launch", "vllm serve m", "--url", "http://h:1"], "not both"),
         (["--tag", "novalue"], "KEY=VALUE"),
         (["-n", "0"], "at least 1"),
-        (["--read-window", "soon"], "--read-window: bad duration"),
     ],
 )
 def test_bad_flags(argv: list[str], needle: str) -> None:
