@@ -491,3 +491,31 @@ async def test_session_head_is_cut_with_an_ellipsis_at_80(home: Path) -> None:
         assert isinstance(scr, SessionScreen)
         head = [ln.rstrip() for ln in drawn(scr.query_one("#session-head", Static))]
         assert len(head) == 2 and head[1].endswith("…") and "sim://rtx-pro-6000" in head[1], head
+
+
+async def test_the_cell_time_runs_on_between_the_engines_batches(home: Path) -> None:
+    """The engine reports a cell's elapsed time with each batch of finished requests (twice a second at most, and
+    not at all before the first request ends); the header's cell time runs on from it every second meanwhile."""
+    now = [1000.0]
+    app = make_app(sessions_dir=str(home / "sessions"), clock=lambda: now[0])
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await _feed(app, home)  # the running cell's latest batch said 6.5 s
+        await pilot.pause()
+        assert run.progress.cell_elapsed == 6.5
+        now[0] += 3.0
+        run._tick()
+        assert run.progress.cell_elapsed == pytest.approx(9.5)
+        await pilot.pause()
+        assert "cell 9.5 s" in text_of(run.progress)
+        cell = live_sweep_messages(home / "sessions" / "20261202-100000-demo")[-1].cell
+        run.post_message(m.RequestsMeasured(cell, [], [], [], [], 0, 40, 2, 9.0))  # the engine's own figure wins
+        await pilot.pause()
+        assert run.progress.cell_elapsed == 9.0
+        now[0] += 1.0
+        run._tick()
+        assert run.progress.cell_elapsed == pytest.approx(10.0)
+        run.post_message(m.CellStarted(cell, 4))  # a new cell starts at 0 and runs on from there
+        await pilot.pause()
+        now[0] += 2.0
+        run._tick()
+        assert run.progress.cell_elapsed == pytest.approx(2.0)

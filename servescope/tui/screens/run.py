@@ -162,7 +162,8 @@ class RunScreen(Screen[None]):
         self._cached: list[Any] = []  # parallel to self._ttft: [cached prompt tokens or None, prompt tokens]
         self._turn_kind = ""  # "conversation" / "agent" while such a cell runs: the per-turn chart is shown
         self._out_tok = 0
-        self._cell_elapsed = 0.0
+        self._cell_elapsed = 0.0  # the engine's elapsed time of the running cell, as of its latest batch
+        self._cell_seen: float | None = None  # our clock when that was: the shown cell time runs on from it
         self._points: dict[str, list[CurvePoint]] = {}  # per workload (and server variant)
         self._servers: list[dict[str, Any]] = []
         self._client_ttft: list[float | None] = []
@@ -266,6 +267,9 @@ class RunScreen(Screen[None]):
     def _tick(self) -> None:
         if not self.running or self.sweep_t0 is None:
             return
+        if self._cur is not None and not self._cur_ended and self._cell_seen is not None:
+            # between the engine's batches (twice a second, and only when requests finish) the cell time runs on
+            self.progress.cell_elapsed = self._cell_elapsed + (self.clock() - self._cell_seen)
         self._update_eta()
 
     def _update_eta(self) -> None:
@@ -328,6 +332,7 @@ class RunScreen(Screen[None]):
         p.done = p.failed = 0
         p.planned = msg.cell.requests
         p.cell_elapsed = 0.0
+        self._cell_seen = self.clock()
         self._show_turns(multi_turn_kind(msg.cell))
         if is_trace(msg.cell):
             self.log_view.event("info", f"cell {msg.cell.index + 1} replays a trace: how late its sends were against "
@@ -348,6 +353,7 @@ class RunScreen(Screen[None]):
         self._per_user.extend(msg.per_user_tok_s)
         self._out_tok += msg.output_tokens
         self._cell_elapsed = msg.elapsed_s
+        self._cell_seen = self.clock()
         self._dirty = True
         p = self.progress
         p.done, p.failed, p.cell_elapsed = msg.done, msg.failed, msg.elapsed_s
