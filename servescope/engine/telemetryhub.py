@@ -243,5 +243,11 @@ def kv_budget_text(kv: dict[str, Any]) -> str:
         return (f"KV: {int(kv['slots'])} slots x {int(kv['slot_tokens']):,} tokens ({kv['source']}): up to "
                 f"{int(kv['slots'])} requests at once, more wait in the server; the longest request is "
                 f"{int(kv['slot_tokens']):,} tokens")
-    return (f"KV cache: {int(kv['kv_cache_tokens']):,} tokens ({kv['source']}); max concurrency "
-            + ", ".join(f"{k} {v:g}x" for k, v in kv["max_concurrency_by_workload"].items()))
+    return (f"KV cache: {int(kv['kv_cache_tokens']):,} tokens ({kv['source']}); max concurrency (each "
+            "workload's longest requests that fit at once) "
+            + ", ".join(f"{k} {_times(v)}" for k, v in kv["max_concurrency_by_workload"].items()))
+
+
+def _times(v: float) -> str:
+    """8472.21 -> '8,472x', 16.63 -> '16.6x': as the app's KV line writes it."""
+    return f"{v:,.0f}x" if v >= 100 else f"{v:.3g}x"

@@ -290,6 +290,7 @@ async def test_kv_budget_is_a_typed_event(tmp_path: Path) -> None:
     assert len(kv) == 1 and kv[0].budget["kv_cache_tokens"] == 4096 and kv[0].budget["source"] == "log"
     assert kv[0].budget["max_concurrency_by_workload"] == {"tiny": 204.8}
     assert kv[0].text.startswith("KV cache: 4,096 tokens (log)") and kv[0].level == "info"
+    assert kv[0].text.endswith("fit at once) tiny 205x")  # as the app's KV line writes it, not 204.8x
     assert load_session(tmp_path / "s").meta["kv_budget"]["kv_cache_tokens"] == 4096
 
 
