@@ -399,7 +399,7 @@ def show(run: Run, label: str, startup_s: float) -> None:
 
 
 def startup_runs(tools: dict[str, Runner], rounds: int) -> dict[str, float]:
-    """The whole CPU of a 1-request, 1-output-token run of each tool: median of `rounds`, alternating."""
+    """The whole CPU of a 1-request, 1-output-token run of each tool: median of `rounds`, each going first in turn."""
     got: dict[str, list[float]] = {name: [] for name in tools}
     for rnd in range(rounds):
         order = rotated(list(tools.items()), rnd)
@@ -424,7 +424,7 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
         import compileall
 
         compileall.compile_dir(str(variant_root / "servescope"), quiet=1)
-        variant = variant or ["--telemetry-interval", "off"]  # any flag: the variant is the other checkout
+    third = bool(variant or args.variant_checkout)  # a third tool in the rotation
     concs = [int(x) for x in args.concurrency.split(",")]
     raise_open_files(max(concs) + 1024)
     print("starting vLLM (tiny dense model, --no-enable-prefix-caching) ...", file=sys.stderr)
@@ -447,7 +447,7 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
             check_servescope(r)
             return r
 
-        tools: dict[str, Runner] = {VLLM_BENCH: vb, SERVESCOPE: ss, **({VARIANT: sv} if variant else {})}
+        tools: dict[str, Runner] = {VLLM_BENCH: vb, SERVESCOPE: ss, **({VARIANT: sv} if third else {})}
         startup = startup_runs(tools, args.rounds)
         results: dict[tuple[str, int], list[Run]] = {}
         seed = 1
@@ -472,20 +472,21 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
 
     header(args, extra, "each tool going first in turn")
     what = f"servescope from {variant_root}" if args.variant_checkout else "servescope"
-    print(f"{args.requests} requests per run" + (f"; variant: {what} with {shlex.join(variant)}" if variant else ""))
-    more = " variant CPU ms / 1k tok | ratio variant / vllm bench |" if variant else ""
+    flags = f" with {shlex.join(variant)}" if variant else ""
+    print(f"{args.requests} requests per run" + (f"; variant: {what}{flags}" if third else ""))
+    more = " variant CPU ms / 1k tok | ratio variant / vllm bench |" if third else ""
     print(f"| c | vllm bench CPU ms / 1k tok | servescope CPU ms / 1k tok | ratio servescope / vllm bench |{more}")
-    print("|---|---|---|---|" + ("---|---|" if variant else ""))
+    print("|---|---|---|---|" + ("---|---|" if third else ""))
     for conc in concs:
         a = med([r.ms_per_1k for r in results[(VLLM_BENCH, conc)]])
         b = med([r.ms_per_1k for r in results[(SERVESCOPE, conc)]])
         row = f"| {conc} | {a:,.1f} | {b:,.1f} | {b / a if a else float('nan'):.2f} |"
-        if variant:
+        if third:
             v = med([r.ms_per_1k for r in results[(VARIANT, conc)]])
             row += f" {v:,.1f} | {v / a if a else float('nan'):.2f} |"
         print(row)
     print(f"start-up CPU (whole 1-request, 1-output-token run): vllm bench {startup[VLLM_BENCH]:.2f} s, "
-          f"servescope {startup[SERVESCOPE]:.2f} s" + (f", variant {startup[VARIANT]:.2f} s" if variant else ""))
+          f"servescope {startup[SERVESCOPE]:.2f} s" + (f", variant {startup[VARIANT]:.2f} s" if third else ""))
     prep = {name: med([(r.before_s - startup[name]) / r.requests * 1000 for (n, _), runs in results.items()
                        if n == name for r in runs]) for name in tools}
     print(f"preparation CPU per request (CPU before the busy window minus start-up, over the requests; median of "

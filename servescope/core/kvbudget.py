@@ -9,7 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KVBudget", "kv_budget_from_log", "kv_budget_from_parsed"]
+__all__ = ["KVBudget", "fmt_concurrency", "kv_budget_from_log", "kv_budget_from_parsed"]
+
+
+def fmt_concurrency(v: float) -> str:
+    """A max concurrency as people read it: 8472.21 -> '8,472', 16.63 -> '16.6' (the CLI and the app alike)."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
 @dataclass(frozen=True)

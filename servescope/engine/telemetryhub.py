@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from servescope.core.client import async_client
-from servescope.core.kvbudget import KVBudget
+from servescope.core.kvbudget import KVBudget, fmt_concurrency
 from servescope.engine.background import Background
 from servescope.engine.events import TelemetrySample
 from servescope.workloads.spec import Workload
@@ -245,9 +245,4 @@ def kv_budget_text(kv: dict[str, Any]) -> str:
                 f"{int(kv['slot_tokens']):,} tokens")
     return (f"KV cache: {int(kv['kv_cache_tokens']):,} tokens ({kv['source']}); max concurrency (each "
             "workload's longest requests that fit at once) "
-            + ", ".join(f"{k} {_times(v)}" for k, v in kv["max_concurrency_by_workload"].items()))
-
-
-def _times(v: float) -> str:
-    """8472.21 -> '8,472x', 16.63 -> '16.6x': as the app's KV line writes it."""
-    return f"{v:,.0f}x" if v >= 100 else f"{v:.3g}x"
+            + ", ".join(f"{k} {fmt_concurrency(v)}x" for k, v in kv["max_concurrency_by_workload"].items()))

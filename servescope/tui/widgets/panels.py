@@ -14,6 +14,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import RichLog
 
+from servescope.core.kvbudget import fmt_concurrency
 from servescope.core.results import CellSummary, GpuWindow, ServerWindow
 from servescope.tui.widgets.table import Col, FitTable
 from servescope.tui.widgets.zoom import Zoomable
@@ -328,10 +329,6 @@ def gpu_cell_line(gpu: GpuWindow | Mapping[str, Any] | None) -> str:
     return "GPU: " + (", ".join(parts) if parts else "no samples in this cell")
 
 
-def _conc(v: float) -> str:
-    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
-
-
 def budget_line(kv: dict[str, Any] | None, workload: str | None, concurrency: int | None) -> str:
     """'KV cache 12,752 tokens: sharegpt fits 16.6x; c=32 is over it (queueing, preemptions)'."""
     if not kv or kv.get("kv_cache_tokens") is None:
@@ -342,11 +339,11 @@ def budget_line(kv: dict[str, Any] | None, workload: str | None, concurrency: in
     by = kv.get("max_concurrency_by_workload") or {}
     mc = by.get(workload) if workload else None
     if mc is not None:
-        line += f": {workload} fits {_conc(mc)} at once"
+        line += f": {workload} fits {fmt_concurrency(mc)} at once"
         if concurrency is not None:
             line += f", c={concurrency} " + ("fits" if concurrency <= mc else "is over it: expect queueing")
     elif by:
-        line += ": max concurrency " + ", ".join(f"{k} {_conc(v)}" for k, v in by.items())
+        line += ": max concurrency " + ", ".join(f"{k} {fmt_concurrency(v)}" for k, v in by.items())
     return line
 
 
