@@ -90,6 +90,27 @@ class EfficiencySpec:
 
 
 @dataclass(frozen=True)
+class QualitySpec:
+    """How far the simulated model's answers fall from the undegraded one (`servescope.sim.model`,
+    `servescope.sim.tasks`): all 0 is the reference model itself."""
+
+    error_rate: float = 0.0  # share of exact-answer tasks answered wrong
+    long_context_error_per_16k: float = 0.0  # retrieval/needle: added to error_rate per 16,384 prompt tokens
+    logit_noise: float = 0.0  # standard deviation (nats) of the Gaussian noise added to every logit
+    seed: int = 0  # seeds the noise and the error draws
+
+    def __post_init__(self) -> None:
+        for name in ("error_rate", "long_context_error_per_16k", "logit_noise"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise TypeError(f"{name} must be a number >= 0, got {v!r}")
+        if self.error_rate > 1:
+            raise TypeError(f"error_rate must be at most 1, got {self.error_rate!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"seed must be an integer, got {self.seed!r}")
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -97,6 +118,7 @@ class Profile:
     gpu: GpuSpec
     engine: EngineSpec = field(default_factory=EngineSpec)
     efficiency: EfficiencySpec = field(default_factory=EfficiencySpec)
+    quality: QualitySpec = field(default_factory=QualitySpec)
 
     def with_overrides(self, **engine: Any) -> Profile:
         kept = {k: v for k, v in engine.items() if v is not None}
@@ -109,6 +131,7 @@ class Profile:
             self.gpu,
             _replace(self.engine, **kept),
             _replace(self.efficiency, **eff_kw),
+            self.quality,
         )
 
 
@@ -119,6 +142,8 @@ def _replace(obj: Any, **kw: Any) -> Any:
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: must be a table of keys, got {data!r}")
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
@@ -158,6 +183,7 @@ def load_profile(name: str) -> Profile:
             gpu=_build(GpuSpec, data["gpu"], f"{where} [gpu]"),
             engine=_build(EngineSpec, data.get("engine", {}), f"{where} [engine]"),
             efficiency=_build(EfficiencySpec, data.get("efficiency", {}), f"{where} [efficiency]"),
+            quality=_build(QualitySpec, data.get("quality", {}), f"{where} [quality]"),
         )
     except KeyError as e:
         raise ProfileError(f"{where}: missing section [{e.args[0]}]") from None

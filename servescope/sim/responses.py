@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -115,10 +116,12 @@ async def stream_response(
     continuous: bool,
     cut_at: int,
     prompt_details: bool,
+    piece: Callable[[int], tuple[bytes, bytes]] | None = None,
 ) -> web.StreamResponse:
     """Stream the request's tokens as server-sent events while the engine produces them (`chan`); cut the
     connection after `cut_at` tokens when it is not 0 (a fault). The final usage chunk says how many prompt
-    tokens were cached when `prompt_details` (the continuous ones do not, as in vLLM)."""
+    tokens were cached when `prompt_details` (the continuous ones do not, as in vLLM). `piece(i)`, when given,
+    is token i's JSON text and logprobs object (a planned output, `servescope.sim.quality`) instead of `gen`'s."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     tok_text = tok.token_text
@@ -135,6 +138,7 @@ async def stream_response(
         pre_content = pre_reason = head + b'[{"index":0,"text":'
         mid = b',"logprobs":null,"finish_reason":'
     tail_open = b',"stop_reason":null}]'
+    lp_open, lp_close = mid.split(b"null", 1)
     fin_null = b"null"
     fin_done = b'"' + req.finish_reason.encode() + b'"'
     sent = 0
@@ -160,10 +164,15 @@ async def stream_response(
                 first_event = None
             for _ in range(n):
                 sent += 1
-                text = _json_encode(tok_text(gen.next()))
+                if piece is None:
+                    text = _json_encode(tok_text(gen.next()))
+                    lp_mid = mid
+                else:
+                    text, lp = piece(sent - 1)
+                    lp_mid = lp_open + lp + lp_close
                 last = chan.finished and sent == req.num_output
                 pre = pre_reason if sent <= reasoning else pre_content
-                ev = pre + text + mid + (fin_done if last else fin_null) + tail_open
+                ev = pre + text + lp_mid + (fin_done if last else fin_null) + tail_open
                 if continuous:
                     ev += b',"usage":' + _json_encode(usage_stats(prompt_len, sent, reasoning, False))
                 parts.append(ev + b"}\n\n")

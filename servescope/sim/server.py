@@ -2,7 +2,9 @@
 
 `SimServer` reads and checks the requests, hands them to the engine loop (`servescope.sim.engineloop`,
 which runs the scheduler against the event loop's clock) and writes the answers
-(`servescope.sim.responses`); `Faults` are the failures it can be told to simulate.
+(`servescope.sim.responses`); `Faults` are the failures it can be told to simulate. A request that asks for
+log-probabilities, or whose prompt is one of the quality probe's tasks, gets its whole output planned first by
+the toy model (`servescope.sim.quality`); the engine times it as any other.
 
 With prefix caching on (the default, as in vLLM), the prompt is tokenized (a chat's as its rendered ChatML
 text) and the engine gets its token ids and the output ids the client will get, for the block hashes of
@@ -13,6 +15,7 @@ sends it only with `--enable-prompt-tokens-details`, and leaves it out when the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -28,8 +31,13 @@ from aiohttp import web
 from servescope.sim.engine import Scheduler, SimRequest
 from servescope.sim.engineloop import EngineLoop
 from servescope.sim.metrics import Metrics
+from servescope.sim.model import ToyModel
 from servescope.sim.profile import CostModel, Profile
+from servescope.sim.quality import LogprobParamError, Plan, build_plan, logprob_params, temperature_of
+from servescope.sim.quality import full_response as planned_response
 from servescope.sim.responses import Channel, TokenSource, error_response, full_response, stream_response
+from servescope.sim.tasks import Task, find_task
+from servescope.sim.tasks import answer as answer_task
 from servescope.sim.tokenizer import Tokenizer, render_chat
 
 log = logging.getLogger("servescope.sim")
@@ -202,8 +210,9 @@ class SimServer:
             return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
         return None
 
-    def _prompt(self, body: dict[str, Any], chat: bool) -> tuple[int, int, list[int] | None]:
-        """(prompt token count, content hash, token ids when the prefix cache needs them) for a request body."""
+    def _prompt(self, body: dict[str, Any], chat: bool) -> tuple[int, int, list[int] | None, str | None]:
+        """(prompt token count, content hash, token ids when the prefix cache needs them, the prompt's text: None
+        for token ids) for a request body."""
         tok = self.tokenizer
         ids: list[int] | None
         if chat:
@@ -216,7 +225,7 @@ class SimServer:
             text = render_chat(msgs, add_generation_prompt=True)
             ids = tok.encode(text) if self.prefix_caching else None
             n = len(ids) if ids is not None else tok.count(text)
-            return n, zlib.crc32(text.encode("utf-8", "replace")), ids
+            return n, zlib.crc32(text.encode("utf-8", "replace")), ids, text
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
@@ -224,9 +233,9 @@ class SimServer:
             special = bool(body.get("add_special_tokens", True))
             ids = tok.encode(prompt, special) if self.prefix_caching else None
             n = len(ids) if ids is not None else tok.count(prompt, special)
-            return n, zlib.crc32(prompt.encode("utf-8", "replace")), ids
+            return n, zlib.crc32(prompt.encode("utf-8", "replace")), ids, prompt
         if isinstance(prompt, list) and prompt and tok.valid_ids(prompt):
-            return len(prompt), zlib.crc32(_json_encode(prompt)), prompt
+            return len(prompt), zlib.crc32(_json_encode(prompt)), prompt, None
         raise _BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -243,7 +252,7 @@ class SimServer:
             bad = self._check_model(body)
             if bad is not None:
                 return bad
-            prompt_len, phash, prompt_ids = self._prompt(body, chat)
+            prompt_len, phash, prompt_ids, prompt_text = self._prompt(body, chat)
             mml = self.max_model_len
             max_tokens = body.get("max_completion_tokens") if chat else None
             if max_tokens is None:
@@ -278,6 +287,13 @@ class SimServer:
                 and self.profile.model.reasoning
                 and bool(kwargs.get("enable_thinking", self.profile.model.thinking_default) if isinstance(kwargs, dict) else False)
             )
+            # the quality probe's requests (servescope.sim.quality): log-probabilities or an exact-answer task
+            top, prompt_top = logprob_params(body, chat, stream)
+            task = find_task(prompt_text) if prompt_text is not None else None
+            planned = task is not None or top is not None or prompt_top is not None
+            temperature = temperature_of(body) if planned else 0.0
+        except LogprobParamError as e:
+            return error_response(400, str(e), "BadRequestError")
         except _BadRequest as e:
             return error_response(400, str(e), "BadRequestError")
         except (TypeError, ValueError) as e:
@@ -329,8 +345,16 @@ class SimServer:
         chan_last = [arrival]
         gen_seed = h ^ rid if seed is None else h
         gen = TokenSource(gen_seed)
-        req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prompt_ids,
-                         TokenSource(gen_seed).take if self.prefix_caching else None)  # the ids `gen` will give
+        plan: Plan | None = None
+        if planned:
+            if prompt_ids is None:
+                prompt_ids = (self.tokenizer.encode(prompt_text, not chat and bool(body.get("add_special_tokens", True)))
+                              if prompt_text is not None else [])
+            plan, target, reasoning = await self._plan(
+                prompt_ids, prompt_text or "", task, chat, max_tokens, min_tokens, ignore_eos, thinking, target,
+                reasoning, top, prompt_top, temperature, gen_seed)
+        out_ids = (plan.take if plan is not None else TokenSource(gen_seed).take) if self.prefix_caching else None
+        req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prompt_ids, out_ids)
         if self.cost.frontend_s > 0:
             await asyncio.sleep(arrival + self.cost.frontend_s - loop.time())
         assert self.engine is not None
@@ -341,10 +365,14 @@ class SimServer:
             if stream:
                 return await stream_response(request, req, chan, gen, self.tokenizer, self._model_bytes, chat, created,
                                              prompt_len, reasoning, include_usage, continuous, cut_at,
-                                             self.prefix_caching)
+                                             self.prefix_caching,
+                                             None if plan is None else functools.partial(plan.piece, chat=chat))
             while not chan.finished:
                 await chan.event.wait()
                 chan.event.clear()
+            if plan is not None:
+                return planned_response(req, plan, self.model_name, chat, created, prompt_len, reasoning,
+                                        self.prefix_caching, prompt_ids if body.get("return_token_ids") else None)
             return full_response(req, gen, self.tokenizer, self.model_name, chat, created, prompt_len, reasoning,
                                  self.prefix_caching)
         finally:
@@ -352,6 +380,33 @@ class SimServer:
                 engine.abort(req)
             elif cut_at == 0 or cut_at >= req.num_output:
                 self._count_completed()
+
+    async def _plan(
+        self, prompt_ids: list[int], text: str, task: Task | None, chat: bool, max_tokens: int, min_tokens: int,
+        ignore_eos: bool, thinking: bool, target: int, reasoning: int, top: int | None, prompt_top: int | None,
+        temperature: float, seed: int,
+    ) -> tuple[Plan, int, int]:
+        """The planned output of a quality request, its length and its reasoning tokens. A task's answer follows
+        the reasoning (when thinking) and ends the output, unless `ignore_eos` or `min_tokens` ask for more (the
+        model goes on); other requests keep the length and reasoning already drawn."""
+        q = self.profile.quality
+        forced: list[tuple[int, str]] = []
+        if task is not None:
+            given, _ = answer_task(task, text, len(prompt_ids), q.error_rate, q.long_context_error_per_16k, q.seed)
+            forced = self.tokenizer.spans(given if chat else " " + given)
+            reasoning = min(int(self.profile.model.reasoning_fraction * max_tokens), max_tokens - 1) if thinking else 0
+            target = max_tokens if ignore_eos else min(max_tokens, max(reasoning + len(forced), min_tokens, 1))
+            reasoning = min(reasoning, target - 1) if target > 1 else 0
+        model = ToyModel(q.logit_noise, q.seed)
+        work = target + (len(prompt_ids) if prompt_top is not None else 0)
+
+        def build() -> Plan:
+            return build_plan(model, self.tokenizer, prompt_ids, target, top, prompt_top, temperature, seed, forced,
+                              reasoning)
+
+        # a long plan (about 30 us a token) runs off the event loop, so that other requests' steps stay on time
+        plan = build() if work < 1000 else await asyncio.get_running_loop().run_in_executor(None, build)
+        return plan, target, reasoning
 
     def _count_completed(self) -> None:
         self.completed += 1

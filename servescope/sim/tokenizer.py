@@ -113,6 +113,18 @@ class Tokenizer:
             append(tid)
         return out
 
+    def spans(self, text: str) -> list[tuple[int, str]]:
+        """The tokens of `text` (no BOS), each with the text it covers: the whitespace before it included, so that
+        the texts join back to `text` exactly (trailing whitespace goes with the last token)."""
+        out: list[tuple[int, str]] = []
+        end = 0
+        for m in _PIECE_RE.finditer(text):
+            out.append((_piece_id(m.group()), text[end : m.end()]))
+            end = m.end()
+        if out and end < len(text):
+            out[-1] = (out[-1][0], out[-1][1] + text[end:])
+        return out
+
     def count(self, text: str, add_special_tokens: bool = False) -> int:
         n = len(_PIECE_RE.findall(text))
         return n + 1 if add_special_tokens and self.add_bos_token else n
