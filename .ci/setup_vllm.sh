@@ -26,7 +26,8 @@ if [ ! -f "$VENV/.servescope-complete" ]; then
   touch "$VENV/.servescope-complete"
 fi
 MODELS="$CACHE/models-v1"
-if [ ! -f "$MODELS/dense/config.json" ] || [ ! -f "$MODELS/moe/config.json" ]; then
+if [ ! -f "$MODELS/dense/config.json" ] || [ ! -f "$MODELS/moe/config.json" ] \
+   || [ ! -f "$MODELS/dense-perturbed/config.json" ]; then
   echo "setup_vllm: building the tiny models into $MODELS" >&2
   mkdir -p "$CACHE/tmp"
   TMPDIR="$CACHE/tmp" "$VENV/bin/python" "$HERE/tests/support/build_tiny_model.py" "$MODELS"

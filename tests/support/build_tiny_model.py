@@ -3,7 +3,9 @@
 Run with the vLLM venv's Python (it has torch, transformers and tokenizers):
     python build_tiny_model.py OUT_DIR
 Writes OUT_DIR/dense (LlamaForCausalLM) and OUT_DIR/moe (Qwen3MoeForCausalLM), sharing one
-byte-level BPE tokenizer trained on the Python standard library's sources. Deterministic.
+byte-level BPE tokenizer trained on the Python standard library's sources, and OUT_DIR/dense-perturbed:
+the dense model with seeded Gaussian noise added to every linear and embedding weight (a stand-in for a
+lossy quantization, for the quality probe's tests). Deterministic.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 SPECIAL = ["<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>"]
+PERTURB_SEED = 1234
+PERTURB_REL_STD = 0.02  # noise std as a fraction of each weight tensor's own std
 
 
 def build_tokenizer(out: str):
@@ -91,7 +95,33 @@ def main() -> None:
     m = os.path.join(out, "moe")
     moe.save_pretrained(m)
     tok.save_pretrained(m)
+
+    # built last, from the dense model's weights, so that dense/ and moe/ stay as they were
+    p = os.path.join(out, "dense-perturbed")
+    perturbed = perturb(dense, PERTURB_SEED, PERTURB_REL_STD)
+    perturbed.save_pretrained(p)
+    tok.save_pretrained(p)
     print(out)
+
+
+def perturb(model, seed: int, rel_std: float):
+    """A copy of model with N(0, (rel_std * std(W))^2) noise added to each Linear/Embedding weight W."""
+    import copy
+
+    import torch
+
+    names = {f"{n}.weight" for n, mod in model.named_modules()
+             if isinstance(mod, (torch.nn.Linear, torch.nn.Embedding))}
+    state = model.state_dict()
+    torch.manual_seed(seed)
+    noisy = {}
+    for name in sorted(names):
+        w = state[name].float()
+        noise = torch.randn(w.shape, dtype=torch.float32) * (rel_std * w.std().item())
+        noisy[name] = (w + noise).to(state[name].dtype)
+    out = copy.deepcopy(model)
+    out.load_state_dict({**state, **noisy})
+    return out
 
 
 if __name__ == "__main__":
