@@ -61,8 +61,23 @@ def add_sessions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
+def _quality_of(s: Any) -> dict[str, Any]:
+    """A listed session's quality results: {"quality": the Contract's summary, "quality_text": a few words}, or
+    {"quality_broken": why} for a quality.json that cannot be read; {} when it holds none."""
+    from servescope.sessions.quality import quality_brief
+
+    if not s.has_quality:
+        return {}
+    try:
+        q = s.quality()
+    except ServescopeError as e:
+        return {"quality_broken": e.message}
+    return {"quality": q.summary(), "quality_text": quality_brief(q)} if q is not None else {}
+
+
 def sessions_command(args: argparse.Namespace) -> int:
-    """List the sessions; a damaged one is listed as `broken: <reason>` (it never hides the others)."""
+    """List the sessions; a damaged one is listed as `broken: <reason>` (it never hides the others). A quality
+    probe's session (kind quality) has no cells: its quality in a few words stands in the workloads column."""
     import json
 
     from servescope.core.textsafe import clean_text
@@ -92,6 +107,8 @@ def sessions_command(args: argparse.Namespace) -> int:
             "tags": {str(k): clean_text(str(v)) for k, v in m.tags.items()},
             "target": clean_text(m.target.url),
             "started_at": clean_text(m.started_at or ""),
+            "kind": clean_text(m.kind),
+            **_quality_of(s),
         })
         if s.status == "running":
             rows[-1]["pid"] = s.runner.pid
@@ -113,8 +130,14 @@ def sessions_command(args: argparse.Namespace) -> int:
         model = r["model"].rstrip("/").split("/")[-1][:26]
         tags = " ".join(f"{k}={v}" for k, v in r["tags"].items())
         wl = ",".join(r["workloads"])
-        print(f"{r['id']:<{w}}  {r['status_text']:<{sw}} {model:<26} {r['cells_done']:>3}/{r['cells_planned']:<3} "
-              f"{wl[:26]:<26} "
+        q = r.get("quality_text") or ("damaged" if "quality_broken" in r else "")
+        if r["kind"] == "quality" and not r["cells_planned"]:
+            cells, wl = f"{'-':>3} {'':<3}", f"quality: {q or 'no results'}"
+        else:
+            cells, wl = f"{r['cells_done']:>3}/{r['cells_planned']:<3}", ("+quality " if q else "") + wl
+        wl = wl if len(wl) <= 26 else wl[:25] + "…"
+        print(f"{r['id']:<{w}}  {r['status_text']:<{sw}} {model:<26} {cells} "
+              f"{wl:<26} "
               f"{tags + '  ' if tags else ''}{r['target']}")
     broken = sum(1 for r in rows if "broken" in r)
     print(f"({len(rows)} sessions in {base}"

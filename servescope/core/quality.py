@@ -78,6 +78,7 @@ class Divergence(msgspec.Struct, kw_only=True):
     prompts: int
     method: str = "greedy prefix"  # how positions were aligned (see `divergence`)
     kl_ci: tuple[float, float] | None = None  # 95% interval of kl_mean over prompts (see `mean_ci`)
+    diverged: int = 0  # compared generations whose greedy tokens differ somewhere
 
 
 class QualityResult(msgspec.Struct, kw_only=True):
@@ -238,7 +239,7 @@ def kl_topk(p_top: Mapping[str, float], q_top: Mapping[str, float]) -> float:
     if p_other > FLOOR:
         q_other = max(1.0 - q_used, FLOOR)
         kl += p_other * (math.log(p_other) - math.log(q_other))
-    return max(kl, 0.0)
+    return kl if kl > 1e-12 else 0.0  # float rounding of identical maps is no divergence
 
 
 def _argmax(top: Mapping[str, float]) -> str | None:
@@ -265,7 +266,7 @@ def divergence(reference: Sequence[Trace], candidate: Sequence[Trace]) -> Diverg
     per_prompt: list[float] = []
     agree = 0
     firsts: list[int] = []
-    prompts = 0
+    prompts = diverged = 0
     for c in candidate:  # a prompt may come more than once (the same prompt at different moments of a load)
         ref = refs.get(c.prompt)
         if ref is None:
@@ -282,6 +283,7 @@ def divergence(reference: Sequence[Trace], candidate: Sequence[Trace]) -> Diverg
                 first = i
                 break
         firsts.append(first)
+        diverged += first < n
         if len(kls) > start:
             per_prompt.append(sum(kls[start:]) / (len(kls) - start))
     if not prompts:
@@ -289,4 +291,4 @@ def divergence(reference: Sequence[Trace], candidate: Sequence[Trace]) -> Diverg
     return Divergence(kl_mean=sum(kls) / len(kls) if kls else 0.0, kl_p99=_p99(kls),
                       top1_agreement=agree / len(kls) if kls else 1.0,
                       first_divergence_mean=sum(firsts) / len(firsts), positions=len(kls), prompts=prompts,
-                      kl_ci=mean_ci(per_prompt))
+                      kl_ci=mean_ci(per_prompt), diverged=diverged)

@@ -297,13 +297,13 @@ class ClientHealth(_Base):
 
 
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
-             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations")
+             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality")
 
 
 class CellSummary(_Base):
     """One cell's summary (core/metrics.py summarize), plus what the runner adds: `server` (/metrics
-    deltas), `telemetry` (/metrics window), `gpu` (GPU window) and `client` (the load generator's own health);
-    `source` marks imported cells."""
+    deltas), `telemetry` (/metrics window), `gpu` (GPU window), `client` (the load generator's own health) and
+    `quality` (probe questions mixed into the load); `source` marks imported cells."""
 
     requests_ok: int = 0
     requests_failed: int = 0
@@ -346,6 +346,9 @@ class CellSummary(_Base):
     gpu: GpuWindow | None = None
     client: ClientHealth | None = None  # the load generator's own health (None: not measured, left out)
     source: str | None = None  # the import format ("vllm-bench-serve") for cells imported from other tools
+    # --quality-share: the probe questions answered during the cell (None: no probe request, left out of to_dict()):
+    # {"accuracy", "n", "correct", "tasks": {NAME: {"accuracy", "n", "correct"}}, ...}; read by sessions/quality.py
+    quality: dict[str, Any] | None = None
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 

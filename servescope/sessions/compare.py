@@ -37,6 +37,10 @@ Definitions (also in the README's "Reports and comparisons" and in every report)
   lateness or token bunching past the second threshold) measured the client, not the server. It is marked in
   the comparison, no winner is called from it, and capacity, knee and peak leave it out (naming it) unless
   `include_bound`.
+- Quality (servescope.sessions.quality): when a session holds quality results (quality.json, or cells with
+  quality under load), a Quality block puts perplexity, each task's accuracy (delta in points, judged by a
+  two-proportion test), KL from the reference and accuracy under load side by side, and the headline names
+  them next to speed. Sessions holding quality results compare even when they share no speed cell.
 - Thinking cost: for two workloads of one session with the same api and input shape (prompt lengths,
   prefix, dataset), one with thinking on and one without, the ratio on/off of E2E p50 and TTFO p50 at each
   load level they share, and the ratio of their capacities.
@@ -67,6 +71,7 @@ from servescope.sessions.answers import (
     thinking_costs,
     thinking_markdown,
 )
+from servescope.sessions.quality import QualityComparison, compare_quality
 from servescope.sessions.stats import (
     CONFIDENCE,
     MIN_EFFECT_PCT,
@@ -229,6 +234,8 @@ class Comparison:
     mismatches: list[str] = field(default_factory=list)  # what was measured differently, one line each
     config: list[tuple[str, list[str]]] = field(default_factory=list)  # (what, value per session) that differ
     config_note: str = ""  # when no argument was recorded, or all are equal
+    quality: QualityComparison | None = None  # when some session holds quality results
+    no_common: str = ""  # why there is no speed table: the sessions share no cell (compared for quality only)
 
     @property
     def labels(self) -> list[str]:
@@ -323,6 +330,8 @@ class Comparison:
                 for t in self.thinking
             ],
             "notes": self.notes,
+            **({"no_common_cells": self.no_common} if self.no_common else {}),
+            **({"quality": self.quality.to_dict()} if self.quality is not None else {}),
         }
 
     def config_markdown(self, level: int) -> list[str]:
@@ -348,7 +357,9 @@ class Comparison:
                 "verdict": v, "comparable": not c.not_comparable, "not_comparable": c.not_comparable or None}
 
     def headline(self) -> list[str]:
-        """'FP8 vs GPTQ-Int4: output tok/s -12.0%, TPOT p50 +9.1% (median over 4 common cells)'."""
+        """'FP8 vs GPTQ-Int4: output tok/s -12.0%, TPOT p50 +9.1% (median over 4 common cells)', and when the
+        sessions hold quality results '...; quality: KL 0.031 vs 0.012, retrieval@16K 92% vs 100% (worse, beyond
+        noise)' (each quality figure as this session's vs the first's)."""
         lines = []
         base = self.labels[0]
         keys = ("output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50")
@@ -361,8 +372,12 @@ class Comparison:
                 ds = [d for c in self.cells if (d := c.deltas[k][i]) is not None]
                 if ds:
                     parts.append(f"{specs[k].label} {fmt_pct(statistics.median(ds))}")
-            if parts:
-                lines.append(f"{lb} vs {base}: " + ", ".join(parts) + f" (median over {len(self.cells)} common cells)")
+            speed = ", ".join(parts) + f" (median over {len(self.cells)} common cells)" if parts else ""
+            quality = self.quality.headline(i) if self.quality is not None else ""
+            if quality and not speed:
+                speed = "no speed cells in common" if not self.cells else ""
+            if speed or quality:
+                lines.append(f"{lb} vs {base}: " + "; ".join(x for x in (speed, quality) if x))
         return lines
 
     def to_markdown(self, level: int = 2) -> str:
@@ -382,7 +397,29 @@ class Comparison:
             out += [f"- {md_escape(x)}" for x in self.mismatches] + [""]
         for line in self.headline():
             out.append(f"- {md_escape(line)}")
-        out += ["", f"Deltas are against **{esc[0]}**, each with its 95% bootstrap interval (`±` half its width, "
+        if self.quality is not None:
+            block = self.quality.markdown(level + 1)
+            while block and not block[-1]:
+                block.pop()
+            out += ["", *block]
+        if self.no_common:
+            out += ["", f"{h}# Speed", "", md_escape(self.no_common), ""]
+        else:
+            out += self._speed_markdown(level)
+        if self.answers or self.thinking or not self.no_common:
+            out += answers_markdown(self.answers, self.thinking, level + 1, self.slos)
+        for n in self.notes:
+            out.append(f"- {md_escape(n)}")
+        if self.notes:
+            out.append("")
+        return "\n".join(out).rstrip() + "\n"
+
+    def _speed_markdown(self, level: int) -> list[str]:
+        """The deltas' definition, one table per workload, the client-bound cells and the cells of some sessions."""
+        h = "#" * level
+        L = self.labels
+        esc = [md_escape(lb) for lb in L]
+        out = ["", f"Deltas are against **{esc[0]}**, each with its 95% bootstrap interval (`±` half its width, "
                     f"in points of percent; {md_escape(self.interval or interval_label(1))}, "
                     f"{self.resamples} resamples) and a verdict: better or worse beyond noise, or within noise "
                     f"(the interval includes 0, or the change is under {self.min_effect:g}%). The best value of "
@@ -417,12 +454,7 @@ class Comparison:
                 out.append(f"| {md_escape(w)} | {md_escape(ld)} | {', '.join(md_escape(x) for x in have)} | "
                            f"{', '.join(md_escape(x) for x in miss)} |")
             out.append("")
-        out += answers_markdown(self.answers, self.thinking, level + 1, self.slos)
-        for n in self.notes:
-            out.append(f"- {md_escape(n)}")
-        if self.notes:
-            out.append("")
-        return "\n".join(out).rstrip() + "\n"
+        return out
 
 
 def _bound_mark(c: ComparedCell, esc: Sequence[str]) -> str:
@@ -567,7 +599,8 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
     bootstrap interval and verdict (servescope.sessions.stats). A cell whose client was bound in some session
     calls no winner; the answers leave such cells out unless `include_bound`.
 
-    Raises ServescopeError when fewer than two sessions are given or when they share no cell."""
+    Raises ServescopeError when fewer than two sessions are given or when they share no cell, unless some session
+    holds quality results (then `no_common` says why there is no speed table and only quality is compared)."""
     if len(sessions) < 2:
         raise ServescopeError("compare needs at least two sessions; see `servescope sessions` for their ids")
     labels = _unique([session_label(s, label_key) for s in sessions])
@@ -596,15 +629,20 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
             if c.key not in order:
                 order.append(c.key)
     common = [k for k in order if all(k in m for m in groups)]
-    if not common:
-        desc = "; ".join(f"{lb}: {', '.join(sorted({w for w, _ in m})) or 'no finished cells'}"
-                         for lb, m in zip(labels, groups, strict=True))
-        raise ServescopeError(f"the sessions share no cell (same workload and load): {desc}; "
-                              "compare sessions that ran the same workloads and concurrencies")
     # keep each session's natural order: sort the common keys by the first session's order
     pos = {k: i for i, k in enumerate(order)}
     common.sort(key=lambda k: pos[k])
-    lines, every, per_wl = mismatches(sessions, labels, groups, common)
+    quality = compare_quality(labels, sessions, [(k[0], k[1], [g[k] for g in groups]) for k in common])
+    no_common = ""
+    if not common:
+        desc = "; ".join(f"{lb}: {', '.join(sorted({w for w, _ in m})) or 'no finished cells'}"
+                         for lb, m in zip(labels, groups, strict=True))
+        if quality is None:
+            raise ServescopeError(f"the sessions share no cell (same workload and load): {desc}; "
+                                  "compare sessions that ran the same workloads and concurrencies")
+        no_common = (f"No speed figures to compare: the sessions share no cell (same workload and load): {desc}. "
+                     "Only their quality is compared.")
+    lines, every, per_wl = mismatches(sessions, labels, groups, common) if common else ([], {}, {})
     # a descriptive figure no session measured (the prefix-cache hit rate of a server without it) is left out
     metrics = tuple(m for m in metrics if m.better != "neutral" or m.key.endswith("tokens_mean")
                     or any(m.value(rv.summary) is not None for g in groups for k in common for rv in g[k]))
@@ -665,7 +703,7 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                      "have no interval and no winner")
     config, config_note = config_diff(sessions)
     return Comparison(refs, metrics, cells, only, answers, thinking, used, source, notes, min_effect, resamples,
-                      interval_label(max_repeats), lines, config, config_note)
+                      interval_label(max_repeats), lines, config, config_note, quality, no_common)
 
 
 _BOOTS: dict[tuple[Any, ...], Boot | None] = {}  # the Compare screen recompares on every relabel: keep the work

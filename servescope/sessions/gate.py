@@ -210,6 +210,9 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
     figures = tuple(dict.fromkeys(t.figure for t in thresholds))
     comp: Comparison = compare_sessions([baseline, candidate], slos=slos,
                                         metrics=tuple(MetricSpec.of(f) for f in figures), min_effect=min_effect)
+    if comp.no_common:  # sessions holding quality results compare without a common cell: a gate needs one
+        raise ServescopeError(comp.no_common.replace("Only their quality is compared.", "").strip()
+                              + " Gate sessions that ran the same workloads and concurrencies.")
     allow = allow or set()
     refused = []
     for c in comp.cells:

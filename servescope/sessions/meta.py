@@ -1,6 +1,8 @@
 """session.toml, typed: `SessionMeta.from_dict(meta, where)` validates what a session's metadata holds.
 
-TOML has no null, so every key that may be absent has a default. Unknown keys are ignored (a newer
+TOML has no null, so every key that may be absent has a default. `kind` says what the session holds: a sweep
+(cells, the default) or a quality probe alone ("quality": quality.json, no cells); a sweep may hold quality
+results too, and then its `quality` table records the probe's settings. Unknown keys are ignored (a newer
 servescope may add some); a key of the wrong type is a ServescopeError naming the file and the key.
 """
 
@@ -70,6 +72,8 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
     electricity_usd_per_kwh: float | None = None
     import_: dict[str, Any] | None = msgspec.field(default=None, name="import")
     sweep: dict[str, Any] | None = None
+    kind: str = "sweep"  # "sweep" | "quality" (a quality probe alone: no cells, quality.json); older: "sweep"
+    quality: dict[str, Any] | None = None  # the quality probe's settings when the session holds quality.json
 
     @classmethod
     def from_dict(cls, meta: Mapping[str, Any], where: str) -> SessionMeta:

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from servescope import __version__
+from servescope.core.quality import QualityResult
 from servescope.core.results import CellSummary, ServerWindow, finite
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
@@ -31,6 +32,7 @@ from servescope.sessions.compare import (
     thinking_costs,
     thinking_markdown,
 )
+from servescope.sessions.quality import quality_section, result_dict
 from servescope.sessions.report_sections import (
     CHARTS,
     EXTRA_DEFINITIONS,
@@ -59,6 +61,12 @@ class SessionReport:
     answers: list[WorkloadAnswers]
     thinking: list[ThinkingCost]
     notes: list[str]
+    quality: QualityResult | None = None  # quality.json, when the session holds it
+
+    @property
+    def speed(self) -> bool:
+        """The report has speed sections: a sweep's (even without cells), not a quality probe's alone."""
+        return bool(self.views or self.skipped) or self.session.info.kind != "quality"
 
 
 def build(session: Session, slos: Mapping[str, float] | None = None, label_key: str | None = None,
@@ -70,7 +78,7 @@ def build(session: Session, slos: Mapping[str, float] | None = None, label_key: 
     skipped = [v for v in everything if not v.has_summary]
     label = session_label(session, label_key)
     rep = SessionReport(session, label, views, skipped, used, source, derive(label, views + skipped, include_bound),
-                        thinking_costs(label, session, views), [])
+                        thinking_costs(label, session, views), [], session.quality())
     rep.notes = abnormal_notes(rep)
     return rep
 
@@ -80,9 +88,10 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
     s = rep.session
     notes: list[str] = []
     status = s.status
-    if status != "completed":
+    if status != "completed" and not (not rep.speed and status == "done"):
         msg = clean_text(s.info.message)
-        notes.append(f"the sweep did not complete (status {status})" + (f": {msg}" if msg else ""))
+        what = "sweep" if rep.speed else "quality probe"
+        notes.append(f"the {what} did not complete (status {status})" + (f": {msg}" if msg else ""))
     for v in rep.skipped:
         notes.append(f"{v.workload} {v.load}: {v.status}" + (f" ({v.reason})" if v.reason else ""))
     kv = None
@@ -189,23 +198,29 @@ def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
                     comparison: Comparison | None = None) -> str:
     m = rep.session.info
     model = clean_text(m.model).rstrip("/").split("/")[-1]
+    what = (f"{_plural(len(rep.views), 'cell')} over {_plural(len({v.workload for v in rep.views}), 'workload')}"
+            if rep.speed else "quality probe")
     out = [f"# servescope report: {md_escape(rep.label)}", "",
-           f"{md_escape(model)} on {md_escape(clean_text(m.target.url))}: "
-           f"{_plural(len(rep.views), 'cell')} over {_plural(len({v.workload for v in rep.views}), 'workload')} "
+           f"{md_escape(model)} on {md_escape(clean_text(m.target.url))}: {what} "
            f"(session `{md_escape(rep.session.path.name).replace('`', '')}`).", ""]
     out += _setup(rep)
-    out += _workloads(rep)
-    out += _definitions(with_client=any(v.summary.client is not None for v in rep.views))
-    for w in dict.fromkeys(v.workload for v in rep.views):
-        out += _workload_section(rep, w, comparison, others)
-    if rep.thinking:
-        out += thinking_markdown(rep.thinking, 2)
+    if rep.speed:
+        out += _workloads(rep)
+        out += _definitions(with_client=any(v.summary.client is not None for v in rep.views))
+        for w in dict.fromkeys(v.workload for v in rep.views):
+            out += _workload_section(rep, w, comparison, others)
+        if rep.thinking:
+            out += thinking_markdown(rep.thinking, 2)
+    if rep.quality is not None:
+        out += quality_section(rep.session, rep.quality, 2)
     out += ["## Notes", ""]
     if rep.notes:
         out += [f"- {md_escape(n)}" for n in rep.notes]
-    else:
+    elif rep.speed:
         out.append("Nothing abnormal: no failed requests, preemptions, KV cache saturation, length mismatches "
                    "or server restarts.")
+    else:
+        out.append("Nothing abnormal.")
     out.append("")
     if comparison is not None:
         out.append(comparison.to_markdown(level=2))
@@ -318,6 +333,8 @@ def _rep_dict(r: SessionReport) -> dict[str, Any]:
                       "e2e_ratio": t.e2e_ratio, "ttfo_ratio": t.ttfo_ratio, "capacity_ratio": t.capacity_ratio}
                      for t in r.thinking],
         "notes": r.notes,
+        **({"kind": r.session.info.kind} if r.session.info.kind != "sweep" else {}),
+        **({"quality": {**result_dict(r.quality), "settings": m.get("quality")}} if r.quality is not None else {}),
     }
 
 

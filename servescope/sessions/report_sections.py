@@ -15,6 +15,7 @@ from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.answers import completed
 from servescope.sessions.compare import CellView, Comparison, fmt_num, slo_text
+from servescope.sessions.quality import load_quality_rows
 from servescope.sessions.store import Session
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ def _setup(rep: SessionReport) -> list[str]:
         ("client", f"servescope {clean_text(m.servescope_version)} on {clean_text(m.host)}, "
                    f"tokenizer: {clean_text(t.tokenizer if t.tokenizer is not None else '?')}"),
     ]
+    if not rep.speed:  # a quality probe alone: no load, no SLOs, no KV cache figures
+        rows = [r for r in rows if r[0] not in ("KV cache", "load", "SLOs")]
     out = ["## Setup", "", "| | |", "|---|---|"]
     out += [f"| {k} | {md_escape(v)} |" for k, v in rows]
     return out + [""]
@@ -329,6 +332,7 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
                 "`prompt_tokens_details.cached_tokens` when the server sent it, else from its `/metrics` prefix-cache "
                 "counters over the cell.", ""]
     out += _turn_tables(views)
+    out += load_quality_rows(views)
     ans = next((a for a in rep.answers if a.workload == workload), None)
     if ans:
         out.append(f"- **Capacity at the SLOs:** {md_escape(ans.capacity.text())}")

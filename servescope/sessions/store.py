@@ -5,6 +5,9 @@
                          which `servescope resume` and `servescope run --sweep SESSION/session.toml` start
     cells.parquet        one row per finished or skipped cell: its plan and its summary
     requests/cell-NNNN.parquet   one row per request of that cell: raw stamps and counts
+    quality.json         the quality probe's results (core.quality.QualityResult.to_dict()), when it ran: in a
+                         session of kind "quality" (no cells) or beside a sweep's cells; session.toml's
+                         [quality] table holds the probe's settings
 
 Every file is written to a temporary name and renamed, and each finished cell is on disk before the next
 cell starts, so kill -9 loses at most the cell that was running (session.toml then still says "running").
@@ -26,6 +29,7 @@ import tomli_w
 
 from servescope import __version__
 from servescope.core.errors import ServescopeError
+from servescope.core.quality import QualityResult
 from servescope.core.results import CellSummary
 from servescope.core.textsafe import clean_text
 from servescope.sessions.live import BUS_FILES, RunnerState, runner_state
@@ -33,6 +37,8 @@ from servescope.sessions.meta import SessionMeta
 from servescope.workloads.spec import parse_toml
 
 SCHEMA_VERSION = 2
+QUALITY_FILE = "quality.json"
+_SECRET_KEYS = frozenset({"api_key", "api_key_env", "token", "password", "secret", "authorization", "headers"})
 
 
 def sessions_home() -> Path:
@@ -91,11 +97,15 @@ def new_session_dir(base: Path | None, name: str) -> Path:
 
 
 def _flatten(summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary's columns in cells.parquet (`ttft_ms_p50`, ...) beside its full `summary_json`."""
+    """The summary's columns in cells.parquet (`ttft_ms_p50`, ...) beside its full `summary_json`. Of a cell's
+    `quality` only the figures (`quality_accuracy`, `quality_n`, ...): its per-task table, keyed by task names
+    that differ from cell to cell (and may be empty, which Parquet cannot hold), stays in summary_json."""
     row: dict[str, Any] = {}
     for k, v in summary.items():
         if isinstance(v, dict) and k not in ("input_tokens_mismatch", "server"):
             for sk, sv in v.items():
+                if k == "quality" and not isinstance(sv, (int, float, str, bool)):
+                    continue
                 row[f"{k}_{sk}"] = sv
         elif isinstance(v, (int, float, str, bool)) or v is None:
             row[k] = v
@@ -179,6 +189,16 @@ class SessionWriter:
         _atomic_parquet(self.path / "cells.parquet", pl.DataFrame(self.cell_rows, infer_schema_length=None))
         self.set_cell_status(idx, str(row.get("status", "done")), str(row.get("reason", "")))
 
+    def write_quality(self, result: QualityResult, settings: dict[str, Any]) -> None:
+        """Persist the quality probe's results as quality.json, then its settings (tasks, contexts, n, top_k,
+        seed, reference, task files: never a secret) as session.toml's [quality] table. A sweep session keeps its
+        kind: it then holds quality results beside its speed."""
+        data = json.dumps(result.to_dict(), indent=1, default=str).encode()  # NaN as NaN: json.loads reads it back
+        _atomic_write(self.path / QUALITY_FILE, data)
+        table = {str(k): v for k, v in settings.items() if str(k).lower() not in _SECRET_KEYS}
+        self.meta["quality"] = {**table, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self.save_meta()
+
     def finish(self, status: str, message: str = "") -> None:
         self.meta["status"] = status
         self.meta["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -220,6 +240,30 @@ class Session:
             return [CellSummary.from_json(s) for s in self.cells["summary_json"].to_list()]
         except _DECODE_ERRORS as e:  # a damaged summary is one line, never a traceback
             raise damaged(self.path / "cells.parquet", e) from None
+
+    def quality(self) -> QualityResult | None:
+        """The quality probe's results (quality.json), None when the session holds none; a file that cannot be
+        decoded is the one-line damaged-file ServescopeError."""
+        f = self.path / QUALITY_FILE
+        try:
+            data = f.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise ServescopeError(f"{f}: cannot read it ({clean_text(e.strerror or str(e))}); check its "
+                                  "permissions") from None
+        try:
+            doc = json.loads(data)
+            if not isinstance(doc, dict):
+                raise ValueError(f"expected an object, got {type(doc).__name__}")
+            return QualityResult.from_dict(doc)
+        except _DECODE_ERRORS as e:  # JSON, UTF-8 or msgspec's validation: the file is damaged
+            raise damaged(f, e) from None
+
+    @property
+    def has_quality(self) -> bool:
+        """The session holds quality results (quality.json), whatever its kind."""
+        return (self.path / QUALITY_FILE).is_file()
 
     def requests(self, cell: int | None = None) -> pl.DataFrame:
         d = self.path / "requests"

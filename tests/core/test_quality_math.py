@@ -48,11 +48,11 @@ def test_divergence_compares_up_to_the_first_differing_token():
     cand_same = [Trace(prompt="p1", tokens=["x", "y", "z"], top=top_same), Trace(prompt="p2", tokens=["x", "y", "z"], top=top_same)]
     d = divergence(ref, cand_same)
     assert d.kl_mean == pytest.approx(0.0, abs=1e-12) and d.top1_agreement == 1.0
-    assert d.first_divergence_mean == 3 and d.positions == 6 and d.prompts == 2
+    assert d.first_divergence_mean == 3 and d.positions == 6 and d.prompts == 2 and d.diverged == 0
     flipped = [_lp({"x": 0.9, "y": 0.05}), _lp({"x": 0.6, "y": 0.3}), _lp({"q": 0.99})]
     cand = [Trace(prompt="p1", tokens=["x", "x", "q"], top=flipped), Trace(prompt="p2", tokens=["x", "y", "z"], top=top_same)]
     d = divergence(ref, cand)
-    assert d.first_divergence_mean == pytest.approx((1 + 3) / 2)
+    assert d.first_divergence_mean == pytest.approx((1 + 3) / 2) and d.diverged == 1
     assert d.positions == 2 + 3  # p1 stops at its first difference (position 1 still shares the context)
     assert d.top1_agreement == pytest.approx(4 / 5)
     assert d.kl_mean > 0 and d.kl_p99 >= d.kl_mean

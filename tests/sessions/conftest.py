@@ -41,6 +41,7 @@ class CellSpec:
     prompt_delta: int = 0  # measured prompt - requested
     skipped: str = ""
     client: dict[str, Any] | None = None  # the summary's `client` entry (core/health.py judge_client)
+    quality: dict[str, Any] | None = None  # the summary's `quality` entry (--quality-share: probe questions)
 
 
 @dataclass
@@ -143,6 +144,8 @@ def build_session(base: Path, spec: SessionSpec, dirname: str | None = None) -> 
             summary["server"] = c.server
         if c.client is not None:
             summary["client"] = c.client
+        if c.quality is not None:
+            summary["quality"] = c.quality
         w.write_cell({**row, "status": "done", "reason": ""}, df, summary)
     w.finish(spec.status, spec.message)
     w.meta.update(started_at="2026-12-01T12:00:00+0000", ended_at="2026-12-01T12:10:00+0000", host="gpu-box",

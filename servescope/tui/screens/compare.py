@@ -1,6 +1,8 @@
 """The Compare screen: two or more saved sessions side by side. The delta table (each metric's values per
 session, the signed delta against the first with its interval and verdict, `+13.2% ±2.1 better`, the winner
 marked with ★ only when it is better than the runner-up beyond noise, knowing which direction is better),
+then, when the sessions hold quality results, their quality rows in the same table (perplexity, each task's
+accuracy with its delta in points and verdict, KL from the reference, accuracy under load: `quality_rows`),
 the aggregate and per-user tok/s curves of every session overlaid, the capacity/knee answers, a label-key
 selector (a tag such as `quant`), and Export, which writes the Markdown report. All numbers come from
 `servescope.sessions.compare.compare_sessions`; this screen only lays them out."""
@@ -70,6 +72,30 @@ def delta_rows(comparison: Any) -> list[tuple[str, ...]]:
     return rows
 
 
+def quality_rows(comparison: Any) -> list[tuple[str, ...]]:
+    """The quality block's rows in the delta table's columns (servescope.sessions.quality): `quality` (or `WORKLOAD
+    under load`) on a section's first row, the task's context or the cell's load, the figure, one value per
+    session (★ on the best beyond noise), each later session's delta vs the first (`-8.0 pts worse`), and the
+    best session (or why none: within noise, no interval, -). Empty when no session holds quality results."""
+    q = getattr(comparison, "quality", None)
+    if q is None:
+        return []
+    n = len(comparison.labels)
+    rows: list[tuple[str, ...]] = []
+    shown = ""
+    for r in q.rows:
+        group = "quality" if not r.section.startswith("under load") else (
+            f"{r.section.removeprefix('under load: ')} under load")
+        head = group if group != shown else ""
+        shown = group
+        vals = [t + (WIN if i == r.best else "") for i, t in enumerate(r.texts)]
+        best = comparison.labels[r.best] if r.best is not None else r.no_best
+        rows.append((head, r.where, r.short or r.label, *vals, *[r.delta_text(i) for i in range(1, n)], best))
+    for lb in q.missing:
+        rows.append(("quality" if not rows else "", "", f"{lb}: no quality results", *[""] * (2 * n - 1), ""))
+    return rows
+
+
 def config_line(comparison: Any) -> str:
     """'config: --max-num-seqs 16 | 32; model a | b': what the sessions' recorded configuration differs in."""
     return "config: " + "; ".join(f"{what} {' | '.join(vals)}" for what, vals in comparison.config)
@@ -127,8 +153,8 @@ class CompareScreen(Screen[None]):
     ]
 
     def __init__(self, paths: list[Path], label_key: str | None = None) -> None:
-        """Loads the sessions; raises ServescopeError (missing, newer schema, no common cell) for the
-        caller to show."""
+        """Loads the sessions; raises ServescopeError (missing, newer schema, no common cell while neither holds
+        quality results, a damaged quality.json) for the caller to show."""
         super().__init__()
         from servescope.sessions.store import load_session
 
@@ -138,7 +164,7 @@ class CompareScreen(Screen[None]):
         self.sessions = [load_session(p) for p in self.paths]
         self.keys = tag_keys(self.sessions)
         self.label_key = label_key if label_key in self.keys else default_label_key(self.sessions)
-        self.comparison = self._compare(self.label_key)  # raises when they share no cell
+        self.comparison = self._compare(self.label_key)  # raises when they share no cell (and hold no quality)
         self.workloads: list[str] = list(dict.fromkeys(c.workload for c in self.comparison.cells))
         self.workload = self.workloads[0] if self.workloads else ""
 
@@ -170,7 +196,9 @@ class CompareScreen(Screen[None]):
     def refresh_view(self) -> None:
         cmp_ = self.comparison
         labels = cmp_.labels
-        head = [f"[b]{esc(' vs '.join(labels))}[/b]  ({len(cmp_.cells)} common cell{'s' if len(cmp_.cells) != 1 else ''};"
+        cells = (f"{len(cmp_.cells)} common cell{'s' if len(cmp_.cells) != 1 else ''}" if cmp_.cells else
+                 "no speed cells in common: quality only")
+        head = [f"[b]{esc(' vs '.join(labels))}[/b]  ({cells};"
                 f" baseline {esc(labels[0])} (B changes it); ★ best beyond noise)"]
         if cmp_.mismatches:
             head.append("[b]not comparable[/b], no winner: " + esc("; ".join(cmp_.mismatches)))
@@ -184,19 +212,26 @@ class CompareScreen(Screen[None]):
                        *[Col(f"d{i}", f"Δ {lb}", 2, min_width=18, max_width=30, right=True)
                          for i, lb in enumerate(labels[1:], 1)],
                        Col("best", "best", 4, min_width=4, max_width=20)])
-        for i, row in enumerate(delta_rows(cmp_)):
+        for i, row in enumerate(delta_rows(cmp_) + quality_rows(cmp_)):
             t.data[str(i)] = [clean_text(str(v)) for v in row]
         t.relayout(force=True)
         answers = [config_line(cmp_)] if cmp_.config else []  # the server arguments that differ
         answers += [answer_line(a) for a in cmp_.answers if a.workload == self.workload]
         answers += cmp_.notes
-        answers.append(f"Δ ±: 95% {cmp_.interval or 'bootstrap interval'}; within noise: it holds 0, or "
-                       f"under {cmp_.min_effect:g}%")
+        if cmp_.quality is not None:
+            answers += cmp_.quality.notes
+            answers.append("quality Δ: accuracy in points, beyond noise by a two-proportion test at 95%; "
+                           "perplexity and KL not judged")
+        if cmp_.cells:
+            answers.append(f"Δ ±: 95% {cmp_.interval or 'bootstrap interval'}; within noise: it holds 0, or "
+                           f"under {cmp_.min_effect:g}%")
         self.query_one("#compare-answers", Static).update("\n".join(clean_text(a) for a in answers))
         self._plot()
 
     def _plot(self) -> None:
-        """Every cell of each session (not only the common ones) for the shown workload."""
+        """Every cell of each session (not only the common ones) for the shown workload; no curves when the
+        sessions share no cell (quality only)."""
+        self.query_one("#compare-curves").display = bool(self.workloads)
         more = f" (w: next of {len(self.workloads)})" if len(self.workloads) > 1 else ""
         kind = load_kind(self.sessions, self.workload)
         for wid, metric, what in (("#cmp-aggregate", "output_tok_s", "output tok/s"),
