@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
                                     "(for CI)"))
     cc.add_report_args(sub.add_parser("report", help="a Markdown (or CSV/JSON) report of a session"))
     cc.add_import_args(sub.add_parser("import", help="import `vllm bench serve --save-result` JSON as a session"))
+    from servescope.cli.quality import add_quality_args
+
+    add_quality_args(sub.add_parser("quality", help="probe answer quality (tasks, perplexity, divergence from a "
+                                    "reference) and save it as a session"))
     from servescope.cli import detach as dt
 
     dt.add_watch_args(sub.add_parser("watch", help="print a running sweep's progress and finished cells until it ends"))
@@ -74,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             fn = {"sessions": cc.sessions_command, "compare": cc.compare_command, "gate": cc.gate_command,
                   "report": cc.report_command, "import": cc.import_command}[args.command]
             return int(fn(args))
+        if args.command == "quality":
+            from servescope.cli.quality import quality_command
+
+            return quality_command(args)
         if args.command in ("watch", "attach"):
             from servescope.cli import detach as dt
 

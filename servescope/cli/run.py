@@ -75,6 +75,7 @@ def cell_json(cell: Any, s: CellSummary, status: str, reason: str) -> dict[str, 
         **({"send_lateness_ms": lateness(s)} if _is_trace(cell) else {}),
         **({"turns": [t.to_dict() for t in s.turns]} if s.turns else {}),
         **({"conversations": s.conversations.to_dict()} if s.conversations is not None else {}),
+        **({"quality": s.quality} if getattr(s, "quality", None) else {}),
     }
 
 
@@ -246,9 +247,29 @@ def format_cell(ev: Any, total: int) -> str:
     if cv is not None:
         lines.append(f"  conversations: {cv.started} started, {cv.complete} complete (mean {_f(cv.turns_mean)} turns); "
                      f"complete ones took p50 {_f(cv.duration_s.p50, 2)} s, p90 {_f(cv.duration_s.p90, 2)} s")
+    q = getattr(s, "quality", None)
+    if q:
+        lines.append(f"  quality under load: {quality_text(q)}")
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
+
+
+def quality_text(q: dict[str, Any]) -> str:
+    """A cell's probe figures (--quality-share) in one line."""
+    from servescope.core.textsafe import clean_text
+
+    parts = []
+    if q.get("n"):
+        tasks = ", ".join(f"{clean_text(k)} {v['correct']}/{v['n']}" for k, v in (q.get("tasks") or {}).items())
+        parts.append(f"accuracy {q['accuracy'] * 100:.0f}% of {q['n']} probe questions ({tasks})")
+    if q.get("positions"):
+        parts.append(f"vs the same prompts at idle: KL mean {q['kl_mean']:.3g} nats over {q['positions']} positions, "
+                     f"top-1 agreement {q['top1_agreement'] * 100:.0f}%, greedy output differs in "
+                     f"{q.get('diverged', 0)} of {q['prompts']} generations")
+    if q.get("failed"):
+        parts.append(f"{q['failed']} probe requests failed")
+    return "; ".join(parts) or "no probe request finished"
 
 
 class _Progress:

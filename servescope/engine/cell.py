@@ -19,6 +19,7 @@ from servescope.core.textsafe import clean_text
 from servescope.engine.connection import Target
 from servescope.engine.events import CellFinished, CellSkipped, Event, Notice, RequestsDone, SweepControl
 from servescope.engine.plan import Cell
+from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, watchdog
 from servescope.engine.sink import SessionSink
 from servescope.engine.telemetryhub import Metrics, Telemetry
@@ -41,7 +42,7 @@ class CellAttempt:
     def __init__(self, cell: Cell, specs: list[RequestSpec], attempt: int, *, opts: ClientOptions,
                  slos: dict[str, float], control: SweepControl, sink: SessionSink, target: Target,
                  servers: ServerManager, telemetry: Telemetry, health_interval_s: float, label: str,
-                 ran_with: dict[str, Any] | None = None) -> None:
+                 ran_with: dict[str, Any] | None = None, mixer: QualityMixer | None = None) -> None:
         self.cell = cell
         self.specs = mark_turns(cell.workload, cell.prompt_key, specs)  # a multi-turn cell's requests are turns
         self.attempt = attempt
@@ -65,6 +66,7 @@ class CellAttempt:
         self.server_before: Metrics | None = None  # /metrics at the window's start and end
         self.server_after: Metrics | None = None
         self.wake = asyncio.Event()
+        self.mixer = mixer  # --quality-share: probe questions beside the load
 
     def _on_record(self, r: RequestRecord) -> None:
         self.pending.append(r)
@@ -96,6 +98,7 @@ class CellAttempt:
         task.add_done_callback(lambda _t: self.wake.set())
         dog = asyncio.create_task(watchdog(self.servers, self.health_interval_s, self.cc.stop, self._on_lost,
                                            progress=lambda: self.ok + reads()))
+        mix = asyncio.create_task(self.mixer.during(lambda: self.ok + self.failed)) if self.mixer else None
         try:
             while not task.done():
                 try:
@@ -110,12 +113,17 @@ class CellAttempt:
         except BaseException:
             self.cc.request_stop("interrupted")
             dog.cancel()
-            await asyncio.gather(task, dog, return_exceptions=True)
+            if mix is not None:
+                mix.cancel()
+            await asyncio.gather(task, dog, *([mix] if mix is not None else []), return_exceptions=True)
             control.cell = None
             self._save(task, interrupted=True)
             raise
         dog.cancel()
-        await asyncio.gather(dog, return_exceptions=True)
+        if mix is not None:
+            mix.cancel()
+        await asyncio.gather(dog, *([mix] if mix is not None else []), return_exceptions=True)
+        quality = self.mixer.take() if self.mixer is not None else None
         run = task.result()
         if control.skipped is self.cc and not self.lost:
             control.cell = None
@@ -140,6 +148,8 @@ class CellAttempt:
         if self.t0_ns:
             out_tok = sum(r.output_tokens for r in run.records if r.status == "ok")
             extra = await self.telemetry.window(self.t0_ns, self.t1_ns, out_tok)
+        if quality is not None:
+            extra["quality"] = quality
         summary = self._save(task, status=status, suffix=f"-lost{self.attempt}" if self.lost else "", extra=extra)
         self.telemetry.save(self.sink.path)
         control.cell = None

@@ -265,6 +265,19 @@ def opt_price(raw: Any, where: str) -> float | None:
     return float(raw)
 
 
+def share(raw: Any, where: str) -> float:
+    """A share of a cell's requests: 0 (none) up to 0.5."""
+    how = "give a share of the cell's requests from 0 to 0.5, like 0.05"
+    if isinstance(raw, str):
+        try:
+            raw = float(raw.strip().rstrip("%")) / (100 if raw.strip().endswith("%") else 1)
+        except ValueError:
+            raise ServescopeError(f"{where}: {raw!r} is not a number; {how}") from None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw <= 0.5:
+        raise ServescopeError(f"{where}: must be from 0 to 0.5; {how}")
+    return float(raw)
+
+
 def opt_burstiness(raw: Any, where: str) -> float | None:
     """The gamma shape of `arrival = "gamma"`: a number above 0 (1 is Poisson), at most BURSTINESS_MAX."""
     if _blank(raw, where):

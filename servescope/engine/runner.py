@@ -41,6 +41,7 @@ from servescope.engine.events import (
 )
 from servescope.engine.fields import dump_interval
 from servescope.engine.plan import DEFAULT_CONCURRENCY, DEFAULT_REQUESTS, Cell, fits, plan_cells, pool_size
+from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, Servers
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
@@ -129,6 +130,7 @@ class _Sweep:
         self.label = ctx.target_label or ctx.url
         self.sink: SessionSink | None = None
         self.model = ""
+        self.mixer: QualityMixer | None = None
         self.minfo = ModelInfo("")
         self.tok: Tokenizer | None = None
         self.info: TargetInfo | None = None
@@ -209,6 +211,11 @@ class _Sweep:
         yield SweepStarted(path, self.cells, target, self.model, self.tok.name)
         for ev in tele:
             yield ev
+        if spec.quality_share > 0:
+            self.mixer = QualityMixer(self.servers.url, self.minfo, ctx.api_key, spec.quality_share, spec.seed)
+            line = await self.mixer.prepare(self.tok)
+            sink.add_event("quality", line)
+            yield Notice("info", line)
         if not self.tok.exact:
             yield Notice("warning", f"{self.label} has no /tokenize: input lengths are estimated (1 token per word); "
                                     "pass --tokenizer PATH for exact lengths. Each cell shows requested vs measured.")
@@ -259,6 +266,10 @@ class _Sweep:
         await self.servers.launch(cell.variant, path)
         await self._connect()
         self.tok = await self.target.tokenizer(self.model)
+        if self.mixer is not None:  # another server: its own answers at idle
+            self.mixer = QualityMixer(self.servers.url, self.minfo, self.ctx.api_key, self.spec.quality_share,
+                                      self.spec.seed)
+            await self.mixer.prepare(self.tok)
         sink.add_event("server_launched", f"variant {cell.variant + 1}: {redact_command(cell.variant_args)}")
         sink.meta.setdefault("server", {}).setdefault("variant_args", {})[str(cell.variant)] = (
             self.servers.server_args() or {})
@@ -293,7 +304,7 @@ class _Sweep:
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
                               sink=sink, target=self.target, servers=self.servers, telemetry=self.telemetry,
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
-                              ran_with=self._ran_with())
+                              ran_with=self._ran_with(), mixer=self.mixer)
             lost = False
             async for ev in run.events():
                 yield ev

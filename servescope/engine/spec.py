@@ -118,6 +118,11 @@ class SweepSpec:
                          help="run each cell K times, interleaved across the sweep (c=1,4,16, c=1,4,16, ...), so "
                               "slow drift hits every cell alike; each point's figures are then the median of its "
                               "repeats")
+    quality_share: float = option(
+        0.0, "load", "quality_share", ["--quality-share"], parse=f.share, metavar="SHARE",
+        help="mix quality-probe questions (arithmetic, key-value retrieval, JSON, and greedy prompts compared with "
+             "their answers at idle) into each cell, about this share of its requests, e.g. 0.05: each cell then "
+             "reports accuracy and divergence at its load (the probe requests are not in its speed figures)")
     timeout_s: float = option(600.0, "load", "timeout", ["--timeout"], parse=f.duration, dump=f.fmt_duration,
                               help="per-request timeout (default 600s)")
     ignore_eos: bool = option(True, "load", "ignore_eos", ["--no-ignore-eos"], parse=f.boolean, negate=True,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -137,3 +138,24 @@ async def test_llamacpp_greedy_traces_and_no_prompt_logprobs(llama: Any, http: h
     assert await prompt_logprobs(http, llama.url, model, PROMPTS[0]) is None
     with pytest.raises(ContextTooLong, match="exceeds the available context size"):
         await answer(http, llama.url, model, "word " * 3000, 4)
+
+
+def test_the_quality_command_against_llamacpp_says_why_it_has_no_perplexity(llama: Any, tmp_path: Path) -> None:
+    """End to end: tasks and divergence traces work on llama.cpp; perplexity is not measured, and the session says
+    why (its server ignores prompt_logprobs)."""
+    import json
+
+    from servescope.sessions.store import load_session
+    from tests.integration.helpers import servescope
+
+    p = servescope("quality", "--url", llama.url, "--tasks", "arithmetic,json", "-n", "2", "--save",
+                   str(tmp_path / "q"), "--json", timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["perplexity"] is None and {k: v["n"] for k, v in out["tasks"].items()} == {"arithmetic": 2, "json": 2}
+    assert "perplexity: not measured" in p.stderr
+    q = load_session(tmp_path / "q").quality()
+    assert q is not None and "prompt log-probabilities" in q.perplexity_note
+    assert len(q.traces) == 16 and all(t.tokens and len(t.top) == len(t.tokens) for t in q.traces)
+    rep = servescope("report", str(tmp_path / "q"))
+    assert rep.returncode == 0 and "prompt log-probabilities" in rep.stdout

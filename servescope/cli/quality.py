@@ -1,0 +1,120 @@
+"""`servescope quality`: the quality probe from the command line (servescope/engine/quality.py does the work)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+
+DEFAULT_TASKS = "arithmetic,retrieval,needle,json"  # core.quality.TASKS (not imported here: the CLI starts light)
+
+
+def add_quality_args(p: argparse.ArgumentParser) -> None:
+    from servescope.cli.run import add_target_args
+
+    add_target_args(p)
+    p.add_argument("--reference", metavar="SESSION",
+                   help="a quality session of the reference server (e.g. BF16 or FP8): report KL divergence, top-1 "
+                        "agreement and where the greedy outputs first part")
+    p.add_argument("--tasks", default=DEFAULT_TASKS,
+                   help=f"exact-answer tasks, comma-separated (default: {DEFAULT_TASKS})")
+    p.add_argument("--context", default="1024", metavar="TOKENS",
+                   help="prompt lengths of the long-context tasks (retrieval, needle), e.g. 1024,8192 or 1k,16k "
+                        "(default 1024)")
+    p.add_argument("--task-file", action="append", default=[], metavar="FILE.jsonl",
+                   help="your own questions, one JSON object per line: prompt, answer, scorer exact|choice|regex "
+                        "(repeatable; the task is named after the file)")
+    p.add_argument("-n", "--n", type=int, default=20, help="questions per task and context length (default 20)")
+    p.add_argument("--top-k", type=int, default=5, help="log-probabilities per position for divergence (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated questions (default 0)")
+    p.add_argument("--concurrency", type=int, default=4, help="probe requests in flight (default 4)")
+    p.add_argument("--no-perplexity", action="store_true", help="skip the corpus perplexity")
+    p.add_argument("--tokenizer", metavar="PATH", help="a local tokenizer to size the long prompts (default: the "
+                                                       "server's /tokenize, else an estimate)")
+    p.add_argument("--save", help="session directory: an existing session gets the quality results beside its "
+                                  "speed; else a new quality session there (default: a new one under the sessions "
+                                  "directory)")
+    p.add_argument("--sessions-dir", help="where sessions go (default $SERVESCOPE_HOME/sessions or the user data dir)")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a table")
+
+
+def spec_from_args(args: argparse.Namespace) -> Any:
+    from servescope.cli.common import resolve_session
+    from servescope.engine.quality import QualitySpec, parse_contexts, parse_tasks
+
+    for flag, v, lo in (("-n", args.n, 1), ("--top-k", args.top_k, 1), ("--concurrency", args.concurrency, 1)):
+        if v < lo:
+            raise ServescopeError(f"{flag} {v}: must be {lo} or more")
+    if args.top_k > 20:
+        raise ServescopeError(f"--top-k {args.top_k}: servers return at most 20 log-probabilities; use 20 or less")
+    ref = None
+    if args.reference:
+        sd = Path(args.sessions_dir) if args.sessions_dir else None
+        ref = str(resolve_session(args.reference, sd).path)
+    for f in args.task_file:
+        if not Path(f).is_file():
+            raise ServescopeError(f"--task-file {f}: no such file; give a JSONL file of prompt/answer/scorer lines")
+    return QualitySpec(tasks=parse_tasks(args.tasks), contexts=parse_contexts(args.context), n=args.n,
+                       user_sets=tuple(args.task_file), reference=ref, top_k=args.top_k, seed=args.seed,
+                       concurrency=args.concurrency, perplexity=not args.no_perplexity)
+
+
+def quality_json(session: str, result: Any) -> dict[str, Any]:
+    """The Contract's shape: {"session", "perplexity", "tasks": {NAME: {"accuracy", "n"}}, "reference"}."""
+    return {"session": session, **result.summary()}
+
+
+def format_result(path: Path, result: Any, model: str) -> str:
+    from servescope.core.textsafe import clean_text
+
+    lines = [f"quality of {clean_text(model)}"]
+    if result.perplexity is not None:
+        lines.append(f"  perplexity       {result.perplexity:.3f}  (exp of the mean negative log-likelihood over "
+                     f"{result.perplexity_tokens:,} corpus tokens)")
+    else:
+        lines.append(f"  perplexity       not measured: {result.perplexity_note or 'skipped'}")
+    if result.tasks:
+        lines.append("  task             accuracy   n    95% interval (Wilson)")
+        for name, s in result.tasks.items():
+            lines.append(f"  {clean_text(name):<16} {s.accuracy * 100:6.1f} %  {s.n:<4} "
+                         f"{s.lo * 100:.0f}-{s.hi * 100:.0f} %")
+    r = result.reference
+    if r is not None:
+        lines.append(f"  vs reference {clean_text(result.reference_session or '')}: KL mean {r.kl_mean:.4g} nats, "
+                     f"p99 {r.kl_p99:.4g} (top-k, over {r.positions} positions of {r.prompts} prompts); top-1 "
+                     f"agreement {r.top1_agreement * 100:.1f} %; greedy outputs differ in {r.diverged} of "
+                     f"{r.prompts}, first at token {r.first_divergence_mean:.1f} on average (the generation's "
+                     "length when they never do)")
+    lines.append(f"saved {path}")
+    return "\n".join(lines)
+
+
+def quality_command(args: argparse.Namespace) -> int:
+    from servescope.cli.common import api_key_from
+    from servescope.cli.run import open_target
+    from servescope.engine.quality import run_quality
+    from servescope.engine.spec import DEFAULT_URL
+
+    spec = spec_from_args(args)  # every flag is checked before a simulator starts
+    err = sys.stderr
+    with ExitStack() as stack:
+        url, label = open_target(args.url or DEFAULT_URL, stack, err)
+
+        def progress(text: str) -> None:
+            print(text, file=err, flush=True)
+
+        run = asyncio.run(run_quality(url, label, args.model, spec, api_key_from(args, args.api_key_env),
+                                      Path(args.save) if args.save else None,
+                                      Path(args.sessions_dir) if args.sessions_dir else None, progress,
+                                      tokenizer_path=args.tokenizer))
+    if args.json:
+        print(json.dumps(quality_json(str(run.path), run.result)))
+    else:
+        print(format_result(run.path, run.result, run.model.id))
+    return 0
