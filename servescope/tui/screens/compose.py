@@ -1,12 +1,14 @@
 """The Compose screen: target (URL, API-key variable, probe), workloads (presets, TOML files, a form for
-a new one) and load (concurrency or rates, requests/duration, warmup, SLOs, tags); a live preview of the
+a new one), load (concurrency or rates, requests/duration, warmup, SLOs, tags) and quality (the share of
+probe questions mixed into each cell, and a standalone quality probe of the target); a live preview of the
 grid; save and load the whole sweep as TOML. Bad input is shown next to its field, never raised."""
 
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -28,15 +30,33 @@ from textual.widgets.selection_list import Selection
 
 from servescope.core.errors import ServescopeError
 from servescope.tui import messages as m
+from servescope.tui.qualityworker import (
+    ACCURACY_HOW,
+    QualityFinished,
+    QualityProbe,
+    QualityProgress,
+    check_field,
+    divergence_line,
+    perplexity_line,
+    task_rows,
+)
 from servescope.tui.safe import plain
 from servescope.tui.screens.workloadform import WorkloadFormScreen, field_row, list_shape, parse_length
 from servescope.tui.widgets.marklist import MarkedSelectionList
 from servescope.tui.widgets.panels import short_path
+from servescope.tui.widgets.table import Col, FitTable
+
+if TYPE_CHECKING:
+    from servescope.tui.app import ServescopeApp
 
 __all__ = ["ComposeScreen", "WorkloadFormScreen", "field_row", "parse_length", "preview_text", "rough_cell_s"]
 
 ASSUMED_TPOT_MS = 20.0  # for the rough duration only
 ASSUMED_PREFILL_TOK_S = 5000.0
+QUALITY_FIELDS = ("q-tasks", "q-contexts", "q-n", "q-reference")  # the standalone probe's (not the sweep's)
+QUALITY_LOG_LINES = 8  # progress lines kept on screen
+QUALITY_COLS = [Col("task", "task", 0, 8, 24), Col("accuracy", "accuracy", 1, right=True),
+                Col("n", "n (questions)", 2, right=True), Col("interval", "95% interval (Wilson)", 3, right=True)]
 
 
 def mask_key(value: str | None) -> str:
@@ -76,6 +96,7 @@ class ComposeScreen(Screen[None]):
         Binding("f6", "tab('tab-target')", "Target pane", show=False),
         Binding("f7", "tab('tab-workloads')", "Workloads pane", show=False),
         Binding("f8", "tab('tab-load')", "Load pane", show=False),
+        Binding("f9", "tab('tab-quality')", "Quality pane", show=False),
     ]
 
     def __init__(self, url: str = "sim://tiny", api_key_env: str = "OPENAI_API_KEY",
@@ -88,6 +109,8 @@ class ComposeScreen(Screen[None]):
         self.probed: dict[str, Any] | None = None
         self.probed_url = ""  # the URL field's value the probe result is for
         self.loaded_spec: Any = None  # the SweepSpec last loaded (ctrl+o): the settings the form does not show
+        self.quality: QualityProbe | None = None  # the quality probe running (or last run)
+        self.quality_log: list[str] = []
 
     # ---- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -131,6 +154,28 @@ class ComposeScreen(Screen[None]):
                 with Horizontal(classes="buttons"):
                     yield Button("Save sweep (ctrl+s)", id="save-sweep")
                     yield Button("Load sweep (ctrl+o)", id="load-sweep")
+            with TabPane("Quality F9", id="tab-quality"), VerticalScroll(classes="pane", can_focus=False):
+                yield field_row("quality share", "quality-share", "", "e.g. 0.05 (empty: off)")
+                yield Static("probe questions mixed into each cell of the sweep, about this share of its requests; "
+                             "each cell then reports accuracy and divergence at its load", id="quality-share-note",
+                             classes="hint", markup=False)
+                yield Static("Probe quality now: the Target pane's server alone, under no load",
+                             classes="pane-title q-title", markup=False)
+                yield field_row("tasks", "q-tasks", "arithmetic,retrieval,needle,json",
+                                "arithmetic,retrieval,needle,json")
+                yield field_row("contexts", "q-contexts", "1024", "retrieval/needle prompt tokens, e.g. 1024,8k")
+                yield field_row("questions", "q-n", "20", "per task and context length")
+                yield field_row("reference", "q-reference", "", "optional: a quality session (directory or id)")
+                with Horizontal(classes="buttons"):
+                    yield Button("Probe quality", id="q-probe", variant="primary")
+                yield Static("Not probed yet: exact-answer tasks, perplexity and greedy traces (for divergence).",
+                             id="q-status", markup=False)
+                yield Static("", id="q-ppl", classes="q-result", markup=False)
+                yield FitTable(id="q-table", classes="q-result")
+                yield Static("", id="q-how", classes="q-result hint", markup=False)
+                yield Static("", id="q-div", classes="q-result", markup=False)
+                yield Static("", id="q-saved", classes="q-result", markup=False)
+                yield Static("", id="q-log", classes="hint", markup=False)
         with Horizontal(id="preview-bar"):
             yield Static("", id="preview", markup=False)
             yield Button("Run (ctrl+r)", id="run", variant="success")
@@ -140,7 +185,15 @@ class ComposeScreen(Screen[None]):
         self._fill_workloads(selected={"preset:sharegpt"})
         self._key_status()
         self._sim_desc()
+        table = self.query_one("#q-table", FitTable)
+        table.set_columns(QUALITY_COLS)
+        table.border_title = "tasks"
+        self._show_quality_result(False)
         self.update_preview()
+
+    def on_unmount(self) -> None:
+        if self.quality is not None:
+            self.quality.cancel()
 
     # ---- workloads list -------------------------------------------------------------------------
     def _fill_workloads(self, selected: set[str] | None = None, extra: list[Any] | None = None) -> None:
@@ -198,9 +251,10 @@ class ComposeScreen(Screen[None]):
     # form field id -> SweepSpec field; the spec's own parsers check each one (one validation path)
     FORM = {"url": "url", "launch": "launch", "variants": "variants", "key-env": "api_key_env", "model": "model",
             "concurrency": "concurrency", "rates": "rates", "requests": "requests", "duration": "duration",
-            "warmup": "warmup", "repeat": "repeat", "slos": "slos", "tags": "tags", "name": "name"}
+            "warmup": "warmup", "repeat": "repeat", "slos": "slos", "tags": "tags", "name": "name",
+            "quality-share": "quality_share"}
     FIELDS = ("url", "launch", "variants", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "repeat",
-              "slos", "tags")
+              "slos", "tags", "quality-share")
 
     def _check(self, fid: str) -> tuple[Any, str]:
         """(parsed value, error) of one field, by SweepSpec's parser for it."""
@@ -232,6 +286,8 @@ class ComposeScreen(Screen[None]):
                 return 0, ""
             if fid == "repeat" and not v:
                 return 1, ""
+            if fid == "quality-share" and not v:
+                return 0.0, ""  # empty: no probe questions in the cells
             name = self.FORM[fid]
             return parse_field("duration_s" if name == "duration" else name, v, fid), ""
         except ServescopeError as e:
@@ -272,6 +328,7 @@ class ComposeScreen(Screen[None]):
                                 for fid, n in self.FORM.items()}
         form["warmup"] = form["warmup"] or "0"
         form["repeat"] = form["repeat"] or "1"
+        form["quality_share"] = form["quality_share"] or "0"
         if vals["launch"]:
             form["url"] = "sim://"  # unused: the launched server's URL comes from its command
         else:
@@ -310,6 +367,9 @@ class ComposeScreen(Screen[None]):
         if fid == "launch":  # the URL and the variants are read against the launch command
             for other in ("url", "variants"):
                 self._err(other, self._check(other)[1])
+        if fid in QUALITY_FIELDS:
+            self._err(fid, self._check_quality(fid)[1])
+            return  # the standalone probe's fields are not the sweep's: the preview stays
         if fid == "key-env":
             self._key_status()
         if fid == "url":
@@ -410,6 +470,113 @@ class ComposeScreen(Screen[None]):
         if len(i["models"]) > 1 and not self._val("model"):
             self._err("model", "several models: type the one to benchmark")
 
+    # ---- the quality probe (Quality pane) --------------------------------------------------------------
+    @property
+    def servescope_app(self) -> ServescopeApp:
+        return cast("ServescopeApp", self.app)
+
+    def _check_quality(self, fid: str) -> tuple[Any, str]:
+        return check_field(fid, self._val(fid), self.servescope_app.sessions_dir)
+
+    @property
+    def quality_running(self) -> bool:
+        return self.quality is not None and not self.quality.done.is_set()
+
+    def _show_quality_result(self, show: bool) -> None:
+        for w in self.query(".q-result"):
+            w.display = show
+
+    def _quality_status(self, text: str) -> None:
+        self.query_one("#q-status", Static).update(text)
+
+    @on(Button.Pressed, "#q-probe")
+    @on(Input.Submitted, "#q-tasks, #q-contexts, #q-n, #q-reference")
+    def action_probe_quality(self) -> None:
+        """Probe the quality of the Target pane's server (a second press stops a running probe)."""
+        if self.quality_running:
+            assert self.quality is not None
+            self.quality.cancel()
+            self._quality_status("stopping…")
+            return
+        app = self.servescope_app
+        if app.sweep_running:
+            self._quality_status("✗ a sweep is running: its server would serve the probe too. Probe after it ends, "
+                                 "or give the sweep a quality share")
+            return
+        if self._val("launch"):
+            self._quality_status("✗ the Target pane launches its server only when a sweep runs: give the URL of a "
+                                 "running server there (clear `or launch`), or give the sweep a quality share")
+            return
+        url, err = self._check("url")
+        key_env, kerr = self._check("key-env")
+        model, merr = self._check("model")
+        self._err("url", err)
+        self._err("key-env", kerr)
+        self._err("model", merr)
+        if err or kerr or merr:
+            self._quality_status("✗ fix the Target pane first (F6)")
+            return
+        vals: dict[str, Any] = {}
+        bad = []
+        for fid in QUALITY_FIELDS:
+            vals[fid], ferr = self._check_quality(fid)
+            self._err(fid, ferr)
+            if ferr:
+                bad.append(fid.removeprefix("q-"))
+        if bad:
+            self._quality_status(f"✗ fix: {', '.join(bad)}")
+            return
+        from servescope.engine.quality import QualitySpec
+
+        spec = QualitySpec(tasks=vals["q-tasks"], contexts=vals["q-contexts"], n=vals["q-n"],
+                           reference=vals["q-reference"])
+        total = len(spec.tasks) * spec.n + sum(spec.n * (len(spec.contexts) - 1)
+                                               for t in spec.tasks if t in ("retrieval", "needle"))
+        self._show_quality_result(False)
+        self.quality_log = []
+        self.query_one("#q-log", Static).update("")
+        self.query_one("#q-probe", Button).label = "Stop probe"
+        self._quality_status(f"probing {url}: about {total} questions" + (
+            " (starting the simulator)…" if url.startswith("sim://") else "…"))
+        self.quality = QualityProbe(self.post_message)
+        self.run_worker(partial(self.quality.run, app.sims, url, key_env, model, spec, app.sessions_dir),
+                        thread=True, name="quality", group="quality", exit_on_error=False)
+
+    @on(QualityProgress)
+    def _quality_progress(self, msg: QualityProgress) -> None:
+        self.quality_log = [*self.quality_log, msg.text][-QUALITY_LOG_LINES:]
+        self.query_one("#q-log", Static).update("\n".join(self.quality_log))
+
+    @on(QualityFinished)
+    def _quality_finished(self, msg: QualityFinished) -> None:
+        self.query_one("#q-probe", Button).label = "Probe quality"
+        took = f"{msg.seconds:.0f} s"
+        if msg.run is None:
+            self._quality_status(f"✗ {msg.error} ({took})")
+            if "reference" in msg.error:
+                self._err("q-reference", msg.error)
+            if not msg.error.startswith("stopped"):
+                self.notify(msg.error, title="quality probe failed", severity="error", timeout=8, markup=False)
+            return
+        run, res = msg.run, msg.run.result
+        self._quality_status(f"✓ quality of {run.model.id} at {msg.url}, in {took}")
+        self.query_one("#q-ppl", Static).update(perplexity_line(res))
+        table = self.query_one("#q-table", FitTable)
+        table.set_rows(task_rows(res))
+        table.display = bool(res.tasks)
+        how = self.query_one("#q-how", Static)
+        how.update(ACCURACY_HOW if res.tasks else "no task was asked")
+        self.query_one("#q-div", Static).update(divergence_line(res, bool(self._val("q-reference"))))
+        self.query_one("#q-saved", Static).update(f"saved {short_path(run.path)} (quality.json; F4 lists it)")
+        for w in self.query(".q-result"):
+            if w is not table:
+                w.display = True
+        # once the result is laid out (the table fills its rows after its first resize), show it from the top
+        self.set_timer(0.2, self._scroll_to_result)
+
+    def _scroll_to_result(self) -> None:
+        self.query_one("#q-status", Static).scroll_visible(top=True, animate=False)
+
     @on(Button.Pressed, "#run")
     def action_run_sweep(self) -> None:
         sweep = self.collect()
@@ -486,6 +653,7 @@ class ComposeScreen(Screen[None]):
         put("slos", ",".join(f"{k}={fmt_num(v)}" for k, v in spec.slos.items()) or None)
         put("tags", ",".join(f"{k}={v}" for k, v in spec.tags.items()))
         put("name", spec.name)
+        put("quality-share", fmt_num(spec.quality_share) if spec.quality_share else None)
         extra = [w for w in spec.workloads if w.source not in ("preset", "inline")]
         inline = [w for w in spec.workloads if w.source == "inline"]
         keys: set[str] = set()
@@ -576,7 +744,7 @@ def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | N
 def preview_text(spec: Any, speed: dict[str, float] | None = None) -> str:
     """The grid, its requests and a duration estimate: from the TPOT the probe measured on this target
     (`speed`), else a guess that says so. A trace is one cell (its own times, not the load levels); a
-    conversation's requests are its turns."""
+    conversation's requests are its turns; a quality share adds its probe questions."""
     from servescope.engine.runner import plan_cells
 
     try:
@@ -598,6 +766,8 @@ def preview_text(spec: Any, speed: dict[str, float] | None = None) -> str:
     dur = f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
     multi = any(c.workload.multi_turn for c in cells)
     req_text = (f"{reqs} requests" + (" (turns)" if multi else "")) if reqs else "duration-limited"
+    if spec.quality_share:  # the mixer keeps probe questions near this share of each cell's requests
+        req_text += f" + ~{spec.quality_share * 100:g}% quality probes"
     slo = ",".join(f"{k}={v:g}" for k, v in spec.slos.items())
     grid = (f"{nw} workload{'s' if nw != 1 else ''} x {nl} load level{'s' if nl != 1 else ''}" if grid_cells else "")
     if traces:
