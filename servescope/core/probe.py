@@ -32,7 +32,7 @@ import httpx
 
 from servescope.core.errors import ServescopeError
 from servescope.core.quality import Trace
-from servescope.core.target import _show, redact_url
+from servescope.core.target import _show, key_refused, redact_url, request_failed
 from servescope.core.textsafe import clean_secret_text
 
 __all__ = ["ContextTooLong", "answer", "greedy", "prompt_logprobs", "split_text"]
@@ -100,16 +100,11 @@ async def _post(client: httpx.AsyncClient, base_url: str, body: dict[str, Any],
     secret = _secret(client)
     try:
         r = await client.post(root + PATH, json={**body, "stream": False})
-    except httpx.ConnectError as e:
-        why = clean_secret_text(str(e), secret, 200) or "connection refused"
-        raise ServescopeError(f"cannot connect to {where} ({why}); is the server running? check --url") from None
-    except httpx.TimeoutException:
-        raise ServescopeError(f"{where} did not answer in time; check the server, or give it a longer timeout") from None
     except httpx.HTTPError as e:
-        raise ServescopeError(f"cannot talk to {where}: {clean_secret_text(str(e), secret, 200)}; check --url") from None
+        raise request_failed(where, e, clean_secret_text(str(e), secret, 200),
+                             "did not answer in time; check the server, or give it a longer timeout") from None
     if r.status_code in (401, 403):
-        raise ServescopeError(
-            f"{where} refused the API key (HTTP {r.status_code}); set it with --api-key-env NAME or --api-key")
+        raise key_refused(where, r.status_code)
     if r.status_code >= 400:
         msg = _server_message(r, secret)
         if 400 <= r.status_code < 500 and any(p in r.text[:4096] for p in unsupported):

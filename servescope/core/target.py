@@ -75,6 +75,20 @@ class TargetInfo:
         raise ServescopeError(f"unknown model {name!r}; {self.url} serves: {ids}")
 
 
+def request_failed(where: str, e: httpx.HTTPError, detail: str, timeout_text: str) -> ServescopeError:
+    """One line for a request to `where` that got no answer (`detail`: the error's text, already cleaned)."""
+    if isinstance(e, httpx.ConnectError):
+        return ServescopeError(f"cannot connect to {where} ({detail or 'connection refused'}); is the server running? "
+                               "check --url")
+    if isinstance(e, httpx.TimeoutException):
+        return ServescopeError(f"{where} {timeout_text}")
+    return ServescopeError(f"cannot talk to {where}: {detail}; check --url")
+
+
+def key_refused(where: str, status: int) -> ServescopeError:
+    return ServescopeError(f"{where} refused the API key (HTTP {status}); set it with --api-key-env NAME or --api-key")
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
@@ -88,18 +102,11 @@ async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, e
     async with async_client(base_url=url, headers=_headers(api_key), timeout=timeout_s) as c:
         try:
             r = await c.get("/v1/models")
-        except httpx.ConnectError as e:
-            raise ServescopeError(
-                f"cannot connect to {info.url} ({clean_text(str(e)) or 'connection refused'}); is the server running? check --url"
-            ) from None
-        except httpx.TimeoutException:
-            raise ServescopeError(f"{info.url} did not answer within {timeout_s:g} s; check --url and the server") from None
         except httpx.HTTPError as e:
-            raise ServescopeError(f"cannot talk to {info.url}: {clean_text(str(e))}; check --url") from None
+            raise request_failed(info.url, e, clean_text(str(e)),
+                                 f"did not answer within {timeout_s:g} s; check --url and the server") from None
         if r.status_code in (401, 403):
-            raise ServescopeError(
-                f"{info.url} refused the API key (HTTP {r.status_code}); set it with --api-key-env NAME or --api-key"
-            )
+            raise key_refused(info.url, r.status_code)
         try:
             body = r.json()
             data = body["data"]

@@ -52,3 +52,16 @@ def drawn(widget: Any) -> list[str]:
 def full_row(table: Any, i: int) -> list[str]:
     """Every column's value of a FitTable's i-th row, also the columns left out at this width."""
     return list(table.full_row(i))
+
+
+async def open_compare(pilot: Pilot[Any]) -> Any:
+    """From anywhere: the Sessions screen (F4), the first two sessions marked, Compare (c)."""
+    from servescope.tui.screens.compare import CompareScreen
+
+    await pilot.press("f4")
+    await pilot.pause()
+    await pilot.press("space", "down", "space", "c")
+    await pilot.pause()
+    scr = pilot.app.screen
+    assert isinstance(scr, CompareScreen), scr
+    return scr

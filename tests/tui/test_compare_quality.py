@@ -4,17 +4,15 @@ and two sweeps that hold quality results, their quality rows under the speed row
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from textual.widgets import DataTable, Static
 
 from servescope.core.quality import Divergence, QualityResult, TaskScore, wilson
 from servescope.sessions.store import SessionWriter
 from servescope.tui.app import make_app
-from servescope.tui.screens.compare import CompareScreen
 
 from .fixtures import write_session
-from .helpers import drawn, row_text, text_of
+from .helpers import drawn, open_compare, row_text, text_of
 
 SIZE = (100, 30)
 
@@ -38,16 +36,6 @@ def quality_session(base: Path, dirname: str, quant: str, res: QualityResult) ->
     w.write_quality(res, {"tasks": ["retrieval", "arithmetic"], "n": 100})
     w.finish("done")
     return base / dirname
-
-
-async def open_compare(pilot: Any) -> CompareScreen:
-    await pilot.press("f4")
-    await pilot.pause()
-    await pilot.press("space", "down", "space", "c")
-    await pilot.pause()
-    scr = pilot.app.screen
-    assert isinstance(scr, CompareScreen), scr
-    return scr
 
 
 async def test_two_quality_sessions_side_by_side(home: Path) -> None:

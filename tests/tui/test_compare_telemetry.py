@@ -18,7 +18,7 @@ from servescope.tui.widgets import OverlayCurve, TelemetryPanel
 
 from .conftest import FAST_WORKLOAD
 from .fixtures import telemetry_samples, write_session
-from .helpers import row_text, set_input, text_of
+from .helpers import open_compare, row_text, set_input, text_of
 
 SIZE = (100, 30)
 
@@ -28,16 +28,6 @@ def two_sessions(home: Path) -> Path:
     write_session(base, "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"}, telemetry=True)
     write_session(base, "qwen-int4", "2026-12-02T09:30:00+0000", {"quant": "GPTQ-Int4"}, slow=1.5, loads=(1, 4))
     return base
-
-
-async def open_compare(pilot: Any) -> CompareScreen:
-    await pilot.press("f4")
-    await pilot.pause()
-    await pilot.press("space", "down", "space", "c")
-    await pilot.pause()
-    scr = pilot.app.screen
-    assert isinstance(scr, CompareScreen), scr
-    return scr
 
 
 async def test_compare_table_curves_label_and_export(home: Path) -> None:
