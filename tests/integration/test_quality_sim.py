@@ -139,3 +139,15 @@ def test_bad_input_is_one_clear_line(args: tuple[str, ...], message: str) -> Non
 def test_a_bad_quality_share_is_refused_before_anything_runs() -> None:
     p = servescope("run", "--url", "sim://tiny", "--quality-share", "0.9")
     assert p.returncode != 0 and "must be from 0 to 0.5" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_api_key_is_never_written_into_a_quality_session(tmp_path: Path) -> None:
+    key = "sk-quality-secret-4242"
+    p = servescope("quality", "--url", "sim://tiny", "--tasks", "arithmetic", "-n", "2", "--save", str(tmp_path / "k"),
+                   "--json", env={"OPENAI_API_KEY": key})
+    assert p.returncode == 0, p.stderr
+    files = [f for f in (tmp_path / "k").rglob("*") if f.is_file()]
+    assert files and not any(key.encode() in f.read_bytes() for f in files)
+    assert key not in p.stdout + p.stderr
+    rep = servescope("report", str(tmp_path / "k"))
+    assert rep.returncode == 0 and key not in rep.stdout
