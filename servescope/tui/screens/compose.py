@@ -1,14 +1,14 @@
 """The Compose screen: target (URL, API-key variable, probe), workloads (presets, TOML files, a form for
 a new one), load (concurrency or rates, requests/duration, warmup, SLOs, tags) and quality (the share of
 probe questions mixed into each cell, and a standalone quality probe of the target); a live preview of the
-grid; save and load the whole sweep as TOML. Bad input is shown next to its field, never raised."""
+grid; save and load the whole sweep as TOML. Bad input is shown next to its field, never raised. The quality
+probe is its own widget, QualityProbePane (servescope/tui/screens/qualitypane.py)."""
 
 from __future__ import annotations
 
 import os
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -30,33 +30,17 @@ from textual.widgets.selection_list import Selection
 
 from servescope.core.errors import ServescopeError
 from servescope.tui import messages as m
-from servescope.tui.qualityworker import (
-    ACCURACY_HOW,
-    QualityFinished,
-    QualityProbe,
-    QualityProgress,
-    check_field,
-    divergence_line,
-    perplexity_line,
-    task_rows,
-)
+from servescope.tui.qualityworker import QualityProbe
 from servescope.tui.safe import plain
+from servescope.tui.screens.qualitypane import QualityProbePane
 from servescope.tui.screens.workloadform import WorkloadFormScreen, field_row, list_shape, parse_length
 from servescope.tui.widgets.marklist import MarkedSelectionList
 from servescope.tui.widgets.panels import short_path
-from servescope.tui.widgets.table import Col, FitTable
-
-if TYPE_CHECKING:
-    from servescope.tui.app import ServescopeApp
 
 __all__ = ["ComposeScreen", "WorkloadFormScreen", "field_row", "parse_length", "preview_text", "rough_cell_s"]
 
 ASSUMED_TPOT_MS = 20.0  # for the rough duration only
 ASSUMED_PREFILL_TOK_S = 5000.0
-QUALITY_FIELDS = ("q-tasks", "q-contexts", "q-n", "q-reference")  # the standalone probe's (not the sweep's)
-QUALITY_LOG_LINES = 8  # progress lines kept on screen
-QUALITY_COLS = [Col("task", "task", 0, 8, 24), Col("accuracy", "accuracy", 1, right=True),
-                Col("n", "n (questions)", 2, right=True), Col("interval", "95% interval (Wilson)", 3, right=True)]
 
 
 def mask_key(value: str | None) -> str:
@@ -109,8 +93,6 @@ class ComposeScreen(Screen[None]):
         self.probed: dict[str, Any] | None = None
         self.probed_url = ""  # the URL field's value the probe result is for
         self.loaded_spec: Any = None  # the SweepSpec last loaded (ctrl+o): the settings the form does not show
-        self.quality: QualityProbe | None = None  # the quality probe running (or last run)
-        self.quality_log: list[str] = []
 
     # ---- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -159,23 +141,7 @@ class ComposeScreen(Screen[None]):
                 yield Static("probe questions mixed into each cell of the sweep, about this share of its requests; "
                              "each cell then reports accuracy and divergence at its load", id="quality-share-note",
                              classes="hint", markup=False)
-                yield Static("Probe quality now: the Target pane's server alone, under no load",
-                             classes="pane-title q-title", markup=False)
-                yield field_row("tasks", "q-tasks", "arithmetic,retrieval,needle,json",
-                                "arithmetic,retrieval,needle,json")
-                yield field_row("contexts", "q-contexts", "1024", "retrieval/needle prompt tokens, e.g. 1024,8k")
-                yield field_row("questions", "q-n", "20", "per task and context length")
-                yield field_row("reference", "q-reference", "", "optional: a quality session (directory or id)")
-                with Horizontal(classes="buttons"):
-                    yield Button("Probe quality", id="q-probe", variant="primary")
-                yield Static("Not probed yet: exact-answer tasks, perplexity and greedy traces (for divergence).",
-                             id="q-status", markup=False)
-                yield Static("", id="q-ppl", classes="q-result", markup=False)
-                yield FitTable(id="q-table", classes="q-result")
-                yield Static("", id="q-how", classes="q-result hint", markup=False)
-                yield Static("", id="q-div", classes="q-result", markup=False)
-                yield Static("", id="q-saved", classes="q-result", markup=False)
-                yield Static("", id="q-log", classes="hint", markup=False)
+                yield QualityProbePane(self.quality_target)
         with Horizontal(id="preview-bar"):
             yield Static("", id="preview", markup=False)
             yield Button("Run (ctrl+r)", id="run", variant="success")
@@ -185,15 +151,7 @@ class ComposeScreen(Screen[None]):
         self._fill_workloads(selected={"preset:sharegpt"})
         self._key_status()
         self._sim_desc()
-        table = self.query_one("#q-table", FitTable)
-        table.set_columns(QUALITY_COLS)
-        table.border_title = "tasks"
-        self._show_quality_result(False)
         self.update_preview()
-
-    def on_unmount(self) -> None:
-        if self.quality is not None:
-            self.quality.cancel()
 
     # ---- workloads list -------------------------------------------------------------------------
     def _fill_workloads(self, selected: set[str] | None = None, extra: list[Any] | None = None) -> None:
@@ -367,9 +325,6 @@ class ComposeScreen(Screen[None]):
         if fid == "launch":  # the URL and the variants are read against the launch command
             for other in ("url", "variants"):
                 self._err(other, self._check(other)[1])
-        if fid in QUALITY_FIELDS:
-            self._err(fid, self._check_quality(fid)[1])
-            return  # the standalone probe's fields are not the sweep's: the preview stays
         if fid == "key-env":
             self._key_status()
         if fid == "url":
@@ -470,43 +425,18 @@ class ComposeScreen(Screen[None]):
         if len(i["models"]) > 1 and not self._val("model"):
             self._err("model", "several models: type the one to benchmark")
 
-    # ---- the quality probe (Quality pane) --------------------------------------------------------------
+    # ---- the quality probe (Quality pane: QualityProbePane) ----------------------------------------------
     @property
-    def servescope_app(self) -> ServescopeApp:
-        return cast("ServescopeApp", self.app)
+    def quality(self) -> QualityProbe | None:
+        """The quality probe running (or last run) from the Quality pane."""
+        return self.query_one(QualityProbePane).quality
 
-    def _check_quality(self, fid: str) -> tuple[Any, str]:
-        return check_field(fid, self._val(fid), self.servescope_app.sessions_dir)
-
-    @property
-    def quality_running(self) -> bool:
-        return self.quality is not None and not self.quality.done.is_set()
-
-    def _show_quality_result(self, show: bool) -> None:
-        for w in self.query(".q-result"):
-            w.display = show
-
-    def _quality_status(self, text: str) -> None:
-        self.query_one("#q-status", Static).update(text)
-
-    @on(Button.Pressed, "#q-probe")
-    @on(Input.Submitted, "#q-tasks, #q-contexts, #q-n, #q-reference")
-    def action_probe_quality(self) -> None:
-        """Probe the quality of the Target pane's server (a second press stops a running probe)."""
-        if self.quality_running:
-            assert self.quality is not None
-            self.quality.cancel()
-            self._quality_status("stopping…")
-            return
-        app = self.servescope_app
-        if app.sweep_running:
-            self._quality_status("✗ a sweep is running: its server would serve the probe too. Probe after it ends, "
-                                 "or give the sweep a quality share")
-            return
+    def quality_target(self) -> tuple[str, str, str | None] | str:
+        """The Target pane's server for the quality probe: (URL, API-key variable, model), else why not (the
+        Target pane's bad fields marked)."""
         if self._val("launch"):
-            self._quality_status("✗ the Target pane launches its server only when a sweep runs: give the URL of a "
-                                 "running server there (clear `or launch`), or give the sweep a quality share")
-            return
+            return ("✗ the Target pane launches its server only when a sweep runs: give the URL of a running "
+                    "server there (clear `or launch`), or give the sweep a quality share")
         url, err = self._check("url")
         key_env, kerr = self._check("key-env")
         model, merr = self._check("model")
@@ -514,68 +444,8 @@ class ComposeScreen(Screen[None]):
         self._err("key-env", kerr)
         self._err("model", merr)
         if err or kerr or merr:
-            self._quality_status("✗ fix the Target pane first (F6)")
-            return
-        vals: dict[str, Any] = {}
-        bad = []
-        for fid in QUALITY_FIELDS:
-            vals[fid], ferr = self._check_quality(fid)
-            self._err(fid, ferr)
-            if ferr:
-                bad.append(fid.removeprefix("q-"))
-        if bad:
-            self._quality_status(f"✗ fix: {', '.join(bad)}")
-            return
-        from servescope.engine.quality import QualitySpec
-
-        spec = QualitySpec(tasks=vals["q-tasks"], contexts=vals["q-contexts"], n=vals["q-n"],
-                           reference=vals["q-reference"])
-        total = len(spec.tasks) * spec.n + sum(spec.n * (len(spec.contexts) - 1)
-                                               for t in spec.tasks if t in ("retrieval", "needle"))
-        self._show_quality_result(False)
-        self.quality_log = []
-        self.query_one("#q-log", Static).update("")
-        self.query_one("#q-probe", Button).label = "Stop probe"
-        self._quality_status(f"probing {url}: about {total} questions" + (
-            " (starting the simulator)…" if url.startswith("sim://") else "…"))
-        self.quality = QualityProbe(self.post_message)
-        self.run_worker(partial(self.quality.run, app.sims, url, key_env, model, spec, app.sessions_dir),
-                        thread=True, name="quality", group="quality", exit_on_error=False)
-
-    @on(QualityProgress)
-    def _quality_progress(self, msg: QualityProgress) -> None:
-        self.quality_log = [*self.quality_log, msg.text][-QUALITY_LOG_LINES:]
-        self.query_one("#q-log", Static).update("\n".join(self.quality_log))
-
-    @on(QualityFinished)
-    def _quality_finished(self, msg: QualityFinished) -> None:
-        self.query_one("#q-probe", Button).label = "Probe quality"
-        took = f"{msg.seconds:.0f} s"
-        if msg.run is None:
-            self._quality_status(f"✗ {msg.error} ({took})")
-            if "reference" in msg.error:
-                self._err("q-reference", msg.error)
-            if not msg.error.startswith("stopped"):
-                self.notify(msg.error, title="quality probe failed", severity="error", timeout=8, markup=False)
-            return
-        run, res = msg.run, msg.run.result
-        self._quality_status(f"✓ quality of {run.model.id} at {msg.url}, in {took}")
-        self.query_one("#q-ppl", Static).update(perplexity_line(res))
-        table = self.query_one("#q-table", FitTable)
-        table.set_rows(task_rows(res))
-        table.display = bool(res.tasks)
-        how = self.query_one("#q-how", Static)
-        how.update(ACCURACY_HOW if res.tasks else "no task was asked")
-        self.query_one("#q-div", Static).update(divergence_line(res, bool(self._val("q-reference"))))
-        self.query_one("#q-saved", Static).update(f"saved {short_path(run.path)} (quality.json; F4 lists it)")
-        for w in self.query(".q-result"):
-            if w is not table:
-                w.display = True
-        # once the result is laid out (the table fills its rows after its first resize), show it from the top
-        self.set_timer(0.2, self._scroll_to_result)
-
-    def _scroll_to_result(self) -> None:
-        self.query_one("#q-status", Static).scroll_visible(top=True, animate=False)
+            return "✗ fix the Target pane first (F6)"
+        return url, key_env, model
 
     @on(Button.Pressed, "#run")
     def action_run_sweep(self) -> None:
