@@ -30,6 +30,7 @@ from servescope.tui.widgets.panels import (
     gpu_cell_line,
     short_path,
 )
+from servescope.tui.widgets.quality import QualityFigures, QualityPanel, QualityView, quality_view
 from servescope.tui.widgets.table import Col, FitTable
 from servescope.tui.widgets.turns import TurnChart, summary_turn_rows
 
@@ -304,10 +305,12 @@ class SessionsScreen(Screen[None]):
 
 
 class SessionScreen(Screen[None]):
-    """One saved session: its cells, the throughput curve and the selected cell's histograms."""
+    """One saved session: its cells, the throughput curve and the selected cell's histograms; its quality results
+    (quality.json, the cells' quality under load) behind `q`. A quality probe session (no cells) shows its quality
+    alone."""
 
     BINDINGS = [Binding("escape,b", "back", "Back to sessions"), Binding("e", "export", "Export"),
-                Binding("t", "toggle_server", "Telemetry/cells")]
+                Binding("t", "toggle_server", "Telemetry/cells"), Binding("q", "toggle_quality", "Quality/cells")]
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -321,6 +324,28 @@ class SessionScreen(Screen[None]):
             for idx, s in zip(cells["index"].to_list(), self.session.summaries(), strict=True):
                 if s is not None:
                     self.summaries[int(idx)] = s
+        # a probe session (`servescope quality`): its quality is all it has; a sweep may hold quality beside its cells
+        self.probe_only = self.info.kind == "quality" and not cells.height
+        self.quality: QualityView | None = None
+        if self.probe_only or self.session.has_quality or any(s.quality for s in self.summaries.values()):
+            self.quality = quality_view(self.session)
+
+    def _quality_head(self) -> str:
+        """What the head says of the session's quality: `quality probe: ppl 6.30, 4 tasks 96%, KL 0.012`."""
+        from servescope.sessions.quality import quality_brief
+
+        q = self.quality
+        if q is None:
+            return ""
+        if q.error:
+            brief = "quality.json damaged"
+        else:
+            try:
+                res = self.session.quality()
+            except ServescopeError:
+                res = None
+            brief = quality_brief(res) if res is not None else "under load"
+        return f"  quality probe: {brief}" if self.probe_only else f"  +quality (q): {brief}"
 
     def compose(self) -> ComposeResult:
         info = self.info
@@ -329,11 +354,15 @@ class SessionScreen(Screen[None]):
         slos = ", ".join(f"{k}<={v:g}" for k, v in info.slos.items())
         name = info.name if info.name is not None else self.session.path.name
         yield Static(clean_text(
-            f"{name}  [{self.session.status}]  {(info.started_at or '')[:19]}")
+            f"{name}  [{self.session.status}]  {(info.started_at or '')[:19]}") + self._quality_head()
             + "\n" + clean_text(
             f"target {tgt.url} ({ENGINE_NAMES.get(tgt.engine or 'vllm', 'OpenAI-compatible server')} {tgt.version or '?'}), "
             f"model {info.model}"
             + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head", markup=False)
+        if self.probe_only:  # no cells: no cells table, curve or histograms that could only be empty
+            yield QualityPanel(self.quality, id="session-quality")
+            yield Footer(compact=True)
+            return
         with Horizontal(id="session-top"):
             yield CellTable(id="session-cells")
             with Vertical(id="session-right"):
@@ -345,9 +374,16 @@ class SessionScreen(Screen[None]):
             yield LatencyHistogram("TPOT", id="s-hist-tpot")
             yield LatencyHistogram("E2E", id="s-hist-e2e")
             yield TurnChart("TTFT ms by turn: p50", saved=True, id="s-turns")
+        if self.quality is not None:
+            yield QualityPanel(self.quality, id="session-quality")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        if self.probe_only:
+            self.query_one(QualityFigures).focus()
+            return
+        if self.quality is not None:
+            self.query_one(QualityPanel).display = False
         table = self.query_one(CellTable)
         table.border_title = "cells (enter/arrows: show a cell's histograms)"
         cells = self.session.cells
@@ -370,8 +406,26 @@ class SessionScreen(Screen[None]):
             live.note = "no /metrics telemetry in this session"
         live.display, sp.display = has_tele, not has_tele
         self.query_one("#s-turns", TurnChart).display = False
+        self._say_why_empty(bool(rows), bool(servers))
         if rows:
             self.show_cell(0)
+
+    def _say_why_empty(self, has_cells: bool, has_servers: bool) -> None:
+        """A saved session is not updated on this screen: its empty charts say why they are empty, never
+        `waiting for…`."""
+        running = self.session.status == "running"
+        if not has_cells:
+            why = ("no cells: a quality probe session" if self.info.kind == "quality" else
+                   "no finished cell yet: the sweep is running (F4, a attaches)" if running else
+                   f"no cells (session {self.session.status})")
+        else:
+            why = "no completed cell of this workload"
+        self.query_one(ThroughputCurve).empty = why
+        for h in self.query(LatencyHistogram):
+            h.empty = "no cells" if not has_cells else "no successful request in this cell"
+        self.query_one(ServerPanel).empty = (why if not has_cells else
+                                             "no /metrics window was stored with these cells" if not has_servers
+                                             else "")
 
     @on(DataTable.RowHighlighted, "#session-cells")
     def _highlight(self, event: DataTable.RowHighlighted) -> None:
@@ -452,6 +506,33 @@ class SessionScreen(Screen[None]):
         """Swap the stored telemetry panel and the per-cell /metrics panel."""
         live, cells = self.query_one(TelemetryPanel), self.query_one(ServerPanel)
         live.display, cells.display = not live.display, live.display
+
+    @property
+    def showing_quality(self) -> bool:
+        return self.probe_only or (self.quality is not None and self.query_one(QualityPanel).display)
+
+    def action_toggle_quality(self) -> None:
+        """A sweep holding quality results: swap its cells, curve and histograms for them, and back."""
+        if self.quality is None or self.probe_only:
+            return
+        panel = self.query_one(QualityPanel)
+        show = not panel.display
+        panel.display = show
+        for wid in ("#session-top", "#session-hists"):
+            self.query_one(wid).display = not show
+        if show:
+            focus = next((w for w in panel.query("QualityFigures, FitTable") if w.display and w.can_focus), None)
+            (focus or panel).focus()
+        else:
+            self.query_one(CellTable).focus()
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_quality":  # only where there is quality to show beside cells
+            return self.quality is not None and not self.probe_only
+        if action == "toggle_server":  # panels of the cells' view
+            return not self.showing_quality
+        return True
 
     def action_export(self) -> None:
         from servescope.sessions.report import render_report

@@ -295,6 +295,7 @@ class ThroughputCurve(Chart):
 
     points: reactive[tuple[CurvePoint, ...]] = reactive(tuple)
     title: reactive[str] = reactive("throughput vs load")
+    empty: reactive[str] = reactive(ChartSpec.empty)  # what it says without a point (a saved session: why)
 
     def spec(self) -> ChartSpec:
         pts = sorted(self.points, key=lambda p: (p.x, p.live))
@@ -328,7 +329,7 @@ class ThroughputCurve(Chart):
         if live:
             notes.append(("□◇ running", "dim"))
         x_labels = tuple(labels[x] for x in xs)
-        return ChartSpec(self.title, x_labels, x_unit(x_labels), series, tuple(notes), tuple(vlines))
+        return ChartSpec(self.title, x_labels, x_unit(x_labels), series, tuple(notes), tuple(vlines), self.empty)
 
 
 SERIES_COLORS = ("cyan", "magenta", "yellow", "green", "red", "blue")

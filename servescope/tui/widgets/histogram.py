@@ -100,6 +100,7 @@ class LatencyHistogram(Zoomable):
     can_focus = True  # so it can be zoomed (z)
 
     values: reactive[tuple[float, ...]] = reactive(tuple, layout=False)
+    empty: reactive[str] = reactive("waiting for requests…")  # what it says without a value
 
     def __init__(self, title: str, unit: str = "ms", *, name: str | None = None, id: str | None = None,
                  classes: str | None = None) -> None:
@@ -113,7 +114,7 @@ class LatencyHistogram(Zoomable):
         vals = sorted(v for v in self.values if v is not None and not math.isnan(v))
         head = Text(f"{self.title} {self.unit}", style="bold")
         if not vals:
-            head.append("  waiting for requests…", style="dim")
+            head.append(f"  {self.empty}", style="dim")
             head.truncate(width, overflow="ellipsis")
             return head
         p50, p99 = percentile(vals, 50), percentile(vals, 99)

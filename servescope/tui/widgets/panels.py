@@ -203,6 +203,7 @@ class ServerPanel(Zoomable):
     cells: reactive[tuple[ServerWindow | Mapping[str, Any], ...]] = reactive(tuple, layout=True)
     metrics_available: reactive[bool | None] = reactive(None, layout=True)
     client_ttft: reactive[tuple[float | None, ...]] = reactive(tuple)  # client mean TTFT per cell
+    empty: reactive[str] = reactive("waiting for the first finished cell…", layout=True)  # without a cell
 
     def render(self) -> Text:
         return fit_lines(self._text(), self.content_size.width, self.content_size.height)
@@ -220,7 +221,7 @@ class ServerPanel(Zoomable):
             t.append("\nthis server has no vLLM /metrics: client-side numbers only", style="dim")
             return t
         if not self.cells:
-            t.append("\nwaiting for the first finished cell…", style="dim")
+            t.append("\n" + self.empty, style="dim")
             return t
         cells = [c if isinstance(c, ServerWindow) else ServerWindow.from_dict(c) for c in self.cells]
         last = cells[-1]

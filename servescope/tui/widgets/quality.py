@@ -1,0 +1,325 @@
+"""A saved session's quality results in panes: the probe's figures (perplexity, divergence from the reference),
+its task table, and its cells' accuracy under load.
+
+The words and numbers are the report's: servescope.sessions.quality renders the Quality section (each figure with
+its unit and how it was computed) and the table of quality under load as Markdown, and `quality_view` reads
+those tables and lines back into rows, so the app and `servescope report` cannot disagree and no formula or
+format is written twice. Everything in them is data (model names, task names, notes): shown verbatim."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Static
+
+from servescope.core.quality import QualityResult
+from servescope.core.textsafe import clean_text
+from servescope.tui.safe import plain
+from servescope.tui.widgets.panels import short_path
+from servescope.tui.widgets.table import Col, FitTable
+from servescope.tui.widgets.zoom import Zoomable
+
+Row = tuple[str, ...]
+
+TASK_COLUMNS = (Col("task", "task", 0, min_width=8, max_width=32), Col("context", "context", 2),
+                Col("accuracy", "accuracy", 1, right=True), Col("n", "n", 1, right=True),
+                Col("interval", "95% interval (Wilson)", 1, right=True))
+LOAD_COLUMNS = (Col("workload", "workload", 3, min_width=8, max_width=24), Col("load", "load", 0),
+                Col("accuracy", "accuracy (correct/n)", 0, right=True), Col("interval", "95% interval", 1, right=True),
+                Col("kl", "KL vs idle, mean (nats)", 2, min_width=8, max_width=36, right=True),
+                Col("top1", "top-1 vs idle", 2, right=True), Col("failed", "failed probes", 4, right=True),
+                Col("tasks", "per task", 5, min_width=8, max_width=60))
+WIDE = 110  # from this width (or zoomed) the figures show how each was computed beside them
+
+
+# ---- the report's Markdown, read back --------------------------------------------------------------------------
+def unmd(text: str) -> str:
+    """Markdown table text as plain text: `\\|` -> `|` (any backslash escape of md_escape), code marks dropped."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if ch == "`":
+            i += 1
+            continue
+        out.append(ch)
+        i += 1
+    return clean_text("".join(out))
+
+
+def md_cells(line: str) -> list[str]:
+    """A Markdown table row's cells (split at unescaped pipes), each as plain text."""
+    cells: list[str] = []
+    cur: list[str] = []
+    i = 0
+    body = line.strip()
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            cur.append(body[i:i + 2])
+            i += 2
+            continue
+        if ch == "|":
+            cells.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    cells.append("".join(cur))
+    if body.startswith("|"):
+        cells = cells[1:]
+    if body.endswith("|") and not body.endswith("\\|"):
+        cells = cells[:-1]
+    return [unmd(c.strip()) for c in cells]
+
+
+def md_tables(lines: list[str]) -> tuple[list[tuple[Row, list[Row]]], list[str]]:
+    """The tables ((header, rows)) and the other non-empty lines (headings left out) of a Markdown section."""
+    tables: list[tuple[Row, list[Row]]] = []
+    text: list[str] = []
+    in_table = False
+    for line in lines:
+        if not line.startswith("|"):
+            in_table = False
+            if line.strip() and not line.startswith("#"):
+                text.append(line)
+            continue
+        cells = tuple(md_cells(line))
+        if all(c and set(c) <= set(":-") for c in cells):  # the |---|---:| line
+            continue
+        if not in_table:
+            tables.append((cells, []))
+            in_table = True
+        else:
+            tables[-1][1].append(cells)
+    return tables, text
+
+
+# ---- what the panes show ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QualityView:
+    """A session's quality, as the panes show it; `error` (one line) when its quality.json cannot be read."""
+
+    settings: str = ""  # the probe's settings in one line
+    figures: tuple[tuple[str, str, str], ...] = ()  # (figure, value with its unit, how it was computed)
+    tasks: tuple[Row, ...] = ()  # (task, context, accuracy, n, 95% interval)
+    notes: tuple[str, ...] = ()  # what the accuracy is, no reference given, the probe's notes
+    load: tuple[Row, ...] = ()  # per cell with probe requests: (workload, load, accuracy, interval, KL, top-1, ...)
+    error: str = ""
+
+    @property
+    def has_probe(self) -> bool:
+        return bool(self.figures or self.tasks)
+
+
+def probe_view(session: Any, result: QualityResult) -> QualityView:
+    """The probe's results (quality.json) from the report's Quality section (sessions.quality.quality_section)."""
+    from servescope.sessions.quality import quality_section
+
+    tables, text = md_tables(quality_section(session, result))
+    figures: tuple[tuple[str, str, str], ...] = ()
+    tasks: tuple[Row, ...] = ()
+    for header, rows in tables:
+        if header[:1] == ("figure",):
+            figures = tuple((r[0], r[1], r[2] if len(r) > 2 else "") for r in rows if len(r) >= 2)
+        elif header[:1] == ("task",):
+            tasks = tuple(rows)
+    settings = ""
+    notes: list[str] = []
+    for line in text:
+        if line.startswith("Probe settings: "):
+            settings = unmd(line.removeprefix("Probe settings: ")).rstrip(".")
+        elif line.startswith("- "):
+            notes.append("· " + unmd(line[2:]))
+        else:
+            notes.append(unmd(line))
+    return QualityView(settings=settings, figures=figures, tasks=tasks, notes=tuple(notes))
+
+
+def load_rows(session: Any) -> tuple[Row, ...]:
+    """Each cell's accuracy under load (`--quality-share`), from the report's table of it
+    (sessions.quality.load_quality_rows), per workload: (workload, load, accuracy, interval, KL, top-1, failed,
+    per task)."""
+    from servescope.sessions.quality import load_quality_rows
+    from servescope.sessions.views import cell_views
+
+    if not session.cells.height:
+        return ()
+    by: dict[str, list[Any]] = {}
+    for v in cell_views(session):
+        by.setdefault(v.workload, []).append(v)
+    out: list[Row] = []
+    for workload, views in by.items():
+        tables, _ = md_tables(load_quality_rows(views))
+        for _, rows in tables:
+            for r in rows:
+                if len(r) >= 7:  # load | accuracy | interval | per task | KL | top-1 | failed
+                    out.append((clean_text(workload), r[0], r[1], r[2], r[4], r[5], r[6], r[3]))
+    return tuple(out)
+
+
+def quality_view(session: Any) -> QualityView:
+    """All the quality a session holds: its probe (quality.json) and its cells' quality under load; a damaged
+    quality.json is the store's one-line message in `error` (the cells' quality is still shown)."""
+    from servescope.core.errors import ServescopeError
+
+    try:
+        load = load_rows(session)
+    except (ServescopeError, ValueError, TypeError):  # a damaged cell summary: the cells pane says so
+        load = ()
+    try:
+        result = session.quality()
+    except ServescopeError as e:  # the path as the user would type it (the sessions list does the same)
+        msg = clean_text(e.message).replace(str(session.path), short_path(session.path))
+        return QualityView(error=msg, load=load)
+    if result is None:
+        return QualityView(load=load)
+    v = probe_view(session, result)
+    return QualityView(v.settings, v.figures, v.tasks, v.notes, load)
+
+
+# ---- the panes ---------------------------------------------------------------------------------------------------
+class QualityFigures(Zoomable):
+    """The probe's figures, one a row: the figure and its value with its unit; how each was computed beside them
+    when there is room, under each when zoomed (`z`), and otherwise only under the perplexity (cut to two lines)
+    or why there is none."""
+
+    DEFAULT_CSS = """
+    QualityFigures { height: auto; }
+    """
+    can_focus = True  # so it can be zoomed (z)
+
+    figures: reactive[tuple[tuple[str, str, str], ...]] = reactive(tuple, layout=True)
+
+    def render(self) -> RenderableType:
+        width = self.content_size.width or self.size.width
+        wide = width >= WIDE
+        room = max(10, width - max((len(f) for f, _, _ in self.figures), default=0) - 2)  # the value's column
+        grid = Table.grid(padding=(0, 2), expand=wide)
+        grid.add_column("figure", no_wrap=True, style="bold")
+        if wide:  # the values whole (up to half the room), how they were computed in the rest
+            grid.add_column("value", overflow="fold",
+                            width=min(room // 2, max((len(v) for _, v, _ in self.figures), default=1)))
+            grid.add_column("how", style="dim", ratio=1)
+        else:
+            grid.add_column("value", overflow="fold")
+        for fig, value, how in self.figures:
+            if wide:
+                grid.add_row(Text(fig), Text(value), Text(how))
+                continue
+            t = Text(value)
+            if value == "not measured":  # why there is none, whole
+                t.append(": " + how, style="dim")
+            elif self.zoomed:
+                t.append("\n" + how, style="dim")
+            elif fig == "perplexity":
+                t.append("\n" + two_lines(how, room), style="dim")
+            grid.add_row(Text(fig), t)
+        return grid
+
+    def full_text(self) -> str:
+        return "\n".join(f"{f}: {v} ({h})" for f, v, h in self.figures)
+
+    @property
+    def zoomed(self) -> bool:
+        return self.is_attached and self.screen.maximized in (self, self._zoom_target)
+
+    @property
+    def _zoom_target(self) -> Widget:
+        """The whole quality panel zooms (it scrolls: every figure's how is longer than a screen at 80x24)."""
+        return self.parent if isinstance(self.parent, QualityPanel) else self
+
+    def action_zoom(self) -> None:
+        if self.zoomed:
+            self.screen.minimize()
+        else:
+            target = self._zoom_target
+            self.screen.maximize(target, container=False)
+            target.focus()  # the panel: arrows scroll it, z or esc unzooms
+        self.refresh(layout=True)  # zoomed, every figure says how it was computed
+
+    def action_unzoom(self) -> None:
+        super().action_unzoom()
+        self.refresh(layout=True)
+
+
+def two_lines(text: str, width: int) -> str:
+    """`text` wrapped to `width`, at most two lines, the second ending in ` …` when cut (z shows it all)."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width)
+    if len(lines) <= 2:
+        return "\n".join(lines)
+    return lines[0] + "\n" + textwrap.shorten(" ".join(lines[1:]), width, placeholder=" …")
+
+
+class QualityPanel(VerticalScroll, Zoomable):
+    """A session's quality: the probe's settings line, its figures, its task table and notes, its cells' accuracy
+    under load; or the one line that says its quality.json is damaged. Call `show(view)`. It scrolls, and zooms
+    (`z`, here or on the figures) with every figure's how and the whole settings line."""
+
+    ALLOW_MAXIMIZE = True
+
+    DEFAULT_CSS = """
+    QualityPanel { height: 1fr; padding: 0 0; }
+    QualityPanel > Static { height: auto; padding: 0 1; }
+    QualityPanel > FitTable { height: auto; max-height: 16; max-width: 120; }
+    QualityPanel .sq-dim { color: $text-muted; }
+    """
+
+    def __init__(self, view: QualityView | None = None, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view = view or QualityView()
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="sq-error", markup=False)
+        yield Static("", id="sq-settings", classes="sq-dim", markup=False)
+        yield QualityFigures(id="sq-figures")
+        yield FitTable(id="sq-tasks")
+        yield Static("", id="sq-notes", classes="sq-dim", markup=False)
+        yield FitTable(id="sq-load")
+
+    def on_mount(self) -> None:
+        tasks, load = self.query_one("#sq-tasks", FitTable), self.query_one("#sq-load", FitTable)
+        tasks.set_columns(TASK_COLUMNS)
+        tasks.border_title = "task accuracy"
+        load.set_columns(LOAD_COLUMNS)
+        load.border_title = "quality under load: probe questions in each cell's load (--quality-share)"
+        self.show(self.view)
+
+    def show(self, view: QualityView) -> None:
+        self.view = view
+        err = self.query_one("#sq-error", Static)
+        err.update(plain(f"✗ {view.error}") if view.error else "")
+        err.display = bool(view.error)
+        if not view.error and not view.has_probe and not view.load:
+            err.update(plain("no quality results in this session (servescope quality --save SESSION adds them)"))
+            err.display = True
+        settings = self.query_one("#sq-settings", Static)
+        settings.update(plain(f"probe settings: {view.settings}") if view.settings else "")
+        settings.display = bool(view.settings)
+        figs = self.query_one(QualityFigures)
+        figs.figures = view.figures
+        figs.display = bool(view.figures)
+        tasks = self.query_one("#sq-tasks", FitTable)
+        tasks.set_rows({str(i): r for i, r in enumerate(view.tasks)})
+        tasks.display = bool(view.tasks)
+        notes = self.query_one("#sq-notes", Static)
+        notes.update(Content("\n".join(clean_text(n) for n in view.notes)))
+        notes.display = bool(view.notes)
+        load = self.query_one("#sq-load", FitTable)
+        load.set_rows({str(i): r for i, r in enumerate(view.load)})
+        load.display = bool(view.load)
