@@ -33,7 +33,13 @@ from servescope.tui import messages as m
 from servescope.tui.qualityworker import QualityProbe
 from servescope.tui.safe import plain
 from servescope.tui.screens.qualitypane import QualityProbePane
-from servescope.tui.screens.workloadform import WorkloadFormScreen, field_row, list_shape, parse_length
+from servescope.tui.screens.workloadform import (
+    WorkloadFormScreen,
+    field_row,
+    list_shape,
+    parse_length,
+    show_field_error,
+)
 from servescope.tui.widgets.marklist import MarkedSelectionList
 from servescope.tui.widgets.panels import short_path
 
@@ -202,9 +208,7 @@ class ComposeScreen(Screen[None]):
         return self.query_one(f"#{fid}", Input).value.strip()
 
     def _err(self, fid: str, text: str) -> None:
-        w = self.query_one(f"#{fid}-error", Static)
-        w.update(text)
-        w.set_class(bool(text), "-visible")
+        show_field_error(self, fid, text)
 
     # form field id -> SweepSpec field; the spec's own parsers check each one (one validation path)
     FORM = {"url": "url", "launch": "launch", "variants": "variants", "key-env": "api_key_env", "model": "model",

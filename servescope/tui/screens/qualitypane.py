@@ -26,7 +26,7 @@ from servescope.tui.qualityworker import (
     perplexity_line,
     task_rows,
 )
-from servescope.tui.screens.workloadform import field_row
+from servescope.tui.screens.workloadform import field_row, show_field_error
 from servescope.tui.widgets.panels import short_path
 from servescope.tui.widgets.table import Col, FitTable
 
@@ -99,9 +99,7 @@ class QualityProbePane(Vertical):
         return self.query_one(f"#{fid}", Input).value.strip()
 
     def _err(self, fid: str, text: str) -> None:
-        w = self.query_one(f"#{fid}-error", Static)
-        w.update(text)
-        w.set_class(bool(text), "-visible")
+        show_field_error(self, fid, text)
 
     def _check(self, fid: str) -> tuple[Any, str]:
         return check_field(fid, self._val(fid), self.servescope_app.sessions_dir)

@@ -53,6 +53,13 @@ def parse_seconds(text: str, where: str) -> dict[str, Any]:
     raise ServescopeError(f"{where}: give seconds like 0, 2 or a range like 1-5")
 
 
+def show_field_error(node: Any, fid: str, text: str) -> None:
+    """The error line under field_row's input `fid` (hidden when `text` is empty)."""
+    w = node.query_one(f"#{fid}-error", Static)
+    w.update(text)
+    w.set_class(bool(text), "-visible")
+
+
 def field_row(label: str, input_id: str, value: str = "", placeholder: str = "", password: bool = False,
               classes: str = "") -> Vertical:
     return Vertical(
@@ -252,9 +259,7 @@ class WorkloadFormScreen(ModalScreen["Any"]):
 
     # ---- errors, cancel, save ------------------------------------------------------------------------
     def _err(self, field: str, text: str) -> None:
-        w = self.query_one(f"#{field}-error", Static)
-        w.update(text)
-        w.set_class(bool(text), "-visible")
+        show_field_error(self, field, text)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
