@@ -129,7 +129,8 @@ def _counter(cpt: float) -> Callable[[str], int]:
     return lambda text: math.ceil(len(text) / cpt * 1.05)
 
 
-async def _task_items(spec: QualitySpec, tokenizer: Any, max_len: int | None) -> list[TaskItem]:
+async def _task_items(spec: QualitySpec, tokenizer: Any, max_len: int | None,
+                      prose: float | None = None) -> list[TaskItem]:
     """The questions, long prompts sized with the target's own tokenizer: characters per token measured on a
     sample of each long task's text (prose for the needle, keys and numbers for retrieval)."""
     from servescope.workloads.quality import build_tasks, corpus_text, load_user_tasks
@@ -140,7 +141,8 @@ async def _task_items(spec: QualitySpec, tokenizer: Any, max_len: int | None) ->
                 raise ServescopeError(f"--context {c} does not fit the model's max_model_len {max_len} (with "
                                       f"{ANSWER_ROOM} tokens for the answer); use {max_len - ANSWER_ROOM} or less")
     items: list[TaskItem] = []
-    prose = await _chars_per_token(tokenizer, corpus_text()[:4000])
+    if prose is None:
+        prose = await _chars_per_token(tokenizer, corpus_text()[:4000])
     for task in spec.tasks:
         cpt = prose
         if task == "retrieval":
@@ -168,7 +170,7 @@ async def run_probe(http: httpx.AsyncClient, url: str, model: ModelInfo, spec: Q
     result = QualityResult()
     corpus = corpus_text()
     cpt = await _chars_per_token(tokenizer, corpus[:4000])
-    items = await _task_items(spec, tokenizer, model.max_model_len)
+    items = await _task_items(spec, tokenizer, model.max_model_len, prose=cpt)
     if items:
         progress(f"tasks: {len(items)} questions, {spec.concurrency} at a time")
         t0 = time.monotonic()
