@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_quality_args(sub.add_parser("quality", help="probe answer quality (tasks, perplexity, divergence from a "
                                     "reference) and save it as a session"))
+    from servescope.cli import twin as tw
+
+    tw.add_twin_args(sub.add_parser("twin", help="fit the simulator to a measured session (the capacity twin)"))
+    tw.add_whatif_args(sub.add_parser("whatif", help="predict cells that were not run from a session's twin: other "
+                                                     "loads, workloads, KV budgets; capacity at the SLOs"))
     from servescope.cli import detach as dt
 
     dt.add_watch_args(sub.add_parser("watch", help="print a running sweep's progress and finished cells until it ends"))
@@ -82,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             from servescope.cli.quality import quality_command
 
             return quality_command(args)
+        if args.command in ("twin", "whatif"):
+            from servescope.cli import twin as tw
+
+            return int(tw.twin_command(args) if args.command == "twin" else tw.whatif_command(args))
         if args.command in ("watch", "attach"):
             from servescope.cli import detach as dt
 

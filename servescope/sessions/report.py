@@ -44,6 +44,7 @@ from servescope.sessions.report_sections import (
     xychart,
 )
 from servescope.sessions.store import Session, summary_columns
+from servescope.sessions.twin import TwinRecord, twin_record, twin_section
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
            "csv_rows", "render_csv", "render_markdown", "render_report", "stability_notes", "xychart"]
@@ -62,6 +63,7 @@ class SessionReport:
     thinking: list[ThinkingCost]
     notes: list[str]
     quality: QualityResult | None = None  # quality.json, when the session holds it
+    twin: TwinRecord | None = None  # SESSION/twin: the fitted twin and its track record
 
     @property
     def speed(self) -> bool:
@@ -78,7 +80,7 @@ def build(session: Session, slos: Mapping[str, float] | None = None, label_key: 
     skipped = [v for v in everything if not v.has_summary]
     label = session_label(session, label_key)
     rep = SessionReport(session, label, views, skipped, used, source, derive(label, views + skipped, include_bound),
-                        thinking_costs(label, session, views), [], session.quality())
+                        thinking_costs(label, session, views), [], session.quality(), twin_record(session))
     rep.notes = abnormal_notes(rep)
     return rep
 
@@ -213,6 +215,8 @@ def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
             out += thinking_markdown(rep.thinking, 2)
     if rep.quality is not None:
         out += quality_section(rep.session, rep.quality, 2)
+    if rep.twin is not None:
+        out += twin_section(rep.twin, 2)
     out += ["## Notes", ""]
     if rep.notes:
         out += [f"- {md_escape(n)}" for n in rep.notes]
@@ -335,6 +339,8 @@ def _rep_dict(r: SessionReport) -> dict[str, Any]:
         "notes": r.notes,
         **({"kind": r.session.info.kind} if r.session.info.kind != "sweep" else {}),
         **({"quality": {**result_dict(r.quality), "settings": m.get("quality")}} if r.quality is not None else {}),
+        **({"twin": {"fit": r.twin.fit, "efficiency": r.twin.efficiency, "confirmations": r.twin.confirmations}}
+           if r.twin is not None else {}),
     }
 
 

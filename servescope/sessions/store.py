@@ -60,7 +60,8 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all (a temporary file, fsynced, then renamed over it)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -163,7 +164,7 @@ class SessionWriter:
         self.save_meta()
 
     def save_meta(self) -> None:
-        _atomic_write(self.path / "session.toml", tomli_w.dumps(_clean(self.meta)).encode())
+        atomic_write(self.path / "session.toml", tomli_w.dumps(_clean(self.meta)).encode())
 
     def set_cell_status(self, index: int, status: str, reason: str = "") -> None:
         for c in self.meta.get("cells", []):
@@ -194,7 +195,7 @@ class SessionWriter:
         seed, reference, task files: never a secret) as session.toml's [quality] table. A sweep session keeps its
         kind: it then holds quality results beside its speed."""
         data = json.dumps(result.to_dict(), indent=1, default=str).encode()  # NaN as NaN: json.loads reads it back
-        _atomic_write(self.path / QUALITY_FILE, data)
+        atomic_write(self.path / QUALITY_FILE, data)
         table = {str(k): v for k, v in settings.items() if str(k).lower() not in _SECRET_KEYS}
         self.meta["quality"] = {**table, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         self.save_meta()

@@ -1,0 +1,307 @@
+"""`servescope twin fit SESSION` and `servescope whatif SESSION ...`: the capacity twin from the command line
+(servescope/engine/twin.py fits and predicts, servescope/engine/whatif.py answers capacity and confirms)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+
+
+def add_twin_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="twin_command", metavar="fit")
+    f = sub.add_parser("fit", help="fit the simulator to a measured session and store the profile in it")
+    f.add_argument("session", help="session directory or id")
+    _fit_flags(f)
+    f.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def _fit_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-config", metavar="PATH", help="the model's Hugging Face config.json (or its directory), "
+                   "for the model's shape (default: the simulator's profile, or the model's root directory when "
+                   "/v1/models named one on this machine)")
+    p.add_argument("--server-max-num-seqs", type=int, metavar="N", dest="fit_max_num_seqs",
+                   help="the server's --max-num-seqs, when the session does not record it")
+    p.add_argument("--server-max-num-batched-tokens", type=int, metavar="N", dest="fit_max_num_batched_tokens",
+                   help="the server's --max-num-batched-tokens, when the session does not record it")
+    p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions)")
+
+
+def add_whatif_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", help="session directory or id (fitted first when it has no twin yet)")
+    p.add_argument("--workload", "-w", help="preset name(s) or TOML file(s), comma-separated (default: the "
+                   "session's own; with --capacity, a table of task types from 1K code completion to a 96K coding "
+                   "assistant)")
+    p.add_argument("--concurrency", "-c", help="closed-loop users per cell, e.g. 1,32 (default: the session's)")
+    p.add_argument("--rate", help="open-loop request rates per second, e.g. 2,5 (instead of --concurrency)")
+    p.add_argument("--requests", "-n", type=int, help="requests per predicted cell (default max(64, 4 x load))")
+    p.add_argument("--gpu-memory-utilization", type=float, metavar="X", help="as vLLM's flag: the KV cache resized")
+    p.add_argument("--kv-cache-dtype", metavar="DTYPE", help="as vLLM's flag: fp8 halves the KV bytes per token")
+    p.add_argument("--max-model-len", type=int, metavar="N", help="as vLLM's flag")
+    p.add_argument("--max-num-seqs", type=int, metavar="N", help="as vLLM's flag: the scheduler's sequence limit")
+    p.add_argument("--slo", help="SLOs for --capacity, e.g. ttft_ms=3000,per_user_tok_s=20 (default: the "
+                                 "session's, else TTFT <= 3000 ms and >= 20 tok/s per user)")
+    p.add_argument("--capacity", action="store_true", help="per workload: the highest concurrency meeting the SLOs, "
+                                                           "and the knee")
+    p.add_argument("--confirm", action="store_true", help="run the predicted cells for real against the session's "
+                   "target and report each figure's error (kept in the session: the twin's track record)")
+    p.add_argument("--refit", action="store_true", help="fit again even when the session has a twin")
+    _fit_flags(p)
+    p.add_argument("--api-key", help="API key for --confirm (prefer the session's --api-key-env variable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+def _session(ref: str, sessions_dir: str | None) -> Any:
+    from servescope.cli.common import resolve_session
+
+    return resolve_session(ref, Path(sessions_dir) if sessions_dir else None)
+
+
+def _fit(session: Any, args: argparse.Namespace, err: Any) -> Any:
+    from servescope.engine.twin import fit_session
+
+    for flag, v in (("--server-max-num-seqs", args.fit_max_num_seqs),
+                    ("--server-max-num-batched-tokens", args.fit_max_num_batched_tokens)):
+        if v is not None and v < 1:
+            raise ServescopeError(f"{flag} {v}: must be 1 or more")
+    print(f"fitting the twin to {session.path} ...", file=err, flush=True)
+    return fit_session(session, Path(args.model_config) if args.model_config else None, args.fit_max_num_seqs,
+                       args.fit_max_num_batched_tokens, progress=lambda s: print(f"  {s}", file=err, flush=True))
+
+
+def fit_text(r: Any, path: Path) -> str:
+    from servescope.core.textsafe import clean_text
+
+    e = r.profile.efficiency
+    lines = [f"twin fitted: {path}",
+             f"  shape: {clean_text(r.shape.source)}",
+             f"  KV cache: {clean_text(r.shape.kv_source)}; limits: {clean_text(r.shape.limits_source)}",
+             f"  fitted ({r.evaluations} virtual runs): bandwidth_eff {e.bandwidth_eff:.3g}, gemm_eff {e.gemm_eff:.3g}, "
+             f"gemm_half_rows {e.gemm_half_rows:.3g}, attention_eff {e.attention_eff:.3g}"
+             f"{'' if 'attention_eff' in r.free else ' (tied to gemm_eff: one prompt length measured)'},",
+             f"    step_overhead {e.step_overhead_ms:.3g} ms, host_overhead {e.host_overhead_ms:.3g} ms, per_seq "
+             f"{e.per_seq_overhead_us:.3g} us, frontend {e.frontend_ms:.3g} ms",
+             "  cell                      figure          measured      twin   error"]
+    for c in r.cells:
+        for key in ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50"):
+            if key in c:
+                m, s = c[key]
+                lines.append(f"  {clean_text(c['label'])[:24]:<24}  {key:<14} {m:>10.4g} {s:>9.4g}  {s / m - 1:+6.1%}")
+    res = ", ".join(f"{k} {v:.1%}" for k, v in r.residuals.items())
+    lines.append(f"  residual (root mean square of ln(twin / measured)): {res}")
+    rng = r.data_range
+    lines.append("  measured range: " + ", ".join(f"{k} {v[0]:g}-{v[1]:g}" for k, v in rng.items()))
+    return "\n".join(lines)
+
+
+def twin_command(args: argparse.Namespace) -> int:
+    if args.twin_command != "fit":
+        raise ServescopeError("usage: servescope twin fit SESSION (see `servescope twin fit --help`)")
+    from servescope.engine.twin import twin_dir
+    from servescope.sessions.twin import PROFILE_FILE
+
+    session = _session(args.session, args.sessions_dir)
+    r = _fit(session, args, sys.stderr)
+    path = twin_dir(session) / PROFILE_FILE
+    if args.json:
+        print(json.dumps({"session": str(session.path), "profile": str(path), "fitted": r.free,
+                          "efficiency": {k: getattr(r.profile.efficiency, k) for k in (*r.free, "attention_eff")},
+                          "residual_rms_ln": r.residuals, "range": r.data_range, "cells": r.cells,
+                          "shape_from": r.shape.source}))
+    else:
+        print(fit_text(r, path))
+    return 0
+
+
+def _workloads(args: argparse.Namespace, session: Any) -> list[Any]:
+    from servescope.engine.whatif import capacity_tasks
+    from servescope.workloads.spec import from_saved, resolve
+
+    if args.workload:
+        return resolve(args.workload)
+    if args.capacity:
+        return capacity_tasks()
+    ws = []
+    for d in session.info.workloads:
+        try:
+            w = from_saved(dict(d))
+        except ServescopeError:
+            continue
+        if w.kind == "single" and not w.dataset:
+            ws.append(w)
+    if not ws:
+        raise ServescopeError("the session's workloads are all conversations, agents, traces or datasets; name one "
+                              "with --workload (a preset or a TOML file)")
+    return ws
+
+
+def _loads(args: argparse.Namespace, session: Any) -> list[Any]:
+    from servescope.engine import fields as f
+    from servescope.engine.twin import Load
+
+    if args.concurrency and args.rate:
+        raise ServescopeError("give --concurrency or --rate, not both")
+    if args.concurrency:
+        return [Load(concurrency=c) for c in f.int_list(args.concurrency, "--concurrency") or ()]
+    if args.rate:
+        return [Load(rate=r) for r in f.float_list(args.rate, "--rate") or ()]
+    load = session.info.load
+    if load.concurrency:
+        return [Load(concurrency=c) for c in load.concurrency]
+    if load.rates:
+        return [Load(rate=r) for r in load.rates]
+    return [Load(concurrency=c) for c in (1, 4, 16)]
+
+
+def _num(v: Any, nd: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{nd}f}"
+
+
+def _banded(v: Any, band: dict[str, list[float]], key: str) -> str:
+    lo, hi = band.get(key, [None, None])
+    return f"{_num(v):>9} ({_num(lo)}-{_num(hi)})"
+
+
+def whatif_command(args: argparse.Namespace) -> int:
+    from servescope.cli.run import JSON_DISTS, JSON_SCALARS, JSON_STATS
+    from servescope.core.metrics import parse_slos
+    from servescope.core.textsafe import clean_text
+    from servescope.engine.twin import load_twin, predict
+    from servescope.engine.twinshape import Knobs
+    from servescope.engine.whatif import USABLE_SLOS, capacity_row
+
+    session = _session(args.session, args.sessions_dir)
+    if args.requests is not None and args.requests < 1:
+        raise ServescopeError(f"--requests {args.requests}: must be 1 or more")
+    knobs = Knobs(args.gpu_memory_utilization, args.kv_cache_dtype, args.max_model_len, args.max_num_seqs)
+    if args.confirm and knobs.any:
+        raise ServescopeError(f"--confirm runs against the session's server as it is; it cannot confirm "
+                              f"{knobs.label()}: relaunch the server with those settings and run `servescope run`")
+    workloads = _workloads(args, session)
+    loads = _loads(args, session)
+    slos = parse_slos(args.slo) if args.slo else dict(session.info.slos) or dict(USABLE_SLOS)
+    twin = None if args.refit else load_twin(session)
+    if twin is None:
+        _fit(session, args, sys.stderr)
+        twin = load_twin(session)
+    assert twin is not None
+    out: dict[str, Any] = {"session": str(session.path), "settings": knobs.label(), "cells": []}
+    preds = []
+    for w in workloads:
+        if args.capacity and not args.concurrency and not args.rate:
+            continue
+        preds += predict(twin, w, loads, knobs, args.requests, slos)
+    for i, p in enumerate(preds):
+        s = p.summary
+        cell: dict[str, Any] = {"index": i, "workload": p.workload, "concurrency": p.load.concurrency, "rate": p.load.rate,
+                "repeat": 1, "status": "predicted", "reason": "; ".join(p.why),
+                **{k: s.get(k) for k in JSON_SCALARS},
+                **{m: {k: (s.get(m) or {}).get(k) for k in JSON_STATS} for m in JSON_DISTS},
+                "server": None, "client": None, "errors": [],
+                "band": p.band, "extrapolated": p.extrapolated}
+        out["cells"].append(cell)
+    if args.capacity:
+        out["slos"] = slos
+        out["capacity"] = {}
+        for w in workloads:
+            print(f"capacity of {w.name} ...", file=sys.stderr, flush=True)
+            out["capacity"][w.name] = capacity_row(twin, w, slos, knobs).to_dict()
+    if args.confirm and preds:
+        _confirm(args, session, preds, out, knobs)
+    if args.json:
+        print(json.dumps(out, default=str))
+        return 0
+    print(f"what if ({clean_text(knobs.label())}), predicted by the twin of {session.path}:")
+    if preds:
+        print("  workload              load      output tok/s (band)        TTFT p50 ms (band)      TPOT p50 ms (band)")
+        for p, c in zip(preds, out["cells"], strict=True):
+            print(f"  {clean_text(p.workload)[:20]:<20}  {p.load.label:<8} "
+                  f"{_banded(c['output_tok_s'], p.band, 'output_tok_s'):<26} "
+                  f"{_banded(c['ttft_ms']['p50'], p.band, 'ttft_ms'):<23} {_banded(c['tpot_ms']['p50'], p.band, 'tpot_ms')}"
+                  f"{'  extrapolated: ' + clean_text('; '.join(p.why)) if p.extrapolated else ''}")
+        print("  bands: the fit's residual for each figure, widened by each doubling outside the measured range")
+    if args.capacity:
+        slo_text = ", ".join(f"{k} {'>=' if k == 'per_user_tok_s' else '<='} {v:g}" for k, v in slos.items())
+        print(f"capacity at the SLOs ({slo_text}; >= 90% of requests), predicted:")
+        print("  task                        capacity         knee          at capacity")
+        for name, row in out["capacity"].items():
+            cap = ("no answer: " + clean_text(row["reason"]) if row["reason"] else
+                   "none (c=1 misses)" if row["concurrency"] is None else
+                   f"c={row['concurrency']}{'+ (not reached)' if row['not_reached'] else ''}")
+            kn = "-" if row["knee"] is None else f"c={row['knee']}{'+' if row['knee_not_reached'] else ''}"
+            at = row["at_capacity"] or {}
+            detail = (f"{_num(at.get('output_tok_s'), 0)} tok/s, TTFT p50 {_num(at.get('ttft_ms_p50'), 0)} ms, "
+                      f"{_num(at.get('per_user_tok_s_mean'))} tok/s per user") if at else ""
+            print(f"  {clean_text(name)[:26]:<26}  {cap:<16} {kn:<12}  {detail}")
+    if "confirm" in out:
+        _print_confirm(out["confirm"])
+    return 0
+
+
+def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: dict[str, Any], knobs: Any) -> None:
+    """Run the predicted cells for real (one sweep per workload) and add "measured" and "error" to each cell."""
+    from servescope.cli.common import api_key_from
+    from servescope.cli.run import open_target, run_loop_for
+    from servescope.engine.spec import RunContext, SweepSpec
+    from servescope.engine.twin import requests_for
+    from servescope.engine.whatif import confirm_pairs, record_confirmation
+
+    base = SweepSpec.from_toml(session.path)
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(preds):
+        groups.setdefault(p.workload, []).append(i)
+    by_name = {w.name: w for w in _workloads(args, session)}
+    pairs_all: list[dict[str, Any]] = []
+    sessions = []
+    for name, idx in groups.items():
+        ps = [preds[i] for i in idx]
+        closed = [p.load.concurrency for p in ps if p.load.concurrency]
+        rates = [p.load.rate for p in ps if p.load.rate]
+        n = args.requests or max(requests_for(p.load, None) for p in ps)
+        spec = base.replace(name=f"{session.info.name or session.path.name}-confirm", workloads=(by_name[name],),
+                            concurrency=tuple(closed) if closed else None, rates=tuple(rates) if rates else None,
+                            requests=n, duration_s=None, warmup=0, repeat=1, variants=())
+        ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
+                         sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
+        print(f"confirming {name}: running {len(ps)} cell(s) for real against {spec.target_text} ...", file=sys.stderr,
+              flush=True)
+        buf = io.StringIO()
+        with ExitStack() as stack:
+            if not spec.launch:
+                url, label = open_target(spec.url, stack, sys.stderr)
+                ctx = replace(ctx, url=url, target_label=label)
+            run_loop_for(spec, ctx, buf, sys.stderr, True)
+        try:
+            result = json.loads(buf.getvalue().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise ServescopeError("the confirming run printed no result; see the messages above") from None
+        cells = {(c.get("concurrency"), c.get("rate")): c for c in result.get("cells", [])}
+        measured = [cells.get((p.load.concurrency, p.load.rate), {"status": "missing"}) for p in ps]
+        pairs = confirm_pairs(ps, measured)
+        record_confirmation(session, pairs, str(result.get("session")), knobs)
+        sessions.append(result.get("session"))
+        for i, pr in zip(idx, pairs, strict=True):
+            out["cells"][i]["measured"] = pr["measured"]
+            out["cells"][i]["error"] = pr["error"]
+        pairs_all += pairs
+    out["confirm"] = {"sessions": sessions, "pairs": pairs_all}
+
+
+def _print_confirm(c: dict[str, Any]) -> None:
+    from servescope.core.textsafe import clean_text
+
+    print(f"confirmed by running the cells (sessions: {', '.join(clean_text(str(s)) for s in c['sessions'])}):")
+    print("  workload              load      figure          predicted   measured   error")
+    for p in c["pairs"]:
+        load = f"c={p['concurrency']}" if p["concurrency"] else f"rate={p['rate']:g}/s"
+        for k in p["predicted"]:
+            e = p["error"][k]
+            print(f"  {clean_text(p['workload'])[:20]:<20}  {load:<8} {k:<14} {_num(p['predicted'][k], 2):>10} "
+                  f"{_num(p['measured'][k], 2):>10}  {'-' if e is None else f'{e:+.1%}'}")

@@ -1,0 +1,569 @@
+"""The capacity twin: the simulator's scheduler and roofline, fitted to one measured session, answering "what if".
+
+The fit (`fit_session`): the model's shape, the KV budget and the scheduler limits come from
+`servescope.engine.twinshape`; the rates are fitted. Each measured cell is replayed on the simulator's virtual
+clock (`servescope.sim.engine.VirtualRunner`) with the cell's own load (its concurrency, or its requests' send
+times for an open loop) and its requests' own prompt and output lengths, and the efficiencies of the roofline
+(`EfficiencySpec`: bandwidth_eff, gemm_eff, gemm_half_rows, attention_eff, step_overhead_ms, host_overhead_ms,
+per_seq_overhead_us, frontend_ms) are chosen to minimise the squared log error of each cell's output tok/s,
+TTFT p50 and TPOT p50, and their means at half weight (Nelder-Mead in log space, from three starts, with a
+weak pull towards neutral priors so that a rate the data cannot see stays plausible: attention_eff is tied to
+gemm_eff unless the measured prompts span 3x or more).
+
+The prediction (`predict`): the fitted profile runs the asked cells on the virtual clock and the same
+`summarize` as a real run turns its requests into the same figures; each figure gets a band from the fit's
+residual for that figure, widened by how far the question lies outside the measured range.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from servescope.core.errors import ServescopeError
+from servescope.core.metrics import records_frame, summarize
+from servescope.core.records import RequestRecord
+from servescope.core.results import CellSummary
+from servescope.engine.twinshape import AS_MEASURED, Knobs, Shape, apply_knobs, profile_to_dict, session_shape
+from servescope.sessions.store import Session
+from servescope.sessions.twin import PROFILE_FILE, TWIN_DIR
+from servescope.sim.engine import SimRequest, VirtualRunner
+from servescope.sim.profile import CostModel, Profile
+from servescope.workloads.spec import Workload
+
+FIGURES = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")  # what the fit and the bands are about
+FIT_FIGURES = (("output_tok_s", 1.0), ("ttft_ms.p50", 1.0), ("tpot_ms.p50", 1.0), ("ttft_ms.mean", 0.5),
+               ("tpot_ms.mean", 0.5))
+# a closed-loop user's next request reaches the server this long after its last token (the stream's end reaching
+# the client, the next request reaching the server): with it, users that finished in the same step are not
+# admitted in lockstep forever, as on a real server (an idle engine starts a step on the first arrival)
+CLIENT_GAP_S = (0.0002, 0.0008)
+MIN_BAND = 0.03  # a band is never narrower than +-3%: run-to-run noise on a quiet server
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # an EfficiencySpec field
+    prior: float
+    lo: float
+    hi: float
+
+
+PARAMS = (
+    Param("bandwidth_eff", 0.7, 1e-4, 50.0),
+    Param("gemm_eff", 0.5, 1e-4, 50.0),
+    Param("gemm_half_rows", 32.0, 0.5, 4096.0),
+    Param("step_overhead_ms", 1.0, 1e-3, 2000.0),
+    Param("host_overhead_ms", 1.0, 1e-3, 2000.0),
+    Param("per_seq_overhead_us", 10.0, 1e-2, 1e5),
+    Param("frontend_ms", 10.0, 1e-2, 1e4),
+    Param("attention_eff", 0.3, 1e-4, 50.0),
+)
+ATTENTION_TIE = 0.6  # attention_eff / gemm_eff when the prompts do not span enough to fit it (profiles: 0.5-0.64)
+PRIOR_WEIGHT = 0.002  # per parameter, per (ln factor)^2 away from its prior
+
+
+# --- what was measured ----------------------------------------------------------------------------------------
+@dataclass
+class MeasuredCell:
+    index: int
+    workload: str
+    concurrency: int | None
+    rate: float | None
+    prompts: list[int]
+    outputs: list[int]
+    send_s: list[float]  # open loop: each request's scheduled send, from the cell's first
+    figures: dict[str, float]
+
+    @property
+    def label(self) -> str:
+        return f"{self.workload} c={self.concurrency}" if self.concurrency else f"{self.workload} rate={self.rate:g}/s"
+
+
+def _figure(s: CellSummary, key: str) -> float | None:
+    name, _, stat = key.partition(".")
+    v = s.value(name, stat or None)
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+
+
+def measured_cells(session: Session) -> list[MeasuredCell]:
+    """The session's completed single-turn cells, with their requests' lengths and their figures."""
+    out: list[MeasuredCell] = []
+    rows = session.cells.to_dicts()
+    for row, s in zip(rows, session.summaries(), strict=False):
+        if s is None or row.get("status") != "done" or not s.requests_ok:
+            continue
+        df = session.requests(int(row["index"]))
+        if df.is_empty():
+            continue
+        df = df.filter(~pl.col("warmup") & (pl.col("status") == "ok"))
+        if "turn" in df.columns and (df["turn"] > 0).any():
+            continue  # conversations: the twin models single requests only
+        df = df.sort("scheduled_ns")
+        prompts = [int(p) if p is not None and p > 0 else int(r) for p, r in
+                   zip(df["prompt_tokens"].to_list(), df["input_tokens_requested"].to_list(), strict=True)]
+        outputs = [max(1, int(o)) for o in df["output_tokens"].to_list()]
+        t0 = int(df["scheduled_ns"].min() or 0)  # type: ignore[arg-type]
+        sends = [(int(t) - t0) / 1e9 for t in df["scheduled_ns"].to_list()]
+        figs = {k: v for k, _ in FIT_FIGURES if (v := _figure(s, k)) is not None}
+        conc = row.get("concurrency")
+        rate = row.get("rate")
+        out.append(MeasuredCell(int(row["index"]), str(row.get("workload")), int(conc) if conc else None,
+                                float(rate) if rate else None, prompts, outputs, sends, figs))
+    if not out:
+        raise ServescopeError(f"{session.path}: no completed cell with measured requests to fit the twin to; run a "
+                              "sweep first (e.g. -c 1,4,16)")
+    return out
+
+
+# --- the virtual run ------------------------------------------------------------------------------------------
+@dataclass
+class VirtualCell:
+    prompts: list[int]
+    outputs: list[int]
+    first: list[float]
+    done: list[float]
+    sent: list[float]
+    token_t: list[list[float]]
+    wall: float
+
+
+def _filler(n: int) -> list[int]:
+    return [64] * n
+
+
+def run_virtual(cost: CostModel, prompts: Sequence[int], outputs: Sequence[int], concurrency: int | None,
+                send_s: Sequence[float] | None = None, tokens: bool = False) -> VirtualCell:
+    """One cell on the virtual clock: `concurrency` closed-loop users, or sends at `send_s` (open loop)."""
+    runner = VirtualRunner(cost)
+    rng = random.Random(0)  # a real client's users never send at the very same instant: see CLIENT_GAP_S
+    n = len(prompts)
+    first = [0.0] * n
+    done = [0.0] * n
+    sent = [0.0] * n
+    token_t: list[list[float]] = [[] for _ in range(n)] if tokens else []
+    reqs: list[SimRequest] = []
+    nxt = 0
+
+    def on_tok(req: SimRequest, _n: int, _fin: bool, t: float) -> None:
+        token_t[req.rid].append(t)
+
+    def make(i: int, at: float) -> None:
+        req = SimRequest(i, prompts[i], outputs[i], prompt_ids=[i, *range(64, 63 + prompts[i])], out_ids=_filler,
+                         on_tokens=on_tok if tokens else None)
+        reqs.append(req)
+        sent[i] = at
+        runner.submit(req, at)
+
+    def on_done(req: SimRequest, t: float) -> None:
+        nonlocal nxt
+        first[req.rid] = req.first_token_t
+        done[req.rid] = t
+        if concurrency and nxt < n:
+            make(nxt, t + rng.uniform(*CLIENT_GAP_S))
+            nxt += 1
+
+    runner.on_done = on_done
+    if concurrency:
+        for u in range(min(concurrency, n)):
+            make(nxt, u * CLIENT_GAP_S[0])
+            nxt += 1
+    else:
+        for i, t in enumerate(send_s or [0.0] * n):
+            make(i, t)
+    try:
+        runner.run()
+    except RuntimeError as e:
+        raise ServescopeError(f"the twin cannot run this cell: {e}") from None
+    return VirtualCell(list(prompts), list(outputs), first, done, sent, token_t, runner.now)
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return math.nan
+    pos = (len(s) - 1) * q
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def quick_figures(v: VirtualCell) -> dict[str, float]:
+    """The fitted figures of a virtual cell, computed as `summarize` computes them (linear quantiles)."""
+    ttft = [(f - s) * 1e3 for f, s in zip(v.first, v.sent, strict=True)]
+    tpot = [(d - f) * 1e3 / (o - 1) for d, f, o in zip(v.done, v.first, v.outputs, strict=True) if o > 1]
+    out = {"output_tok_s": sum(v.outputs) / max(v.wall, 1e-9), "ttft_ms.p50": _quantile(ttft, 0.5),
+           "ttft_ms.mean": statistics.fmean(ttft)}
+    if tpot:
+        out["tpot_ms.p50"] = _quantile(tpot, 0.5)
+        out["tpot_ms.mean"] = statistics.fmean(tpot)
+    return out
+
+
+def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The cell's summary exactly as `servescope run` computes it, from request records built from the run."""
+    recs = []
+    for i, (p, o) in enumerate(zip(v.prompts, v.outputs, strict=True)):
+        ns = [int(t * 1e9) for t in v.token_t[i]] if v.token_t else [int(v.first[i] * 1e9), int(v.done[i] * 1e9)]
+        recs.append(RequestRecord(
+            index=i, user=-1, warmup=False, input_tokens_requested=p, output_tokens_requested=o,
+            scheduled_ns=int(v.sent[i] * 1e9), sent_ns=int(v.sent[i] * 1e9), first_token_ns=int(v.first[i] * 1e9),
+            first_content_ns=int(v.first[i] * 1e9), end_ns=int(v.done[i] * 1e9), prompt_tokens=p, output_tokens=o,
+            usage_reported=True, chunk_ns=array("q", ns), chunk_tokens=array("i", [1] * len(ns)),
+        ))
+    start = min(v.sent) if v.sent else 0.0
+    return summarize(records_frame(recs), v.wall - start, slos)
+
+
+# --- the fit --------------------------------------------------------------------------------------------------
+@dataclass
+class FitResult:
+    profile: Profile
+    shape: Shape
+    free: list[str]
+    residuals: dict[str, float]  # per figure: root mean square of ln(twin / measured) over the fitted cells
+    cells: list[dict[str, Any]]  # per fitted cell: measured and twin figures
+    data_range: dict[str, list[float]]
+    evaluations: int
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        d = profile_to_dict(self.profile)
+        d["fit"] = {
+            "shape_from": self.shape.source, "kv_from": self.shape.kv_source, "limits_from": self.shape.limits_source,
+            "fitted": self.free, "evaluations": self.evaluations,
+            "residual_rms_ln": self.residuals,
+            "range": self.data_range,
+            "cells": self.cells,
+        }
+        return d
+
+
+def _with(p: Profile, values: Mapping[str, float]) -> Profile:
+    eff: Any = p.efficiency
+    return replace(p, efficiency=replace(eff, **values))
+
+
+def _span(xs: Sequence[float]) -> float:
+    return max(xs) / max(min(xs), 1e-9) if xs else 1.0
+
+
+def data_range(cells: Sequence[MeasuredCell]) -> dict[str, list[float]]:
+    prompts = [p for c in cells for p in c.prompts]
+    outputs = [o for c in cells for o in c.outputs]
+    out: dict[str, list[float]] = {"prompt_tokens": [min(prompts), max(prompts)],
+                                   "output_tokens": [min(outputs), max(outputs)]}
+    concs = [c.concurrency for c in cells if c.concurrency]
+    rates = [c.rate for c in cells if c.rate]
+    if concs:
+        out["concurrency"] = [min(concs), max(concs)]
+    if rates:
+        out["rate"] = [min(rates), max(rates)]
+    return out
+
+
+def nelder_mead(f: Callable[[list[float]], float], x0: list[float], step: float = 0.7, max_evals: int = 250,
+                tol: float = 1e-6) -> tuple[list[float], float, int]:
+    """Minimise f from x0 (plain Nelder-Mead; returns the best point, its value and the evaluations used)."""
+    n = len(x0)
+    pts = [list(x0)] + [[x + (step if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)]
+    vals = [f(p) for p in pts]
+    evals = n + 1
+    while evals < max_evals:
+        order = sorted(range(n + 1), key=vals.__getitem__)
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if vals[-1] - vals[0] < tol:
+            break
+        c = [sum(p[j] for p in pts[:-1]) / n for j in range(n)]
+        worst = pts[-1]
+        r = [c[j] + (c[j] - worst[j]) for j in range(n)]
+        fr = f(r)
+        evals += 1
+        if fr < vals[0]:
+            e = [c[j] + 2.0 * (c[j] - worst[j]) for j in range(n)]
+            fe = f(e)
+            evals += 1
+            pts[-1], vals[-1] = (e, fe) if fe < fr else (r, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = r, fr
+        else:
+            k = [c[j] + 0.5 * (worst[j] - c[j]) for j in range(n)]
+            fk = f(k)
+            evals += 1
+            if fk < vals[-1]:
+                pts[-1], vals[-1] = k, fk
+            else:
+                best = pts[0]
+                pts = [best] + [[best[j] + 0.5 * (p[j] - best[j]) for j in range(n)] for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+                evals += n
+    i = min(range(n + 1), key=vals.__getitem__)
+    return pts[i], vals[i], evals
+
+
+def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
+        progress: Callable[[str], None] | None = None) -> FitResult:
+    """Fit the shape's efficiencies to the measured cells."""
+    prompts_all = [p for c in cells for p in c.prompts]
+    fit_attention = _span(prompts_all) >= 3.0
+    free = [p for p in PARAMS if p.name != "attention_eff" or fit_attention]
+    index = {p.name: i for i, p in enumerate(free)}
+    # long cells are replayed on their first requests only (a closed loop's steady state is the same after a few
+    # rounds of its users; an open loop keeps its first max_requests sends)
+    def keep(c: MeasuredCell) -> int:
+        return min(max_requests, max(16, 4 * c.concurrency)) if c.concurrency else max_requests
+
+    trimmed = [replace(c, prompts=c.prompts[:keep(c)], outputs=c.outputs[:keep(c)], send_s=c.send_s[:keep(c)])
+               for c in cells]
+
+    def values(x: Sequence[float]) -> dict[str, float]:
+        v = {p.name: min(max(math.exp(x[i]), p.lo), p.hi) for i, p in enumerate(free)}
+        if not fit_attention:
+            v["attention_eff"] = v["gemm_eff"] * ATTENTION_TIE
+        return v
+
+    def twin_figures(prof: Profile) -> list[dict[str, float]]:
+        cost = CostModel(prof)
+        return [quick_figures(run_virtual(cost, c.prompts, c.outputs, c.concurrency,
+                                          None if c.concurrency else c.send_s)) for c in trimmed]
+
+    def loss(x: list[float]) -> float:
+        try:
+            sims = twin_figures(_with(shape.profile, values(x)))
+        except ServescopeError:
+            return 1e9
+        total = 0.0
+        for c, sim in zip(cells, sims, strict=True):
+            for key, w in FIT_FIGURES:
+                m, s = c.figures.get(key), sim.get(key)
+                if m and s and s > 0 and math.isfinite(s):
+                    total += w * math.log(s / m) ** 2
+        total += PRIOR_WEIGHT * sum((x[i] - math.log(p.prior)) ** 2 for i, p in enumerate(free))
+        return total
+
+    starts = [[math.log(p.prior) for p in free]]
+    c1 = min(cells, key=lambda c: c.concurrency or 10**9)
+    tpot = c1.figures.get("tpot_ms.p50")
+    if tpot:  # a memory-bound start and an overhead-bound start, scaled to the measured step time
+        cost = CostModel(shape.profile)
+        mem_ms = cost.weight_bytes / (shape.profile.gpu.bandwidth_gbs * 1e9) * 1e3
+        a = list(starts[0])
+        a[index["bandwidth_eff"]] = math.log(max(mem_ms / (0.8 * tpot), 1e-4))
+        a[index["step_overhead_ms"]] = math.log(0.2 * tpot)
+        b = list(starts[0])
+        b[index["bandwidth_eff"]] = math.log(max(mem_ms / (0.1 * tpot), 1e-4))
+        b[index["step_overhead_ms"]] = math.log(0.9 * tpot)
+        b[index["host_overhead_ms"]] = math.log(0.5 * tpot)
+        starts += [a, b]
+    best: tuple[list[float], float] | None = None
+    evals = 0
+    for i, x0 in enumerate(starts):
+        x, v, n = nelder_mead(loss, x0, max_evals=200)
+        evals += n
+        if progress is not None:
+            progress(f"start {i + 1}/{len(starts)}: loss {v:.4f} after {n} runs")
+        if best is None or v < best[1]:
+            best = (x, v)
+    assert best is not None
+    x, _, n = nelder_mead(loss, best[0], step=0.15, max_evals=120)  # polish the best
+    evals += n
+    fitted = _with(shape.profile, {k: round(v, 6) for k, v in values(x).items()})
+    sims = twin_figures(fitted)
+    per: dict[str, list[float]] = {}
+    rows = []
+    for c, sim in zip(cells, sims, strict=True):
+        row: dict[str, Any] = {"cell": c.index, "label": c.label}
+        for key, _ in FIT_FIGURES:
+            m, s = c.figures.get(key), sim.get(key)
+            if m and s:
+                per.setdefault(key, []).append(math.log(s / m))
+                row[key] = [round(m, 4), round(s, 4)]
+        rows.append(row)
+    residuals = {k: round(math.sqrt(statistics.fmean(e * e for e in v)), 5) for k, v in per.items()}
+    return FitResult(fitted, shape, [p.name for p in free], residuals, rows, data_range(cells), evals)
+
+
+# --- storage --------------------------------------------------------------------------------------------------
+def twin_dir(session: Session) -> Path:
+    return session.path / TWIN_DIR
+
+
+def save_fit(session: Session, result: FitResult) -> Path:
+    import tomli_w
+
+    from servescope.sessions.store import atomic_write
+
+    d = twin_dir(session)
+    d.mkdir(exist_ok=True)
+    path = d / PROFILE_FILE
+    atomic_write(path, tomli_w.dumps(_toml_clean(result.to_toml_dict())).encode())
+    return path
+
+
+def _toml_clean(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _toml_clean(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, (list, tuple)):
+        return [_toml_clean(v) for v in obj if v is not None]
+    return obj
+
+
+@dataclass
+class Twin:
+    """A fitted profile and what the fit knows about its own accuracy."""
+
+    profile: Profile
+    residuals: dict[str, float]
+    data_range: dict[str, list[float]]
+    memory_known: bool
+    fit_info: dict[str, Any] = field(default_factory=dict)
+
+
+def load_twin(session: Session) -> Twin | None:
+    from servescope.sim.profile import ProfileError, load_profile
+
+    path = twin_dir(session) / PROFILE_FILE
+    if not path.is_file():
+        return None
+    try:
+        prof = load_profile(str(path))
+        import tomllib
+
+        info = tomllib.loads(path.read_text(encoding="utf-8")).get("fit", {})
+    except (ProfileError, OSError, ValueError) as e:
+        raise ServescopeError(f"{path}: cannot read the twin's profile ({e}); delete it and run `servescope twin fit "
+                              f"{session.path}` again") from None
+    res = {k: float(v) for k, v in (info.get("residual_rms_ln") or {}).items()}
+    rng = {k: [float(x) for x in v] for k, v in (info.get("range") or {}).items()}
+    memory_known = "nominal" not in prof.gpu.name or "GPU (nominal" in prof.gpu.name
+    return Twin(prof, res, rng, memory_known, info)
+
+
+def fit_session(session: Session, model_config: Path | None = None, max_num_seqs: int | None = None,
+                max_num_batched_tokens: int | None = None, progress: Callable[[str], None] | None = None) -> FitResult:
+    shape = session_shape(session, model_config, max_num_seqs, max_num_batched_tokens)
+    result = fit(shape, measured_cells(session), progress=progress)
+    save_fit(session, result)
+    return result
+
+
+# --- predictions ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Load:
+    concurrency: int | None = None
+    rate: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"c={self.concurrency}" if self.concurrency else f"rate={self.rate:g}/s"
+
+
+def sample_lengths(w: Workload, n: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    if w.kind != "single" or w.dataset:
+        raise ServescopeError(f"workload {w.name!r}: the twin predicts single-request workloads with token-length "
+                              "distributions (no dataset, conversation, agent or trace workloads)")
+    rng = random.Random(f"{seed}:{w.name}")
+    prompts = [w.prefix_tokens + w.input_tokens.sample(rng) for _ in range(n)]
+    outputs = [w.output_tokens.sample(rng) for _ in range(n)]
+    return prompts, outputs
+
+
+def poisson_sends(rate: float, n: int, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def requests_for(load: Load, requests: int | None) -> int:
+    if requests:
+        return requests
+    c = load.concurrency or max(1, int(round(load.rate or 1)))
+    return max(64, 4 * c)
+
+
+@dataclass
+class Prediction:
+    workload: str
+    load: Load
+    summary: dict[str, Any]
+    band: dict[str, list[float]]
+    extrapolated: bool
+    why: list[str]
+
+
+def _outside(v: float, rng: Sequence[float] | None) -> float:
+    """How far v lies outside [lo, hi], in doublings (0 inside)."""
+    if not rng or v <= 0:
+        return 0.0
+    lo, hi = rng[0], rng[1]
+    if v > hi * 1.0001:
+        return math.log2(v / hi)
+    if v < lo * 0.9999:
+        return math.log2(lo / v)
+    return 0.0
+
+
+def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs = AS_MEASURED, requests: int | None = None,
+            slos: Mapping[str, float] | None = None, seed: int = 0) -> list[Prediction]:
+    prof = apply_knobs(twin.profile, knobs, twin.memory_known)
+    cost = CostModel(prof)
+    out = []
+    for load in loads:
+        n = requests_for(load, requests)
+        prompts, outputs = sample_lengths(workload, n, seed)
+        longest = max(p + o for p, o in zip(prompts, outputs, strict=True))
+        if longest > prof.model.max_model_len:
+            raise ServescopeError(f"workload {workload.name!r}: requests of up to {longest:,} tokens do not fit the "
+                                  f"server's max_model_len {prof.model.max_model_len:,}")
+        if cost.blocks_for(longest) > cost.num_blocks:
+            raise ServescopeError(f"workload {workload.name!r}: a request of {longest:,} tokens is larger than the "
+                                  f"whole KV cache ({cost.kv_cache_tokens:,} tokens)")
+        sends = None if load.concurrency else poisson_sends(float(load.rate or 1.0), n, seed)
+        v = run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=True)
+        summary = virtual_summary(v, slos)
+        why = []
+        dist = 0.0
+        for key, vals in (("prompt_tokens", prompts), ("output_tokens", outputs)):
+            d = max(_outside(min(vals), twin.data_range.get(key)), _outside(max(vals), twin.data_range.get(key)))
+            if d > 0:
+                why.append(f"{key.replace('_', ' ')} {min(vals)}-{max(vals)} outside the measured "
+                           f"{int(twin.data_range[key][0])}-{int(twin.data_range[key][1])}")
+            dist += d
+        if load.concurrency:
+            rng = twin.data_range.get("concurrency")
+            d = _outside(load.concurrency, rng) if rng else 1.0
+            if d > 0:
+                why.append(f"c={load.concurrency} outside the measured c={int(rng[0])}..{int(rng[1])}" if rng
+                           else "the session measured no closed-loop cell")
+        else:
+            rng = twin.data_range.get("rate")
+            d = _outside(float(load.rate or 0), rng) if rng else 1.0
+            if d > 0:
+                why.append(f"rate {load.rate:g}/s outside the measured {rng[0]:g}..{rng[1]:g}/s" if rng
+                           else "the session measured no open-loop cell")
+        dist += d
+        if knobs.any:
+            why.append(f"server settings changed ({knobs.label()})")
+            dist += 1.0
+        band = {}
+        for key in FIGURES:
+            name, _, stat = key.partition(".")
+            val = summary.get(name)
+            val = val.get(stat) if stat and isinstance(val, dict) else val
+            if not isinstance(val, (int, float)) or not math.isfinite(val):
+                continue
+            rel = max(twin.residuals.get(key, 0.1), MIN_BAND) * (1.0 + dist)
+            band[name] = [val * math.exp(-rel), val * math.exp(rel)]
+        out.append(Prediction(workload.name, load, summary, band, bool(why), why))
+    return out

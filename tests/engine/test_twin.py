@@ -1,0 +1,140 @@
+"""The capacity twin's parts without a server: the fit recovers a known profile from its own virtual cells, the
+what-if knobs resize the KV cache as vLLM would, a config.json gives the model's shape, bands widen outside the
+measured range, and capacity answers follow the SLOs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from servescope.core.errors import ServescopeError
+from servescope.engine.twin import (
+    Load,
+    MeasuredCell,
+    Twin,
+    data_range,
+    fit,
+    nelder_mead,
+    predict,
+    quick_figures,
+    run_virtual,
+)
+from servescope.engine.twinshape import Knobs, Shape, apply_knobs, model_from_config
+from servescope.engine.whatif import capacity_row, confirm_pairs
+from servescope.sim.profile import CostModel, EfficiencySpec, load_profile
+from servescope.workloads.spec import Workload, fixed
+
+
+def _cells(cost: CostModel, prompt: int, out: int, levels: list[tuple[int, int]]) -> list[MeasuredCell]:
+    cells = []
+    for i, (c, n) in enumerate(levels):
+        v = run_virtual(cost, [prompt] * n, [out] * n, c)
+        cells.append(MeasuredCell(i, "w", c, None, [prompt] * n, [out] * n, [0.0] * n, quick_figures(v)))
+    return cells
+
+
+def test_nelder_mead_finds_a_quadratic_minimum() -> None:
+    x, v, n = nelder_mead(lambda p: (p[0] - 1.5) ** 2 + 3 * (p[1] + 0.5) ** 2, [0.0, 0.0], max_evals=400, tol=1e-12)
+    assert x[0] == pytest.approx(1.5, abs=1e-3) and x[1] == pytest.approx(-0.5, abs=1e-3)
+    assert v < 1e-6 and n <= 400
+
+
+def test_fit_recovers_a_profile_from_its_own_cells_and_predicts_beyond_them() -> None:
+    truth = load_profile("tiny")
+    cost = CostModel(truth)
+    cells = _cells(cost, 1024, 32, [(1, 8), (4, 16), (16, 32)])
+    shape = Shape(replace(truth, efficiency=EfficiencySpec()), "profile tiny", "profile", "profile")
+    r = fit(shape, cells)
+    assert max(r.residuals.values()) < 0.05, r.residuals
+    twin = Twin(r.profile, r.residuals, r.data_range, True)
+    true_twin = Twin(truth, {}, {}, True)
+    w = Workload("w48", input_tokens=fixed(1024), output_tokens=fixed(32))
+    got = predict(twin, w, [Load(48)], requests=96)[0]
+    want = predict(true_twin, w, [Load(48)], requests=96)[0]
+    for name, stat in (("output_tok_s", None), ("ttft_ms", "p50"), ("tpot_ms", "p50")):
+        g = got.summary[name] if stat is None else got.summary[name][stat]
+        t = want.summary[name] if stat is None else want.summary[name][stat]
+        assert g == pytest.approx(t, rel=0.10), name
+    assert got.extrapolated and "c=48 outside the measured c=1..16" in got.why
+    # the band holds the prediction and is wider than the fit's residual (48 is 1.6 doublings past 16)
+    lo, hi = got.band["output_tok_s"]
+    assert lo < got.summary["output_tok_s"] < hi
+    assert math.log(hi / got.summary["output_tok_s"]) > 2 * max(r.residuals["output_tok_s"], 0.03)
+
+
+def test_bands_and_extrapolation_inside_the_measured_range() -> None:
+    p = load_profile("tiny")
+    cells = _cells(CostModel(p), 512, 16, [(1, 4), (8, 16)])
+    twin = Twin(p, {"output_tok_s": 0.02, "ttft_ms.p50": 0.05, "tpot_ms.p50": 0.04}, data_range(cells), True)
+    inside = predict(twin, Workload("w", input_tokens=fixed(512), output_tokens=fixed(16)), [Load(4)], requests=16)[0]
+    assert not inside.extrapolated and inside.why == []
+    v = inside.summary["tpot_ms"]["p50"]
+    assert inside.band["tpot_ms"] == pytest.approx([v * math.exp(-0.04), v * math.exp(0.04)])
+    longer = predict(twin, Workload("w", input_tokens=fixed(2048), output_tokens=fixed(16)), [Load(4)], requests=16)[0]
+    assert longer.extrapolated and "prompt tokens 2048-2048 outside the measured 512-512" in longer.why
+    fp8 = predict(twin, Workload("w", input_tokens=fixed(512), output_tokens=fixed(16)), [Load(4)],
+                  Knobs(kv_cache_dtype="fp8"), requests=16)[0]
+    assert fp8.extrapolated and any("--kv-cache-dtype fp8" in w for w in fp8.why)
+
+
+def test_knobs_resize_the_kv_cache_as_vllm_does() -> None:
+    p = load_profile("tiny")  # 16 GiB x 0.5 - weights - 1 GiB activations
+    cost = CostModel(p)
+    assert apply_knobs(p, Knobs(kv_cache_dtype="fp8"), True).engine.kv_cache_tokens == pytest.approx(
+        2 * cost.kv_cache_tokens, abs=2)
+    g = apply_knobs(p, Knobs(gpu_memory_utilization=0.8), True)
+    fixed_b = cost.weight_bytes + p.engine.activation_reserve_gib * 2**30
+    want = cost.kv_cache_tokens * (16 * 2**30 * 0.8 - fixed_b) / (16 * 2**30 * 0.5 - fixed_b)
+    assert g.engine.kv_cache_tokens == pytest.approx(want, rel=1e-3)
+    assert CostModel(g).kv_cache_tokens == g.engine.kv_cache_tokens
+    assert apply_knobs(p, Knobs(max_num_seqs=4, max_model_len=2048), True).engine.max_num_seqs == 4
+    with pytest.raises(ServescopeError, match="leaves no memory for the KV cache"):
+        apply_knobs(p, Knobs(gpu_memory_utilization=0.05), True)
+    with pytest.raises(ServescopeError, match="the GPU's memory is unknown"):
+        apply_knobs(p, Knobs(gpu_memory_utilization=0.8), False)
+    with pytest.raises(ServescopeError, match="unknown --kv-cache-dtype 'int3'"):
+        apply_knobs(p, Knobs(kv_cache_dtype="int3"), True)
+
+
+def test_shape_from_a_hugging_face_config() -> None:
+    dense = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 64, "intermediate_size": 768, "vocab_size": 1000, "tie_word_embeddings": False}
+    m = model_from_config(dense, "tiny", 8192)
+    attn = 4 * 256 * (4 * 64 + 2 * 2 * 64 + 4 * 64)
+    assert m.dense_params_b * 1e9 == pytest.approx(attn + 4 * 3 * 256 * 768)
+    assert m.num_kv_heads == 2 and m.head_dim == 64 and m.full_attention_layers == 4 and m.num_experts == 0
+    moe = model_from_config({**dense, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128},
+                            "moe", 8192)
+    assert moe.num_experts == 8 and moe.experts_per_token == 2
+    assert moe.expert_params_b * 1e9 == pytest.approx(4 * 8 * 3 * 256 * 128)
+    with pytest.raises(ServescopeError, match="lacks hidden_size"):
+        model_from_config({"num_hidden_layers": 2}, "x", 10)
+
+
+def test_capacity_follows_the_slos() -> None:
+    p = load_profile("tiny")
+    twin = Twin(p, {}, {"concurrency": [1, 16], "prompt_tokens": [1024, 1024], "output_tokens": [64, 64]}, True)
+    w = Workload("w", input_tokens=fixed(1024), output_tokens=fixed(64))
+    loose = capacity_row(twin, w, {"tpot_ms": 40.0}, max_level=64)
+    strict = capacity_row(twin, w, {"tpot_ms": 8.0}, max_level=64)
+    assert strict.capacity is not None and loose.capacity is not None and strict.capacity < loose.capacity
+    # the level above the capacity misses the SLO on the twin; the capacity meets it
+    above = predict(twin, w, [Load(strict.capacity + 1)], slos={"tpot_ms": 8.0})[0]
+    assert above.summary["slo_met_fraction"] < 0.9
+    assert strict.at_capacity is not None and strict.at_capacity["slo_met_fraction"] >= 0.9
+    too_long = capacity_row(twin, Workload("big", input_tokens=fixed(9000), output_tokens=fixed(8)), {"tpot_ms": 40.0})
+    assert too_long.capacity is None and "max_model_len" in too_long.reason
+
+
+def test_confirm_pairs_error_is_predicted_over_measured() -> None:
+    p = load_profile("tiny")
+    pred = predict(Twin(p, {}, {}, True), Workload("w", input_tokens=fixed(256), output_tokens=fixed(16)), [Load(2)],
+                   requests=8)[0]
+    measured = {"status": "done", "output_tok_s": pred.summary["output_tok_s"] / 1.25,
+                "ttft_ms": {"p50": pred.summary["ttft_ms"]["p50"]}, "tpot_ms": {"p50": None}}
+    (pair,) = confirm_pairs([pred], [measured])
+    assert pair["error"]["output_tok_s"] == pytest.approx(0.25)
+    assert pair["error"]["ttft_ms.p50"] == pytest.approx(0.0)
+    assert pair["error"]["tpot_ms.p50"] is None
