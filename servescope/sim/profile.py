@@ -39,6 +39,7 @@ class ModelSpec:
     expert_params_b: float = 0.0  # routed experts, all of them
     num_experts: int = 0
     experts_per_token: int = 0
+    expert_routing_skew: float = 0.0  # Zipf exponent of expert popularity within a batch; 0: uniform routing
     weight_bits: float = 16.0  # bits per quantized weight, scales included (GPTQ/AWQ g128: 4.25, FP8: 8.06)
     unquantized_params_b: float = 0.0  # linear weights the quantizer left in 16 bits, read every step
     num_layers: int = 32
@@ -54,6 +55,16 @@ class ModelSpec:
     reasoning: bool = False
     reasoning_fraction: float = 0.75
     thinking_default: bool = False
+
+    def __post_init__(self) -> None:
+        v = self.expert_routing_skew
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise TypeError(f"expert_routing_skew must be a number >= 0, got {v!r}")
+        if v and not (self.num_experts > 0 and self.experts_per_token > 0):
+            raise TypeError("expert_routing_skew needs num_experts and experts_per_token (a MoE model)")
+        if self.num_experts > 0 and not 0 <= self.experts_per_token <= self.num_experts:
+            raise TypeError(f"experts_per_token must be between 0 and num_experts ({self.num_experts}), "
+                            f"got {self.experts_per_token!r}")
 
 
 @dataclass(frozen=True)
@@ -197,6 +208,24 @@ def describe(name: str) -> str:
         return "(unreadable)"
 
 
+def _expert_hit_probs(num_experts: int, top_k: int, skew: float) -> tuple[float, ...]:
+    """Per-token probability that each expert is routed to: k x Zipf(skew) popularity, capped at 1 (an
+    expert cannot be picked twice by one token) with the excess spread over the others, so they sum to k."""
+    weights = [(i + 1) ** -skew for i in range(num_experts)]
+    total = math.fsum(weights)
+    q = [top_k * w / total for w in weights]
+    capped = 0
+    while capped < num_experts and q[capped] > 1.0:  # q is non-increasing: the capped ones come first
+        excess = q[capped] - 1.0
+        q[capped] = 1.0
+        capped += 1
+        rest = math.fsum(q[capped:])
+        if rest <= 0:
+            break
+        q[capped:] = [x + excess * x / rest for x in q[capped:]]
+    return tuple(q)
+
+
 class CostModel:
     """Memory and step-time arithmetic for one profile (all derived quantities live here)."""
 
@@ -213,6 +242,13 @@ class CostModel:
         self.moe = m.num_experts > 0 and m.experts_per_token > 0
         self.num_experts = m.num_experts
         self.topk_frac = m.experts_per_token / m.num_experts if self.moe else 0.0
+        # per-token probability that each expert is among its top-k (uniform unless routing is skewed)
+        self._expert_hit_p = (
+            _expert_hit_probs(m.num_experts, m.experts_per_token, m.expert_routing_skew)
+            if self.moe and m.expert_routing_skew > 0
+            else None
+        )
+        self._touched_memo: dict[int, float] = {}
         # FLOPs per token: 2 x the weights a token passes through
         self.dense_flops_tok = 2e9 * (m.dense_params_b + m.unquantized_params_b + m.lm_head_params_b)
         self.expert_flops_tok = 2e9 * m.expert_params_b * self.topk_frac
@@ -268,6 +304,22 @@ class CostModel:
     def _gemm_rate(self, rows: float) -> float:
         return self.gemm_peak * rows / (rows + self.half_rows)
 
+    def touched_experts(self, num_tokens: int) -> float:
+        """Expected share of the routed experts that a step of `num_tokens` tokens reads (per MoE layer).
+
+        Uniform routing: 1 - (1 - k/E)^tokens. Skewed routing (`expert_routing_skew` s > 0): expert i is in a
+        token's top-k with probability q_i (Zipf popularity i^-s, sum k, none above 1), and the share is
+        mean(1 - (1 - q_i)^tokens): k/E at one token, fewer than uniform in between, all of them at large batches.
+        """
+        if self._expert_hit_p is None:
+            return 1.0 - (1.0 - self.topk_frac) ** num_tokens
+        share = self._touched_memo.get(num_tokens)
+        if share is None:
+            share = math.fsum(1.0 - (1.0 - q) ** num_tokens for q in self._expert_hit_p) / self.num_experts
+            if len(self._touched_memo) < 65536:
+                self._touched_memo[num_tokens] = share
+        return share
+
     def step_time(self, num_tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float) -> float:
         """Seconds for one engine step.
 
@@ -280,7 +332,7 @@ class CostModel:
         weight_bytes = self.dense_bytes + self.lm_head_bytes
         compute = self.dense_flops_tok * num_tokens / self._gemm_rate(num_tokens)
         if self.moe:
-            touched = 1.0 - (1.0 - self.topk_frac) ** num_tokens  # expected share of experts hit
+            touched = self.touched_experts(num_tokens)
             weight_bytes += self.expert_bytes * touched
             rows_per_expert = num_tokens * self.topk_frac / touched
             compute += self.expert_flops_tok * num_tokens / self._gemm_rate(rows_per_expert)
