@@ -502,14 +502,17 @@ class Prediction:
     why: list[str]
 
 
-def _outside(v: float, rng: Sequence[float] | None) -> float:
-    """How far v lies outside [lo, hi], in doublings (0 inside)."""
+RANGE_SLACK = 1.1  # a sample of the same distribution reaches a little past the measured sample's extremes
+
+
+def _outside(v: float, rng: Sequence[float] | None, slack: float = 1.0001) -> float:
+    """How far v lies outside [lo / slack, hi x slack], in doublings past the measured range (0 inside)."""
     if not rng or v <= 0:
         return 0.0
     lo, hi = rng[0], rng[1]
-    if v > hi * 1.0001:
+    if v > hi * slack:
         return math.log2(v / hi)
-    if v < lo * 0.9999:
+    if v < lo / slack:
         return math.log2(lo / v)
     return 0.0
 
@@ -535,7 +538,8 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
         why = []
         dist = 0.0
         for key, vals in (("prompt_tokens", prompts), ("output_tokens", outputs)):
-            d = max(_outside(min(vals), twin.data_range.get(key)), _outside(max(vals), twin.data_range.get(key)))
+            rng = twin.data_range.get(key)
+            d = max(_outside(min(vals), rng, RANGE_SLACK), _outside(max(vals), rng, RANGE_SLACK))
             if d > 0:
                 why.append(f"{key.replace('_', ' ')} {min(vals)}-{max(vals)} outside the measured "
                            f"{int(twin.data_range[key][0])}-{int(twin.data_range[key][1])}")

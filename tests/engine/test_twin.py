@@ -24,7 +24,7 @@ from servescope.engine.twin import (
 from servescope.engine.twinshape import Knobs, Shape, apply_knobs, model_from_config
 from servescope.engine.whatif import capacity_row, confirm_pairs
 from servescope.sim.profile import CostModel, EfficiencySpec, load_profile
-from servescope.workloads.spec import Workload, fixed
+from servescope.workloads.spec import Workload, fixed, uniform
 
 
 def _cells(cost: CostModel, prompt: int, out: int, levels: list[tuple[int, int]]) -> list[MeasuredCell]:
@@ -72,6 +72,11 @@ def test_bands_and_extrapolation_inside_the_measured_range() -> None:
     assert not inside.extrapolated and inside.why == []
     v = inside.summary["tpot_ms"]["p50"]
     assert inside.band["tpot_ms"] == pytest.approx([v * math.exp(-0.04), v * math.exp(0.04)])
+    # another sample of the measured distribution is not an extrapolation (its extremes differ by a few tokens)
+    spread = Twin(p, twin.residuals, {**data_range(cells), "prompt_tokens": [205, 495]}, True)
+    same = predict(spread, Workload("w", input_tokens=uniform(200, 512), output_tokens=fixed(16)), [Load(4)],
+                   requests=64)[0]
+    assert not same.extrapolated, same.why
     longer = predict(twin, Workload("w", input_tokens=fixed(2048), output_tokens=fixed(16)), [Load(4)], requests=16)[0]
     assert longer.extrapolated and "prompt tokens 2048-2048 outside the measured 512-512" in longer.why
     fp8 = predict(twin, Workload("w", input_tokens=fixed(512), output_tokens=fixed(16)), [Load(4)],

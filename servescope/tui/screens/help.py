@@ -32,6 +32,7 @@ def sections(app_bindings: Iterable[Any]) -> list[tuple[str, type | None, list[t
     from servescope.tui.screens.export import ExportScreen
     from servescope.tui.screens.run import RunScreen
     from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
+    from servescope.tui.screens.whatif import WhatIfScreen
     from servescope.tui.screens.workloadform import WorkloadFormScreen
     from servescope.tui.widgets.table import FitTable
     from servescope.tui.widgets.zoom import Zoomable
@@ -47,6 +48,7 @@ def sections(app_bindings: Iterable[Any]) -> list[tuple[str, type | None, list[t
         ("Everywhere", None, rows(app_bindings)), ("Compose (F2)", ComposeScreen, rows(ComposeScreen.BINDINGS)),
         ("Run (F3)", RunScreen, rows(RunScreen.BINDINGS)), ("Sessions (F4)", SessionsScreen, rows(SessionsScreen.BINDINGS)),
         ("A saved session", SessionScreen, rows(SessionScreen.BINDINGS)),
+        ("What if (w on a saved session)", WhatIfScreen, rows(WhatIfScreen.BINDINGS)),
         ("Compare (c on marked sessions)", CompareScreen, rows(CompareScreen.BINDINGS)),
         ("Export dialog", ExportScreen, rows(ExportScreen.BINDINGS)),
         ("New workload form", WorkloadFormScreen, rows(WorkloadFormScreen.BINDINGS)),

@@ -310,7 +310,8 @@ class SessionScreen(Screen[None]):
     alone."""
 
     BINDINGS = [Binding("escape,b", "back", "Back to sessions"), Binding("e", "export", "Export"),
-                Binding("t", "toggle_server", "Telemetry/cells"), Binding("q", "toggle_quality", "Quality/cells")]
+                Binding("t", "toggle_server", "Telemetry/cells"), Binding("q", "toggle_quality", "Quality/cells"),
+                Binding("w", "whatif", "What if")]
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -551,6 +552,12 @@ class SessionScreen(Screen[None]):
     def _exported(self, path: Path | None) -> None:
         if path is not None:
             self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8, markup=False)
+
+    def action_whatif(self) -> None:
+        """The what-if pane: the capacity twin fitted to this session predicts cells that were not run."""
+        from servescope.tui.screens.whatif import WhatIfScreen
+
+        self.app.push_screen(WhatIfScreen(self.session))
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -1,8 +1,8 @@
-"""Charts drawn with plain characters (no plotting library): the throughput curve of a sweep and the
-overlaid curves of the Compare screen. Every chart has a title line, a legend line above the plot (never
-drawn over the data) that names each series and its unit, y ticks at even, round steps from 0 (never
-negative), and x ticks that carry the load's unit (`c=4`, `2/s`; `users` / `req/s` at the axis' end when
-there is room)."""
+"""Charts drawn with plain characters (no plotting library): the throughput curve of a sweep, the
+overlaid curves of the Compare screen and the what-if curve (measured solid, predicted dashed over its
+band). Every chart has a title line, a legend line above the plot (never drawn over the data) that names
+each series and its unit, y ticks at even, round steps from 0 (never negative), and x ticks that carry the
+load's unit (`c=4`, `2/s`; `users` / `req/s` at the axis' end when there is room)."""
 
 from __future__ import annotations
 
@@ -114,6 +114,10 @@ def ellipsize(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+DOT, DASH, SHADE = "·", "╌", "░"  # a measured series' line, a dashed (predicted) one, a band
+UNDER = (" ", "┊", SHADE)  # what a line may be drawn over
+
+
 @dataclass(frozen=True)
 class Series:
     label: str  # the legend's text
@@ -124,6 +128,14 @@ class Series:
     line: bool = True  # join the points with dots
     legend: bool = True
     short: str = ""  # the legend's text when the full one does not fit
+    dashed: bool = False  # joined with a lighter dashed line (╌): a predicted curve beside a measured one
+    band: tuple[tuple[int, float, float], ...] = ()  # (x category index, lo, hi): shaded ░ between lo and hi
+    band_label: str = "band"  # the band's legend text (its own item, ░ and this)
+    key: str = ""  # what the legend shows before the label (default: the marker, and ╌ when dashed)
+
+    @property
+    def legend_key(self) -> str:
+        return self.key or self.marker + (DASH if self.dashed else "")
 
 
 @dataclass(frozen=True)
@@ -150,8 +162,12 @@ def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
     max_lines = 2 if height >= 10 else 1  # a short chart keeps its rows for the data
 
     def legend_items(short: bool) -> list[list[tuple[str, str]]]:
-        items = [[(s.marker, s.style), (" " + (s.short if short and s.short else s.label), "")]
-                 for s in spec.series if s.legend]
+        items = []
+        for s in spec.series:
+            if s.legend:
+                items.append([(s.legend_key, s.style), (" " + (s.short if short and s.short else s.label), "")])
+            if s.band and s.band_label:
+                items.append([(SHADE, band_style(s)), (" " + s.band_label, "")])
         return items + [[(text, style)] for text, style in spec.notes]
 
     def length(items: list[list[tuple[str, str]]]) -> int:
@@ -192,8 +208,9 @@ def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
     if not n_x or not pts:
         out.append("\n" + ellipsize(spec.empty, width), style="dim")
         return out
-    left = [p for s in spec.series if not s.right for p in s.points]
-    right = [p for s in spec.series if s.right for p in s.points]
+    # a band's top is data too: the axis reaches it
+    left = [p for s in spec.series if not s.right for p in (*s.points, *((i, hi) for i, _, hi in s.band))]
+    right = [p for s in spec.series if s.right for p in (*s.points, *((i, hi) for i, _, hi in s.band))]
     max_ticks = ph if ph <= 4 else max(2, (ph - 1) // 2 + 1)
     lt, rt = even_ticks(max((y for _, y in left), default=0.0), ph, max_ticks), []
     if right:
@@ -219,6 +236,20 @@ def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
             c = xcol(i)
             for r in range(ph):
                 grid[r][c] = ("┊", style)
+    for s in spec.series:  # bands first, under every line and point
+        if not s.band:
+            continue
+        top = (rt[-1] if s.right else lt[-1]) or 1.0
+        ends = sorted((xcol(i), yrow(hi, top), yrow(lo, top)) for i, lo, hi in s.band)
+        spans = [(c, r_hi, r_lo) for c, r_hi, r_lo in ends[:1]]  # one point: its own column
+        for (c0, h0, l0), (c1, h1, l1) in zip(ends, ends[1:], strict=False):
+            for c in range(c0 + 1, c1 + 1):  # between points: the band's edges joined straight
+                f = (c - c0) / (c1 - c0)
+                spans.append((c, round(h0 + (h1 - h0) * f), round(l0 + (l1 - l0) * f)))
+        for c, r_hi, r_lo in spans:
+            for r in range(r_hi, r_lo + 1):
+                if grid[r][c][0] == " ":
+                    grid[r][c] = (SHADE, band_style(s))
     for s in spec.series:
         top = (rt[-1] if s.right else lt[-1]) or 1.0
         cells = sorted((xcol(i), yrow(y, top)) for i, y in s.points)
@@ -226,8 +257,8 @@ def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
             for (c0, r0), (c1, r1) in zip(cells, cells[1:], strict=False):
                 for c in range(c0 + 1, c1):
                     r = round(r0 + (r1 - r0) * (c - c0) / (c1 - c0))
-                    if grid[r][c][0] in (" ", "┊"):
-                        grid[r][c] = ("·", s.style)
+                    if grid[r][c][0] in UNDER:
+                        grid[r][c] = (DASH, f"{s.style} dim".strip()) if s.dashed else (DOT, s.style)
         for c, r in cells:
             if grid[r][c][0] in MARKERS and grid[r][c][0] != s.marker and c + 1 < pw:
                 c += 1  # another series' point is here: stand beside it, not on it
@@ -263,6 +294,10 @@ def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
     out.append("".join(axis))
     out.append("┘" if rt else "", style="dim")
     return out
+
+
+def band_style(s: Series) -> str:
+    return f"{s.style} dim".strip()
 
 
 class Chart(Zoomable):
@@ -355,3 +390,71 @@ class OverlayCurve(Chart):
         rate = self.x_kind == "req/s"
         labels = tuple((f"{x:g}/s" if rate else f"c={x:g}") for x in xs)
         return ChartSpec(self.title, labels, self.x_kind, tuple(out), empty="no finished cells of this workload")
+
+
+@dataclass(frozen=True)
+class PredictedPoint:
+    """A predicted cell on the what-if curve: its figures, and the aggregate's band (lo, hi)."""
+
+    x: float  # concurrency or rate
+    label: str  # "c=32"
+    aggregate_tok_s: float
+    per_user_tok_s: float
+    aggregate_lo: float | None = None
+    aggregate_hi: float | None = None
+
+
+PREDICTED = ("□", "◇")  # the predicted aggregate and per-user markers: hollow, on dashed lines
+
+
+def prediction_spec(measured: Sequence[CurvePoint], predicted: Sequence[PredictedPoint], title: str,
+                    empty: str = "nothing predicted yet") -> ChartSpec:
+    """The what-if chart: measured points solid, predicted ones hollow on dashed lines over their band."""
+    meas = sorted(measured, key=lambda p: p.x)
+    pred = sorted(predicted, key=lambda p: p.x)
+    labels = {p.x: p.label for p in meas} | {p.x: p.label for p in pred}
+    xs = sorted(labels)
+    pos = {x: i for i, x in enumerate(xs)}
+    band = tuple((pos[p.x], lo, hi) for p in pred
+                 if (lo := p.aggregate_lo) is not None and (hi := p.aggregate_hi) is not None)
+    agg = tuple((pos[p.x], p.aggregate_tok_s) for p in pred)
+    per_user = tuple((pos[p.x], p.per_user_tok_s) for p in pred)
+    if meas:  # the measured series name the axes; one legend item says the hollow, dashed ones are predicted
+        shown: tuple[Series, ...] = (
+            Series("predicted (dashed)", agg, PREDICTED[0], AGGREGATE[2], dashed=True, band=band,
+                   band_label="band (tok/s)", key=PREDICTED[0] + PREDICTED[1] + DASH, short="predicted",
+                   legend=bool(pred)),
+            Series("predicted tok/s/user", per_user, PREDICTED[1], PER_USER[2], right=True, dashed=True,
+                   legend=False))
+    else:  # nothing measured of this workload: the predicted series name the axes
+        shown = (
+            Series("predicted tok/s (left)", agg, PREDICTED[0], AGGREGATE[2], dashed=True, band=band,
+                   band_label="band (tok/s)", short="tok/s", legend=bool(pred)),
+            Series("predicted tok/s/user (right)", per_user, PREDICTED[1], PER_USER[2], right=True, dashed=True,
+                   short="tok/s/user (r)", legend=bool(pred)))
+    series = (
+        Series("tok/s (left)", tuple((pos[p.x], p.aggregate_tok_s) for p in meas), AGGREGATE[0], AGGREGATE[2],
+               short="tok/s", legend=bool(meas)),
+        Series("tok/s/user (right)", tuple((pos[p.x], p.per_user_tok_s) for p in meas), PER_USER[0],
+               PER_USER[2], right=True, short="tok/s/user (r)", legend=bool(meas)),
+        *shown,
+    )
+    notes: tuple[tuple[str, str], ...] = ()
+    if pred and not meas:
+        notes = (("(not measured in this session)", "dim"),)
+    x_labels = tuple(labels[x] for x in xs)
+    return ChartSpec(title, x_labels, x_unit(x_labels), series, notes, empty=empty)
+
+
+class PredictionCurve(Chart):
+    """The what-if curve: the measured cells solid (■ output tok/s on the left axis, ◆ per-user tok/s on the
+    right, as `ThroughputCurve` draws them), the predicted cells hollow on dashed lines (□ ◇ ╌), the predicted
+    output tok/s band shaded (░) under them. Set `measured`, `predicted` and `title`."""
+
+    measured: reactive[tuple[CurvePoint, ...]] = reactive(tuple)
+    predicted: reactive[tuple[PredictedPoint, ...]] = reactive(tuple)
+    title: reactive[str] = reactive("output tok/s vs load: measured and predicted")
+    empty: reactive[str] = reactive("nothing predicted yet")
+
+    def spec(self) -> ChartSpec:
+        return prediction_spec(self.measured, self.predicted, self.title, self.empty)
