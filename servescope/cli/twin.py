@@ -72,8 +72,13 @@ def _fit(session: Any, args: argparse.Namespace, err: Any) -> Any:
         if v is not None and v < 1:
             raise ServescopeError(f"{flag} {v}: must be 1 or more")
     print(f"fitting the twin to {session.path} ...", file=err, flush=True)
-    return fit_session(session, Path(args.model_config) if args.model_config else None, args.fit_max_num_seqs,
-                       args.fit_max_num_batched_tokens, progress=lambda s: print(f"  {s}", file=err, flush=True))
+    from servescope.core.textsafe import clean_text
+
+    r = fit_session(session, Path(args.model_config) if args.model_config else None, args.fit_max_num_seqs,
+                    args.fit_max_num_batched_tokens, progress=lambda s: print(f"  {s}", file=err, flush=True))
+    for w in r.warnings:
+        print(f"warning: {clean_text(w)}", file=err)
+    return r
 
 
 def fit_text(r: Any, path: Path) -> str:
@@ -114,7 +119,7 @@ def twin_command(args: argparse.Namespace) -> int:
         print(json.dumps({"session": str(session.path), "profile": str(path), "fitted": r.free,
                           "efficiency": {k: getattr(r.profile.efficiency, k) for k in (*r.free, "attention_eff")},
                           "residual_rms_ln": r.residuals, "range": r.data_range, "cells": r.cells,
-                          "shape_from": r.shape.source}))
+                          "shape_from": r.shape.source, "warnings": r.warnings}))
     else:
         print(fit_text(r, path))
     return 0

@@ -5,8 +5,9 @@ The fit (`fit_session`): the model's shape, the KV budget and the scheduler limi
 clock (`servescope.sim.engine.VirtualRunner`) with the cell's own load (its concurrency, or its requests' send
 times for an open loop) and its requests' own prompt and output lengths, and the efficiencies of the roofline
 (`EfficiencySpec`: bandwidth_eff, gemm_eff, gemm_half_rows, attention_eff, step_overhead_ms, host_overhead_ms,
-per_seq_overhead_us, frontend_ms) are chosen to minimise the squared log error of each cell's output tok/s,
-TTFT p50 and TPOT p50, and their means at half weight (Nelder-Mead in log space, from three starts, with a
+per_seq_overhead_us, frontend_ms) are chosen to minimise the log error of each cell's output tok/s,
+TTFT p50 and TPOT p50, and their means at half weight (soft-L1: squared while under ~15%, linear beyond, so one
+erratic cell cannot drag the fit; Nelder-Mead in log space, from three starts, with a
 weak pull towards neutral priors so that a rate the data cannot see stays plausible: attention_eff is tied to
 gemm_eff unless the measured prompts span 3x or more).
 
@@ -69,6 +70,13 @@ PARAMS = (
 )
 ATTENTION_TIE = 0.6  # attention_eff / gemm_eff when the prompts do not span enough to fit it (profiles: 0.5-0.64)
 PRIOR_WEIGHT = 0.002  # per parameter, per (ln factor)^2 away from its prior
+ROBUST_SCALE = 0.15  # ln errors above ~15% count linearly, not squared: one erratic cell cannot drag the fit
+
+
+def robust(r: float) -> float:
+    """Soft-L1 loss of a log error r: r^2 while small, 2 x ROBUST_SCALE x |r| when large."""
+    d = ROBUST_SCALE
+    return 2.0 * d * d * (math.sqrt(1.0 + (r / d) ** 2) - 1.0)
 
 
 # --- what was measured ----------------------------------------------------------------------------------------
@@ -82,6 +90,7 @@ class MeasuredCell:
     outputs: list[int]
     send_s: list[float]  # open loop: each request's scheduled send, from the cell's first
     figures: dict[str, float]
+    client_bound: bool = False  # the client, not the server, limited the cell (core.health)
 
     @property
     def label(self) -> str:
@@ -117,7 +126,7 @@ def measured_cells(session: Session) -> list[MeasuredCell]:
         conc = row.get("concurrency")
         rate = row.get("rate")
         out.append(MeasuredCell(int(row["index"]), str(row.get("workload")), int(conc) if conc else None,
-                                float(rate) if rate else None, prompts, outputs, sends, figs))
+                                float(rate) if rate else None, prompts, outputs, sends, figs, s.client_bound))
     if not out:
         raise ServescopeError(f"{session.path}: no completed cell with measured requests to fit the twin to; run a "
                               "sweep first (e.g. -c 1,4,16)")
@@ -233,12 +242,13 @@ class FitResult:
     cells: list[dict[str, Any]]  # per fitted cell: measured and twin figures
     data_range: dict[str, list[float]]
     evaluations: int
+    warnings: list[str] = field(default_factory=list)
 
     def to_toml_dict(self) -> dict[str, Any]:
         d = profile_to_dict(self.profile)
         d["fit"] = {
             "shape_from": self.shape.source, "kv_from": self.shape.kv_source, "limits_from": self.shape.limits_source,
-            "fitted": self.free, "evaluations": self.evaluations,
+            "fitted": self.free, "evaluations": self.evaluations, "warnings": self.warnings,
             "residual_rms_ln": self.residuals,
             "range": self.data_range,
             "cells": self.cells,
@@ -345,7 +355,7 @@ def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
             for key, w in FIT_FIGURES:
                 m, s = c.figures.get(key), sim.get(key)
                 if m and s and s > 0 and math.isfinite(s):
-                    total += w * math.log(s / m) ** 2
+                    total += w * robust(math.log(s / m))
         total += PRIOR_WEIGHT * sum((x[i] - math.log(p.prior)) ** 2 for i, p in enumerate(free))
         return total
 
@@ -388,7 +398,13 @@ def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
                 row[key] = [round(m, 4), round(s, 4)]
         rows.append(row)
     residuals = {k: round(math.sqrt(statistics.fmean(e * e for e in v)), 5) for k, v in per.items()}
-    return FitResult(fitted, shape, [p.name for p in free], residuals, rows, data_range(cells), evals)
+    warnings = []
+    bound = [c.label for c in cells if c.client_bound]
+    if bound:
+        warnings.append(f"{len(bound)} of {len(cells)} fitted cells were client-bound ({', '.join(bound)}): the client, "
+                        "not the server, limited them, and the twin learns those limits too; re-measure them with "
+                        "more client CPU (--workers) for a twin of the server alone")
+    return FitResult(fitted, shape, [p.name for p in free], residuals, rows, data_range(cells), evals, warnings)
 
 
 # --- storage --------------------------------------------------------------------------------------------------

@@ -80,6 +80,7 @@ def twin_section(rec: TwinRecord, level: int = 2) -> list[str]:
         out += ["Fit residual (root mean square of ln(twin / measured) over the fitted cells): "
                 + ", ".join(f"{FIT_LABELS.get(k, md_escape(str(k)))} {v:.1%}" for k, v in res.items()
                             if isinstance(v, (int, float))) + ".", ""]
+    out += [f"Warning: {md_escape(clean_text(str(w)))}" + "\n" for w in f.get("warnings") or []]
     rng = f.get("range") or {}
     if rng:
         out += ["Measured range (predictions outside it are extrapolations): "
