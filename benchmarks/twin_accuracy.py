@@ -34,13 +34,16 @@ RUN_FLAGS = ["--warmup", "8", "--telemetry-interval", "60s"]  # /metrics at the 
 
 def calm_vllm() -> None:
     """On a 2-core box the CPU vLLM's engine core busy-polls one core and its worker the other: at equal priority
-    its API server and the client wait for a CPU and tokens arrive in bursts. Lower the engine's priority (the
-    worker is pinned to core 0 by VLLM_CPU_OMP_THREADS_BIND=0) so that the API server and the client keep up."""
+    its API server and the client wait for a CPU and tokens arrive in bursts. Put the engine core beside the worker
+    on core 0 (VLLM_CPU_OMP_THREADS_BIND=0 pins the worker there) at a lower priority, so that the API server and
+    the client keep up on core 1."""
     for proc in Path("/proc").iterdir():
         try:
             if proc.name.isdigit() and (proc / "comm").read_text().startswith("VLLM::"):
                 for task in (proc / "task").iterdir():
                     os.setpriority(os.PRIO_PROCESS, int(task.name), 15)
+                    if os.cpu_count() == 2:  # the engine core polls beside the worker on core 0; core 1 serves HTTP
+                        os.sched_setaffinity(int(task.name), {0})
         except OSError:
             continue
 

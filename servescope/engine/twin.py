@@ -6,7 +6,7 @@ clock (`servescope.sim.engine.VirtualRunner`) with the cell's own load (its conc
 times for an open loop) and its requests' own prompt and output lengths, and the efficiencies of the roofline
 (`EfficiencySpec`: bandwidth_eff, gemm_eff, gemm_half_rows, attention_eff, step_overhead_ms, host_overhead_ms,
 per_seq_overhead_us, frontend_ms) are chosen to minimise the log error of each cell's output tok/s,
-TTFT p50 and TPOT p50, and their means at half weight (soft-L1: squared while under ~15%, linear beyond, so one
+TTFT p50 and TPOT p50, and at half weight their means and the TTFT p90 (soft-L1: squared while under ~15%, linear beyond, so one
 erratic cell cannot drag the fit; Nelder-Mead in log space, from three starts, with a
 weak pull towards neutral priors so that a rate the data cannot see stays plausible: attention_eff is tied to
 gemm_eff unless the measured prompts span 3x or more).
@@ -42,7 +42,7 @@ from servescope.workloads.spec import Workload
 
 FIGURES = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")  # what the fit and the bands are about
 FIT_FIGURES = (("output_tok_s", 1.0), ("ttft_ms.p50", 1.0), ("tpot_ms.p50", 1.0), ("ttft_ms.mean", 0.5),
-               ("tpot_ms.mean", 0.5))
+               ("tpot_ms.mean", 0.5), ("ttft_ms.p90", 0.5))
 # a closed-loop user's next request reaches the server this long after its last token (the stream's end reaching
 # the client, the next request reaching the server): with it, users that finished in the same step are not
 # admitted in lockstep forever, as on a real server (an idle engine starts a step on the first arrival)
@@ -210,7 +210,7 @@ def quick_figures(v: VirtualCell) -> dict[str, float]:
     ttft = [(f - s) * 1e3 for f, s in zip(v.first, v.sent, strict=True)]
     tpot = [(d - f) * 1e3 / (o - 1) for d, f, o in zip(v.done, v.first, v.outputs, strict=True) if o > 1]
     out = {"output_tok_s": sum(v.outputs) / max(v.wall, 1e-9), "ttft_ms.p50": _quantile(ttft, 0.5),
-           "ttft_ms.mean": statistics.fmean(ttft)}
+           "ttft_ms.mean": statistics.fmean(ttft), "ttft_ms.p90": _quantile(ttft, 0.9)}
     if tpot:
         out["tpot_ms.p50"] = _quantile(tpot, 0.5)
         out["tpot_ms.mean"] = statistics.fmean(tpot)
