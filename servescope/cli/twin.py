@@ -126,21 +126,15 @@ def twin_command(args: argparse.Namespace) -> int:
 
 
 def _workloads(args: argparse.Namespace, session: Any) -> list[Any]:
+    from servescope.engine.twin import session_workloads
     from servescope.engine.whatif import capacity_tasks
-    from servescope.workloads.spec import from_saved, resolve
+    from servescope.workloads.spec import resolve
 
     if args.workload:
         return resolve(args.workload)
     if args.capacity:
         return capacity_tasks()
-    ws = []
-    for d in session.info.workloads:
-        try:
-            w = from_saved(dict(d))
-        except ServescopeError:
-            continue
-        if w.kind == "single" and not w.dataset:
-            ws.append(w)
+    ws = session_workloads(session)
     if not ws:
         raise ServescopeError("the session's workloads are all conversations, agents, traces or datasets; name one "
                               "with --workload (a preset or a TOML file)")

@@ -492,6 +492,21 @@ def sample_lengths(w: Workload, n: int, seed: int = 0) -> tuple[list[int], list[
     return prompts, outputs
 
 
+def session_workloads(session: Session) -> list[Workload]:
+    """The session's single-request workloads (the ones the twin predicts), as it recorded them."""
+    from servescope.workloads.spec import from_saved
+
+    out = []
+    for d in session.info.workloads:
+        try:
+            w = from_saved(dict(d))
+        except ServescopeError:
+            continue
+        if w.kind == "single" and not w.dataset:
+            out.append(w)
+    return out
+
+
 def poisson_sends(rate: float, n: int, seed: int = 0) -> list[float]:
     rng = random.Random(seed)
     t, out = 0.0, []

@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
-from servescope.engine.twin import Load, Prediction, Twin
+from servescope.engine.twin import Load, Prediction, Twin, session_workloads
 from servescope.engine.twinshape import Knobs
 from servescope.sessions.store import Session
 from servescope.tui.safe import plain
@@ -160,21 +160,6 @@ def parse_knobs(gmu: str, kv: str, seqs: str) -> Knobs:
                                   "measured)")
         n = int(seqs)
     return Knobs(gpu_memory_utilization=g, kv_cache_dtype=None if kv == KV_AS_MEASURED else kv, max_num_seqs=n)
-
-
-def session_workloads(session: Session) -> list[Workload]:
-    """The session's single-request workloads (the ones the twin predicts), as it recorded them."""
-    from servescope.workloads.spec import from_saved
-
-    out = []
-    for d in session.info.workloads:
-        try:
-            w = from_saved(dict(d))
-        except ServescopeError:
-            continue
-        if w.kind == "single" and not w.dataset:
-            out.append(w)
-    return out
 
 
 def single_presets() -> list[str]:
