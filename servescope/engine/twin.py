@@ -33,7 +33,15 @@ from servescope.core.errors import ServescopeError
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellSummary
-from servescope.engine.twinshape import AS_MEASURED, Knobs, Shape, apply_knobs, profile_to_dict, session_shape
+from servescope.engine.twinshape import (
+    AS_MEASURED,
+    NOMINAL_GPU,
+    Knobs,
+    Shape,
+    apply_knobs,
+    profile_to_dict,
+    session_shape,
+)
 from servescope.sessions.store import Session
 from servescope.sessions.twin import PROFILE_FILE, TWIN_DIR
 from servescope.sim.engine import SimRequest, VirtualRunner
@@ -415,21 +423,13 @@ def twin_dir(session: Session) -> Path:
 def save_fit(session: Session, result: FitResult) -> Path:
     import tomli_w
 
-    from servescope.sessions.store import atomic_write
+    from servescope.sessions.store import atomic_write, toml_clean
 
     d = twin_dir(session)
     d.mkdir(exist_ok=True)
     path = d / PROFILE_FILE
-    atomic_write(path, tomli_w.dumps(_toml_clean(result.to_toml_dict())).encode())
+    atomic_write(path, tomli_w.dumps(toml_clean(result.to_toml_dict())).encode())
     return path
-
-
-def _toml_clean(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _toml_clean(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, (list, tuple)):
-        return [_toml_clean(v) for v in obj if v is not None]
-    return obj
 
 
 @dataclass
@@ -459,7 +459,7 @@ def load_twin(session: Session) -> Twin | None:
                               f"{session.path}` again") from None
     res = {k: float(v) for k, v in (info.get("residual_rms_ln") or {}).items()}
     rng = {k: [float(x) for x in v] for k, v in (info.get("range") or {}).items()}
-    memory_known = "nominal" not in prof.gpu.name or "GPU (nominal" in prof.gpu.name
+    memory_known = prof.gpu.name != NOMINAL_GPU.name  # a sim profile's GPU, or the memory NVML reported
     return Twin(prof, res, rng, memory_known, info)
 
 

@@ -202,7 +202,9 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
         engine = EngineSpec(max_num_seqs=VLLM_MAX_NUM_SEQS, max_num_batched_tokens=VLLM_MAX_NUM_BATCHED_TOKENS)
         mem = _gpu_memory_gib(session)
         if mem:
-            gpu = replace(NOMINAL_GPU, name=str(gpu_info.get("name") or "GPU") + " (nominal rates)", memory_gib=mem)
+            names = gpu_info.get("names")
+            label = str(names[0]) if isinstance(names, list) and names else "GPU"
+            gpu = replace(NOMINAL_GPU, name=f"{label} (nominal rates)", memory_gib=mem)
     model = replace(model, max_model_len=max_len)
     # the KV budget the server reported
     kv = info.kv_budget or {}

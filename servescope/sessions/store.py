@@ -51,12 +51,12 @@ def sessions_home() -> Path:
     return Path(user_data_dir("servescope", appauthor=False)) / "sessions"
 
 
-def _clean(obj: Any) -> Any:
+def toml_clean(obj: Any) -> Any:
     """TOML has no null: drop None values recursively."""
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items() if v is not None}
+        return {str(k): toml_clean(v) for k, v in obj.items() if v is not None}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj if v is not None]
+        return [toml_clean(v) for v in obj if v is not None]
     return obj
 
 
@@ -164,7 +164,7 @@ class SessionWriter:
         self.save_meta()
 
     def save_meta(self) -> None:
-        atomic_write(self.path / "session.toml", tomli_w.dumps(_clean(self.meta)).encode())
+        atomic_write(self.path / "session.toml", tomli_w.dumps(toml_clean(self.meta)).encode())
 
     def set_cell_status(self, index: int, status: str, reason: str = "") -> None:
         for c in self.meta.get("cells", []):

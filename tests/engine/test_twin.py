@@ -143,3 +143,21 @@ def test_confirm_pairs_error_is_predicted_over_measured() -> None:
     assert pair["error"]["output_tok_s"] == pytest.approx(0.25)
     assert pair["error"]["ttft_ms.p50"] == pytest.approx(0.0)
     assert pair["error"]["tpot_ms.p50"] is None
+
+
+def test_a_stored_twin_knows_its_gpu_memory_unless_the_gpu_was_unknown(tmp_path) -> None:
+    import tomli_w
+
+    from servescope.engine.twin import load_twin
+    from servescope.engine.twinshape import NOMINAL_GPU, profile_to_dict
+
+    p = load_profile("tiny")
+
+    class _S:
+        path = tmp_path
+
+    (tmp_path / "twin").mkdir()
+    for gpu, known in ((replace(NOMINAL_GPU, name="NVIDIA H100 80GB (nominal rates)"), True), (NOMINAL_GPU, False)):
+        (tmp_path / "twin" / "profile.toml").write_text(tomli_w.dumps(profile_to_dict(replace(p, gpu=gpu))))
+        twin = load_twin(_S())  # type: ignore[arg-type]
+        assert twin is not None and twin.memory_known is known, gpu.name
