@@ -126,7 +126,7 @@ def twin_command(args: argparse.Namespace) -> int:
 
 
 def _workloads(args: argparse.Namespace, session: Any) -> list[Any]:
-    from servescope.engine.twin import session_workloads
+    from servescope.engine.twinpredict import session_workloads
     from servescope.engine.whatif import capacity_tasks
     from servescope.workloads.spec import resolve
 
@@ -143,7 +143,7 @@ def _workloads(args: argparse.Namespace, session: Any) -> list[Any]:
 
 def _loads(args: argparse.Namespace, session: Any) -> list[Any]:
     from servescope.engine import fields as f
-    from servescope.engine.twin import Load
+    from servescope.engine.twinpredict import Load
 
     if args.concurrency and args.rate:
         raise ServescopeError("give --concurrency or --rate, not both")
@@ -172,7 +172,8 @@ def whatif_command(args: argparse.Namespace) -> int:
     from servescope.cli.run import JSON_DISTS, JSON_SCALARS, JSON_STATS
     from servescope.core.metrics import parse_slos
     from servescope.core.textsafe import clean_text
-    from servescope.engine.twin import load_twin, predict
+    from servescope.engine.twin import load_twin
+    from servescope.engine.twinpredict import predict
     from servescope.engine.twinshape import Knobs
     from servescope.engine.whatif import USABLE_SLOS, capacity_row
 
@@ -249,7 +250,7 @@ def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: dict
     from servescope.cli.common import api_key_from
     from servescope.cli.run import open_target, run_loop_for
     from servescope.engine.spec import RunContext, SweepSpec
-    from servescope.engine.twin import requests_for
+    from servescope.engine.twinpredict import requests_for
     from servescope.engine.whatif import confirm_pairs, record_confirmation
 
     base = SweepSpec.from_toml(session.path)

@@ -18,7 +18,8 @@ from typing import Any
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellSummary
-from servescope.engine.twin import FIGURES, Load, Prediction, Twin, predict, twin_dir
+from servescope.engine.twin import FIGURES, Twin, twin_dir
+from servescope.engine.twinpredict import Load, Prediction, predict
 from servescope.engine.twinshape import AS_MEASURED, Knobs
 from servescope.sessions.answers import capacity, knee
 from servescope.sessions.store import Session

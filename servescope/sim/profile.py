@@ -185,10 +185,15 @@ def load_profile(name: str) -> Profile:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ProfileError(f"cannot read profile {path}: {e}") from None
-    where = str(path)
+    return profile_from_dict(data, name if not name.endswith(".toml") else path.stem, str(path))
+
+
+def profile_from_dict(data: dict[str, Any], name: str, where: str) -> Profile:
+    """A profile from a profile file's parsed TOML (`where` names the file in errors); other top-level tables,
+    such as a twin's [fit], are the caller's."""
     try:
         return Profile(
-            name=name if not name.endswith(".toml") else path.stem,
+            name=name,
             description=str(data.get("description", "")),
             model=_build(ModelSpec, data["model"], f"{where} [model]"),
             gpu=_build(GpuSpec, data["gpu"], f"{where} [gpu]"),

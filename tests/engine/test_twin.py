@@ -11,16 +11,15 @@ import pytest
 
 from servescope.core.errors import ServescopeError
 from servescope.engine.twin import (
-    Load,
     MeasuredCell,
     Twin,
     data_range,
     fit,
     nelder_mead,
-    predict,
     quick_figures,
     run_virtual,
 )
+from servescope.engine.twinpredict import Load, predict
 from servescope.engine.twinshape import Knobs, Shape, apply_knobs, model_from_config
 from servescope.engine.whatif import capacity_row, confirm_pairs
 from servescope.sim.profile import CostModel, EfficiencySpec, load_profile

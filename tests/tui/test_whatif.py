@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from textual.widgets import Input, Select, Static
 
-from servescope.engine.twin import Load, fit_session, load_twin, predict
+from servescope.engine.twin import fit_session, load_twin
+from servescope.engine.twinpredict import Load, predict
 from servescope.engine.twinshape import Knobs
 from servescope.sessions.store import load_session
 from servescope.tui.app import make_app

@@ -25,7 +25,8 @@ from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
-from servescope.engine.twin import Load, Prediction, Twin, session_workloads
+from servescope.engine.twin import Twin
+from servescope.engine.twinpredict import Load, Prediction, session_workloads
 from servescope.engine.twinshape import Knobs
 from servescope.sessions.store import Session
 from servescope.tui.safe import plain
@@ -317,7 +318,8 @@ class WhatIfScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="whatif", exit_on_error=False)
     def _work(self, ask: int, q: Question) -> None:
         """Fit (when there is no twin yet), then predict; everything reaches the screen as messages."""
-        from servescope.engine.twin import fit_session, load_twin, predict
+        from servescope.engine.twin import fit_session, load_twin
+        from servescope.engine.twinpredict import predict
 
         try:
             twin = self.twin

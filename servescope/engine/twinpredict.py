@@ -1,0 +1,151 @@
+"""The capacity twin's predictions: a fitted twin (`servescope.engine.twin`) runs the asked cells on the
+simulator's virtual clock, and the same `summarize` as a real run turns its requests into the same figures; each
+figure gets a band from the fit's residual for that figure, widened by how far the question lies outside the
+measured range (in doublings) and by a changed server setting."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+from servescope.engine.twin import FIGURES, MIN_BAND, Twin, run_virtual, virtual_summary
+from servescope.engine.twinshape import AS_MEASURED, Knobs, apply_knobs
+from servescope.sessions.store import Session
+from servescope.sim.profile import CostModel
+from servescope.workloads.spec import Workload
+
+
+@dataclass(frozen=True)
+class Load:
+    concurrency: int | None = None
+    rate: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"c={self.concurrency}" if self.concurrency else f"rate={self.rate:g}/s"
+
+
+def sample_lengths(w: Workload, n: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    if w.kind != "single" or w.dataset:
+        raise ServescopeError(f"workload {w.name!r}: the twin predicts single-request workloads with token-length "
+                              "distributions (no dataset, conversation, agent or trace workloads)")
+    rng = random.Random(f"{seed}:{w.name}")
+    prompts = [w.prefix_tokens + w.input_tokens.sample(rng) for _ in range(n)]
+    outputs = [w.output_tokens.sample(rng) for _ in range(n)]
+    return prompts, outputs
+
+
+def session_workloads(session: Session) -> list[Workload]:
+    """The session's single-request workloads (the ones the twin predicts), as it recorded them."""
+    from servescope.workloads.spec import from_saved
+
+    out = []
+    for d in session.info.workloads:
+        try:
+            w = from_saved(dict(d))
+        except ServescopeError:
+            continue
+        if w.kind == "single" and not w.dataset:
+            out.append(w)
+    return out
+
+
+def poisson_sends(rate: float, n: int, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def requests_for(load: Load, requests: int | None) -> int:
+    if requests:
+        return requests
+    c = load.concurrency or max(1, int(round(load.rate or 1)))
+    return max(64, 4 * c)
+
+
+@dataclass
+class Prediction:
+    workload: str
+    load: Load
+    summary: dict[str, Any]
+    band: dict[str, list[float]]
+    extrapolated: bool
+    why: list[str]
+
+
+RANGE_SLACK = 1.1  # a sample of the same distribution reaches a little past the measured sample's extremes
+
+
+def _outside(v: float, rng: Sequence[float] | None, slack: float = 1.0001) -> float:
+    """How far v lies outside [lo / slack, hi x slack], in doublings past the measured range (0 inside)."""
+    if not rng or v <= 0:
+        return 0.0
+    lo, hi = rng[0], rng[1]
+    if v > hi * slack:
+        return math.log2(v / hi)
+    if v < lo / slack:
+        return math.log2(lo / v)
+    return 0.0
+
+
+def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs = AS_MEASURED, requests: int | None = None,
+            slos: Mapping[str, float] | None = None, seed: int = 0) -> list[Prediction]:
+    prof = apply_knobs(twin.profile, knobs, twin.memory_known)
+    cost = CostModel(prof)
+    out = []
+    for load in loads:
+        n = requests_for(load, requests)
+        prompts, outputs = sample_lengths(workload, n, seed)
+        longest = max(p + o for p, o in zip(prompts, outputs, strict=True))
+        if longest > prof.model.max_model_len:
+            raise ServescopeError(f"workload {workload.name!r}: requests of up to {longest:,} tokens do not fit the "
+                                  f"server's max_model_len {prof.model.max_model_len:,}")
+        if cost.blocks_for(longest) > cost.num_blocks:
+            raise ServescopeError(f"workload {workload.name!r}: a request of {longest:,} tokens is larger than the "
+                                  f"whole KV cache ({cost.kv_cache_tokens:,} tokens)")
+        sends = None if load.concurrency else poisson_sends(float(load.rate or 1.0), n, seed)
+        v = run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=True)
+        summary = virtual_summary(v, slos)
+        why = []
+        dist = 0.0
+        for key, vals in (("prompt_tokens", prompts), ("output_tokens", outputs)):
+            rng = twin.data_range.get(key)
+            d = max(_outside(min(vals), rng, RANGE_SLACK), _outside(max(vals), rng, RANGE_SLACK))
+            if d > 0:
+                why.append(f"{key.replace('_', ' ')} {min(vals)}-{max(vals)} outside the measured "
+                           f"{int(twin.data_range[key][0])}-{int(twin.data_range[key][1])}")
+            dist += d
+        if load.concurrency:
+            rng = twin.data_range.get("concurrency")
+            d = _outside(load.concurrency, rng) if rng else 1.0
+            if d > 0:
+                why.append(f"c={load.concurrency} outside the measured c={int(rng[0])}..{int(rng[1])}" if rng
+                           else "the session measured no closed-loop cell")
+        else:
+            rng = twin.data_range.get("rate")
+            d = _outside(float(load.rate or 0), rng) if rng else 1.0
+            if d > 0:
+                why.append(f"rate {load.rate:g}/s outside the measured {rng[0]:g}..{rng[1]:g}/s" if rng
+                           else "the session measured no open-loop cell")
+        dist += d
+        if knobs.any:
+            why.append(f"server settings changed ({knobs.label()})")
+            dist += 1.0
+        band = {}
+        for key in FIGURES:
+            name, _, stat = key.partition(".")
+            val = summary.get(name)
+            val = val.get(stat) if stat and isinstance(val, dict) else val
+            if not isinstance(val, (int, float)) or not math.isfinite(val):
+                continue
+            rel = max(twin.residuals.get(key, 0.1), MIN_BAND) * (1.0 + dist)
+            band[name] = [val * math.exp(-rel), val * math.exp(rel)]
+        out.append(Prediction(workload.name, load, summary, band, bool(why), why))
+    return out
