@@ -92,13 +92,15 @@ def fit_text(r: Any, path: Path) -> str:
              f"gemm_half_rows {e.gemm_half_rows:.3g}, attention_eff {e.attention_eff:.3g}"
              f"{'' if 'attention_eff' in r.free else ' (tied to gemm_eff: one prompt length measured)'},",
              f"    step_overhead {e.step_overhead_ms:.3g} ms, host_overhead {e.host_overhead_ms:.3g} ms, per_seq "
-             f"{e.per_seq_overhead_us:.3g} us, frontend {e.frontend_ms:.3g} ms",
-             "  cell                      figure          measured      twin   error"]
+             f"{e.per_seq_overhead_us:.3g} us, frontend {e.frontend_ms:.3g} ms; host and device time "
+             f"{'overlap (async scheduling)' if e.async_scheduling else 'add up (no async scheduling)'}"
+             f"{'' if r.shape.async_known else ', the closer of both fits'}",
+             f"  {'cell':<24}  {'figure':<19} {'measured':>10} {'twin':>9}   error"]
     for c in r.cells:
-        for key in ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50"):
+        for key in ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50", "server.ttft_ms_mean"):
             if key in c:
                 m, s = c[key]
-                lines.append(f"  {clean_text(c['label'])[:24]:<24}  {key:<14} {m:>10.4g} {s:>9.4g}  {s / m - 1:+6.1%}")
+                lines.append(f"  {clean_text(c['label'])[:24]:<24}  {key:<19} {m:>10.4g} {s:>9.4g}  {s / m - 1:+6.1%}")
     res = ", ".join(f"{k} {v:.1%}" for k, v in r.residuals.items())
     lines.append(f"  residual (root mean square of ln(twin / measured)): {res}")
     rng = r.data_range

@@ -45,8 +45,11 @@ from servescope.sim.engine import SimRequest, VirtualRunner
 from servescope.sim.profile import CostModel, Profile
 
 FIGURES = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")  # what the fit and the bands are about
+# server.ttft_ms_mean: the server's own mean TTFT (its /metrics, over the cell), which starts when the engine got
+# the request: the client's TTFT less the API server's part (frontend_ms). Without it one prompt length cannot
+# tell the API server's fixed cost from the prefill's cost per prompt token.
 FIT_FIGURES = (("output_tok_s", 1.0), ("ttft_ms.p50", 1.0), ("tpot_ms.p50", 1.0), ("ttft_ms.mean", 0.5),
-               ("tpot_ms.mean", 0.5), ("ttft_ms.p90", 0.5))
+               ("tpot_ms.mean", 0.5), ("ttft_ms.p90", 0.5), ("server.ttft_ms_mean", 1.0))
 # a closed-loop user's next request reaches the server this long after its last token (the stream's end reaching
 # the client, the next request reaching the server): with it, users that finished in the same step are not
 # admitted in lockstep forever, as on a real server (an idle engine starts a step on the first arrival)
@@ -75,6 +78,12 @@ PARAMS = (
 ATTENTION_TIE = 0.6  # attention_eff / gemm_eff when the prompts do not span enough to fit it (profiles: 0.5-0.64)
 PRIOR_WEIGHT = 0.002  # per parameter, per (ln factor)^2 away from its prior
 ROBUST_SCALE = 0.15  # ln errors above ~15% count linearly, not squared: one erratic cell cannot drag the fit
+
+
+def _ln_error(twin: float, measured: float) -> float:
+    """ln(twin / measured); a twin figure at or below 0 (a server TTFT the frontend has eaten up) counts as 1000x
+    too small, not as nothing."""
+    return math.log(max(twin, measured * 1e-3) / measured)
 
 
 def robust(r: float) -> float:
@@ -209,12 +218,14 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def quick_figures(v: VirtualCell) -> dict[str, float]:
-    """The fitted figures of a virtual cell, computed as `summarize` computes them (linear quantiles)."""
+def quick_figures(v: VirtualCell, frontend_ms: float = 0.0) -> dict[str, float]:
+    """The fitted figures of a virtual cell, computed as `summarize` computes them (linear quantiles); the
+    server's own mean TTFT leaves out the API server's `frontend_ms`."""
     ttft = [(f - s) * 1e3 for f, s in zip(v.first, v.sent, strict=True)]
     tpot = [(d - f) * 1e3 / (o - 1) for d, f, o in zip(v.done, v.first, v.outputs, strict=True) if o > 1]
+    mean = statistics.fmean(ttft)
     out = {"output_tok_s": sum(v.outputs) / max(v.wall, 1e-9), "ttft_ms.p50": _quantile(ttft, 0.5),
-           "ttft_ms.mean": statistics.fmean(ttft), "ttft_ms.p90": _quantile(ttft, 0.9)}
+           "ttft_ms.mean": mean, "ttft_ms.p90": _quantile(ttft, 0.9), "server.ttft_ms_mean": mean - frontend_ms}
     if tpot:
         out["tpot_ms.p50"] = _quantile(tpot, 0.5)
         out["tpot_ms.mean"] = statistics.fmean(tpot)
@@ -323,9 +334,47 @@ def nelder_mead(f: Callable[[list[float]], float], x0: list[float], step: float 
     return pts[i], vals[i], evals
 
 
+def _prefill_start(shape: Shape, c1: MeasuredCell, tpot_ms: float, cost: CostModel,
+                   mem_ms: float) -> dict[str, float] | None:
+    """A compute-bound start from the lowest load's cell, where its server's own TTFT is known: its first step
+    (the prefill) minus a decode step is the prompt's compute, and the client's TTFT over the server's is the
+    API server's part. (Small models on slow devices: overheads per step, prefill per prompt token.)"""
+    server = c1.figures.get("server.ttft_ms_mean")
+    client = c1.figures.get("ttft_ms.mean")
+    prompt = statistics.median(c1.prompts) if c1.prompts else 0
+    if not server or not client or prompt < 2 or cost.dense_flops_tok <= 0:
+        return None
+    per_token_s = max(server - tpot_ms, 0.05 * tpot_ms) / 1e3 / (prompt - 1)
+    peak = shape.profile.gpu.peak_tflops * 1e12
+    gemm = cost.dense_flops_tok / (peak * per_token_s)
+    return {"gemm_eff": gemm, "attention_eff": gemm * ATTENTION_TIE, "gemm_half_rows": 1.0,
+            "bandwidth_eff": max(mem_ms / (0.1 * tpot_ms), 1e-4), "step_overhead_ms": 0.8 * tpot_ms,
+            "host_overhead_ms": 0.1 * tpot_ms, "per_seq_overhead_us": 10.0,
+            "frontend_ms": max(client - server, 0.02)}
+
+
 def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
         progress: Callable[[str], None] | None = None) -> FitResult:
-    """Fit the shape's efficiencies to the measured cells."""
+    """Fit the shape's efficiencies to the measured cells. Where the shape does not know whether the server
+    schedules asynchronously (its host work hidden behind the device's step) or not (host and device time add
+    up: a CPU build, or a GPU server without async scheduling), both are fitted and the closer one kept."""
+    if shape.async_known:
+        return _fit_efficiencies(shape, cells, max_requests, progress)[0]
+    best: tuple[FitResult, float] | None = None
+    for mode in (True, False):
+        if progress is not None:
+            progress(f"async scheduling {'on' if mode else 'off'}")
+        eff = replace(shape.profile.efficiency, async_scheduling=mode)
+        got = _fit_efficiencies(replace(shape, profile=replace(shape.profile, efficiency=eff)), cells, max_requests,
+                                progress)
+        if best is None or got[1] < best[1]:
+            best = got
+    assert best is not None
+    return best[0]
+
+
+def _fit_efficiencies(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int,
+                      progress: Callable[[str], None] | None) -> tuple[FitResult, float]:
     prompts_all = [p for c in cells for p in c.prompts]
     fit_attention = _span(prompts_all) >= 3.0
     free = [p for p in PARAMS if p.name != "attention_eff" or fit_attention]
@@ -347,7 +396,8 @@ def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
     def twin_figures(prof: Profile) -> list[dict[str, float]]:
         cost = CostModel(prof)
         return [quick_figures(run_virtual(cost, c.prompts, c.outputs, c.concurrency,
-                                          None if c.concurrency else c.send_s)) for c in trimmed]
+                                          None if c.concurrency else c.send_s), prof.efficiency.frontend_ms)
+                for c in trimmed]
 
     def loss(x: list[float]) -> float:
         try:
@@ -358,8 +408,8 @@ def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
         for c, sim in zip(cells, sims, strict=True):
             for key, w in FIT_FIGURES:
                 m, s = c.figures.get(key), sim.get(key)
-                if m and s and s > 0 and math.isfinite(s):
-                    total += w * robust(math.log(s / m))
+                if m and s is not None and math.isfinite(s):
+                    total += w * robust(_ln_error(s, m))
         total += PRIOR_WEIGHT * sum((x[i] - math.log(p.prior)) ** 2 for i, p in enumerate(free))
         return total
 
@@ -377,6 +427,9 @@ def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
         b[index["step_overhead_ms"]] = math.log(0.9 * tpot)
         b[index["host_overhead_ms"]] = math.log(0.5 * tpot)
         starts += [a, b]
+        prefill = _prefill_start(shape, c1, tpot, cost, mem_ms)
+        if prefill is not None:
+            starts.append([math.log(prefill.get(p.name, p.prior)) for p in free])
     best: tuple[list[float], float] | None = None
     evals = 0
     for i, x0 in enumerate(starts):
@@ -387,7 +440,7 @@ def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
         if best is None or v < best[1]:
             best = (x, v)
     assert best is not None
-    x, _, n = nelder_mead(loss, best[0], step=0.15, max_evals=120)  # polish the best
+    x, final_loss, n = nelder_mead(loss, best[0], step=0.15, max_evals=120)  # polish the best
     evals += n
     fitted = _with(shape.profile, {k: round(v, 6) for k, v in values(x).items()})
     sims = twin_figures(fitted)
@@ -397,8 +450,8 @@ def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
         row: dict[str, Any] = {"cell": c.index, "label": c.label}
         for key, _ in FIT_FIGURES:
             m, s = c.figures.get(key), sim.get(key)
-            if m and s:
-                per.setdefault(key, []).append(math.log(s / m))
+            if m and s is not None and math.isfinite(s):
+                per.setdefault(key, []).append(_ln_error(s, m))
                 row[key] = [round(m, 4), round(s, 4)]
         rows.append(row)
     residuals = {k: round(math.sqrt(statistics.fmean(e * e for e in v)), 5) for k, v in per.items()}
@@ -408,7 +461,8 @@ def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
         warnings.append(f"{len(bound)} of {len(cells)} fitted cells were client-bound ({', '.join(bound)}): the client, "
                         "not the server, limited them, and the twin learns those limits too; re-measure them with "
                         "more client CPU (--workers) for a twin of the server alone")
-    return FitResult(fitted, shape, [p.name for p in free], residuals, rows, data_range(cells), evals, warnings)
+    return (FitResult(fitted, shape, [p.name for p in free], residuals, rows, data_range(cells), evals, warnings),
+            final_loss)
 
 
 # --- storage --------------------------------------------------------------------------------------------------

@@ -38,8 +38,19 @@ from servescope.sim.profile import (
     load_profile,
 )
 
-VLLM_MAX_NUM_SEQS = 256
-VLLM_MAX_NUM_BATCHED_TOKENS = 8192
+
+def vllm_default_limits(gpu_memory_gib: float | None, gpu_name: str = "") -> tuple[int, int, str]:
+    """vLLM's own defaults for an API server (its engine arguments, by device): (max_num_seqs,
+    max_num_batched_tokens, what they were chosen by). A device this machine did not see (a remote server, a CPU
+    build) gets the common case: 256 and 2048 (vLLM's CPU build: 128 and 2048)."""
+    if gpu_memory_gib is None:
+        return 256, 2048, "vLLM's defaults where the GPU is unknown or under 70 GiB"
+    if gpu_memory_gib >= 160:
+        return 1024, 16384, "vLLM's defaults for a GPU of 160 GiB or more"
+    if gpu_memory_gib >= 70 and "a100" not in gpu_name.lower():
+        return 1024, 8192, "vLLM's defaults for a GPU of 70 GiB or more (not an A100)"
+    return 256, 2048, "vLLM's defaults for a GPU under 70 GiB (or an A100)"
+
 # a placeholder accelerator for a server whose hardware is unknown: the fit's efficiencies then carry the rates
 NOMINAL_GPU = GpuSpec(name="unknown (nominal: the fitted efficiencies carry the rates)", memory_gib=80.0,
                       bandwidth_gbs=1000.0, peak_tflops=100.0)
@@ -53,6 +64,9 @@ class Shape:
     source: str  # "profile NAME" | "config PATH" | "generic dense shape (no config.json)"
     kv_source: str  # "server metrics" | "profile" | ...
     limits_source: str
+    # whether the server schedules its next step while the device runs this one (vLLM's async scheduling) is
+    # known from a simulator profile; for other servers the fit tries both and keeps the closer
+    async_known: bool = False
 
 
 def _sim_profile_name(session: Session) -> str | None:
@@ -181,6 +195,8 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
             raise ServescopeError(f"the session ran the simulator's profile {name!r}, which this servescope lacks: "
                                   f"{e}") from None
         model, gpu, engine, source = base.model, base.gpu, base.engine, f"simulator profile {name}"
+        eff = replace(EfficiencySpec(), async_scheduling=base.efficiency.async_scheduling)
+        defaults_by = ""
     else:
         cfg_path = model_config / "config.json" if model_config and model_config.is_dir() else model_config
         root = _model_root(session) if cfg_path is None else None
@@ -199,11 +215,13 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
             source = "generic dense shape (32 layers, 8 KV heads x 128; no config.json: give --model-config)"
         gpu_info = info.gpu or {}
         gpu = NOMINAL_GPU
-        engine = EngineSpec(max_num_seqs=VLLM_MAX_NUM_SEQS, max_num_batched_tokens=VLLM_MAX_NUM_BATCHED_TOKENS)
         mem = _gpu_memory_gib(session)
+        names = gpu_info.get("names")
+        label = str(names[0]) if isinstance(names, list) and names else "GPU"
+        default_seqs, default_tokens, defaults_by = vllm_default_limits(mem, label)
+        eff = EfficiencySpec()
+        engine = EngineSpec(max_num_seqs=default_seqs, max_num_batched_tokens=default_tokens)
         if mem:
-            names = gpu_info.get("names")
-            label = str(names[0]) if isinstance(names, list) and names else "GPU"
             gpu = replace(NOMINAL_GPU, name=f"{label} (nominal rates)", memory_gib=mem)
     model = replace(model, max_model_len=max_len)
     # the KV budget the server reported
@@ -235,11 +253,13 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
         limits.append(f"max_num_batched_tokens {tokens_budget}")
     engine = replace(engine, max_num_seqs=seqs or engine.max_num_seqs,
                      max_num_batched_tokens=tokens_budget or engine.max_num_batched_tokens)
-    limits_source = "; ".join(limits) or (f"{'profile' if name else 'vLLM defaults'}: max_num_seqs "
-                                          f"{engine.max_num_seqs}, max_num_batched_tokens {engine.max_num_batched_tokens}")
+    if name is None and not (seqs and tokens_budget):
+        limits.append(f"{defaults_by} for the rest")
+    limits_source = "; ".join(limits) or (f"profile: max_num_seqs {engine.max_num_seqs}, max_num_batched_tokens "
+                                          f"{engine.max_num_batched_tokens}")
     profile = Profile(name=f"twin of {info.name or session.path.name}", description="", model=model, gpu=gpu,
-                      engine=engine, efficiency=EfficiencySpec())
-    return Shape(profile, source, kv_source, limits_source)
+                      engine=engine, efficiency=eff)
+    return Shape(profile, source, kv_source, limits_source, async_known=name is not None)
 
 
 def _int(v: str | None) -> int | None:

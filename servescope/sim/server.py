@@ -321,19 +321,23 @@ class SimServer:
         chan = Channel()
         metrics = self.metrics
 
+        # as in vLLM, the request's latencies in /metrics start when the engine gets it: after the API server's
+        # own work (HTTP, chat template, tokenizer: the profile's frontend_ms), which a client's TTFT includes
+        engine_arrival = arrival + self.cost.frontend_s
+
         def on_tokens(req: SimRequest, n: int, finished: bool, t: float) -> None:
             if req.num_output == 1:
-                metrics.ttft.observe(t - arrival)
+                metrics.ttft.observe(t - engine_arrival)
             else:
                 metrics.itl.observe(t - chan_last[0])
             chan_last[0] = t
             chan.pending += n
             if finished:
                 chan.finished = True
-                metrics.e2e.observe(t - arrival)
+                metrics.e2e.observe(t - engine_arrival)
                 metrics.success[req.finish_reason] += 1
                 sched_t = req.first_scheduled_t
-                metrics.queue.observe(max(sched_t - arrival - self.cost.frontend_s, 0.0))
+                metrics.queue.observe(max(sched_t - engine_arrival, 0.0))
                 metrics.prefill.observe(req.first_token_t - sched_t)
                 metrics.decode.observe(t - req.first_token_t)
                 if req.num_output > 1:

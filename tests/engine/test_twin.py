@@ -20,7 +20,7 @@ from servescope.engine.twin import (
     run_virtual,
 )
 from servescope.engine.twinpredict import Load, predict
-from servescope.engine.twinshape import Knobs, Shape, apply_knobs, model_from_config
+from servescope.engine.twinshape import Knobs, Shape, apply_knobs, model_from_config, vllm_default_limits
 from servescope.engine.whatif import capacity_row, confirm_pairs
 from servescope.sim.profile import CostModel, EfficiencySpec, load_profile
 from servescope.workloads.spec import Workload, fixed, uniform
@@ -30,7 +30,8 @@ def _cells(cost: CostModel, prompt: int, out: int, levels: list[tuple[int, int]]
     cells = []
     for i, (c, n) in enumerate(levels):
         v = run_virtual(cost, [prompt] * n, [out] * n, c)
-        cells.append(MeasuredCell(i, "w", c, None, [prompt] * n, [out] * n, [0.0] * n, quick_figures(v)))
+        figs = quick_figures(v, cost.profile.efficiency.frontend_ms)  # with the server's own TTFT, as vLLM reports it
+        cells.append(MeasuredCell(i, "w", c, None, [prompt] * n, [out] * n, [0.0] * n, figs))
     return cells
 
 
@@ -61,6 +62,51 @@ def test_fit_recovers_a_profile_from_its_own_cells_and_predicts_beyond_them() ->
     lo, hi = got.band["output_tok_s"]
     assert lo < got.summary["output_tok_s"] < hi
     assert math.log(hi / got.summary["output_tok_s"]) > 2 * max(r.residuals["output_tok_s"], 0.03)
+
+
+def test_one_prompt_length_and_the_servers_own_ttft_predict_longer_prompts() -> None:
+    """The API server's fixed cost (frontend_ms) and the prefill's cost per prompt token look alike in a client's
+    TTFT at one prompt length; the server's own TTFT (which starts when the engine got the request) tells them
+    apart, so a fit on 256-token prompts predicts 1,024-token ones."""
+    truth = load_profile("tiny")
+    cost = CostModel(truth)
+    cells = _cells(cost, 256, 64, [(1, 8), (2, 8), (4, 16), (8, 32)])
+    shape = Shape(replace(truth, efficiency=EfficiencySpec()), "profile tiny", "profile", "profile")
+    r = fit(shape, cells)
+    assert r.profile.efficiency.frontend_ms == pytest.approx(truth.efficiency.frontend_ms, rel=0.15)
+    w = Workload("long", input_tokens=fixed(1024), output_tokens=fixed(64))
+    got = predict(Twin(r.profile, r.residuals, r.data_range, True), w, [Load(4)], requests=32)[0]
+    want = predict(Twin(truth, {}, {}, True), w, [Load(4)], requests=32)[0]
+    assert got.summary["ttft_ms"]["p50"] == pytest.approx(want.summary["ttft_ms"]["p50"], rel=0.10)
+
+
+def test_the_fit_finds_whether_host_and_device_time_add_up() -> None:
+    """A server whose host work is not hidden behind the device's step (vLLM's CPU build, no async scheduling)
+    is told apart, when the shape does not say (not a simulator profile), and predicted at 4x the load; where
+    host work hides behind the device, either mode may fit the cells, and the prediction must still hold."""
+    base = load_profile("tiny")
+    w = Workload("w", input_tokens=fixed(256), output_tokens=fixed(32))
+    for mode in (False, True):
+        truth = replace(base, efficiency=replace(base.efficiency, async_scheduling=mode, per_seq_overhead_us=150.0))
+        cells = _cells(CostModel(truth), 256, 32, [(1, 8), (4, 16), (8, 32)])
+        shape = Shape(replace(truth, efficiency=EfficiencySpec()), "config x", "profile", "profile")
+        r = fit(shape, cells)
+        if not mode:
+            assert r.profile.efficiency.async_scheduling is False
+        assert max(r.residuals[k] for k in ("output_tok_s", "tpot_ms.p50")) < 0.05, (mode, r.residuals)
+        got = predict(Twin(r.profile, r.residuals, r.data_range, True), w, [Load(32)], requests=64)[0].summary
+        want = predict(Twin(truth, {}, {}, True), w, [Load(32)], requests=64)[0].summary
+        assert got["output_tok_s"] == pytest.approx(want["output_tok_s"], rel=0.10), mode
+        assert got["tpot_ms"]["p50"] == pytest.approx(want["tpot_ms"]["p50"], rel=0.10), mode
+
+
+def test_vllms_default_limits_follow_the_device() -> None:
+    assert vllm_default_limits(None)[:2] == (256, 2048)  # unknown: a CPU build, a remote server
+    assert vllm_default_limits(24.0, "NVIDIA L4")[:2] == (256, 2048)
+    assert vllm_default_limits(80.0, "NVIDIA A100-SXM4-80GB")[:2] == (256, 2048)
+    assert vllm_default_limits(80.0, "NVIDIA H100 80GB HBM3")[:2] == (1024, 8192)
+    assert vllm_default_limits(95.0, "NVIDIA RTX PRO 6000 Blackwell")[:2] == (1024, 8192)
+    assert vllm_default_limits(180.0, "NVIDIA B200")[:2] == (1024, 16384)
 
 
 def test_bands_and_extrapolation_inside_the_measured_range() -> None:
