@@ -209,3 +209,26 @@ async def test_concurrent_load_batches() -> None:
         single = 64 / sum(cost.predict_c1(101, 64)[i] * (1 if i == 0 else 63) for i in (0, 1))
         assert agg > 4 * single
         assert statistics.fmean(e2e) < 16 * 64 * cost.predict_c1(101, 64)[1]
+
+
+async def test_metrics_ttft_starts_when_the_engine_gets_the_request(sim: SimHandle) -> None:
+    """As in vLLM, the server's TTFT (and end-to-end) histograms leave out the API server's own work before the
+    engine sees the request (the profile's frontend_ms), which a client's TTFT includes."""
+    from servescope.core.servermetrics import parse
+
+    frontend_s = load_profile("tiny").efficiency.frontend_ms / 1e3
+    ttft, e2e = "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{sim.url}/metrics") as r:
+            m0 = parse(await r.text())
+        p0 = time.perf_counter()
+        body = {"prompt": list(range(3000, 3200)), "max_tokens": 8, "ignore_eos": True, "stream": True}
+        _, _, stamps = await stream(sim.url, "/v1/completions", body, session)
+        client_ttft, client_e2e = stamps[0] - p0, stamps[-1] - p0
+        async with session.get(f"{sim.url}/metrics") as r:
+            m1 = parse(await r.text())
+    assert m1[f"{ttft}_count"] - m0[f"{ttft}_count"] == 1
+    server_ttft = m1[f"{ttft}_sum"] - m0[f"{ttft}_sum"]
+    server_e2e = m1[f"{e2e}_sum"] - m0[f"{e2e}_sum"]
+    assert 0 < server_ttft <= client_ttft - 0.9 * frontend_s
+    assert 0 < server_e2e <= client_e2e - 0.9 * frontend_s
