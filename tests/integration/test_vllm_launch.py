@@ -128,13 +128,15 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     assert kv["source"] == "metrics+log" and kv["kv_cache_tokens"] == kv["log_kv_cache_tokens"] > 0
     assert s.meta["server"]["args"]["max_num_seqs"] == 2
     assert s.meta["server"]["variant_args"]["1"]["max_num_seqs"] == 8
-    # each variant ran with its own setting: the server's running gauge (sampled every 0.5 s) never above 2 with
-    # --max-num-seqs 2, while requests waited at c=8; above 2 with --max-num-seqs 8 at c=8 (timings, such as TTFT,
-    # say the same on a quiet machine but move with a busy 2-core box)
-    by = {(r["server_variant"], r["concurrency"]): r for r in cells.to_dicts()}
-    two, eight = by[("--max-num-seqs 2", 8)], by[("--max-num-seqs 8", 8)]
-    assert two["telemetry_samples"] >= 2 and eight["telemetry_samples"] >= 2
-    assert two["telemetry_running_max"] <= 2 and two["telemetry_waiting_max"] >= 1
-    assert by[("--max-num-seqs 2", 4)]["telemetry_running_max"] <= 2
-    assert eight["telemetry_running_max"] > 2
+    # each variant ran with its own setting. vLLM's own queue time (its /metrics histogram, exact deltas at the cell's
+    # boundaries): at c=8, 2 sequences in a batch make 6 requests wait for a whole reply before they are scheduled;
+    # 8 do not. (Timings such as TTFT say the same on a quiet machine but move with a busy 2-core box, and its
+    # sampled running gauge is not reliable: a busy CPU vLLM may answer a scrape only after the cell ended.)
+    queue = {(r["server_variant"], r["concurrency"]): summary.value("server", "queue_ms_mean")
+             for r, summary in zip(s.cells.to_dicts(), s.summaries(), strict=True) if summary is not None}
+    two, eight = queue[("--max-num-seqs 2", 8)], queue[("--max-num-seqs 8", 8)]
+    assert two is not None and eight is not None and two > 3 * eight, (two, eight)
+    for cell in cells.to_dicts():  # a gauge sample, when one landed in the cell, never above the variant's limit
+        limit = 2 if cell["server_variant"] == "--max-num-seqs 2" else 8
+        assert (cell["telemetry_running_max"] or 0) <= limit
     assert not _pids_listening_on(port)  # servescope stopped what it launched
