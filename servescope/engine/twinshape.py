@@ -254,7 +254,9 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
     engine = replace(engine, max_num_seqs=seqs or engine.max_num_seqs,
                      max_num_batched_tokens=tokens_budget or engine.max_num_batched_tokens)
     if name is None and not (seqs and tokens_budget):
-        limits.append(f"{defaults_by} for the rest")
+        rest = [f"max_num_seqs {engine.max_num_seqs}"] if not seqs else []
+        rest += [f"max_num_batched_tokens {engine.max_num_batched_tokens}"] if not tokens_budget else []
+        limits.append(f"{', '.join(rest)} ({defaults_by})")
     limits_source = "; ".join(limits) or (f"profile: max_num_seqs {engine.max_num_seqs}, max_num_batched_tokens "
                                           f"{engine.max_num_batched_tokens}")
     profile = Profile(name=f"twin of {info.name or session.path.name}", description="", model=model, gpu=gpu,
