@@ -5,15 +5,16 @@ The fit (`fit_session`): the model's shape, the KV budget and the scheduler limi
 clock (`servescope.sim.engine.VirtualRunner`) with the cell's own load (its concurrency, or its requests' send
 times for an open loop) and its requests' own prompt and output lengths, and the efficiencies of the roofline
 (`EfficiencySpec`: bandwidth_eff, gemm_eff, gemm_half_rows, attention_eff, step_overhead_ms, host_overhead_ms,
-per_seq_overhead_us, frontend_ms) are chosen to minimise the log error of each cell's output tok/s,
-TTFT p50 and TPOT p50, and at half weight their means and the TTFT p90 (soft-L1: squared while under ~15%, linear beyond, so one
-erratic cell cannot drag the fit; Nelder-Mead in log space, from three starts, with a
-weak pull towards neutral priors so that a rate the data cannot see stays plausible: attention_eff is tied to
-gemm_eff unless the measured prompts span 3x or more).
+per_seq_overhead_us, frontend_ms) are chosen to minimise the log error of each cell's output tok/s, TTFT p50,
+TPOT p50 and the server's own mean TTFT, and at half weight the means and the TTFT p90 (soft-L1: squared while
+under ~15%, linear beyond, so one erratic cell cannot drag the fit; Nelder-Mead in log space, from three starts
+and a fourth from the lowest load's prefill, with a weak pull towards neutral priors so that a rate the data
+cannot see stays plausible: attention_eff is tied to gemm_eff unless the measured prompts span 3x or more).
+Where the shape does not say whether host and device time overlap (async scheduling), both are fitted.
 
-The prediction (`servescope.engine.twinpredict`): the fitted profile runs the asked cells on the virtual clock and the same
-`summarize` as a real run turns its requests into the same figures; each figure gets a band from the fit's
-residual for that figure, widened by how far the question lies outside the measured range.
+The prediction (`servescope.engine.twinpredict`): the fitted profile runs the asked cells on the virtual clock
+and the same `summarize` as a real run turns its requests into the same figures; each figure gets a band from
+the fit's residual for that figure, widened by how far the question lies outside the measured range.
 """
 
 from __future__ import annotations
