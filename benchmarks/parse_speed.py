@@ -16,7 +16,7 @@ import statistics
 import time
 
 from servescope.core.client import _decode_chunk, _Stream
-from servescope.core.rawhttp import _Conn
+from servescope.core.rawhttp import DONE, _Conn
 from servescope.core.records import RequestRecord
 from servescope.core.sse import SSEParser
 
@@ -48,13 +48,16 @@ def run(data: bytes, piece: int) -> float:
 def run_transport(events: list[bytes]) -> float:
     """One HTTP chunk per event, each its own read (as vLLM streams them), through the raw transport."""
     conn = _Conn(asyncio.new_event_loop())
+    conn.sink = _Stream(RequestRecord(0, 0, False, 256, len(events), scheduled_ns=0))  # before the head, as a request
     conn.data_received(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-    conn.sink = _Stream(RequestRecord(0, 0, False, 256, len(events), scheduled_ns=0))
     reads = [b"%x\r\n" % len(e) + e + b"\r\n" for e in events]
+    reads.append(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")  # the last event and the body's end
     t0 = time.perf_counter()
     for r in reads:
         conn.data_received(r)
-    return (time.perf_counter() - t0) / len(reads) * 1e6
+    dt = time.perf_counter() - t0
+    assert conn.state == DONE and len(conn.sink.rec.chunk_ns) == len(events), "the stream was not read to its end"
+    return dt / len(events) * 1e6
 
 
 def main() -> None:

@@ -358,6 +358,19 @@ class _Stream:
             self.overflow = True
             self._error(f"the server sent more than {MAX_LINE // 2**20} MiB without a line end (not an event stream)")
 
+    def whole(self, piece: bytes, now: int) -> bool:
+        """A piece that is exactly one event with one data line (a server's usual write: one token) is handled at
+        once, without the general parse; False when it is anything else (nothing consumed: then `feed`)."""
+        global _reads
+        if len(self.head) < _HEAD:
+            return False
+        data = self.parser.one(piece)
+        if data is None:
+            return False
+        _reads += 1
+        self._event(data, now)
+        return True
+
     def close(self, now: int) -> None:
         for data in self.parser.flush():
             self._event(data, now)

@@ -33,7 +33,9 @@ class StaleConnection(RawHTTPError):
 
 
 class Sink(Protocol):
-    """Where a 200 body goes: `feed(piece, now_ns)` for each read, `overflow` set to stop reading."""
+    """Where a 200 body goes: `feed(piece, now_ns)` for each read, `overflow` set to stop reading. A sink may also
+    have `whole(payload, now_ns) -> bool`: offered a read that is exactly one whole chunk (the usual read of a
+    stream), it handles the payload at once or says False (then the payload goes to `feed` as usual)."""
 
     overflow: bool
 
@@ -82,6 +84,7 @@ class _Conn(asyncio.Protocol):
         self.error_sink: _Collect | None = None
         self.head_fut: asyncio.Future[None] | None = None
         self.done_fut: asyncio.Future[None] | None = None
+        self.whole: Callable[[bytes, int], bool] | None = None  # the 200 sink's `whole`, for a chunked body
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -103,6 +106,17 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = _perf()
         self.got_any = True
+        if self.whole is not None and self.state == CHUNK_SIZE and not self.buf:
+            # the usual read of a stream: exactly one whole chunk. Its payload goes to the sink in one step
+            nl = data.find(b"\r\n", 0, 18)
+            if nl > 0:
+                try:
+                    end = nl + 2 + int(data[:nl], 16)
+                except ValueError:  # an extension, or no size: the general parse says what is wrong
+                    end = 0
+                if end > nl + 2 and len(data) == end + 2 and data.endswith(b"\r\n") \
+                        and self.whole(data[nl + 2:end], now):
+                    return
         if self.state == HEAD:
             data = self._head(self.buf + data if self.buf else data)
             if not data:
@@ -146,8 +160,10 @@ class _Conn(asyncio.Protocol):
         self.keep = parts[0] != "HTTP/1.0" and "close" not in h.get("connection", "").lower()
         if self.status != 200 and self.error_sink is not None:
             self.sink = self.error_sink
+        self.whole = None
         if "chunked" in h.get("transfer-encoding", "").lower():
             self.state = CHUNK_SIZE
+            self.whole = getattr(self.sink, "whole", None)
         elif "content-length" in h:
             try:
                 self.left = int(h["content-length"])
@@ -233,6 +249,7 @@ class _Conn(asyncio.Protocol):
 
     def _finish(self) -> None:
         self.state = DONE
+        self.whole = None
         for f in (self.head_fut, self.done_fut):
             if f is not None and not f.done():
                 f.set_result(None)
@@ -333,7 +350,7 @@ class RawClient:
                 ok = conn.keep and not conn.closed
                 return conn.status, conn.headers.get("content-type", ""), bytes(errors.data)
             finally:
-                conn.sink = conn.error_sink = None
+                conn.sink = conn.error_sink = conn.whole = None
                 for f in (conn.head_fut, conn.done_fut):
                     if f is not None and not f.done():
                         f.cancel()  # cancelled or failed midway: nothing awaits them any more

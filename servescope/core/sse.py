@@ -48,6 +48,14 @@ class SSEParser:
         self._buf = buf[start:] if start < n else b""
         return out
 
+    def one(self, piece: bytes) -> bytes | None:
+        """The data of `piece` when it is exactly one event of one `data:` line ("data: ...\n\n") and nothing is
+        pending (a server's usual write: one token); else None, and nothing is consumed (then `feed`)."""
+        if (self._buf or self._held or not piece.startswith(b"data:") or not piece.endswith(b"\n\n")
+                or piece.find(b"\n") != len(piece) - 2 or piece[-3] == 13):  # the first line end is the last
+            return None
+        return piece[6 if piece[5] == 32 else 5:-2]
+
     @property
     def pending(self) -> int:
         """Bytes of an unfinished line held until its end arrives."""

@@ -216,3 +216,112 @@ def test_the_states_start_from_the_head() -> None:
     conn = _Conn(asyncio.new_event_loop())
     conn.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
     assert conn.state == CHUNK_SIZE
+
+
+# --- the usual read (exactly one chunk holding one event) takes a shortcut; it must read the same -----------------
+
+def one_event_chunks(n: int, eol: bytes = b"\n\n", ext: bytes = b"") -> list[bytes]:
+    """A vLLM-shaped stream: each token one event in one chunk, each chunk its own read; then [DONE] and the end."""
+    events = [e + eol for e in sse(n).split(b"\n\n")[:-1]]
+    return [b"%x" % len(e) + ext + b"\r\n" + e + b"\r\n" for e in events] + [b"0\r\n\r\n"]
+
+
+def read_stream(reads: list[bytes], monkeypatch: pytest.MonkeyPatch, n: int) -> tuple[RequestRecord, _Conn, int]:
+    """The reads through a connection into a request's record; the clock moves 1,000 ns per read. Also how many
+    reads the shortcut took."""
+    from servescope.core import rawhttp
+    from servescope.core.client import _Stream
+
+    clock = iter(range(1_000, 10**9, 1_000))
+    monkeypatch.setattr(rawhttp, "_perf", lambda: next(clock))
+    class Counted(_Stream):
+        __slots__ = ("took",)
+
+        def whole(self, piece: bytes, now: int) -> bool:
+            ok = super().whole(piece, now)
+            self.took += ok
+            return ok
+
+    conn = _Conn(asyncio.new_event_loop())
+    rec = RequestRecord(0, 0, False, 7, n, scheduled_ns=0)
+    sink = Counted(rec)
+    sink.took = 0
+    conn.sink = sink
+    for r in reads:
+        conn.data_received(r)
+    return rec, conn, sink.took
+
+
+def test_one_chunk_per_read_is_stamped_read_by_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec, conn, took = read_stream([HEAD_CHUNKED, *one_event_chunks(20)], monkeypatch, 20)
+    assert conn.state == DONE and rec.output_tokens == 20
+    assert list(rec.chunk_ns) == list(range(2_000, 22_000, 1_000))  # each token's own read
+    assert took >= 16  # the shortcut was taken (the first reads fill the body's kept head the usual way)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cuts=st.lists(st.integers(1, 400), max_size=30), crlf=st.booleans(), ext=st.booleans())
+def test_the_shortcut_and_the_general_parse_read_the_same(cuts: list[int], crlf: bool, ext: bool) -> None:
+    """The same stream read one chunk per read (the shortcut) and cut anywhere (the general parse): the same
+    tokens, counts and status; with CRLF line ends or chunk extensions the shortcut stands aside."""
+    with pytest.MonkeyPatch.context() as mp:
+        reads = one_event_chunks(6, b"\r\n\r\n" if crlf else b"\n\n", b";x=1" if ext else b"")
+        a, conn_a, _ = read_stream([HEAD_CHUNKED, *reads], mp, 6)
+        wire = HEAD_CHUNKED + b"".join(reads)
+        pieces, pos = [], 0
+        for c in [*cuts, len(wire)]:
+            if pos < len(wire):
+                pieces.append(wire[pos:pos + c])
+                pos += c
+        b, conn_b, _ = read_stream(pieces, mp, 6)
+    assert conn_a.state == conn_b.state == DONE
+    for name in ("status", "output_tokens", "prompt_tokens", "usage_reported"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert len(a.chunk_ns) == len(b.chunk_ns) == 6 and list(a.chunk_tokens) == list(b.chunk_tokens)
+
+
+@pytest.mark.parametrize("end", [[b"0\r\n", b"\r\n"], [b"0\r", b"\n\r\n"], [b"0\r\nX-T: 1\r\n\r\n"]])
+def test_the_body_s_end_split_across_reads_ends_the_request(end: list[bytes]) -> None:
+    from servescope.core.client import _Stream
+
+    loop = asyncio.new_event_loop()
+    conn = _Conn(loop)
+    rec = RequestRecord(0, 0, False, 7, 3, scheduled_ns=0)
+    conn.sink = _Stream(rec)
+    conn.done_fut = loop.create_future()
+    conn.data_received(HEAD_CHUNKED)
+    for r in [*one_event_chunks(3)[:-1], *end]:
+        conn.data_received(r)
+    assert conn.done_fut.done() and conn.state == DONE and len(rec.chunk_ns) == 3
+
+
+async def test_tokens_before_the_server_drops_the_connection_count(raw_server) -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(HEAD_CHUNKED)
+        for chunk in one_event_chunks(3)[:3]:  # three whole token chunks, then the connection drops
+            w.write(chunk)
+            await w.drain()
+            await asyncio.sleep(0.01)
+        w.close()
+
+    r = await send(await raw_server(handler))
+    assert r.status == "cut" and len(r.chunk_ns) == 3 and "closed the connection" in r.error
+
+
+async def test_tokens_before_the_request_times_out_count(raw_server) -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(HEAD_CHUNKED)
+        for chunk in one_event_chunks(3)[:3]:  # three whole token chunks, then nothing more
+            w.write(chunk)
+            await w.drain()
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(5)
+
+    url = await raw_server(handler)
+    opts = ClientOptions(base_url=url, model="m", timeout_s=0.5, transport="raw")
+    rec = RequestRecord(0, 0, False, 7, 3, scheduled_ns=0)
+    async with make_http_client(opts, 1) as h:
+        r = await stream_request(h, opts, SPEC, rec)
+    assert r.status == "timeout" and len(r.chunk_ns) == 3 and r.output_tokens == 3
