@@ -1,6 +1,6 @@
 """The benchmark client's CPU per 1,000 streamed tokens *during the load*: servescope vs `vllm bench serve`.
 
-    .venv/bin/python benchmarks/client_cpu.py [--rounds 3] [--concurrency 8,32,128] [--requests 200]
+    .venv/bin/python benchmarks/client_cpu.py [--rounds 3] [--concurrency 8,32,128] [--requests 200] [--shared]
                                               [--servescope-args "--transport httpx"] [--variant "--transport aiohttp"]
     .venv/bin/python benchmarks/client_cpu.py --sim [--streams 512,1024,2048,4096] [--rounds 3]
 
@@ -11,18 +11,30 @@ samples nothing during a run, so neither tool pays for telemetry); `--servescope
 `--variant FLAGS` adds servescope with those flags as a third tool in the rotation (an A/B of a setting);
 `--variant-checkout DIR` makes that third tool another checkout's servescope (an A/B of a change).
 
-While a client runs, two threads of this process sample every 20 ms (a) the client's CPU: utime+stime of the
-client process and of all its descendants, from /proc (threads included), and (b) the server's /metrics:
-requests running + waiting, and generation tokens. The server's busy window runs from the first sample with
-running + waiting > 0 to the last one; the client's CPU during the load is its CPU at the window's end minus
-at its start (interpolated between samples). Tokens are the server's generation_tokens_total delta over the
+Where vLLM runs: its engine core and CPU worker (every `VLLM::` process) on core 0 at nice 15, the API server and
+the clients free to use every core, as on a GPU host, where the engine's work is on the GPU and its own cores and
+the client shares CPUs with the API server. `--shared` leaves vLLM's engine where the OS puts it: on a 2-core
+box its polling engine core and worker then take both cores at the clients' priority, the server's pace and the
+way tokens bunch into reads change from run to run, and single runs of one tool vary by up to 2x.
+
+While a client runs, a thread of this process samples every 5 ms the CPU time (ns) of the client process and
+of all its descendants (each process's CPU clock: all its threads, live and exited; the tree is re-read from
+/proc every 100 ms, with utime+stime and the reaped children's time) and of the server's engine core process
+(vLLM's `VLLM::EngineCore`: not its workers, which spin on for seconds after the last step, nor the API
+server). The server's busy window runs from the start of the first 5 ms interval in which the engine core
+used 1 ms of CPU or more (idle, it uses none) to the end of the last one, in the longest stretch with no idle
+gap over 1 s (a lone request a tool sends, then pauses, before its load is no part of it); the client's CPU
+during the load is its CPU at the window's end minus at its start (interpolated between samples). With the
+simulator (`--sim`), whose one process also serves HTTP, the window comes from its /metrics instead: requests
+running + waiting > 0, scraped every 20 ms by a second thread. Tokens are the server's generation_tokens_total delta over the
 whole run (checked against requests x 64). Apart from the load it reports the start-up CPU (the whole CPU of
 a 1-request, 1-output-token run of each tool) and the preparation CPU per request (the client's CPU before
 the busy window starts, minus the start-up CPU, over the requests).
 
 Prints per-run lines on stderr, then one table: per concurrency the median over rounds of CPU ms per 1k
-tokens for each tool and the ratio servescope / vllm bench; then the start-up CPU (s) and preparation CPU
-per request (ms) of each tool. Figures are medians of N interleaved rounds on a noisy machine.
+tokens for each tool and the ratio servescope / vllm bench; then the start-up CPU (s), the time and CPU from
+exec to the first request reaching the server (the start of the engine's first busy interval in the 1-request
+runs), and the preparation CPU per request (ms) of each tool. Figures are medians of N interleaved rounds on a noisy machine.
 
 `--sim` runs no vLLM and no vllm bench: it starts servescope's simulator once (profile `max-speed` where it
 exists, else `tiny`) and runs servescope alone at each of `--streams` concurrencies (requests = 2 x streams,
@@ -59,8 +71,13 @@ from servescope.core.servermetrics import parse  # noqa: E402
 from tests.support import vllm_server  # noqa: E402
 
 IN_LEN, OUT_LEN = 256, 64
-SAMPLE_S = 0.020
+SAMPLE_S = 0.020  # /metrics scrapes (simulator mode)
+CPU_SAMPLE_S = 0.005  # CPU clocks of the client and the engine
+SCAN_EVERY = 20  # CPU samples between two reads of the whole process tree from /proc (100 ms)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+TICK_NS = 1_000_000_000 // CLK_TCK
+ENGINE_BUSY_NS = 1_000_000  # engine CPU in one 5 ms interval that makes it busy (idle: 0)
+ENGINE_GAP_S = 1.0  # an idle gap longer than this ends a busy stretch
 # parse() sums each sample over its label sets (engine=, model_name=), so these keys are plain names
 RUNNING, WAITING, GEN = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"
 VLLM_BENCH, SERVESCOPE, VARIANT = "vllm bench", "servescope", "variant"
@@ -89,6 +106,15 @@ def read_stat(pid: int) -> ProcStat | None:
                     reaped=int(rest[13]) + int(rest[14]))
 
 
+def cpu_ns(pid: int) -> int | None:
+    """The process's CPU clock (all its threads, live and exited: user + system) in ns; None once it is gone.
+    The clock id is Linux's encoding of `clock_getcpuclockid(pid)`: ((~pid) << 3) | CPUCLOCK_SCHED."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2)
+    except OSError:
+        return None
+
+
 def all_stats() -> dict[int, ProcStat]:
     out: dict[int, ProcStat] = {}
     for name in os.listdir("/proc"):  # lists processes (thread group leaders), not their other threads
@@ -100,11 +126,12 @@ def all_stats() -> dict[int, ProcStat]:
 
 
 class TreeCPU:
-    """CPU ticks of a process and every descendant, sampled.
+    """CPU time (ns) of a process and every descendant, sampled.
 
     The rule, so that each process's CPU is counted exactly once and none is lost:
     - a member (the root, or a process seen as a descendant of a member) counts, while it is in /proc (running
-      or a zombie), its own utime+stime plus its cutime+cstime: the final CPU of the children it has reaped;
+      or a zombie), its own CPU (its CPU clock, else utime+stime) plus its cutime+cstime: the final CPU of the
+      children it has reaped;
     - when a member disappears from /proc it has been reaped. If its parent, when last seen, was a member, that
       parent's cutime+cstime now holds its final CPU (the kernel adds the child's utime+stime+cutime+cstime at
       the wait), so it is dropped here: adding its last value too would count it twice;
@@ -112,19 +139,29 @@ class TreeCPU:
       tree, which we keep as a member once seen: membership sticks while the same process lives), no member
       will ever hold its CPU: its last value seen is kept for good (`outside`). The root itself is reaped by
       this process, so its last value is kept the same way (`root_last`).
+    `scan()` reads the whole tree from /proc (a few ms); `quick()` re-reads only the members' CPU clocks (a few
+    us), the reaped and outside parts as the last scan left them (they move only when a member exits).
     What can still be missed: the CPU between a process's last sample and its exit when nobody in the tree reaps
     it, a child reaped by a member that set SIGCHLD to SIG_IGN (the kernel then adds nothing to cutime), and a
-    member reparented and reaped within one 20 ms interval. None of these happen with these two clients.
+    member reparented and reaped between two scans. None of these happen with these two clients.
     """
 
     def __init__(self, root: int) -> None:
         self.root = root
         self.root_start: int | None = None
-        self.members: dict[int, ProcStat] = {}  # members alive at the last sample, as then seen
+        self.members: dict[int, ProcStat] = {}  # members alive at the last scan, as then seen
+        self.own: dict[int, int] = {}  # their own CPU (ns) when last read
+        self.reaped = 0  # the members' cutime + cstime at the last scan (ns)
         self.outside = 0  # final CPU of members reaped outside the tree (the root not included)
         self.root_last = 0  # the root's last value, once it is gone
 
-    def sample(self) -> int:
+    def _own(self, pid: int, st: ProcStat | None) -> int:
+        ns = cpu_ns(pid)
+        if ns is None:  # gone since: its last clock reading, else its last stat
+            ns = self.own.get(pid, st.own * TICK_NS if st is not None else 0)
+        return ns
+
+    def scan(self) -> int:
         stats = all_stats()
         kids: dict[int, list[int]] = {}
         for pid, st in stats.items():
@@ -144,12 +181,56 @@ class TreeCPU:
         for p, old in self.members.items():
             if p in now:
                 continue
+            last = self.own.get(p, old.own * TICK_NS) + old.reaped * TICK_NS
             if p == self.root:
-                self.root_last = old.own + old.reaped
+                self.root_last = last
             elif old.ppid not in self.members:
-                self.outside += old.own + old.reaped
+                self.outside += last
         self.members = now
-        return sum(st.own + st.reaped for st in now.values()) + self.outside + self.root_last
+        self.own = {p: self._own(p, st) for p, st in now.items()}
+        self.reaped = sum(st.reaped for st in now.values()) * TICK_NS
+        return sum(self.own.values()) + self.reaped + self.outside + self.root_last
+
+    def quick(self) -> int:
+        for p in self.own:
+            ns = cpu_ns(p)
+            if ns is not None:
+                self.own[p] = ns
+        return sum(self.own.values()) + self.reaped + self.outside + self.root_last
+
+
+def engine_apart() -> None:
+    """vLLM's engine core and its worker (every `VLLM::` process, all threads) on core 0 at a lower priority, so
+    that the API server and the client share the rest, as on a GPU host, where the engine's own CPU work does not
+    compete with the client (on a 2-core box at equal priority the engine core's polling and the worker take both
+    cores, and tokens reach both clients in bursts that change from run to run)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "comm").read_text().startswith("VLLM::"):
+                for task in (proc / "task").iterdir():
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), 15)
+                    os.sched_setaffinity(int(task.name), {0})
+        except OSError:
+            continue
+
+
+def engine_pids(server_pid: int) -> list[int]:
+    """vLLM's engine core processes among the server's descendants (`VLLM::EngineCore...`). Its workers are left
+    out: a CPU worker keeps spinning for seconds after the last step. So is the API server, which also answers
+    /metrics and health checks. Empty when there is none (then the window comes from /metrics)."""
+    stats = all_stats()
+    out: list[int] = []
+    seeds = [p for p, st in stats.items() if st.ppid == server_pid]
+    while seeds:
+        p = seeds.pop()
+        try:
+            comm = Path(f"/proc/{p}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm.startswith("VLLM::EngineCor"):
+            out.append(p)
+        seeds.extend(q for q, st in stats.items() if st.ppid == p)
+    return out
 
 
 # --- the server's /metrics -------------------------------------------------------------------------------------
@@ -194,17 +275,22 @@ def busy(m: dict[str, float]) -> float:
 
 
 class Sampler:
-    """Every 20 ms the client tree's CPU ticks (one thread) and the server's running + waiting and generation
-    tokens (another thread, so a scrape the busy server answers late leaves no hole in the CPU series)."""
+    """Every 5 ms the client tree's CPU and the engine's CPU (one thread, CPU clocks); with no engine processes
+    (the simulator), every 20 ms the server's running + waiting and generation tokens from /metrics (another
+    thread, so a scrape the busy server answers late leaves no hole in the CPU series)."""
 
-    def __init__(self, root: int, url: str) -> None:
+    def __init__(self, root: int, url: str, engine: list[int]) -> None:
         self.tree = TreeCPU(root)
+        self.engine = engine
         self.metrics = Metrics(url)
         self.done = threading.Event()
-        self.cpu: list[tuple[float, int]] = []  # (monotonic s, ticks)
+        self.cpu: list[tuple[float, int]] = []  # (monotonic s, client CPU ns)
+        self.engine_cpu: list[tuple[float, int]] = []  # (monotonic s, engine CPU ns)
         self.load: list[tuple[float, float, float]] = []  # (monotonic s, running + waiting, generation tokens)
-        self.threads = [threading.Thread(target=self.every, args=(fn,), name=f"client-cpu-{fn.__name__}",
-                                         daemon=True) for fn in (self.sample_cpu, self.sample_load)]
+        self.n = 0
+        jobs = [(self.sample_cpu, CPU_SAMPLE_S)] + ([] if engine else [(self.sample_load, SAMPLE_S)])
+        self.threads = [threading.Thread(target=self.every, args=(fn, dt), name=f"client-cpu-{fn.__name__}",
+                                         daemon=True) for fn, dt in jobs]
 
     def start(self) -> None:
         for t in self.threads:
@@ -214,13 +300,17 @@ class Sampler:
         self.done.set()
         for t in self.threads:
             t.join()
-        self.sample_cpu()  # the last value: the root has been reaped by now
+        self.n = 0
+        self.sample_cpu()  # the last value, a whole scan: the root has been reaped by now
         self.metrics.close()
 
     def sample_cpu(self) -> None:
         t0 = time.monotonic()
-        ticks = self.tree.sample()
-        self.cpu.append(((t0 + time.monotonic()) / 2, ticks))
+        ns = self.tree.quick() if self.n % SCAN_EVERY else self.tree.scan()
+        self.n += 1
+        if self.engine:
+            self.engine_cpu.append((time.monotonic(), sum(cpu_ns(p) or 0 for p in self.engine)))
+        self.cpu.append(((t0 + time.monotonic()) / 2, ns))
 
     def sample_load(self) -> None:
         t0 = time.monotonic()
@@ -228,15 +318,45 @@ class Sampler:
         if m is not None:
             self.load.append(((t0 + time.monotonic()) / 2, busy(m), m.get(GEN, 0.0)))
 
-    def every(self, fn: Callable[[], None]) -> None:
+    def every(self, fn: Callable[[], None], dt: float) -> None:
         due = time.monotonic()
         while not self.done.is_set():
             fn()
-            due += SAMPLE_S
+            due += dt
             wait = due - time.monotonic()
             if wait < 0:  # fell behind (a slow scrape, a busy machine): carry on from now rather than burst
                 due, wait = time.monotonic(), 0.0
             self.done.wait(wait)
+
+    def first_busy(self) -> float | None:
+        """When the server started on the tool's first request: the start of the first interval the engine used
+        CPU in (else the first /metrics sample with a request)."""
+        if self.engine:
+            return next((t0 for (t0, a), (_, b) in zip(self.engine_cpu, self.engine_cpu[1:], strict=False)
+                         if b - a >= ENGINE_BUSY_NS), None)
+        return next((t for t, b, _ in self.load if b > 0), None)
+
+    def window(self) -> tuple[float, float, int] | None:
+        """(start, end, samples) of the server's busy window: from the engine's CPU where it is known (the first
+        interval it used CPU in, to the last), else from /metrics (the first and last sample with requests)."""
+        if self.engine:
+            busy_iv = [(t0, t1) for (t0, a), (t1, b) in zip(self.engine_cpu, self.engine_cpu[1:], strict=False)
+                       if b - a >= ENGINE_BUSY_NS]
+            # the load is the longest stretch with no idle gap over 1 s (within the load, a low-priority engine
+            # core waits for its worker's step without CPU); a lone request before a pause is another stretch
+            spans: list[list[float]] = []
+            for t0, t1 in busy_iv:
+                if spans and t0 - spans[-1][1] <= ENGINE_GAP_S:
+                    spans[-1][1] = t1
+                    spans[-1][2] += 1
+                else:
+                    spans.append([t0, t1, 1])
+            if not spans:
+                return None
+            a, b, n = max(spans, key=lambda sp: sp[1] - sp[0])
+            return a, b, int(n)
+        busy_t = [t for t, b, _ in self.load if b > 0]
+        return (busy_t[0], busy_t[-1], len(busy_t)) if busy_t else None
 
 
 def interp(series: list[tuple[float, int]], t: float) -> float:
@@ -292,14 +412,15 @@ def settle(m: Metrics, timeout_s: float = 10.0) -> dict[str, float]:
 
 
 def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, requests: int, out_len: int,
-               out_dir: Path, tag: str, cwd: Path = ROOT) -> Run:
+               out_dir: Path, tag: str, engine: list[int], cwd: Path = ROOT) -> Run:
     m = Metrics(url)
     before = settle(m)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out_path, err_path = out_dir / f"{tag}.out", out_dir / f"{tag}.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        spawn = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
-        sampler = Sampler(proc.pid, url)
+        sampler = Sampler(proc.pid, url, engine)
         sampler.start()
         try:
             rc = proc.wait()
@@ -313,24 +434,28 @@ def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, 
     after = settle(m)
     m.close()
     # the root and everything reaped into it come back exactly through our own wait; orphans only sampled
-    total = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) + sampler.tree.outside / CLK_TCK
+    total = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) + sampler.tree.outside / 1e9
     run = Run(tool, requests, total, tokens=after.get(GEN, 0.0) - before.get(GEN, 0.0),
               stdout=out_path.read_text(errors="replace"))
     expected = requests * out_len
     if abs(run.tokens - expected) > max(out_len, 0.01 * expected):
         print(f"  WARNING: {tool} {tag}: the server generated {run.tokens:.0f} tokens, expected {expected} "
               f"({requests} x {out_len})", file=sys.stderr)
-    sampled = sampler.cpu[-1][1] / CLK_TCK if sampler.cpu else 0.0
+    sampled = sampler.cpu[-1][1] / 1e9 if sampler.cpu else 0.0
     if abs(sampled - total) > 0.1 + 0.05 * total:  # the sampled tree against the kernel's own sum at our wait
         print(f"  WARNING: {tool} {tag}: sampled CPU {sampled:.2f} s, rusage {total:.2f} s", file=sys.stderr)
-    busy_t = [t for t, b, _ in sampler.load if b > 0]
-    run.extra["samples"], run.extra["busy_samples"] = float(len(sampler.load)), float(len(busy_t))
-    if busy_t and len(sampler.cpu) >= 2:
-        start, end = busy_t[0], busy_t[-1]
+    first = sampler.first_busy()
+    if first is not None and len(sampler.cpu) >= 2:  # exec to the first request reaching the server
+        run.extra["first_s"], run.extra["first_cpu_s"] = first - spawn, interp(sampler.cpu, first) / 1e9
+    win = sampler.window()
+    run.extra["samples"] = float(len(sampler.engine_cpu) - 1 if engine else len(sampler.load))
+    run.extra["busy_samples"] = float(win[2] if win else 0)
+    if win and len(sampler.cpu) >= 2:
+        start, end, _ = win
         c0, c1 = interp(sampler.cpu, start), interp(sampler.cpu, end)
-        run.before_s, run.load_s, run.window_s = c0 / CLK_TCK, (c1 - c0) / CLK_TCK, end - start
-    elif out_len > 1 and not tag.startswith("warm"):  # a short warm run may slip between samples
-        print(f"  WARNING: {tool} {tag}: no /metrics sample saw the server busy", file=sys.stderr)
+        run.before_s, run.load_s, run.window_s = c0 / 1e9, (c1 - c0) / 1e9, end - start
+    elif out_len > 1 and "warm" not in tag:  # a short warm run may slip between samples
+        print(f"  WARNING: {tool} {tag}: no sample saw the server busy", file=sys.stderr)
     return run
 
 
@@ -398,16 +523,26 @@ def show(run: Run, label: str, startup_s: float) -> None:
           file=sys.stderr)
 
 
-def startup_runs(tools: dict[str, Runner], rounds: int) -> dict[str, float]:
-    """The whole CPU of a 1-request, 1-output-token run of each tool: median of `rounds`, each going first in turn."""
-    got: dict[str, list[float]] = {name: [] for name in tools}
+def startup_runs(tools: dict[str, Runner], rounds: int) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """The whole CPU of a 1-request, 1-output-token run of each tool, and its time and CPU from exec to the request
+    reaching the server: medians of `rounds`, each going first in turn."""
+    got: dict[str, list[Run]] = {name: [] for name in tools}
     for rnd in range(rounds):
         order = rotated(list(tools.items()), rnd)
         for name, fn in order:
             r = fn(1, 1, 1, 900 + rnd, f"startup-{rnd}")
-            got[name].append(r.total_s)
-            print(f"  start-up round {rnd + 1} {name:<10} {r.total_s:6.2f} s", file=sys.stderr)
-    return {name: med(v) for name, v in got.items()}
+            got[name].append(r)
+            print(f"  start-up round {rnd + 1} {name:<10} {r.total_s:6.2f} s CPU; exec to first request "
+                  f"{r.extra.get('first_s', float('nan')):5.2f} s, {r.extra.get('first_cpu_s', float('nan')):5.2f} s CPU",
+                  file=sys.stderr)
+    first = {name: (med([r.extra.get("first_s", float("nan")) for r in v]),
+                    med([r.extra.get("first_cpu_s", float("nan")) for r in v])) for name, v in got.items()}
+    return {name: med([r.total_s for r in v]) for name, v in got.items()}, first
+
+
+def show_first(first: dict[str, tuple[float, float]]) -> None:
+    print("exec to the first request reaching the server, 1-request run (wall s, client CPU s): " + ", ".join(
+        f"{name} {w:.2f} s, {c:.2f} s CPU" for name, (w, c) in first.items()))
 
 
 def header(args: argparse.Namespace, extra: list[str], alternating: str) -> None:
@@ -428,27 +563,33 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     concs = [int(x) for x in args.concurrency.split(",")]
     raise_open_files(max(concs) + 1024)
     print("starting vLLM (tiny dense model, --no-enable-prefix-caching) ...", file=sys.stderr)
+    if not args.shared:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0"  # the CPU worker's threads on core 0
     srv = vllm_server.start("dense", ["--no-enable-prefix-caching", "--max-model-len", "2048"])
     env = vllm_server.vllm_env(tmp / "scratch")
+    engine = engine_pids(srv.proc.pid)
+    if not args.shared:
+        engine_apart()
+    print(f"engine processes (the busy window): {engine}", file=sys.stderr)
     try:
         def vb(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
             return run_client(VLLM_BENCH, vllm_bench_cmd(srv, conc, n, out_len, seed), env, srv.url, n, out_len,
-                              tmp, f"vb-{tag}")
+                              tmp, f"vb-{tag}", engine)
 
         def ss(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
             r = run_client(SERVESCOPE, servescope_cmd(srv.url, conc, n, out_len, seed, tmp, extra), None, srv.url,
-                           n, out_len, tmp, f"ss-{tag}")
+                           n, out_len, tmp, f"ss-{tag}", engine)
             check_servescope(r)
             return r
 
         def sv(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
             r = run_client(VARIANT, servescope_cmd(srv.url, conc, n, out_len, seed, tmp, [*extra, *variant]), None,
-                           srv.url, n, out_len, tmp, f"sv-{tag}", cwd=variant_root)
+                           srv.url, n, out_len, tmp, f"sv-{tag}", engine, cwd=variant_root)
             check_servescope(r)
             return r
 
         tools: dict[str, Runner] = {VLLM_BENCH: vb, SERVESCOPE: ss, **({VARIANT: sv} if third else {})}
-        startup = startup_runs(tools, args.rounds)
+        startup, first = startup_runs(tools, args.rounds)
         results: dict[tuple[str, int], list[Run]] = {}
         seed = 1
         for conc in concs:
@@ -487,6 +628,7 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
         print(row)
     print(f"start-up CPU (whole 1-request, 1-output-token run): vllm bench {startup[VLLM_BENCH]:.2f} s, "
           f"servescope {startup[SERVESCOPE]:.2f} s" + (f", variant {startup[VARIANT]:.2f} s" if third else ""))
+    show_first(first)
     prep = {name: med([(r.before_s - startup[name]) / r.requests * 1000 for (n, _), runs in results.items()
                        if n == name for r in runs]) for name in tools}
     print(f"preparation CPU per request (CPU before the busy window minus start-up, over the requests; median of "
@@ -505,11 +647,11 @@ def main_sim(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     with start_sim(profile, ["--no-enable-prefix-caching"]) as sim:
         def ss(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
             r = run_client(SERVESCOPE, servescope_cmd(sim.url, conc, n, out_len, seed, tmp, extra), None, sim.url,
-                           n, out_len, tmp, f"ss-{tag}")
+                           n, out_len, tmp, f"ss-{tag}", [])
             check_servescope(r)
             return r
 
-        startup = startup_runs({SERVESCOPE: ss}, args.rounds)
+        startup, _ = startup_runs({SERVESCOPE: ss}, args.rounds)  # exec to first request: too quick for /metrics
         ss(8, 16, OUT_LEN, 10_000, "warm")  # untimed: the first run of a fresh simulator
         seed = 1
         for rnd in range(args.rounds):
@@ -524,10 +666,10 @@ def main_sim(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     print(f"servescope alone on the simulator (profile {profile}), requests = 2 x streams")
     print(f"| streams | requests | servescope CPU ms / 1k tok | ratio to {streams[0]} streams |")
     print("|---|---|---|---|")
-    first = med([r.ms_per_1k for r in results[streams[0]]])
+    base = med([r.ms_per_1k for r in results[streams[0]]])
     for s in streams:
         v = med([r.ms_per_1k for r in results[s]])
-        print(f"| {s} | {2 * s} | {v:,.1f} | {v / first if first else float('nan'):.2f} |")
+        print(f"| {s} | {2 * s} | {v:,.1f} | {v / base if base else float('nan'):.2f} |")
     prep = med([(r.before_s - startup[SERVESCOPE]) / r.requests * 1000 for runs in results.values() for r in runs])
     print(f"start-up CPU (whole 1-request, 1-output-token run): servescope {startup[SERVESCOPE]:.2f} s")
     print(f"preparation CPU per request (median of all runs): servescope {prep:.2f} ms")
@@ -545,6 +687,9 @@ def main() -> None:
     ap.add_argument("--variant-checkout", default="", metavar="DIR",
                     help="vLLM mode: the variant runs this other checkout's servescope (`python -m servescope` from "
                          "DIR imports DIR's package first), e.g. a worktree of the commit before a change")
+    ap.add_argument("--shared", action="store_true",
+                    help="vLLM mode: leave vLLM's engine where the OS puts it (default: its engine core and worker on "
+                         "core 0 at a lower priority, the API server and the clients on the other cores)")
     ap.add_argument("--sim", action="store_true", help="servescope alone on its simulator at --streams")
     ap.add_argument("--streams", default="512,1024,2048,4096")
     args = ap.parse_args()
