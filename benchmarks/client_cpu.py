@@ -25,9 +25,8 @@ server). The server's busy window runs from the start of the first 5 ms interval
 used 1 ms of CPU or more (idle, it uses none) to the end of the last one, in the longest stretch with no idle
 gap over 1 s (a lone request a tool sends, then pauses, before its load is no part of it); the client's CPU
 during the load is its CPU at the window's end minus at its start (interpolated between samples). With the
-simulator (`--sim`), whose one process also serves HTTP, the window comes from its /metrics instead: requests
-running + waiting > 0, scraped every 20 ms by a second thread. Tokens are the server's generation_tokens_total delta over the
-whole run (checked against requests x 64). Apart from the load it reports the start-up CPU (the whole CPU of
+simulator (`--sim`), whose one process also serves HTTP, the window is servescope's own (below). Tokens are
+the server's generation_tokens_total delta over the whole run (checked against requests x 64). Apart from the load it reports the start-up CPU (the whole CPU of
 a 1-request, 1-output-token run of each tool) and the preparation CPU per request (the client's CPU before
 the busy window starts, minus the start-up CPU, over the requests).
 
@@ -38,7 +37,8 @@ runs), and the preparation CPU per request (ms) of each tool. Figures are median
 
 `--sim` runs no vLLM and no vllm bench: it starts servescope's simulator once (profile `max-speed` where it
 exists, else `tiny`) and runs servescope alone at each of `--streams` concurrencies (requests = 2 x streams,
-256 in / 64 out, busy window from the simulator's /metrics, which exports the same vllm: names); it prints
+256 in / 64 out; the window is servescope's own, from its saved records: the first request sent to the last
+response ended, in the clock of the CPU samples; an overloaded simulator answers /metrics too late for it); it prints
 CPU ms per 1k tokens per stream count and its ratio to the first (the aim: 4,096 streams within 1.2x of 512).
 """
 
@@ -279,7 +279,7 @@ class Sampler:
     (the simulator), every 20 ms the server's running + waiting and generation tokens from /metrics (another
     thread, so a scrape the busy server answers late leaves no hole in the CPU series)."""
 
-    def __init__(self, root: int, url: str, engine: list[int]) -> None:
+    def __init__(self, root: int, url: str, engine: list[int], scrape: bool = True) -> None:
         self.tree = TreeCPU(root)
         self.engine = engine
         self.metrics = Metrics(url)
@@ -288,7 +288,7 @@ class Sampler:
         self.engine_cpu: list[tuple[float, int]] = []  # (monotonic s, engine CPU ns)
         self.load: list[tuple[float, float, float]] = []  # (monotonic s, running + waiting, generation tokens)
         self.n = 0
-        jobs = [(self.sample_cpu, CPU_SAMPLE_S)] + ([] if engine else [(self.sample_load, SAMPLE_S)])
+        jobs = [(self.sample_cpu, CPU_SAMPLE_S)] + ([] if engine or not scrape else [(self.sample_load, SAMPLE_S)])
         self.threads = [threading.Thread(target=self.every, args=(fn, dt), name=f"client-cpu-{fn.__name__}",
                                          daemon=True) for fn, dt in jobs]
 
@@ -411,8 +411,24 @@ def settle(m: Metrics, timeout_s: float = 10.0) -> dict[str, float]:
     return last
 
 
+def own_window(sessions: Path) -> tuple[float, float, int] | None:
+    """servescope's own load window, from the newest session under `sessions`: its first request sent to its last
+    response ended (each record's stamps are CLOCK_MONOTONIC ns, the clock of this script's samples)."""
+    import polars as pl
+
+    dirs = sorted((d for d in sessions.iterdir() if (d / "requests").is_dir()), key=lambda d: d.stat().st_mtime)
+    if not dirs:
+        return None
+    df = pl.read_parquet(dirs[-1] / "requests" / "*.parquet", columns=["sent_ns", "end_ns"]).filter(
+        pl.col("sent_ns") > 0)
+    if df.height == 0:
+        return None
+    return float(df["sent_ns"].min()) / 1e9, float(df["end_ns"].max()) / 1e9, df.height  # type: ignore[arg-type]
+
+
 def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, requests: int, out_len: int,
-               out_dir: Path, tag: str, engine: list[int], cwd: Path = ROOT) -> Run:
+               out_dir: Path, tag: str, engine: list[int], cwd: Path = ROOT,
+               window: Callable[[], tuple[float, float, int] | None] | None = None) -> Run:
     m = Metrics(url)
     before = settle(m)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -420,7 +436,7 @@ def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, 
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         spawn = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
-        sampler = Sampler(proc.pid, url, engine)
+        sampler = Sampler(proc.pid, url, engine, scrape=window is None)
         sampler.start()
         try:
             rc = proc.wait()
@@ -447,9 +463,13 @@ def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, 
     first = sampler.first_busy()
     if first is not None and len(sampler.cpu) >= 2:  # exec to the first request reaching the server
         run.extra["first_s"], run.extra["first_cpu_s"] = first - spawn, interp(sampler.cpu, first) / 1e9
-    win = sampler.window()
-    run.extra["samples"] = float(len(sampler.engine_cpu) - 1 if engine else len(sampler.load))
-    run.extra["busy_samples"] = float(win[2] if win else 0)
+    win = window() if window is not None else sampler.window()
+    if window is not None:  # the tool's own window: the CPU samples inside it
+        run.extra["samples"] = float(len(sampler.cpu))
+        run.extra["busy_samples"] = float(sum(win[0] <= t <= win[1] for t, _ in sampler.cpu) if win else 0)
+    else:
+        run.extra["samples"] = float(len(sampler.engine_cpu) - 1 if engine else len(sampler.load))
+        run.extra["busy_samples"] = float(win[2] if win else 0)
     if win and len(sampler.cpu) >= 2:
         start, end, _ = win
         c0, c1 = interp(sampler.cpu, start), interp(sampler.cpu, end)
@@ -647,7 +667,7 @@ def main_sim(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     with start_sim(profile, ["--no-enable-prefix-caching"]) as sim:
         def ss(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
             r = run_client(SERVESCOPE, servescope_cmd(sim.url, conc, n, out_len, seed, tmp, extra), None, sim.url,
-                           n, out_len, tmp, f"ss-{tag}", [])
+                           n, out_len, tmp, f"ss-{tag}", [], window=lambda: own_window(tmp / "sessions"))
             check_servescope(r)
             return r
 
