@@ -16,6 +16,8 @@ the clients free to use every core, as on a GPU host, where the engine's work is
 the client shares CPUs with the API server. `--shared` leaves vLLM's engine where the OS puts it: on a 2-core
 box its polling engine core and worker then take both cores at the clients' priority, the server's pace and the
 way tokens bunch into reads change from run to run, and single runs of one tool vary by up to 2x.
+`--client-alone` gives each client the last core to itself (vLLM's engine, its API server and this script on
+core 0): a client with an idle core of its own, as on a large GPU host.
 
 While a client runs, a thread of this process samples every 5 ms the CPU time (ns) of the client process and
 of all its descendants (each process's CPU clock: all its threads, live and exited; the tree is re-read from
@@ -197,6 +199,18 @@ class TreeCPU:
             if ns is not None:
                 self.own[p] = ns
         return sum(self.own.values()) + self.reaped + self.outside + self.root_last
+
+
+CLIENT_CPUS: set[int] | None = None  # --client-alone: the clients' cores (every other process kept off them)
+
+
+def server_apart(server_pid: int) -> None:
+    """--client-alone: the API server (all its threads) on core 0 beside the engine, at its usual priority."""
+    for task in Path(f"/proc/{server_pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), {0})
+        except OSError:
+            continue
 
 
 def engine_apart() -> None:
@@ -435,7 +449,9 @@ def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, 
     out_path, err_path = out_dir / f"{tag}.out", out_dir / f"{tag}.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         spawn = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
+        cpus = CLIENT_CPUS
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         sampler = Sampler(proc.pid, url, engine, scrape=window is None)
         sampler.start()
         try:
@@ -590,6 +606,11 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     engine = engine_pids(srv.proc.pid)
     if not args.shared:
         engine_apart()
+    if args.client_alone:  # the clients on the last core, alone: vLLM, its API server and this script on core 0
+        global CLIENT_CPUS
+        CLIENT_CPUS = {(os.cpu_count() or 2) - 1}
+        server_apart(srv.proc.pid)
+        os.sched_setaffinity(0, {0})
     print(f"engine processes (the busy window): {engine}", file=sys.stderr)
     try:
         def vb(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
@@ -710,6 +731,9 @@ def main() -> None:
     ap.add_argument("--shared", action="store_true",
                     help="vLLM mode: leave vLLM's engine where the OS puts it (default: its engine core and worker on "
                          "core 0 at a lower priority, the API server and the clients on the other cores)")
+    ap.add_argument("--client-alone", action="store_true",
+                    help="vLLM mode: each client on the last core alone, vLLM (engine and API server) and this script "
+                         "on core 0: a client with an idle core of its own, as on a large GPU host")
     ap.add_argument("--sim", action="store_true", help="servescope alone on its simulator at --streams")
     ap.add_argument("--streams", default="512,1024,2048,4096")
     args = ap.parse_args()
