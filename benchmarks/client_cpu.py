@@ -213,21 +213,6 @@ def server_apart(server_pid: int) -> None:
             continue
 
 
-def engine_apart() -> None:
-    """vLLM's engine core and its worker (every `VLLM::` process, all threads) on core 0 at a lower priority, so
-    that the API server and the client share the rest, as on a GPU host, where the engine's own CPU work does not
-    compete with the client (on a 2-core box at equal priority the engine core's polling and the worker take both
-    cores, and tokens reach both clients in bursts that change from run to run)."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and (proc / "comm").read_text().startswith("VLLM::"):
-                for task in (proc / "task").iterdir():
-                    os.setpriority(os.PRIO_PROCESS, int(task.name), 15)
-                    os.sched_setaffinity(int(task.name), {0})
-        except OSError:
-            continue
-
-
 def engine_pids(server_pid: int) -> list[int]:
     """vLLM's engine core processes among the server's descendants (`VLLM::EngineCore...`). Its workers are left
     out: a CPU worker keeps spinning for seconds after the last step. So is the API server, which also answers
@@ -605,7 +590,7 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     env = vllm_server.vllm_env(tmp / "scratch")
     engine = engine_pids(srv.proc.pid)
     if not args.shared:
-        engine_apart()
+        vllm_server.engine_apart({0})  # see the layouts above
     if args.client_alone:  # the clients on the last core, alone: vLLM, its API server and this script on core 0
         global CLIENT_CPUS
         CLIENT_CPUS = {(os.cpu_count() or 2) - 1}

@@ -32,22 +32,6 @@ FIGS = (("output_tok_s", None), ("ttft_ms", "p50"), ("tpot_ms", "p50"))
 RUN_FLAGS = ["--warmup", "8", "--telemetry-interval", "60s"]  # /metrics at the cell boundaries only: see below
 
 
-def calm_vllm() -> None:
-    """On a 2-core box the CPU vLLM's engine core busy-polls one core and its worker the other: at equal priority
-    its API server and the client wait for a CPU and tokens arrive in bursts. Put the engine core beside the worker
-    on core 0 (VLLM_CPU_OMP_THREADS_BIND=0 pins the worker there) at a lower priority, so that the API server and
-    the client keep up on core 1."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and (proc / "comm").read_text().startswith("VLLM::"):
-                for task in (proc / "task").iterdir():
-                    os.setpriority(os.PRIO_PROCESS, int(task.name), 15)
-                    if os.cpu_count() == 2:  # the engine core polls beside the worker on core 0; core 1 serves HTTP
-                        os.sched_setaffinity(int(task.name), {0})
-        except OSError:
-            continue
-
-
 def servescope(*args: str, home: Path) -> dict:
     env = dict(os.environ, SERVESCOPE_HOME=str(home))
     out = subprocess.run([sys.executable, "-m", "servescope", *args], capture_output=True, text=True, env=env,
@@ -114,7 +98,8 @@ def main() -> None:
         return
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0"
     srv = vllm_server.start("dense", ["--no-enable-prefix-caching", "--max-model-len", "2048"], tmp / "scratch")
-    calm_vllm()
+    # the engine core beside its worker on core 0 (2 cores): the API server and the client keep up on core 1
+    vllm_server.engine_apart({0} if os.cpu_count() == 2 else None)
     try:
         print(f"real CPU vLLM at {srv.url} ({srv.model}); {args.rounds} rounds", flush=True)
         rounds = [one_round(srv.url, tmp / f"vllm-{r}", "1,2,4,8", args.requests or 64, (256, 64),
