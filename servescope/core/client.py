@@ -328,7 +328,7 @@ class _Stream:
     and timing are still measured (a chunk that msgspec's typed decoder refuses is decoded again leniently)."""
 
     __slots__ = ("rec", "parser", "last_completion", "counted", "reasoning_counted", "done", "bound", "secret",
-                 "bad", "events", "head", "overflow", "reply")
+                 "bad", "events", "head", "heading", "overflow", "reply")
 
     def __init__(self, rec: RequestRecord, bound: int = USAGE_BOUND, secret: str | None = None,
                  reply: list[str] | None = None) -> None:
@@ -343,14 +343,16 @@ class _Stream:
         self.bad = False  # usage was not plausible: ignore it from then on
         self.events = 0  # data lines seen
         self.head = b""  # the body's first bytes
+        self.heading = True  # len(head) < _HEAD: the reads go through `feed` until the head is kept
         self.overflow = False  # the server sent a line too long to hold: stop reading
         self.reply = reply  # when a list: the reply's content pieces are appended to it (a conversation's history)
 
     def feed(self, piece: bytes, now: int) -> None:
         global _reads
         _reads += 1
-        if len(self.head) < _HEAD:
+        if self.heading:
             self.head += piece[: _HEAD - len(self.head)]
+            self.heading = len(self.head) < _HEAD
         for data in self.parser.feed(piece):
             self._event(data, now)
         if self.parser.pending > MAX_LINE:
@@ -362,7 +364,7 @@ class _Stream:
         """A piece that is exactly one event with one data line (a server's usual write: one token) is handled at
         once, without the general parse; False when it is anything else (nothing consumed: then `feed`)."""
         global _reads
-        if len(self.head) < _HEAD:
+        if self.heading:
             return False
         data = self.parser.one(piece)
         if data is None:

@@ -42,6 +42,12 @@ class Sink(Protocol):
     def feed(self, piece: bytes, now: int) -> None: ...
 
 
+class _Whole(Protocol):
+    """A sink that takes a read which is exactly one whole chunk (see `Sink`)."""
+
+    def whole(self, payload: bytes, now: int) -> bool: ...
+
+
 class _Collect:
     """A non-200 body, kept up to `limit` bytes (an error text)."""
 
@@ -64,6 +70,11 @@ HEAD, CHUNK_SIZE, CHUNK_DATA, CHUNK_END, TRAILER, LENGTH, CLOSE, DONE = range(8)
 class _Conn(asyncio.Protocol):
     """One connection; one request at a time."""
 
+    # slots: a stream's read touches this object alone, not a separate dict of values too (at thousands of
+    # streams each read finds its connection's state out of the CPU's cache: every object on the path counts)
+    __slots__ = ("loop", "transport", "closed", "used", "idle_since", "state", "buf", "left", "status", "headers",
+                 "keep", "got_any", "sink", "error_sink", "head_fut", "done_fut", "whole")
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
@@ -84,7 +95,7 @@ class _Conn(asyncio.Protocol):
         self.error_sink: _Collect | None = None
         self.head_fut: asyncio.Future[None] | None = None
         self.done_fut: asyncio.Future[None] | None = None
-        self.whole: Callable[[bytes, int], bool] | None = None  # the 200 sink's `whole`, for a chunked body
+        self.whole: _Whole | None = None  # the 200 sink, for a chunked body, when it has `whole`
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -115,7 +126,7 @@ class _Conn(asyncio.Protocol):
                 except ValueError:  # an extension, or no size: the general parse says what is wrong
                     end = 0
                 if end > nl + 2 and len(data) == end + 2 and data.endswith(b"\r\n") \
-                        and self.whole(data[nl + 2:end], now):
+                        and self.whole.whole(data[nl + 2:end], now):
                     return
         if self.state == HEAD:
             data = self._head(self.buf + data if self.buf else data)
@@ -163,7 +174,7 @@ class _Conn(asyncio.Protocol):
         self.whole = None
         if "chunked" in h.get("transfer-encoding", "").lower():
             self.state = CHUNK_SIZE
-            self.whole = getattr(self.sink, "whole", None)
+            self.whole = self.sink if hasattr(self.sink, "whole") else None  # type: ignore[assignment]
         elif "content-length" in h:
             try:
                 self.left = int(h["content-length"])

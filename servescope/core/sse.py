@@ -51,7 +51,7 @@ class SSEParser:
     def one(self, piece: bytes) -> bytes | None:
         """The data of `piece` when it is exactly one event of one `data:` line ("data: ...\n\n") and nothing is
         pending (a server's usual write: one token); else None, and nothing is consumed (then `feed`)."""
-        if (self._buf or self._held or not piece.startswith(b"data:") or not piece.endswith(b"\n\n")
+        if (self._buf or self._held_len or not piece.startswith(b"data:") or not piece.endswith(b"\n\n")
                 or piece.find(b"\n") != len(piece) - 2 or piece[-3] == 13):  # the first line end is the last
             return None
         return piece[6 if piece[5] == 32 else 5:-2]
