@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/client_cpu.py [--rounds 3] [--concurrency 8,32,128] [--requests 200] [--shared]
                                               [--servescope-args "--transport httpx"] [--variant "--transport aiohttp"]
-    .venv/bin/python benchmarks/client_cpu.py --sim [--streams 512,1024,2048,4096] [--rounds 3]
+    .venv/bin/python benchmarks/client_cpu.py --sim [--streams 512,1024,2048,4096] [--rounds 3] [--client-alone]
 
 Default mode starts the real CPU vLLM (tiny dense model, prefix caching off, via tests/support/vllm_server.py),
 then for each concurrency and round runs both tools on 256 in / 64 out random prompts (ignore_eos, a fresh
@@ -41,7 +41,12 @@ runs), and the preparation CPU per request (ms) of each tool. Figures are median
 exists, else `tiny`) and runs servescope alone at each of `--streams` concurrencies (requests = 2 x streams,
 256 in / 64 out; the window is servescope's own, from its saved records: the first request sent to the last
 response ended, in the clock of the CPU samples; an overloaded simulator answers /metrics too late for it); it prints
-CPU ms per 1k tokens per stream count and its ratio to the first (the aim: 4,096 streams within 1.2x of 512).
+CPU ms per 1k tokens per stream count and its ratio to the first (the aim: 4,096 streams within 1.2x of 512),
+beside the simulator's own CPU per 1k tokens in the same window (a Python asyncio server that holds as many
+streams: what the number of streams costs a process apart from the client's code) and the client's wake-ups per
+token (voluntary context switches of its event loop's thread, sampled every 100 ms). There, `--client-alone`
+puts the simulator and this script on core 0 and the client on the last core; by default both go where the OS
+puts them, as before.
 """
 
 from __future__ import annotations
@@ -204,8 +209,21 @@ class TreeCPU:
 CLIENT_CPUS: set[int] | None = None  # --client-alone: the clients' cores (every other process kept off them)
 
 
+def wakeups(pid: int) -> int | None:
+    """Voluntary context switches of the process's main thread (the event loop's): how often it slept and woke."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def server_apart(server_pid: int) -> None:
-    """--client-alone: the API server (all its threads) on core 0 beside the engine, at its usual priority."""
+    """--client-alone: the server process (all its threads) on core 0, at its usual priority: vLLM's API server
+    beside its engine, or the simulator."""
     for task in Path(f"/proc/{server_pid}/task").iterdir():
         try:
             os.sched_setaffinity(int(task.name), {0})
@@ -286,6 +304,7 @@ class Sampler:
         self.cpu: list[tuple[float, int]] = []  # (monotonic s, client CPU ns)
         self.engine_cpu: list[tuple[float, int]] = []  # (monotonic s, engine CPU ns)
         self.load: list[tuple[float, float, float]] = []  # (monotonic s, running + waiting, generation tokens)
+        self.wakes: list[tuple[float, int]] = []  # (monotonic s, the client's loop thread's voluntary switches)
         self.n = 0
         jobs = [(self.sample_cpu, CPU_SAMPLE_S)] + ([] if engine or not scrape else [(self.sample_load, SAMPLE_S)])
         self.threads = [threading.Thread(target=self.every, args=(fn, dt), name=f"client-cpu-{fn.__name__}",
@@ -305,7 +324,12 @@ class Sampler:
 
     def sample_cpu(self) -> None:
         t0 = time.monotonic()
-        ns = self.tree.quick() if self.n % SCAN_EVERY else self.tree.scan()
+        scan = self.n % SCAN_EVERY == 0
+        ns = self.tree.scan() if scan else self.tree.quick()
+        if scan:
+            w = wakeups(self.tree.root)
+            if w is not None:
+                self.wakes.append((time.monotonic(), w))
         self.n += 1
         if self.engine:
             self.engine_cpu.append((time.monotonic(), sum(cpu_ns(p) or 0 for p in self.engine)))
@@ -461,7 +485,7 @@ def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, 
     sampled = sampler.cpu[-1][1] / 1e9 if sampler.cpu else 0.0
     if abs(sampled - total) > 0.1 + 0.05 * total:  # the sampled tree against the kernel's own sum at our wait
         print(f"  WARNING: {tool} {tag}: sampled CPU {sampled:.2f} s, rusage {total:.2f} s", file=sys.stderr)
-    first = sampler.first_busy()
+    first = sampler.first_busy() if window is None else None  # a simulator is busy with the preparation too
     if first is not None and len(sampler.cpu) >= 2:  # exec to the first request reaching the server
         run.extra["first_s"], run.extra["first_cpu_s"] = first - spawn, interp(sampler.cpu, first) / 1e9
     win = window() if window is not None else sampler.window()
@@ -475,6 +499,11 @@ def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, 
         start, end, _ = win
         c0, c1 = interp(sampler.cpu, start), interp(sampler.cpu, end)
         run.before_s, run.load_s, run.window_s = c0 / 1e9, (c1 - c0) / 1e9, end - start
+        if window is not None and engine and len(sampler.engine_cpu) >= 2 and run.tokens:
+            server = interp(sampler.engine_cpu, end) - interp(sampler.engine_cpu, start)
+            run.extra["server_ms_per_1k"] = server / 1e6 / run.tokens * 1000
+        if len(sampler.wakes) >= 2 and run.tokens:
+            run.extra["wakes_per_token"] = (interp(sampler.wakes, end) - interp(sampler.wakes, start)) / run.tokens
     elif out_len > 1 and "warm" not in tag:  # a short warm run may slip between samples
         print(f"  WARNING: {tool} {tag}: no sample saw the server busy", file=sys.stderr)
     return run
@@ -540,7 +569,9 @@ def show(run: Run, label: str, startup_s: float) -> None:
     print(f"  {label} {run.tool:<10} window {run.window_s:6.1f} s  tokens {run.tokens:7.0f}  "
           f"load CPU {run.load_s:6.2f} s = {run.ms_per_1k:6.1f} ms/1k tok  before {run.before_s:5.2f} s "
           f"(prep {prep:5.2f} ms/req)  total {run.total_s:6.2f} s  "
-          f"[{run.extra.get('busy_samples', 0):.0f} busy of {run.extra.get('samples', 0):.0f} samples]",
+          f"[{run.extra.get('busy_samples', 0):.0f} busy of {run.extra.get('samples', 0):.0f} samples]"
+          + (f"  simulator {run.extra['server_ms_per_1k']:6.1f} ms/1k tok" if "server_ms_per_1k" in run.extra else "")
+          + (f"  wake-ups {run.extra['wakes_per_token']:.3f}/tok" if "wakes_per_token" in run.extra else ""),
           file=sys.stderr)
 
 
@@ -553,9 +584,9 @@ def startup_runs(tools: dict[str, Runner], rounds: int) -> tuple[dict[str, float
         for name, fn in order:
             r = fn(1, 1, 1, 900 + rnd, f"startup-{rnd}")
             got[name].append(r)
-            print(f"  start-up round {rnd + 1} {name:<10} {r.total_s:6.2f} s CPU; exec to first request "
-                  f"{r.extra.get('first_s', float('nan')):5.2f} s, {r.extra.get('first_cpu_s', float('nan')):5.2f} s CPU",
-                  file=sys.stderr)
+            at = (f"; exec to first request {r.extra['first_s']:5.2f} s, {r.extra['first_cpu_s']:5.2f} s CPU"
+                  if "first_s" in r.extra else "")  # not timed against the simulator
+            print(f"  start-up round {rnd + 1} {name:<10} {r.total_s:6.2f} s CPU{at}", file=sys.stderr)
     first = {name: (med([r.extra.get("first_s", float("nan")) for r in v]),
                     med([r.extra.get("first_cpu_s", float("nan")) for r in v])) for name, v in got.items()}
     return {name: med([r.total_s for r in v]) for name, v in got.items()}, first
@@ -671,9 +702,16 @@ def main_sim(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     print(f"starting the simulator (profile {profile}) ...", file=sys.stderr)
     results: dict[int, list[Run]] = {}
     with start_sim(profile, ["--no-enable-prefix-caching"]) as sim:
+        if args.client_alone:  # the client on the last core alone; the simulator and this script on core 0
+            global CLIENT_CPUS
+            CLIENT_CPUS = {(os.cpu_count() or 2) - 1}
+            server_apart(sim.proc.pid)
+            os.sched_setaffinity(0, {0})
+
         def ss(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
+            # the simulator's CPU is sampled as an engine's is, for its own CPU per token (not for the window)
             r = run_client(SERVESCOPE, servescope_cmd(sim.url, conc, n, out_len, seed, tmp, extra), None, sim.url,
-                           n, out_len, tmp, f"ss-{tag}", [], window=lambda: own_window(tmp / "sessions"))
+                           n, out_len, tmp, f"ss-{tag}", [sim.proc.pid], window=lambda: own_window(tmp / "sessions"))
             check_servescope(r)
             return r
 
@@ -689,13 +727,22 @@ def main_sim(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
                 show(r, f"streams={s} round {rnd + 1}", startup[SERVESCOPE])
 
     header(args, extra, "the order of stream counts reversed every other round")
-    print(f"servescope alone on the simulator (profile {profile}), requests = 2 x streams")
-    print(f"| streams | requests | servescope CPU ms / 1k tok | ratio to {streams[0]} streams |")
-    print("|---|---|---|---|")
+    where = (f"the simulator and this script on core 0, the client on core {min(CLIENT_CPUS)} (--client-alone)"
+             if CLIENT_CPUS else "both where the OS puts them")
+    print(f"servescope alone on the simulator (profile {profile}), requests = 2 x streams; {where}")
+    print(f"| streams | requests | servescope CPU ms / 1k tok | ratio to {streams[0]} streams | simulator CPU ms / 1k tok "
+          f"| ratio | client loop wake-ups per token |")
+    print("|---|---|---|---|---|---|---|")
+
+    def fig(runs: list[Run], key: str) -> float:
+        return med([r.extra.get(key, float("nan")) for r in runs])
+
     base = med([r.ms_per_1k for r in results[streams[0]]])
+    base_sim = fig(results[streams[0]], "server_ms_per_1k")
     for s in streams:
-        v = med([r.ms_per_1k for r in results[s]])
-        print(f"| {s} | {2 * s} | {v:,.1f} | {v / base if base else float('nan'):.2f} |")
+        v, sv = med([r.ms_per_1k for r in results[s]]), fig(results[s], "server_ms_per_1k")
+        print(f"| {s} | {2 * s} | {v:,.1f} | {v / base if base else float('nan'):.2f} | {sv:,.1f} | "
+              f"{sv / base_sim if base_sim else float('nan'):.2f} | {fig(results[s], 'wakes_per_token'):.3f} |")
     prep = med([(r.before_s - startup[SERVESCOPE]) / r.requests * 1000 for runs in results.values() for r in runs])
     print(f"start-up CPU (whole 1-request, 1-output-token run): servescope {startup[SERVESCOPE]:.2f} s")
     print(f"preparation CPU per request (median of all runs): servescope {prep:.2f} ms")
@@ -717,8 +764,9 @@ def main() -> None:
                     help="vLLM mode: leave vLLM's engine where the OS puts it (default: its engine core and worker on "
                          "core 0 at a lower priority, the API server and the clients on the other cores)")
     ap.add_argument("--client-alone", action="store_true",
-                    help="vLLM mode: each client on the last core alone, vLLM (engine and API server) and this script "
-                         "on core 0: a client with an idle core of its own, as on a large GPU host")
+                    help="each client on the last core alone, the server (vLLM's engine and API server, or the "
+                         "simulator) and this script on core 0: a client with an idle core of its own, as on a large "
+                         "GPU host")
     ap.add_argument("--sim", action="store_true", help="servescope alone on its simulator at --streams")
     ap.add_argument("--streams", default="512,1024,2048,4096")
     args = ap.parse_args()
