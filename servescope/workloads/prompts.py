@@ -44,6 +44,16 @@ async def _corpus_ids(tok: Tokenizer, rng: random.Random, need: int) -> list[int
         words *= 2
 
 
+async def _windows(tok: Tokenizer, rng: random.Random, longest: int, n: int) -> tuple[list[int], list[int]]:
+    """A corpus and `n` distinct start offsets in it, each with `longest` tokens after it. Each prompt its own
+    window: two prompts from one window would be one prompt twice, and the server's prefix cache would serve the
+    second (a random workload shares only its `prefix_tokens`). A corpus of 2 x the longest prompt, as before,
+    gave 200 prompts of 256 tokens ~320 windows to draw from: a quarter of them repeated one before."""
+    corpus = await _corpus_ids(tok, rng, longest + max(longest, n) + 64)
+    span = max(1, len(corpus) - longest)
+    return corpus, (rng.sample(range(span), n) if n <= span else [rng.randrange(0, span) for _ in range(n)])
+
+
 def _read_sharegpt(path: str) -> list[tuple[str, str]]:
     return read_sharegpt(path)
 
@@ -112,9 +122,7 @@ async def build_prompts(
     outs = [workload.output_tokens.sample(rng) for _ in range(n)]
     overhead = await count("")
     prefix_ids = await _shared_ids(workload, tok)
-    longest = max(ins)
-    corpus = await _corpus_ids(tok, rng, 2 * longest + 64)
-    offsets = [rng.randrange(0, max(1, len(corpus) - longest)) for _ in range(n)]
+    corpus, offsets = await _windows(tok, rng, max(ins), n)
 
     async def one(i: int) -> Prompt:
         target = ins[i]
@@ -154,9 +162,7 @@ async def _turn_prompts(workload: Workload, n: int, cell_key: str, tok: Tokenize
     news = [(workload.input_tokens if first else workload.later_tokens).sample(rng) for first in firsts]
     outs = [workload.output_tokens.sample(rng) for _ in range(n)]
     overhead = await tok.count_chat("")
-    longest = max(news)
-    corpus = await _corpus_ids(tok, rng, 2 * longest + 64)
-    offsets = [rng.randrange(0, max(1, len(corpus) - longest)) for _ in range(n)]
+    corpus, offsets = await _windows(tok, rng, max(news), n)
 
     async def one(i: int) -> Prompt:
         head = shared if firsts[i] else []

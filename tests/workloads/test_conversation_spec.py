@@ -154,6 +154,13 @@ async def test_turn_prompts_share_the_system_prompt_and_are_exact() -> None:
     assert [p.text for p in await build_prompts(w, 12, "cell0", FakeTok())] == [p.text for p in ps]
 
 
+async def test_no_turn_message_repeats_another_in_a_cell() -> None:
+    # a conversation opening as another did is a prefix-cache hit past the shared system prompt
+    w = replace(PRESETS["chat-multiturn"], prefix_tokens=0, input_tokens=LengthDist("fixed", value=32))
+    ps = await build_prompts(w, 300, "cell0", FakeTok())
+    assert len({p.text for p in ps}) == 300
+
+
 async def test_a_sharegpt_dataset_gives_every_turn_in_order(tmp_path: Path) -> None:
     data = [{"conversations": [x for t in range(i + 1) for x in (
         {"from": "human", "value": f"conv {i} turn {t + 1}"}, {"from": "gpt", "value": "ok " * (t + 1)})]}

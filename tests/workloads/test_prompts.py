@@ -64,6 +64,16 @@ async def test_exact_lengths(api: str) -> None:
     assert min(lengths) >= 20 and max(lengths) <= 400 and len(set(lengths)) > 10
 
 
+@pytest.mark.parametrize("inp, n", [(32, 400), (256, 200), (8192, 16)])
+async def test_no_prompt_twice_in_a_cell(inp: int, n: int) -> None:
+    # a repeated prompt is a prefix-cache hit the workload never asked for (short prompts, many requests: the
+    # corpus once held too few windows for them)
+    w = Workload("t", "completions", LengthDist("fixed", value=inp), LengthDist("fixed", value=9), seed=8)
+    ps = await build_prompts(w, n, "cell0", FakeTok())
+    assert len({p.text for p in ps}) == n
+    assert len({p.text.split(" ")[0] + " " + " ".join(p.text.split(" ")[1:4]) for p in ps}) > 0.9 * n
+
+
 async def test_shared_prefix() -> None:
     w = Workload("t", "completions", LengthDist("fixed", value=200), LengthDist("fixed", value=5), prefix_tokens=50)
     tok = FakeTok()
