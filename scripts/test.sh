@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need (a venv with servescope and its
 # test tools, tmux, the vLLM CPU build, llama.cpp's server and the tiny test models, all cached outside the
-# clone), then runs ruff, mypy and pytest (real vLLM, real llama.cpp and simulator integration tests included).
+# clone), then runs ruff, mypy and pytest (real vLLM, real llama.cpp, tmux, Ray and simulator tests included),
+# printing the 30 slowest tests.
+#   ./scripts/test.sh              everything (what CI's .ci/run calls)
+#   ./scripts/test.sh --fast       the inner loop: everything but the tests marked vllm, llamacpp, tmux, ray or
+#                                  slow (no vLLM or llama.cpp is installed or started)
+#   ./scripts/test.sh [--fast] ARGS  extra arguments go to pytest (tests/core -x, -k name, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v tmux >/dev/null 2>&1; then
-  echo "test.sh: installing tmux (needed by the TUI end-to-end test)" >&2
+# Python may cache bytecode in the clone's __pycache__ folders (ignored by git): every `servescope` process the
+# tests start then loads the package instead of compiling it again, and pytest keeps its rewritten test modules.
+unset PYTHONDONTWRITEBYTECODE
+FAST=0
+if [ "${1:-}" = "--fast" ]; then FAST=1; shift; fi
+if [ "$FAST" = 0 ] && ! command -v tmux >/dev/null 2>&1; then
+  echo "test.sh: installing tmux (needed by the TUI end-to-end tests)" >&2
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq tmux >/dev/null; else sudo apt-get install -y -qq tmux >/dev/null; fi
 fi
 if [ ! -x .venv/bin/python ]; then
@@ -13,8 +23,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U "pip>=25.1"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[ray]' --group test --group lint
-bash .ci/setup_vllm.sh >/dev/null
-[ "${SERVESCOPE_SKIP_LLAMACPP:-}" = 1 ] || bash .ci/setup_llamacpp.sh >/dev/null  # llama-server and GGUF models
+if [ "$FAST" = 0 ]; then
+  bash .ci/setup_vllm.sh >/dev/null
+  [ "${SERVESCOPE_SKIP_LLAMACPP:-}" = 1 ] || bash .ci/setup_llamacpp.sh >/dev/null  # llama-server and GGUF models
+fi
 .venv/bin/ruff check servescope tests benchmarks
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra "$@"
+if [ "$FAST" = 1 ]; then
+  exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=10 \
+    -m "not (vllm or llamacpp or tmux or ray or slow)" "$@"
+fi
+exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=30 "$@"

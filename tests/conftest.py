@@ -1,4 +1,13 @@
-"""Shared fixtures. The real vLLM is started once per test session (see tests/support/vllm_server.py)."""
+"""Shared fixtures and the suite's tiers.
+
+Real servers are expensive on 2 cores (a CPU vLLM takes 20-40 s to start), so each distinct server is started
+once per test session, the first time a test asks for it, and stopped when the session ends
+(tests/support/pool.py). Tiers are pytest markers: `vllm`, `llamacpp`, `tmux`, `ray` (tests that need that real
+program) and `slow` (a test that takes over ~15 s on this 2-core machine). `./scripts/test.sh --fast` runs the
+rest; `.ci/run` runs everything. Markers come from a test's own decorators, and also from here: a test that uses a
+real-server fixture gets that server's marker, and a module named `test_tmux_*`, `test_llamacpp_*` or
+`test_ray_*` marks its tests so.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +17,33 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.pool import ServerPool
+
 # the real vLLM's server arguments; --enable-prompt-tokens-details puts cached_tokens in usage
 VLLM_EXTRA_ARGS = ["--max-model-len", "8192", "--enable-prompt-tokens-details"]
+
+# fixture -> the tier marker of any test that uses it (directly or through another fixture)
+FIXTURE_MARKERS = {
+    "vllm_server": "vllm",
+    "vllm_server_perturbed": "vllm",
+    "vllm_bench_files": "vllm",
+    "llamacpp_f16": "llamacpp",
+}
+# module name prefix -> marker
+MODULE_MARKERS = {"test_tmux_": "tmux", "test_llamacpp_": "llamacpp", "test_ray_": "ray"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in names:
+                item.add_marker(marker)
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        for prefix, marker in MODULE_MARKERS.items():
+            if module.startswith(prefix):
+                item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True)
@@ -18,31 +52,48 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVESCOPE_HOME", str(tmp_path / "home"))
 
 
+def _skip_vllm() -> None:
+    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
+        pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
+
+
+def _skip_llamacpp() -> None:
+    if os.environ.get("SERVESCOPE_SKIP_LLAMACPP") == "1":
+        pytest.skip("SERVESCOPE_SKIP_LLAMACPP=1: real llama.cpp tests skipped on purpose")
+
+
 @pytest.fixture(scope="session")
-def vllm_server() -> Iterator[object]:
+def server_pool() -> Iterator[ServerPool]:
+    """Every real server of the test session, one per distinct program, model and flags."""
+    pool = ServerPool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(server_pool: ServerPool) -> object:
     """A real CPU vLLM serving the tiny dense model, shared by every test of the session."""
-    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
-        pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
-    from tests.support import vllm_server as vs
-
-    srv = vs.start("dense", VLLM_EXTRA_ARGS)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    _skip_vllm()
+    return server_pool.vllm("dense", VLLM_EXTRA_ARGS)
 
 
-@pytest.fixture(scope="module")  # stopped after the module that uses it: two vLLMs share 2 cores
-def vllm_server_perturbed() -> Iterator[object]:
+@pytest.fixture(scope="session")
+def vllm_server_perturbed(server_pool: ServerPool) -> object:
     """A second real CPU vLLM serving dense-perturbed: the dense model's weights plus seeded noise (a stand-in
-    for a lossy quantization; see tests/support/build_tiny_model.py). Same tokenizer and server arguments as
-    vllm_server. Its served model name (srv.model) is its folder's path, so it differs from vllm_server's."""
-    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
-        pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
-    from tests.support import vllm_server as vs
+    for a lossy quantization; see tests/support/build_tiny_model.py), with prefix caching off. Same tokenizer as
+    vllm_server. Its served model name (srv.model) is its folder's path, so it differs from vllm_server's.
 
-    srv = vs.start("dense-perturbed", VLLM_EXTRA_ARGS)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    One server stands for both ways the suite needs a second vLLM: other weights (the quality tests compare its
+    answers with vllm_server's; prefix caching changes no logprob) and no prefix cache (the conversation tests
+    compare its hit rates and TTFTs with vllm_server's; the weights, random in both, change no timing)."""
+    _skip_vllm()
+    return server_pool.vllm("dense-perturbed", [*VLLM_EXTRA_ARGS, "--no-enable-prefix-caching"])
+
+
+@pytest.fixture(scope="session")
+def llamacpp_f16(server_pool: ServerPool) -> object:
+    """A real llama.cpp server with the tiny model as f16 GGUF: 4 slots of 2,048 tokens (-c 8192)."""
+    _skip_llamacpp()
+    return server_pool.llamacpp("tiny-f16.gguf", ctx=8192, parallel=4)
