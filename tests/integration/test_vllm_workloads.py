@@ -13,31 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from servescope.sessions.store import load_session
 from tests.integration.helpers import metrics, run_json, servescope
 
 CHAT = ('[workload]\nname = "chat4"\nkind = "conversation"\nturns = 4\nprefix_tokens = 3000\ninput_tokens = 300\n'
         'output_tokens = 16\n')
 COLD = '[workload]\nname = "cold"\napi = "chat"\ninput_tokens = 4000\noutput_tokens = 16\n'
-
-
-@pytest.fixture(scope="module")
-def vllm_no_cache() -> Iterator[Any]:
-    """A second real vLLM, with prefix caching off."""
-    import os
-
-    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
-        pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
-    from tests.support import vllm_server as vs
-
-    srv = vs.start("dense", ["--max-model-len", "8192", "--enable-prompt-tokens-details",
-                             "--no-enable-prefix-caching"])
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _turns_and_cold(url: str, tmp_path: Path) -> tuple[list[dict[str, Any]], float]:
@@ -61,8 +42,9 @@ def test_a_conversation_hits_the_prefix_cache_more_each_turn_and_answers_faster(
         assert t["ttft_ms_p50"] < 0.6 * cold, (t, cold)
 
 
-def test_with_prefix_caching_off_later_turns_are_not_faster(vllm_no_cache: Any, tmp_path: Path) -> None:
-    turns, cold = _turns_and_cold(vllm_no_cache.url, tmp_path)
+def test_with_prefix_caching_off_later_turns_are_not_faster(vllm_server_perturbed: Any, tmp_path: Path) -> None:
+    """vllm_server_perturbed runs with --no-enable-prefix-caching (tests/conftest.py)."""
+    turns, cold = _turns_and_cold(vllm_server_perturbed.url, tmp_path)
     assert [t["prefix_cache_hit_rate"] for t in turns] == [0.0, 0.0, 0.0, 0.0]
     assert turns[3]["ttft_ms_p50"] > 0.6 * cold, (turns[3], cold)
 
