@@ -9,7 +9,6 @@ recovery), `telemetry` (telemetryhub.Telemetry), `sink` (sink.SinkFactory: the s
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import httpx
 
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.errors import ServescopeError
-from servescope.core.secrets import redact_command, redact_sweep_table, redact_text
+from servescope.core.secrets import redact_command
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 from servescope.core.textsafe import clean_text
 from servescope.engine.background import Background
@@ -39,10 +38,10 @@ from servescope.engine.events import (
     SweepStarted,
     TelemetrySample,
 )
-from servescope.engine.fields import dump_interval
 from servescope.engine.plan import DEFAULT_CONCURRENCY, DEFAULT_REQUESTS, Cell, fits, plan_cells, pool_size
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, Servers
+from servescope.engine.sessionmeta import ran_with, session_meta
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.telemetryhub import (
@@ -336,35 +335,13 @@ class _Sweep:
 
     def _ran_with(self) -> dict[str, Any]:
         """What a cell really runs with beyond its plan (a resumed sweep may differ from its first part)."""
-        return {"tokenizer": self.tok.name if self.tok is not None else "", "transport": self.spec.transport,
-                "telemetry_interval": dump_interval(self.spec.telemetry_interval_s)}
+        return ran_with(self.spec, self.tok.name if self.tok is not None else "")
 
     def _meta(self, name: str, target: TargetInfo, tok: Tokenizer) -> dict[str, Any]:
         spec = self.spec
-        meta: dict[str, Any] = {
-            "name": name,
-            "target": {"url": self.label, "version": target.version, "metrics": target.metrics_available,
-                       "tokenizer": tok.name, "engine": target.engine},
-            "model": self.minfo.id,
-            "max_model_len": self.minfo.max_model_len,
-            "models_json": redact_text(json.dumps(target.raw_models, default=str), [self.ctx.api_key]),
-            "workloads": [w.to_dict() for w in spec.workloads],
-            "load": {
-                "concurrency": _list(spec.concurrency), "rates": _list(spec.rates), "arrival": spec.arrival,
-                "max_concurrency": spec.max_concurrency, "requests": spec.requests, "duration_s": spec.duration_s,
-                "warmup": spec.warmup, "timeout_s": spec.timeout_s, "ignore_eos": spec.ignore_eos,
-            },
-            "slos": dict(spec.slos),
-            "tags": dict(spec.tags),
-            "sweep": redact_sweep_table(spec.to_table(inline_workloads=True)),  # secrets never stored
-            "cells": [{**c.row(), "status": "planned"} for c in self.cells],
-        }
-        if spec.launch:
-            meta["server"] = {"launch": redact_command(spec.launch), "variants": [redact_command(v) for v in spec.variants],
-                              "args": self.servers.server_args()}
-        if spec.electricity_price is not None:
-            meta["electricity_usd_per_kwh"] = spec.electricity_price
-        return meta
+        return session_meta(spec, self.cells, name=name, label=self.label, target=target, model=self.minfo,
+                            tokenizer=tok.name, api_key=self.ctx.api_key,
+                            server_args=self.servers.server_args() if spec.launch else None)
 
     async def _close(self) -> None:
         try:
@@ -374,10 +351,6 @@ class _Sweep:
         finally:
             if self.bg is not None:
                 self.bg.close()
-
-
-def _list(v: tuple[Any, ...] | None) -> list[Any] | None:
-    return list(v) if v is not None else None
 
 
 def _new_dir(ctx: RunContext, name: str) -> Path:
