@@ -1,5 +1,6 @@
-"""Fixed sessions built from synthetic request records (through the real SessionWriter and summarize), and
-the real `vllm bench serve` result files for the import test (marked vllm)."""
+"""Fixed sessions built from synthetic request records (through the real SessionWriter and summarize, with the
+engine's own session metadata and cell rows), and the real `vllm bench serve` result files for the import test
+(marked vllm)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import pytest
 
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.sessions.store import SessionWriter, load_session
+from servescope.sessions.store import load_session
+from servescope.workloads.spec import PRESETS, Workload
+
+from .synth import plan, sweep_session
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = Path(__file__).parent / "golden"
@@ -50,7 +54,7 @@ class SessionSpec:
     cells: list[CellSpec]
     tags: dict[str, str] = field(default_factory=dict)
     slos: dict[str, float] = field(default_factory=dict)
-    workloads: list[dict[str, Any]] | None = None
+    workloads: list[Workload] | None = None  # default: the presets the cells name
     status: str = "completed"
     message: str = ""
     model: str = "Qwen/Qwen3.5-35B-A3B"
@@ -93,49 +97,18 @@ def _records(c: CellSpec) -> tuple[list[RequestRecord], float]:
     return recs, wall
 
 
-DEFAULT_WORKLOADS = {
-    "sharegpt": {"name": "sharegpt", "api": "chat", "input_tokens": {"dist": "uniform", "min": 200, "max": 512},
-                 "output_tokens": {"dist": "fixed", "value": 256}, "prefix_tokens": 0, "dataset": "", "seed": 0,
-                 "source": "preset"},
-    "sharegpt-think": {"name": "sharegpt-think", "api": "chat",
-                       "input_tokens": {"dist": "uniform", "min": 200, "max": 512},
-                       "output_tokens": {"dist": "fixed", "value": 1024}, "prefix_tokens": 0, "dataset": "",
-                       "seed": 0, "source": "preset", "thinking": True},
-    "longout": {"name": "longout", "api": "completions", "input_tokens": {"dist": "fixed", "value": 128},
-                "output_tokens": {"dist": "fixed", "value": 2048}, "prefix_tokens": 0, "dataset": "", "seed": 0,
-                "source": "preset"},
-    "longin": {"name": "longin", "api": "completions", "input_tokens": {"dist": "fixed", "value": 8192},
-               "output_tokens": {"dist": "fixed", "value": 256}, "prefix_tokens": 0, "dataset": "", "seed": 0,
-               "source": "preset"},
-}
-
-
 def build_session(base: Path, spec: SessionSpec, dirname: str | None = None) -> Path:
-    """Write a session whose every field is fixed (dates, host, version), so reports repeat exactly."""
+    """Write a session whose every field is fixed (dates, host, version), so reports repeat exactly. Its
+    session.toml and cell rows are the engine's (tests/sessions/synth.py `sweep_session`), its workloads the
+    presets of those names (unless `spec.workloads` gives them)."""
     path = base / (dirname or f"20261201-120000-{spec.name}")
-    names = list(dict.fromkeys(c.workload for c in spec.cells))
-    workloads = spec.workloads or [DEFAULT_WORKLOADS[n] for n in names]
-    plan = []
-    for i, c in enumerate(spec.cells):
-        plan.append({"index": i, "workload": c.workload, "api": "chat", "concurrency": c.concurrency, "rate": None,
-                     "arrival": None, "max_concurrency": None, "requests_planned": c.requests,
-                     "duration_s_planned": None, "warmup": 0, "load_label": f"c={c.concurrency}"})
-    meta = {
-        "name": spec.name,
-        "target": {"url": spec.url, "version": "0.32.0", "metrics": True, "tokenizer": "server /tokenize"},
-        "model": spec.model,
-        "max_model_len": 32768,
-        "workloads": workloads,
-        "load": {"concurrency": sorted({c.concurrency for c in spec.cells}), "arrival": "poisson", "requests": 20,
-                 "warmup": 0, "timeout_s": 600.0, "ignore_eos": True},
-        "slos": spec.slos,
-        "tags": spec.tags,
-        "cells": [{**r, "status": "planned"} for r in plan],
-    }
-    w = SessionWriter.create(path, meta)
-    for row, c in zip(plan, spec.cells, strict=True):
-        if c.skipped:
-            w.write_cell({**row, "status": "skipped", "reason": c.skipped}, None, None)
+    given = {w.name: w for w in spec.workloads or ()}
+    cells = plan([(given.get(c.workload) or PRESETS[c.workload], c.concurrency, c.requests) for c in spec.cells])
+    w, ran = sweep_session(path, spec.name, cells, model=spec.model, max_model_len=32768,
+                           tokenizer="server /tokenize", slos=spec.slos, tags=spec.tags, url=spec.url)
+    for cell, c in zip(cells, spec.cells, strict=True):
+        if c.skipped:  # as the runner skips a cell that does not fit the model
+            w.write_cell({**cell.row(), "status": "skipped", "reason": c.skipped}, None, None)
             continue
         recs, wall = _records(c)
         df = records_frame(recs)
@@ -146,7 +119,7 @@ def build_session(base: Path, spec: SessionSpec, dirname: str | None = None) -> 
             summary["client"] = c.client
         if c.quality is not None:
             summary["quality"] = c.quality
-        w.write_cell({**row, "status": "done", "reason": ""}, df, summary)
+        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, summary)
     w.finish(spec.status, spec.message)
     w.meta.update(started_at="2026-12-01T12:00:00+0000", ended_at="2026-12-01T12:10:00+0000", host="gpu-box",
                   servescope_version="0.1.0")

@@ -1,23 +1,65 @@
 """Sessions whose truth is known: requests drawn from seeded distributions (lognormal TTFT and TPOT), run
 through a closed loop of users exactly as the runner schedules them (the next request goes to the first
-free user), written with the real SessionWriter and summarize."""
+free user), written with the real SessionWriter and summarize. The session's metadata and its cell rows are
+the engine's own (engine.sessionmeta.session_meta over a SweepSpec, engine.plan.Cell.row), as a sweep
+writes them: `sweep_session` below, which tests/sessions/conftest.py's fixed sessions use too."""
 
 from __future__ import annotations
 
 import random
 from array import array
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from servescope.core.load import Load
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
+from servescope.core.target import ModelInfo, TargetInfo
+from servescope.engine.plan import Cell
+from servescope.engine.sessionmeta import ran_with, session_meta
+from servescope.engine.spec import SweepSpec
 from servescope.sessions.store import SessionWriter
+from servescope.workloads.spec import Workload
 
-WORKLOAD = {"name": "chat", "api": "chat", "input_tokens": {"dist": "fixed", "value": 300},
-            "output_tokens": {"dist": "fixed", "value": 32}, "prefix_tokens": 0, "dataset": "", "seed": 0,
-            "source": "preset"}
+WORKLOAD = Workload.from_dict({"name": "chat", "api": "chat", "input_tokens": 300, "output_tokens": 32,
+                               "source": "preset"})
+URL = "http://127.0.0.1:8000"
+
+
+def plan(points: Sequence[tuple[Workload, int, int | None]]) -> list[Cell]:
+    """The sweep's cells for these (workload, concurrency, requests) points, in this order: a point given k times
+    is k repeats of it (as `--repeat k` plans them)."""
+    total = Counter((w.name, c) for w, c, _ in points)
+    nth: Counter[tuple[str, int]] = Counter()
+    cells = []
+    for i, (w, c, n) in enumerate(points):
+        nth[w.name, c] += 1
+        cells.append(Cell(i, w, Load(concurrency=c), n, None, 0, repeat=nth[w.name, c], repeats=total[w.name, c]))
+    return cells
+
+
+def sweep_session(path: Path, name: str, cells: Sequence[Cell], *, model: str, max_model_len: int, tokenizer: str,
+                  slos: dict[str, float] | None = None, tags: dict[str, str] | None = None, url: str = URL,
+                  version: str = "0.32.0") -> tuple[SessionWriter, dict[str, Any]]:
+    """A new sweep session of these cells against a vLLM at `url`, its session.toml written as the runner writes
+    it (engine.sessionmeta.session_meta over the SweepSpec that plans such cells); with the columns each
+    measured cell's row adds to `Cell.row()` (the runner's `ran_with`)."""
+    sizes = {c.requests for c in cells}
+    spec = SweepSpec(name=name, url=url, workloads=tuple({c.workload.name: c.workload for c in cells}.values()),
+                     concurrency=tuple(sorted({c.load.concurrency or 1 for c in cells})),
+                     requests=sizes.pop() if len(sizes) == 1 else None, repeat=max(c.repeats for c in cells),
+                     slos=dict(slos or {}), tags=dict(tags or {})).check()
+    served = ModelInfo(model, max_model_len)
+    target = TargetInfo(url, [served], version=version, metrics_available=True, tokenize_available=True,
+                        raw_models={"object": "list", "data": [{"id": model, "object": "model",
+                                                                "max_model_len": max_model_len}]},
+                        engine="vllm")
+    meta = session_meta(spec, cells, name=name, label=url, target=target, model=served, tokenizer=tokenizer)
+    return SessionWriter.create(path, meta), ran_with(spec, tokenizer)
 
 
 def cell_frame(seed: int, n: int = 100, c: int = 4, ttft_ms: float = 100.0, tpot_ms: float = 6.0, out: int = 32,
@@ -54,18 +96,12 @@ def cell_frame(seed: int, n: int = 100, c: int = 4, ttft_ms: float = 100.0, tpot
 def write_session(base: Path, name: str, cells: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> Path:
     """A session of workload `chat` with one cell per entry of `cells` (cell_frame's keyword arguments, plus
     `c`); `meta` overrides session.toml keys (host, warmup, tokenizer...)."""
-    path = base / name
-    plan = [{"index": i, "workload": "chat", "api": "chat", "concurrency": cl.get("c", 4), "rate": None,
-             "load_label": f"c={cl.get('c', 4)}", "warmup": 0} for i, cl in enumerate(cells)]
-    full = {"name": name, "target": {"url": "http://127.0.0.1:8000", "version": "0.32.0", "tokenizer": "server"},
-            "model": "m", "max_model_len": 4096, "workloads": [WORKLOAD],
-            "load": {"concurrency": sorted({p["concurrency"] for p in plan}), "requests": 100, "warmup": 0},
-            "cells": [{**p, "status": "planned"} for p in plan]}
-    w = SessionWriter.create(path, full)
-    for row, cl in zip(plan, cells, strict=True):
+    planned = plan([(WORKLOAD, cl.get("c", 4), cl.get("n", 100)) for cl in cells])
+    w, ran = sweep_session(base / name, name, planned, model="m", max_model_len=4096, tokenizer="server")
+    for cell, cl in zip(planned, cells, strict=True):
         df, wall = cell_frame(**cl)
-        w.write_cell({**row, "status": "done", "reason": ""}, df, summarize(df, wall))
+        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, summarize(df, wall))
     w.finish("completed")
     w.meta.update(host="gpu-box", servescope_version="0.1.0", **(meta or {}))
     w.save_meta()
-    return path
+    return base / name
