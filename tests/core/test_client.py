@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 
@@ -154,7 +155,7 @@ async def test_timeout(server, transport: str) -> None:
         resp = web.StreamResponse()
         await resp.prepare(request)
         await resp.write(ev({"choices": [{"text": "a"}]}))
-        await asyncio.sleep(5)
+        await asyncio.Event().wait()  # never answers the rest: only the client's timeout ends the request
         return resp
 
     r = await send(await server(handler), SPEC, timeout_s=0.3, transport=transport)
@@ -171,14 +172,20 @@ async def test_connection_refused(transport: str) -> None:
 async def test_256_users_hold_256_streams(server) -> None:
     live = 0
     peak = 0
+    all_in = asyncio.Event()
 
     async def handler(request: web.Request) -> web.StreamResponse:
         nonlocal live, peak
         live += 1
         peak = max(peak, live)
+        if live == 256:
+            all_in.set()
         resp = web.StreamResponse()
         await resp.prepare(request)
-        await asyncio.sleep(0.8)
+        # each stream stays open until all 256 are (however long a busy host takes to open them); a limit so
+        # that a client holding fewer fails the count below instead of hanging
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_in.wait(), 60)
         await resp.write(completion_stream(2))
         live -= 1
         return resp
@@ -227,19 +234,25 @@ async def test_open_loop_rate_and_queueing(server) -> None:
 
 
 async def test_cancel_ends_cell_cleanly(server) -> None:
+    arrived, all_in = 0, asyncio.Event()
+
     async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal arrived
         resp = web.StreamResponse()
         await resp.prepare(request)
-        await asyncio.sleep(10)
+        arrived += 1
+        if arrived == 4:
+            all_in.set()
+        await asyncio.Event().wait()  # never answers: only the stop ends these requests
         return resp
 
     url = await server(handler)
     ctl = CellControl()
     task = asyncio.create_task(run_cell(ClientOptions(base_url=url, model="m"), [SPEC] * 4, Load(concurrency=4),
                                         Limits(requests=4), control=ctl))
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(all_in.wait(), 60)  # the 4 requests are at the server (a generous limit)
     ctl.request_stop("stopped by test")
-    run = await asyncio.wait_for(task, 5)
+    run = await asyncio.wait_for(task, 60)
     assert run.stopped == "stopped by test"
     assert [r.status for r in run.records] == ["cancelled"] * 4
 

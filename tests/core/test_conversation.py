@@ -39,11 +39,14 @@ class Fake:
         self.cached = cached
         self.sent: list[tuple[RequestSpec, RequestRecord]] = []
         self.in_flight: dict[int, int] = {}
+        self.sent_n: dict[int, asyncio.Event] = {}  # set once that many turns were sent
 
     async def __call__(self, http: object, opts: object, spec: RequestSpec, rec: RequestRecord,
                        reply: list[str] | None = None) -> RequestRecord:
         rec.sent_ns = time.perf_counter_ns()
         self.sent.append((spec, rec))
+        if len(self.sent) in self.sent_n:
+            self.sent_n[len(self.sent)].set()
         self.in_flight[rec.user] = self.in_flight.get(rec.user, 0) + 1
         assert self.in_flight[rec.user] == 1 or rec.user < 0  # a user holds one conversation, one turn at a time
         await asyncio.sleep(self.delay)
@@ -105,7 +108,9 @@ async def test_think_time_is_waited_after_each_reply(fake: Fake) -> None:
     recs = sorted(run.records, key=lambda r: r.turn)
     for prev, nxt in zip(recs, recs[1:], strict=False):
         assert (nxt.sent_ns - prev.end_ns) / 1e9 >= 0.095
-        assert (nxt.sent_ns - nxt.scheduled_ns) / 1e9 < 0.05  # scheduled after the pause: no client queueing
+        # scheduled after the pause, counted from the reply's end (not at the conversation's start, which would
+        # count the pause as client queueing), and sent no earlier than that
+        assert nxt.scheduled_ns - prev.end_ns >= 100_000_000 and nxt.sent_ns >= nxt.scheduled_ns
     s = CellSummary.from_dict(summarize(records_frame(run.records), 1.0))
     assert s.conversations is not None and s.conversations.duration_s.mean is not None
     assert s.conversations.duration_s.mean >= 0.2 + 3 * 0.02
@@ -141,10 +146,12 @@ async def test_warmup_runs_its_own_conversations_and_the_measured_ones_start_at_
 async def test_a_drain_sends_no_further_turn(fake: Fake) -> None:
     ctl = CellControl()
     task = asyncio.create_task(run_cell(OPTS, turns(2, 50), Load(concurrency=2), Limits(requests=100), control=ctl))
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(fake.sent_n.setdefault(6, asyncio.Event()).wait(), 60)  # both users a few turns in
     ctl.request_drain("stopped by the user")
-    run = await asyncio.wait_for(task, 5)
-    assert run.stopped == "stopped by the user" and 2 <= len(run.records) < 20
+    sent = len(fake.sent)
+    run = await asyncio.wait_for(task, 60)
+    assert run.stopped == "stopped by the user"
+    assert len(fake.sent) == sent and len(run.records) == sent  # the turns in flight finished; no turn after
 
 
 def test_grouping_leaves_out_a_conversation_begun_elsewhere() -> None:
