@@ -67,10 +67,12 @@ def test_exit_after_requests() -> None:
 
 
 def test_exit_at() -> None:
+    t = time.monotonic()
     with start_sim("tiny", ["--exit-at", "0.5"]) as h:
-        t = time.monotonic()
-        assert h.proc.wait(5) != 0
-        assert time.monotonic() - t < 3
+        assert h.proc.wait(60) != 0  # it ends by itself, abruptly (a generous limit: it returns at the exit)
+        lived = time.monotonic() - t
+        assert "exiting abruptly (--exit-at)" in "\n".join(h.log_tail())  # at its timer, not for another reason
+    assert lived >= 0.5  # not before its time (how soon after it is benchmarks/loop_timings.py's figure)
 
 
 def test_unknown_profile_fails_with_actionable_message() -> None:
@@ -90,19 +92,17 @@ def test_cli_list_and_unknown(capsys: pytest.CaptureFixture[str]) -> None:
     assert "\n" not in err and "available:" in err and "tiny" in err
 
 
-def test_startup_lines_and_speed() -> None:
-    t = time.monotonic()
+def test_startup_lines() -> None:
+    """What the simulator prints as it starts (how soon: benchmarks/loop_timings.py)."""
     proc = subprocess.Popen([sys.executable, "-m", "servescope.sim", "--profile", "dgx-spark/gemma-4-31b-awq",
                              "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()
-        elapsed = time.monotonic() - t
         assert re.fullmatch(r"servescope-sim listening on http://127\.0\.0\.1:\d+\n", line)
-        assert elapsed < 5  # < 1 s on an idle machine; the CI box is shared
         log = "".join(proc.stderr.readline() for _ in range(4))
         assert "GPU KV cache size: 12,752 tokens" in log
         assert "Maximum concurrency for 32,768 tokens per request: 2.4" in log
     finally:
         proc.terminate()
-        proc.wait(5)
+        proc.wait(60)
