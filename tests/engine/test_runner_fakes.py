@@ -109,7 +109,7 @@ class FakeTarget:
             if die_after is not None and i == die_after:
                 self.server.alive = False
             if not self.server.alive:
-                await asyncio.wait_for(control.stop.wait(), timeout=10)
+                await asyncio.wait_for(control.stop.wait(), timeout=60)  # a safety limit: the stop comes first
                 break
             t = time.perf_counter_ns()
             spec = specs[limits.warmup + i % max(1, len(specs) - limits.warmup)]
