@@ -1,10 +1,12 @@
 """summary["server"] from two parsed /metrics samples: the same keys and arithmetic the per-cell scrapes
-(servermetrics.cell_delta) had, now from the sampler's boundary samples."""
+(servermetrics.cell_delta) had, now from the sampler's boundary samples; its KV-cache size is the figure the
+session's kv_budget (and the app's panel) shows."""
 
 from __future__ import annotations
 
 import pytest
 
+from servescope.core.kvbudget import kv_budget_from_parsed
 from servescope.core.telemetry import parse_metrics, server_delta
 
 
@@ -51,3 +53,19 @@ def test_deltas_means_and_the_older_itl_name() -> None:
 def test_none_without_both_samples() -> None:
     s = parse_metrics(_text(10, 100, 1.0, 10, 0.5, 90, 1000, 100))
     assert server_delta(None, s) is None and server_delta(s, None) is None and server_delta({}, s) is None
+
+
+CACHE_CONFIG = """# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{{block_size="16",num_gpu_blocks="406666",kv_cache_size_tokens="6506660",cache_dtype="auto"}} 1.0
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{{model_name="m",finished_reason="length"}} {n}
+"""
+
+
+def test_the_kv_cache_size_is_the_same_figure_in_the_app_and_the_report() -> None:
+    before, after = parse_metrics(CACHE_CONFIG.format(n=1)), parse_metrics(CACHE_CONFIG.format(n=5))
+    budget = kv_budget_from_parsed(after)  # what session.toml's kv_budget and the app's panel show
+    d = server_delta(before, after)  # what each cell's server part (the report) holds
+    assert budget is not None and d is not None
+    assert budget.tokens == 6_506_660
+    assert d["kv_cache_tokens"] == budget.tokens  # not 406,666 x 16 = 6,506,656

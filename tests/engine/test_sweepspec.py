@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from servescope.core.errors import ServescopeError
-from servescope.engine.spec import RunContext, SweepSpec, add_flags, add_workload_flag
+from servescope.engine.spec import RunContext, SweepSpec, add_flags, add_workload_flag, parse_field
 from servescope.workloads.spec import PRESETS, Workload, fixed, load_toml
 
 
@@ -212,3 +212,13 @@ def test_the_sweep_seed_reaches_every_cell() -> None:
     assert [c.prompt_key for c in seeded] == ["seed7-cell0", "seed7-cell1"]
     assert len({c.seed for c in seeded} | {c.seed for c in base}) == 4
     assert SweepSpec.from_table(SweepSpec(workloads=(PRESETS["sharegpt"],), seed=7).to_table()).seed == 7
+
+
+@pytest.mark.parametrize(("key", "raw", "twice"), [("concurrency", "4,1,4", "4"), ("rates", "0.5,2,0.5", "0.5")])
+def test_a_load_level_given_twice_is_refused_in_one_line(key: str, raw: str, twice: str) -> None:
+    with pytest.raises(ServescopeError) as e:
+        parse_field(key, raw)
+    msg = e.value.message
+    assert "\n" not in msg and f"{twice} is given twice" in msg, msg
+    with pytest.raises(ServescopeError):
+        SweepSpec.from_table({"load": {key: [4, 1, 4] if key == "concurrency" else [0.5, 2, 0.5]}})

@@ -1,43 +1,11 @@
-"""Small truths the app and the report must share (issue 10): one KV-cache figure from one source, a load level
-given twice is refused in one line, engine messages in the app name the app's fields, and the answers say
-which cells they left out."""
+"""What the app and the report tell a user: engine messages shown in the app name the app's fields (not CLI
+flags), and the answers (capacity, knee, peak) use completed cells only and say which cells they left out."""
 
 from __future__ import annotations
 
-import pytest
-
-from servescope.core.errors import ServescopeError
-from servescope.core.kvbudget import kv_budget_from_parsed
 from servescope.core.results import CellSummary
-from servescope.core.telemetry import parse_metrics, server_delta
-from servescope.engine.spec import SweepSpec, parse_field
 from servescope.sessions.answers import capacity, derive, knee, peak
 from servescope.sessions.views import CellView
-
-METRICS = """# TYPE vllm:cache_config_info gauge
-vllm:cache_config_info{{block_size="16",num_gpu_blocks="406666",kv_cache_size_tokens="6506660",cache_dtype="auto"}} 1.0
-# TYPE vllm:request_success_total counter
-vllm:request_success_total{{model_name="m",finished_reason="length"}} {n}
-"""
-
-
-def test_the_kv_cache_size_is_the_same_figure_in_the_app_and_the_report() -> None:
-    before, after = parse_metrics(METRICS.format(n=1)), parse_metrics(METRICS.format(n=5))
-    budget = kv_budget_from_parsed(after)  # what session.toml's kv_budget and the app's panel show
-    d = server_delta(before, after)  # what each cell's server part (the report) holds
-    assert budget is not None and d is not None
-    assert budget.tokens == 6_506_660
-    assert d["kv_cache_tokens"] == budget.tokens  # not 406,666 x 16 = 6,506,656
-
-
-@pytest.mark.parametrize(("key", "raw", "twice"), [("concurrency", "4,1,4", "4"), ("rates", "0.5,2,0.5", "0.5")])
-def test_a_load_level_given_twice_is_refused_in_one_line(key: str, raw: str, twice: str) -> None:
-    with pytest.raises(ServescopeError) as e:
-        parse_field(key, raw)
-    msg = e.value.message
-    assert "\n" not in msg and f"{twice} is given twice" in msg, msg
-    with pytest.raises(ServescopeError):
-        SweepSpec.from_table({"load": {key: [4, 1, 4] if key == "concurrency" else [0.5, 2, 0.5]}})
 
 
 def test_engine_messages_in_the_app_name_its_fields_not_cli_flags() -> None:
