@@ -29,7 +29,10 @@ def parse_duration(text: str, where: str = "duration") -> float:
 
 
 def fmt_num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+    """An integer without a point, else up to 15 significant digits (all a float's decimal text keeps): a
+    sweep file or a session writes durations with it, and must read back what it wrote (`:g`'s 6 digits
+    wrote 999999.5 s as 1e+06s)."""
+    return str(int(v)) if float(v).is_integer() else f"{v:.15g}"
 
 
 def fmt_duration(v: float) -> str:

@@ -1,6 +1,7 @@
 """Fuzz (Hypothesis): workload and sweep TOML from generated documents. `Workload.from_dict`, `load_toml`,
-`SweepSpec.from_table` and `SweepSpec.from_toml` never raise anything but a one-line ServescopeError.
-Bounded: 150 examples for workload tables, 150 for sweep tables, 100 for raw TOML text."""
+`SweepSpec.from_table` and `SweepSpec.from_toml` never raise anything but a one-line ServescopeError, and a
+sweep that loads is storable: the table a session writes of it is TOML and reads back the same.
+Bounded: 150 examples for workload tables, 150 + 150 for sweep tables, 100 for raw TOML text."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from servescope.core.errors import ServescopeError
+from servescope.engine.fields import ARRIVALS, ENGINES, TRANSPORTS
 from servescope.engine.spec import SECTION_KEYS, TOP_KEYS, SweepSpec
 from servescope.workloads.spec import DIST_KEYS, WORKLOAD_KEYS, Workload, load_toml, parse_toml
 
@@ -71,23 +73,67 @@ def test_fuzz_workload_tables(d: dict[str, Any]) -> None:
     assert Workload.from_dict(w.to_dict(), "again") == w
 
 
-@settings(max_examples=150, deadline=None)
-@given(sweep_tables())
-def test_fuzz_sweep_tables(d: dict[str, Any]) -> None:
+# sweep tables most of whose values are of the kind their key takes (any text where a text goes, numbers in
+# range, durations, the known choices), so that many load and reach the writer: the wild tables above
+# mostly stop at the first bad value
+TEXT = st.text(max_size=16)
+DURATIONS = st.sampled_from(["1s", "250ms", "5m", "0.5", "1e-3s", "1.5h"]) | st.floats(1e-6, 1e7) | st.integers(1, 10**9)
+COUNTS = st.integers(1, 2**40)
+KEY_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "url": TEXT | st.sampled_from(["sim://tiny", "http://127.0.0.1:9"]), "api_key_env": TEXT, "model": TEXT,
+    "tokenizer": TEXT, "launch": TEXT | st.sampled_from(["vllm serve m --api-key k", "vllm serve 'a b'"]),
+    "ray": TEXT, "engine": st.sampled_from(ENGINES), "transport": st.sampled_from(TRANSPORTS),
+    "arrival": st.sampled_from(ARRIVALS), "workers": st.just("auto") | st.integers(1, 64),
+    "ray_nodes": st.lists(TEXT, max_size=3) | TEXT, "concurrency": st.lists(COUNTS, min_size=1, max_size=3),
+    "rates": st.lists(st.floats(1e-6, 1e9), min_size=1, max_size=3), "ramp": DURATIONS, "duration": DURATIONS,
+    "timeout": DURATIONS, "launch_timeout": DURATIONS, "recover_timeout": DURATIONS,
+    "interval": DURATIONS | st.just("off"), "max_concurrency": COUNTS, "requests": COUNTS,
+    "warmup": st.integers(0, 2**40), "repeat": st.integers(1, 100), "seed": st.integers(-(2**63), 2**63 - 1),
+    "quality_share": st.floats(0, 1), "ignore_eos": st.booleans(), "electricity_price": st.floats(0, 1e6),
+    "burstiness": st.floats(0.01, 100), "pattern": st.sampled_from(["1x for 2s, 3x", "0x for 1ms, 2.5x"]),
+    "variants": st.lists(st.fixed_dictionaries({"args": TEXT}), max_size=2),
+}
+
+
+def loadable_sweep_tables() -> st.SearchStrategy[dict[str, Any]]:
+    sections = {name: st.fixed_dictionaries({}, optional={k: KEY_VALUES[k] | SCALARS for k in sorted(keys)})
+                for name, keys in SECTION_KEYS.items()}
+    return st.fixed_dictionaries(
+        {"workloads": st.sampled_from([["sharegpt"], ["longin"], ["context-sweep"], "sharegpt"])},
+        optional={**sections, "name": TEXT, "workload": st.lists(WORKLOAD_TABLES, max_size=1),
+                  "slo": st.dictionaries(st.sampled_from(["ttft_ms", "tpot_ms", "e2e_ms", "per_user_tok_s"]),
+                                         st.floats(1e-3, 1e6) | st.integers(1, 10**6) | SCALARS, max_size=2),
+                  "tags": st.dictionaries(TEXT, TEXT | SCALARS, max_size=2)})
+
+
+def _loads_and_stores(d: dict[str, Any]) -> bool:
+    """A table either is refused in one line, or loads; then what a session stores of it (its [sweep] table,
+    workloads inline) is TOML and reads back to the same table. Whether it loaded."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
             spec = SweepSpec.from_table(d, "fuzz.toml", Path(tmp))
         except ServescopeError as e:
             one_line(e)
-            return
+            return False
         spec.to_table()
-        try:  # what a session would store reads back
-            text = tomli_w.dumps(spec.to_table(inline_workloads=True))
-        except (TypeError, ValueError):
-            return
+        stored = spec.to_table(inline_workloads=True)
         f = Path(tmp) / "again.toml"
-        f.write_text(text)
-        SweepSpec.from_toml(f)
+        f.write_text(tomli_w.dumps(stored))  # a spec that loaded must be storable
+        assert SweepSpec.from_toml(f).to_table(inline_workloads=True) == stored
+        return True
+
+
+@settings(max_examples=150, deadline=None)
+@given(sweep_tables())
+def test_fuzz_sweep_tables(d: dict[str, Any]) -> None:
+    _loads_and_stores(d)
+
+
+@settings(max_examples=150, deadline=None)
+@given(loadable_sweep_tables())
+def test_fuzz_loadable_sweep_tables_store_and_read_back(d: dict[str, Any]) -> None:
+    loaded = _loads_and_stores(d)
+    event("loaded" if loaded else "refused")  # `pytest --hypothesis-show-statistics`: about a quarter load
 
 
 def _dump(d: dict[str, Any]) -> str:
