@@ -319,12 +319,14 @@ def test_fuzz_never_anything_but_one_line(tmp_path: Path, text: str, header: str
     assert all(a.t_s <= b.t_s for a, b in zip(t.requests, t.requests[1:], strict=False))
 
 
-def test_100k_rows_read_quickly(tmp_path: Path) -> None:
+def test_100k_rows_read(tmp_path: Path) -> None:
     p = write(tmp_path / "big.csv", BURST_HEADER + "".join(f"{i // 3},ChatGPT,{1 + i % 900},{i % 300},0,API log\n"
                                                            for i in range(100_000)))
     start = time.perf_counter()
     t = read_trace(p)
-    assert time.perf_counter() - start < 5.0  # about 0.3 s on one core; generous for a shared machine
+    # about 0.3 s on one core (benchmarks/loop_timings.py prints it); this ceiling only catches a read that
+    # grew worse than linear, which would take far longer on 100k rows however busy the host
+    assert time.perf_counter() - start < 60
     assert len(t.requests) == 100_000 and t.requests[-1].t_s == 33_333.0
 
 
