@@ -4,12 +4,18 @@ newer transformers return a BatchEncoding from apply_chat_template, whose len() 
 from __future__ import annotations
 
 import asyncio
+import os
+
+import pytest
 
 from servescope.core.target import LocalTokenizer
 from tests.support.vllm_server import setup
 
 
+@pytest.mark.vllm  # the tiny model's tokenizer is built by the real vLLM's setup (.ci/setup_vllm.sh)
 def test_count_chat_counts_the_rendered_template_tokens() -> None:
+    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
+        pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
     _venv, models = setup()
     tok = LocalTokenizer(str(models / "dense"))
     text = "hello there, how are you today? " * 5
