@@ -6,14 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
 
 from servescope.sessions.store import load_session
 from servescope.sim.launcher import start_sim
-from tests.integration.helpers import ROOT, run_json, servescope
+from tests.integration.helpers import ROOT, Running, events, measured, run_json, servescope, wait_for
 
 CELL_KEYS = {"workload", "concurrency", "rate", "requests_ok", "requests_failed", "input_tokens_requested",
              "input_tokens_mean", "output_tokens_mean", "request_s", "output_tok_s", "total_tok_s",
@@ -22,7 +21,7 @@ CELL_KEYS = {"workload", "concurrency", "rate", "requests_ok", "requests_failed"
 
 
 def test_closed_and_open_loop_json(tmp_path: Path) -> None:
-    out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "1,8", "-n", "8", "--warmup", "2",
+    out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "1,8", "-n", "8", "--warmup", "1",
                    "--sessions-dir", str(tmp_path), "--slo", "ttft_ms=2000,tpot_ms=50")
     assert Path(out["session"]).is_dir()
     c1, c8 = out["cells"]
@@ -37,22 +36,28 @@ def test_closed_and_open_loop_json(tmp_path: Path) -> None:
     assert load_session(out["session"]).meta["target"]["url"] == "sim://tiny"
 
     rate = run_json("--url", "sim://tiny", "-w", "sharegpt", "--rate", "20", "--arrival", "constant",
-                    "--max-concurrency", "1", "-n", "6", "--sessions-dir", str(tmp_path))
+                    "--max-concurrency", "1", "-n", "3", "--sessions-dir", str(tmp_path))
     [c] = rate["cells"]
-    assert c["rate"] == 20 and c["concurrency"] is None and c["requests_ok"] == 6
-    # 20/s offered, one slot for ~1 s replies: requests wait on the client, and it shows
+    assert c["rate"] == 20 and c["concurrency"] is None and c["requests_ok"] == 3
+    # 20/s offered, one slot for ~1 s replies: the third request waits ~2 s for the slot, and it shows
     assert c["client_queue_ms"]["p99"] > 1000
 
 
 def test_duration_limited_cell(tmp_path: Path) -> None:
-    out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "4", "--duration", "3s",
-                   "--sessions-dir", str(tmp_path))
+    out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "4", "--duration", "2s",
+                   "--save", str(tmp_path / "s"))
     [c] = out["cells"]
-    assert c["requests_ok"] >= 4 and c["wall_s"] < 3 + 5
+    assert c["requests_ok"] >= 4
+    req = load_session(tmp_path / "s").requests(0)
+    assert req.height == c["requests_ok"]  # no request cap: the duration ended the cell
+    first, last = int(req["scheduled_ns"].min()), int(req["scheduled_ns"].max())
+    assert last - first < 2e9  # no request started after the cell's 2 s
+    # each user sends until the 2 s are over, then the cell waits for what is in flight, and no longer
+    assert 2.0 <= c["wall_s"] <= (int(req["end_ns"].max()) - first) / 1e9 + 0.05, c["wall_s"]
 
 
 def test_thinking_counts_reasoning_apart(tmp_path: Path) -> None:
-    out = run_json("--url", "sim://tiny", "-w", "sharegpt-think", "-c", "2", "-n", "4",
+    out = run_json("--url", "sim://tiny", "-w", "sharegpt-think", "-c", "2", "-n", "2",
                    "--sessions-dir", str(tmp_path))
     [c] = out["cells"]
     assert c["output_tokens_mean"] == 1024
@@ -76,8 +81,8 @@ def test_every_request_failing_stops_the_cell_but_not_the_sweep(tmp_path: Path) 
 
 
 def test_server_dies_mid_sweep_keeps_finished_cells(tmp_path: Path) -> None:
-    with start_sim("tiny", ["--exit-after-requests", "22"]) as sim:
-        p = servescope("run", "--url", sim.url, "-w", "sharegpt", "-c", "4,5,6", "-n", "20", "--json",
+    with start_sim("tiny", ["--exit-after-requests", "12"]) as sim:
+        p = servescope("run", "--url", sim.url, "-w", "sharegpt", "-c", "4,5,6", "-n", "10", "--json",
                        "--save", str(tmp_path / "s"), "--recover-timeout", "2s")
     assert p.returncode == 1
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
@@ -86,7 +91,7 @@ def test_server_dies_mid_sweep_keeps_finished_cells(tmp_path: Path) -> None:
     s = load_session(tmp_path / "s")
     assert s.status == "failed"
     assert s.cells["status"].to_list() == ["done", "server_lost"]  # cell 3 never started
-    assert s.requests(0).height == 20 and s.requests(0)["status"].to_list() == ["ok"] * 20
+    assert s.requests(0).height == 10 and s.requests(0)["status"].to_list() == ["ok"] * 10
 
 
 def _kill_9_after_first_cell(save: Path, requests: int) -> None:
@@ -95,11 +100,8 @@ def _kill_9_after_first_cell(save: Path, requests: int) -> None:
                              "-c", "4,5,6", "-n", str(requests), "--save", str(save)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1:
-                break
-            time.sleep(0.05)
+        wait_for(lambda: (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1,
+                 120, "the first cell on disk")
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
@@ -107,27 +109,24 @@ def _kill_9_after_first_cell(save: Path, requests: int) -> None:
 
 def test_kill_9_loses_at_most_the_running_cell(tmp_path: Path) -> None:
     save = tmp_path / "s"
-    _kill_9_after_first_cell(save, 24)
+    _kill_9_after_first_cell(save, 8)
     s = load_session(save)
     assert s.status == "interrupted"  # session.toml still said "running": the process never finished
     done = s.cells.filter(pl.col("status") == "done")
     assert done.height >= 1
     for idx in done["index"].to_list():
-        assert s.requests(idx).height == 24
+        assert s.requests(idx).height == 8
 
 
 def test_ctrl_c_ends_the_cell_cleanly(tmp_path: Path) -> None:
     save = tmp_path / "s"
-    proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", "--url", "sim://tiny", "-w", "longout",
-                             "-c", "2,3", "-n", "50", "--save", str(save)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list((save / "requests").glob("*")) and not (save / "session.toml").exists():
-        time.sleep(0.1)
-    time.sleep(2.0)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    run = Running("run", "--url", "sim://tiny", "-w", "sharegpt", "-c", "2,3", "-n", "50", "--warmup", "0",
+                  "--save", str(save))
+    with run:  # Ctrl-C once the first cell has measured a request (its event log says so), with more in flight
+        wait_for(lambda: measured(events(save), 0) >= 1, 120, "the first cell's first request")
+        run.proc.send_signal(signal.SIGINT)
+        rc, _, err = run.finish(120)
+    assert rc == 130, err
     assert "stopping" in err
     s = load_session(save)
     assert s.status == "interrupted"
@@ -149,39 +148,41 @@ def _sim_cmd(port: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "servescope.sim", "--profile", "tiny", "--port", str(port), *extra]
 
 
+def _answers(port: int) -> bool:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def test_server_restarts_mid_sweep_and_the_lost_cell_is_rerun(tmp_path: Path) -> None:
-    """The sim exits after 30 requests (as a crashed vLLM); something restarts it 3 s later on the same port."""
+    """The sim exits after 12 requests (as a crashed vLLM, during cell 2); once servescope says it waits for it,
+    something restarts it on the same port."""
+    import json
+
     from tests.support.vllm_server import free_port
 
     port = free_port()
-    first = subprocess.Popen(_sim_cmd(port, "--exit-after-requests", "30"), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    second: list[subprocess.Popen[bytes]] = []
-
-    def restarter() -> None:
-        first.wait()
-        time.sleep(3)
-        second.append(subprocess.Popen(_sim_cmd(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-
-    import threading
-    import urllib.request
-
-    t = threading.Thread(target=restarter, daemon=True)
-    t.start()
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    sims = [subprocess.Popen(_sim_cmd(port, "--exit-after-requests", "12"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)]
     try:
-        out = run_json("--url", f"http://127.0.0.1:{port}", "-w", "sharegpt", "-c", "4,5,6", "-n", "20",
-                       "--save", str(tmp_path / "s"), "--recover-timeout", "60s")
+        wait_for(lambda: _answers(port), 60, "the simulator")
+        run = Running("run", "--url", f"http://127.0.0.1:{port}", "-w", "sharegpt", "-c", "4,5,6", "-n", "8",
+                      "--save", str(tmp_path / "s"), "--recover-timeout", "300s", "--json")
+        with run:
+            run.line(r"stopped answering during cell 2 .*waiting up to 300 s", 180)
+            assert sims[0].wait(30) == 1  # it crashed as told, and its port is free
+            sims.append(subprocess.Popen(_sim_cmd(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            rc, stdout, stderr = run.finish(300)
     finally:
-        t.join(30)
-        for p in [first, *second]:
+        for p in sims:
             p.terminate()
             p.wait()
+    assert rc == 0, stderr[-3000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["status"] == "completed"
     statuses = [c["status"] for c in out["cells"]]
     assert statuses.count("server_lost") == 1 and statuses.count("done") == 3
@@ -192,12 +193,12 @@ def test_server_restarts_mid_sweep_and_the_lost_cell_is_rerun(tmp_path: Path) ->
     assert kinds == ["server_lost", "server_back"]
     assert list((tmp_path / "s" / "requests").glob("cell-0001-lost1.parquet"))  # what the lost attempt measured
     for i in range(3):
-        assert s.requests(i)["status"].to_list() == ["ok"] * 20
+        assert s.requests(i)["status"].to_list() == ["ok"] * 8
 
 
 def test_resume_after_kill_9(tmp_path: Path) -> None:
     save = tmp_path / "s"
-    _kill_9_after_first_cell(save, 16)
+    _kill_9_after_first_cell(save, 8)
     assert load_session(save).status == "interrupted"
     p = servescope("resume", str(save), "--json")
     assert p.returncode == 0, p.stderr
@@ -205,5 +206,5 @@ def test_resume_after_kill_9(tmp_path: Path) -> None:
     s = load_session(save)
     assert s.status == "completed"
     assert s.cells.sort("index")["status"].to_list() == ["done", "done", "done"]
-    assert s.requests().height == 48
+    assert s.requests().height == 24
     assert [e["kind"] for e in s.meta["events"]] == ["resumed"]
