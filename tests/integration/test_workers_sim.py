@@ -10,7 +10,7 @@ import multiprocessing
 import os
 import signal
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +48,22 @@ async def _noop() -> None:
     return None
 
 
+async def _until(cond: Callable[[], bool], task: asyncio.Task[CellRun], limit_s: float, what: str) -> None:
+    """Wait for `cond` while the cell runs (generous limit: it returns as soon as the condition holds)."""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while not cond():
+        if task.done():
+            task.result()  # its error, if it failed
+            raise AssertionError(f"the cell ended before {what}")
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def _both_workers(seen: list[RequestRecord]) -> Callable[[], bool]:
+    """Worker k of 2 runs users k, k + 2, ...: a reply to each worker's users means both are sending."""
+    return lambda: {r.user % 2 for r in seen} == {0, 1}
+
+
 def _median(runs: list[CellRun], metric: str) -> float:
     vals = []
     for run in runs:
@@ -81,7 +97,10 @@ async def test_two_workers_measure_what_one_process_measures(sim: ClientOptions)
         assert sum(r.prompt_tokens for r in a.records) == sum(r.prompt_tokens for r in b.records)
         assert sorted(r.index for r in b.records) == list(range(160))
         assert sorted({r.user for r in b.records}) == list(range(16))
-        assert b.client is not None and b.client["workers"] == 2 and b.client["start_skew_ms"] < 50
+        # the workers start together: the latest began a small part of the cell after the common start (a
+        # worker started as it was spawned would be late by its start-up, a large part of this short cell)
+        assert b.client is not None and b.client["workers"] == 2
+        assert b.client["start_skew_ms"] < 0.1 * (b.end_ns - b.start_ns) / 1e6, (b.client, b.end_ns - b.start_ns)
         assert b.start_ns <= min(r.scheduled_ns for r in b.records) and b.end_ns == max(r.end_ns for r in b.records)
     for metric in ("ttft", "tpot"):
         m1, m2 = _median(one, metric), _median(two, metric)
@@ -90,10 +109,10 @@ async def test_two_workers_measure_what_one_process_measures(sim: ClientOptions)
 
 
 async def test_open_loop_workers_keep_the_single_process_schedule(sim: ClientOptions) -> None:
-    load, limits = Load(rate=25.0, arrival="poisson"), Limits(requests=60)
+    load, limits = Load(rate=25.0, arrival="poisson"), Limits(requests=40)
     a = await run_cell_workers(sim, SPECS, load, limits, seed=5, workers=1)
     b = await run_cell_workers(sim, SPECS, load, limits, seed=5, workers=2)
-    assert len(a.records) == len(b.records) == 60
+    assert len(a.records) == len(b.records) == 40
     ra, rb = sorted(a.records, key=lambda r: r.index), sorted(b.records, key=lambda r: r.index)
     assert [r.input_tokens_requested for r in ra] == [r.input_tokens_requested for r in rb]
     # each send at the same offset from the cell's start: the workers start together (within a few ms on a
@@ -101,21 +120,20 @@ async def test_open_loop_workers_keep_the_single_process_schedule(sim: ClientOpt
     skew_ms = b.client["start_skew_ms"] if b.client else 0.0
     for x, y in zip(ra, rb, strict=True):
         assert abs((x.scheduled_ns - a.start_ns) - (y.scheduled_ns - b.start_ns)) / 1e6 <= 5.0 + skew_ms
-    late = sorted((r.sent_ns - r.scheduled_ns) / 1e6 for r in rb)
-    assert late[len(late) // 2] < 10.0, late  # sent on time (the median send)
+    # sent on time (the median send), as one process sends them on the same host at the same moment
+    late_a = statistics.median((r.sent_ns - r.scheduled_ns) / 1e6 for r in ra)
+    late_b = statistics.median((r.sent_ns - r.scheduled_ns) / 1e6 for r in rb)
+    assert late_b < 10.0 + 2 * late_a, (late_a, late_b)
     _no_children_left()
 
 
 async def test_a_drain_reaches_every_worker(sim: ClientOptions) -> None:
     control = CellControl()
-    task = asyncio.create_task(run_cell_workers(sim, SPECS, Load(concurrency=4), Limits(requests=2000), None,
+    seen: list[RequestRecord] = []
+    task = asyncio.create_task(run_cell_workers(sim, SPECS, Load(concurrency=4), Limits(requests=2000), seen.append,
                                                 control, 0, _noop, workers=2))
-    for tick in range(1, 600):
-        await asyncio.sleep(0.05)
-        if task.done():
-            break
-        if tick == 60:  # 3 s: the workers are spawned and sending
-            control.request_drain("drained by the test")
+    await _until(_both_workers(seen), task, 120, "both workers' first replies")
+    control.request_drain("drained by the test")
     run = await asyncio.wait_for(task, 60)
     assert run.stopped == "drained by the test"
     assert 0 < len(run.records) < 2000 and all(r.status == "ok" for r in run.records)  # in flight: finished
@@ -132,16 +150,12 @@ async def test_a_worker_that_fails_every_request_stops_the_cell(sim: ClientOptio
 
 
 async def test_a_killed_worker_fails_the_cell_in_one_line_and_leaves_no_process(sim: ClientOptions) -> None:
-    task = asyncio.create_task(run_cell_workers(sim, SPECS, Load(concurrency=4), Limits(requests=5000),
+    seen: list[RequestRecord] = []
+    task = asyncio.create_task(run_cell_workers(sim, SPECS, Load(concurrency=4), Limits(requests=5000), seen.append,
                                                 workers=2))
-    victims: list[multiprocessing.process.BaseProcess] = []
-    for _ in range(200):
-        await asyncio.sleep(0.05)
-        victims = [p for p in multiprocessing.active_children() if p.name == "servescope-load-2"]
-        if victims:
-            break
-    assert victims
-    await asyncio.sleep(3.0)  # sending by now
+    await _until(_both_workers(seen), task, 120, "both workers' first replies")  # mid-cell, sending
+    victims = [p for p in multiprocessing.active_children() if p.name == "servescope-load-2"]
+    assert len(victims) == 1
     pids = [p.pid or 0 for p in multiprocessing.active_children()]
     os.kill(victims[0].pid or 0, signal.SIGKILL)
     with pytest.raises(ServescopeError) as e:
@@ -181,12 +195,10 @@ async def test_a_sweep_with_worker_processes_counts_exactly_its_measured_request
 async def test_a_cancelled_cell_leaves_no_worker_behind(sim: ClientOptions) -> None:
     """The app closed or a second Ctrl-C: the task running the cell is cancelled; its workers are stopped and
     reaped before the cancellation completes."""
-    task = asyncio.create_task(run_cell_workers(sim, SPECS, Load(concurrency=4), Limits(requests=5000), workers=2))
-    for _ in range(200):
-        await asyncio.sleep(0.05)
-        if len(multiprocessing.active_children()) == 2:
-            break
-    await asyncio.sleep(1.0)
+    seen: list[RequestRecord] = []
+    task = asyncio.create_task(run_cell_workers(sim, SPECS, Load(concurrency=4), Limits(requests=5000), seen.append,
+                                                workers=2))
+    await _until(_both_workers(seen), task, 120, "both workers' first replies")  # mid-cell, sending
     pids = [p.pid or 0 for p in multiprocessing.active_children()]
     assert len(pids) == 2
     task.cancel()
