@@ -27,7 +27,7 @@ from aiohttp import web
 
 from servescope.core.launchspec import free_port
 from servescope.sessions.store import load_session
-from tests.integration.helpers import ROOT, servescope
+from tests.integration.helpers import ROOT, metrics, servescope
 
 KEY = "sk-hostile-test-key-6f1e2d3c4b5a"
 MODEL = "hostile\x1b[31m-model\x1b]0;pwned\x07"  # escape sequences in the served model id
@@ -196,12 +196,19 @@ def test_garbage_tokenize_is_one_line_before_anything_starts(tmp_path: Path) -> 
 def test_unknown_sim_profile_says_so_at_once() -> None:
     t0 = time.monotonic()
     p = servescope("run", "--url", "sim://nope", "-c", "1", "-n", "1", timeout=60)
+    took = time.monotonic() - t0
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("servescope: error: sim://nope: unknown profile 'nope'")
     assert "tiny" in lines[0]  # the profiles are listed
     assert "did not listen" not in lines[0]
-    assert time.monotonic() - t0 < 20
+    # at once: about as soon as a flag refused before anything starts (the same start-up, measured now on this
+    # host), not after a simulator was started and waited for
+    t0 = time.monotonic()
+    base = servescope("run", "--url", "sim://tiny", "-c", "", timeout=60)
+    base_s = time.monotonic() - t0
+    assert base.returncode == 2 and "--concurrency: empty" in base.stderr
+    assert took < 3 * base_s + 3, (took, base_s)
 
 
 @pytest.mark.parametrize("args, says", [
@@ -226,14 +233,23 @@ def test_bad_bounds_are_refused_up_front(args: list[str], says: str) -> None:
     assert says in e.value.message
 
 
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def test_a_hundred_million_users_for_two_requests(tmp_path: Path) -> None:
-    t0 = time.monotonic()
+    cpu0 = _children_cpu_s()
     p = servescope("run", "--url", "sim://tiny", "-w", "sharegpt", "-c", "100000000", "-n", "2",
-                   "--telemetry-interval", "off", "--save", str(tmp_path / "s"), "--json", timeout=120)
+                   "--telemetry-interval", "off", "--save", str(tmp_path / "s"), "--json", timeout=300)
+    cpu = _children_cpu_s() - cpu0  # servescope and the simulator it started and reaped: CPU time, not wall
     assert p.returncode == 0, p.stderr[-2000:]
     (cell,) = json.loads(p.stdout.strip().splitlines()[-1])["cells"]
     assert cell["requests_ok"] == 2 and cell["concurrency"] == 100000000
-    assert time.monotonic() - t0 < 60
+    # two users started, not 10**8: the whole run costs seconds of CPU (10**8 tasks or slots would cost minutes)
+    assert cpu < 30, f"{cpu:.1f} s of CPU"
 
 
 def _limit_open_files(n: int) -> Any:
@@ -293,10 +309,9 @@ def _kill_9_midway(args: list[str], url_of: Any, tmp_path: Path) -> str:
     threading.Thread(target=read, daemon=True).start()
     try:
         url = ""
-        assert _wait(lambda: bool(url_of(lines)), 60), lines
+        assert _wait(lambda: bool(url_of(lines)), 120), lines
         url = url_of(lines)
-        assert _wait(lambda: (save / "requests").exists() or (save / "session.toml").exists(), 60)
-        time.sleep(1.0)  # requests in flight
+        assert _wait(lambda: metrics(url).get("vllm:num_requests_running", 0.0) > 0, 120), lines  # in flight
         assert proc.poll() is None, lines
         os.kill(proc.pid, signal.SIGKILL)
     finally:
@@ -311,7 +326,7 @@ def test_kill_9_during_a_sim_run_stops_the_simulator(tmp_path: Path) -> None:
         return m.group(1) if m else ""
 
     url = _kill_9_midway(["--url", "sim://tiny"], url_of, tmp_path)
-    assert _wait(lambda: _refused(url), 10), f"the simulator still answers at {url}"
+    assert _wait(lambda: _refused(url), 60), f"the simulator still answers at {url}"
 
 
 def test_kill_9_during_a_launched_run_stops_the_launched_server(tmp_path: Path) -> None:
@@ -319,7 +334,7 @@ def test_kill_9_during_a_launched_run_stops_the_launched_server(tmp_path: Path) 
     url = f"http://127.0.0.1:{port}"
     launch = f"{sys.executable} -m servescope.sim --profile tiny --port {port}"
     _kill_9_midway(["--launch", launch], lambda lines: url if not _refused(url) else "", tmp_path)
-    assert _wait(lambda: _refused(url), 15), f"the launched server still answers at {url}"
+    assert _wait(lambda: _refused(url), 60), f"the launched server still answers at {url}"
 
 
 def test_wide_numbers_in_the_cli_table_stay_separated() -> None:
