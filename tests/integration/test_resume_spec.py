@@ -7,14 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from servescope.engine.spec import SweepSpec
 from servescope.sessions.store import load_session
-from tests.integration.helpers import ROOT, run_json, servescope
+from tests.integration.helpers import ROOT, run_json, servescope, wait_for
 from tests.support.vllm_server import setup
 
 
@@ -22,19 +22,17 @@ def _kill_9_after_first_cell(args: list[str], save: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "servescope", "run", *args, "--save", str(save)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the first cell never reached the disk")
+        wait_for(lambda: (save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1,
+                 120, "the first cell on disk")
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
 
 
+@pytest.mark.vllm  # the tiny model's tokenizer is built by the real vLLM's setup (.ci/setup_vllm.sh)
 def test_resume_continues_with_the_tokenizer_transport_and_telemetry_interval(tmp_path: Path) -> None:
+    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
+        pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
     _venv, models = setup()
     tok = models / "dense"  # a local Hugging Face tokenizer (the tests' tiny model)
     save = tmp_path / "s"
