@@ -10,8 +10,10 @@ from tests.integration.helpers import run_json, servescope
 
 
 def test_telemetry_is_sampled_and_summarised(tmp_path: Path) -> None:
-    out = run_json("--url", "sim://tiny", "-w", "longout", "-c", "8", "-n", "8", "--telemetry-interval", "0.2s",
-                   "--save", str(tmp_path / "s"))
+    (tmp_path / "w.toml").write_text('[workload]\nname = "long512"\ninput_tokens = 128\noutput_tokens = 512\n')
+    # 8 replies of 512 tokens at once: about 2 s of decoding, some 10 samples at 0.2 s
+    out = run_json("--url", "sim://tiny", "-w", str(tmp_path / "w.toml"), "-c", "8", "-n", "8",
+                   "--telemetry-interval", "0.2s", "--save", str(tmp_path / "s"))
     [c] = out["cells"]
     s = load_session(tmp_path / "s")
     import json
@@ -21,10 +23,10 @@ def test_telemetry_is_sampled_and_summarised(tmp_path: Path) -> None:
     assert tel["available"] and tel["samples"] >= 5
     assert tel["running_max"] == 8 and tel["kv_cache_usage_peak"] > 0
     assert tel["requests_success"] == 8 == c["requests_ok"]
-    assert tel["generation_tokens"] == 8 * 2048
+    assert tel["generation_tokens"] == 8 * 512
     assert summary["gpu"]["available"] is False and "NVML" in summary["gpu"]["reason"]
     kv = s.meta["kv_budget"]
-    assert kv["kv_cache_tokens"] > 0 and kv["max_concurrency_by_workload"]["longout"] > 8
+    assert kv["kv_cache_tokens"] > 0 and kv["max_concurrency_by_workload"]["long512"] > 8
     assert s.meta["gpu"]["available"] is False
     import polars as pl
 
@@ -65,13 +67,13 @@ def test_launch_with_server_variants(tmp_path: Path) -> None:
 
 
 def test_launched_server_that_crashes_is_relaunched(tmp_path: Path) -> None:
-    launch = f"{sys.executable} -m servescope.sim --profile tiny --exit-after-requests 30"
-    out = run_json("--launch", launch, "-w", "sharegpt", "-c", "4,5", "-n", "20", "--save", str(tmp_path / "s"))
+    launch = f"{sys.executable} -m servescope.sim --profile tiny --exit-after-requests 12"
+    out = run_json("--launch", launch, "-w", "sharegpt", "-c", "4,5", "-n", "8", "--save", str(tmp_path / "s"))
     assert out["status"] == "completed"
     s = load_session(tmp_path / "s")
     assert s.cells.sort("index")["status"].to_list() == ["done", "done"]
     assert [e["kind"] for e in s.meta["events"]][:2] == ["server_lost", "server_back"]
-    assert s.requests().height == 40
+    assert s.requests().height == 16
 
 
 def test_launch_errors_are_one_line(tmp_path: Path) -> None:
@@ -125,8 +127,10 @@ def test_sweep_file_launches_server_variants(tmp_path: Path) -> None:
     assert "| server variants | 1: --max-num-seqs 1; 2: --max-num-seqs 8" in md
     tables(md)
     mermaid_charts(md)
-    # and of a comparison: the two sessions align variant by variant
-    run_json("--sweep", str(f), "--save", str(tmp_path / "s2"), "--telemetry-interval", "off")
+    # and of a comparison: the two sessions align variant by variant (the second one smaller: flags override
+    # the file's load)
+    small = run_json("--sweep", str(f), "-n", "2", "--save", str(tmp_path / "s2"), "--telemetry-interval", "off")
+    assert [c["requests_ok"] for c in small["cells"]] == [2, 2]
     p = servescope("compare", str(tmp_path / "s"), str(tmp_path / "s2"), "--json")
     assert p.returncode == 0, p.stderr
     import json
