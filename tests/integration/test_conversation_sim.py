@@ -1,7 +1,6 @@
 """`servescope run -w chat-multiturn` end to end against servescope's own simulator: every turn resends the
 history with the model's actual replies, the per-turn figures and the conversations are in the cell's summary,
-and the prefix cache's hit rate is there whether the server's usage says it (cached_tokens) or only its
-/metrics do."""
+and the prefix cache's hit rate is there (from the usage's cached_tokens)."""
 
 from __future__ import annotations
 
@@ -44,15 +43,14 @@ def test_chat_multiturn_resends_the_growing_history(tmp_path: Path) -> None:
             assert 200 <= new_message <= 500 + TEMPLATE_SLACK
             assert abs(cur["prompt_tokens"] - cur["input_tokens_requested"]) <= TEMPLATE_SLACK
 
-    # the prefix cache: from the usage's cached tokens when the simulator sends them, else from its /metrics
-    if req["cached_tokens"].is_not_null().any():
-        assert s.prefix_cache_source == "usage" and s.prefix_cache_hit_rate is not None
-        assert 0 < s.prefix_cache_hit_rate < 1
-        assert s.turns[-1].prefix_cache_hit_rate is not None and s.turns[-1].prefix_cache_hit_rate > 0.5
-        assert s.prompt_tokens_cached is not None and s.prompt_tokens_uncached is not None
-        assert s.prompt_tokens_cached + s.prompt_tokens_uncached == s.input_tokens_total
-    elif s.prefix_cache_hit_rate is not None:
-        assert s.prefix_cache_source == "server_metrics" and 0 <= s.prefix_cache_hit_rate <= 1
+    # the prefix cache, from the usage's cached tokens (the simulator sends them, as vLLM with
+    # --enable-prompt-tokens-details does): each turn's resent history is a hit
+    assert req["cached_tokens"].is_not_null().all()
+    assert s.prefix_cache_source == "usage" and s.prefix_cache_hit_rate is not None
+    assert 0 < s.prefix_cache_hit_rate < 1
+    assert s.turns[-1].prefix_cache_hit_rate is not None and s.turns[-1].prefix_cache_hit_rate > 0.5
+    assert s.prompt_tokens_cached is not None and s.prompt_tokens_uncached is not None
+    assert s.prompt_tokens_cached + s.prompt_tokens_uncached == s.input_tokens_total
 
 
 AGENT = """
