@@ -91,7 +91,7 @@ def test_kill_9_reads_interrupted_and_resume_completes_it(tmp_path: Path) -> Non
     pid = runner_state(path).pid
     assert pid
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not runner_state(path).running, 10, "the lock to be released")
+    wait_for(lambda: not runner_state(path).running, 60, "the lock to be released")
     [row] = _sessions(tmp_path)
     assert row["status"] == "interrupted" and "gone" in str(row["reason"]), row
     w = servescope("watch", str(path), timeout=60)
