@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from array import array
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -138,9 +139,15 @@ class DrivenLoop:
         return asyncio.TimerHandle(0.0, callback, (), asyncio.get_running_loop())
 
 
+def _clock(monkeypatch: pytest.MonkeyPatch, now: list[float]) -> None:
+    """The probe's perf_counter reads `now[0]` (its CPU clocks stay real)."""
+    monkeypatch.setattr(health, "time", SimpleNamespace(perf_counter=lambda: now[0], process_time=time.process_time,
+                                                         thread_time=time.thread_time))
+
+
 def test_probe_cadence_a_late_tick_does_not_make_the_next_ones_late(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr(health.time, "perf_counter", lambda: now[0])
+    _clock(monkeypatch, now)
 
     async def go() -> tuple[DrivenLoop, dict[str, Any]]:
         timer = DrivenLoop()
@@ -162,7 +169,7 @@ def test_probe_cadence_a_late_tick_does_not_make_the_next_ones_late(monkeypatch:
 
 def test_probe_keeps_every_other_sample_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [0.0]
-    monkeypatch.setattr(health.time, "perf_counter", lambda: now[0])
+    _clock(monkeypatch, now)
     monkeypatch.setattr(health, "MAX_LAG_SAMPLES", 4)
 
     async def go() -> dict[str, Any]:
