@@ -21,6 +21,11 @@ from tests.support.pool import ServerPool
 
 # the real vLLM's server arguments; --enable-prompt-tokens-details puts cached_tokens in usage
 VLLM_EXTRA_ARGS = ["--max-model-len", "8192", "--enable-prompt-tokens-details"]
+# For the servers whose answers no test needs bit-exact: the CPU build of vLLM 0.32 redoes torch.compile at
+# every start (30-120 s on 2 cores: its saved compilation fails to load with this torch), and --enforce-eager skips
+# it. The main server keeps it: compiled, the same request gives the same logits to the last bit (the quality and
+# probe tests check exactly that); eager, they moved by ~1e-8 nats from run to run.
+EAGER = ["--enforce-eager"]
 
 # fixture -> the tier marker of any test that uses it (directly or through another fixture)
 FIXTURE_MARKERS = {
@@ -89,7 +94,7 @@ def vllm_server_perturbed(server_pool: ServerPool) -> object:
     answers with vllm_server's; prefix caching changes no logprob) and no prefix cache (the conversation tests
     compare its hit rates and TTFTs with vllm_server's; the weights, random in both, change no timing)."""
     _skip_vllm()
-    return server_pool.vllm("dense-perturbed", [*VLLM_EXTRA_ARGS, "--no-enable-prefix-caching"])
+    return server_pool.vllm("dense-perturbed", [*VLLM_EXTRA_ARGS, *EAGER, "--no-enable-prefix-caching"])
 
 
 @pytest.fixture(scope="session")
