@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from textual.pilot import Pilot
@@ -16,6 +17,30 @@ async def wait_until(pilot: Pilot[Any], cond: Callable[[], bool], limit_s: float
             raise AssertionError(f"timed out after {limit_s:g} s waiting for {what or cond}")
         await pilot.pause(0.05)
         await asyncio.sleep(0)
+
+
+def wait_for_text(read: Callable[[], str], needles: Sequence[str], timeout: float, pattern: str | None = None,
+                  what: str = "") -> str:
+    """Poll `read()` (a tmux pane's text, say) until every needle, and `pattern` (a regex) if given, is in it;
+    the text. Returns as soon as it holds: the limit can be generous."""
+    rx = re.compile(pattern) if pattern else None
+    deadline = time.monotonic() + timeout
+    while True:
+        text = read()
+        if all(n in text for n in needles) and (rx is None or rx.search(text)):
+            return text
+        if time.monotonic() > deadline:
+            want = [*needles, *([f"/{pattern}/"] if pattern else [])]
+            raise AssertionError(f"{what or want} not on screen after {timeout:g} s; the screen was:\n{text}")
+        time.sleep(0.1)
+
+
+def poll_until(cond: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll `cond()` (a process state, a file) until it is true; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(0.1)
 
 
 async def set_input(pilot: Pilot[Any], selector: str, value: str) -> None:
