@@ -116,16 +116,16 @@ async def test_a_trace_workload_previews_its_file_and_saves_it(home: Path) -> No
         form = await _form(pilot, "trace")
         preview = form.query_one("#wf-trace-preview", Static)
         form.query_one("#wf-trace", Input).value = str(bad)
-        await wait_until(pilot, lambda: text_of(preview).startswith("✗"), 5, "the bad file's line")
+        await wait_until(pilot, lambda: text_of(preview).startswith("✗"), 60, "the bad file's line")
         assert f"{bad}:2: not JSON" in text_of(preview)
         form.query_one("#wf-trace", Input).value = str(good)
         want = cached_trace(good).preview()
-        await wait_until(pilot, lambda: want in text_of(preview), 5, "the trace preview")
+        await wait_until(pilot, lambda: want in text_of(preview), 60, "the trace preview")
         shown = text_of(preview)
         assert shown.startswith("✓ mooncake: 4 requests over 2.5 s") and "input p50 612 / p99 1,100" in shown
         assert "shared" in shown
         await set_input(pilot, "#wf-scale", "0.5")  # the preview follows the time scale: twice as fast
-        await wait_until(pilot, lambda: "at x0.5 time" in text_of(preview), 5, "the scaled preview")
+        await wait_until(pilot, lambda: "at x0.5 time" in text_of(preview), 60, "the scaled preview")
         assert "over 1.25 s" in text_of(preview)
         await set_input(pilot, "#wf-scale", "0")
         await set_input(pilot, "#wf-name", "replay")
@@ -194,7 +194,7 @@ async def test_ttft_by_turn_live_matches_the_saved_per_turn_summary(home: Path, 
                      telemetry_interval_s=None).check("test")
     async with app.run_test(size=(80, 24)) as pilot:
         assert app.start_sweep(spec)
-        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 5, "the Run screen")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 60, "the Run screen")
         run = app.screen
         assert isinstance(run, RunScreen)
         progress = run.query_one(SweepProgress)
