@@ -1,18 +1,22 @@
 """End to end: `servescope demo` in a real terminal (tmux), driven with send-keys, read with capture-pane.
-It checks that a histogram and a finished cell are on screen, then quits with ctrl+q."""
+It checks that a histogram and a finished cell are on screen, that help and the sessions screen open, then
+quits with ctrl+q (stopping the sweep if it still runs) and checks the app has left and the session is saved."""
 
 from __future__ import annotations
 
 import shutil
 import sys
-import time
+import tomllib
 import uuid
 from pathlib import Path
 
 import pytest
 
 import servescope
+from servescope.sessions.live import runner_state
 from tests.support.tmux import open_session, tmux
+
+from .helpers import poll_until, wait_for_text
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (.ci/run installs it); the e2e demo test needs it")
@@ -22,17 +26,13 @@ ROOT = Path(servescope.__file__).resolve().parent.parent
 DEMO_CMD = [sys.executable, "-m", "servescope", "demo"]
 
 
-
-
 def wait_for(session: str, needles: list[str], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    screen = ""
-    while time.monotonic() < deadline:
-        screen = tmux("capture-pane", "-p", "-t", session)
-        if all(n in screen for n in needles):
-            return screen
-        time.sleep(0.5)
-    raise AssertionError(f"{needles} not on screen after {timeout:g} s; the screen was:\n{screen}")
+    return wait_for_text(lambda: tmux("capture-pane", "-p", "-t", session), needles, timeout)
+
+
+def pane_command(session: str) -> str:
+    """What runs in the pane: the app's python, then the `sleep` that keeps the pane once it has left."""
+    return tmux("display-message", "-p", "-t", session, "#{pane_current_command}")
 
 
 def test_demo_in_tmux_shows_histograms_and_a_finished_cell(tmp_path: Path) -> None:
@@ -41,20 +41,30 @@ def test_demo_in_tmux_shows_histograms_and_a_finished_cell(tmp_path: Path) -> No
                  env={"SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}, linger_s=5)
     try:
         # the demo starts the simulator and a short sweep; the run screen shows the live histograms
-        wait_for(session, ["cell 1/", "TTFT ms", "▲50", "▲99"], timeout=60)
+        wait_for(session, ["cell 1/", "TTFT ms", "▲50", "▲99"], timeout=90)
         # the first cell finishes: its line in the event log and its row in the cell table
-        screen = wait_for(session, ["✓ cell 1/", "done"], timeout=60)
+        screen = wait_for(session, ["✓ cell 1/", "done"], timeout=90)
         assert "sharegpt" in screen
-        # keys work: help opens and closes, the sessions screen lists the demo session, ctrl+q quits
+        # keys work: help opens and closes, the sessions screen lists the demo session
         tmux("send-keys", "-t", session, "F1")
-        wait_for(session, ["servescope: keys", "Skip"], timeout=10)
+        wait_for(session, ["servescope: keys", "Skip"], timeout=30)
         tmux("send-keys", "-t", session, "Escape")
+        wait_for_text(lambda: "" if "servescope: keys" in tmux("capture-pane", "-p", "-t", session) else "closed",
+                      ["closed"], 30, what="the help to close")
         tmux("send-keys", "-t", session, "F4")
-        wait_for(session, ["demo", "sim://"], timeout=10)
+        wait_for(session, ["saved session", "demo", "sim://"], timeout=30)
+        [path] = list((tmp_path / "sessions").iterdir())
+        # ctrl+q quits: while the sweep runs it asks first (s stops it); once it has ended it leaves at once
         tmux("send-keys", "-t", session, "C-q")
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and "TTFT ms" in tmux("capture-pane", "-p", "-t", session):
-            time.sleep(0.3)
-        assert "session.toml" in {p.name for p in next((tmp_path / "sessions").iterdir()).iterdir()}
+        asked = wait_for_text(lambda: "leave it running" if "leave it running" in tmux(
+            "capture-pane", "-p", "-t", session) else pane_command(session), [], 30,
+            pattern="leave it running|sleep", what="the question, or the app gone")
+        if "leave it running" in asked:
+            tmux("send-keys", "-t", session, "s")
+            wait_for(session, ["servescope: stopping the sweep"], timeout=60)
+        wait_for_text(lambda: pane_command(session), ["sleep"], 30, what="the app to leave")
+        poll_until(lambda: not runner_state(path).running, 60, "the sweep's runner to end")
+        status = tomllib.loads((path / "session.toml").read_text())["status"]
+        assert status == ("interrupted" if "leave it running" in asked else "completed"), status
     finally:
         tmux("kill-session", "-t", session)

@@ -18,6 +18,7 @@ import pytest
 import servescope
 
 from .fixtures import write_session
+from .helpers import wait_for_text
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (.ci/run installs it); the e2e test needs it")
@@ -45,20 +46,18 @@ class Term:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "t")
 
-    def keys(self, *keys: str, pause: float = 0.4) -> None:
+    def keys(self, *keys: str) -> None:
+        """Type `keys` one after another, a short pause between them as a user would."""
         for k in keys:
             self.tmux("send-keys", "-t", "t", k)
-            time.sleep(pause)
+            time.sleep(0.05)
 
-    def wait_for(self, needles: list[str], timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if all(n in screen for n in needles):
-                return screen
-            time.sleep(0.4)
-        raise AssertionError(f"{needles} not on screen after {timeout:g} s; the screen was:\n{screen}")
+    def wait_for(self, needles: list[str], timeout: float, pattern: str | None = None) -> str:
+        return wait_for_text(self.screen, needles, timeout, pattern)
+
+    def command(self) -> str:
+        """What runs in the pane: the app's python, then the `sleep` that keeps the pane once it has left."""
+        return self.tmux("display-message", "-p", "-t", "t", "#{pane_current_command}")
 
     def close(self) -> None:
         self.tmux("kill-server")
@@ -75,44 +74,44 @@ def test_sweep_skip_stop_open_compare_export_at_80x24(tmp_path: Path) -> None:
     term = Term(tmp_path, [sys.executable, "-m", "servescope", "demo"])
     try:
         # the sweep runs: cell 1 finishes, then cell 2 is skipped and cell 3 stopped
-        screen = term.wait_for(["cell 1/3", "TTFT ms", "▲50", "▲99"], timeout=60)
+        screen = term.wait_for(["cell 1/3", "TTFT ms", "▲50", "▲99"], timeout=90)
         check_readable(screen)
-        screen = term.wait_for(["cell 2/3", "✓ cell 1/3"], timeout=60)
+        # cell 1's row in the finished-cells table (its "✓ cell 1/3" line soon scrolls out of the 80x24 event log)
+        screen = term.wait_for(["cell 2/3", "[running]"], timeout=90, pattern=r"\b1\s+c=1\s+done")
         check_readable(screen)
         lines = screen.splitlines()
         legend = next(i for i, ln in enumerate(lines) if "■ tok/s" in ln)
         assert any("┤" in ln for ln in lines[legend + 1:legend + 4]), screen  # the plot is under its legend
         assert not any("tok/s" in ln.split("▊")[-1] for ln in lines if "┤" in ln), screen  # not over the data
         term.keys("s")
-        screen = term.wait_for(["cell 3/3"], timeout=30)
-        term.wait_for(["requests"], timeout=10)
-        time.sleep(1.5)
+        screen = term.wait_for(["cell 3/3", "[running]"], timeout=60)  # its requests are sent: x stops them
         term.keys("x")
         screen = term.wait_for(["session ("], timeout=60)
         check_readable(screen)
         # the skipped cell in the finished-cells table (once the "sweep interrupted" notice has gone)
-        screen = term.wait_for(["skipped", "stopped"], timeout=15)
+        screen = term.wait_for(["skipped", "stopped"], timeout=30)
         check_readable(screen)
         assert "112%" not in screen and not re.search(r"\b1[0-9]{2}%", screen.replace("100%", "")), screen
         # the session: its cell table and charts
         term.keys("F4")
-        screen = term.wait_for(["saved sessions", "demo", "baseline"], timeout=10)
-        term.keys("Home", "Enter", pause=1.0)
-        screen = term.wait_for(["cells", "output tok/s vs load", "skipped", "stopped"], timeout=15)
+        screen = term.wait_for(["saved sessions", "demo", "baseline"], timeout=30)
+        term.keys("Home", "Enter")
+        screen = term.wait_for(["cells", "output tok/s vs load", "skipped", "stopped"], timeout=30)
         check_readable(screen)
         term.keys("Escape")
         # compare the demo with the baseline session
-        term.wait_for(["saved sessions"], timeout=10)
-        term.keys("Home", "space", "Down", "space", "c", pause=0.6)
-        screen = term.wait_for(["vs", "output tok/s vs load", "per-user tok/s vs load"], timeout=15)
+        term.wait_for(["saved sessions"], timeout=30)
+        term.keys("Home", "space", "Down", "space", "c")
+        screen = term.wait_for(["vs", "output tok/s vs load", "per-user tok/s vs load"], timeout=30)
         check_readable(screen)
         # export the report (the default path in the sessions folder)
-        term.keys("e", pause=1.0)
-        term.wait_for(["Export a Markdown report"], timeout=10)
-        term.keys("Enter", pause=1.0)
-        term.wait_for(["wrote the report"], timeout=10)
+        term.keys("e")
+        term.wait_for(["Export a Markdown report"], timeout=30)
+        term.keys("Enter")
+        term.wait_for(["wrote the report"], timeout=30)
         reports = list((tmp_path / "sessions").glob("report-*.md"))
         assert len(reports) == 1 and "# servescope report" in reports[0].read_text()
-        term.keys("C-q")
+        term.keys("C-q")  # no sweep runs: the app leaves at once
+        wait_for_text(term.command, ["sleep"], 30, what="the app to leave")
     finally:
         term.close()
