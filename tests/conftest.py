@@ -99,6 +99,6 @@ def vllm_server_perturbed(server_pool: ServerPool) -> object:
 
 @pytest.fixture(scope="session")
 def llamacpp_f16(server_pool: ServerPool) -> object:
-    """A real llama.cpp server with the tiny model as f16 GGUF: 4 slots of 2,048 tokens (-c 8192)."""
+    """A real llama.cpp server with the tiny model as f16 GGUF: 4 slots of 1,024 tokens (-c 4096)."""
     _skip_llamacpp()
-    return server_pool.llamacpp("tiny-f16.gguf", ctx=8192, parallel=4)
+    return server_pool.llamacpp("tiny-f16.gguf", ctx=4096, parallel=4)

@@ -266,11 +266,11 @@ def test_launch_real_vllm_kv_budget_from_log_and_metrics(tmp_path: Path) -> None
     from tests.support import vllm_server as vs
 
     venv, models = vs.setup()
-    # the shared scratch keeps torch.compile's cache warm between test sessions
+    # eager: vLLM 0.32's CPU build would redo torch.compile at this start (its saved compilation fails to load)
     scratch = Path(os.environ.get("SERVESCOPE_TEST_CACHE", Path.home() / ".cache" / "servescope-test")) / "scratch"
     spec = parse_launch(f"{shlex.quote(str(venv / 'bin' / 'vllm'))} serve {shlex.quote(str(models / 'dense'))} "
-                        "--max-model-len 4096 --max-num-seqs 8")
-    assert spec.server_args == {"max_model_len": 4096, "max_num_seqs": 8}
+                        "--max-model-len 4096 --max-num-seqs 8 --enforce-eager")
+    assert spec.server_args == {"max_model_len": 4096, "max_num_seqs": 8, "enforce_eager": True}
     srv = ServerProcess.start(spec, tmp_path / "vllm.log", env=vs.vllm_env(scratch), health_timeout_s=600)
     try:
         assert srv.healthy()

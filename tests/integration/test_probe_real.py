@@ -14,8 +14,7 @@ What was found (and is checked here):
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +34,10 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def llama() -> Iterator[Any]:
-    if os.environ.get("SERVESCOPE_SKIP_LLAMACPP") == "1":
-        pytest.skip("SERVESCOPE_SKIP_LLAMACPP=1: real llama.cpp tests skipped on purpose")
-    from tests.support import llamacpp_server as ls
-
-    _binary, models = ls.setup()
-    with ls.running(models / "tiny-f16.gguf", ctx=4096, parallel=2) as srv:  # 2048 tokens a slot
-        yield srv
+@pytest.fixture
+def llama(llamacpp_f16: Any) -> Any:
+    """The test session's llama-server (tests/conftest.py): 1,024 tokens a slot."""
+    return llamacpp_f16
 
 
 @pytest.fixture
