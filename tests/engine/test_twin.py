@@ -41,11 +41,12 @@ def test_nelder_mead_finds_a_quadratic_minimum() -> None:
     assert v < 1e-6 and n <= 400
 
 
+@pytest.mark.slow  # a fit: 20-70 s on this 2-core machine under load
 def test_fit_recovers_a_profile_from_its_own_cells_and_predicts_beyond_them() -> None:
     truth = load_profile("tiny")
     cost = CostModel(truth)
-    # a few rounds of each level's users are enough: the cells are the twin's own, without noise
-    cells = _cells(cost, 1024, 16, [(1, 4), (4, 8), (16, 32)])
+    # one to four rounds of each level's users are enough: the cells are the twin's own, without noise
+    cells = _cells(cost, 1024, 16, [(1, 4), (4, 8), (16, 16)])
     shape = Shape(replace(truth, efficiency=EfficiencySpec()), "profile tiny", "profile", "profile")
     r = fit(shape, cells)
     assert max(r.residuals.values()) < 0.05, r.residuals
@@ -65,6 +66,7 @@ def test_fit_recovers_a_profile_from_its_own_cells_and_predicts_beyond_them() ->
     assert math.log(hi / got.summary["output_tok_s"]) > 2 * max(r.residuals["output_tok_s"], 0.03)
 
 
+@pytest.mark.slow  # a fit: 20-70 s on this 2-core machine under load
 def test_one_prompt_length_and_the_servers_own_ttft_predict_longer_prompts() -> None:
     """The API server's fixed cost (frontend_ms) and the prefill's cost per prompt token look alike in a client's
     TTFT at one prompt length; the server's own TTFT (which starts when the engine got the request) tells them
@@ -81,6 +83,7 @@ def test_one_prompt_length_and_the_servers_own_ttft_predict_longer_prompts() -> 
     assert got.summary["ttft_ms"]["p50"] == pytest.approx(want.summary["ttft_ms"]["p50"], rel=0.10)
 
 
+@pytest.mark.slow  # a fit: 20-70 s on this 2-core machine under load
 def test_the_fit_finds_whether_host_and_device_time_add_up() -> None:
     """A server whose host work is not hidden behind the device's step (vLLM's CPU build, no async scheduling)
     is told apart, when the shape does not say (not a simulator profile), and predicted at 4x the load; where
