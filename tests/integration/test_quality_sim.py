@@ -99,7 +99,9 @@ def test_divergence_is_zero_against_itself_and_shows_against_a_noisy_copy(degrad
 
 
 def test_quality_results_land_in_an_existing_sweep_session(tmp_path: Path) -> None:
-    run = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "2", "-n", "6", "--save", str(tmp_path / "s"))
+    w = tmp_path / "chat.toml"
+    w.write_text('[workload]\nname = "chat"\napi = "chat"\ninput_tokens = 256\noutput_tokens = 32\n')
+    run = run_json("--url", "sim://tiny", "-w", str(w), "-c", "2", "-n", "6", "--save", str(tmp_path / "s"))
     assert run["cells"][0]["status"] == "done"
     quality("--url", "sim://tiny", "--tasks", "arithmetic", "-n", "3", "--save", str(tmp_path / "s"))
     s = load_session(tmp_path / "s")
@@ -110,14 +112,19 @@ def test_quality_results_land_in_an_existing_sweep_session(tmp_path: Path) -> No
     assert rep.returncode == 0 and "Quality" in rep.stdout and "output tok/s" in rep.stdout.lower()
 
 
-def test_quality_share_puts_accuracy_and_divergence_in_each_cell(degraded: str) -> None:
-    out = run_json("--url", degraded, "-w", "sharegpt", "-c", "1,4", "-n", "40", "--quality-share", "0.2")
+def test_quality_share_puts_accuracy_and_divergence_in_each_cell(degraded: str, tmp_path: Path) -> None:
+    # short chat requests (sharegpt's 256 output tokens made the c=1 cell 40 s long): the probe sends its first
+    # question once the cell's first request is done and its first divergence prompt once 5 are (a share of 0.2 is
+    # one probe per 4 requests), so 24 requests leave both room to finish in either cell
+    w = tmp_path / "chat.toml"
+    w.write_text('[workload]\nname = "chat"\napi = "chat"\ninput_tokens = 256\noutput_tokens = 64\n')
+    out = run_json("--url", degraded, "-w", str(w), "-c", "1,4", "-n", "24", "--quality-share", "0.2")
     for cell in out["cells"]:
         q = cell["quality"]
         assert q["n"] >= 1 and 0 <= q["accuracy"] <= 1 and q["correct"] <= q["n"]
         assert sum(t["n"] for t in q["tasks"].values()) == q["n"]
         assert q["prompts"] >= 1 and q["kl_mean"] >= 0 and 0 <= q["top1_agreement"] <= 1
-        assert cell["requests_ok"] == 40  # the probe's requests are not in the cell's own figures
+        assert cell["requests_ok"] == 24  # the probe's requests are not in the cell's own figures
 
 
 @pytest.mark.parametrize(("args", "message"), [
