@@ -38,7 +38,7 @@ def pane_command(session: str) -> str:
 def test_demo_in_tmux_shows_histograms_and_a_finished_cell(tmp_path: Path) -> None:
     session = f"servescope-e2e-{uuid.uuid4().hex[:8]}"
     open_session(session, DEMO_CMD, ROOT, size=(100, 30),
-                 env={"SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}, linger_s=5)
+                 env={"SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}, linger_s=120)
     try:
         # the demo starts the simulator and a short sweep; the run screen shows the live histograms
         wait_for(session, ["cell 1/", "TTFT ms", "▲50", "▲99"], timeout=90)
