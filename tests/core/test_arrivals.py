@@ -133,6 +133,7 @@ def test_pattern_errors_are_one_line_with_an_example(text: str, message: str) ->
     assert e.value.message == message
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(st.text(max_size=30), st.from_regex(r"(\d{1,3}(\.\d)?x( for \d{1,4}(ms|s|m|h)?)?, ?){0,4}\d?x?")))
 def test_pattern_parsing_never_fails_otherwise(text: str) -> None:

@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -137,6 +138,7 @@ def _assert_metrics_sane(s: dict[str, Any]) -> None:
         assert v is None or (math.isfinite(v) and v >= 0), (k, v)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(st.tuples(st.lists(event, max_size=6), st.lists(st.integers(0, 1000), max_size=4)),
                 min_size=1, max_size=5),

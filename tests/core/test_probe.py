@@ -164,6 +164,7 @@ _hostile_logprobs = (
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_hostile_logprobs)
 def test_any_logprobs_give_a_trace_of_finite_values_or_one_servescope_error(lp: Any) -> None:

@@ -38,6 +38,7 @@ def test_a_bad_repeat_is_one_line(bad: str) -> None:
     assert "--repeat" in e.value.message and "\n" not in e.value.message
 
 
+@pytest.mark.slow
 def test_a_repeated_sweep_reports_each_points_median(tmp_path: Path) -> None:
     (tmp_path / "f.toml").write_text('[workload]\nname = "f"\ninput_tokens = 64\noutput_tokens = 16\n')
     out = run_json("--url", "sim://tiny", "-w", str(tmp_path / "f.toml"), "-c", "1,2", "-n", "6", "--repeat", "3")

@@ -68,6 +68,7 @@ def test_workload_key_typo(tmp_path: Path) -> None:
 
 
 # ---- item 9a: a launch command's secrets, stored as ••••, and resume ----------------------------------
+@pytest.mark.slow
 def test_launch_secrets_never_stored_and_resume_asks_for_the_command(tmp_path: Path) -> None:
     wf = tmp_path / "small.toml"
     wf.write_text(SMALL)

@@ -56,6 +56,7 @@ def _priority(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
+@pytest.mark.slow
 def test_moderate_load_is_ok(tmp_path: Path) -> None:
     """A healthy client is not flagged. The machine is shared: the simulator and the client run at a higher
     priority where allowed, so that other programs cannot starve them (a starved client is rightly flagged: the
@@ -113,6 +114,7 @@ def _run_queue_wait_s(pid: int) -> float:
         return 0.0
 
 
+@pytest.mark.slow
 def test_starved_client_is_bound(tmp_path: Path) -> None:
     """c=64, n=64 (every request sent at once): once the simulator has them all, the client drops to the lowest
     priority (nice 19) beside three busy loops on its core; the simulator (on another core) generates the

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.integration.helpers import run_json, servescope
 
 
+@pytest.mark.slow
 def test_reports_and_compare_show_the_prefix_cache(tmp_path: Path) -> None:
     (tmp_path / "c.toml").write_text('[workload]\nname = "chat3"\nkind = "conversation"\nturns = 3\n'
                                      'input_tokens = 120\noutput_tokens = 16\n')

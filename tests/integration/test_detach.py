@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from servescope.sessions.live import runner_state, send_command
 from servescope.sessions.store import load_session
 from tests.integration.helpers import ROOT, events, measured, servescope, wait_for
@@ -81,6 +83,7 @@ def test_a_detached_sweep_completes_alone_and_watch_follows_it(tmp_path: Path) -
     assert returned < finished["t"], (returned, finished["t"])
 
 
+@pytest.mark.slow
 def test_kill_9_reads_interrupted_and_resume_completes_it(tmp_path: Path) -> None:
     path, _, _ = _detach(tmp_path, "-w", _workload(tmp_path, SLOW), "-c", "1,2", "-n", "6")
     wait_for(lambda: (path / "session.toml").exists() and runner_state(path).running, 30, "the sweep to start")

@@ -55,6 +55,7 @@ def test_resume_continues_with_the_tokenizer_transport_and_telemetry_interval(tm
     assert (spec.tokenizer, spec.transport, spec.telemetry_interval_s) == (str(tok), "httpx", None)
 
 
+@pytest.mark.slow
 def test_run_sweep_of_a_session_plans_the_same_cells(tmp_path: Path) -> None:
     first = run_json("--url", "sim://tiny", "-w", "sharegpt,longin", "-c", "1,2", "-n", "2", "--warmup", "1",
                      "--slo", "ttft_ms=3000", "--tag", "k=v", "--save", str(tmp_path / "a"))
@@ -67,6 +68,7 @@ def test_run_sweep_of_a_session_plans_the_same_cells(tmp_path: Path) -> None:
     assert load_session(again["session"]).meta["slos"] == {"ttft_ms": 3000.0}
 
 
+@pytest.mark.slow
 def test_the_same_seed_sends_the_same_requests(tmp_path: Path) -> None:
     wl = tmp_path / "w.toml"  # lengths drawn from a range, short outputs: the run takes a second
     wl.write_text('[workload]\nname = "u"\napi = "chat"\ninput_tokens = { dist = "uniform", min = 100, max = 400 }\n'

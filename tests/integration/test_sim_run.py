@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from servescope.sessions.store import load_session
 from servescope.sim.launcher import start_sim
@@ -20,6 +21,7 @@ CELL_KEYS = {"workload", "concurrency", "rate", "requests_ok", "requests_failed"
              "client_queue_ms"}
 
 
+@pytest.mark.slow
 def test_closed_and_open_loop_json(tmp_path: Path) -> None:
     out = run_json("--url", "sim://tiny", "-w", "sharegpt", "-c", "1,8", "-n", "8", "--warmup", "1",
                    "--sessions-dir", str(tmp_path), "--slo", "ttft_ms=2000,tpot_ms=50")
@@ -158,6 +160,7 @@ def _answers(port: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_server_restarts_mid_sweep_and_the_lost_cell_is_rerun(tmp_path: Path) -> None:
     """The sim exits after 12 requests (as a crashed vLLM, during cell 2); once servescope says it waits for it,
     something restarts it on the same port."""
@@ -196,6 +199,7 @@ def test_server_restarts_mid_sweep_and_the_lost_cell_is_rerun(tmp_path: Path) ->
         assert s.requests(i)["status"].to_list() == ["ok"] * 8
 
 
+@pytest.mark.slow
 def test_resume_after_kill_9(tmp_path: Path) -> None:
     save = tmp_path / "s"
     _kill_9_after_first_cell(save, 8)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from servescope.sessions.store import load_session
 from tests.integration.helpers import run_json, servescope
 
@@ -50,6 +52,7 @@ def test_kv_pressure_shows_preemptions(tmp_path: Path) -> None:
     assert s.meta["kv_budget"]["kv_cache_tokens"] == 2048
 
 
+@pytest.mark.slow
 def test_launch_with_server_variants(tmp_path: Path) -> None:
     launch = f"{sys.executable} -m servescope.sim --profile tiny"
     out = run_json("--launch", launch, "--server-variant", "--max-num-seqs 1", "--server-variant", "--max-num-seqs 8",
@@ -96,6 +99,7 @@ def test_telemetry_off_samples_only_cell_boundaries(tmp_path: Path) -> None:
     assert s.meta["telemetry"]["interval_s"] == "cell boundaries"
 
 
+@pytest.mark.slow
 def test_sweep_file_launches_server_variants(tmp_path: Path) -> None:
     """`servescope run --sweep` with a [server] table: servescope launches the server once per variant."""
     import tomli_w
@@ -142,6 +146,7 @@ def test_sweep_file_launches_server_variants(tmp_path: Path) -> None:
     assert p.returncode == 2 and "--concurrency: bad value 'x'" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_server_killed_near_a_cells_end_is_caught(tmp_path: Path) -> None:
     """c=8: the 10 requests left after the crash fail fast, fewer than the early-stop threshold (16) and
     before the watchdog's second miss; the cell must still be marked lost and re-run, not counted done."""

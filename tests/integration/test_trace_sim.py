@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import run_json, servescope
@@ -75,6 +76,7 @@ def test_time_scale_half_replays_twice_as_fast(tmp_path: Path) -> None:
     _assert_replayed(out["session"], [(t - times[0]) * 0.5 for t in times])
 
 
+@pytest.mark.slow
 def test_burstgpt_and_azure_csv_replay_at_their_timestamps(tmp_path: Path) -> None:
     (tmp_path / "b.csv").write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                                     + "".join(f"{5 + i * 0.15:.2f},ChatGPT,{100 + i},{8},{108 + i},Conversation log\n"

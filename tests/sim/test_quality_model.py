@@ -264,6 +264,7 @@ def test_max_tokens_cuts_an_answer_and_ignore_eos_goes_on(sim: SimHandle) -> Non
     assert more["choices"][0]["text"].startswith(' {"answer": 1234}') and more["usage"]["completion_tokens"] == 20
 
 
+@pytest.mark.slow
 def test_error_rate_over_many_prompts(sim: SimHandle, degraded: SimHandle) -> None:
     rng = random.Random(2024)
     items = [t for _ in range(50) for t in _task_prompts(rng)]  # 200 prompts, 50 of each task
