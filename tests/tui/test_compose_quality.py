@@ -90,7 +90,9 @@ async def test_probe_quality_on_the_simulator_shows_the_result_and_saves_it(home
         assert status.startswith("✓ quality of tiny at sim://tiny"), status
         assert shown(app, "q-log")  # the progress lines as they came
         table = screen.query_one("#q-table", FitTable)
-        assert table.display and table.row_count == 4
+        assert table.display
+        # the table lays its rows out once it has a size (after the refresh that shows it), not with the status
+        await wait_until(pilot, lambda: table.row_count == 4, 60, "the 4 task rows")
         rows = {full_row(table, i)[0]: full_row(table, i) for i in range(table.row_count)}
         assert set(rows) == {"arithmetic", "retrieval@1K", "needle@1K", "json"}
         for _task, acc, n, interval in rows.values():
