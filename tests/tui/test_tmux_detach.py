@@ -116,10 +116,10 @@ def test_a_closed_terminal_leaves_the_apps_sweep_running_and_attachable(term: tu
     st = runner_state(path)
     assert st.running and st.pid == pid, st
     _open(name, home, "attach")  # the most recent running sweep
-    text = wait_for(name, ["[running]", "cell "], timeout=30)
+    text = wait_for(name, ["[running]", "cell "], timeout=60)
     assert path.name[:15] in text or "sweep 00:" in text, text
     tmux("send-keys", "-t", name, "C-q")
     wait_for(name, ["leave it running"], timeout=30)
     tmux("send-keys", "-t", name, "s")
-    _wait(lambda: not runner_state(path).running, 30, "the sweep to stop")
+    _wait(lambda: not runner_state(path).running, 60, "the sweep to stop")
     assert tomllib.loads((path / "session.toml").read_text())["status"] == "interrupted"
