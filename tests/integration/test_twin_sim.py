@@ -1,5 +1,5 @@
-"""The capacity twin against the simulator as ground truth: fit on a measured sweep (c=1,4,16 at 1K in, 32 out),
-predict cells that were not run (c=48 at 1K, c=4 at 8K in), run them for real and compare; capacity and --confirm
+"""The capacity twin against the simulator as ground truth: fit on a measured sweep (c=1,4,16 at 1K in), predict
+cells that were not run (c=48 at 1K, c=4 at 8K in), run them for real and compare; capacity and --confirm
 end to end; bad input. Everything through the command line, as a user runs it."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ DENSE = "rtx-pro-6000/qwen3.5-27b-gptq-int4"  # dense (tiny's steps are so short
 MOE = "rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"  # 256 experts, top-8
 
 
-def _workload(d: Path, name: str, inp: int, out: int = 32) -> str:
+def _workload(d: Path, name: str, inp: int, out: int = 64) -> str:
     p = d / f"{name}.toml"
     p.write_text(f'[workload]\nname = "{name}"\ninput_tokens = {inp}\noutput_tokens = {out}\n')
     return str(p)
@@ -49,13 +49,14 @@ def _late_steps(url: str) -> float:
 
 
 def _run_until(url: str, *args: str, ok: Callable[[dict[str, Any]], list[str]], save: Path | None = None,
-               seed: int = 0) -> dict[str, Any]:
+               seed: int = 0, undisturbed_first: bool = False) -> dict[str, Any]:
     """`servescope run` against the simulator until `ok(result)` finds nothing wrong, three runs at most (the last
     is returned either way: the caller's assertion says what is off). On a busy 2-core test machine a run is
     disturbed now and then: steps of the simulator end late (its CPU lags behind the modelled time), the client
     is bound, or a stall neither shows (a slow request intake) moves a short run by 20%; a twin gone wrong misses
-    every run. Each attempt sends other prompts (its own --seed): the simulator's prefix cache holds the
-    earlier ones."""
+    every run. With `undisturbed_first` (an `ok` that costs more than a run: a fit) a run with late steps or a
+    client-bound cell is run again without asking `ok`, unless it is the last. Each attempt sends other prompts
+    (its own --seed): the simulator's prefix cache holds the earlier ones."""
     for attempt in range(3):
         before = _late_steps(url)
         if save is not None:
@@ -63,12 +64,16 @@ def _run_until(url: str, *args: str, ok: Callable[[dict[str, Any]], list[str]], 
         out = run_json("--url", url, *args, "--seed", str(seed + attempt),
                        *(("--save", str(save)) if save is not None else ()))
         assert all(c["prefix_cache_hit_rate"] < 0.05 for c in out["cells"])  # a block or two the prompts share
+        late = _late_steps(url) - before
+        bound = [c for c in out["cells"] if (c.get("client") or {}).get("verdict") == "bound"]
+        how = f"late steps {late:g}, client-bound cells {len(bound)}"
+        if undisturbed_first and (late > 2 or bound) and attempt < 2:
+            print(f"run {args} #{attempt + 1}: disturbed ({how})")
+            continue
         wrong = ok(out)
         if not wrong:
             return out
-        late = _late_steps(url) - before
-        bound = [c for c in out["cells"] if (c.get("client") or {}).get("verdict") == "bound"]
-        print(f"run {args} #{attempt + 1}: {wrong} (late steps {late:g}, client-bound cells {len(bound)})")
+        print(f"run {args} #{attempt + 1}: {wrong} ({how})")
     return out
 
 
@@ -76,6 +81,9 @@ def _run_until(url: str, *args: str, ok: Callable[[dict[str, Any]], list[str]], 
 def test_twin_predicts_unseen_cells_of_the_simulator(profile: str, long_in: int, tmp_path: Path) -> None:
     from servescope.sim.launcher import start_sim
 
+    # 64 output tokens, not fewer: at c=16 the first 8 users' decode waits out the other 8 prefills (a 1.5 s step
+    # on the dense model), so TPOT p50 sits between two groups of users, and a slow request intake on a busy
+    # machine moves it: by 15% with 32 tokens (31 gaps to spread the step over), by 8% with 64
     w1k = _workload(tmp_path, "in1k", 1024)
     w8k = _workload(tmp_path, "in8k", long_in)
     fit_dir = tmp_path / "fit"
@@ -91,7 +99,7 @@ def test_twin_predicts_unseen_cells_of_the_simulator(profile: str, long_in: int,
 
     with start_sim(profile) as sim:  # one server: its late-step counter tells a disturbed run
         url = sim.url
-        _run_until(url, "-w", w1k, "-c", "1,4,16", "-n", "16", ok=fitted, save=fit_dir)
+        _run_until(url, "-w", w1k, "-c", "1,4,16", "-n", "16", ok=fitted, save=fit_dir, undisturbed_first=True)
         # a simulator started apart is recognised by its served model name
         assert info["shape_from"] == f"simulator profile {profile}"
         assert (fit_dir / "twin" / "profile.toml").is_file()
