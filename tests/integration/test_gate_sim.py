@@ -40,6 +40,7 @@ def _run(url: str, tmp_path: Path, seed: int, repeat: int = 1) -> str:
     return str(out["session"])
 
 
+@pytest.mark.slow
 def test_the_same_server_twice_is_within_noise_and_passes_the_gate(sims: tuple[str, str], tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     # three repeats each: the interval then covers the noise between runs (a busy machine's), not only between
@@ -66,6 +67,7 @@ def test_the_same_server_twice_is_within_noise_and_passes_the_gate(sims: tuple[s
     assert len(alarms) / len(verdicts) < 0.05, f"{len(alarms)} false alarms in {len(verdicts)} verdicts: {alarms}"
 
 
+@pytest.mark.slow
 def test_a_decode_25_percent_slower_is_caught(sims: tuple[str, str], tmp_path: Path) -> None:
     base, slow = _run(sims[0], tmp_path, 1), _run(sims[1], tmp_path, 1)
     g = servescope("gate", base, slow, "--fail-on", FAIL_ON, "--json", timeout=120)

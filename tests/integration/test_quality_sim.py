@@ -112,6 +112,7 @@ def test_quality_results_land_in_an_existing_sweep_session(tmp_path: Path) -> No
     assert rep.returncode == 0 and "Quality" in rep.stdout and "output tok/s" in rep.stdout.lower()
 
 
+@pytest.mark.slow
 def test_quality_share_puts_accuracy_and_divergence_in_each_cell(degraded: str, tmp_path: Path) -> None:
     # short chat requests (sharegpt's 256 output tokens made the c=1 cell 40 s long): the probe sends its first
     # question once the cell's first request is done and its first divergence prompt once 5 are (a share of 0.2 is

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
@@ -28,6 +30,7 @@ def sweep(profile: str, quant: str, base: Path) -> Path:
     return Path(json.loads(r.stdout)["session"])
 
 
+@pytest.mark.slow
 def test_gptq_is_faster_in_tpot(tmp_path: Path) -> None:
     gptq = load_session(sweep(PROFILES["GPTQ-Int4"], "GPTQ-Int4", tmp_path))
     fp8 = load_session(sweep(PROFILES["FP8"], "FP8", tmp_path))
