@@ -150,10 +150,18 @@ async def test_predict_fits_the_twin_first_then_matches_predict(home: Path, meas
         want = predict(twin, w, [Load(concurrency=c) for c in LOADS], Knobs())
         table = rows(scr)
         check_rows(table, want)
-        # measured loads show the measured tok/s beside; the loads beyond c=4 are marked, and say why
-        measured_tok = {int(r["concurrency"]): s.output_tok_s for r, s in
-                        zip(session.cells.to_dicts(), session.summaries(), strict=True) if s is not None}
-        assert numbers(table[1][5])[0] == pytest.approx(measured_tok[4], rel=0.006)
+        # measured loads show the measured tok/s beside; the loads beyond c=4 are marked, and say why. A cell the
+        # client limited (its verdict "client bound", which a loaded machine can give c=1) measures the client, not
+        # the server: it is left out, shown as "-" like a load never measured
+        cells = [(int(r["concurrency"]), s) for r, s in zip(session.cells.to_dicts(), session.summaries(), strict=True)
+                 if s is not None]
+        server_bound = {c: s.output_tok_s for c, s in cells if not s.client_bound}
+        assert sorted(c for c, _ in cells) == [1, 4]
+        for row, c in zip(table[:2], (1, 4), strict=True):
+            if c in server_bound:
+                assert numbers(row[5])[0] == pytest.approx(server_bound[c], rel=0.006), row
+            else:
+                assert row[5] == "-", row
         assert table[2][5] == "-" and table[3][5] == "-"
         for row, c in zip(table, LOADS, strict=True):
             beyond = c > 4
@@ -162,14 +170,17 @@ async def test_predict_fits_the_twin_first_then_matches_predict(home: Path, meas
                 assert row[0] == f"c={c}*" and row[6].startswith(f"extrapolated: c={c} outside")
         assert "c=16 outside the measured c=1..4" in want[3].why
 
-        # the chart: measured solid at c=1,4, predicted hollow and dashed at every load
+        # the chart: measured solid at c=1,4 (those the server bound), predicted hollow and dashed at every load
         curve = scr.query_one(PredictionCurve)
-        assert [p.x for p in curve.measured] == [1.0, 4.0]
+        assert [p.x for p in curve.measured] == [float(c) for c in sorted(server_bound)]
         assert [p.x for p in curve.predicted] == [float(c) for c in LOADS]
         lines = drawn(curve)
-        assert "predicted (dashed)" in lines[1] and "band (tok/s)" in lines[1]
+        assert "band (tok/s)" in lines[1], lines[1]
+        # the legend names the dashed series against the measured one, or says nothing was measured
+        assert ("predicted (dashed)" if server_bound else "(not measured in this session)") in lines[1], lines[1]
         plot = "\n".join(lines[2:])
-        assert "■" in plot and "□" in plot and "╌" in plot
+        assert "□" in plot and "╌" in plot
+        assert ("■" in plot) == bool(server_bound)
         # esc goes back to the session
         await pilot.press("escape")
         await pilot.pause()
