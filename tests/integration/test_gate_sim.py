@@ -40,7 +40,7 @@ def _run(url: str, tmp_path: Path, seed: int, repeat: int = 1) -> str:
     return str(out["session"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # 5 runs of 3 cells: 70-95 s on this 2-core machine under load
 def test_the_same_server_twice_is_within_noise_and_passes_the_gate(sims: tuple[str, str], tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     # three repeats each: the interval then covers the noise between runs (a busy machine's), not only between

@@ -77,7 +77,7 @@ def _run_until(url: str, *args: str, ok: Callable[[dict[str, Any]], list[str]], 
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # real-time runs of a 27B/35B model, a fit: 1-4 min on this 2-core machine under load
 @pytest.mark.parametrize("profile, long_in", [(DENSE, 8192), (MOE, 8192)], ids=["dense", "moe"])
 def test_twin_predicts_unseen_cells_of_the_simulator(profile: str, long_in: int, tmp_path: Path) -> None:
     from servescope.sim.launcher import start_sim
@@ -127,7 +127,7 @@ def test_twin_predicts_unseen_cells_of_the_simulator(profile: str, long_in: int,
     assert f"prompt tokens {long_in}-{long_in} outside the measured 1024-1024" in pred["8k"]["reason"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a fit and a confirming run: 40-65 s on this 2-core machine under load
 def test_capacity_confirm_and_the_track_record(tmp_path: Path) -> None:
     from servescope.sim.launcher import start_sim
 
