@@ -69,6 +69,12 @@ def row_text(table: Any, i: int) -> list[str]:
     return [str(getattr(v, "plain", v)) for v in table.get_row_at(i)]
 
 
+def cell_status(table: Any, i: int) -> str:
+    """A finished-cells table's status of row i, without the client verdict the column may add (a cell whose
+    client was the limit reads "done, client BOUND")."""
+    return row_text(table, i)[3].split(",")[0]
+
+
 def drawn(widget: Any) -> list[str]:
     """The lines a widget draws inside its border (its content region), as plain text."""
     return [widget.render_line(y).text for y in range(widget.size.height)]

@@ -22,7 +22,7 @@ from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import CellTable, EventLog, SweepProgress
 from servescope.workloads.spec import Workload, fixed
 
-from .helpers import poll_until, row_text, set_input, text_of, wait_until
+from .helpers import cell_status, poll_until, set_input, text_of, wait_until
 
 SIZE = (100, 30)
 FAST = Workload("fast", "completions", fixed(32), fixed(16), source="inline")
@@ -113,7 +113,7 @@ async def test_skip_saves_skipped_and_stop_lets_in_flight_requests_finish(home: 
         await app.sweep_worker.wait()
         await wait_until(pilot, lambda: progress.state == "interrupted", 60, "the interrupted message")
         table = run.query_one(CellTable)
-        assert [row_text(table, i)[3] for i in range(table.row_count)] == ["skipped", "stopped"]
+        assert [cell_status(table, i) for i in range(table.row_count)] == ["skipped", "stopped"]
         log = _log(app)
         assert "(x again: cancel them)" in log
         assert "left out of the curve" in log

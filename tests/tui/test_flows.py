@@ -14,7 +14,7 @@ from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
 from servescope.tui.widgets import CellTable, EventLog, LatencyHistogram, SweepProgress
 
-from .helpers import row_text, set_input, text_of, wait_until
+from .helpers import cell_status, row_text, set_input, text_of, wait_until
 
 SIZE = (100, 30)
 
@@ -150,7 +150,7 @@ async def test_run_a_sweep_on_sim_tiny_then_open_the_session(home: Path) -> None
         run = app.screen
         table = run.query_one(CellTable)
         assert table.row_count == 2
-        assert [row_text(table, i)[3] for i in range(2)] == ["done", "done"]
+        assert [cell_status(table, i) for i in range(2)] == ["done", "done"]
         assert run.query_one("#hist-e2e", LatencyHistogram).values  # the last cell's requests are drawn
         assert "▲50" in str(run.query_one("#hist-ttft", LatencyHistogram).render())
         saved = [p for p in sessions.iterdir() if (p / "session.toml").is_file()]
@@ -206,7 +206,7 @@ async def test_stop_keeps_finished_cells(home: Path, sim_url: str) -> None:
         await app.sweep_worker.wait()
         await wait_until(pilot, lambda: progress.state == "interrupted", 60, "the interrupted message")
         table = app.screen.query_one(CellTable)
-        assert table.row_count == 2 and [row_text(table, i)[3] for i in range(2)] == ["skipped", "stopped"]
+        assert table.row_count == 2 and [cell_status(table, i) for i in range(2)] == ["skipped", "stopped"]
         assert (next(sessions.iterdir()) / "cells.parquet").is_file()
 
 

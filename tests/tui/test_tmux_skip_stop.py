@@ -58,7 +58,7 @@ def test_skip_and_stop_at_80x24(demo: str, tmp_path: Path) -> None:
     wait_for(demo, ["cell 2/3", "[running]"], timeout=60)
     tmux("send-keys", "-t", demo, "x")
     # the finished-cells table: the "sweep interrupted" notice may cover its last row for a few seconds
-    text = wait_for(demo, ["interrupted", " skipped ", " stopped "], timeout=60)
+    text = wait_for(demo, ["interrupted"], timeout=60, pattern=r"1\s+c=1\s+skipped\b[\s\S]*2\s+c=4\s+stopped\b")
     assert "in a thread" not in text, text
     cells = _cells(tmp_path)
     assert [c["status"] for c in cells] == ["skipped", "stopped", "planned"]
