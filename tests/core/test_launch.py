@@ -1,14 +1,14 @@
-"""Launching a server: command parsing, variants, and ServerProcess against the simulator (and, once, the
-real CPU vLLM)."""
+"""Launching a server: command parsing, variants, and ServerProcess against the simulator (and the real CPU
+vLLM's log and /metrics)."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -255,40 +255,26 @@ def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path: Path)
 
 
 # --------------------------------------------------------------------------------------------------------
-# The real CPU vLLM, launched by servescope (one launch, ~60-80 s)
+# The real CPU vLLM's start-up log and /metrics (the session's shared server: servescope launching one is
+# tests/integration/test_vllm_launch.py, which also checks the budget it saves)
 # --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.vllm
-def test_launch_real_vllm_kv_budget_from_log_and_metrics(tmp_path: Path) -> None:
-    if os.environ.get("SERVESCOPE_SKIP_VLLM") == "1":
-        pytest.skip("SERVESCOPE_SKIP_VLLM=1: real-vLLM tests skipped on purpose")
-    from tests.support import vllm_server as vs
+def test_real_vllm_kv_budget_from_its_log_equals_its_metrics(vllm_server_perturbed: object) -> None:
+    from servescope.core.kvbudget import kv_budget_from_log
 
-    venv, models = vs.setup()
-    # eager: vLLM 0.32's CPU build would redo torch.compile at this start (its saved compilation fails to load)
-    scratch = Path(os.environ.get("SERVESCOPE_TEST_CACHE", Path.home() / ".cache" / "servescope-test")) / "scratch"
-    spec = parse_launch(f"{shlex.quote(str(venv / 'bin' / 'vllm'))} serve {shlex.quote(str(models / 'dense'))} "
-                        "--max-model-len 4096 --max-num-seqs 8 --enforce-eager")
-    assert spec.server_args == {"max_model_len": 4096, "max_num_seqs": 8, "enforce_eager": True}
-    srv = ServerProcess.start(spec, tmp_path / "vllm.log", env=vs.vllm_env(scratch), health_timeout_s=600)
-    try:
-        assert srv.healthy()
-        from_log = srv.kv_budget
-        metrics = parse_metrics(httpx.get(srv.url + "/metrics", timeout=10).text)
-        mml = httpx.get(srv.url + "/v1/models", timeout=10).json()["data"][0]["max_model_len"]
-        from_metrics = kv_budget_from_metrics(metrics, max_model_len=mml)
-        assert from_log is not None, srv.log_tail(20)
-        assert from_metrics is not None
-        assert from_log.tokens == from_metrics.tokens > 0
-        assert from_log.concurrency_at is not None and from_log.concurrency_at[0] == mml == 4096
-        assert from_log.same_budget(from_metrics)
-        assert from_metrics.num_gpu_blocks and from_metrics.block_size
-        assert from_metrics.num_gpu_blocks * from_metrics.block_size == from_metrics.tokens
-    finally:
-        pid = srv.pid
-        srv.stop(grace_s=20)
-    assert pid is not None and _gone(pid)
+    srv: Any = vllm_server_perturbed
+    from_log = kv_budget_from_log(srv.log_path.read_text(errors="replace"))  # what ServerProcess.kv_budget reads
+    metrics = parse_metrics(httpx.get(srv.url + "/metrics", timeout=10).text)
+    mml = httpx.get(srv.url + "/v1/models", timeout=10).json()["data"][0]["max_model_len"]
+    from_metrics = kv_budget_from_metrics(metrics, max_model_len=mml)
+    assert from_log is not None, srv.log_tail(20)
+    assert from_metrics is not None
+    assert from_log.tokens == from_metrics.tokens > 0
+    assert from_log.concurrency_at is not None and from_log.concurrency_at[0] == mml == 8192
+    assert from_log.same_budget(from_metrics)
+    assert from_metrics.num_gpu_blocks and from_metrics.block_size
+    assert from_metrics.num_gpu_blocks * from_metrics.block_size == from_metrics.tokens
 
 
 def test_a_launched_servers_log_keeps_no_secret_of_its_command(tmp_path: Path) -> None:
