@@ -146,10 +146,11 @@ def ssl_context() -> ssl.SSLContext:
 
 
 def async_client(**kw: Any) -> httpx.AsyncClient:
-    """An httpx.AsyncClient sharing the one SSL context, ignoring proxy variables (targets are direct). A
-    plain-HTTP base URL loads no CA bundle at all."""
+    """An httpx.AsyncClient sharing the one SSL context, ignoring proxy variables (targets are direct), closing
+    idle connections before the server does (`KEEPALIVE_S`). A plain-HTTP base URL loads no CA bundle at all."""
     kw.setdefault("verify", False if str(kw.get("base_url", "")).startswith("http://") else ssl_context())
     kw.setdefault("trust_env", False)
+    kw.setdefault("limits", httpx.Limits(keepalive_expiry=KEEPALIVE_S))
     return httpx.AsyncClient(**kw)
 
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import httpx
 
 from servescope.core import probe
-from servescope.core.client import async_client
+from servescope.core.client import KEEPALIVE_S, async_client
 from servescope.core.errors import ServescopeError
 from servescope.core.quality import (
     TASKS,
@@ -260,7 +260,8 @@ async def run_quality(url: str, label: str | None, model: str | None, spec: Qual
         tok = await conn.tokenizer(minfo.id)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         async with async_client(base_url=url, headers=headers, timeout=httpx.Timeout(300.0, connect=10.0),
-                                limits=httpx.Limits(max_connections=max(4, spec.concurrency))) as http:
+                                limits=httpx.Limits(max_connections=max(4, spec.concurrency),
+                                                    keepalive_expiry=KEEPALIVE_S)) as http:
             result = await run_probe(http, url, minfo, spec, tok, progress)
     finally:
         await conn.close()
@@ -314,11 +315,12 @@ class QualityMixer:
         self.oks: dict[str, list[bool]] = {}
         self.traces: list[Trace] = []
         self.failed = 0
+        self.errors: list[str] = []  # why probes failed: the first few distinct one-line messages
 
     def _client(self) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
         return async_client(base_url=self.url, headers=headers, timeout=httpx.Timeout(300.0, connect=10.0),
-                            limits=httpx.Limits(max_connections=2))
+                            limits=httpx.Limits(max_connections=2, keepalive_expiry=KEEPALIVE_S))
 
     async def prepare(self, tokenizer: Any) -> str:
         """Build the questions and take the idle traces; returns a line saying what it did."""
@@ -368,12 +370,15 @@ class QualityMixer:
                     self.next_item += 1
                     out = await probe.answer(http, self.url, self.model.id, it.prompt, it.max_tokens)
                     self.oks.setdefault(_group(it), []).append(score(it, out))
-                except (ServescopeError, httpx.HTTPError):
+                except (ServescopeError, httpx.HTTPError) as e:
                     self.failed += 1
+                    why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                    if why not in self.errors and len(self.errors) < 3:
+                        self.errors.append(why)
 
     def take(self) -> dict[str, Any] | None:
         """The cell's quality figures ({} keys as the session stores them), then start over for the next cell."""
-        oks, traces, failed = self.oks, self.traces, self.failed
+        oks, traces, failed, errors = self.oks, self.traces, self.failed, self.errors
         self._reset()
         every = [o for v in oks.values() for o in v]
         if not every and not traces:
@@ -383,6 +388,8 @@ class QualityMixer:
                                "tasks": {k: {"accuracy": s.accuracy, "n": s.n, "correct": s.correct}
                                          for k, s in ((k, task_score(v)) for k, v in oks.items())},
                                "failed": failed}
+        if errors:
+            out["errors"] = errors
         if traces:
             d = divergence(list(self.idle.values()), traces)
             out.update(kl_mean=d.kl_mean, kl_p99=d.kl_p99, top1_agreement=d.top1_agreement,

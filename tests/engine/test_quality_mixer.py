@@ -1,0 +1,73 @@
+"""The probe questions mixed into a speed cell (`--quality-share`): a probe the server refuses is counted as
+failed and its reason kept (cleaned: a server's text is data), and the probe client closes idle connections
+before the server would (a request written into a connection the server just dropped fails)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from servescope.core.client import KEEPALIVE_S
+from servescope.core.probe import Trace
+from servescope.core.target import ModelInfo
+from servescope.engine.quality import QualityMixer
+from servescope.workloads.quality import DIVERGENCE_PROMPTS
+
+
+def _completion() -> dict[str, Any]:
+    toks = [" a", " b"]
+    return {"choices": [{"text": "".join(toks), "logprobs": {
+        "tokens": toks, "token_logprobs": [-0.1, -0.2], "top_logprobs": [{" a": -0.1}, {" b": -0.2}]}}]}
+
+
+def test_a_refused_probe_is_counted_with_its_reason() -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) % 2 == 1:  # every other probe refused, its message carrying a terminal escape
+            return httpx.Response(500, json={"error": {"message": "engine \x1b[31mbusy\x1b[0m, try later"}})
+        return httpx.Response(200, json=_completion())
+
+    mixer = QualityMixer("http://127.0.0.1:9", ModelInfo("m"), None, share=0.5)
+    mixer.idle = {p: Trace(prompt=p, tokens=[" a", " b"], top=[{" a": -0.1}, {" b": -0.2}])
+                  for p in DIVERGENCE_PROMPTS}
+    transport = httpx.MockTransport(handler)
+    mixer._client = lambda: httpx.AsyncClient(base_url=mixer.url, transport=transport)  # type: ignore[method-assign]
+
+    async def go() -> None:
+        done = [0]
+        task = asyncio.create_task(mixer.during(lambda: done[0]))
+        done[0] = 40  # the cell finished 40 requests: the mixer owes it probes (share 0.5: one per request)
+        for _ in range(3000):  # until 6 probes were answered or refused (30 s at most)
+            if len(calls) >= 6:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(go())
+    out = mixer.take()
+    assert out is not None
+    assert out["failed"] >= 3 and out["prompts"] >= 1  # the answered probes were compared with the idle traces
+    assert out["kl_mean"] == 0.0
+    (why,) = out["errors"]  # one distinct reason, once
+    assert "HTTP 500" in why and "busy" in why and "\x1b" not in why
+    assert mixer.take() is None  # the next cell starts over
+
+
+def test_probe_clients_close_idle_connections_before_the_server() -> None:
+    mixer = QualityMixer("http://127.0.0.1:9", ModelInfo("m"), None, share=0.2)
+
+    async def expiry() -> float | None:
+        async with mixer._client() as http:
+            pool = http._transport._pool  # type: ignore[attr-defined]
+            return float(pool._keepalive_expiry)
+
+    assert KEEPALIVE_S < 5.0  # uvicorn (vLLM) and llama.cpp's server drop an idle connection after 5 s
+    assert asyncio.run(expiry()) == KEEPALIVE_S
