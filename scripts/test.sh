@@ -7,6 +7,8 @@
 #   ./scripts/test.sh --fast       the inner loop: everything but the tests marked vllm, llamacpp, tmux, ray or
 #                                  slow (no vLLM or llama.cpp is installed or started)
 #   ./scripts/test.sh [--fast] ARGS  extra arguments go to pytest (tests/core -x, -k name, ...)
+# Tests run in SERVESCOPE_TEST_PROCS processes (default 2; 1: one process, no pytest-xdist), grouped so that
+# the tests of a shared real server run in one process (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Python may cache bytecode in the clone's __pycache__ folders (ignored by git): every `servescope` process the
@@ -29,8 +31,11 @@ if [ "$FAST" = 0 ]; then
 fi
 .venv/bin/ruff check servescope tests benchmarks
 .venv/bin/mypy
+PROCS=${SERVESCOPE_TEST_PROCS:-2}
+PAR=()
+if [ "$PROCS" != 1 ]; then PAR=(-n "$PROCS" --dist loadgroup); fi
 if [ "$FAST" = 1 ]; then
-  exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=10 \
+  exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=10 "${PAR[@]}" \
     -m "not (vllm or llamacpp or tmux or ray or slow)" "$@"
 fi
-exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=30 "$@"
+exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=30 "${PAR[@]}" "$@"

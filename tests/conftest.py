@@ -34,6 +34,9 @@ FIXTURE_MARKERS = {
     "vllm_bench_files": "vllm",
     "llamacpp_f16": "llamacpp",
 }
+# fixture -> the group of processes' tests that share its server (the first that applies)
+FIXTURE_GROUPS = {"vllm_server": "vllm-pool", "vllm_server_perturbed": "vllm-pool", "vllm_bench_files": "vllm-pool",
+                  "llamacpp_f16": "llamacpp-pool"}
 # module name prefix -> marker
 MODULE_MARKERS = {"test_tmux_": "tmux", "test_llamacpp_": "llamacpp", "test_ray_": "ray"}
 
@@ -49,6 +52,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for prefix, marker in MODULE_MARKERS.items():
             if module.startswith(prefix):
                 item.add_marker(marker)
+        # Run in two processes (scripts/test.sh: pytest-xdist, --dist loadgroup), a group goes to one process:
+        # every user of a shared real server to the process that starts it (one start per server, not per
+        # process), every other test with its module (a module's fixtures are built once).
+        pool = next((FIXTURE_GROUPS[f] for f in FIXTURE_GROUPS if f in names), None)
+        item.add_marker(pytest.mark.xdist_group(pool or item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(autouse=True)
