@@ -26,11 +26,19 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U "pip>=25.1"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[ray]' --group test --group lint
 if [ "$FAST" = 0 ]; then
-  bash .ci/setup_vllm.sh >/dev/null
-  [ "${SERVESCOPE_SKIP_LLAMACPP:-}" = 1 ] || bash .ci/setup_llamacpp.sh >/dev/null  # llama-server and GGUF models
+  # the vLLM venv (mostly downloads and unpacking) and llama.cpp's build (compiling) at once, with ruff and mypy
+  bash .ci/setup_vllm.sh >/dev/null & VLLM_SETUP=$!
+  LLAMA_SETUP=
+  if [ "${SERVESCOPE_SKIP_LLAMACPP:-}" != 1 ]; then
+    bash .ci/setup_llamacpp.sh >/dev/null & LLAMA_SETUP=$!  # llama-server and GGUF models
+  fi
 fi
 .venv/bin/ruff check servescope tests benchmarks
 .venv/bin/mypy
+if [ "$FAST" = 0 ]; then
+  wait "$VLLM_SETUP"
+  if [ -n "$LLAMA_SETUP" ]; then wait "$LLAMA_SETUP"; fi
+fi
 PROCS=${SERVESCOPE_TEST_PROCS:-2}
 PAR=()
 if [ "$PROCS" != 1 ]; then PAR=(-n "$PROCS" --dist loadgroup); fi
