@@ -357,7 +357,9 @@ class QualityMixer:
                     continue
                 sent += 1
                 try:
-                    if self.idle and sent % 2 == 0:
+                    # the first probe of a cell (then every other one) a greedy trace: a cell that ends while its
+                    # last probe is out (cancelled) still has its divergence
+                    if self.idle and sent % 2 == 1:
                         p = DIVERGENCE_PROMPTS[self.next_prompt % len(DIVERGENCE_PROMPTS)]
                         self.next_prompt += 1
                         if p in self.idle:

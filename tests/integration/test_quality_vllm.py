@@ -72,5 +72,5 @@ def test_quality_share_on_the_real_vllm_reports_each_cells_accuracy_and_divergen
         q = cell["quality"]
         assert q["n"] >= 1 and sum(t["n"] for t in q["tasks"].values()) == q["n"]
         assert q["failed"] == 0, q.get("errors")
-        assert q["prompts"] >= 1 and q["positions"] >= q["prompts"]
+        assert q.get("prompts", 0) >= 1 and q["positions"] >= q["prompts"], q
         assert q["kl_mean"] >= 0 and 0 <= q["top1_agreement"] <= 1
