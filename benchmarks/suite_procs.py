@@ -1,0 +1,60 @@
+"""Does running the tests in two processes pay on this machine? pytest over the same selection, in one process and
+in N (pytest-xdist, `--dist loadgroup`, as scripts/test.sh runs it), interleaved (1, N, 1, N, ...), printing each
+run's wall time and pass count, the medians and their ratio.
+
+The default selection is the `--fast` lane (no real vLLM or llama.cpp is started); `-m ""` with setup done
+(`bash .ci/setup_vllm.sh`) times everything. Run it on a quiet machine: a figure taken while something else runs
+is an upper bound.
+
+    python benchmarks/suite_procs.py [--rounds 1] [--procs 2] [-m MARKEXPR] [PYTEST_ARGS...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = "not (vllm or llamacpp or tmux or ray or slow)"
+
+
+def run(procs: int, mark: str, extra: list[str]) -> tuple[float, str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", mark, *extra]
+    if procs > 1:
+        cmd += ["-n", str(procs), "--dist", "loadgroup"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
+    wall = time.monotonic() - t0
+    tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr[-300:]
+    if p.returncode != 0:
+        print(f"  (exit {p.returncode}: {tail})")
+    return wall, re.sub(r"=+", "", tail).strip()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("-m", dest="mark", default=FAST, help=f"pytest marker expression (default: {FAST!r})")
+    args, extra = ap.parse_known_args()
+    one: list[float] = []
+    many: list[float] = []
+    for r in range(args.rounds):
+        for procs, into in ((1, one), (args.procs, many)):
+            wall, tail = run(procs, args.mark, extra)
+            into.append(wall)
+            print(f"round {r + 1}, {procs} process{'es' if procs > 1 else ''}: {wall:7.1f} s  ({tail})", flush=True)
+    m1, mn = statistics.median(one), statistics.median(many)
+    print(f"median wall time: 1 process {m1:.1f} s, {args.procs} processes {mn:.1f} s; "
+          f"ratio {mn / m1:.2f} ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end)")
+
+
+if __name__ == "__main__":
+    main()
