@@ -65,6 +65,7 @@ def _first_batch(cell: int, act: Callable[[SweepControl], object]) -> Callable[[
     return on
 
 
+@pytest.mark.slow  # 5 s of the --fast lane on 2 cores
 async def test_a_skipped_cell_is_saved_as_skipped_and_left_out_of_the_answers(sim: SimHandle, tmp_path: Path) -> None:
     events = await _sweep(sim, tmp_path / "s", (2, 4, 8), _first_batch(0, lambda c: c.skip_cell()))
     skipped = [e for e in events if isinstance(e, CellSkipped)]
@@ -86,6 +87,7 @@ async def test_a_skipped_cell_is_saved_as_skipped_and_left_out_of_the_answers(si
     assert "c=2 (skipped: skipped by the user)" in md
 
 
+@pytest.mark.slow  # 9 s of the --fast lane on 2 cores
 async def test_stop_lets_the_in_flight_requests_finish(sim: SimHandle, tmp_path: Path) -> None:
     events = await _sweep(sim, tmp_path / "s", (1, 4, 8),
                           _first_batch(1, lambda c: c.stop("stopped by the user", let_in_flight_finish=True)),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from servescope.core.results import CellSummary
 from tests.integration.helpers import run_json
@@ -14,6 +15,7 @@ from tests.integration.helpers import run_json
 TEMPLATE_SLACK = 8  # tokens of the chat template around a resent reply (ChatML: `<|im_end|>\n`)
 
 
+@pytest.mark.slow  # 7 s of the --fast lane on 2 cores
 def test_chat_multiturn_resends_the_growing_history(tmp_path: Path) -> None:
     out = run_json("--url", "sim://tiny", "-w", "chat-multiturn", "-c", "2", "-n", "10",
                    "--sessions-dir", str(tmp_path), timeout=120)

@@ -133,6 +133,7 @@ def test_watch_with_no_running_sweep_says_so(tmp_path: Path) -> None:
     assert p.returncode != 0 and "no running sweep" in p.stderr and "--detach" in p.stderr
 
 
+@pytest.mark.slow  # 6 s of the --fast lane on 2 cores
 def test_a_skip_command_skips_only_the_cell_it_names(tmp_path: Path) -> None:
     path, _, _ = _detach(tmp_path, "-w", _workload(tmp_path, SLOW), "-c", "1,2", "-n", "30")
     wait_for(lambda: "CellStarted" in _kinds(path), 60, "the first cell")

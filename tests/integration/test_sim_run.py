@@ -58,6 +58,7 @@ def test_duration_limited_cell(tmp_path: Path) -> None:
     assert 2.0 <= c["wall_s"] <= (int(req["end_ns"].max()) - first) / 1e9 + 0.05, c["wall_s"]
 
 
+@pytest.mark.slow  # 5 s of the --fast lane on 2 cores
 def test_thinking_counts_reasoning_apart(tmp_path: Path) -> None:
     out = run_json("--url", "sim://tiny", "-w", "sharegpt-think", "-c", "2", "-n", "2",
                    "--sessions-dir", str(tmp_path))
@@ -82,6 +83,7 @@ def test_every_request_failing_stops_the_cell_but_not_the_sweep(tmp_path: Path) 
         assert c["errors"] and "HTTP 500" in c["errors"][0]["error"]
 
 
+@pytest.mark.slow  # 8 s of the --fast lane on 2 cores
 def test_server_dies_mid_sweep_keeps_finished_cells(tmp_path: Path) -> None:
     with start_sim("tiny", ["--exit-after-requests", "12"]) as sim:
         p = servescope("run", "--url", sim.url, "-w", "sharegpt", "-c", "4,5,6", "-n", "10", "--json",

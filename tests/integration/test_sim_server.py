@@ -36,6 +36,7 @@ def test_telemetry_is_sampled_and_summarised(tmp_path: Path) -> None:
     assert t.height >= 5 and t["num_requests_running"].max() == 8
 
 
+@pytest.mark.slow  # 6 s of the --fast lane on 2 cores
 def test_kv_pressure_shows_preemptions(tmp_path: Path) -> None:
     """A KV cache too small for the load: preemptions and waiting requests appear in the cell."""
     import json
@@ -69,6 +70,7 @@ def test_launch_with_server_variants(tmp_path: Path) -> None:
     assert "GPU KV cache size" in (tmp_path / "s" / "server-0.log").read_text()
 
 
+@pytest.mark.slow  # 8 s of the --fast lane on 2 cores
 def test_launched_server_that_crashes_is_relaunched(tmp_path: Path) -> None:
     launch = f"{sys.executable} -m servescope.sim --profile tiny --exit-after-requests 12"
     out = run_json("--launch", launch, "-w", "sharegpt", "-c", "4,5", "-n", "8", "--save", str(tmp_path / "s"))

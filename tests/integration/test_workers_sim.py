@@ -75,6 +75,7 @@ def _median(runs: list[CellRun], metric: str) -> float:
     return statistics.median(vals)
 
 
+@pytest.mark.slow  # 12 s of the --fast lane on 2 cores
 async def test_two_workers_measure_what_one_process_measures(sim: ClientOptions) -> None:
     load, limits = Load(concurrency=16), Limits(requests=160, warmup=4)
     one: list[CellRun] = []

@@ -61,6 +61,7 @@ def test_verdict_rules() -> None:
     assert verdict_of(5.0, None, "higher") is None
 
 
+@pytest.mark.slow  # 6 s of the --fast lane on 2 cores
 def test_same_distribution_is_within_noise_in_95_percent_of_seeds() -> None:
     """Two cells of 300 requests drawn from one distribution: at most 2 of 40 seeds (5%) may call a difference,
     figure by figure (over 200 seeds these figures' rates were 1.5-5%)."""

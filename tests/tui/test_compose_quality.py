@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.widgets import Button, Input, Static, TabbedContent
 
 from servescope.tui.app import make_app
@@ -21,6 +22,7 @@ def shown(app: object, wid: str) -> str:
     return text_of(app.screen.query_one(f"#{wid}", Static))  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # 10 s of the --fast lane on 2 cores
 async def test_quality_share_goes_into_the_sweep_and_back(home: Path) -> None:
     app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
     async with app.run_test(size=SIZE) as pilot:

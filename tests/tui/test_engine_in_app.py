@@ -97,6 +97,7 @@ async def test_a_failed_start_says_why_with_no_running_timer(home: Path) -> None
         assert "--url" not in _log(app)
 
 
+@pytest.mark.slow  # 7 s of the --fast lane on 2 cores
 async def test_skip_saves_skipped_and_stop_lets_in_flight_requests_finish(home: Path, sim_url: str) -> None:
     sessions = home / "sessions"
     app = make_app(url=sim_url, sessions_dir=str(sessions))
@@ -171,6 +172,7 @@ async def test_ctrl_q_asks_and_s_stops_the_sweep(home: Path, sim_url: str) -> No
     assert "stopping the sweep" in app.quit_summary and "servescope resume" in app.quit_summary, app.quit_summary
 
 
+@pytest.mark.slow  # 5 s of the --fast lane on 2 cores
 async def test_ctrl_q_then_l_leaves_the_sweep_running(home: Path, sim_url: str) -> None:
     from servescope.sessions.live import EventLogReader, runner_state, send_command
 

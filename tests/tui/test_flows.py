@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Input, SelectionList, Static
 
 from servescope.sessions.store import load_session
@@ -56,6 +57,7 @@ async def test_unreachable_url_is_shown_next_to_the_field(home: Path) -> None:
         assert app.is_running
 
 
+@pytest.mark.slow  # 7 s of the --fast lane on 2 cores
 async def test_bad_input_is_shown_next_to_its_field_and_blocks_the_run(home: Path) -> None:
     app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
     async with app.run_test(size=SIZE) as pilot:
@@ -80,6 +82,7 @@ async def test_bad_input_is_shown_next_to_its_field_and_blocks_the_run(home: Pat
         assert "bad URL" in err(app, "url")
 
 
+@pytest.mark.slow  # 5 s of the --fast lane on 2 cores
 async def test_sweep_toml_save_load_and_parse_errors(home: Path) -> None:
     (home / "bad.toml").write_text("[load\nconcurrency = [1]\n")
     app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
@@ -123,6 +126,7 @@ async def test_new_workload_form_saves_toml_and_selects_it(home: Path) -> None:
         assert any(k.endswith("#rag 4k") for k in sel)
 
 
+@pytest.mark.slow  # 6 s of the --fast lane on 2 cores
 async def test_run_a_sweep_on_sim_tiny_then_open_the_session(home: Path) -> None:
     sessions = home / "sessions"
     app = make_app(url="sim://tiny", sessions_dir=str(sessions), workloads_dir=home / "workloads")
@@ -188,6 +192,7 @@ async def test_run_a_sweep_on_sim_tiny_then_open_the_session(home: Path) -> None
         assert any("mark two or more sessions" in t for t in said), said
 
 
+@pytest.mark.slow  # 5 s of the --fast lane on 2 cores
 async def test_stop_keeps_finished_cells(home: Path, sim_url: str) -> None:
     sessions = home / "sessions"
     app = make_app(url=sim_url, sessions_dir=str(sessions), workloads_dir=home / "workloads")
@@ -224,6 +229,7 @@ async def test_help_lists_every_key(home: Path) -> None:
         assert isinstance(app.screen, SessionsScreen)
 
 
+@pytest.mark.slow  # 23 s of the --fast lane on 2 cores
 async def test_launch_a_server_with_variants_from_the_target_pane(home: Path) -> None:
     """The target pane's launch command: servescope starts the server for the sweep, once per variant."""
     import sys

@@ -113,6 +113,7 @@ def check_rows(table: list[list[str]], preds: list[Any]) -> None:
         assert numbers(row[4])[0] == pytest.approx(s["per_user_tok_s"]["mean"], rel=0.006, abs=0.006)
 
 
+@pytest.mark.slow  # 6 s of the --fast lane on 2 cores
 async def test_predict_fits_the_twin_first_then_matches_predict(home: Path, measured: Path) -> None:
     path = install(measured, home)
     app = make_app(sessions_dir=str(home / "sessions"))
