@@ -253,7 +253,11 @@ class _Sweep:
             await self._close()
             raise
         sink.finish(status, message)
-        await self._close()
+        try:
+            await self._close()
+        except Exception as e:  # noqa: BLE001 - the sweep is saved: a failure to close its connections is said,
+            # and the event log still ends with the sweep's end (a viewer waits for it)
+            yield Notice("warning", clean_text(f"closing the sweep's connections failed: {type(e).__name__}: {e}"))
         yield SweepFinished(path, status, message)
 
     async def _relaunch(self, cell: Cell, path: Path) -> AsyncIterator[Event]:

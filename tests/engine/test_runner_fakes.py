@@ -305,6 +305,23 @@ async def test_stop_before_a_cell_ends_interrupted(tmp_path: Path) -> None:
     assert isinstance(fin, SweepFinished) and fin.status == "interrupted"
 
 
+async def test_a_failure_to_close_is_said_and_the_sweep_still_ends(tmp_path: Path) -> None:
+    """The sweep is saved before its connections close: an error closing them is a warning, and the event log a
+    detached runner writes still ends with SweepFinished (a viewer waits for it)."""
+
+    class BadClose(FakeTarget):
+        async def close(self) -> None:
+            raise OSError("socket \x1b[2Jgone")
+
+    server = FakeServer()
+    events = await _run(_spec(concurrency=(1,)), _ctx(tmp_path / "s"), server, BadClose(server))
+    fin = events[-1]
+    assert isinstance(fin, SweepFinished) and fin.status == "completed"
+    warn = [e for e in events if isinstance(e, Notice) and e.level == "warning" and "closing" in e.text]
+    assert len(warn) == 1 and "OSError" in warn[0].text and "\x1b" not in warn[0].text
+    assert load_session(tmp_path / "s").status == "completed"
+
+
 @pytest.mark.parametrize("bad", ["no workloads"])
 async def test_a_sweep_without_cells_raises_before_anything(tmp_path: Path, bad: str) -> None:
     from servescope.core.errors import ServescopeError
