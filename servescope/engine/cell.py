@@ -120,9 +120,9 @@ class CellAttempt:
             self._save(task, interrupted=True)
             raise
         dog.cancel()
-        if mix is not None:
-            mix.cancel()
-        await asyncio.gather(dog, *([mix] if mix is not None else []), return_exceptions=True)
+        if mix is not None and self.mixer is not None:
+            await self.mixer.finish(mix)  # the probe out when the load ended is the cell's: it may finish
+        await asyncio.gather(dog, return_exceptions=True)
         quality = self.mixer.take() if self.mixer is not None else None
         run = task.result()
         if control.skipped is self.cc and not self.lost:

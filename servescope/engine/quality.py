@@ -316,6 +316,7 @@ class QualityMixer:
         self.traces: list[Trace] = []
         self.failed = 0
         self.errors: list[str] = []  # why probes failed: the first few distinct one-line messages
+        self.ending = False  # the cell's load is done: send no new probe, let the one out finish
 
     def _client(self) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
@@ -351,7 +352,7 @@ class QualityMixer:
         ratio = self.share / (1 - self.share) if self.share < 1 else 1.0
         sent = 0
         async with self._client() as http:
-            while True:
+            while not self.ending:
                 if sent >= ratio * counted():
                     await asyncio.sleep(0.05)
                     continue
@@ -377,6 +378,20 @@ class QualityMixer:
                     why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                     if why not in self.errors and len(self.errors) < 3:
                         self.errors.append(why)
+
+    async def finish(self, task: asyncio.Task[None], limit_s: float = 120.0) -> None:
+        """The cell's load is done: no new probe; the probe out (sent under the cell's load, so the cell's) may
+        finish, `limit_s` at most, then `task` (this mixer's `during`) is cancelled."""
+        self.ending = True
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout=limit_s)
+        except (TimeoutError, asyncio.CancelledError):
+            pass
+        except Exception:  # noqa: BLE001 - counted by during() already; the cell is saved either way
+            pass
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def take(self) -> dict[str, Any] | None:
         """The cell's quality figures ({} keys as the session stores them), then start over for the next cell."""

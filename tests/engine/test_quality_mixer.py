@@ -71,3 +71,35 @@ def test_probe_clients_close_idle_connections_before_the_server() -> None:
 
     assert KEEPALIVE_S < 5.0  # uvicorn (vLLM) and llama.cpp's server drop an idle connection after 5 s
     assert asyncio.run(expiry()) == KEEPALIVE_S
+
+
+def test_the_probe_out_when_the_load_ends_finishes_and_no_new_one_starts() -> None:
+    calls: list[int] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        gate["started"].set()
+        await gate["release"].wait()  # the probe is out when the cell's load ends
+        return httpx.Response(200, json=_completion())
+
+    gate: dict[str, asyncio.Event] = {}
+    mixer = QualityMixer("http://127.0.0.1:9", ModelInfo("m"), None, share=0.5)
+    mixer.idle = {p: Trace(prompt=p, tokens=[" a", " b"], top=[{" a": -0.1}, {" b": -0.2}])
+                  for p in DIVERGENCE_PROMPTS}
+    transport = httpx.MockTransport(handler)
+    mixer._client = lambda: httpx.AsyncClient(base_url=mixer.url, transport=transport)  # type: ignore[method-assign]
+
+    async def go() -> None:
+        gate["started"], gate["release"] = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(mixer.during(lambda: 40))
+        await asyncio.wait_for(gate["started"].wait(), 30)
+        ending = asyncio.create_task(mixer.finish(task, limit_s=30))
+        await asyncio.sleep(0)
+        gate["release"].set()
+        await asyncio.wait_for(ending, 30)
+        assert task.done()
+
+    asyncio.run(go())
+    out = mixer.take()
+    assert out is not None and out["prompts"] == 1 and out["failed"] == 0  # the probe out was kept
+    assert len(calls) == 1  # and none was sent after the load ended
