@@ -73,9 +73,8 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
                                                    "TMPDIR", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE"))
     launch = f"{env_words} {venv}/bin/vllm serve {models}/dense --max-model-len 2048 --enforce-eager --port {port}"
     wl = tmp_path / "w.toml"
-    # 16 requests of 64 output tokens: at c=8 through 2 sequences the second cell is 8 rounds of 64 decode steps,
-    # seconds, so the kill lands inside it, not in the variant switch
-    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 64\n')
+    # 128 output tokens: the second cell lasts seconds, so the kill lands inside it, not in the variant switch
+    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 128\n')
     save = tmp_path / "s"
     killed = threading.Event()
 
@@ -117,7 +116,7 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
 
 def _run(launch: str, wl: Path, save: Path) -> dict[str, Any]:
     return run_json("--launch", launch, "--server-variant", "--max-num-seqs 2", "--server-variant", "--max-num-seqs 8",
-                    "-w", str(wl), "-c", "4,8", "-n", "16", "--save", str(save), "--recover-timeout", "300s",
+                    "-w", str(wl), "-c", "4,8", "-n", "24", "--save", str(save), "--recover-timeout", "300s",
                     "--telemetry-interval", "0.5s", timeout=1500)
 
 
@@ -130,8 +129,8 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     assert cells["server_variant"].to_list() == ["--max-num-seqs 2"] * 2 + ["--max-num-seqs 8"] * 2
     kinds = [e["kind"] for e in s.meta["events"]]
     assert "server_lost" in kinds and "server_back" in kinds and "server_launched" in kinds
-    assert s.requests().height == 4 * 16
-    assert (s.requests()["output_tokens"] == 64).all()
+    assert s.requests().height == 4 * 24
+    assert (s.requests()["output_tokens"] == 128).all()
     # the KV budget from the startup log equals the one from /metrics
     kv = s.meta["kv_budget"]
     assert kv["source"] == "metrics+log" and kv["kv_cache_tokens"] == kv["log_kv_cache_tokens"] > 0
