@@ -22,34 +22,37 @@ def _completion() -> dict[str, Any]:
         "tokens": toks, "token_logprobs": [-0.1, -0.2], "top_logprobs": [{" a": -0.1}, {" b": -0.2}]}}]}
 
 
-def test_a_refused_probe_is_counted_with_its_reason() -> None:
-    calls: list[int] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        calls.append(1)
-        if len(calls) % 2 == 1:  # every other probe refused, its message carrying a terminal escape
-            return httpx.Response(500, json={"error": {"message": "engine \x1b[31mbusy\x1b[0m, try later"}})
-        return httpx.Response(200, json=_completion())
-
-    mixer = QualityMixer("http://127.0.0.1:9", ModelInfo("m"), None, share=0.5)
+def _mixer(handler: Any, share: float) -> QualityMixer:
+    """A mixer whose probes go to `handler` (the server faked at the HTTP boundary), idle traces for every prompt."""
+    mixer = QualityMixer("http://127.0.0.1:9", ModelInfo("m"), None, share=share)
     mixer.idle = {p: Trace(prompt=p, tokens=[" a", " b"], top=[{" a": -0.1}, {" b": -0.2}])
                   for p in DIVERGENCE_PROMPTS}
     transport = httpx.MockTransport(handler)
     mixer._client = lambda: httpx.AsyncClient(base_url=mixer.url, transport=transport)  # type: ignore[method-assign]
+    return mixer
+
+
+def test_a_refused_probe_is_counted_with_its_reason() -> None:
+    calls: list[int] = []
+
+    six = asyncio.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) >= 6:
+            six.set()
+        if len(calls) % 2 == 1:  # every other probe refused, its message carrying a terminal escape
+            return httpx.Response(500, json={"error": {"message": "engine \x1b[31mbusy\x1b[0m, try later"}})
+        return httpx.Response(200, json=_completion())
+
+    mixer = _mixer(handler, 0.5)
 
     async def go() -> None:
         done = [0]
         task = asyncio.create_task(mixer.during(lambda: done[0]))
         done[0] = 40  # the cell finished 40 requests: the mixer owes it probes (share 0.5: one per request)
-        for _ in range(3000):  # until 6 probes were answered or refused (30 s at most)
-            if len(calls) >= 6:
-                break
-            await asyncio.sleep(0.01)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+        await asyncio.wait_for(six.wait(), 30)  # 6 probes answered or refused
+        await mixer.finish(task, limit_s=30)
 
     asyncio.run(go())
     out = mixer.take()
@@ -83,18 +86,13 @@ def test_the_probe_out_when_the_load_ends_finishes_and_no_new_one_starts() -> No
         return httpx.Response(200, json=_completion())
 
     gate: dict[str, asyncio.Event] = {}
-    mixer = QualityMixer("http://127.0.0.1:9", ModelInfo("m"), None, share=0.5)
-    mixer.idle = {p: Trace(prompt=p, tokens=[" a", " b"], top=[{" a": -0.1}, {" b": -0.2}])
-                  for p in DIVERGENCE_PROMPTS}
-    transport = httpx.MockTransport(handler)
-    mixer._client = lambda: httpx.AsyncClient(base_url=mixer.url, transport=transport)  # type: ignore[method-assign]
+    mixer = _mixer(handler, 0.5)
 
     async def go() -> None:
         gate["started"], gate["release"] = asyncio.Event(), asyncio.Event()
         task = asyncio.create_task(mixer.during(lambda: 40))
         await asyncio.wait_for(gate["started"].wait(), 30)
         ending = asyncio.create_task(mixer.finish(task, limit_s=30))
-        await asyncio.sleep(0)
         gate["release"].set()
         await asyncio.wait_for(ending, 30)
         assert task.done()
