@@ -101,16 +101,18 @@ def start(model: str = "dense", extra: list[str] | None = None, scratch: Path | 
     raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s:\n{srv.log_tail()}")
 
 
-def engine_apart(cores: set[int] | None) -> None:
-    """For benchmarks on a small box: every `VLLM::` process (the engine core and its CPU worker, all threads) at
-    nice 15 and, with `cores`, on those cores (start the server with VLLM_CPU_OMP_THREADS_BIND set to match, so the
-    worker's own binding agrees). On 2 cores at equal priority the engine core's polling and the worker take both
-    cores, the API server and the client wait for a CPU, and tokens arrive in bursts that change from run to run."""
+def engine_apart(cores: set[int] | None, nice: int = 15, group: int | None = None) -> None:
+    """Every `VLLM::` process (the engine core and its CPU worker, all threads) at `nice` and, with `cores`, on
+    those cores (start the server with VLLM_CPU_OMP_THREADS_BIND set to match, so the worker's own binding agrees);
+    with `group`, only that process group's (a server started by `start` leads its own). On 2 cores at equal
+    priority the engine core's polling and the worker take both cores, the API server and the client wait for a
+    CPU, and tokens arrive in bursts that change from run to run."""
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and (proc / "comm").read_text().startswith("VLLM::"):
+            if (proc.name.isdigit() and (proc / "comm").read_text().startswith("VLLM::")
+                    and (group is None or os.getpgid(int(proc.name)) == group)):
                 for task in (proc / "task").iterdir():
-                    os.setpriority(os.PRIO_PROCESS, int(task.name), 15)
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
                     if cores:
                         os.sched_setaffinity(int(task.name), cores)
         except OSError:
