@@ -11,6 +11,7 @@ from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import EventLog
+from servescope.tui.widgets.curve import ThroughputCurve
 from servescope.tui.widgets.panels import CellTable
 
 
@@ -45,3 +46,26 @@ async def test_run_screen_shows_the_verdict_and_leaves_bound_cells_off_the_curve
         assert table.data["1"][3] == "done, client BOUND" and table.data["0"][3] == "done"
         assert table.data["0"][-1] == "ok" and table.data["1"][-1] == "BOUND"
         assert [p.label for p in run._points["sharegpt"]] == ["c=1"]
+
+
+async def test_a_curve_whose_only_finished_cell_was_bound_says_so(home: Path) -> None:
+    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
+    cells = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 20, None, "in 200-512 (uniform) / out 256 (chat)")
+             for i, c in enumerate((1, 4))]
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.switch_mode("run")
+        await pilot.pause()
+        run = app.screen
+        assert isinstance(run, RunScreen)
+        run.reset("t")
+        run.post_message(m.SweepStarted(home / "sessions" / "x", cells, "sim://tiny", "tiny", None, "t", True))
+        run.post_message(m.CellStarted(cells[0], 2))
+        await pilot.pause()
+        curve = run.query_one(ThroughputCurve)
+        assert curve.empty == "waiting for the first finished cell…"
+        run.post_message(m.CellFinished(cells[0], _summary(0.96), "done"))
+        run.post_message(m.CellStarted(cells[1], 2))
+        await pilot.pause()
+        assert not curve.points
+        assert curve.empty == "c=1 client-bound: not plotted (see events)"  # a cell did finish: not "waiting"
+        assert "c=1 client-bound: not plotted" in str(curve.render())

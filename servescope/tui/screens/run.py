@@ -19,7 +19,7 @@ from textual.widgets import Footer, Static
 
 from servescope.core.health import client_text
 from servescope.tui import messages as m
-from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
+from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
     CellTable,
@@ -175,7 +175,7 @@ class RunScreen(Screen[None]):
         self._tele_dirty = False
         self._stops = 0  # `x` presses during this sweep: the first drains the running cell, a second cancels
         self._done_cells = 0  # finished cells saved as `done`
-        self._left_out: list[str] = []  # finished cells not drawn on the curve, with why
+        self._left_out: dict[str, list[str]] = {}  # per series: its finished cells not drawn on the curve, with why
         self._cur_ended = True  # the cell in self._cur is saved (finished or skipped)
         self.engine_pid = 0  # the process the engine runs in (the app's own when it runs in a thread)
         self._quit_cell: m.CellInfo | None = None  # the cell running when ctrl+q was pressed
@@ -222,7 +222,7 @@ class RunScreen(Screen[None]):
         self.sweep_t0 = self.clock()
         self.session_dir = None
         self._cur = None
-        self._stops, self._done_cells, self._left_out = 0, 0, []
+        self._stops, self._done_cells, self._left_out = 0, 0, {}
         self._points.clear()
         self._servers.clear()
         self._client_ttft.clear()
@@ -297,6 +297,9 @@ class RunScreen(Screen[None]):
                                   sum(self._per_user) / len(self._per_user), live=True))
         curve = self.query_one(ThroughputCurve)
         curve.title = f"{cur.series}: output tok/s vs load"
+        left_out = self._left_out.get(cur.series)
+        curve.empty = (f"{', '.join(left_out)}: not plotted (see events)" if left_out
+                       else ChartSpec.empty)
         curve.points = tuple(pts)
 
     # ---- engine messages ----------------------------------------------------------------------
@@ -415,9 +418,9 @@ class RunScreen(Screen[None]):
             self._done_cells += 1
             self._points.setdefault(c.series, []).append(curve_point(c, s, self.slos))
         elif msg.status == "done":  # the load generator, not the server, limited it: its figures are the client's
-            self._left_out.append(f"{c.label} (client bound)")
+            self._left_out.setdefault(c.series, []).append(f"{c.load_label} client-bound")
         else:
-            self._left_out.append(f"{c.label} ({msg.status})")
+            self._left_out.setdefault(c.series, []).append(f"{c.load_label} {msg.status}")
         self.query_one(CellTable).set_cell(c.index, c.series, c.load_label, msg.status, s)
         if s.get("server"):
             self._servers.append(s["server"])
