@@ -383,15 +383,19 @@ class QualityMixer:
         """The cell's load is done: no new probe; the probe out (sent under the cell's load, so the cell's) may
         finish, `limit_s` at most, then `task` (this mixer's `during`) is cancelled."""
         self.ending = True
+        outer = False
         try:
             await asyncio.wait_for(asyncio.shield(task), timeout=limit_s)
-        except (TimeoutError, asyncio.CancelledError):
-            pass
-        except Exception:  # noqa: BLE001 - counted by during() already; the cell is saved either way
+        except asyncio.CancelledError:  # the mixer's own task cancelled, or this one (the sweep is stopping)
+            current = asyncio.current_task()
+            outer = current is not None and current.cancelling() > 0
+        except Exception:  # noqa: BLE001 - the time is up; a probe's failure was counted by during() already
             pass
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if outer:
+            raise asyncio.CancelledError
 
     def take(self) -> dict[str, Any] | None:
         """The cell's quality figures ({} keys as the session stores them), then start over for the next cell."""

@@ -101,3 +101,30 @@ def test_the_probe_out_when_the_load_ends_finishes_and_no_new_one_starts() -> No
     out = mixer.take()
     assert out is not None and out["prompts"] == 1 and out["failed"] == 0  # the probe out was kept
     assert len(calls) == 1  # and none was sent after the load ended
+
+
+def test_a_sweep_stopped_while_the_last_probe_finishes_is_still_stopped() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        gate["started"].set()
+        await asyncio.Event().wait()  # a probe that never answers
+        raise AssertionError("unreachable")
+
+    gate: dict[str, asyncio.Event] = {}
+    mixer = _mixer(handler, 0.5)
+
+    async def go() -> None:
+        gate["started"] = asyncio.Event()
+        task = asyncio.create_task(mixer.during(lambda: 40))
+        await asyncio.wait_for(gate["started"].wait(), 30)
+        ending = asyncio.create_task(mixer.finish(task, limit_s=600))
+        await asyncio.sleep(0)  # finish() is waiting on the probe
+        ending.cancel()  # the sweep is stopped (Ctrl-C, x) meanwhile
+        try:
+            await asyncio.wait_for(ending, 30)
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("finish() swallowed the cancellation of its caller")
+        assert task.done()  # and the probe task is cancelled too, not left running
+
+    asyncio.run(go())
