@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from servescope.sessions.live import runner_state, send_command
+from servescope.sessions.live import RUNNER_LOG, runner_state, send_command
 from servescope.sessions.store import load_session
 from tests.integration.helpers import ROOT, events, measured, servescope, wait_for
 
@@ -167,8 +167,10 @@ def test_sigterm_stops_a_detached_runner_cleanly(tmp_path: Path) -> None:
     wait_for(lambda: not runner_state(path).running, 60, "the runner to stop")
     s = load_session(path)
     assert s.status == "interrupted" and s.meta.get("ended_at")  # it finished its bookkeeping
-    tail = [json.loads(x) for x in (path / "events.jsonl").read_text().splitlines()][-1]
-    assert tail["kind"] == "SweepFinished" and tail["fields"]["status"] == "interrupted"
+    log = [json.loads(x) for x in (path / "events.jsonl").read_text().splitlines()]
+    why = ([(e["kind"], e.get("fields", {}).get("status")) for e in log[-5:]],
+           (path / RUNNER_LOG).read_text()[-2000:] if (path / RUNNER_LOG).exists() else "no runner log")
+    assert log[-1]["kind"] == "SweepFinished" and log[-1]["fields"]["status"] == "interrupted", why
 
 
 def test_the_runner_survives_its_parent_and_the_terminal(tmp_path: Path) -> None:
