@@ -121,10 +121,11 @@ def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval of a binomial proportion (95% at z=1.96); (0, 1) when n is 0."""
     if n <= 0:
         return 0.0, 1.0
-    p = correct / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    nf = float(n)  # float arithmetic throughout: n * n of a huge count cannot overflow int-to-float
+    p = correct / nf
+    den = 1 + z * z / nf
+    mid = (p + z * z / (2 * nf)) / den
+    half = z * math.sqrt(p * (1 - p) / nf + z * z / (4 * nf * nf)) / den
     return max(0.0, mid - half), min(1.0, mid + half)
 
 

@@ -134,9 +134,12 @@ class LoadQuality:
                          lo=lo, hi=hi)
 
 
+MAX_COUNT = 2**53  # a float counts exactly up to here; a stored count past it is damage, not a count
+
+
 def _count(v: Any) -> int:
     f = finite(v)
-    return int(f) if f is not None and f >= 0 and f == int(f) else 0
+    return int(f) if f is not None and 0 <= f <= MAX_COUNT and f == int(f) else 0
 
 
 def _task(d: Any) -> TaskScore | None:

@@ -76,6 +76,8 @@ def test_wilson_interval_matches_known_values():
     lo, hi = wilson(10, 10)
     assert hi == 1.0 and lo == pytest.approx(0.7225, abs=5e-4)
     assert wilson(0, 0) == (0.0, 1.0)
+    lo, hi = wilson(0, 10**160)  # a count no float squares (a damaged session): an interval, not OverflowError
+    assert 0.0 <= lo <= hi < 1e-100
 
 
 def test_two_accuracies_differ_only_beyond_noise():

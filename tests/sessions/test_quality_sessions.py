@@ -432,3 +432,9 @@ def test_any_cell_quality_reads(q: Any) -> None:
     if lq is not None:
         assert 0 <= lq.correct <= lq.n and 0.0 <= lq.score.lo <= lq.score.hi <= 1.0
         assert all(0 <= t.correct <= t.n for t in lq.tasks.values())
+
+
+def test_a_count_past_what_a_float_holds_reads_as_none() -> None:
+    # found by the fuzz test above: a damaged session's count, too big for float arithmetic, is no count
+    lq = load_quality(CellSummary.from_dict({"quality": {"n": 6.703903964971299e153, "correct": 1.0}}))
+    assert lq is None or (lq.n == 0 and lq.score.lo == 0.0 and lq.score.hi == 1.0)
