@@ -1,12 +1,12 @@
-"""Does running the tests in two processes pay on this machine? pytest over the same selection, in one process and
-in N (pytest-xdist, `--dist loadgroup`, as scripts/test.sh runs it), interleaved (1, N, 1, N, ...), printing each
-run's wall time and pass count, the medians and their ratio.
+"""Does running the tests in more processes pay on this machine? pytest over the same selection, in B processes
+(`--base`, default 1) and in N (pytest-xdist, `--dist loadgroup`, as scripts/test.sh runs it), interleaved (B, N,
+B, N, ...), printing each run's wall time and pass count, the medians and their ratio.
 
 The default selection is the `--fast` lane (no real vLLM or llama.cpp is started); `-m ""` with setup done
 (`bash .ci/setup_vllm.sh`) times everything. Run it on a quiet machine: a figure taken while something else runs
 is an upper bound.
 
-    python benchmarks/suite_procs.py [--rounds 1] [--procs 2] [-m MARKEXPR] [PYTEST_ARGS...]
+    python benchmarks/suite_procs.py [--rounds 1] [--base 1] [--procs 2] [-m MARKEXPR] [PYTEST_ARGS...]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ FAST = "not (vllm or llamacpp or tmux or ray or slow)"
 
 
 def run(procs: int, mark: str, extra: list[str]) -> tuple[float, str]:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", mark, *extra]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", "-m", mark, *extra]
     if procs > 1:
         cmd += ["-n", str(procs), "--dist", "loadgroup"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -35,6 +35,9 @@ def run(procs: int, mark: str, extra: list[str]) -> tuple[float, str]:
     tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr[-300:]
     if p.returncode != 0:
         print(f"  (exit {p.returncode}: {tail})")
+        for line in p.stdout.splitlines():
+            if line.startswith(("FAILED", "ERROR")):
+                print(f"  {line}")
     return wall, re.sub(r"=+", "", tail).strip()
 
 
@@ -42,17 +45,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--base", type=int, default=1, help="the processes to compare with (default 1)")
     ap.add_argument("-m", dest="mark", default=FAST, help=f"pytest marker expression (default: {FAST!r})")
     args, extra = ap.parse_known_args()
     one: list[float] = []
     many: list[float] = []
     for r in range(args.rounds):
-        for procs, into in ((1, one), (args.procs, many)):
+        for procs, into in ((args.base, one), (args.procs, many)):
             wall, tail = run(procs, args.mark, extra)
             into.append(wall)
             print(f"round {r + 1}, {procs} process{'es' if procs > 1 else ''}: {wall:7.1f} s  ({tail})", flush=True)
     m1, mn = statistics.median(one), statistics.median(many)
-    print(f"median wall time: 1 process {m1:.1f} s, {args.procs} processes {mn:.1f} s; "
+    print(f"median wall time: {args.base} process{'es' if args.base > 1 else ''} {m1:.1f} s, {args.procs} processes "
+          f"{mn:.1f} s; "
           f"ratio {mn / m1:.2f} ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end)")
 
 
