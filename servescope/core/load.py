@@ -326,9 +326,13 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
 
 
 async def _until(when_ns: int, control: CellControl) -> bool:
-    """Sleep until `when_ns` (perf_counter_ns); False when the cell was drained meanwhile."""
-    delay = (when_ns - _perf()) / 1e9
-    if delay > 0:
+    """Sleep until `when_ns` (perf_counter_ns), never less; False when the cell was drained meanwhile. (uvloop's
+    timers count whole milliseconds and may fire up to one early: the rest is waited again, and a send is never
+    stamped before its schedule.)"""
+    while not control.ended:
+        delay = (when_ns - _perf()) / 1e9
+        if delay <= 0:
+            break
         try:
             await asyncio.wait_for(control.drain.wait(), timeout=delay)
         except TimeoutError:
