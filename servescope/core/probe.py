@@ -98,11 +98,19 @@ async def _post(client: httpx.AsyncClient, base_url: str, body: dict[str, Any],
     root = _root(base_url)
     where = redact_url(root) + PATH
     secret = _secret(client)
-    try:
-        r = await client.post(root + PATH, json={**body, "stream": False})
-    except httpx.HTTPError as e:
-        raise request_failed(where, e, clean_secret_text(str(e), secret, 200),
-                             "did not answer in time; check the server, or give it a longer timeout") from None
+    for attempt in (1, 2):
+        try:
+            r = await client.post(root + PATH, json={**body, "stream": False})
+            break
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            # the connection went before any answer (a pooled one the server had just closed): once more, on a
+            # new one; a probe is a plain completion, safe to ask again
+            if attempt == 2:
+                raise request_failed(where, e, clean_secret_text(str(e), secret, 200) or type(e).__name__,
+                                     "") from None
+        except httpx.HTTPError as e:
+            raise request_failed(where, e, clean_secret_text(str(e), secret, 200),
+                                 "did not answer in time; check the server, or give it a longer timeout") from None
     if r.status_code in (401, 403):
         raise key_refused(where, r.status_code)
     if r.status_code >= 400:

@@ -395,3 +395,37 @@ def test_split_text_keeps_every_character_within_the_limit(text: str, max_chars:
     if text.strip() and len(text) <= max_chars:
         assert chunks == [text]
 
+
+
+def test_a_connection_dropped_before_the_answer_is_asked_once_more() -> None:
+    """A pooled connection the server had just closed (keep-alive) fails the request before any answer: the probe
+    asks again on a new connection, once; a second drop is the one-line error."""
+    import asyncio as _asyncio
+
+    import httpx as _httpx
+
+    from servescope.core import probe as _probe
+    from servescope.core.errors import ServescopeError as _Err
+
+    def client(drops: int) -> tuple[_httpx.AsyncClient, list[int]]:
+        calls: list[int] = []
+
+        def handler(request: _httpx.Request) -> _httpx.Response:
+            calls.append(1)
+            if len(calls) <= drops:
+                raise _httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+            return _httpx.Response(200, json={"choices": [{"text": " 42"}]})
+
+        return _httpx.AsyncClient(transport=_httpx.MockTransport(handler)), calls
+
+    async def ask(drops: int) -> tuple[str | None, str, int]:
+        c, calls = client(drops)
+        async with c:
+            try:
+                return await _probe.answer(c, "http://127.0.0.1:9", "m", "6*7=", 4), "", len(calls)
+            except _Err as e:
+                return None, e.message, len(calls)
+
+    assert _asyncio.run(ask(1)) == (" 42", "", 2)
+    text, err, n = _asyncio.run(ask(2))
+    assert text is None and n == 2 and err.startswith("cannot talk to http://127.0.0.1:9/v1/completions: Server")
