@@ -22,18 +22,26 @@ def _summary(cpu: float) -> dict[str, Any]:
             "client": client}
 
 
+CELLS = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 20, None, "in 200-512 (uniform) / out 256 (chat)")
+         for i, c in enumerate((1, 4))]
+
+
+async def _started(app: Any, pilot: Any, home: Path) -> RunScreen:
+    """The Run screen with a two-cell sweep (c=1, c=4) started on it."""
+    app.switch_mode("run")
+    await pilot.pause()
+    run = app.screen
+    assert isinstance(run, RunScreen)
+    run.reset("t")
+    run.post_message(m.SweepStarted(home / "sessions" / "x", CELLS, "sim://tiny", "tiny", None, "t", True))
+    return run
+
+
 async def test_run_screen_shows_the_verdict_and_leaves_bound_cells_off_the_curve(home: Path) -> None:
     app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
-    cells = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 20, None, "in 200-512 (uniform) / out 256 (chat)")
-             for i, c in enumerate((1, 4))]
     async with app.run_test(size=(100, 30)) as pilot:
-        app.switch_mode("run")
-        await pilot.pause()
-        run = app.screen
-        assert isinstance(run, RunScreen)
-        run.reset("t")
-        run.post_message(m.SweepStarted(home / "sessions" / "x", cells, "sim://tiny", "tiny", None, "t", True))
-        for cell, cpu in zip(cells, (0.23, 0.96), strict=True):
+        run = await _started(app, pilot, home)
+        for cell, cpu in zip(CELLS, (0.23, 0.96), strict=True):
             run.post_message(m.CellStarted(cell, 2))
             run.post_message(m.CellFinished(cell, _summary(cpu), "done"))
         await pilot.pause()
@@ -50,21 +58,14 @@ async def test_run_screen_shows_the_verdict_and_leaves_bound_cells_off_the_curve
 
 async def test_a_curve_whose_only_finished_cell_was_bound_says_so(home: Path) -> None:
     app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
-    cells = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 20, None, "in 200-512 (uniform) / out 256 (chat)")
-             for i, c in enumerate((1, 4))]
     async with app.run_test(size=(100, 30)) as pilot:
-        app.switch_mode("run")
-        await pilot.pause()
-        run = app.screen
-        assert isinstance(run, RunScreen)
-        run.reset("t")
-        run.post_message(m.SweepStarted(home / "sessions" / "x", cells, "sim://tiny", "tiny", None, "t", True))
-        run.post_message(m.CellStarted(cells[0], 2))
+        run = await _started(app, pilot, home)
+        run.post_message(m.CellStarted(CELLS[0], 2))
         await pilot.pause()
         curve = run.query_one(ThroughputCurve)
         assert curve.empty == "waiting for the first finished cell…"
-        run.post_message(m.CellFinished(cells[0], _summary(0.96), "done"))
-        run.post_message(m.CellStarted(cells[1], 2))
+        run.post_message(m.CellFinished(CELLS[0], _summary(0.96), "done"))
+        run.post_message(m.CellStarted(CELLS[1], 2))
         await pilot.pause()
         assert not curve.points
         assert curve.empty == "c=1 client-bound: not plotted (see events)"  # a cell did finish: not "waiting"
