@@ -51,7 +51,12 @@ async def test_the_sweep_runs_in_a_runner_process_of_its_own(home: Path, sim_url
         assert app.start_sweep(_spec(sim_url))
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), 60, "the Run screen")
         progress = app.screen.query_one(SweepProgress)
-        await wait_until(pilot, lambda: progress.state in ("completed", "failed"), 60, "the sweep to end")
+        try:
+            await wait_until(pilot, lambda: progress.state in ("completed", "failed"), 60, "the sweep to end")
+        except AssertionError as e:  # say what the app and the runner had said by then
+            where = app.driver.session_dir if app.driver is not None else None
+            runner = (where / "runner.log").read_text(errors="replace")[-2000:] if where and (where / "runner.log").is_file() else ""
+            raise AssertionError(f"{e}; state {progress.state!r}; event log: {_log(app)}; runner.log: {runner}") from None
         log = _log(app)
         assert progress.state == "completed", log
         assert "in a thread" not in log and "could not start" not in log, log
