@@ -47,7 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # allocations) the cyclic collector took about a sixth of their CPU: tests/tui/test_draw.py with
     # test_snapshots.py in one process, 47 s of CPU at the default against 40 s at 10,000 (peak memory 258 MB
     # against 319 MB). Only the youngest generation's threshold moves; what is collected stays the same.
-    gc.set_threshold(10_000, 10, 10)
+    # SERVESCOPE_TEST_GC=default keeps Python's (benchmarks/suite_procs.py --base-env compares the two).
+    if os.environ.get("SERVESCOPE_TEST_GC") != "default":
+        gc.set_threshold(10_000, 10, 10)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker

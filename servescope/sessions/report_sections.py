@@ -301,7 +301,7 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
     views = [v for v in rep.views if v.workload == workload]
     out = [f"## Results: {md_escape(workload)}", ""]
     head = ["load", "ok / failed", "TTFT ms p50 / p90 / p99", "TPOT ms p50 / p90 / p99", "ITL ms p50 / p90 / p99",
-            "E2E ms p50 / p90 / p99", "output tok/s", "per-user tok/s", "goodput req/s", "SLO met"]
+            "E2E ms p50 / p90 / p99", "output tok/s", "per-user tok/s (mean)", "goodput req/s", "SLO met"]
     cache = any(finite(v.summary.prefix_cache_hit_rate) is not None for v in views)
     if cache:
         head.append("prefix cache hit")

@@ -14,10 +14,10 @@ from servescope.tui.screens.compare import CompareScreen
 from servescope.tui.screens.export import ExportScreen
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
-from servescope.tui.widgets import OverlayCurve, TelemetryPanel
+from servescope.tui.widgets import CellTable, OverlayCurve, ServerPanel, TelemetryPanel
 
 from .conftest import FAST_WORKLOAD
-from .fixtures import telemetry_samples, write_session
+from .fixtures import LOADS, telemetry_samples, write_session
 from .helpers import open_compare, row_text, set_input, text_of
 
 SIZE = (100, 30)
@@ -116,11 +116,28 @@ async def test_session_detail_shows_stored_telemetry(home: Path) -> None:
                                                                    "preemptions"]
         out = panel.full_text()
         assert "NVML not available" in out and "KV cache 12,752 tokens: sharegpt fits 16.6 at once, c=1 fits" in out
-        await pilot.press("down", "down", "down")  # c=32: over the budget
-        await pilot.pause()
-        assert "c=32 is over it" in panel.full_text()
+        # the value column is the highlighted cell's, whichever it is (its sparkline runs over every cell)
+        table = app.screen.query_one(CellTable)
+        for row, conc in enumerate(LOADS):
+            if row:
+                await pilot.press("down")
+                await pilot.pause()
+            assert table.cursor_row == row
+            values = {label: value for label, value, _ in panel.series}
+            assert panel.title == f"server per cell (/metrics): cell {row + 1}", panel.title
+            assert values["KV peak"] == f"{min(1.0, conc / 20) * 100:.1f}%", (conc, values)
+            assert values["waiting max"] == f"{max(0, conc - 16):.0f}", (conc, values)
+        assert "c=32 is over it" in panel.full_text()  # the last cell, c=32: over the budget
         await pilot.press("t")
         assert not panel.display
+        server = app.screen.query_one(ServerPanel)
+        assert server.display
+        await pilot.press("up")  # c=16
+        await pilot.pause()
+        shown = server.full_text()
+        assert shown.splitlines()[0] == f"server /metrics per cell: cell {len(LOADS) - 1}", shown
+        preempt = next(ln for ln in shown.splitlines() if ln.startswith("preemptions"))
+        assert preempt.split()[1] == "0", shown  # c=16's, not the last cell's 16
 
 
 async def test_run_screen_live_panel(home: Path) -> None:

@@ -3,6 +3,7 @@ to compare (`c` opens the Compare screen on them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,16 @@ STORED_ROWS = (("KV peak", "kv_cache_usage_peak", 100.0, "{:.1f}%"), ("running m
                ("waiting max", "waiting_max", 1.0, "{:.0f}"), ("preemptions", "preemptions", 1.0, "{:.0f}"))
 
 
-def stored_series(tele: list[TelemetryWindow]) -> tuple[tuple[str, str, tuple[float | None, ...]], ...]:
-    """One point per finished cell from the stored `telemetry` summaries; the value shown is the last cell's."""
+def stored_series(tele: Sequence[TelemetryWindow | None],
+                  at: int = -1) -> tuple[tuple[str, str, tuple[float | None, ...]], ...]:
+    """One point per finished cell from the stored `telemetry` summaries (None: a cell without one); the value
+    shown is the `at`-th cell's (the highlighted one; -1, the last)."""
     rows = []
     for label, key, scale, fmt in STORED_ROWS:
-        vals = [float(v) * scale if (v := t.value(key)) is not None else None for t in tele]
+        vals = [float(v) * scale if t is not None and (v := t.value(key)) is not None else None for t in tele]
         if any(v is not None for v in vals):
-            rows.append((label, fmt.format(vals[-1]) if vals[-1] is not None else "-", tuple(vals)))
+            shown = vals[at] if -len(vals) <= at < len(vals) else None
+            rows.append((label, fmt.format(shown) if shown is not None else "-", tuple(vals)))
     return tuple(rows)
 
 SESSION_COLUMNS = (
@@ -393,12 +397,17 @@ class SessionScreen(Screen[None]):
             table.set_cell(int(r["index"]), series_of(r), str(r.get("load_label")), str(r.get("status")),
                            self.summaries.get(int(r["index"])))
         self._rows = rows
-        servers = [s.server for s in self.summaries.values() if s.server is not None]
+        ordered = sorted(self.summaries.items())
+        # the cells with a stored /metrics window, in cell order: the panels' sparklines run over them, and their
+        # value column shows the highlighted cell's (show_cell)
+        self._server_cells = [i for i, s in ordered if s.server is not None]
+        self._tele_cells = [i for i, s in ordered if s.telemetry is not None]
+        servers = [s.server for _, s in ordered if s.server is not None]
         sp = self.query_one(ServerPanel)
         sp.metrics_available = bool(self.info.target.metrics)
-        sp.client_ttft = tuple(s.ttft_ms.mean for s in self.summaries.values() if s.server is not None)
+        sp.client_ttft = tuple(s.ttft_ms.mean for _, s in ordered if s.server is not None)
         sp.cells = tuple(servers)
-        tele = [s.telemetry for s in self.summaries.values() if s.telemetry is not None]
+        tele = [s.telemetry for _, s in ordered if s.telemetry is not None]
         live = self.query_one(TelemetryPanel)
         live.title = "server per cell (/metrics)"
         live.series = stored_series(tele)
@@ -499,6 +508,19 @@ class SessionScreen(Screen[None]):
             lines.append(f"cell {int(row['index']) + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "
                          f"{fnum(tele.itl_ms_mean, 2)} ms; client TTFT {fnum(s.ttft_ms.mean)} ms")
         live.gpu_lines = tuple(lines)
+        # the per-cell panels' value column: this cell's figures (its sparkline point among the others)
+        idx = int(row["index"])
+        name = f"cell {idx + 1}"
+        tele_cells = getattr(self, "_tele_cells", [])
+        if tele_cells:
+            at = tele_cells.index(idx) if idx in tele_cells else len(tele_cells)  # past the end: "-" shown
+            live.series = stored_series([self.summaries[i].telemetry for i in tele_cells], at)
+            live.title = f"server per cell (/metrics): {name}" + ("" if idx in tele_cells else " (none stored)")
+        sp = self.query_one(ServerPanel)
+        server_cells = getattr(self, "_server_cells", [])
+        if server_cells:
+            sp.at = server_cells.index(idx) if idx in server_cells else len(server_cells)
+            sp.at_label = name if idx in server_cells else f"{name} (none stored)"
         conc = row.get("concurrency")
         live.budget = budget_line(info.kv_budget, str(row.get("workload")),
                                   int(conc) if isinstance(conc, (int, float)) else None)

@@ -204,6 +204,10 @@ class ServerPanel(Zoomable):
     metrics_available: reactive[bool | None] = reactive(None, layout=True)
     client_ttft: reactive[tuple[float | None, ...]] = reactive(tuple)  # client mean TTFT per cell
     empty: reactive[str] = reactive("waiting for the first finished cell…", layout=True)  # without a cell
+    # whose figures the value column shows: the `at`-th of `cells` (-1: the newest), named by `at_label`
+    # ("cell 2"); the sparklines always run over every cell
+    at: reactive[int] = reactive(-1, layout=True)
+    at_label: reactive[str] = reactive("", layout=True)
 
     def render(self) -> Text:
         return fit_lines(self._text(), self.content_size.width, self.content_size.height)
@@ -216,7 +220,7 @@ class ServerPanel(Zoomable):
         return len(self._text().split("\n", allow_blank=True))  # all of it: a max-height cuts it with "… more"
 
     def _text(self) -> Text:
-        t = Text("server /metrics per cell", style="bold")
+        t = Text("server /metrics per cell" + (f": {self.at_label}" if self.at_label else ""), style="bold")
         if self.metrics_available is False:
             t.append("\nthis server has no vLLM /metrics: client-side numbers only", style="dim")
             return t
@@ -224,21 +228,23 @@ class ServerPanel(Zoomable):
             t.append("\n" + self.empty, style="dim")
             return t
         cells = [c if isinstance(c, ServerWindow) else ServerWindow.from_dict(c) for c in self.cells]
-        last = cells[-1]
+        at = self.at
+        shown = cells[at] if -len(cells) <= at < len(cells) else ServerWindow()  # a cell without one: "-"
         for key, label, nd in SERVER_ROWS:
             series = [getattr(c, key) for c in cells]
             if all(v is None for v in series):
                 continue
-            t.append(f"\n{label:<16}{fnum(getattr(last, key), nd):>10}  ")
+            t.append(f"\n{label:<16}{fnum(getattr(shown, key), nd):>10}  ")
             t.append(sparkline([float(v) if v is not None else None for v in series][-20:]), style="cyan")
-        cl = self.client_ttft[-1] if self.client_ttft else None
-        st = last.ttft_ms_mean
+        ttfts = self.client_ttft
+        cl = ttfts[at] if -len(ttfts) <= at < len(ttfts) else None
+        st = shown.ttft_ms_mean
         if cl is not None and st is not None:
             t.append(f"\nclient - server TTFT{cl - st:>+9.1f} ms", style="dim")
         return t
 
 
-CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "user tok/s", "TTFT p50", "TTFT p99",
+CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "per-user tok/s (mean)", "TTFT p50", "TTFT p99",
                 "TPOT p50", "E2E p50", "client")
 
 
@@ -252,7 +258,7 @@ def cell_row(index: int, workload: str, load: str, status: str,
         status = f"{status}, client BOUND"
     return (
         str(index + 1), workload, load, status, f"{s.requests_ok}/{s.requests_failed}",
-        fnum(s.output_tok_s, 1), fnum(s.per_user_tok_s.p50), fnum(s.ttft_ms.p50), fnum(s.ttft_ms.p99),
+        fnum(s.output_tok_s, 1), fnum(s.per_user_tok_s.mean), fnum(s.ttft_ms.p50), fnum(s.ttft_ms.p99),
         fnum(s.tpot_ms.p50, 2), fnum(s.e2e_ms.p50, 0), _verdict(s),
     )
 
@@ -269,7 +275,7 @@ def _verdict(s: CellSummary) -> str:
 CELL_COLS = (
     Col("#", "#", 0, right=True), Col("workload", "workload", 5, min_width=8, max_width=28), Col("load", "load", 1, min_width=6, max_width=20),
     Col("status", "status", 2), Col("ok/fail", "ok/fail", 6, right=True), Col("out tok/s", "out tok/s", 3, right=True),
-    Col("user tok/s", "user tok/s", 7, right=True), Col("TTFT p50", "TTFT p50", 4, right=True),
+    Col("per-user tok/s (mean)", "per-user tok/s (mean)", 7, right=True), Col("TTFT p50", "TTFT p50", 4, right=True),
     Col("TTFT p99", "TTFT p99", 8, right=True), Col("TPOT p50", "TPOT p50", 9, right=True),
     Col("E2E p50", "E2E p50", 10, right=True), Col("client", "client", 11),
 )
