@@ -42,8 +42,9 @@ from servescope.engine.twinshape import (
 )
 from servescope.sessions.store import Session
 from servescope.sessions.twin import PROFILE_FILE, TWIN_DIR
-from servescope.sim.engine import SimRequest, VirtualRunner
+from servescope.sim.engine import VirtualRunner
 from servescope.sim.profile import CostModel, Profile
+from servescope.sim.request import SimRequest
 
 FIGURES = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")  # what the fit and the bands are about
 # server.ttft_ms_mean: the server's own mean TTFT (its /metrics, over the cell), which starts when the engine got

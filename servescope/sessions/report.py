@@ -8,21 +8,17 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from servescope import __version__
-from servescope.core.quality import QualityResult
 from servescope.core.results import CellSummary, ServerWindow, finite
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.compare import (
     CellView,
     Comparison,
-    ThinkingCost,
-    WorkloadAnswers,
     apply_slos,
     cell_views,
     choose_slos,
@@ -36,6 +32,7 @@ from servescope.sessions.quality import quality_section, result_dict
 from servescope.sessions.report_sections import (
     CHARTS,
     EXTRA_DEFINITIONS,
+    SessionReport,
     _definitions,
     _plural,
     _setup,
@@ -44,32 +41,12 @@ from servescope.sessions.report_sections import (
     xychart,
 )
 from servescope.sessions.store import Session, summary_columns
-from servescope.sessions.twin import TwinRecord, twin_record, twin_section
+from servescope.sessions.twin import twin_record, twin_section
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
            "csv_rows", "render_csv", "render_markdown", "render_report", "stability_notes", "xychart"]
 
 FORMATS = ("md", "csv", "json")
-
-@dataclass
-class SessionReport:
-    session: Session
-    label: str
-    views: list[CellView]
-    skipped: list[CellView]
-    slos: dict[str, float]
-    slos_source: str
-    answers: list[WorkloadAnswers]
-    thinking: list[ThinkingCost]
-    notes: list[str]
-    quality: QualityResult | None = None  # quality.json, when the session holds it
-    twin: TwinRecord | None = None  # SESSION/twin: the fitted twin and its track record
-
-    @property
-    def speed(self) -> bool:
-        """The report has speed sections: a sweep's (even without cells), not a quality probe's alone."""
-        return bool(self.views or self.skipped) or self.session.info.kind != "quality"
-
 
 def build(session: Session, slos: Mapping[str, float] | None = None, label_key: str | None = None,
           include_bound: bool = False) -> SessionReport:

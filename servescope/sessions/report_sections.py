@@ -5,21 +5,45 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
 from servescope.core.metrics import FORMULAS, SLO_ATTAINMENT
+from servescope.core.quality import QualityResult
 from servescope.core.results import Dist, finite, metric_label
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.answers import completed
-from servescope.sessions.compare import CellView, Comparison, fmt_num, slo_text
+from servescope.sessions.compare import CellView, Comparison, ThinkingCost, WorkloadAnswers, fmt_num, slo_text
 from servescope.sessions.quality import load_quality_rows
 from servescope.sessions.store import Session
+from servescope.sessions.twin import TwinRecord
 
-if TYPE_CHECKING:
-    from servescope.sessions.report import SessionReport
+
+@dataclass
+class SessionReport:
+    """One session as a report reads it (sessions/report.py build())."""
+
+    session: Session
+    label: str
+    views: list[CellView]
+    skipped: list[CellView]
+    slos: dict[str, float]
+    slos_source: str
+    answers: list[WorkloadAnswers]
+    thinking: list[ThinkingCost]
+    notes: list[str]
+    quality: QualityResult | None = None  # quality.json, when the session holds it
+    twin: TwinRecord | None = None  # SESSION/twin: the fitted twin and its track record
+
+    @property
+    def speed(self) -> bool:
+        """The report has speed sections: a sweep's (even without cells), not a quality probe's alone."""
+        return bool(self.views or self.skipped) or self.session.info.kind != "quality"
+
+
 
 EXTRA_DEFINITIONS: dict[str, str] = {
     "percentiles": "p50/p90/p95/p99 by linear interpolation over the cell's successful requests (ITL: over all gaps)",

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from servescope.sim.engine import ABORTED, Scheduler, SimRequest
+from servescope.sim.engine import Scheduler
 from servescope.sim.metrics import Metrics
 from servescope.sim.profile import CostModel
+from servescope.sim.request import ABORTED, SimRequest
 
 log = logging.getLogger("servescope.sim")
 

@@ -40,12 +40,9 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from servescope.sim.profile import CostModel
-
-if TYPE_CHECKING:
-    from servescope.sim.engine import SimRequest
+from servescope.sim.request import SimRequest
 
 ROOT_HASH = 0x5E5C09E  # the parent of a chain's first block (an int: Python does not randomise int hashes)
 

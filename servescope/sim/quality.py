@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from servescope.sim.engine import SimRequest
 from servescope.sim.model import ToyModel, context_at
+from servescope.sim.request import SimRequest
 from servescope.sim.responses import usage_stats
 from servescope.sim.tokenizer import VOCAB_SIZE, Tokenizer
 

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from servescope.sim.engine import SimRequest
+from servescope.sim.request import SimRequest
 from servescope.sim.tokenizer import NUM_WORDS, WORD_BASE, Tokenizer
 
 _json_encode = msgspec.json.encode

@@ -28,13 +28,14 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from servescope.sim.engine import Scheduler, SimRequest
+from servescope.sim.engine import Scheduler
 from servescope.sim.engineloop import EngineLoop
 from servescope.sim.metrics import Metrics
 from servescope.sim.model import ToyModel
 from servescope.sim.profile import CostModel, Profile
 from servescope.sim.quality import LogprobParamError, Plan, build_plan, logprob_params, temperature_of
 from servescope.sim.quality import full_response as planned_response
+from servescope.sim.request import SimRequest
 from servescope.sim.responses import Channel, TokenSource, error_response, full_response, stream_response
 from servescope.sim.tasks import Task, find_task
 from servescope.sim.tasks import answer as answer_task

@@ -6,9 +6,10 @@ import heapq
 
 import pytest
 
-from servescope.sim.engine import Scheduler, SimRequest, VirtualRunner
+from servescope.sim.engine import Scheduler, VirtualRunner
 from servescope.sim.prefixcache import chain_hashes
 from servescope.sim.profile import CostModel, load_profile
+from servescope.sim.request import SimRequest
 from servescope.sim.responses import TokenSource
 
 BS = 16  # the tiny profile's block size

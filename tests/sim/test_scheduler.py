@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from servescope.sim.engine import RUNNING, Scheduler, SimRequest, VirtualRunner, run_closed_loop
+from servescope.sim.engine import Scheduler, VirtualRunner, run_closed_loop
 from servescope.sim.profile import CostModel, list_profiles, load_profile
+from servescope.sim.request import RUNNING, SimRequest
 
 
 def tiny_cost(**engine: int) -> CostModel:

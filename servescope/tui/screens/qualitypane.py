@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 from textual import on
 from textual.app import ComposeResult
@@ -27,13 +28,24 @@ from servescope.tui.qualityworker import (
     task_rows,
 )
 from servescope.tui.screens.workloadform import field_row, show_field_error
+from servescope.tui.sweepworker import SimPool
 from servescope.tui.widgets.panels import short_path
 from servescope.tui.widgets.table import Col, FitTable
 
-if TYPE_CHECKING:
-    from servescope.tui.app import ServescopeApp
-
 __all__ = ["QUALITY_FIELDS", "QualityProbePane", "Target"]
+
+
+class Host(Protocol):
+    """What the pane asks of the app it runs in (servescope.tui.app.ServescopeApp, which imports this module)."""
+
+    @property
+    def sessions_dir(self) -> Path | None: ...
+
+    @property
+    def sweep_running(self) -> bool: ...
+
+    @property
+    def sims(self) -> SimPool: ...
 
 QUALITY_FIELDS = ("q-tasks", "q-contexts", "q-n", "q-reference")  # the standalone probe's (not the sweep's)
 QUALITY_LOG_LINES = 8  # progress lines kept on screen
@@ -87,8 +99,8 @@ class QualityProbePane(Vertical):
             self.quality.cancel()
 
     @property
-    def servescope_app(self) -> ServescopeApp:
-        return cast("ServescopeApp", self.app)
+    def servescope_app(self) -> Host:
+        return cast(Host, self.app)
 
     @property
     def quality_running(self) -> bool:
