@@ -235,7 +235,7 @@ def _rejects_usage_stats(error: str) -> bool:
 
 
 def _copy_into(dst: RequestRecord, src: RequestRecord) -> RequestRecord:
-    for name in RequestRecord.__slots__:  # type: ignore[attr-defined]
+    for name in RequestRecord.__slots__:
         setattr(dst, name, getattr(src, name))
     return dst
 

@@ -259,7 +259,9 @@ def client_text(client: Any) -> str:
     the summary's `client` entry (a dict or core.results.ClientHealth); "" when it has none."""
     if client is None:
         return ""
-    get = client.get if isinstance(client, dict) else lambda k: getattr(client, k, None)
+    def get(key: str) -> Any:
+        return client.get(key) if isinstance(client, dict) else getattr(client, key, None)
+
     verdict = get("verdict") or "?"
     lag = get("loop_lag_ms")
     p99 = _num(lag.get("p99") if isinstance(lag, dict) else getattr(lag, "p99", None))

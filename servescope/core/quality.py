@@ -93,7 +93,8 @@ class QualityResult(msgspec.Struct, kw_only=True):
     answers: list[dict[str, Any]] = msgspec.field(default_factory=list)  # {task, context, answer, output, ok}
 
     def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> QualityResult:

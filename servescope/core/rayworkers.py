@@ -108,7 +108,7 @@ class LoadActor:
     def where(self) -> tuple[str, str]:
         import ray
 
-        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
 
     def now(self) -> int:
         return _perf()

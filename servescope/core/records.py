@@ -35,8 +35,8 @@ class RequestRecord:
     reasoning_tokens: int = 0
     usage_reported: bool = False
     # one entry per token-carrying chunk: arrival stamp and tokens in that chunk
-    chunk_ns: array = field(default_factory=lambda: array("q"))
-    chunk_tokens: array = field(default_factory=lambda: array("i"))
+    chunk_ns: array[int] = field(default_factory=lambda: array("q"))
+    chunk_tokens: array[int] = field(default_factory=lambda: array("i"))
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (prefix cache), None: not sent
     server_prompt_ms: float | None = None  # the server's own prompt time for it (llama.cpp's `timings.prompt_ms`)
     # a turn of a conversation (or a call of an agent session): its id in the cell (from 0), its place (from 1)

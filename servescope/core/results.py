@@ -396,7 +396,8 @@ class CellSummary(_Base):
             metric, _, sub = metric.partition(".")
             stat = sub or None
         if metric in DIST_KEYS:
-            return getattr(self, metric).stat(stat or "mean")
+            dist: Dist = getattr(self, metric)
+            return dist.stat(stat or "mean")
         if stat is not None:
             part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu", "client") else None
             return finite(getattr(part, stat, None)) if part is not None and stat in part.__struct_fields__ else None

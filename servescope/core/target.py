@@ -254,7 +254,7 @@ class LocalTokenizer:
 
     def __init__(self, path: str) -> None:
         try:
-            from transformers import AutoTokenizer  # type: ignore[import-not-found]
+            from transformers import AutoTokenizer
         except ImportError:
             raise ServescopeError("--tokenizer needs the transformers package: pip install transformers") from None
         try:

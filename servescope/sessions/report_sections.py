@@ -256,7 +256,7 @@ def _chart_num(v: float) -> str:
 def _nice_ceiling(v: float) -> float:
     if v <= 0 or math.isnan(v):
         return 1.0
-    mag = 10 ** math.floor(math.log10(v))
+    mag = 10.0 ** math.floor(math.log10(v))
     for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
         if m * mag >= v * 1.05:
             return m * mag

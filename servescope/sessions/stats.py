@@ -328,7 +328,7 @@ def _inflight(f: pl.DataFrame) -> float | None:
     start, end, life = row
     if start is None or end is None or end <= start:
         return None
-    return float(life) / ((end - start) / 1e9)
+    return float(life) / ((float(end) - float(start)) / 1e9)
 
 
 def _finite(v: object) -> float | None:

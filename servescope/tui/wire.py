@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 from servescope.core.textsafe import clean_text
-from servescope.engine.aio import run_loop  # noqa: F401  (re-exported: the app's engine runs on it)
-from servescope.engine.wire import (  # noqa: F401  (re-exported)
+from servescope.engine.aio import run_loop
+from servescope.engine.wire import (
     LIVE_SERVER_KEYS,
     CellInfo,
     Item,
@@ -20,6 +20,10 @@ from servescope.engine.wire import (  # noqa: F401  (re-exported)
     telemetry_meta,
     translate,
 )
+
+# the engine's wire, re-exported for the app (its engine runs on run_loop), and the app's own wording
+__all__ = ["APP_FIELDS", "LIVE_SERVER_KEYS", "CellInfo", "Item", "Translator", "app_wording", "decode_item",
+           "encode_item", "live_server", "reduce_batch", "run_loop", "start_failure", "telemetry_meta", "translate"]
 
 # the CLI flags the engine's messages name, as the Compose screen's fields are labelled: inside the app a
 # message says "check the URL field", not "check --url"

@@ -575,7 +575,7 @@ def _mean(d: Any) -> float:
     if d.dist == "fixed":
         return float(d.value)
     if d.dist == "uniform":
-        return (d.min + d.max) / 2
+        return float(d.min + d.max) / 2
     return float(d.mean)
 
 

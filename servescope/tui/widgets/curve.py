@@ -55,7 +55,7 @@ def nice_step(top: float, intervals: int) -> float:
     if top <= 0 or intervals <= 0:
         return 1.0
     raw = top / intervals
-    mag = 10 ** math.floor(math.log10(raw))
+    mag = 10.0 ** math.floor(math.log10(raw))
     for s in NICE_STEPS:
         if s * mag >= raw * (1 - 1e-9):
             return s * mag

@@ -119,7 +119,7 @@ class FitTable(DataTable[Text], Zoomable):
         self.data.pop(key, None)
         self.relayout(force=True)
 
-    def clear(self, columns: bool = False) -> FitTable:  # type: ignore[override]
+    def clear(self, columns: bool = False) -> FitTable:
         self.data.clear()
         super().clear(columns=columns)
         if not columns:
