@@ -297,26 +297,18 @@ class _Progress:
 
 
 def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | None]:
-    """sim://PROFILE starts the built-in simulator for the duration of the command."""
-    if not url.startswith("sim://"):
+    """sim://PROFILE starts the built-in simulator for the duration of the command: (the URL to talk to, the
+    label the session stores, `sim://PROFILE`; None for any other URL)."""
+    from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
+
+    profile = sim_profile(url)
+    if profile is None:
         return url, None
-    profile = url[len("sim://"):].strip("/") or "default"
-    from servescope.sim.launcher import SimStartError, start_sim
-
-    try:
-        handle = start_sim(profile) if profile != "default" else start_sim_default()
-    except SimStartError as e:
-        raise ServescopeError(str(e)) from None
+    handle = start_simulator(profile)
     stack.callback(handle.stop)
-    print(f"started the simulator ({url}) at {handle.url}", file=err)
-    return handle.url, url
-
-
-def start_sim_default() -> Any:
-    from servescope.sim.launcher import start_sim
-    from servescope.sim.profile import DEFAULT_PROFILE
-
-    return start_sim(DEFAULT_PROFILE)
+    label = sim_label(profile)
+    print(f"started the simulator ({label}) at {handle.url}", file=err)
+    return str(handle.url), label
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.health import add_placement, merge_client
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
 from servescope.core.records import RequestRecord
+from servescope.core.workercount import Workers
 
 __all__ = ["Share", "auto_workers", "drive", "open_schedule", "resolve_workers", "run_cell_workers", "split_cell"]
 
@@ -81,20 +82,14 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_workers(workers: int | str, load: Load, specs: Sequence[RequestSpec], warmup: int = 0) -> int:
-    """`--workers N|auto` for one cell: N as given (at least 1), or `auto_workers` from the cell's load and the
-    mean output tokens of its measured requests."""
-    if isinstance(workers, str):
-        raw = workers.strip().lower()
-        if raw == "auto":
-            measured = list(specs[warmup:]) or list(specs)
-            mean_out = sum(s.output_tokens for s in measured) / len(measured) if measured else 0.0
-            return auto_workers(load, output_tokens=mean_out)
-        try:
-            workers = int(raw)
-        except ValueError:
-            raise ServescopeError(f"--workers: expected a number or auto, got {raw[:20]!r}") from None
-    if workers < 1:
+def resolve_workers(workers: Workers, load: Load, specs: Sequence[RequestSpec], warmup: int = 0) -> int:
+    """`--workers N|auto` (as `engine.fields.workers` read it, the one place it is parsed) for one cell: N as
+    given, or `auto_workers` from the cell's load and the mean output tokens of its measured requests."""
+    if workers == "auto":
+        measured = list(specs[warmup:]) or list(specs)
+        mean_out = sum(s.output_tokens for s in measured) / len(measured) if measured else 0.0
+        return auto_workers(load, output_tokens=mean_out)
+    if workers < 1:  # a caller that skipped the parser
         raise ServescopeError(f"--workers: must be at least 1 (got {workers})")
     return workers
 

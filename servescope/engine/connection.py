@@ -24,6 +24,7 @@ from servescope.core.target import (
     has_tokenize,
     probe,
 )
+from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.core.workers import resolve_workers, run_cell_workers
 
 __all__ = ["HttpTarget", "Target"]
@@ -53,7 +54,7 @@ class HttpTarget:
     (the sweep's `--workers`, `--ray`, `--ray-nodes`); the defaults run it in this process."""
 
     def __init__(self, api_key: str | None, tokenizer_path: str | None = None, engine: str = "auto",
-                 workers: int | str = 1, ray: str | None = None, ray_nodes: tuple[str, ...] = ()) -> None:
+                 workers: Workers = DEFAULT_WORKERS, ray: str | None = None, ray_nodes: tuple[str, ...] = ()) -> None:
         self.api_key = api_key
         self.tokenizer_path = tokenizer_path
         self.engine = engine  # "auto": recognised from the server's answers
@@ -92,7 +93,8 @@ class HttpTarget:
         if self.ray:
             from servescope.core.rayworkers import run_cell_ray
 
-            n = 1 if self.workers in (1, "1", "auto") else resolve_workers(self.workers, load, specs, limits.warmup)
+            # Ray: one actor per node unless a count is given (auto's sizing is for this machine's cores)
+            n = 1 if self.workers == "auto" else resolve_workers(self.workers, load, specs, limits.warmup)
             return await run_cell_ray(opts, specs, load, limits, on_record, control, seed=seed,
                                       before_measured=before_measured, address=self.ray,
                                       nodes=tuple(self.ray_nodes), workers=n)

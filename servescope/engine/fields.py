@@ -11,6 +11,7 @@ from typing import Any
 
 from servescope.core.arrivals import BURSTINESS_MAX, Step, parse_pattern, pattern_text
 from servescope.core.errors import ServescopeError
+from servescope.core.workercount import Workers
 
 ARRIVALS = ("constant", "poisson", "gamma")
 TRANSPORTS = ("raw", "aiohttp", "httpx")  # core.client.make_http_client builds each
@@ -217,8 +218,8 @@ def any_int(raw: Any, where: str) -> int:
     return _int(raw, where, -(2**63))
 
 
-def workers(raw: Any, where: str) -> int | str:
-    """`auto` or a count of worker processes from 1."""
+def workers(raw: Any, where: str) -> Workers:
+    """`auto` or a count of worker processes from 1: the one reading of `--workers` (flag, TOML, form)."""
     if isinstance(raw, str) and raw.strip().lower() == "auto":
         return "auto"
     if isinstance(raw, str) and not raw.strip().isdigit():

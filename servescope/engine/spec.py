@@ -28,6 +28,7 @@ from typing import Any
 from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
 from servescope.core.secrets import is_redacted, redact_command
+from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.engine import fields as f
 from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
 from servescope.workloads.spec import Workload, parse_toml
@@ -130,7 +131,7 @@ class SweepSpec:
     seed: int = option(0, "load", "seed", ["--seed"], parse=f.any_int,
                        help="seed of the whole sweep: the prompts, lengths and arrival times of every cell derive "
                             "from it (default 0); the same seed sends the same requests")
-    workers: int | str = option("auto", "client", "workers", ["--workers"], parse=f.workers,
+    workers: Workers = option(DEFAULT_WORKERS, "client", "workers", ["--workers"], parse=f.workers,
                                 metavar="N|auto",
                                 help="processes that send each cell's load, each with its own event loop and "
                                      "connections (default auto: 1 for small loads, more when one core cannot "

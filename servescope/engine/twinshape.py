@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 
 from servescope.core.errors import ServescopeError
+from servescope.engine.simtarget import SCHEME
 from servescope.sessions.store import Session
 from servescope.sim.profile import (
     GIB,
@@ -72,9 +73,8 @@ class Shape:
 def _sim_profile_name(session: Session) -> str | None:
     info = session.info
     url = info.target.url or ""
-    if url.startswith("sim://"):
-        name = url[len("sim://"):]
-        return name or None
+    if url.startswith(SCHEME):  # sessions before 2026-12-06 stored `sim://` alone for the default profile
+        return url[len(SCHEME):].strip("/") or None
     try:
         models = json.loads(info.models_json or "[]")
     except ValueError:

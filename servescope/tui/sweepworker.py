@@ -82,25 +82,17 @@ class SimPool:
         self._handles: dict[str, Any] = {}
 
     def resolve(self, url: str) -> tuple[str, str | None]:
-        """The base URL to talk to and the label to store (`sim://NAME` for simulators, else None)."""
-        url = url.strip()
-        if not url.startswith("sim://"):
-            return url, None
-        profile = url[len("sim://"):].strip("/") or default_sim_profile()
+        """The base URL to talk to and the label to store (`sim://PROFILE` for simulators, else None)."""
+        from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
+
+        profile = sim_profile(url)
+        if profile is None:
+            return url.strip(), None
         with self._lock:
             h = self._handles.get(profile)
-            if h is not None and h.proc.poll() is None:
-                return str(h.url), f"sim://{profile}"
-            try:
-                from servescope.sim.launcher import SimStartError, start_sim
-            except ImportError:
-                raise ServescopeError("the built-in simulator is not available in this install; give an http:// URL") from None
-            try:
-                h = start_sim(profile)
-            except SimStartError as e:
-                raise ServescopeError(e.message) from None
-            self._handles[profile] = h
-            return str(h.url), f"sim://{profile}"
+            if h is None or h.proc.poll() is not None:
+                h = self._handles[profile] = start_simulator(profile)
+            return str(h.url), sim_label(profile)
 
     def stop_all(self) -> None:
         with self._lock:

@@ -150,12 +150,24 @@ def test_auto_keeps_small_loads_in_one_process() -> None:
     assert auto_workers(Load(concurrency=5000), cores=1) == 1
 
 
-def test_resolve_workers() -> None:
+def test_workers_are_parsed_once_with_one_default_and_resolved_per_cell() -> None:
+    from servescope.core.workercount import DEFAULT_WORKERS
+    from servescope.engine import fields
+    from servescope.engine.connection import HttpTarget
+    from servescope.engine.spec import SweepSpec
+
+    # the one reading of --workers (flag, TOML, form)
+    assert fields.workers("2", "--workers") == 2 and fields.workers(3, "--workers") == 3
+    assert fields.workers(" Auto ", "--workers") == "auto"
+    with pytest.raises(ServescopeError, match="auto or a number of processes from 1"):
+        fields.workers("many", "--workers")
+    with pytest.raises(ServescopeError, match="--workers"):
+        fields.workers("0", "--workers")
+    # one default, for the sweep's option and for a Target built without one
+    assert SweepSpec(url="sim://tiny").workers == DEFAULT_WORKERS == HttpTarget(None).workers == "auto"
+    # resolved per cell from what was parsed
     assert resolve_workers(3, Load(concurrency=8), SPECS) == 3
-    assert resolve_workers("2", Load(concurrency=8), SPECS) == 2
     assert resolve_workers("auto", Load(concurrency=4), SPECS) == 1
-    with pytest.raises(ServescopeError, match="a number or auto"):
-        resolve_workers("many", Load(concurrency=4), SPECS)
     with pytest.raises(ServescopeError, match="at least 1"):
         resolve_workers(0, Load(concurrency=4), SPECS)
 

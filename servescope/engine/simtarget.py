@@ -1,0 +1,45 @@
+"""`sim://PROFILE` targets, read in this one place: the profile a URL names (`sim://` alone: the simulator's
+default profile), the label a session stores for it (always `sim://PROFILE`, whichever way the sweep was
+started: CLI, app, runner) and starting the simulator. The CLI's `open_target` and the app's `SimPool` both go
+through here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servescope.core.errors import ServescopeError
+
+SCHEME = "sim://"
+
+
+def default_profile() -> str:
+    """The profile `sim://` alone means."""
+    from servescope.sim.profile import DEFAULT_PROFILE
+
+    return str(DEFAULT_PROFILE)
+
+
+def sim_profile(url: str) -> str | None:
+    """The simulator profile a `sim://` URL names, the default for `sim://` alone; None for any other URL."""
+    url = url.strip()
+    if not url.startswith(SCHEME):
+        return None
+    return url[len(SCHEME):].strip("/") or default_profile()
+
+
+def sim_label(profile: str) -> str:
+    """What a session stores as its target's URL for a simulator: `sim://PROFILE`."""
+    return f"{SCHEME}{profile}"
+
+
+def start_simulator(profile: str) -> Any:
+    """Start the simulator for `profile` (a handle with `.url`, `.proc` and `.stop()`); a one-line error when it
+    does not come up or the simulator is not installed."""
+    try:
+        from servescope.sim.launcher import SimStartError, start_sim
+    except ImportError:
+        raise ServescopeError("the built-in simulator is not available in this install; give an http:// URL") from None
+    try:
+        return start_sim(profile)
+    except SimStartError as e:
+        raise ServescopeError(e.message) from None
