@@ -3,11 +3,13 @@ directly, only these (posted from the worker thread with `post_message`, which i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from textual.message import Message
 
+from servescope.core.results import CellSummary
 from servescope.tui.wire import CellInfo
 
 __all__ = ["CellFinished", "CellInfo", "CellSkipped", "CellStarted", "EngineNotice", "RequestsMeasured",
@@ -66,10 +68,13 @@ class RequestsMeasured(Message):
 
 
 class CellFinished(Message):
-    def __init__(self, cell: CellInfo, summary: dict[str, Any], status: str, reason: str = "") -> None:
+    """A finished cell with its summary, typed (a summary read back from the event log as a dict is read into
+    CellSummary here, once)."""
+
+    def __init__(self, cell: CellInfo, summary: CellSummary | Mapping[str, Any], status: str, reason: str = "") -> None:
         super().__init__()
         self.cell = cell
-        self.summary = summary
+        self.summary = summary if isinstance(summary, CellSummary) else CellSummary.from_dict(summary)
         self.status = status
         self.reason = reason
 

@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from servescope.core.health import client_text
+from servescope.core.results import CellSummary, ServerWindow
 from servescope.tui import messages as m
 from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
@@ -100,11 +101,11 @@ def is_trace(cell: m.CellInfo) -> bool:
     return (cell.shape or "").startswith("trace ")
 
 
-def lateness_text(summary: dict[str, Any]) -> str:
+def lateness_text(summary: CellSummary) -> str:
     """How late a trace cell's sends were against the trace (its client queueing, ms), in one line that says what
     it means."""
-    q = summary.get("client_queue_ms") or {}
-    p50, p99, mx = q.get("p50"), q.get("p99"), q.get("max")
+    q = summary.client_queue_ms
+    p50, p99, mx = q.stat("p50"), q.stat("p99"), q.stat("max")
     if p99 is None:
         return "sent late vs trace: - (no request was sent)"
     verdict = (f"over {LATE_MS:g} ms: the client did not keep the trace's times" if p99 > LATE_MS
@@ -113,22 +114,22 @@ def lateness_text(summary: dict[str, Any]) -> str:
             f"(client queueing; p99 {verdict})")
 
 
-def short_lateness(summary: dict[str, Any]) -> str:
+def short_lateness(summary: CellSummary) -> str:
     """`sent late vs trace p99 X ms`, and whether that kept the trace's times (the progress line)."""
-    p99 = (summary.get("client_queue_ms") or {}).get("p99")
+    p99 = summary.client_queue_ms.stat("p99")
     if p99 is None:
         return "sent late vs trace: -"
     return f"sent late vs trace p99 {fnum(p99, 2)} ms ({'behind the trace' if p99 > LATE_MS else 'on schedule'})"
 
 
-def curve_point(cell: m.CellInfo, summary: dict[str, Any], slos: bool) -> CurvePoint:
+def curve_point(cell: m.CellInfo, summary: CellSummary, slos: bool) -> CurvePoint:
     from servescope.core.metrics import meets_slos
 
     return CurvePoint(
         x=cell.x,
         label=cell.load_label,
-        aggregate_tok_s=float(summary.get("output_tok_s") or 0.0),
-        per_user_tok_s=float((summary.get("per_user_tok_s") or {}).get("mean") or 0.0),
+        aggregate_tok_s=float(summary.output_tok_s or 0.0),
+        per_user_tok_s=float(summary.per_user_tok_s.mean or 0.0),
         meets_slo=meets_slos(summary) if slos else None,
     )
 
@@ -165,7 +166,7 @@ class RunScreen(Screen[None]):
         self._cell_elapsed = 0.0  # the engine's elapsed time of the running cell, as of its latest batch
         self._cell_seen: float | None = None  # our clock when that was: the shown cell time runs on from it
         self._points: dict[str, list[CurvePoint]] = {}  # per workload (and server variant)
-        self._servers: list[dict[str, Any]] = []
+        self._servers: list[ServerWindow] = []
         self._client_ttft: list[float | None] = []
         self._dirty = False
         self._samples: deque[dict[str, float]] = deque(maxlen=LIVE_SAMPLES)
@@ -412,8 +413,8 @@ class RunScreen(Screen[None]):
         s, c = msg.summary, msg.cell
         self.finished += 1
         self._cur_ended = True
-        client = s.get("client") if isinstance(s.get("client"), dict) else None
-        bound = client is not None and client.get("verdict") == "bound"
+        client = s.client
+        bound = s.client_bound
         if msg.status == "done" and not bound:  # the curve, its knee and capacity use completed cells only
             self._done_cells += 1
             self._points.setdefault(c.series, []).append(curve_point(c, s, self.slos))
@@ -422,9 +423,9 @@ class RunScreen(Screen[None]):
         else:
             self._left_out.setdefault(c.series, []).append(f"{c.load_label} {msg.status}")
         self.query_one(CellTable).set_cell(c.index, c.series, c.load_label, msg.status, s)
-        if s.get("server"):
-            self._servers.append(s["server"])
-            self._client_ttft.append((s.get("ttft_ms") or {}).get("mean"))
+        if s.server is not None:
+            self._servers.append(s.server)
+            self._client_ttft.append(s.ttft_ms.mean)
             sp = self.query_one(ServerPanel)
             sp.client_ttft = tuple(self._client_ttft)
             sp.cells = tuple(self._servers)
@@ -432,18 +433,18 @@ class RunScreen(Screen[None]):
         why = f" ({msg.reason})" if msg.reason else ""
         self.log_view.event(
             "ok" if msg.status == "done" else "warning",
-            f"cell {c.index + 1}/{self.total} {c.label} {msg.status}{why}: {s.get('requests_ok', 0)} ok, "
-            f"{s.get('requests_failed', 0)} failed, {fnum(s.get('output_tok_s'))} tok/s, TTFT p50 "
-            f"{fnum((s.get('ttft_ms') or {}).get('p50'))} ms, p99 {fnum((s.get('ttft_ms') or {}).get('p99'))} ms",
+            f"cell {c.index + 1}/{self.total} {c.label} {msg.status}{why}: {s.requests_ok} ok, "
+            f"{s.requests_failed} failed, {fnum(s.output_tok_s)} tok/s, TTFT p50 "
+            f"{fnum(s.ttft_ms.stat('p50'))} ms, p99 {fnum(s.ttft_ms.stat('p99'))} ms",
         )
         if is_trace(c):
             late = lateness_text(s)
-            p99 = (s.get("client_queue_ms") or {}).get("p99")
+            p99 = s.client_queue_ms.stat("p99")
             self.log_view.event("warning" if p99 is not None and p99 > LATE_MS else "info",
                                 f"cell {c.index + 1} {late}")
             if self._cur is not None and self._cur.index == c.index:  # the first line says it, in the load's and
                 self.progress.label, self.progress.shape = c.series, short_lateness(s)  # the shape's place
-        if client is not None and client.get("verdict") != "ok":  # ok is in the table's client column
+        if client is not None and client.verdict != "ok":  # ok is in the table's client column
             self.log_view.event("warning", f"cell {c.index + 1} client: {client_text(client)}")
         if msg.status != "done":
             self.log_view.event("warning", f"cell {c.index + 1} ({c.label}) is left out of the curve, knee and "
