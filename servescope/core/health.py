@@ -246,6 +246,8 @@ def judge_client(part: dict[str, Any] | None, send_late_p99_ms: float | None = N
         out["nodes"] = {str(k): int(v) for k, v in part["nodes"].items()}
     if _num(part.get("clock_error_ms")) is not None:
         out["clock_error_ms"] = _num(part.get("clock_error_ms"))
+    if _num(part.get("start_skew_ms")) is not None:  # several workers: the last one's start after the common t0
+        out["start_skew_ms"] = _num(part.get("start_skew_ms"))
     return out
 
 

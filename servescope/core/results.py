@@ -283,6 +283,7 @@ class ClientHealth(_Base):
     send_late_p99_ms: float | None = None  # an uncapped open loop's sends after their schedule, p99
     nodes: dict[str, int] | None = None  # Ray: node -> requests (left out of to_dict() when None)
     clock_error_ms: float | None = None  # several hosts: the bound on their clocks' offset (left out when None)
+    start_skew_ms: float | None = None  # several workers: how far the last one started after t0 (left out when None)
 
     @property
     def bound(self) -> bool:
@@ -290,7 +291,7 @@ class ClientHealth(_Base):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for k in ("nodes", "clock_error_ms"):
+        for k in ("nodes", "clock_error_ms", "start_skew_ms"):
             if out.get(k) is None:
                 out.pop(k, None)
         return out

@@ -153,25 +153,25 @@ class CellAttempt:
         summary = self._save(task, status=status, suffix=f"-lost{self.attempt}" if self.lost else "", extra=extra)
         self.telemetry.save(self.sink.path)
         control.cell = None
-        yield CellFinished(cell, CellSummary.from_dict(summary), status or ("stopped" if run.stopped else "done"),
+        yield CellFinished(cell, summary or CellSummary(), status or ("stopped" if run.stopped else "done"),
                            run.stopped)
-        mm = summary.get("input_tokens_mismatch")
-        if mm and mm["max_abs"] > 0:
+        mm = summary.input_tokens_mismatch if summary is not None else None
+        if mm is not None and mm.max_abs:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): input tokens differ from the request by "
-                                    f"up to {mm['max_abs']} (mean {mm['mean']:+.1f})")
+                                    f"up to {mm.max_abs} (mean {mm.mean or 0:+.1f})")
 
     def _save(self, task: asyncio.Task[CellRun], interrupted: bool = False, status: str | None = None,
-              suffix: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Write the cell to the session; its summary as saved ({} when the load itself failed)."""
+              suffix: str = "", extra: dict[str, Any] | None = None) -> CellSummary | None:
+        """Write the cell to the session; its summary as saved (None when the load itself failed)."""
         cell = self.cell
         if task.cancelled() or interrupted and not task.done():
             self.sink.set_cell_status(cell.index, "interrupted", "interrupted: the sweep was aborted mid-cell")
-            return {}
+            return None
         if task.exception() is not None:
             self.sink.set_cell_status(cell.index, "interrupted" if interrupted else "failed",
                                       "interrupted: the sweep was aborted mid-cell" if interrupted
                                       else clean_text(str(task.exception())))
-            return {}
+            return None
         run = task.result()
         df = records_frame(run.records)
         wall = max(0.0, (run.end_ns - run.start_ns) / 1e9)
@@ -180,14 +180,15 @@ class CellAttempt:
         if own and (server is None or server.get("ttft_ms_mean") is None):
             # llama.cpp times each request's prompt itself (`timings`): the server's TTFT beside the client's
             server = {**(server or {}), "ttft_ms_mean": sum(own) / len(own)}
-        summary = summarize(df, wall, self.slos, server_prefix_hit_rate=(server or {}).get("prefix_cache_hit_rate"))
+        figures = summarize(df, wall, self.slos, server_prefix_hit_rate=(server or {}).get("prefix_cache_hit_rate"))
         if server:
-            summary["server"] = server
-        summary.update(extra or {})
+            figures["server"] = server
+        figures.update(extra or {})  # telemetry, gpu, quality
         if run.client:  # is the client the bottleneck? (core/health.py)
             load = cell.load
             figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
-            summary["client"] = judge_client(run.client, **figs)
+            figures["client"] = judge_client(run.client, **figs)
+        summary = CellSummary.from_dict(figures)  # the one shape from here on: saved, sent, shown
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped
         self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(reason)},

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import polars as pl
 
+    from servescope.core.results import CellSummary
+
 __all__ = ["FINISHED", "SessionSink", "SinkFactory"]
 
 FINISHED = ("done", "skipped")  # cell statuses a resumed sweep does not run again
@@ -22,7 +24,7 @@ class SessionSink(Protocol):
 
     def add_event(self, kind: str, text: str) -> None: ...
 
-    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: dict[str, Any] | None,
+    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: CellSummary | None,
                    suffix: str = "") -> None: ...
 
     def set_cell_status(self, index: int, status: str, reason: str = "") -> None: ...

@@ -21,6 +21,7 @@ from typing import Any
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import DIST_METRICS, records_frame, summarize
 from servescope.core.records import RequestRecord
+from servescope.core.results import CellSummary
 from servescope.core.textsafe import clean_text
 from servescope.sessions.store import SessionWriter, new_session_dir
 
@@ -438,8 +439,7 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
     }
     writer = SessionWriter.create(Path(path), meta)
     for row, c in zip(plan_rows, cells, strict=True):
-        summ = dict(c.summary)
-        summ["source"] = FORMAT_VLLM
-        writer.write_cell({**row, "status": "done", "reason": ""}, c.requests, summ)
+        writer.write_cell({**row, "status": "done", "reason": ""}, c.requests,
+                          CellSummary.from_dict({**c.summary, "source": FORMAT_VLLM}))
     writer.finish("completed", f"imported from {len(files)} vllm bench serve file(s)")
     return Path(path)

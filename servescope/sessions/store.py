@@ -174,18 +174,21 @@ class SessionWriter:
                     c["reason"] = reason
         self.save_meta()
 
-    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: dict[str, Any] | None,
+    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: CellSummary | None,
                    suffix: str = "") -> None:
         """Persist one finished (or skipped) cell: its requests, then the cell table, then the metadata.
-        A `suffix` (a lost attempt: "-lost1") keeps that attempt's requests beside the re-run's."""
+        The summary is written as `summary_json` (`CellSummary.to_dict()`, which reads back into the same
+        CellSummary) with its figures flattened into the table's columns. A `suffix` (a lost attempt: "-lost1")
+        keeps that attempt's requests beside the re-run's."""
         idx = int(plan_row["index"])
         if requests is not None:
             _atomic_parquet(self.path / "requests" / f"cell-{idx:04d}{suffix}.parquet",
                             requests.with_columns(cell=pl.lit(idx)))
         row = dict(plan_row)
         if summary is not None:
-            row.update(_flatten(summary))
-            row["summary_json"] = json.dumps(summary, default=str)
+            d = summary.to_dict()
+            row.update(_flatten(d))
+            row["summary_json"] = json.dumps(d, default=str)
         self.cell_rows = [r for r in self.cell_rows if r["index"] != idx] + [row]
         _atomic_parquet(self.path / "cells.parquet", pl.DataFrame(self.cell_rows, infer_schema_length=None))
         self.set_cell_status(idx, str(row.get("status", "done")), str(row.get("reason", "")))

@@ -48,6 +48,19 @@ def test_healthy_part_is_ok_without_reasons() -> None:
     json.dumps(c)
 
 
+def test_the_workers_start_skew_reaches_the_saved_summary() -> None:
+    """Several workers: how far the last one started after the common instant is part of the cell's `client`
+    entry, typed, and written only when measured."""
+    c = judge_client(part(workers=2, start_skew_ms=3.5))
+    assert c is not None and c["start_skew_ms"] == 3.5
+    typed = CellSummary.from_dict({"requests_ok": 1, "client": c})
+    assert typed.client is not None and typed.client.start_skew_ms == 3.5
+    assert typed.to_dict()["client"]["start_skew_ms"] == 3.5
+    one = judge_client(part())
+    assert one is not None and "start_skew_ms" not in one
+    assert "start_skew_ms" not in CellSummary.from_dict({"client": one}).to_dict()["client"]
+
+
 def test_no_part_no_verdict() -> None:
     assert judge_client(None) is None
     assert judge_client({}) is None

@@ -10,6 +10,7 @@ from typing import Any
 
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
+from servescope.core.results import CellSummary
 from servescope.tui import messages as m
 from servescope.tui.wire import live_server
 
@@ -79,7 +80,7 @@ def write_session(base: Path, name: str, started: str, tags: dict[str, str], sta
         row = {"index": i, "workload": "sharegpt", "api": "chat", "concurrency": c, "rate": None, "arrival": None,
                "max_concurrency": None, "requests_planned": 60, "duration_s_planned": None, "warmup": 0,
                "load_label": f"c={c}", "status": "done", "reason": ""}
-        w.write_cell(row, df, s)
+        w.write_cell(row, df, CellSummary.from_dict(s))
     if telemetry:
         w.meta["kv_budget"] = {"kv_cache_tokens": 12752, "source": "metrics", "block_size": 16,
                                "num_gpu_blocks": 797, "max_concurrency_by_workload": {"sharegpt": 16.6}}
