@@ -398,11 +398,12 @@ class QualityMixer:
             raise asyncio.CancelledError
 
     def take(self) -> dict[str, Any] | None:
-        """The cell's quality figures ({} keys as the session stores them), then start over for the next cell."""
+        """The cell's quality figures ({} keys as the session stores them), then start over for the next cell.
+        None when no probe was sent; a cell whose every probe failed keeps its count and reasons (n 0)."""
         oks, traces, failed, errors = self.oks, self.traces, self.failed, self.errors
         self._reset()
         every = [o for v in oks.values() for o in v]
-        if not every and not traces:
+        if not every and not traces and not failed:
             return None
         total = task_score(every)
         out: dict[str, Any] = {"accuracy": total.accuracy, "n": total.n, "correct": total.correct,

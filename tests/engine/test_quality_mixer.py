@@ -64,6 +64,36 @@ def test_a_refused_probe_is_counted_with_its_reason() -> None:
     assert mixer.take() is None  # the next cell starts over
 
 
+def test_a_cell_whose_every_probe_failed_keeps_the_count_and_reason() -> None:
+    """No answer at all is still a measurement: the failures are saved with the cell, not dropped."""
+    three = asyncio.Event()
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) >= 3:
+            three.set()
+        return httpx.Response(503, json={"error": {"message": "overloaded"}})
+
+    mixer = _mixer(handler, 0.5)
+
+    async def go() -> None:
+        done = [0]
+        task = asyncio.create_task(mixer.during(lambda: done[0]))
+        done[0] = 40
+        await asyncio.wait_for(three.wait(), 30)
+        await mixer.finish(task, limit_s=30)
+
+    asyncio.run(go())
+    out = mixer.take()
+    assert out is not None, "a cell whose probes all failed lost its quality figures"
+    assert out["n"] == 0 and out["failed"] >= 3 and any("overloaded" in e for e in out["errors"])
+    from servescope.cli.run import quality_text
+
+    assert quality_text(out) == f"{out['failed']} probe requests failed"
+    assert mixer.take() is None  # the next cell starts over
+
+
 def test_probe_clients_close_idle_connections_before_the_server() -> None:
     mixer = QualityMixer("http://127.0.0.1:9", ModelInfo("m"), None, share=0.2)
 
