@@ -56,10 +56,11 @@ def real_std_streams() -> Iterator[None]:
 
 
 def default_sim_profile() -> str:
-    try:
-        from servescope.sim.profile import DEFAULT_PROFILE
+    """The profile `sim://` alone means (engine/simtarget.py), "tiny" when the simulator is not installed."""
+    from servescope.engine.simtarget import default_profile
 
-        return str(DEFAULT_PROFILE)
+    try:
+        return default_profile()
     except Exception:  # the simulator is optional for the app
         return "tiny"
 
