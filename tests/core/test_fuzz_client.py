@@ -18,7 +18,7 @@ from servescope.core.records import STATUSES, RequestRecord
 from servescope.core.results import DIST_KEYS, STATS
 from servescope.core.sse import SSEParser
 
-FUZZ = settings(max_examples=300, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # JSON values a hostile server might send: huge and negative integers, floats (NaN and infinity as Python's
 # json writes them), strings, booleans, null, nested lists and objects
