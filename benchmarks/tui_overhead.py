@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from servescope.core.results import CellSummary
+    from servescope.core.results import CellResult
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,7 +38,7 @@ def sweep_dict(url: str, concurrency: str, requests: int, workload: str, file: P
     return spec
 
 
-def results(session_dir: Path) -> list[CellSummary]:
+def results(session_dir: Path) -> list[CellResult]:
     from servescope.sessions.store import load_session
 
     return [s for s in load_session(session_dir).summaries() if s is not None]
@@ -69,7 +69,7 @@ async def in_app(sweep: Any, sessions: Path) -> Path:
     return app.last_session
 
 
-def agg(rows: list[list[CellSummary]]) -> tuple[float, float]:
+def agg(rows: list[list[CellResult]]) -> tuple[float, float]:
     tok = [sum(s.output_tokens_total or 0 for s in r) / sum(s.wall_s or 0.0 for s in r) for r in rows]
     ttft = [statistics.fmean(s.ttft_ms.mean or 0.0 for s in r) for r in rows]
     return statistics.fmean(tok), statistics.fmean(ttft)
@@ -93,7 +93,7 @@ def main() -> int:
     with start_sim(args.profile, ["--no-enable-prefix-caching"]) as sim, tempfile.TemporaryDirectory() as tmp:
         sweep_file = Path(tmp) / "sweep.toml"
         sweep = sweep_dict(sim.url, args.concurrency, args.requests, args.workload, sweep_file)
-        runs: dict[str, list[list[CellSummary]]] = {mode: [] for mode in modes}
+        runs: dict[str, list[list[CellResult]]] = {mode: [] for mode in modes}
         for i in range(args.repeat):
             for mode in modes:
                 d = Path(tmp) / f"{mode}-{i}"

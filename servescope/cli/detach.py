@@ -97,10 +97,10 @@ class _CellView:
     """A finished cell of the log, shaped as `run.format_cell` reads an engine event."""
 
     def __init__(self, fields: dict[str, Any]) -> None:
-        from servescope.core.results import CellSummary
+        from servescope.core.results import CellResult
 
         self.cell = fields["cell"]
-        self.summary = CellSummary.from_dict(fields["summary"])
+        self.summary = CellResult.from_dict(fields["summary"])
         self.status = str(fields.get("status", ""))
         self.reason = str(fields.get("reason", ""))
 

@@ -18,7 +18,7 @@ from servescope.cli.common import api_key_from
 from servescope.core.errors import ServescopeError
 
 if TYPE_CHECKING:
-    from servescope.core.results import CellSummary
+    from servescope.core.results import CellResult
 
 JSON_STATS = ("mean", "p50", "p90", "p99")
 
@@ -55,7 +55,7 @@ JSON_SCALARS = ("requests_ok", "requests_failed", "requests_bad_usage", "wall_s"
                 "total_tok_s", "goodput_req_s", "prefix_cache_hit_rate")
 
 
-def cell_json(cell: Any, s: CellSummary, status: str, reason: str) -> dict[str, Any]:
+def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> dict[str, Any]:
     """One cell of `--json` (its shape is in the README: scripts rely on it)."""
     from servescope.core.results import Dist
 

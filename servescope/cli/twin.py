@@ -201,7 +201,7 @@ def whatif_command(args: argparse.Namespace) -> int:
             continue
         preds += predict(twin, w, loads, knobs, args.requests, slos)
     for i, p in enumerate(preds):
-        s = p.summary
+        s = p.summary.to_dict()
         cell: dict[str, Any] = {"index": i, "workload": p.workload, "concurrency": p.load.concurrency, "rate": p.load.rate,
                 "repeat": 1, "status": "predicted", "reason": "; ".join(p.why),
                 **{k: s.get(k) for k in JSON_SCALARS},

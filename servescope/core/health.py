@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from servescope.core.results import ClientHealth, LoopLag
+
 LAG_PERIOD_S = 0.1  # the probe's timer period: 10 ticks a second (each wake-up of an idle loop costs ~0.1 ms of CPU here)
 MAX_LAG_SAMPLES = 200_000  # an hour-long cell keeps every 2nd, 4th, ... sample beyond this
 
@@ -191,7 +193,7 @@ def _grade(value: float | None, limits: tuple[float, float]) -> int:
 
 
 def judge_client(part: dict[str, Any] | None, send_late_p99_ms: float | None = None,
-                 bunched_share: float | None = None) -> dict[str, Any] | None:
+                 bunched_share: float | None = None) -> ClientHealth | None:
     """The cell's `client` entry from its merged probe part (`merge_client`) and two figures from its records:
     `send_late_p99_ms` (an uncapped open loop's sends after their schedule, p99; None for a closed loop or a
     capped one, whose sends wait for a slot by design) and `bunched_share` (tokens stamped at the same
@@ -229,57 +231,45 @@ def judge_client(part: dict[str, Any] | None, send_late_p99_ms: float | None = N
         if g and value is not None:
             reasons.append(text(value, limits[g - 1], "bound" if g == 2 else "strained"))
         grade = max(grade, g)
-    out: dict[str, Any] = {
-        "verdict": VERDICTS[grade],
-        "loop_lag_ms": lag_ms,
-        "cpu_util": cpu,
-        "workers": workers,
-        "reasons": reasons,
-        "cpu_wait_share": wait,
-        "cpu_s": _num(part.get("cpu_s")),
-        "wall_s": _num(part.get("wall_s")),
-        "loop_cpu_s": _num(part.get("loop_cpu_s")),
-        "bunched_share": bunched,
-        "send_late_p99_ms": late,
-    }
-    if part.get("nodes"):
-        out["nodes"] = {str(k): int(v) for k, v in part["nodes"].items()}
-    if _num(part.get("clock_error_ms")) is not None:
-        out["clock_error_ms"] = _num(part.get("clock_error_ms"))
-    if _num(part.get("start_skew_ms")) is not None:  # several workers: the last one's start after the common t0
-        out["start_skew_ms"] = _num(part.get("start_skew_ms"))
-    return out
+    return ClientHealth(
+        verdict=VERDICTS[grade],
+        loop_lag_ms=LoopLag(**lag_ms),
+        cpu_util=cpu,
+        workers=workers,
+        reasons=reasons,
+        cpu_wait_share=wait,
+        cpu_s=_num(part.get("cpu_s")),
+        wall_s=_num(part.get("wall_s")),
+        loop_cpu_s=_num(part.get("loop_cpu_s")),
+        bunched_share=bunched,
+        send_late_p99_ms=late,
+        nodes={str(k): int(v) for k, v in part["nodes"].items()} if part.get("nodes") else None,
+        clock_error_ms=_num(part.get("clock_error_ms")),
+        start_skew_ms=_num(part.get("start_skew_ms")),  # several workers: the last one's start after the common t0
+    )
 
 
 def _busiest(workers: int) -> str:
     return " (busiest of its workers)" if workers > 1 else ""
 
 
-def client_text(client: Any) -> str:
+def client_text(client: ClientHealth | None) -> str:
     """One line for people: `ok (loop lag p99 0.4 ms, CPU 23% of one core, 1 worker)`, or
-    `BOUND (CPU 96% of a core (bound above 90%)): the client, not the server, limited this cell`. `client` is
-    the summary's `client` entry (a dict or core.results.ClientHealth); "" when it has none."""
+    `BOUND (CPU 96% of a core (bound above 90%)): the client, not the server, limited this cell`; "" without a
+    client entry."""
     if client is None:
         return ""
-    def get(key: str) -> Any:
-        return client.get(key) if isinstance(client, dict) else getattr(client, key, None)
-
-    verdict = get("verdict") or "?"
-    lag = get("loop_lag_ms")
-    p99 = _num(lag.get("p99") if isinstance(lag, dict) else getattr(lag, "p99", None))
-    cpu = _num(get("cpu_util"))
-    workers = int(_num(get("workers")) or 1)
+    verdict = client.verdict or "?"
+    p99, cpu, workers = client.loop_lag_ms.p99, client.cpu_util, client.workers
     figures = [f"loop lag p99 {p99:.1f} ms" if p99 is not None else "loop lag p99 -",
                f"CPU {cpu * 100:.0f}% of one core{' (busiest worker)' if workers > 1 else ''}"
                if cpu is not None else "CPU -",
                f"{workers} worker{'s' if workers != 1 else ''}"]
-    late = _num(get("send_late_p99_ms"))
-    if late is not None:
-        figures.append(f"sends late p99 {late:.1f} ms")
-    bunched = _num(get("bunched_share"))
-    if bunched is not None:
-        figures.append(f"{bunched * 100:.0f}% tokens bunched")
-    reasons = [str(r) for r in (get("reasons") or [])]
+    if client.send_late_p99_ms is not None:
+        figures.append(f"sends late p99 {client.send_late_p99_ms:.1f} ms")
+    if client.bunched_share is not None:
+        figures.append(f"{client.bunched_share * 100:.0f}% tokens bunched")
+    reasons = client.reasons
     if verdict == "ok":
         return f"ok ({', '.join(figures)})"
     text = f"{verdict.upper()} ({'; '.join(reasons) or ', '.join(figures)})"

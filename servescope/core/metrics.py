@@ -34,9 +34,18 @@ import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.core.records import RequestRecord
-from servescope.core.results import METRICS, STATS, CellSummary
+from servescope.core.results import (
+    METRICS,
+    STATS,
+    CellResult,
+    ConversationStats,
+    Dist,
+    ErrorCount,
+    Mismatch,
+    TurnStat,
+)
 
-__all__ = ["DIST_METRICS", "client_figures", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellSummary",
+__all__ = ["DIST_METRICS", "client_figures", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellResult",
            "describe", "itl_frame", "meets_slos", "parse_slos", "per_conversation", "per_request", "per_turn",
            "records_frame", "request_figures", "slo_mask", "summarize"]
 
@@ -173,19 +182,14 @@ def client_figures(df: pl.DataFrame, open_loop: bool) -> dict[str, float | None]
     return {"send_late_p99_ms": late, "bunched_share": bunched_share(rows)}
 
 
-def describe(s: pl.Series) -> dict[str, float | None]:
+def describe(s: pl.Series) -> Dist:
+    """A series' distribution (nulls left out): mean, std, min, max, linear-interpolated p50/p90/p95/p99, n."""
     s = s.drop_nulls()
     if s.len() == 0:
-        return {k: None for k in STAT_KEYS}
-    out: dict[str, float | None] = {
-        "mean": float(s.mean()),  # type: ignore[arg-type]
-        "std": float(s.std()) if s.len() > 1 else 0.0,  # type: ignore[arg-type]
-        "min": float(s.min()),  # type: ignore[arg-type]
-        "max": float(s.max()),  # type: ignore[arg-type]
-    }
-    for p in PERCENTILES:
-        out[f"p{p}"] = float(s.quantile(p / 100, interpolation="linear"))  # type: ignore[arg-type]
-    return out
+        return Dist(n=0)
+    q = {f"p{p}": float(s.quantile(p / 100, interpolation="linear")) for p in PERCENTILES}  # type: ignore[arg-type]
+    return Dist(mean=float(s.mean()), std=float(s.std()) if s.len() > 1 else 0.0,  # type: ignore[arg-type]
+                min=float(s.min()), max=float(s.max()), n=s.len(), **q)  # type: ignore[arg-type]
 
 
 def parse_slos(text: str | None) -> dict[str, float]:
@@ -228,15 +232,22 @@ def _with_turn_columns(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.lit(v, dtype=pl.Int64).alias(k) for k, v in missing.items() if k not in df.columns)
 
 
-def _cache_figures(rows: pl.DataFrame) -> dict[str, Any]:
+class CacheFigures(NamedTuple):
     """Prompt tokens the server's prefix cache served, of the successful rows whose usage said so."""
+
+    hit_rate: float | None
+    cached: int
+    uncached: int
+
+
+def _cache_figures(rows: pl.DataFrame) -> CacheFigures | None:
+    """None when no successful row's usage said how many prompt tokens were cached."""
     known = rows.filter(pl.col("cached_tokens").is_not_null() & (pl.col("prompt_tokens") >= 0))
     if known.height == 0:
-        return {}
+        return None
     cached = int(known["cached_tokens"].sum() or 0)
     prompt = int(known["prompt_tokens"].sum() or 0)
-    return {"prefix_cache_hit_rate": cached / prompt if prompt else None, "prompt_tokens_cached": cached,
-            "prompt_tokens_uncached": prompt - cached}
+    return CacheFigures(cached / prompt if prompt else None, cached, prompt - cached)
 
 
 def _mean(s: pl.Series) -> float | None:
@@ -244,7 +255,7 @@ def _mean(s: pl.Series) -> float | None:
     return float(s.mean()) if s.len() else None  # type: ignore[arg-type]
 
 
-def per_turn(pr: pl.DataFrame) -> list[dict[str, Any]]:
+def per_turn(pr: pl.DataFrame) -> list[TurnStat]:
     """One entry per turn index of a multi-turn cell's requests (with per_request's columns): TTFT, input and
     output tokens, and what the prefix cache served (when the server's usage says)."""
     ok = pl.col("status") == "ok"
@@ -268,15 +279,11 @@ def per_turn(pr: pl.DataFrame) -> list[dict[str, Any]]:
         else:
             row.pop("prompt_of_cached")
             row.update(prefix_cache_hit_rate=None, prompt_tokens_cached=None, prompt_tokens_uncached=None)
-        out.append({k: row[k] for k in _TURN_KEYS})
+        out.append(TurnStat.from_dict(row))
     return out
 
 
-_TURN_KEYS = ("turn", "requests_ok", "requests_failed", "ttft_ms_p50", "ttft_ms_p90", "input_tokens_mean",
-              "output_tokens_mean", "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached")
-
-
-def per_conversation(pr: pl.DataFrame) -> dict[str, Any]:
+def per_conversation(pr: pl.DataFrame) -> ConversationStats:
     """A multi-turn cell's conversations: how many started and completed (every turn it was to have ran and
     succeeded), and over the complete ones, the time from the first turn sent to the last reply's end (think
     times included) and the prompt and output tokens of all their turns."""
@@ -287,13 +294,13 @@ def per_conversation(pr: pl.DataFrame) -> dict[str, Any]:
         input_tokens=pl.col("prompt_tokens").clip(lower_bound=0).sum(), output_tokens=pl.col("output_tokens").sum(),
     )
     done = by.filter((pl.col("ok") == pl.col("n")) & (pl.col("n") == pl.col("turns")))
-    return {
-        "started": by.height, "complete": done.height,
-        "turns_mean": _mean(done["n"].cast(pl.Float64)),
-        "duration_s": describe((done["end_ns"] - done["start_ns"]) / 1e9),
-        "input_tokens": describe(done["input_tokens"].cast(pl.Float64)),
-        "output_tokens": describe(done["output_tokens"].cast(pl.Float64)),
-    }
+    return ConversationStats(
+        started=by.height, complete=done.height,
+        turns_mean=_mean(done["n"].cast(pl.Float64)),
+        duration_s=describe((done["end_ns"] - done["start_ns"]) / 1e9),
+        input_tokens=describe(done["input_tokens"].cast(pl.Float64)),
+        output_tokens=describe(done["output_tokens"].cast(pl.Float64)),
+    )
 
 
 def summarize(
@@ -301,9 +308,10 @@ def summarize(
     wall_s: float,
     slos: Mapping[str, float] | None = None,
     server_prefix_hit_rate: float | None = None,
-) -> dict[str, Any]:
-    """A cell's summary from its measured (non-warmup) request rows. The prefix cache's hit rate comes from the
-    usage's cached tokens where the server sends them, else from `server_prefix_hit_rate` (its /metrics)."""
+) -> CellResult:
+    """A cell's figures from its measured (non-warmup) request rows. The prefix cache's hit rate comes from the
+    usage's cached tokens where the server sends them, else from `server_prefix_hit_rate` (its /metrics). The
+    runner adds the server's, the telemetry's, the client's and the quality figures (msgspec.structs.replace)."""
     slos = dict(slos or {})
     df = _with_turn_columns(df.filter(~pl.col("warmup")))
     pr = per_request(df)
@@ -320,54 +328,62 @@ def summarize(
     whole = known_prompt.filter(pl.col("turn") <= 1)  # a later turn's request is an estimate (its history's replies)
     if whole.height:
         diff = whole["prompt_tokens"] - whole["input_tokens_requested"]
-        mismatch = {"mean": float(diff.mean()), "max_abs": int(diff.abs().max())}  # type: ignore[arg-type]
-    errors = (
+        mismatch = Mismatch(mean=float(diff.mean()), max_abs=int(diff.abs().max()))  # type: ignore[arg-type]
+    errors = [
+        ErrorCount(status=r["status"], error=r["error"], len=int(r["len"])) for r in
         pr.filter(pl.col("status") != "ok").group_by("status", "error").len().sort("len", descending=True)
-        .head(5).to_dicts()
-    )
-    s: dict[str, Any] = {
-        "requests_ok": n_ok,
-        "requests_failed": pr.height - n_ok,
-        "requests_bad_usage": int((pr["status"] == "bad_usage").sum()),  # among the failed: usage not a count
-        "wall_s": wall_s,
-        "input_tokens_requested": float(req_in.mean()) if req_in.len() else None,  # type: ignore[arg-type]
-        "input_tokens_mean": float(known_prompt["prompt_tokens"].mean()) if known_prompt.height else None,  # type: ignore[arg-type]
-        "input_tokens_mismatch": mismatch,
-        "output_tokens_requested": float(ok["output_tokens_requested"].mean()) if n_ok else None,  # type: ignore[arg-type]
-        "output_tokens_mean": float(ok["output_tokens"].mean()) if n_ok else None,  # type: ignore[arg-type]
-        "reasoning_tokens_mean": float(ok["reasoning_tokens"].mean()) if n_ok else None,  # type: ignore[arg-type]
-        "output_tokens_total": out_tok,
-        "input_tokens_total": in_tok,
-        "request_s": n_ok / wall,
-        "output_tok_s": out_tok / wall,
-        "total_tok_s": (out_tok + in_tok) / wall,
-        "goodput_req_s": good / wall,
-        # of the requests that ran to an outcome: one cancelled by a stop never counts against the SLOs
-        "slo_met_fraction": (good / judged) if (judged := pr.height - int((pr["status"] == "cancelled").sum())) else None,
-        "errors": errors,
-    }
-    for m in ("ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "per_user_tok_s", "prefill_tok_s"):
-        s[m] = describe(ok[m])
-    s["client_queue_ms"] = describe(pr["client_queue_ms"])
-    s["itl_ms"] = describe(itl["itl_ms"])
-    s["itl_token_ms"] = describe(itl["itl_token_ms"])
+        .head(5).iter_rows(named=True)
+    ]
+    # of the requests that ran to an outcome: one cancelled by a stop never counts against the SLOs
+    judged = pr.height - int((pr["status"] == "cancelled").sum())
     cache = _cache_figures(ok)
-    if cache.get("prefix_cache_hit_rate") is not None:
-        s.update(prefix_cache_hit_rate=cache["prefix_cache_hit_rate"], prefix_cache_source="usage")
+    hit_rate, hit_source = None, None
+    if cache is not None and cache.hit_rate is not None:
+        hit_rate, hit_source = cache.hit_rate, "usage"
     elif server_prefix_hit_rate is not None and math.isfinite(server_prefix_hit_rate):
-        s.update(prefix_cache_hit_rate=server_prefix_hit_rate, prefix_cache_source="server_metrics")
-    if cache:
-        s.update(prompt_tokens_cached=cache["prompt_tokens_cached"], prompt_tokens_uncached=cache["prompt_tokens_uncached"])
-    if (pr["turn"] > 0).any():
-        s["turns"] = per_turn(pr)
-        s["conversations"] = per_conversation(pr)
-    return s
+        hit_rate, hit_source = server_prefix_hit_rate, "server_metrics"
+    multi_turn = bool((pr["turn"] > 0).any())
+    return CellResult(
+        requests_ok=n_ok,
+        requests_failed=pr.height - n_ok,
+        requests_bad_usage=int((pr["status"] == "bad_usage").sum()),  # among the failed: usage not a count
+        wall_s=wall_s,
+        input_tokens_requested=float(req_in.mean()) if req_in.len() else None,  # type: ignore[arg-type]
+        input_tokens_mean=float(known_prompt["prompt_tokens"].mean()) if known_prompt.height else None,  # type: ignore[arg-type]
+        input_tokens_mismatch=mismatch,
+        output_tokens_requested=float(ok["output_tokens_requested"].mean()) if n_ok else None,  # type: ignore[arg-type]
+        output_tokens_mean=float(ok["output_tokens"].mean()) if n_ok else None,  # type: ignore[arg-type]
+        reasoning_tokens_mean=float(ok["reasoning_tokens"].mean()) if n_ok else None,  # type: ignore[arg-type]
+        output_tokens_total=out_tok,
+        input_tokens_total=in_tok,
+        request_s=n_ok / wall,
+        output_tok_s=out_tok / wall,
+        total_tok_s=(out_tok + in_tok) / wall,
+        goodput_req_s=good / wall,
+        slo_met_fraction=good / judged if judged else None,
+        errors=errors,
+        ttft_ms=describe(ok["ttft_ms"]),
+        ttfo_ms=describe(ok["ttfo_ms"]),
+        tpot_ms=describe(ok["tpot_ms"]),
+        e2e_ms=describe(ok["e2e_ms"]),
+        per_user_tok_s=describe(ok["per_user_tok_s"]),
+        prefill_tok_s=describe(ok["prefill_tok_s"]),
+        client_queue_ms=describe(pr["client_queue_ms"]),
+        itl_ms=describe(itl["itl_ms"]),
+        itl_token_ms=describe(itl["itl_token_ms"]),
+        prefix_cache_hit_rate=hit_rate,
+        prefix_cache_source=hit_source,
+        prompt_tokens_cached=cache.cached if cache is not None else None,
+        prompt_tokens_uncached=cache.uncached if cache is not None else None,
+        turns=per_turn(pr) if multi_turn else [],
+        conversations=per_conversation(pr) if multi_turn else None,
+    )
 
 
 SLO_ATTAINMENT = 0.9
 
 
-def meets_slos(summary: CellSummary | Mapping[str, Any], attainment: float = SLO_ATTAINMENT) -> bool:
+def meets_slos(summary: CellResult, attainment: float = SLO_ATTAINMENT) -> bool:
     """A cell meets the SLOs when at least `attainment` (90%) of its requests succeeded within all of them."""
-    frac = summary.slo_met_fraction if isinstance(summary, CellSummary) else summary.get("slo_met_fraction")
+    frac = summary.slo_met_fraction
     return frac is not None and frac >= attainment

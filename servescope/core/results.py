@@ -1,8 +1,11 @@
-"""Typed results: a cell's summary as msgspec Structs, and the one table of metric labels, units and directions.
+"""Typed results: a finished cell's figures as one frozen msgspec Struct (`CellResult`), and the one table of metric
+labels, units and directions.
 
-`CellSummary.from_dict()` reads any summary servescope ever wrote (missing keys take their defaults, unknown
-keys are ignored, a value of the wrong type becomes the default), and `CellSummary.to_dict()` gives back the
-exact dict (and so JSON) shape `core.metrics.summarize()` produces, which is what sessions store in
+`CellResult` is the one shape of a finished cell: `core.metrics.summarize()` makes it, the runner adds the server's,
+the telemetry's, the client's and the quality figures with `msgspec.structs.replace`, the store writes it and reads it
+back, and events, the live view, reports, compare, gate, twin and the app all take it. `CellResult.from_dict()` reads any summary servescope ever wrote (missing keys take their defaults, unknown
+keys are ignored, a value of the wrong type becomes the default), and `CellResult.to_dict()` gives back the
+exact dict (and so JSON) shape, which is what sessions store in
 cells.parquet's `summary_json` and what `--json` prints.
 
 This module imports neither polars nor textual.
@@ -96,7 +99,7 @@ def _lenient(cls: type[S], d: Mapping[str, Any]) -> S:
     return cls(**kw)
 
 
-class _Base(msgspec.Struct, kw_only=True):
+class _Base(msgspec.Struct, kw_only=True, frozen=True):
     @classmethod
     def from_dict(cls, d: Any) -> typing.Self:
         """Read leniently: missing keys take their defaults, unknown keys are ignored, wrong types -> default.
@@ -117,7 +120,7 @@ class _Base(msgspec.Struct, kw_only=True):
 # --------------------------------------------------------------------------------------------------------
 
 
-class Dist(_Base):
+class Dist(_Base, frozen=True):
     """One metric's distribution over a cell's requests (or ITL gaps); None where no request had it."""
 
     mean: float | None = None
@@ -128,20 +131,21 @@ class Dist(_Base):
     p90: float | None = None
     p95: float | None = None
     p99: float | None = None
+    n: int | None = None  # how many values (requests, or ITL gaps) the figures are over; None: written before it was kept
 
     def stat(self, name: str) -> float | None:
         """A stat by name ("p50"); None for an unknown name, a missing value, NaN or infinity."""
         return finite(getattr(self, name, None)) if name in STATS else None
 
 
-class Mismatch(_Base):
+class Mismatch(_Base, frozen=True):
     """Prompt tokens the server counted minus those requested."""
 
     mean: float | None = None
     max_abs: int | None = None
 
 
-class ErrorCount(_Base):
+class ErrorCount(_Base, frozen=True):
     """One of a cell's most frequent failures."""
 
     status: str | None = None
@@ -149,7 +153,7 @@ class ErrorCount(_Base):
     len: int = 0
 
 
-class ServerWindow(_Base):
+class ServerWindow(_Base, frozen=True):
     """What vLLM's /metrics counted during one cell (core/telemetry.py server_delta, from the cell's two boundary
     samples; the start sample is taken after the warmup, so warmup requests are not counted)."""
 
@@ -165,7 +169,7 @@ class ServerWindow(_Base):
     prefix_cache_hit_rate: float | None = None
 
 
-class TelemetryWindow(_Base):
+class TelemetryWindow(_Base, frozen=True):
     """The sampled /metrics series over a cell's measured window (core/telemetry.py
     MetricsSampler.window_summary)."""
 
@@ -192,7 +196,7 @@ class TelemetryWindow(_Base):
     queue_ms_mean: float | None = None
 
 
-class GpuStat(_Base):
+class GpuStat(_Base, frozen=True):
     """One GPU's figures over a window."""
 
     index: int | None = None
@@ -205,7 +209,7 @@ class GpuStat(_Base):
     temp_c_max: float | None = None
 
 
-class GpuWindow(_Base):
+class GpuWindow(_Base, frozen=True):
     """GPU figures over a cell's measured window, all GPUs together (core/telemetry.py
     GpuSampler.window_summary)."""
 
@@ -232,7 +236,7 @@ class GpuWindow(_Base):
     per_gpu: list[GpuStat] = msgspec.field(default_factory=list)
 
 
-class TurnStat(_Base):
+class TurnStat(_Base, frozen=True):
     """One turn index of a multi-turn cell (core/metrics.py per_turn): turn 1 is every conversation's first."""
 
     turn: int = 0
@@ -247,7 +251,7 @@ class TurnStat(_Base):
     prompt_tokens_uncached: int | None = None
 
 
-class ConversationStats(_Base):
+class ConversationStats(_Base, frozen=True):
     """A multi-turn cell's conversations (core/metrics.py per_conversation); the Dists are over the complete ones."""
 
     started: int = 0
@@ -258,7 +262,7 @@ class ConversationStats(_Base):
     output_tokens: Dist = msgspec.field(default_factory=Dist)
 
 
-class LoopLag(_Base):
+class LoopLag(_Base, frozen=True):
     """How late the client's event loop ran a timer due every 10 ms, over a cell's measured part (ms)."""
 
     p50: float | None = None
@@ -266,7 +270,7 @@ class LoopLag(_Base):
     max: float | None = None
 
 
-class ClientHealth(_Base):
+class ClientHealth(_Base, frozen=True):
     """The load generator's own health over a cell (core/health.py judge_client): is the client the bottleneck?
     `verdict` "ok" | "strained" | "bound", `reasons` one line per figure past a threshold."""
 
@@ -301,7 +305,7 @@ _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit
              "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality")
 
 
-class CellSummary(_Base):
+class CellResult(_Base, frozen=True):
     """One cell's summary (core/metrics.py summarize), plus what the runner adds: `server` (/metrics
     deltas), `telemetry` (/metrics window), `gpu` (GPU window), `client` (the load generator's own health) and
     `quality` (probe questions mixed into the load); `source` marks imported cells."""
@@ -354,7 +358,7 @@ class CellSummary(_Base):
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 
     @classmethod
-    def from_json(cls, text: str | bytes | None) -> CellSummary | None:
+    def from_json(cls, text: str | bytes | None) -> CellResult | None:
         """A stored summary_json; None for a cell without a summary (no text, `{}`, or unreadable JSON)."""
         if not text:
             return None
@@ -407,7 +411,7 @@ class CellSummary(_Base):
         return finite(getattr(self, metric))
 
 
-_SCALARS = frozenset(f for f in CellSummary.__struct_fields__
+_SCALARS = frozenset(f for f in CellResult.__struct_fields__
                      if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch", "turns")) | {
     "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached"}
 

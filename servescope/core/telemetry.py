@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from servescope.core.gpu import GPU_COLUMNS, GpuInfo, GpuSampler, describe_gpus, list_gpus
 from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_parsed
+from servescope.core.results import ServerWindow
 
 if TYPE_CHECKING:
     import httpx
@@ -366,7 +367,7 @@ def _f(v: float | str | None) -> float:
 
 
 def server_delta(before: Mapping[str, float | str] | None,
-                 after: Mapping[str, float | str] | None) -> dict[str, Any] | None:
+                 after: Mapping[str, float | str] | None) -> ServerWindow | None:
     """What the server counted between two samples (`MetricsSampler.snapshot()` at a cell's start, after its
     warmup, and at its end): the summary's "server" object, with the keys reports and `--json` read. None
     without both samples."""
@@ -380,20 +381,19 @@ def server_delta(before: Mapping[str, float | str] | None,
                 return v - _f(before.get(name))
         return None
 
-    out = {
-        "requests_success": d("vllm:request_success_total"),
-        "prompt_tokens": d("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
-        "generation_tokens": d("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
-        "preemptions": d("vllm:num_preemptions_total"),
-        "ttft_ms_mean": _hist_mean_ms(before, after, "vllm:time_to_first_token_seconds"),
-        "itl_ms_mean": _hist_mean_ms(before, after, "vllm:inter_token_latency_seconds")
-        or _hist_mean_ms(before, after, "vllm:time_per_output_token_seconds"),
-        "e2e_ms_mean": _hist_mean_ms(before, after, "vllm:e2e_request_latency_seconds"),
-        "queue_ms_mean": _hist_mean_ms(before, after, "vllm:request_queue_time_seconds"),
-        # the same figure as the KV budget (session.toml kv_budget, the app): stated size, else blocks x size
-        "kv_cache_tokens": (float(kb.tokens) if (kb := kv_budget_from_parsed(after)) is not None else None),
-    }
     q = d("vllm:prefix_cache_queries_total")
     h = d("vllm:prefix_cache_hits_total")
-    out["prefix_cache_hit_rate"] = (h / q) if q and h is not None else None
-    return out
+    return ServerWindow(
+        requests_success=d("vllm:request_success_total"),
+        prompt_tokens=d("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
+        generation_tokens=d("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
+        preemptions=d("vllm:num_preemptions_total"),
+        ttft_ms_mean=_hist_mean_ms(before, after, "vllm:time_to_first_token_seconds"),
+        itl_ms_mean=_hist_mean_ms(before, after, "vllm:inter_token_latency_seconds")
+        or _hist_mean_ms(before, after, "vllm:time_per_output_token_seconds"),
+        e2e_ms_mean=_hist_mean_ms(before, after, "vllm:e2e_request_latency_seconds"),
+        queue_ms_mean=_hist_mean_ms(before, after, "vllm:request_queue_time_seconds"),
+        # the same figure as the KV budget (session.toml kv_budget, the app): stated size, else blocks x size
+        kv_cache_tokens=float(kb.tokens) if (kb := kv_budget_from_parsed(after)) is not None else None,
+        prefix_cache_hit_rate=(h / q) if q and h is not None else None,
+    )

@@ -8,12 +8,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
+
 from servescope.core.client import ClientOptions, RequestSpec, reads
 from servescope.core.health import judge_client
 from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult, ServerWindow
 from servescope.core.telemetry import server_delta
 from servescope.core.textsafe import clean_text
 from servescope.engine.connection import Target
@@ -22,7 +24,7 @@ from servescope.engine.plan import Cell
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, watchdog
 from servescope.engine.sink import SessionSink
-from servescope.engine.telemetryhub import Metrics, Telemetry
+from servescope.engine.telemetryhub import CellWindows, Metrics, Telemetry
 from servescope.workloads.conversation import mark_turns
 
 __all__ = ["CellAttempt"]
@@ -144,16 +146,15 @@ class CellAttempt:
                 and not await self.servers.healthy():
             self.lost = True
         status = "server_lost" if self.lost else None
-        extra: dict[str, Any] = {}
+        windows = CellWindows()
         if self.t0_ns:
             out_tok = sum(r.output_tokens for r in run.records if r.status == "ok")
-            extra = await self.telemetry.window(self.t0_ns, self.t1_ns, out_tok)
-        if quality is not None:
-            extra["quality"] = quality
-        summary = self._save(task, status=status, suffix=f"-lost{self.attempt}" if self.lost else "", extra=extra)
+            windows = await self.telemetry.window(self.t0_ns, self.t1_ns, out_tok)
+        summary = self._save(task, status=status, suffix=f"-lost{self.attempt}" if self.lost else "",
+                             windows=windows, quality=quality)
         self.telemetry.save(self.sink.path)
         control.cell = None
-        yield CellFinished(cell, summary or CellSummary(), status or ("stopped" if run.stopped else "done"),
+        yield CellFinished(cell, summary or CellResult(), status or ("stopped" if run.stopped else "done"),
                            run.stopped)
         mm = summary.input_tokens_mismatch if summary is not None else None
         if mm is not None and mm.max_abs:
@@ -161,7 +162,8 @@ class CellAttempt:
                                     f"up to {mm.max_abs} (mean {mm.mean or 0:+.1f})")
 
     def _save(self, task: asyncio.Task[CellRun], interrupted: bool = False, status: str | None = None,
-              suffix: str = "", extra: dict[str, Any] | None = None) -> CellSummary | None:
+              suffix: str = "", windows: CellWindows | None = None,
+              quality: dict[str, Any] | None = None) -> CellResult | None:
         """Write the cell to the session; its summary as saved (None when the load itself failed)."""
         cell = self.cell
         if task.cancelled() or interrupted and not task.done():
@@ -177,18 +179,19 @@ class CellAttempt:
         wall = max(0.0, (run.end_ns - run.start_ns) / 1e9)
         server = server_delta(self.server_before, self.server_after)
         own = [x for x in df["server_prompt_ms"].to_list() if x is not None] if "server_prompt_ms" in df.columns else []
-        if own and (server is None or server.get("ttft_ms_mean") is None):
+        if own and (server is None or server.ttft_ms_mean is None):
             # llama.cpp times each request's prompt itself (`timings`): the server's TTFT beside the client's
-            server = {**(server or {}), "ttft_ms_mean": sum(own) / len(own)}
-        figures = summarize(df, wall, self.slos, server_prefix_hit_rate=(server or {}).get("prefix_cache_hit_rate"))
-        if server:
-            figures["server"] = server
-        figures.update(extra or {})  # telemetry, gpu, quality
+            server = msgspec.structs.replace(server or ServerWindow(), ttft_ms_mean=sum(own) / len(own))
+        figures = summarize(df, wall, self.slos,
+                            server_prefix_hit_rate=server.prefix_cache_hit_rate if server is not None else None)
+        client = None
         if run.client:  # is the client the bottleneck? (core/health.py)
             load = cell.load
             figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
-            figures["client"] = judge_client(run.client, **figs)
-        summary = CellSummary.from_dict(figures)  # the one shape from here on: saved, sent, shown
+            client = judge_client(run.client, **figs)
+        windows = windows or CellWindows()
+        summary = msgspec.structs.replace(  # the one shape from here on: saved, sent, shown
+            figures, server=server, telemetry=windows.telemetry, gpu=windows.gpu, client=client, quality=quality)
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped
         self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(reason)},

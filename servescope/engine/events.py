@@ -11,7 +11,7 @@ from typing import Any
 
 from servescope.core.load import CellControl
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.core.target import TargetInfo
 from servescope.engine.plan import Cell
 
@@ -48,7 +48,7 @@ class RequestsDone:
 @dataclass
 class CellFinished:
     cell: Cell
-    summary: CellSummary  # as saved (cells.parquet summary_json is `summary.to_dict()`)
+    summary: CellResult  # as saved (cells.parquet summary_json is `summary.to_dict()`)
     status: str  # "done" | "stopped" (ended early: `x`, Ctrl-C, failing requests) | "server_lost"
     reason: str = ""
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import polars as pl
 
-    from servescope.core.results import CellSummary
+    from servescope.core.results import CellResult
 
 __all__ = ["FINISHED", "SessionSink", "SinkFactory"]
 
@@ -24,7 +24,7 @@ class SessionSink(Protocol):
 
     def add_event(self, kind: str, text: str) -> None: ...
 
-    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: CellSummary | None,
+    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: CellResult | None,
                    suffix: str = "") -> None: ...
 
     def set_cell_status(self, index: int, status: str, reason: str = "") -> None: ...

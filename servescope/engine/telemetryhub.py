@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from servescope.core.client import async_client
 from servescope.core.kvbudget import KVBudget, fmt_concurrency
+from servescope.core.results import GpuWindow, TelemetryWindow
 from servescope.engine.background import Background
 from servescope.engine.events import TelemetrySample
 from servescope.workloads.spec import Workload
@@ -22,9 +23,17 @@ if TYPE_CHECKING:
     from servescope.core.gpu import GpuSampler
     from servescope.core.telemetry import MetricsSampler
 
-__all__ = ["NoTelemetry", "Telemetry", "TelemetryHub", "TelemetryStart", "kv_budget_meta", "kv_budget_text"]
+__all__ = ["CellWindows", "NoTelemetry", "Telemetry", "TelemetryHub", "TelemetryStart", "kv_budget_meta", "kv_budget_text"]
 
 Metrics = dict[str, float | str]  # one parsed /metrics sample (core.telemetry.parse_metrics)
+
+
+@dataclass(frozen=True)
+class CellWindows:
+    """A cell's telemetry over its measured window: the server's /metrics and the GPUs (None: not sampled)."""
+
+    telemetry: TelemetryWindow | None = None
+    gpu: GpuWindow | None = None
 
 
 @dataclass
@@ -53,7 +62,7 @@ class Telemetry(Protocol):
         """The newest samples, when there are new ones since the last call (for live panels)."""
         ...
 
-    async def window(self, t0_ns: int, t1_ns: int, output_tokens: int) -> dict[str, Any]:
+    async def window(self, t0_ns: int, t1_ns: int, output_tokens: int) -> CellWindows:
         """The cell's "telemetry" and "gpu" summaries over [t0, t1] (perf_counter_ns), those available."""
         ...
 
@@ -77,8 +86,8 @@ class NoTelemetry:
     def latest(self) -> TelemetrySample | None:
         return None
 
-    async def window(self, t0_ns: int, t1_ns: int, output_tokens: int) -> dict[str, Any]:
-        return {}
+    async def window(self, t0_ns: int, t1_ns: int, output_tokens: int) -> CellWindows:
+        return CellWindows()
 
     def save(self, session_dir: Path) -> None:
         pass
@@ -162,13 +171,13 @@ class TelemetryHub:
             return None
         return TelemetrySample(srv, gpus)
 
-    async def window(self, t0_ns: int, t1_ns: int, output_tokens: int) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    async def window(self, t0_ns: int, t1_ns: int, output_tokens: int) -> CellWindows:
+        tele = gpu = None
         if self.sampler is not None and self.sampler.available:
-            out["telemetry"] = await self.bg.sync(self.sampler.window_summary, t0_ns, t1_ns)
+            tele = TelemetryWindow.from_dict(await self.bg.sync(self.sampler.window_summary, t0_ns, t1_ns))
         if self.gpu is not None:
-            out["gpu"] = self.gpu.window_summary(t0_ns, t1_ns, output_tokens, self.price)
-        return out
+            gpu = GpuWindow.from_dict(self.gpu.window_summary(t0_ns, t1_ns, output_tokens, self.price))
+        return CellWindows(tele, gpu)
 
     def save(self, session_dir: Path) -> None:
         """telemetry.parquet (server /metrics samples) and gpu.parquet, rewritten after each cell."""

@@ -33,7 +33,7 @@ import polars as pl
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.engine.twinshape import (
     NOMINAL_GPU,
     Shape,
@@ -112,7 +112,7 @@ class MeasuredCell:
         return f"{self.workload} c={self.concurrency}" if self.concurrency else f"{self.workload} rate={self.rate:g}/s"
 
 
-def _figure(s: CellSummary, key: str) -> float | None:
+def _figure(s: CellResult, key: str) -> float | None:
     name, _, stat = key.partition(".")
     v = s.value(name, stat or None)
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
@@ -234,7 +234,7 @@ def quick_figures(v: VirtualCell, frontend_ms: float = 0.0) -> dict[str, float]:
     return out
 
 
-def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None) -> dict[str, Any]:
+def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None) -> CellResult:
     """The cell's summary exactly as `servescope run` computes it, from request records built from the run."""
     recs = []
     for i, (p, o) in enumerate(zip(v.prompts, v.outputs, strict=True)):

@@ -9,9 +9,9 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from servescope.core.errors import ServescopeError
+from servescope.core.results import CellResult
 from servescope.engine.twin import FIGURES, MIN_BAND, Twin, run_virtual, virtual_summary
 from servescope.engine.twinshape import AS_MEASURED, Knobs, apply_knobs
 from servescope.sessions.store import Session
@@ -74,7 +74,7 @@ def requests_for(load: Load, requests: int | None) -> int:
 class Prediction:
     workload: str
     load: Load
-    summary: dict[str, Any]
+    summary: CellResult
     band: dict[str, list[float]]
     extrapolated: bool
     why: list[str]
@@ -140,10 +140,9 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
             dist += 1.0
         band = {}
         for key in FIGURES:
-            name, _, stat = key.partition(".")
-            val = summary.get(name)
-            val = val.get(stat) if stat and isinstance(val, dict) else val
-            if not isinstance(val, (int, float)) or not math.isfinite(val):
+            name = key.partition(".")[0]
+            val = summary.value(key)
+            if val is None:
                 continue
             rel = max(twin.residuals.get(key, 0.1), MIN_BAND) * (1.0 + dist)
             band[name] = [val * math.exp(-rel), val * math.exp(rel)]

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from servescope.core.errors import ServescopeError
-from servescope.core.results import CellSummary
 from servescope.engine.twin import FIGURES, Twin, twin_dir
 from servescope.engine.twinpredict import Load, Prediction, predict
 from servescope.engine.twinshape import AS_MEASURED, Knobs
@@ -47,8 +46,7 @@ def capacity_tasks() -> list[Workload]:
 
 def view(p: Prediction, index: int = 0) -> CellView:
     """A predicted cell as the answers see a measured one."""
-    return CellView(index, p.workload, p.load.label, p.load.concurrency, p.load.rate, "done", "",
-                    CellSummary.from_dict(p.summary))
+    return CellView(index, p.workload, p.load.label, p.load.concurrency, p.load.rate, "done", "", p.summary)
 
 
 @dataclass
@@ -71,10 +69,8 @@ class CapacityRow:
 
 def _brief(p: Prediction) -> dict[str, Any]:
     s = p.summary
-    return {"output_tok_s": s.get("output_tok_s"), "ttft_ms_p50": (s.get("ttft_ms") or {}).get("p50"),
-            "tpot_ms_p50": (s.get("tpot_ms") or {}).get("p50"),
-            "per_user_tok_s_mean": (s.get("per_user_tok_s") or {}).get("mean"),
-            "slo_met_fraction": s.get("slo_met_fraction")}
+    return {"output_tok_s": s.output_tok_s, "ttft_ms_p50": s.ttft_ms.p50, "tpot_ms_p50": s.tpot_ms.p50,
+            "per_user_tok_s_mean": s.per_user_tok_s.mean, "slo_met_fraction": s.slo_met_fraction}
 
 
 def capacity_row(twin: Twin, w: Workload, slos: Mapping[str, float], knobs: Knobs = AS_MEASURED,
@@ -89,7 +85,7 @@ def capacity_row(twin: Twin, w: Workload, slos: Mapping[str, float], knobs: Knob
         return preds[c]
 
     def ok(c: int) -> bool:
-        f = at(c).summary.get("slo_met_fraction")
+        f = at(c).summary.slo_met_fraction
         return f is not None and f >= 0.9
 
     try:
@@ -131,7 +127,7 @@ def confirm_pairs(preds: Sequence[Prediction], measured: Sequence[Mapping[str, A
     """Per predicted cell: the measured figures and the relative error (predicted / measured - 1) of each."""
     out = []
     for p, m in zip(preds, measured, strict=True):
-        predicted = {k: _fig(p.summary, k) for k in FIGURES}
+        predicted = {k: p.summary.value(k) for k in FIGURES}
         got = {k: _fig(m, k) for k in FIGURES}
         err: dict[str, float | None] = {}
         for k in FIGURES:

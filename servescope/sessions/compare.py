@@ -56,7 +56,7 @@ from typing import Any
 import polars as pl
 
 from servescope.core.errors import ServescopeError
-from servescope.core.results import CellSummary, metric_better, metric_label
+from servescope.core.results import CellResult, metric_better, metric_label
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.answers import (
     Capacity,
@@ -122,7 +122,7 @@ class MetricSpec:
         """The compare column for `key`, its label and direction from the METRICS table."""
         return cls(key, metric_label(key), metric_better(key) or "neutral")
 
-    def value(self, summary: CellSummary) -> float | None:
+    def value(self, summary: CellResult) -> float | None:
         return summary.value(self.key)
 
 

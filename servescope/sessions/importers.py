@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import DIST_METRICS, records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
 from servescope.sessions.store import SessionWriter, new_session_dir
 
@@ -54,7 +56,7 @@ class ImportedCell:
     rate: float | None
     max_concurrency: int | None
     arrival: str | None
-    summary: dict[str, Any]
+    summary: CellResult
     requests: Any  # polars DataFrame or None
     source: str
     detailed: bool
@@ -254,7 +256,7 @@ def _records(d: Mapping[str, Any]) -> list[RequestRecord]:
     return recs
 
 
-def _aggregate_summary(d: Mapping[str, Any]) -> dict[str, Any]:
+def _aggregate_summary(d: Mapping[str, Any]) -> CellResult:
     completed = int(_num(d.get("completed")) or 0)
     failed = int(_num(d.get("failed")) or 0) or max(0, int(_num(d.get("num_prompts")) or 0) - completed)
     tin, tout = _num(d.get("total_input_tokens")), _num(d.get("total_output_tokens"))
@@ -292,7 +294,7 @@ def _aggregate_summary(d: Mapping[str, Any]) -> dict[str, Any]:
                 except ValueError:
                     continue
                 st[f"p{pf:g}"] = _num(val)
-    return s
+    return CellResult.from_dict(s)  # what the file did not say stays None (p90 kept only where it is in STATS)
 
 
 def _vllm_reported(d: Mapping[str, Any]) -> dict[str, float]:
@@ -321,8 +323,8 @@ def vllm_cell(d: Mapping[str, Any], source: str, workload_name: str | None = Non
     else:
         df = None
         summary = _aggregate_summary(d)
-        ins = [round(summary["input_tokens_mean"])] if summary["input_tokens_mean"] else [0]
-        outs = [round(summary["output_tokens_mean"])] if summary["output_tokens_mean"] else [0]
+        ins = [round(summary.input_tokens_mean)] if summary.input_tokens_mean else [0]
+        outs = [round(summary.output_tokens_mean)] if summary.output_tokens_mean else [0]
     ins, outs = ins or [0], outs or [0]
     rate = _num(d.get("request_rate"))
     if rate is not None and math.isinf(rate):
@@ -331,7 +333,7 @@ def vllm_cell(d: Mapping[str, Any], source: str, workload_name: str | None = Non
     max_conc = int(mc) if isinstance(mc, (int, float)) and not isinstance(mc, bool) else None
     conc = None
     if rate is None:
-        conc = max_conc or int(_num(d.get("num_prompts")) or summary["requests_ok"] + summary["requests_failed"])
+        conc = max_conc or int(_num(d.get("num_prompts")) or summary.requests)
     burst = _num(d.get("burstiness"))
     arrival = None if rate is None else ("poisson" if burst in (None, 1.0) else f"gamma(burstiness {burst:g})")
     backend = str(d.get("endpoint_type") or d.get("backend") or "")
@@ -415,7 +417,7 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
         plan_rows.append({
             "index": i, "workload": c.workload["name"], "api": c.workload["api"], "concurrency": c.concurrency,
             "rate": c.rate, "arrival": c.arrival, "max_concurrency": c.max_concurrency,
-            "requests_planned": c.summary["requests_ok"] + c.summary["requests_failed"],
+            "requests_planned": c.summary.requests,
             "duration_s_planned": None, "warmup": 0, "load_label": c.load_label,
         })
     meta = {
@@ -440,6 +442,6 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
     writer = SessionWriter.create(Path(path), meta)
     for row, c in zip(plan_rows, cells, strict=True):
         writer.write_cell({**row, "status": "done", "reason": ""}, c.requests,
-                          CellSummary.from_dict({**c.summary, "source": FORMAT_VLLM}))
+                          msgspec.structs.replace(c.summary, source=FORMAT_VLLM))
     writer.finish("completed", f"imported from {len(files)} vllm bench serve file(s)")
     return Path(path)

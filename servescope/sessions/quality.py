@@ -39,7 +39,7 @@ from servescope.core.quality import (
     intervals_apart,
     wilson,
 )
-from servescope.core.results import CellSummary, finite
+from servescope.core.results import CellResult, finite
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.store import Session
 from servescope.sessions.views import CellView, fmt_num, fmt_pct
@@ -153,7 +153,7 @@ def _task(d: Any) -> TaskScore | None:
     return TaskScore(accuracy=c / n, n=n, correct=c, lo=lo, hi=hi)
 
 
-def load_quality(summary: CellSummary) -> LoadQuality | None:
+def load_quality(summary: CellResult) -> LoadQuality | None:
     """The cell's quality under load, None when the cell had no probe request (or its entry is not a table).
     Counts that are not counts read as 0; accuracy is recomputed from them (correct / n)."""
     q = summary.quality

@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from servescope import __version__
-from servescope.core.results import CellSummary, ServerWindow, finite
+from servescope.core.results import CellResult, ServerWindow, finite
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.compare import (
@@ -257,7 +257,7 @@ def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, A
         summs = []
         for rec in recs:
             js = rec.pop("summary_json", None)
-            cs = CellSummary.from_json(js) if isinstance(js, str) else None
+            cs = CellResult.from_json(js) if isinstance(js, str) else None
             summs.append(cs.to_dict() if cs is not None else {})
         stored: set[str] = set()  # the summaries' flat copies in cells.parquet (`ttft_ms_p50`): not repeated
         for summ in summs:

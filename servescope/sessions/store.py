@@ -30,7 +30,7 @@ import tomli_w
 from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.quality import QualityResult
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
 from servescope.sessions.live import BUS_FILES, RunnerState, runner_state
 from servescope.sessions.meta import SessionMeta
@@ -174,11 +174,11 @@ class SessionWriter:
                     c["reason"] = reason
         self.save_meta()
 
-    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: CellSummary | None,
+    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: CellResult | None,
                    suffix: str = "") -> None:
         """Persist one finished (or skipped) cell: its requests, then the cell table, then the metadata.
-        The summary is written as `summary_json` (`CellSummary.to_dict()`, which reads back into the same
-        CellSummary) with its figures flattened into the table's columns. A `suffix` (a lost attempt: "-lost1")
+        The summary is written as `summary_json` (`CellResult.to_dict()`, which reads back into the same
+        CellResult) with its figures flattened into the table's columns. A `suffix` (a lost attempt: "-lost1")
         keeps that attempt's requests beside the re-run's."""
         idx = int(plan_row["index"])
         if requests is not None:
@@ -236,12 +236,12 @@ class Session:
         """The session's runner as its lock tells (servescope.sessions.live.runner_state)."""
         return runner_state(self.path)
 
-    def summaries(self) -> list[CellSummary | None]:
+    def summaries(self) -> list[CellResult | None]:
         """Each cell row's summary, typed (None for a cell without one: skipped)."""
         if "summary_json" not in self.cells.columns:
             return []
         try:
-            return [CellSummary.from_json(s) for s in self.cells["summary_json"].to_list()]
+            return [CellResult.from_json(s) for s in self.cells["summary_json"].to_list()]
         except _DECODE_ERRORS as e:  # a damaged summary is one line, never a traceback
             raise damaged(self.path / "cells.parquet", e) from None
 

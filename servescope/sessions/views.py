@@ -8,10 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from servescope.core.metrics import SLO_ATTAINMENT, per_request, slo_mask
-from servescope.core.results import METRICS, CellSummary
+from servescope.core.results import METRICS, CellResult
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
@@ -60,7 +61,7 @@ class CellView:
     rate: float | None
     status: str
     reason: str
-    summary: CellSummary = field(default_factory=CellSummary)
+    summary: CellResult = field(default_factory=CellResult)
     base: str = ""  # the workload's own name (without the server variant)
     variant: str = ""  # the server variant's arguments ("" when the server was not relaunched per variant)
     has_summary: bool = True  # False for a cell that never ran (skipped)
@@ -116,7 +117,7 @@ def cell_views(session: Session, include_skipped: bool = False) -> list[CellView
         variant = redact_command(clean_text(str(row.get("server_variant") or "")))  # older sessions: no secret
         views.append(CellView(int(row.get("index", len(views))), series_name(base, variant),
                               str(label), conc, rate, status, clean_text(str(row.get("reason") or "")),
-                              summ or CellSummary(), base, variant, has_summary=summ is not None))
+                              summ or CellResult(), base, variant, has_summary=summ is not None))
     order = {w: i for i, w in enumerate(workload_order(session))}
     vorder: dict[str, int] = {}
     for v in sorted(views, key=lambda v: v.index):
@@ -177,8 +178,7 @@ def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float
         df = session.requests(v.index)
         if df.height == 0 or "sent_ns" not in df.columns:
             if not own:
-                v.summary.slo_met_fraction = None
-                v.summary.goodput_req_s = None
+                v.summary = msgspec.structs.replace(v.summary, slo_met_fraction=None, goodput_req_s=None)
                 v.slo_unknown = True
             continue
         if "warmup" in df.columns:
@@ -187,8 +187,8 @@ def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float
         good = pr.filter(slo_mask(pr, slos)).height
         wall = v.summary.value("wall_s") or 0.0
         judged = pr.filter(pl.col("status") != "cancelled").height  # a cancelled request is never judged
-        v.summary.slo_met_fraction = good / judged if judged else None
-        v.summary.goodput_req_s = good / wall if wall > 0 else None
+        v.summary = msgspec.structs.replace(v.summary, slo_met_fraction=good / judged if judged else None,
+                                            goodput_req_s=good / wall if wall > 0 else None)
 
 
 def session_label(session: Session, label_key: str | None = None) -> str:

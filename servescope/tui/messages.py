@@ -9,7 +9,7 @@ from typing import Any
 
 from textual.message import Message
 
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.tui.wire import CellInfo
 
 __all__ = ["CellFinished", "CellInfo", "CellSkipped", "CellStarted", "EngineNotice", "RequestsMeasured",
@@ -69,12 +69,12 @@ class RequestsMeasured(Message):
 
 class CellFinished(Message):
     """A finished cell with its summary, typed (a summary read back from the event log as a dict is read into
-    CellSummary here, once)."""
+    CellResult here, once)."""
 
-    def __init__(self, cell: CellInfo, summary: CellSummary | Mapping[str, Any], status: str, reason: str = "") -> None:
+    def __init__(self, cell: CellInfo, summary: CellResult | Mapping[str, Any], status: str, reason: str = "") -> None:
         super().__init__()
         self.cell = cell
-        self.summary = summary if isinstance(summary, CellSummary) else CellSummary.from_dict(summary)
+        self.summary = summary if isinstance(summary, CellResult) else CellResult.from_dict(summary)
         self.status = status
         self.reason = reason
 

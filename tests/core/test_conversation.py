@@ -19,7 +19,7 @@ from servescope.core.conversation import Conversation, Pool, conversations
 from servescope.core.load import CellControl, Limits, Load, run_cell
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 
 OPTS = ClientOptions(base_url="http://127.0.0.1:9", model="m")
 
@@ -98,7 +98,7 @@ async def test_users_run_conversations_one_after_another_and_the_count_counts_tu
     assert [c for c, _ in convs] == [0, 1, 2]  # 3 + 3 + 1 turns: the third conversation shortened to fit
     third = [r for r in run.records if r.conversation == 2]
     assert len(third) == 1 and third[0].turns == 3  # ... and it says how many it was to have
-    s = CellSummary.from_dict(summarize(records_frame(run.records), 1.0))
+    s = summarize(records_frame(run.records), 1.0)
     assert s.conversations is not None and (s.conversations.started, s.conversations.complete) == (3, 2)
     assert [t.turn for t in s.turns] == [1, 2, 3] and [t.requests_ok for t in s.turns] == [3, 2, 2]
 
@@ -111,7 +111,7 @@ async def test_think_time_is_waited_after_each_reply(fake: Fake) -> None:
         # scheduled after the pause, counted from the reply's end (not at the conversation's start, which would
         # count the pause as client queueing), and sent no earlier than that
         assert nxt.scheduled_ns - prev.end_ns >= 100_000_000 and nxt.sent_ns >= nxt.scheduled_ns
-    s = CellSummary.from_dict(summarize(records_frame(run.records), 1.0))
+    s = summarize(records_frame(run.records), 1.0)
     assert s.conversations is not None and s.conversations.duration_s.mean is not None
     assert s.conversations.duration_s.mean >= 0.2 + 3 * 0.02
 
@@ -122,7 +122,7 @@ async def test_a_failed_turn_ends_its_conversation(monkeypatch: pytest.MonkeyPat
     run = await run_cell(OPTS, turns(2, 4), Load(concurrency=1), Limits(requests=8))
     assert [(r.conversation, r.turn, r.status) for r in run.records] == [
         (0, 1, "ok"), (0, 2, "error"), (1, 1, "ok"), (1, 2, "ok"), (1, 3, "ok"), (1, 4, "ok")]
-    s = CellSummary.from_dict(summarize(records_frame(run.records), 1.0))
+    s = summarize(records_frame(run.records), 1.0)
     assert s.conversations is not None and (s.conversations.started, s.conversations.complete) == (2, 1)
 
 
@@ -212,7 +212,7 @@ def _rec(conv: int, turn: int, prompt: int, cached: int | None, turns_: int = 2,
 
 def test_per_turn_figures_and_the_hit_rate_from_the_usage() -> None:
     recs = [_rec(0, 1, 100, 0), _rec(0, 2, 200, 100, ttft_ms=4), _rec(1, 1, 100, 50), _rec(1, 2, 200, 150, ttft_ms=6)]
-    s = CellSummary.from_dict(summarize(records_frame(recs), 2.0, server_prefix_hit_rate=0.9))
+    s = summarize(records_frame(recs), 2.0, server_prefix_hit_rate=0.9)
     assert s.prefix_cache_hit_rate == pytest.approx(300 / 600) and s.prefix_cache_source == "usage"
     assert (s.prompt_tokens_cached, s.prompt_tokens_uncached) == (300, 300)
     t1, t2 = s.turns
@@ -222,23 +222,25 @@ def test_per_turn_figures_and_the_hit_rate_from_the_usage() -> None:
     assert c is not None and (c.started, c.complete, c.turns_mean) == (2, 2, 2.0)
     assert c.input_tokens.mean == 300 and c.output_tokens.mean == 8 and c.duration_s.mean == pytest.approx(1.0)
     d = s.to_dict()
-    assert CellSummary.from_dict(d).to_dict() == d and CellSummary.from_json(json.dumps(d)) == s
+    assert CellResult.from_dict(d).to_dict() == d and CellResult.from_json(json.dumps(d)) == s
 
 
 def test_the_hit_rate_falls_back_to_the_servers_metrics_and_single_turn_cells_have_no_turns() -> None:
     r = _rec(0, 1, 100, None)
     r.conversation, r.turn, r.turns = -1, 0, 0
-    d = summarize(records_frame([r]), 1.0, server_prefix_hit_rate=0.4)
-    assert (d["prefix_cache_hit_rate"], d["prefix_cache_source"]) == (0.4, "server_metrics")
+    s = summarize(records_frame([r]), 1.0, server_prefix_hit_rate=0.4)
+    assert (s.prefix_cache_hit_rate, s.prefix_cache_source) == (0.4, "server_metrics")
+    d = s.to_dict()
     assert "turns" not in d and "conversations" not in d and "prompt_tokens_cached" not in d
-    d = summarize(records_frame([r]), 1.0)
-    assert "prefix_cache_hit_rate" not in d and CellSummary.from_dict(d).prefix_cache_hit_rate is None
-    assert CellSummary.from_dict(d).to_dict() == d
+    s = summarize(records_frame([r]), 1.0)
+    assert s.prefix_cache_hit_rate is None and "prefix_cache_hit_rate" not in s.to_dict()
+    assert CellResult.from_dict(s.to_dict()) == s
 
 
 def test_request_rows_written_before_conversations_still_summarize() -> None:
     r = _rec(0, 1, 100, 20)
     old = records_frame([r]).drop("cached_tokens", "conversation", "turn", "turns")
-    d = summarize(old, 1.0)
-    assert d["requests_ok"] == 1 and "turns" not in d and "prefix_cache_hit_rate" not in d
+    s = summarize(old, 1.0)
+    d = s.to_dict()
+    assert s.requests_ok == 1 and "turns" not in d and "prefix_cache_hit_rate" not in d
     assert pl.DataFrame(old).height == 1

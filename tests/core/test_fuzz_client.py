@@ -150,4 +150,4 @@ def test_summarize_never_gives_a_negative_or_non_finite_metric(streams: list[tup
         r = _stream(events, cuts)
         r.index = i
         recs.append(r)
-    _assert_metrics_sane(summarize(records_frame(recs), wall, {"ttft_ms": 100.0, "per_user_tok_s": 1.0}))
+    _assert_metrics_sane(summarize(records_frame(recs), wall, {"ttft_ms": 100.0, "per_user_tok_s": 1.0}).to_dict())

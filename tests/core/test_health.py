@@ -26,7 +26,7 @@ from servescope.core.health import (
 )
 from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary, ClientHealth
+from servescope.core.results import CellResult, ClientHealth, LoopLag
 from tests.sessions.conftest import CellSpec, _records
 
 
@@ -40,25 +40,26 @@ def part(cpu: float = 0.2, p99: float = 1.0, wait: float | None = 0.0, **kw: Any
 def test_healthy_part_is_ok_without_reasons() -> None:
     c = judge_client(part(), send_late_p99_ms=1.0, bunched_share=0.02)
     assert c is not None
-    assert c["verdict"] == "ok" and c["reasons"] == []
-    assert c["loop_lag_ms"] == {"p50": 0.5, "p99": 1.0, "max": 2.0}
-    assert c["cpu_util"] == 0.2 and c["workers"] == 1
-    assert "lag_samples" not in c  # the raw samples never reach the summary
-    assert {"verdict", "loop_lag_ms", "cpu_util", "workers", "reasons"} <= set(c)
-    json.dumps(c)
+    assert c.verdict == "ok" and c.reasons == []
+    assert c.loop_lag_ms == LoopLag(p50=0.5, p99=1.0, max=2.0)
+    assert c.cpu_util == 0.2 and c.workers == 1
+    d = c.to_dict()
+    assert "lag_samples" not in d  # the raw samples never reach the summary
+    assert {"verdict", "loop_lag_ms", "cpu_util", "workers", "reasons"} <= set(d)
+    json.dumps(d)
 
 
 def test_the_workers_start_skew_reaches_the_saved_summary() -> None:
     """Several workers: how far the last one started after the common instant is part of the cell's `client`
     entry, typed, and written only when measured."""
     c = judge_client(part(workers=2, start_skew_ms=3.5))
-    assert c is not None and c["start_skew_ms"] == 3.5
-    typed = CellSummary.from_dict({"requests_ok": 1, "client": c})
+    assert c is not None and c.start_skew_ms == 3.5
+    typed = CellResult.from_dict({"requests_ok": 1, "client": c.to_dict()})
     assert typed.client is not None and typed.client.start_skew_ms == 3.5
     assert typed.to_dict()["client"]["start_skew_ms"] == 3.5
     one = judge_client(part())
-    assert one is not None and "start_skew_ms" not in one
-    assert "start_skew_ms" not in CellSummary.from_dict({"client": one}).to_dict()["client"]
+    assert one is not None and "start_skew_ms" not in one.to_dict()
+    assert "start_skew_ms" not in CellResult.from_dict({"client": one.to_dict()}).to_dict()["client"]
 
 
 def test_no_part_no_verdict() -> None:
@@ -75,29 +76,29 @@ def test_no_part_no_verdict() -> None:
 ])
 def test_each_probe_figure_grades(kw: dict[str, float], verdict: str, reason: str) -> None:
     c = judge_client(part(**kw))
-    assert c is not None and c["verdict"] == verdict
-    assert c["reasons"] == [reason]
+    assert c is not None and c.verdict == verdict
+    assert c.reasons == [reason]
 
 
 def test_record_figures_grade() -> None:
     late = judge_client(part(), send_late_p99_ms=60.0)
-    assert late is not None and late["verdict"] == "bound"
-    assert late["reasons"] == ["sends late against their schedule p99 60.0 ms (bound above 50 ms)"]
+    assert late is not None and late.verdict == "bound"
+    assert late.reasons == ["sends late against their schedule p99 60.0 ms (bound above 50 ms)"]
     bunched = judge_client(part(), bunched_share=0.35)
-    assert bunched is not None and bunched["verdict"] == "strained"
-    assert bunched["reasons"] == ["35% of tokens read together with the previous one (strained above 30%)"]
+    assert bunched is not None and bunched.verdict == "strained"
+    assert bunched.reasons == ["35% of tokens read together with the previous one (strained above 30%)"]
 
 
 def test_at_the_threshold_is_not_past_it() -> None:
     c = judge_client(part(cpu=CPU_UTIL[0], p99=LOOP_LAG_P99_MS[0]), send_late_p99_ms=SEND_LATE_P99_MS[0],
                      bunched_share=BUNCHED_SHARE[0])
-    assert c is not None and c["verdict"] == "ok"
+    assert c is not None and c.verdict == "ok"
 
 
 def test_worst_figure_wins_and_every_figure_past_a_threshold_is_named() -> None:
     c = judge_client(part(cpu=0.75, p99=120.0), bunched_share=0.5)
-    assert c is not None and c["verdict"] == "bound"
-    assert [r.split(" (")[-1] for r in c["reasons"]] == ["strained above 70%)", "bound above 50 ms)",
+    assert c is not None and c.verdict == "bound"
+    assert [r.split(" (")[-1] for r in c.reasons] == ["strained above 70%)", "bound above 50 ms)",
                                                          "strained above 30%)"]
 
 
@@ -107,7 +108,7 @@ def test_client_text() -> None:
     bound = judge_client(part(cpu=0.96))
     assert client_text(bound) == ("BOUND (CPU 96% of a core (bound above 90%)): the client, not the server, "
                                   "limited this cell")
-    assert client_text(ClientHealth.from_dict(bound)) == client_text(bound)
+    assert bound is not None and client_text(ClientHealth.from_dict(bound.to_dict())) == client_text(bound)
     assert client_text(None) == ""
 
 
@@ -126,9 +127,9 @@ def test_merge_of_workers() -> None:
     assert m["nodes"] == {"n1": 15, "n2": 7}
     assert m["clock_error_ms"] == 0.5
     j = judge_client(m)
-    assert j is not None and j["verdict"] == "strained" and j["workers"] == 2
-    assert "busiest of its workers" in j["reasons"][0]
-    assert j["nodes"] == {"n1": 15, "n2": 7} and j["clock_error_ms"] == 0.5
+    assert j is not None and j.verdict == "strained" and j.workers == 2
+    assert "busiest of its workers" in j.reasons[0]
+    assert j.nodes == {"n1": 15, "n2": 7} and j.clock_error_ms == 0.5
 
 
 def test_merge_of_one_and_of_none() -> None:
@@ -223,7 +224,7 @@ def test_probe_sees_a_blocked_loop() -> None:
     assert out["loop_lag_ms"]["max"] >= 200.0 - 1.0  # less only by the two clocks' reading order
     assert out["workers"] == 1 and out["wall_s"] >= 0.3
     j = judge_client(out)
-    assert j is not None and j["verdict"] == "bound", j  # p99 over few samples: the blocked tick
+    assert j is not None and j.verdict == "bound", j  # p99 over few samples: the blocked tick
 
 
 def test_probe_on_an_idle_loop_sees_much_less_lag_than_on_a_blocked_one() -> None:
@@ -291,15 +292,19 @@ def test_bunched_share_and_send_lateness() -> None:
 
 def test_summary_round_trip_with_the_client() -> None:
     recs, wall = _records(CellSpec("w", 4))
-    s = summarize(records_frame(recs), wall)
-    s["client"] = judge_client(part(cpu=0.95), send_late_p99_ms=None, bunched_share=0.0)
-    cs = CellSummary.from_dict(s)
+    s = summarize(records_frame(recs), wall).to_dict()
+    client = judge_client(part(cpu=0.95), send_late_p99_ms=None, bunched_share=0.0)
+    assert client is not None
+    s["client"] = client.to_dict()
+    cs = CellResult.from_dict(s)
     assert cs.to_dict() == s
     assert json.dumps(cs.to_dict()) == json.dumps(s)  # key order too
     assert cs.client is not None and cs.client.verdict == "bound" and cs.client_bound
     assert cs.value("client", "cpu_util") == 0.95
-    s["client"] = judge_client(part(nodes={"a": 3}, clock_error_ms=1.5))
-    assert CellSummary.from_dict(s).to_dict() == s
+    client = judge_client(part(nodes={"a": 3}, clock_error_ms=1.5))
+    assert client is not None and client.nodes == {"a": 3} and client.clock_error_ms == 1.5
+    s["client"] = client.to_dict()
+    assert CellResult.from_dict(s).to_dict() == s
     del s["client"]
-    cs = CellSummary.from_dict(s)
+    cs = CellResult.from_dict(s)
     assert cs.client is None and not cs.client_bound and "client" not in cs.to_dict()

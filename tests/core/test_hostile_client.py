@@ -20,7 +20,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.load import Limits, Load, cell_connections, run_cell
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.core.target import ServerTokenizer, has_tokenize
 from servescope.core.textsafe import MASK
 
@@ -127,17 +127,17 @@ def _record(i: int, status: str, t0: int) -> RequestRecord:
 def test_bad_usage_requests_are_counted_and_never_ok_nor_goodput() -> None:
     recs = [_record(0, "ok", 0), _record(1, "bad_usage", 10**8), _record(2, "bad_usage", 2 * 10**8)]
     s = summarize(records_frame(recs), wall_s=1.0, slos={"ttft_ms": 1000})
-    assert s["requests_ok"] == 1 and s["requests_failed"] == 2 and s["requests_bad_usage"] == 2
-    assert s["goodput_req_s"] == pytest.approx(1.0) and s["output_tokens_total"] == 2
-    assert s["errors"][0]["status"] == "bad_usage"
-    cs = CellSummary.from_dict(s)
-    assert cs.requests_bad_usage == 2 and cs.to_dict() == s
+    assert s.requests_ok == 1 and s.requests_failed == 2 and s.requests_bad_usage == 2
+    assert s.goodput_req_s == pytest.approx(1.0) and s.output_tokens_total == 2
+    assert s.errors[0].status == "bad_usage"
+    cs = CellResult.from_dict(s.to_dict())
+    assert cs.requests_bad_usage == 2 and cs == s
 
 
 def test_old_summaries_without_the_bad_usage_count_read_back_unchanged() -> None:
-    old = summarize(records_frame([_record(0, "ok", 0)]), wall_s=1.0)
+    old = summarize(records_frame([_record(0, "ok", 0)]), wall_s=1.0).to_dict()
     del old["requests_bad_usage"]
-    cs = CellSummary.from_dict(old)
+    cs = CellResult.from_dict(old)
     assert cs.requests_bad_usage is None and cs.to_dict() == old
 
 

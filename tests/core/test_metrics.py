@@ -64,9 +64,9 @@ def test_one_token_output_has_no_tpot_and_no_itl() -> None:
     assert pr["ttft_ms"] == pytest.approx(50)
     assert itl_frame(per_request(df)).height == 0
     s = summarize(df, wall_s=1.0)
-    assert s["tpot_ms"]["mean"] is None
-    assert s["itl_ms"]["p50"] is None
-    assert s["output_tok_s"] == pytest.approx(1.0)
+    assert s.tpot_ms.mean is None
+    assert s.itl_ms.p50 is None
+    assert s.output_tok_s == pytest.approx(1.0)
 
 
 def test_failed_requests_are_counted_but_not_in_latencies() -> None:
@@ -74,19 +74,19 @@ def test_failed_requests_are_counted_but_not_in_latencies() -> None:
     bad = rec(1, 0, [], status="error", prompt=-1, out=0)
     bad.error = "HTTP 500: boom"
     s = summarize(records_frame([ok, bad]), wall_s=2.0)
-    assert s["requests_ok"] == 1 and s["requests_failed"] == 1
-    assert s["ttft_ms"]["mean"] == pytest.approx(100)
-    assert s["request_s"] == pytest.approx(0.5)
-    assert s["errors"][0]["error"] == "HTTP 500: boom"
+    assert s.requests_ok == 1 and s.requests_failed == 1
+    assert s.ttft_ms.mean == pytest.approx(100)
+    assert s.request_s == pytest.approx(0.5)
+    assert s.errors[0].error == "HTTP 500: boom"
 
 
 def test_reasoning_then_content_ttft_vs_ttfo() -> None:
     # 3 reasoning chunks then 2 content chunks
     r = rec(0, 0, [(40, 1), (50, 1), (60, 1), (70, 1), (80, 1)], content_from=3, reasoning=3)
     s = summarize(records_frame([r]), wall_s=1.0)
-    assert s["ttft_ms"]["mean"] == pytest.approx(40)
-    assert s["ttfo_ms"]["mean"] == pytest.approx(70)
-    assert s["reasoning_tokens_mean"] == 3
+    assert s.ttft_ms.mean == pytest.approx(40)
+    assert s.ttfo_ms.mean == pytest.approx(70)
+    assert s.reasoning_tokens_mean == 3
 
 
 def test_itl_pooled_and_per_token() -> None:
@@ -100,18 +100,19 @@ def test_itl_pooled_and_per_token() -> None:
 def test_client_queue_and_aggregates() -> None:
     rs = [rec(i, 10 * i + 3, [(10 * i + 50, 1), (10 * i + 60, 1)], scheduled=10 * i) for i in range(4)]
     s = summarize(records_frame(rs), wall_s=0.5)
-    assert s["client_queue_ms"]["mean"] == pytest.approx(3)
-    assert s["output_tok_s"] == pytest.approx(8 / 0.5)
-    assert s["total_tok_s"] == pytest.approx((8 + 400) / 0.5)
-    assert s["input_tokens_mismatch"] == {"mean": 0.0, "max_abs": 0}
+    assert s.client_queue_ms.mean == pytest.approx(3)
+    assert s.output_tok_s == pytest.approx(8 / 0.5)
+    assert s.total_tok_s == pytest.approx((8 + 400) / 0.5)
+    assert s.input_tokens_mismatch is not None
+    assert (s.input_tokens_mismatch.mean, s.input_tokens_mismatch.max_abs) == (0.0, 0)
 
 
 def test_percentiles() -> None:
     rs = [rec(i, 0, [(i + 1, 1), (i + 2, 1)]) for i in range(100)]  # ttft 1..100 ms
     s = summarize(records_frame(rs), wall_s=1.0)
-    assert s["ttft_ms"]["p50"] == pytest.approx(50.5)
-    assert s["ttft_ms"]["p99"] == pytest.approx(99.01)
-    assert s["ttft_ms"]["min"] == 1 and s["ttft_ms"]["max"] == 100
+    assert s.ttft_ms.p50 == pytest.approx(50.5)
+    assert s.ttft_ms.p99 == pytest.approx(99.01)
+    assert s.ttft_ms.min == 1 and s.ttft_ms.max == 100
 
 
 def test_goodput_and_slos() -> None:
@@ -119,8 +120,8 @@ def test_goodput_and_slos() -> None:
     slow = [rec(10 + i, 0, [(5000, 1), (5010, 1)]) for i in range(1)]
     slos = parse_slos("ttft_ms=3000,tpot_ms=50")
     s = summarize(records_frame(fast + slow), wall_s=1.0, slos=slos)
-    assert s["goodput_req_s"] == pytest.approx(3.0)
-    assert s["slo_met_fraction"] == pytest.approx(0.75)
+    assert s.goodput_req_s == pytest.approx(3.0)
+    assert s.slo_met_fraction == pytest.approx(0.75)
     assert not meets_slos(s)
     s2 = summarize(records_frame(fast), wall_s=1.0, slos=slos)
     assert meets_slos(s2)
@@ -131,8 +132,8 @@ def test_warmup_rows_excluded() -> None:
     w.warmup = True
     m = rec(0, 0, [(100, 1), (200, 1)])
     s = summarize(records_frame([w, m]), wall_s=1.0)
-    assert s["requests_ok"] == 1
-    assert s["ttft_ms"]["mean"] == pytest.approx(100)
+    assert s.requests_ok == 1
+    assert s.ttft_ms.mean == pytest.approx(100)
 
 
 def test_bad_slo_strings() -> None:

@@ -1,4 +1,4 @@
-"""CellSummary: today's summary dict survives from_dict -> to_dict unchanged (so stored summary_json and
+"""CellResult: today's summary dict survives from_dict -> to_dict unchanged (so stored summary_json and
 `--json` keep their shape), junk never raises, and the METRICS table drives labels and directions."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from servescope.core.metrics import FORMULAS, HIGHER_IS_BETTER, records_frame, s
 from servescope.core.results import (
     DIST_KEYS,
     METRICS,
-    CellSummary,
+    CellResult,
     Dist,
     GpuWindow,
     ServerWindow,
@@ -26,8 +26,9 @@ from tests.sessions.conftest import CellSpec, _records
 
 
 def _summary(**spec: Any) -> dict[str, Any]:
+    """A cell's figures as stored (summary_json)."""
     recs, wall = _records(CellSpec("w", 4, **spec))
-    return summarize(records_frame(recs), wall, {"ttft_ms": 200.0})
+    return summarize(records_frame(recs), wall, {"ttft_ms": 200.0}).to_dict()
 
 
 def _gpu() -> dict[str, Any]:
@@ -51,7 +52,7 @@ def _full() -> dict[str, Any]:
              "cache_config.block_size": 16.0}
     server = server_delta(before, after)
     assert server is not None
-    s["server"] = server
+    s["server"] = server.to_dict()
     s["telemetry"] = MetricsSampler(None, 1.0).window_summary(0, 10)  # type: ignore[arg-type]
     s["gpu"] = _gpu()
     return s
@@ -60,10 +61,10 @@ def _full() -> dict[str, Any]:
 @pytest.mark.parametrize("make", [_summary, lambda: _summary(failed=20), _full])
 def test_round_trip_is_exact(make: Any) -> None:
     d = make()
-    cs = CellSummary.from_dict(d)
+    cs = CellResult.from_dict(d)
     assert cs.to_dict() == d
     assert json.dumps(cs.to_dict(), default=str) == json.dumps(d, default=str)  # key order too
-    assert CellSummary.from_json(json.dumps(d, default=str)) == cs
+    assert CellResult.from_json(json.dumps(d, default=str)) == cs
 
 
 def test_windows_cover_every_key_written() -> None:
@@ -74,7 +75,7 @@ def test_windows_cover_every_key_written() -> None:
 
 
 def test_typed_fields() -> None:
-    cs = CellSummary.from_dict(_full())
+    cs = CellResult.from_dict(_full())
     assert cs.requests_failed == 2 and cs.requests == 20
     assert cs.errors[0].status == "error" and cs.errors[0].len == 2
     assert cs.input_tokens_mismatch is not None and cs.input_tokens_mismatch.max_abs == 3
@@ -88,7 +89,7 @@ def test_typed_fields() -> None:
 
 
 def test_older_or_partial_summaries_read_with_defaults() -> None:
-    cs = CellSummary.from_dict({"requests_ok": 5, "output_tok_s": 12.5, "ttft_ms": {"mean": 3.0}})
+    cs = CellResult.from_dict({"requests_ok": 5, "output_tok_s": 12.5, "ttft_ms": {"mean": 3.0}})
     assert cs.requests_ok == 5 and cs.requests_failed == 0
     assert cs.ttft_ms == Dist(mean=3.0) and cs.ttfo_ms == Dist() and cs.server is None
     d = cs.to_dict()
@@ -103,7 +104,7 @@ def test_older_or_partial_summaries_read_with_defaults() -> None:
      "gpu": {"names": "gpu0", "per_gpu": [3, {"index": "a", "name": 7}]}, "telemetry": {"samples": 2.0}},
 ])
 def test_junk_never_raises(junk: Any) -> None:
-    cs = CellSummary.from_dict(junk)
+    cs = CellResult.from_dict(junk)
     d = cs.to_dict()
     json.dumps(d)
     assert cs.requests_ok == 0 and cs.output_tok_s is None
@@ -115,13 +116,13 @@ def test_junk_never_raises(junk: Any) -> None:
 
 
 def test_non_finite_values_are_none_through_value() -> None:
-    cs = CellSummary.from_dict({"output_tok_s": math.inf, "ttft_ms": {"p50": math.nan}})
+    cs = CellResult.from_dict({"output_tok_s": math.inf, "ttft_ms": {"p50": math.nan}})
     assert cs.value("output_tok_s") is None and cs.ttft_ms.stat("p50") is None
 
 
 @pytest.mark.parametrize("text", [None, "", "{}", "not json", "[1, 2]", "null"])
 def test_from_json_without_a_summary(text: str | None) -> None:
-    assert CellSummary.from_json(text) is None
+    assert CellResult.from_json(text) is None
 
 
 def test_metrics_table_drives_labels_directions_formulas() -> None:

@@ -3,7 +3,7 @@ flags), and the answers (capacity, knee, peak) use completed cells only and say 
 
 from __future__ import annotations
 
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.sessions.answers import capacity, derive, knee, peak
 from servescope.sessions.views import CellView
 
@@ -19,7 +19,7 @@ def test_engine_messages_in_the_app_name_its_fields_not_cli_flags() -> None:
 
 
 def _view(conc: int, status: str, out: float, per_user: float, slo: float | None = 1.0, reason: str = "") -> CellView:
-    s = CellSummary.from_dict({"requests_ok": 10, "requests_failed": 0, "output_tok_s": out, "slo_met_fraction": slo,
+    s = CellResult.from_dict({"requests_ok": 10, "requests_failed": 0, "output_tok_s": out, "slo_met_fraction": slo,
                                "per_user_tok_s": {"mean": per_user}})
     return CellView(conc, "w", f"c={conc}", conc, None, status, reason, s)
 

@@ -18,7 +18,7 @@ from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.kvbudget import KVBudget
 from servescope.core.load import CellControl, CellRun, Limits, Load
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.core.target import EstimateTokenizer, ModelInfo, TargetInfo, Tokenizer
 from servescope.engine.events import (
     CellFinished,
@@ -161,7 +161,7 @@ async def test_server_lost_mid_cell_is_recovered_and_the_cell_rerun(tmp_path: Pa
     assert [s for s, _ in target.runs] == [0, 1, 1]
     assert server.recoveries == 1
     lost = _finished(events)[1]
-    assert isinstance(lost.summary, CellSummary) and lost.summary.requests_ok == 2
+    assert isinstance(lost.summary, CellResult) and lost.summary.requests_ok == 2
     assert lost.reason.startswith("server lost: http://fake-0 stopped answering")
     texts = [e.text for e in events if isinstance(e, Notice)]
     assert any("stopped answering during cell 2" in t for t in texts)

@@ -40,14 +40,14 @@ def test_deltas_means_and_the_older_itl_name() -> None:
     after = parse_metrics(_text(30, 500, 3.0, 30, 2.5, 490, 3000, 1100))
     d = server_delta(before, after)
     assert d is not None
-    assert set(d) == {"requests_success", "prompt_tokens", "generation_tokens", "preemptions", "ttft_ms_mean",
+    assert set(d.to_dict()) == {"requests_success", "prompt_tokens", "generation_tokens", "preemptions", "ttft_ms_mean",
                       "itl_ms_mean", "e2e_ms_mean", "queue_ms_mean", "kv_cache_tokens", "prefix_cache_hit_rate"}
-    assert d["requests_success"] == 20 and d["generation_tokens"] == 400 and d["prompt_tokens"] == 1600
-    assert d["preemptions"] is None and d["e2e_ms_mean"] is None and d["queue_ms_mean"] is None
-    assert d["ttft_ms_mean"] == pytest.approx(100.0)
-    assert d["itl_ms_mean"] == pytest.approx(5.0)  # from time_per_output_token (older vLLM)
-    assert d["kv_cache_tokens"] == 1600
-    assert d["prefix_cache_hit_rate"] == pytest.approx(0.5)
+    assert d.requests_success == 20 and d.generation_tokens == 400 and d.prompt_tokens == 1600
+    assert d.preemptions is None and d.e2e_ms_mean is None and d.queue_ms_mean is None
+    assert d.ttft_ms_mean == pytest.approx(100.0)
+    assert d.itl_ms_mean == pytest.approx(5.0)  # from time_per_output_token (older vLLM)
+    assert d.kv_cache_tokens == 1600
+    assert d.prefix_cache_hit_rate == pytest.approx(0.5)
 
 
 def test_none_without_both_samples() -> None:
@@ -68,4 +68,4 @@ def test_the_kv_cache_size_is_the_same_figure_in_the_app_and_the_report() -> Non
     d = server_delta(before, after)  # what each cell's server part (the report) holds
     assert budget is not None and d is not None
     assert budget.tokens == 6_506_660
-    assert d["kv_cache_tokens"] == budget.tokens  # not 406,666 x 16 = 6,506,656
+    assert d.kv_cache_tokens == budget.tokens  # not 406,666 x 16 = 6,506,656

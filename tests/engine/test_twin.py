@@ -56,14 +56,14 @@ def test_fit_recovers_a_profile_from_its_own_cells_and_predicts_beyond_them() ->
     got = predict(twin, w, [Load(48)], requests=96)[0]
     want = predict(true_twin, w, [Load(48)], requests=96)[0]
     for name, stat in (("output_tok_s", None), ("ttft_ms", "p50"), ("tpot_ms", "p50")):
-        g = got.summary[name] if stat is None else got.summary[name][stat]
-        t = want.summary[name] if stat is None else want.summary[name][stat]
+        g = got.summary.value(name, stat)
+        t = want.summary.value(name, stat)
         assert g == pytest.approx(t, rel=0.10), name
     assert got.extrapolated and "c=48 outside the measured c=1..16" in got.why
     # the band holds the prediction and is wider than the fit's residual (48 is 1.6 doublings past 16)
     lo, hi = got.band["output_tok_s"]
-    assert lo < got.summary["output_tok_s"] < hi
-    assert math.log(hi / got.summary["output_tok_s"]) > 2 * max(r.residuals["output_tok_s"], 0.03)
+    assert lo < got.summary.output_tok_s < hi
+    assert math.log(hi / got.summary.output_tok_s) > 2 * max(r.residuals["output_tok_s"], 0.03)
 
 
 @pytest.mark.slow  # a fit: 20-70 s on this 2-core machine under load
@@ -80,7 +80,7 @@ def test_one_prompt_length_and_the_servers_own_ttft_predict_longer_prompts() -> 
     w = Workload("long", input_tokens=fixed(1024), output_tokens=fixed(16))  # only the prompt is longer
     got = predict(Twin(r.profile, r.residuals, r.data_range, True), w, [Load(4)], requests=32)[0]
     want = predict(Twin(truth, {}, {}, True), w, [Load(4)], requests=32)[0]
-    assert got.summary["ttft_ms"]["p50"] == pytest.approx(want.summary["ttft_ms"]["p50"], rel=0.10)
+    assert got.summary.ttft_ms.p50 == pytest.approx(want.summary.ttft_ms.p50, rel=0.10)
 
 
 @pytest.mark.slow  # a fit: 20-70 s on this 2-core machine under load
@@ -100,8 +100,8 @@ def test_the_fit_finds_whether_host_and_device_time_add_up() -> None:
         assert max(r.residuals[k] for k in ("output_tok_s", "tpot_ms.p50")) < 0.05, (mode, r.residuals)
         got = predict(Twin(r.profile, r.residuals, r.data_range, True), w, [Load(32)], requests=64)[0].summary
         want = predict(Twin(truth, {}, {}, True), w, [Load(32)], requests=64)[0].summary
-        assert got["output_tok_s"] == pytest.approx(want["output_tok_s"], rel=0.10), mode
-        assert got["tpot_ms"]["p50"] == pytest.approx(want["tpot_ms"]["p50"], rel=0.10), mode
+        assert got.output_tok_s == pytest.approx(want.output_tok_s, rel=0.10), mode
+        assert got.tpot_ms.p50 == pytest.approx(want.tpot_ms.p50, rel=0.10), mode
 
 
 def test_vllms_default_limits_follow_the_device() -> None:
@@ -119,7 +119,7 @@ def test_bands_and_extrapolation_inside_the_measured_range() -> None:
     twin = Twin(p, {"output_tok_s": 0.02, "ttft_ms.p50": 0.05, "tpot_ms.p50": 0.04}, data_range(cells), True)
     inside = predict(twin, Workload("w", input_tokens=fixed(512), output_tokens=fixed(16)), [Load(4)], requests=16)[0]
     assert not inside.extrapolated and inside.why == []
-    v = inside.summary["tpot_ms"]["p50"]
+    v = inside.summary.tpot_ms.p50
     assert inside.band["tpot_ms"] == pytest.approx([v * math.exp(-0.04), v * math.exp(0.04)])
     # another sample of the measured distribution is not an extrapolation (its extremes differ by a few tokens)
     spread = Twin(p, twin.residuals, {**data_range(cells), "prompt_tokens": [205, 495]}, True)
@@ -176,7 +176,7 @@ def test_capacity_follows_the_slos() -> None:
     assert strict.capacity is not None and loose.capacity is not None and strict.capacity < loose.capacity
     # the level above the capacity misses the SLO on the twin; the capacity meets it
     above = predict(twin, w, [Load(strict.capacity + 1)], slos={"tpot_ms": 8.0})[0]
-    assert above.summary["slo_met_fraction"] < 0.9
+    assert above.summary.slo_met_fraction < 0.9
     assert strict.at_capacity is not None and strict.at_capacity["slo_met_fraction"] >= 0.9
     too_long = capacity_row(twin, Workload("big", input_tokens=fixed(9000), output_tokens=fixed(8)), {"tpot_ms": 40.0})
     assert too_long.capacity is None and "max_model_len" in too_long.reason
@@ -186,8 +186,8 @@ def test_confirm_pairs_error_is_predicted_over_measured() -> None:
     p = load_profile("tiny")
     pred = predict(Twin(p, {}, {}, True), Workload("w", input_tokens=fixed(256), output_tokens=fixed(16)), [Load(2)],
                    requests=8)[0]
-    measured = {"status": "done", "output_tok_s": pred.summary["output_tok_s"] / 1.25,
-                "ttft_ms": {"p50": pred.summary["ttft_ms"]["p50"]}, "tpot_ms": {"p50": None}}
+    measured = {"status": "done", "output_tok_s": pred.summary.output_tok_s / 1.25,
+                "ttft_ms": {"p50": pred.summary.ttft_ms.p50}, "tpot_ms": {"p50": None}}
     (pair,) = confirm_pairs([pred], [measured])
     assert pair["error"]["output_tok_s"] == pytest.approx(0.25)
     assert pair["error"]["ttft_ms.p50"] == pytest.approx(0.0)

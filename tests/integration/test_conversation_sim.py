@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from tests.integration.helpers import run_json
 
 TEMPLATE_SLACK = 8  # tokens of the chat template around a resent reply (ChatML: `<|im_end|>\n`)
@@ -23,7 +23,7 @@ def test_chat_multiturn_resends_the_growing_history(tmp_path: Path) -> None:
     assert cell["status"] == "done" and cell["requests_ok"] == 10 and cell["requests_failed"] == 0
     session = Path(out["session"])
     [summary_json] = pl.read_parquet(session / "cells.parquet")["summary_json"].to_list()
-    s = CellSummary.from_json(summary_json)
+    s = CellResult.from_json(summary_json)
     assert s is not None
 
     # per turn: 2 conversations of 5 turns, each turn's prompt longer than the one before

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from servescope.core.results import DIST_KEYS, CellSummary
+from servescope.core.results import DIST_KEYS, CellResult
 from servescope.sessions.store import load_session
 from servescope.tui.app import make_app
 from servescope.tui.screens.sessions import SessionScreen
@@ -156,7 +156,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
 async def test_cli_report_and_app_show_the_same_figures(sweep: tuple[Path, str, str]) -> None:
     sessions, cli_out, md = sweep
     session = load_session(sessions / "20261206-120000-short")
-    truth: dict[str, CellSummary] = {}
+    truth: dict[str, CellResult] = {}
     for label, s in zip(session.cells["load_label"].to_list(), session.summaries(), strict=True):
         assert s is not None, label
         truth[str(label)] = s

@@ -341,10 +341,10 @@ def test_wide_numbers_in_the_cli_table_stay_separated() -> None:
     from types import SimpleNamespace
 
     from servescope.cli.run import format_cell
-    from servescope.core.results import CellSummary
+    from servescope.core.results import CellResult
 
     wide = {"mean": 149971.83, "p50": 181907.92, "p90": 246017.73, "p99": 12345678.9, "max": 99999999.99}
-    s = CellSummary.from_dict({"requests_ok": 1, "per_user_tok_s": wide, "ttft_ms": wide, "requests_bad_usage": 2})
+    s = CellResult.from_dict({"requests_ok": 1, "per_user_tok_s": wide, "ttft_ms": wide, "requests_bad_usage": 2})
     ev = SimpleNamespace(cell=SimpleNamespace(index=0, label="w c=1"), summary=s, status="done", reason="")
     text = format_cell(ev, 1)
     row = next(x for x in text.splitlines() if x.strip().startswith("TTFT ms"))

@@ -17,7 +17,7 @@ import pytest
 
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.sessions.store import load_session
 from servescope.workloads.spec import PRESETS, Workload
 
@@ -113,14 +113,14 @@ def build_session(base: Path, spec: SessionSpec, dirname: str | None = None) -> 
             continue
         recs, wall = _records(c)
         df = records_frame(recs)
-        summary = summarize(df, wall, spec.slos)
+        summary = summarize(df, wall, spec.slos).to_dict()
         if c.server is not None:
             summary["server"] = c.server
         if c.client is not None:
             summary["client"] = c.client
         if c.quality is not None:
             summary["quality"] = c.quality
-        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, CellSummary.from_dict(summary))
+        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, CellResult.from_dict(summary))
     w.finish(spec.status, spec.message)
     w.meta.update(started_at="2026-12-01T12:00:00+0000", ended_at="2026-12-01T12:10:00+0000", host="gpu-box",
                   servescope_version="0.1.0")

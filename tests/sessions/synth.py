@@ -18,7 +18,6 @@ import polars as pl
 from servescope.core.load import Load
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
 from servescope.core.target import ModelInfo, TargetInfo
 from servescope.engine.plan import Cell
 from servescope.engine.sessionmeta import ran_with, session_meta
@@ -101,7 +100,7 @@ def write_session(base: Path, name: str, cells: list[dict[str, Any]], meta: dict
     w, ran = sweep_session(base / name, name, planned, model="m", max_model_len=4096, tokenizer="server")
     for cell, cl in zip(planned, cells, strict=True):
         df, wall = cell_frame(**cl)
-        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, CellSummary.from_dict(summarize(df, wall)))
+        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, summarize(df, wall))
     w.finish("completed")
     w.meta.update(host="gpu-box", servescope_version="0.1.0", **(meta or {}))
     w.save_meta()

@@ -24,7 +24,7 @@ def _client(cpu: float) -> dict[str, Any]:
     c = judge_client({"loop_lag_ms": {"p50": 0.3, "p99": 1.0, "max": 3.0}, "cpu_s": cpu * 5, "wall_s": 5.0,
                       "cpu_util": cpu, "cpu_wait_share": 0.0, "workers": 1}, bunched_share=0.01)
     assert c is not None
-    return c
+    return c.to_dict()
 
 
 def _session(base: Path, name: str, bound_at: int | None, tpot_ms: float = 6.0) -> Any:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from servescope.core.errors import ServescopeError
-from servescope.core.results import CellSummary, Dist
+from servescope.core.results import CellResult, Dist
 from servescope.sessions.compare import (
     COMPARE_METRICS,
     CellView,
@@ -25,7 +25,7 @@ from .conftest import CellSpec, SessionSpec, build_session
 
 def cv(c: int, agg: float, per_user: float, met: float | None = 1.0) -> CellView:
     return CellView(c, "w", f"c={c}", c, None, "done", "",
-                    CellSummary(output_tok_s=agg, per_user_tok_s=Dist(mean=per_user), slo_met_fraction=met))
+                    CellResult(output_tok_s=agg, per_user_tok_s=Dist(mean=per_user), slo_met_fraction=met))
 
 
 # ---- direction-aware winners, hand-made ---------------------------------------------------------------

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from servescope.core.errors import ServescopeError
 from servescope.core.quality import Divergence, QualityResult, TaskScore, Trace, wilson
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.core.textsafe import md_escape
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import gate, parse_fail_on
@@ -211,8 +211,8 @@ def test_cell_quality_round_trips_and_reaches_cells_parquet(tmp_path: Path) -> N
     s = load_session(p)
     summ = s.summaries()
     assert summ[1] is not None and summ[1].quality == q4 and summ[1].to_dict()["quality"] == q4
-    assert CellSummary.from_dict(summ[1].to_dict()) == summ[1]
-    assert "quality" not in CellSummary.from_dict({"requests_ok": 1}).to_dict()  # absent stays absent
+    assert CellResult.from_dict(summ[1].to_dict()) == summ[1]
+    assert "quality" not in CellResult.from_dict({"requests_ok": 1}).to_dict()  # absent stays absent
     cells = pl.read_parquet(p / "cells.parquet")
     assert cells["quality_accuracy"].to_list() == [0.0, 0.9] and cells["quality_n"].to_list() == [0, 50]
     assert "quality_tasks" not in cells.columns  # kept whole in summary_json only
@@ -229,7 +229,7 @@ def test_cell_quality_round_trips_and_reaches_cells_parquet(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("junk", [None, "x", [], {"n": "many"}, {"n": -3, "correct": 2}, {"n": 2.5}])
 def test_cell_quality_is_read_leniently(junk: Any) -> None:
-    assert load_quality(CellSummary.from_dict({"quality": junk})) is None
+    assert load_quality(CellResult.from_dict({"quality": junk})) is None
 
 
 def test_compare_accuracy_under_load(tmp_path: Path) -> None:
@@ -428,7 +428,7 @@ def test_any_quality_json_reads_or_is_one_line(tmp_path: Path, doc: Any) -> None
     "n": _num, "correct": _num, "accuracy": _num, "kl_mean": _num, "positions": _num, "failed": _num,
     "tasks": st.one_of(_num, st.dictionaries(st.text(max_size=4), st.one_of(_num, _score), max_size=3))})))
 def test_any_cell_quality_reads(q: Any) -> None:
-    lq = load_quality(CellSummary.from_dict({"quality": q}))
+    lq = load_quality(CellResult.from_dict({"quality": q}))
     if lq is not None:
         assert 0 <= lq.correct <= lq.n and 0.0 <= lq.score.lo <= lq.score.hi <= 1.0
         assert all(0 <= t.correct <= t.n for t in lq.tasks.values())
@@ -436,5 +436,5 @@ def test_any_cell_quality_reads(q: Any) -> None:
 
 def test_a_count_past_what_a_float_holds_reads_as_none() -> None:
     # found by the fuzz test above: a damaged session's count, too big for float arithmetic, is no count
-    lq = load_quality(CellSummary.from_dict({"quality": {"n": 6.703903964971299e153, "correct": 1.0}}))
+    lq = load_quality(CellResult.from_dict({"quality": {"n": 6.703903964971299e153, "correct": 1.0}}))
     assert lq is None or (lq.n == 0 and lq.score.lo == 0.0 and lq.score.hi == 1.0)

@@ -10,7 +10,7 @@ from typing import Any
 
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.tui import messages as m
 from servescope.tui.wire import live_server
 
@@ -45,7 +45,7 @@ def summary_for(conc: int, n: int = 60, slos: dict[str, float] | None = None,
     recs = synthetic_records(conc, n, seed=conc, slow=slow)
     df = records_frame(recs)
     wall = (max(r.end_ns for r in recs) - min(r.scheduled_ns for r in recs)) / 1e9
-    s = summarize(df, wall, slos or {})
+    s = summarize(df, wall, slos or {}).to_dict()  # as stored, with a server part added below
     s["server"] = {"requests_success": float(n), "prompt_tokens": 256.0 * n, "generation_tokens": 64.0 * n,
                    "preemptions": float(max(0, conc - 16)), "ttft_ms_mean": TTFT_MS[conc] * 0.9,
                    "itl_ms_mean": TPOT_MS[conc], "e2e_ms_mean": TTFT_MS[conc] + 63 * TPOT_MS[conc],
@@ -80,7 +80,7 @@ def write_session(base: Path, name: str, started: str, tags: dict[str, str], sta
         row = {"index": i, "workload": "sharegpt", "api": "chat", "concurrency": c, "rate": None, "arrival": None,
                "max_concurrency": None, "requests_planned": 60, "duration_s_planned": None, "warmup": 0,
                "load_label": f"c={c}", "status": "done", "reason": ""}
-        w.write_cell(row, df, CellSummary.from_dict(s))
+        w.write_cell(row, df, CellResult.from_dict(s))
     if telemetry:
         w.meta["kv_budget"] = {"kv_cache_tokens": 12752, "source": "metrics", "block_size": 16,
                                "num_gpu_blocks": 797, "max_concurrency_by_workload": {"sharegpt": 16.6}}

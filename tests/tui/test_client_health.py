@@ -19,7 +19,7 @@ def _summary(cpu: float) -> dict[str, Any]:
     client = judge_client({"loop_lag_ms": {"p50": 0.3, "p99": 0.4, "max": 1.0}, "cpu_s": cpu, "wall_s": 1.0,
                            "cpu_util": cpu, "workers": 1}, bunched_share=0.0)
     return {"requests_ok": 20, "requests_failed": 0, "output_tok_s": 900.0 * cpu, "per_user_tok_s": {"mean": 50.0},
-            "client": client}
+            "client": client.to_dict() if client is not None else None}
 
 
 CELLS = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 20, None, "in 200-512 (uniform) / out 256 (chat)")

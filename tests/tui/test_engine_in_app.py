@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from textual.widgets import Input, Static
 
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.engine.spec import SweepSpec
 from servescope.sessions.store import load_session
 from servescope.tui.app import make_app
@@ -226,9 +226,9 @@ def test_the_app_and_servescope_sessions_count_cells_alike(home: Path, capsys: p
     w = SessionWriter.create(path, {"name": "cut", "model": "m", "target": {"url": "sim://tiny"},
                                     "cells": [{"index": i, "workload": "fast", "status": "planned"} for i in range(3)]})
     w.write_cell({"index": 0, "workload": "fast", "concurrency": 1, "load_label": "c=1", "status": "done"}, None,
-                 CellSummary(requests_ok=4, requests_failed=0))
+                 CellResult(requests_ok=4, requests_failed=0))
     w.write_cell({"index": 1, "workload": "fast", "concurrency": 2, "load_label": "c=2", "status": "stopped",
-                  "reason": "stopped by the user"}, None, CellSummary(requests_ok=1, requests_failed=0))
+                  "reason": "stopped by the user"}, None, CellResult(requests_ok=1, requests_failed=0))
     w.finish("interrupted")
     row = session_row(path)
     assert row[[c.key for c in SESSION_COLUMNS].index("cells")] == "1/3"

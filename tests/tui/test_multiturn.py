@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from textual.widgets import Input, Select, SelectionList, Static
 
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.engine.spec import SweepSpec
 from servescope.sessions.store import load_session
 from servescope.tui import messages as m
@@ -247,7 +247,7 @@ async def test_a_trace_cell_says_how_late_its_sends_were(home: Path) -> None:
         assert "the client did not keep the trace's times" in log
         # the first line says it in the trace's shape's place
         assert run.query_one(SweepProgress).shape == "sent late vs trace p99 12.50 ms (behind the trace)"
-    assert "within 10 ms" in lateness_text(CellSummary.from_dict({"client_queue_ms": {"p50": 0.1, "p99": 2.0, "max": 3.0}}))
+    assert "within 10 ms" in lateness_text(CellResult.from_dict({"client_queue_ms": {"p50": 0.1, "p99": 2.0, "max": 3.0}}))
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from servescope.core.quality import Divergence, QualityResult, TaskScore, wilson
-from servescope.core.results import CellSummary
+from servescope.core.results import CellResult
 from servescope.sessions.store import SessionWriter
 from servescope.tui.app import make_app
 from servescope.tui.screens.sessions import SessionScreen
@@ -223,7 +223,7 @@ async def test_quality_under_load_is_on_q(home: Path) -> None:
     s["quality"] = {"accuracy": 0.9, "n": 10, "correct": 9, "failed": 1, "kl_mean": 0.02, "positions": 64,
                     "top1_agreement": 0.95, "tasks": {"arithmetic": {"accuracy": 0.9, "n": 10, "correct": 9}}}
     w.write_cell({"index": 0, "workload": "sharegpt", "api": "chat", "concurrency": 4, "rate": None,
-                  "load_label": "c=4", "status": "done", "reason": ""}, df, CellSummary.from_dict(s))
+                  "load_label": "c=4", "status": "done", "reason": ""}, df, CellResult.from_dict(s))
     w.finish("completed")
     app = make_app(sessions_dir=str(base))
     async with app.run_test(size=(100, 30)) as pilot:

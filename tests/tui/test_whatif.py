@@ -104,13 +104,13 @@ def check_rows(table: list[list[str]], preds: list[Any]) -> None:
     for row, p in zip(table, preds, strict=True):
         s, band = p.summary, p.band
         assert row[0].rstrip("*") == p.load.label and row[0].endswith("*") == p.extrapolated
-        for cell, value, key in ((row[1], s["output_tok_s"], "output_tok_s"), (row[2], s["ttft_ms"]["p50"], "ttft_ms"),
-                                 (row[3], s["tpot_ms"]["p50"], "tpot_ms")):
+        for cell, value, key in ((row[1], s.output_tok_s, "output_tok_s"), (row[2], s.ttft_ms.p50, "ttft_ms"),
+                                 (row[3], s.tpot_ms.p50, "tpot_ms")):
             shown = numbers(cell)
             assert len(shown) == 3, cell
             for got, want in zip(shown, [value, *band[key]], strict=True):
                 assert got == pytest.approx(want, rel=0.006, abs=0.006), (p.load.label, key, cell)
-        assert numbers(row[4])[0] == pytest.approx(s["per_user_tok_s"]["mean"], rel=0.006, abs=0.006)
+        assert numbers(row[4])[0] == pytest.approx(s.per_user_tok_s.mean, rel=0.006, abs=0.006)
 
 
 @pytest.mark.slow  # 6 s of the --fast lane on 2 cores

@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from servescope.core.health import client_text
-from servescope.core.results import CellSummary, ServerWindow
+from servescope.core.results import CellResult, ServerWindow
 from servescope.tui import messages as m
 from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
@@ -101,7 +101,7 @@ def is_trace(cell: m.CellInfo) -> bool:
     return (cell.shape or "").startswith("trace ")
 
 
-def lateness_text(summary: CellSummary) -> str:
+def lateness_text(summary: CellResult) -> str:
     """How late a trace cell's sends were against the trace (its client queueing, ms), in one line that says what
     it means."""
     q = summary.client_queue_ms
@@ -114,7 +114,7 @@ def lateness_text(summary: CellSummary) -> str:
             f"(client queueing; p99 {verdict})")
 
 
-def short_lateness(summary: CellSummary) -> str:
+def short_lateness(summary: CellResult) -> str:
     """`sent late vs trace p99 X ms`, and whether that kept the trace's times (the progress line)."""
     p99 = summary.client_queue_ms.stat("p99")
     if p99 is None:
@@ -122,7 +122,7 @@ def short_lateness(summary: CellSummary) -> str:
     return f"sent late vs trace p99 {fnum(p99, 2)} ms ({'behind the trace' if p99 > LATE_MS else 'on schedule'})"
 
 
-def curve_point(cell: m.CellInfo, summary: CellSummary, slos: bool) -> CurvePoint:
+def curve_point(cell: m.CellInfo, summary: CellResult, slos: bool) -> CurvePoint:
     from servescope.core.metrics import meets_slos
 
     return CurvePoint(

@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from servescope.core.errors import ServescopeError
-from servescope.core.results import CellSummary, GpuWindow, TelemetryWindow
+from servescope.core.results import CellResult, GpuWindow, TelemetryWindow
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
@@ -323,7 +323,7 @@ class SessionScreen(Screen[None]):
 
         self.session = load_session(path)
         self.info = self.session.info
-        self.summaries: dict[int, CellSummary] = {}
+        self.summaries: dict[int, CellResult] = {}
         cells = self.session.cells
         if cells.height and "summary_json" in cells.columns:
             for idx, s in zip(cells["index"].to_list(), self.session.summaries(), strict=True):
@@ -480,7 +480,7 @@ class SessionScreen(Screen[None]):
         self.query_one("#s-hist-tpot", LatencyHistogram).values = vals["tpot_ms"]
         self.query_one("#s-hist-e2e", LatencyHistogram).values = vals["e2e_ms"]
 
-    def _show_turns(self, s: CellSummary | None) -> None:
+    def _show_turns(self, s: CellResult | None) -> None:
         """A conversation or agent cell: its per-turn figures (turn, ok, TTFT p50/p90, input tokens, cached %) in
         the TPOT and E2E histograms' place; any other cell: the histograms."""
         chart = self.query_one("#s-turns", TurnChart)
@@ -497,7 +497,7 @@ class SessionScreen(Screen[None]):
             moves.focus()
 
     def _show_cell_telemetry(self, row: dict[str, Any]) -> None:
-        s = self.summaries.get(int(row["index"])) or CellSummary()
+        s = self.summaries.get(int(row["index"])) or CellResult()
         info = self.info
         live = self.query_one(TelemetryPanel)
         gpu: GpuWindow | dict[str, Any] | None = s.gpu or (

@@ -107,11 +107,6 @@ def banded(v: Any, band: list[float] | None) -> str:
     return num(v) + (f" [{num(band[0])}-{num(band[1])}]" if band else "")
 
 
-def stat(summary: dict[str, Any], name: str, key: str | None = None) -> Any:
-    v = summary.get(name)
-    return v.get(key) if key is not None and isinstance(v, dict) else v
-
-
 def why_text(p: Prediction) -> str:
     """What lies outside the measured range, the load first (it is what tells the rows apart)."""
     first = sorted(p.why, key=lambda w: 0 if w.startswith(("c=", "rate ")) else 1)
@@ -120,9 +115,9 @@ def why_text(p: Prediction) -> str:
 
 def prediction_row(p: Prediction, measured: float | None) -> list[str]:
     s = p.summary
-    return [p.load.label + ("*" if p.extrapolated else ""), banded(stat(s, "output_tok_s"), p.band.get("output_tok_s")),
-            banded(stat(s, "ttft_ms", "p50"), p.band.get("ttft_ms")),
-            banded(stat(s, "tpot_ms", "p50"), p.band.get("tpot_ms")), num(stat(s, "per_user_tok_s", "mean")),
+    return [p.load.label + ("*" if p.extrapolated else ""), banded(s.output_tok_s, p.band.get("output_tok_s")),
+            banded(s.ttft_ms.p50, p.band.get("ttft_ms")),
+            banded(s.tpot_ms.p50, p.band.get("tpot_ms")), num(s.per_user_tok_s.mean),
             num(measured), why_text(p)]
 
 
@@ -389,8 +384,8 @@ class WhatIfScreen(Screen[None]):
         self._show_measured(q.workload.name)
         curve = self.query_one(PredictionCurve)
         curve.predicted = tuple(
-            PredictedPoint(float(p.load.concurrency or 0), p.load.label, float(stat(p.summary, "output_tok_s") or 0),
-                           float(stat(p.summary, "per_user_tok_s", "mean") or 0),
+            PredictedPoint(float(p.load.concurrency or 0), p.load.label, float(p.summary.output_tok_s or 0),
+                           float(p.summary.per_user_tok_s.mean or 0),
                            *(p.band.get("output_tok_s") or (None, None)))
             for p in msg.predictions)
         t = self.query_one("#wi-table", FitTable)

@@ -15,7 +15,7 @@ from textual.widget import Widget
 from textual.widgets import RichLog
 
 from servescope.core.kvbudget import fmt_concurrency
-from servescope.core.results import CellSummary, GpuWindow, ServerWindow
+from servescope.core.results import CellResult, GpuWindow, ServerWindow
 from servescope.tui.widgets.table import Col, FitTable
 from servescope.tui.widgets.zoom import Zoomable
 
@@ -249,10 +249,10 @@ CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "per-
 
 
 def cell_row(index: int, workload: str, load: str, status: str,
-             summary: CellSummary | Mapping[str, Any] | None) -> tuple[str, ...]:
+             summary: CellResult | Mapping[str, Any] | None) -> tuple[str, ...]:
     """A cell's table row; "-" where the cell has no summary (a dict is read as a stored summary)."""
-    s = CellSummary.from_dict(summary) if isinstance(summary, Mapping) and summary else summary
-    if not isinstance(s, CellSummary):
+    s = CellResult.from_dict(summary) if isinstance(summary, Mapping) and summary else summary
+    if not isinstance(s, CellResult):
         return (str(index + 1), workload, load, status, *["-"] * (len(CELL_COLUMNS) - 4))
     if s.client_bound:  # the load generator, not the server, limited it (core/health.py)
         status = f"{status}, client BOUND"
@@ -263,7 +263,7 @@ def cell_row(index: int, workload: str, load: str, status: str,
     )
 
 
-def _verdict(s: CellSummary) -> str:
+def _verdict(s: CellResult) -> str:
     """The client's verdict (core/health.py), `BOUND` in capitals: that cell measured the load generator."""
     c = s.client
     if c is None or not c.verdict:
@@ -292,7 +292,7 @@ class CellTable(FitTable):
         self.set_columns(CELL_COLS)
 
     def set_cell(self, index: int, workload: str, load: str, status: str,
-                 summary: CellSummary | Mapping[str, Any] | None) -> None:
+                 summary: CellResult | Mapping[str, Any] | None) -> None:
         self.put_row(str(index), cell_row(index, workload, load, status, summary))
 
 
