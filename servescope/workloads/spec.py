@@ -7,11 +7,47 @@ import json
 import math
 import random
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Required, TypedDict
 
 from servescope.core.errors import ServescopeError
+
+
+class DistTable(TypedDict, total=False):
+    """A distribution as a workload table saves it: `dist` and the keys that kind of distribution takes."""
+
+    dist: Required[str]
+    value: float
+    min: float
+    max: float
+    mean: float
+    std: float
+
+
+class WorkloadTable(TypedDict, total=False):
+    """A workload as saved (session.toml's [[workloads]], a workload TOML): the keys `Workload.to_dict` writes."""
+
+    name: Required[str]
+    api: str
+    input_tokens: DistTable
+    output_tokens: DistTable
+    prefix_tokens: int
+    dataset: str
+    seed: int
+    source: str
+    thinking: bool
+    ramp: str
+    kind: str
+    turns: DistTable
+    think_time_s: DistTable
+    context_tokens: int
+    calls: DistTable
+    tool_result_tokens: DistTable
+    trace: str
+    format: str
+    time_scale: float
 
 
 @dataclass(frozen=True)
@@ -44,7 +80,7 @@ class LengthDist:
             return f"{self.min}-{self.max} (uniform)"
         return f"N({self.mean:g}, {self.std:g}) in [{self.min}, {self.max}]"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> DistTable:
         if self.dist == "fixed":
             return {"dist": "fixed", "value": self.value}
         if self.dist == "uniform":
@@ -52,7 +88,7 @@ class LengthDist:
         return {"dist": "normal", "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
 
     @classmethod
-    def parse(cls, raw: Any, where: str, unit: str = "tokens") -> LengthDist:
+    def parse(cls, raw: object, where: str, unit: str = "tokens") -> LengthDist:
         """A length (or, with `unit` "turns"/"calls", a count) as a number or a { dist = ... } table."""
         count = functools.partial(_count, unit=unit)
         if isinstance(raw, (int, float, str)) and not isinstance(raw, bool):
@@ -98,14 +134,14 @@ MAX_TOKENS = 100_000_000  # no model reads or writes more tokens in one request
 DIST_KEYS = ("dist", "value", "min", "max", "mean", "std")
 
 
-def _did_you_mean(key: str, known: Any) -> str:
+def _did_you_mean(key: str, known: Iterable[str]) -> str:
     import difflib
 
     near = difflib.get_close_matches(key, sorted(known), n=1)
     return f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(sorted(known))}"
 
 
-def _tokens(v: Any, where: str, lo: int = 1) -> int:
+def _tokens(v: object, where: str, lo: int = 1) -> int:
     """A token length: a whole number from `lo` to MAX_TOKENS (an integral float such as 1024.0 is accepted)."""
     return _count(v, where, lo)
 
@@ -114,7 +150,7 @@ def _noun(unit: str) -> str:
     return "token lengths" if unit == "tokens" else f"numbers of {unit}"
 
 
-def _count(v: Any, where: str, lo: int = 1, unit: str = "tokens") -> int:
+def _count(v: object, where: str, lo: int = 1, unit: str = "tokens") -> int:
     """A whole number of `unit` from `lo` to MAX_TOKENS (an integral float such as 1024.0 is accepted)."""
     if isinstance(v, float) and v.is_integer():
         v = int(v)
@@ -128,7 +164,7 @@ def _count(v: Any, where: str, lo: int = 1, unit: str = "tokens") -> int:
     return v
 
 
-def _real(v: Any, where: str) -> float:
+def _real(v: object, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise ServescopeError(f"{where}: must be a finite number, at least 0")
     return float(v)
@@ -164,7 +200,7 @@ class SecondsDist:
             return f"{self.min:g}-{self.max:g} s (uniform)"
         return f"N({self.mean:g}, {self.std:g}) s in [{self.min:g}, {self.max:g}]"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> DistTable:
         if self.dist == "fixed":
             return {"dist": "fixed", "value": self.value}
         if self.dist == "uniform":
@@ -172,7 +208,7 @@ class SecondsDist:
         return {"dist": "normal", "mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
 
     @classmethod
-    def parse(cls, raw: Any, where: str) -> SecondsDist:
+    def parse(cls, raw: object, where: str) -> SecondsDist:
         if isinstance(raw, (int, float)) and not isinstance(raw, bool):
             raw = {"dist": "fixed", "value": raw}
         if not isinstance(raw, dict):
@@ -300,8 +336,8 @@ class Workload:
                     f"calls x tool result {self.tool_result_tokens.describe()} / out {out}{pause} (agent{think})")
         return f"in {inp} / out {out} ({self.api}{pre}{think}{ds})"
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
+    def to_dict(self) -> WorkloadTable:
+        d: WorkloadTable = {
             "name": self.name,
             "api": self.api,
             "input_tokens": self.input_tokens.to_dict(),
@@ -316,20 +352,19 @@ class Workload:
         if self.ramp_s:
             d["ramp"] = f"{self.ramp_s:g}s"
         if self.kind == "conversation":
-            d.update(kind=self.kind, turns=self.turns.to_dict(), think_time_s=self.think_time_s.to_dict())
+            d["kind"], d["turns"], d["think_time_s"] = self.kind, self.turns.to_dict(), self.think_time_s.to_dict()
         elif self.kind == "agent":
-            d.update(kind=self.kind, context_tokens=self.context_tokens, calls=self.calls.to_dict(),
-                     tool_result_tokens=self.tool_result_tokens.to_dict(), think_time_s=self.think_time_s.to_dict())
+            d["kind"], d["context_tokens"], d["calls"] = self.kind, self.context_tokens, self.calls.to_dict()
+            d["tool_result_tokens"], d["think_time_s"] = self.tool_result_tokens.to_dict(), self.think_time_s.to_dict()
         if self.kind == "agent":  # its shared context is context_tokens, and it reads no dataset
             del d["prefix_tokens"], d["dataset"]
         if self.kind == "trace":  # the lengths and times are the trace's
-            for k in ("input_tokens", "output_tokens", "prefix_tokens", "dataset"):
-                del d[k]
-            d.update(kind="trace", trace=self.trace, format=self.trace_format, time_scale=self.time_scale)
+            del d["input_tokens"], d["output_tokens"], d["prefix_tokens"], d["dataset"]
+            d["kind"], d["trace"], d["format"], d["time_scale"] = "trace", self.trace, self.trace_format, self.time_scale
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "workload") -> Workload:
+    def from_dict(cls, d: Mapping[str, object], where: str = "workload") -> Workload:
         """A workload table (TOML) -> Workload; any bad key or value is a ServescopeError naming it."""
         if not isinstance(d, dict):
             raise ServescopeError(f"{where}: a workload must be a table (name = ..., input_tokens = ...)")
@@ -465,7 +500,21 @@ _KIND_KEYS = {"turns": ("conversation",), "think_time_s": ("conversation", "agen
 AGENT_CONTEXT = 16384  # an agent's shared context when the TOML does not say
 
 
-def _kind(d: dict[str, Any], where: str) -> str:
+class _KindFields(TypedDict, total=False):
+    """The Workload fields only some kinds (and a ramp) set, as keyword arguments."""
+
+    trace: str
+    trace_format: str
+    time_scale: float
+    think_time_s: SecondsDist
+    turns: LengthDist
+    calls: LengthDist
+    context_tokens: int
+    tool_result_tokens: LengthDist
+    ramp_s: float
+
+
+def _kind(d: Mapping[str, object], where: str) -> str:
     kind = d.get("kind", "single")
     if kind not in KINDS:
         shown = repr(kind) if isinstance(kind, str) else type(kind).__name__
@@ -480,14 +529,14 @@ def _kind(d: dict[str, Any], where: str) -> str:
     return str(kind)
 
 
-def _ramp(raw: Any, where: str) -> float:
+def _ramp(raw: object, where: str) -> float:
     """A workload's `ramp = "10s"` (or seconds as a number): above 0, at most a day."""
     from servescope.core.arrivals import parse_seconds
 
     return parse_seconds(raw, where)
 
 
-def _trace_keys(d: dict[str, Any], where: str) -> dict[str, Any]:
+def _trace_keys(d: Mapping[str, object], where: str) -> _KindFields:
     """The Workload fields of a trace's keys: the file (read and checked later, by `check`), its format and
     how its times are scaled."""
     path = d.get("trace")
@@ -505,16 +554,19 @@ def _trace_keys(d: dict[str, Any], where: str) -> dict[str, Any]:
     return {"trace": path, "trace_format": str(fmt), "time_scale": float(scale)}
 
 
-def _multi_turn(d: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+def _multi_turn(d: Mapping[str, object], kind: str, where: str) -> _KindFields:
     """The Workload fields of a conversation's or an agent's keys (none for a single-turn workload)."""
     if kind == "single":
         return {}
-    out: dict[str, Any] = {"think_time_s": SecondsDist.parse(d.get("think_time_s", 0), f"{where}: think_time_s")}
+    out: _KindFields = {"think_time_s": SecondsDist.parse(d.get("think_time_s", 0), f"{where}: think_time_s")}
     rounds = "turns" if kind == "conversation" else "calls"
     dist = LengthDist.parse(d.get(rounds, 5 if kind == "conversation" else 8), f"{where}: {rounds}", unit=rounds)
     if dist.upper > MAX_TURNS:
         raise ServescopeError(f"{where}: {rounds} ({dist.upper}) must be at most {MAX_TURNS:,}")
-    out[rounds] = dist
+    if kind == "conversation":
+        out["turns"] = dist
+    else:
+        out["calls"] = dist
     if kind == "agent":
         out["context_tokens"] = _tokens(d.get("context_tokens", AGENT_CONTEXT), f"{where}: context_tokens", lo=0)
         out["tool_result_tokens"] = LengthDist.parse(d.get("tool_result_tokens", {"dist": "uniform", "min": 100,
@@ -601,7 +653,7 @@ def load_toml(path: str | Path) -> list[Workload]:
     return out
 
 
-def parse_toml(text: str, filename: str) -> dict[str, Any]:
+def parse_toml(text: str, filename: str) -> dict[str, object]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -643,7 +695,7 @@ def resolve(names: str | list[str]) -> list[Workload]:
     return out
 
 
-def from_saved(d: dict[str, Any]) -> Workload:
+def from_saved(d: Mapping[str, object]) -> Workload:
     """A workload as a session recorded it: presets come back with their defaults."""
     name = d.get("name", "")
     if d.get("source") == "preset":
