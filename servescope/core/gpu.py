@@ -16,31 +16,64 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
+
+from servescope.core.results import GpuStat, GpuWindow
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["GPU_COLUMNS", "GpuInfo", "GpuSampler", "describe_gpus", "list_gpus"]
+__all__ = ["GPU_COLUMNS", "GpuInfo", "GpuSampler", "Nvml", "describe_gpus", "list_gpus"]
 
 GPU_COLUMNS: tuple[str, ...] = ("mem_used_gib", "mem_total_gib", "util_pct", "power_w", "sm_clock_mhz",
                                 "temp_c", "energy_j")
 _GIB = float(1 << 30)
 
 
-def _import_pynvml() -> Any:
+class _MemoryInfo(Protocol):
+    @property
+    def used(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+
+
+class _Utilization(Protocol):
+    @property
+    def gpu(self) -> int: ...
+
+
+class Nvml(Protocol):
+    """The part of pynvml servescope calls (tests pass a fake); a device handle is opaque."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int, /) -> object: ...
+    def nvmlDeviceGetName(self, handle: object, /) -> str | bytes: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: object, /) -> _MemoryInfo: ...
+    def nvmlDeviceGetUtilizationRates(self, handle: object, /) -> _Utilization: ...
+    def nvmlDeviceGetPowerUsage(self, handle: object, /) -> int: ...
+    def nvmlDeviceGetClockInfo(self, handle: object, clock: int, /) -> int: ...
+    def nvmlDeviceGetTemperature(self, handle: object, sensor: int, /) -> int: ...
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: object, /) -> int: ...
+
+
+def _import_pynvml() -> Nvml:
     with warnings.catch_warnings():  # the `pynvml` shim over nvidia-ml-py warns that it is deprecated
         warnings.simplefilter("ignore")
         import pynvml
 
-    return pynvml
+    nv: Nvml = pynvml  # an untyped module: Nvml is what servescope calls of it
+    return nv
 
 
-def _enumerate(nv: Any, indices: Sequence[int] | None = None) -> list[tuple[int, str, Any]]:
+def _enumerate(nv: Nvml, indices: Sequence[int] | None = None) -> list[tuple[int, str, object]]:
     """(index, name, handle) of the GPUs NVML sees (all, or those of `indices`); NVML already initialised."""
     count = int(nv.nvmlDeviceGetCount())
     wanted = list(range(count)) if indices is None else [i for i in indices if 0 <= i < count]
-    out: list[tuple[int, str, Any]] = []
+    out: list[tuple[int, str, object]] = []
     for i in wanted:
         h = nv.nvmlDeviceGetHandleByIndex(i)
         name = nv.nvmlDeviceGetName(h)
@@ -59,7 +92,7 @@ class GpuInfo:
         return f"{self.index}: {self.name}{mem}"
 
 
-def list_gpus(nvml: Any = None) -> list[GpuInfo]:
+def list_gpus(nvml: Nvml | None = None) -> list[GpuInfo]:
     """The GPUs NVML sees on this machine ([] without NVML or GPU). `nvml`: a pynvml-like object (tests)."""
     try:
         nv = nvml if nvml is not None else _import_pynvml()
@@ -82,7 +115,7 @@ def list_gpus(nvml: Any = None) -> list[GpuInfo]:
             nv.nvmlShutdown()
 
 
-def describe_gpus(nvml: Any = None) -> list[str]:
+def describe_gpus(nvml: Nvml | None = None) -> list[str]:
     """`list_gpus()` as lines: "0: NVIDIA H200 (140 GiB)"."""
     return [g.describe() for g in list_gpus(nvml)]
 
@@ -95,7 +128,7 @@ class GpuSampler:
     functions (tests pass a fake); `clock` returns perf_counter_ns-compatible stamps.
     """
 
-    def __init__(self, interval_s: float = 1.0, nvml: Any = None, indices: Sequence[int] | None = None,
+    def __init__(self, interval_s: float = 1.0, nvml: Nvml | None = None, indices: Sequence[int] | None = None,
                  clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.interval_s = float(interval_s)
         self.clock = clock
@@ -103,8 +136,8 @@ class GpuSampler:
         self.reason = ""
         self.names: list[str] = []
         self.indices: list[int] = []
-        self._handles: list[Any] = []
-        self._nvml: Any = None
+        self._handles: list[object] = []
+        self._nvml: Nvml | None = None
         self.t_ns: array[int] = array("q")
         self.gpu: array[int] = array("b")
         self.cols: dict[str, array[float]] = {c: array("d") for c in GPU_COLUMNS}
@@ -143,9 +176,9 @@ class GpuSampler:
     # --- sampling -------------------------------------------------------------------------------------
     def sample_once(self) -> None:
         """Read every GPU once (a field the GPU does not support stays NaN). No-op without NVML."""
-        if not self.available:
-            return
         nv = self._nvml
+        if not self.available or nv is None:
+            return
         t = self.clock()
         readings: list[list[float]] = []
         for h in self._handles:
@@ -218,7 +251,7 @@ class GpuSampler:
             with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
 
-    def latest(self, seen: int = 0) -> tuple[int, list[dict[str, Any]] | None]:
+    def latest(self, seen: int = 0) -> tuple[int, list[dict[str, float]] | None]:
         """(rows so far, the newest reading of every GPU as dicts of GPU_COLUMNS plus `gpu` (its NVML index),
         or None when there is no row beyond `seen`): for live panels."""
         with self._lock:
@@ -236,7 +269,7 @@ class GpuSampler:
 
         with self._lock:
             gpus = self.gpu.tolist()
-            data: dict[str, Any] = {
+            data: dict[str, pl.Series] = {
                 "t_ns": pl.Series("t_ns", self.t_ns.tolist(), dtype=pl.Int64),
                 "gpu": pl.Series("gpu", gpus, dtype=pl.Int8),
                 "gpu_index": pl.Series("gpu_index", [self.indices[g] for g in gpus], dtype=pl.Int16),
@@ -285,7 +318,7 @@ class GpuSampler:
         return joules, (b - a) / 1e9
 
     def window_summary(self, t0_ns: int, t1_ns: int, output_tokens: int = 0,
-                       price_usd_per_kwh: float | None = None) -> dict[str, Any]:
+                       price_usd_per_kwh: float | None = None) -> GpuWindow:
         """GPU figures for one window (all GPUs together unless said per GPU):
 
         energy_wh = sum over GPUs of the trapezoid integral of power over [t0, t1] / 3600;
@@ -293,38 +326,17 @@ class GpuSampler:
         cost_usd_per_1m_output_tokens = wh_per_1m_output_tokens / 1000 x price_usd_per_kwh.
         """
         duration = max(0, t1_ns - t0_ns) / 1e9
-        out: dict[str, Any] = {
-            "available": self.available,
-            "reason": self.reason or None,
-            "gpus": len(self._handles),
-            "names": list(self.names),
-            "duration_s": duration,
-            "samples": 0,
-            "energy_wh": None,
-            "energy_coverage": None,
-            "energy_wh_counter": None,
-            "output_tokens": output_tokens,
-            "wh_per_1m_output_tokens": None,
-            "price_usd_per_kwh": price_usd_per_kwh,
-            "cost_usd_per_1m_output_tokens": None,
-            "mem_used_gib_peak": None,
-            "mem_total_gib": None,
-            "util_pct_mean": None,
-            "power_w_mean": None,
-            "power_w_peak": None,
-            "sm_clock_mhz_mean": None,
-            "temp_c_max": None,
-            "per_gpu": [],
-        }
+        empty = GpuWindow(available=self.available, reason=self.reason or None, gpus=len(self._handles),
+                          names=list(self.names), duration_s=duration, output_tokens=output_tokens,
+                          price_usd_per_kwh=price_usd_per_kwh)
         if not self.available:
-            return out
+            return empty
         with self._lock:
             lo = bisect_left(self.t_ns, t0_ns)
             hi = bisect_right(self.t_ns, t1_ns)
             gpu = self.gpu[lo:hi].tolist()
             t_in = self.t_ns[lo:hi].tolist()
             win = {c: self.cols[c][lo:hi].tolist() for c in GPU_COLUMNS}
-        out["samples"] = len(set(t_in))
 
         def vals(col: str, g: int | None = None) -> list[float]:
             return [v for v, k in zip(win[col], gpu, strict=True) if (g is None or k == g) and not math.isnan(v)]
@@ -342,20 +354,14 @@ class GpuSampler:
                     d[c] = d.get(c, 0.0) + v
         mem_tot = [d["mem_used_gib"] for d in by_t.values() if "mem_used_gib" in d]
         pow_tot = [d["power_w"] for d in by_t.values() if "power_w" in d]
-        out["mem_used_gib_peak"] = max(mem_tot) if mem_tot else None
         totals = [max(vals("mem_total_gib", g), default=0.0) for g in range(len(self._handles))]
-        out["mem_total_gib"] = sum(totals) if any(totals) else None
-        out["util_pct_mean"] = mean(vals("util_pct"))
-        out["power_w_mean"] = mean(pow_tot)
-        out["power_w_peak"] = max(pow_tot) if pow_tot else None
-        out["sm_clock_mhz_mean"] = mean(vals("sm_clock_mhz"))
         temps = vals("temp_c")
-        out["temp_c_max"] = max(temps) if temps else None
 
         energy_j = 0.0
         covered: list[float] = []
         counter_j: float | None = 0.0
         any_energy = False
+        per_gpu: list[GpuStat] = []
         for g in range(len(self._handles)):
             j, secs = self._energy_j(g, t0_ns, t1_ns)
             e_counter = vals("energy_j", g)
@@ -368,28 +374,44 @@ class GpuSampler:
                 any_energy = True
                 energy_j += j
                 covered.append(secs)
-            out["per_gpu"].append({
-                "index": self.indices[g],
-                "name": self.names[g],
-                "energy_wh": j / 3600.0 if j is not None else None,
-                "mem_used_gib_peak": max(vals("mem_used_gib", g), default=None),
-                "mem_total_gib": totals[g] or None,
-                "util_pct_mean": mean(vals("util_pct", g)),
-                "power_w_mean": mean(vals("power_w", g)),
-                "temp_c_max": max(vals("temp_c", g), default=None),
-            })
+            per_gpu.append(GpuStat(
+                index=self.indices[g],
+                name=self.names[g],
+                energy_wh=j / 3600.0 if j is not None else None,
+                mem_used_gib_peak=max(vals("mem_used_gib", g), default=None),
+                mem_total_gib=totals[g] or None,
+                util_pct_mean=mean(vals("util_pct", g)),
+                power_w_mean=mean(vals("power_w", g)),
+                temp_c_max=max(vals("temp_c", g), default=None),
+            ))
+        wh: float | None = None
+        per_m: float | None = None
+        cost: float | None = None
+        coverage: float | None = None
         if any_energy:
             wh = energy_j / 3600.0
-            out["energy_wh"] = wh
-            out["energy_coverage"] = (min(covered) / duration) if duration > 0 and covered else None
+            coverage = (min(covered) / duration) if duration > 0 and covered else None
             if output_tokens > 0:
                 per_m = wh / output_tokens * 1e6
-                out["wh_per_1m_output_tokens"] = per_m
                 if price_usd_per_kwh is not None:
-                    out["cost_usd_per_1m_output_tokens"] = per_m / 1000.0 * price_usd_per_kwh
-        if counter_j is not None and len(self._handles):
-            out["energy_wh_counter"] = counter_j / 3600.0
-        return out
+                    cost = per_m / 1000.0 * price_usd_per_kwh
+        return msgspec.structs.replace(
+            empty,
+            samples=len(set(t_in)),
+            energy_wh=wh,
+            energy_coverage=coverage,
+            energy_wh_counter=counter_j / 3600.0 if counter_j is not None and len(self._handles) else None,
+            wh_per_1m_output_tokens=per_m,
+            cost_usd_per_1m_output_tokens=cost,
+            mem_used_gib_peak=max(mem_tot) if mem_tot else None,
+            mem_total_gib=sum(totals) if any(totals) else None,
+            util_pct_mean=mean(vals("util_pct")),
+            power_w_mean=mean(pow_tot),
+            power_w_peak=max(pow_tot) if pow_tot else None,
+            sm_clock_mhz_mean=mean(vals("sm_clock_mhz")),
+            temp_c_max=max(temps) if temps else None,
+            per_gpu=per_gpu,
+        )
 
 
 def _err_text(e: BaseException) -> str:

@@ -18,11 +18,11 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from servescope.core.gpu import GPU_COLUMNS, GpuInfo, GpuSampler, describe_gpus, list_gpus
 from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_parsed
-from servescope.core.results import ServerWindow
+from servescope.core.results import ServerWindow, TelemetryWindow
 
 if TYPE_CHECKING:
     import httpx
@@ -216,7 +216,7 @@ class MetricsSampler:
 
     # compact columns, row by row
     @property
-    def rows(self) -> dict[str, array[Any]]:
+    def rows(self) -> dict[str, array[int] | array[float]]:
         return {"t_ns": self.t_ns, **self.cols}
 
     def __len__(self) -> int:
@@ -293,12 +293,12 @@ class MetricsSampler:
 
         # the sampler may be appending a sample on its own thread meanwhile: take the rows complete in every column
         n = min([len(self.t_ns), *(len(a) for a in self.cols.values())])
-        data: dict[str, Any] = {"t_ns": pl.Series("t_ns", self.t_ns[:n].tolist(), dtype=pl.Int64)}
+        data: dict[str, pl.Series] = {"t_ns": pl.Series("t_ns", self.t_ns[:n].tolist(), dtype=pl.Int64)}
         for c, arr in self.cols.items():
             data[c] = pl.Series(c, arr[:n].tolist(), dtype=pl.Float64).fill_nan(None)
         return pl.DataFrame(data)
 
-    def window_summary(self, t0_ns: int, t1_ns: int) -> dict[str, Any]:
+    def window_summary(self, t0_ns: int, t1_ns: int) -> TelemetryWindow:
         """What the server reported between t0 and t1 (perf_counter_ns stamps).
 
         Gauges (KV usage, running, waiting) use the samples inside the window. Counters and histogram
@@ -311,44 +311,51 @@ class MetricsSampler:
         hi = bisect_right(t, t1_ns)
         base = lo - 1 if lo > 0 else lo
         failures = bisect_right(self.failure_t_ns, t1_ns) - bisect_left(self.failure_t_ns, t0_ns)
-        out: dict[str, Any] = {
-            "available": bool(self.available),
-            "reason": self.reason or None,
-            "samples": hi - lo,
-            "scrape_failures": failures,
-        }
 
         def inside(col: str) -> list[float]:
             return [v for v in self.cols[col][lo:hi] if not math.isnan(v)]
 
-        kv = inside("kv_cache_usage_perc")
-        out["kv_cache_usage_peak"] = max(kv) if kv else None
-        out["kv_cache_usage_mean"] = sum(kv) / len(kv) if kv else None
-        for col, key in (("num_requests_running", "running"), ("num_requests_waiting", "waiting")):
-            vals = inside(col)
-            out[f"{key}_mean"] = sum(vals) / len(vals) if vals else None
-            out[f"{key}_max"] = max(vals) if vals else None
+        def mean(vals: list[float]) -> float | None:
+            return sum(vals) / len(vals) if vals else None
 
         def inc(col: str) -> float | None:
             if hi - base < 2:
                 return None
             return _increase(self.cols[col][base:hi])
 
-        out["preemptions"] = inc("num_preemptions_total")
-        out["prompt_tokens"] = inc("prompt_tokens_total")
-        out["generation_tokens"] = inc("generation_tokens_total")
-        out["requests_success"] = inc("request_success_total")
-        q = inc("prefix_cache_queries_total")
-        h = inc("prefix_cache_hits_total")
-        out["prefix_cache_queries"] = q
-        out["prefix_cache_hits"] = h
-        out["prefix_cache_hit_rate"] = (h / q) if q and h is not None else None
-        for name in HISTOGRAMS:
+        def hist_ms(name: str) -> float | None:
             s = inc(f"{name}_seconds_sum")
             n = inc(f"{name}_seconds_count")
-            out[f"{name}_ms_mean"] = (s / n * 1000.0) if s is not None and n else None
-        return out
+            return (s / n * 1000.0) if s is not None and n else None
 
+        kv = inside("kv_cache_usage_perc")
+        running = inside("num_requests_running")
+        waiting = inside("num_requests_waiting")
+        q = inc("prefix_cache_queries_total")
+        h = inc("prefix_cache_hits_total")
+        return TelemetryWindow(
+            available=bool(self.available),
+            reason=self.reason or None,
+            samples=hi - lo,
+            scrape_failures=failures,
+            kv_cache_usage_peak=max(kv) if kv else None,
+            kv_cache_usage_mean=mean(kv),
+            running_mean=mean(running),
+            running_max=max(running) if running else None,
+            waiting_mean=mean(waiting),
+            waiting_max=max(waiting) if waiting else None,
+            preemptions=inc("num_preemptions_total"),
+            prompt_tokens=inc("prompt_tokens_total"),
+            generation_tokens=inc("generation_tokens_total"),
+            requests_success=inc("request_success_total"),
+            prefix_cache_queries=q,
+            prefix_cache_hits=h,
+            prefix_cache_hit_rate=(h / q) if q and h is not None else None,
+            ttft_ms_mean=hist_ms("ttft"),
+            itl_ms_mean=hist_ms("itl"),
+            e2e_ms_mean=hist_ms("e2e"),
+            queue_ms_mean=hist_ms("queue"),
+        )
 
 
 # --------------------------------------------------------------------------------------------------------

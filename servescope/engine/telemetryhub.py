@@ -174,9 +174,9 @@ class TelemetryHub:
     async def window(self, t0_ns: int, t1_ns: int, output_tokens: int) -> CellWindows:
         tele = gpu = None
         if self.sampler is not None and self.sampler.available:
-            tele = TelemetryWindow.from_dict(await self.bg.sync(self.sampler.window_summary, t0_ns, t1_ns))
+            tele = await self.bg.sync(self.sampler.window_summary, t0_ns, t1_ns)
         if self.gpu is not None:
-            gpu = GpuWindow.from_dict(self.gpu.window_summary(t0_ns, t1_ns, output_tokens, self.price))
+            gpu = self.gpu.window_summary(t0_ns, t1_ns, output_tokens, self.price)
         return CellWindows(tele, gpu)
 
     def save(self, session_dir: Path) -> None:

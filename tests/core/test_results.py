@@ -53,7 +53,7 @@ def _full() -> dict[str, Any]:
     server = server_delta(before, after)
     assert server is not None
     s["server"] = server.to_dict()
-    s["telemetry"] = MetricsSampler(None, 1.0).window_summary(0, 10)  # type: ignore[arg-type]
+    s["telemetry"] = MetricsSampler(None, 1.0).window_summary(0, 10).to_dict()  # type: ignore[arg-type]
     s["gpu"] = _gpu()
     return s
 

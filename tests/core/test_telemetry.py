@@ -65,8 +65,8 @@ async def test_metrics_sampler_against_sim() -> None:
             seen = len(s)
             await _until(lambda: len(s) > seen)  # ... and after it
             await s.stop()
-            before = s.window_summary(0, t0 - 1)
-            cell = s.window_summary(t0, t1)
+            before = s.window_summary(0, t0 - 1).to_dict()
+            cell = s.window_summary(t0, t1).to_dict()
             budget = s.kv_budget()
 
     df = s.frame()
@@ -216,7 +216,7 @@ async def test_window_deltas_restart_and_failures() -> None:
             await s.sample_now()
         t1 = time.perf_counter_ns()
     assert s.available and s.failures == 1 and len(s) == 4
-    w = s.window_summary(t0, t1)
+    w = s.window_summary(t0, t1).to_dict()
     assert w["samples"] == 3 and w["scrape_failures"] == 1
     assert w["kv_cache_usage_peak"] == 0.9
     assert w["kv_cache_usage_mean"] == pytest.approx((0.5 + 0.9 + 0.2) / 3)
@@ -232,7 +232,7 @@ async def test_window_deltas_restart_and_failures() -> None:
     assert w["e2e_ms_mean"] is None  # the old server has no e2e histogram
     df = s.frame()
     assert df["e2e_seconds_sum"].null_count() == df.height
-    empty = s.window_summary(t1 + 1, t1 + 10)
+    empty = s.window_summary(t1 + 1, t1 + 10).to_dict()
     assert empty["samples"] == 0 and empty["kv_cache_usage_peak"] is None and empty["requests_success"] is None
 
 
@@ -246,7 +246,7 @@ async def test_server_without_metrics_is_unavailable_not_an_error() -> None:
     assert s.available is False and "HTTP 404" in s.reason
     assert calls[0] == 1  # it does not keep polling a server that has no /metrics
     assert s.frame().height == 0
-    w = s.window_summary(0, time.perf_counter_ns())
+    w = s.window_summary(0, time.perf_counter_ns()).to_dict()
     assert w["available"] is False and w["reason"] and w["samples"] == 0 and w["ttft_ms_mean"] is None
 
 
@@ -397,7 +397,7 @@ def test_gpu_energy_constant_power_exact() -> None:
     for sec in range(11):  # samples at 0..10 s
         clock.at(sec)
         g.sample_once()
-    w = g.window_summary(int(2.5 * S), int(7.5 * S), output_tokens=1000, price_usd_per_kwh=0.20)
+    w = g.window_summary(int(2.5 * S), int(7.5 * S), output_tokens=1000, price_usd_per_kwh=0.20).to_dict()
     # 2 GPUs x 300 W x 5 s = 3000 J = 0.8333 Wh
     assert w["energy_wh"] == pytest.approx(3000 / 3600, rel=1e-12)
     assert w["energy_coverage"] == pytest.approx(1.0)
@@ -410,9 +410,9 @@ def test_gpu_energy_constant_power_exact() -> None:
     assert w["gpus"] == 2 and w["samples"] == 5  # 3, 4, 5, 6, 7 s
     assert [p["energy_wh"] for p in w["per_gpu"]] == pytest.approx([1500 / 3600] * 2)
     assert w["per_gpu"][0]["mem_used_gib_peak"] == 80.0
-    nothing_priced = g.window_summary(int(2.5 * S), int(7.5 * S), output_tokens=1000, price_usd_per_kwh=None)
+    nothing_priced = g.window_summary(int(2.5 * S), int(7.5 * S), output_tokens=1000, price_usd_per_kwh=None).to_dict()
     assert nothing_priced["cost_usd_per_1m_output_tokens"] is None and nothing_priced["wh_per_1m_output_tokens"]
-    no_tokens = g.window_summary(int(2.5 * S), int(7.5 * S), output_tokens=0)
+    no_tokens = g.window_summary(int(2.5 * S), int(7.5 * S), output_tokens=0).to_dict()
     assert no_tokens["wh_per_1m_output_tokens"] is None and no_tokens["energy_wh"] == pytest.approx(3000 / 3600)
 
 
@@ -424,12 +424,12 @@ def test_gpu_energy_trapezoid_of_a_ramp_and_missing_fields() -> None:
         nv.power_mw[0] = (sec + 1) * 100_000
         clock.at(sec)
         g.sample_once()
-    w = g.window_summary(0, 4 * S, output_tokens=2_000_000, price_usd_per_kwh=0.5)
+    w = g.window_summary(0, 4 * S, output_tokens=2_000_000, price_usd_per_kwh=0.5).to_dict()
     # the integral of a linear ramp from 100 to 500 W over 4 s is 1200 J
     assert w["energy_wh"] == pytest.approx(1200 / 3600)
     assert w["wh_per_1m_output_tokens"] == pytest.approx(1200 / 3600 / 2)
     # window ends between samples are interpolated: 0.5..1.5 s -> mean of 150..250 W for 1 s
-    assert g.window_summary(S // 2, 3 * S // 2)["energy_wh"] == pytest.approx(200 / 3600)
+    assert g.window_summary(S // 2, 3 * S // 2).to_dict()["energy_wh"] == pytest.approx(200 / 3600)
     assert w["mem_used_gib_peak"] is None  # unified memory: NVML says Not Supported
     assert g.errors >= 5
     df = g.frame()
@@ -443,7 +443,7 @@ def test_gpu_window_past_the_samples_is_partly_covered() -> None:
         clock.at(sec)
         g.sample_once()
     # samples end at 2 s; the reading is held for 2 intervals (to 4 s), not beyond
-    w = g.window_summary(0, 10 * S, output_tokens=10)
+    w = g.window_summary(0, 10 * S, output_tokens=10).to_dict()
     assert w["energy_wh"] == pytest.approx(600 * 4 / 3600)
     assert w["energy_coverage"] == pytest.approx(0.4)
 
@@ -466,12 +466,12 @@ def test_gpu_sampler_thread_with_fake() -> None:
     assert len(ts) == df.height // 2 and all(b > a for a, b in zip(ts, ts[1:], strict=False))  # both GPUs per reading
     # 2 x 300 W over the span of the readings, exactly: the thread's readings are integrated as written
     first, last = ts[0], ts[-1]
-    w = g.window_summary(first, last, output_tokens=100)
+    w = g.window_summary(first, last, output_tokens=100).to_dict()
     assert w["energy_coverage"] == pytest.approx(1.0)
     assert w["energy_wh"] == pytest.approx(600 * (last - first) / 1e9 / 3600, rel=1e-9)
     # the caller's own window: start() and stop() each take a reading, so it is covered but for the moments
     # between its stamps and theirs (a busy host may stretch those beyond the 2 intervals a reading is held)
-    outer = g.window_summary(t0, t1, output_tokens=100)
+    outer = g.window_summary(t0, t1, output_tokens=100).to_dict()
     assert t0 < first and last < t1 and 0 < outer["energy_coverage"] <= 1
     assert outer["energy_wh"] == pytest.approx(600 * outer["duration_s"] * outer["energy_coverage"] / 3600, rel=1e-9)
 
@@ -504,7 +504,7 @@ def test_absent_nvml_for_real() -> None:
     g.close()
     assert g.frame().height == 0
     assert set(g.frame().columns) >= {"t_ns", "gpu", "power_w", "mem_used_gib"}
-    w = g.window_summary(0, 10 * S, output_tokens=1000, price_usd_per_kwh=0.3)
+    w = g.window_summary(0, 10 * S, output_tokens=1000, price_usd_per_kwh=0.3).to_dict()
     assert w["available"] is False and w["reason"] == g.reason
     assert w["energy_wh"] is None and w["cost_usd_per_1m_output_tokens"] is None and w["gpus"] == 0
 
