@@ -25,7 +25,8 @@ import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from servescope.core.results import ClientHealth, LoopLag
 
@@ -53,9 +54,29 @@ def _pct(sorted_vals: Sequence[float], q: float) -> float:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
-def lag_summary(lags_ms: Sequence[float]) -> dict[str, float]:
+def lag_summary(lags_ms: Sequence[float]) -> LoopLag:
     s = sorted(lags_ms)
-    return {"p50": _pct(s, 0.5), "p99": _pct(s, 0.99), "max": s[-1] if s else 0.0}
+    return LoopLag(p50=_pct(s, 0.5), p99=_pct(s, 0.99), max=s[-1] if s else 0.0)
+
+
+class ClientPart(msgspec.Struct, kw_only=True, frozen=True):
+    """One process's measure of itself over a cell's measured part (`ClientProbe.part`), or several joined
+    (`merge_client`): what crosses from a worker process or Ray actor to the driver, pickled. Its raw lag
+    samples travel too, so parts merge exactly. None where not measured: a part of only a Ray actor's placement
+    (`nodes`, `clock_error_ms`) measured nothing."""
+
+    loop_lag_ms: LoopLag | None = None
+    cpu_s: float | None = None
+    wall_s: float | None = None
+    cpu_util: float | None = None
+    loop_cpu_s: float | None = None  # the event loop's own thread's CPU time
+    cpu_wait_s: float | None = None
+    cpu_wait_share: float | None = None
+    workers: int = 1
+    lag_samples: list[float] = msgspec.field(default_factory=list)
+    nodes: dict[str, int] | None = None  # Ray: node -> requests
+    clock_error_ms: float | None = None  # Ray: the bound on the actors' clocks' offset
+    start_skew_ms: float | None = None  # several workers: how far the last one started after t0
 
 
 def run_queue_wait_s() -> float | None:
@@ -70,8 +91,7 @@ def run_queue_wait_s() -> float | None:
 
 class ClientProbe:
     """Measures this process while a cell's load runs on the current event loop: `start()` then `stop()`.
-    `stop()` returns the part: {"loop_lag_ms": {p50, p99, max}, "cpu_s", "wall_s", "cpu_util", "workers": 1,
-    "lag_samples"} (its raw lag samples travel too, so parts merge exactly)."""
+    `stop()` returns its `ClientPart`."""
 
     def __init__(self, period_s: float = LAG_PERIOD_S) -> None:
         self.period_s = period_s
@@ -115,60 +135,57 @@ class ClientProbe:
         if self._loop is not None:
             self._handle = self._loop.call_later(max(0.0, self._due - time.perf_counter()), self._tick)
 
-    async def stop(self) -> dict[str, Any]:
+    async def stop(self) -> ClientPart:
         self.close()
         return self.part()
 
-    def part(self) -> dict[str, Any]:
+    def part(self) -> ClientPart:
         """Call it on the loop's thread (`loop_cpu_s` is that thread's own CPU time)."""
         cpu = time.process_time() - self._cpu0
         loop_cpu = time.thread_time() - self._thread0
         wait1 = run_queue_wait_s()
         wall = max(1e-9, time.perf_counter() - self._wall0)
         wait = max(0.0, wait1 - self._wait0) if wait1 is not None and self._wait0 is not None else None
-        return {"loop_lag_ms": lag_summary(self.lags), "cpu_s": cpu, "wall_s": wall, "cpu_util": cpu / wall,
-                "loop_cpu_s": loop_cpu, "cpu_wait_s": wait, "cpu_wait_share": wait / wall if wait is not None else None,
-                "workers": 1, "lag_samples": list(self.lags)}
+        return ClientPart(loop_lag_ms=lag_summary(self.lags), cpu_s=cpu, wall_s=wall, cpu_util=cpu / wall,
+                          loop_cpu_s=loop_cpu, cpu_wait_s=wait, cpu_wait_share=wait / wall if wait is not None else None,
+                          workers=1, lag_samples=list(self.lags))
 
 
-def merge_client(parts: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
+def merge_client(parts: Sequence[ClientPart | None]) -> ClientPart | None:
     """One cell's client figure from its workers' parts: loop lag over every worker's samples, CPU of the
     busiest worker (`cpu_util`, the one that saturates first) and of all together (`cpu_s`), `workers` summed;
     `nodes` (Ray: node -> requests) summed when present."""
-    got = [p for p in parts if p]
+    got = [p for p in parts if p is not None]
     if not got:
         return None
     if len(got) == 1:
-        return dict(got[0])
+        return got[0]
     lags: list[float] = []
     for p in got:
-        lags.extend(p.get("lag_samples") or [])
-    out: dict[str, Any] = {
-        "loop_lag_ms": lag_summary(lags) if lags else max((p["loop_lag_ms"] for p in got), key=lambda d: d["p99"]),
-        "cpu_s": sum(float(p.get("cpu_s") or 0.0) for p in got),
-        "wall_s": max(float(p.get("wall_s") or 0.0) for p in got),
-        "cpu_util": max(float(p.get("cpu_util") or 0.0) for p in got),
-        "cpu_wait_share": max((float(p["cpu_wait_share"]) for p in got if p.get("cpu_wait_share") is not None),
-                              default=None),
-        "loop_cpu_s": sum(float(p.get("loop_cpu_s") or 0.0) for p in got),
-        "workers": sum(int(p.get("workers") or 1) for p in got),
-        "lag_samples": lags,
-    }
+        lags.extend(p.lag_samples)
+    measured = [p.loop_lag_ms for p in got if p.loop_lag_ms is not None]
+    out = ClientPart(
+        loop_lag_ms=lag_summary(lags) if lags else max(measured, key=lambda d: d.p99 or 0.0, default=None),
+        cpu_s=sum(p.cpu_s or 0.0 for p in got),
+        wall_s=max(p.wall_s or 0.0 for p in got),
+        cpu_util=max(p.cpu_util or 0.0 for p in got),
+        cpu_wait_share=max((p.cpu_wait_share for p in got if p.cpu_wait_share is not None), default=None),
+        loop_cpu_s=sum(p.loop_cpu_s or 0.0 for p in got),
+        workers=sum(p.workers or 1 for p in got),
+        lag_samples=lags,
+    )
     return add_placement(out, got)
 
 
-def add_placement(out: dict[str, Any], parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def add_placement(out: ClientPart, parts: Sequence[ClientPart]) -> ClientPart:
     """`out` with the parts' Ray placement: `nodes` (node -> requests) summed, the worst `clock_error_ms`."""
     nodes: dict[str, int] = {}
     for p in parts:
-        for k, v in (p.get("nodes") or {}).items():
-            nodes[k] = nodes.get(k, 0) + int(v)
-    if nodes:
-        out["nodes"] = nodes
-    bounds = [float(p["clock_error_ms"]) for p in parts if p.get("clock_error_ms") is not None]
-    if bounds:
-        out["clock_error_ms"] = max(bounds)
-    return out
+        for k, v in (p.nodes or {}).items():
+            nodes[k] = nodes.get(k, 0) + v
+    bounds = [p.clock_error_ms for p in parts if p.clock_error_ms is not None]
+    return msgspec.structs.replace(out, nodes=nodes or out.nodes,
+                                   clock_error_ms=max(bounds) if bounds else out.clock_error_ms)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -178,7 +195,7 @@ def add_placement(out: dict[str, Any], parts: Sequence[dict[str, Any]]) -> dict[
 VERDICTS = ("ok", "strained", "bound")
 
 
-def _num(v: Any) -> float | None:
+def _num(v: float | None) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     f = float(v)
@@ -192,7 +209,7 @@ def _grade(value: float | None, limits: tuple[float, float]) -> int:
     return 2 if value > limits[1] else 1 if value > limits[0] else 0
 
 
-def judge_client(part: dict[str, Any] | None, send_late_p99_ms: float | None = None,
+def judge_client(part: ClientPart | None, send_late_p99_ms: float | None = None,
                  bunched_share: float | None = None) -> ClientHealth | None:
     """The cell's `client` entry from its merged probe part (`merge_client`) and two figures from its records:
     `send_late_p99_ms` (an uncapped open loop's sends after their schedule, p99; None for a closed loop or a
@@ -200,14 +217,14 @@ def judge_client(part: dict[str, Any] | None, send_late_p99_ms: float | None = N
     nanosecond as the request's previous one). Each figure is graded against its thresholds (`strained` past
     the first, `bound` past the second); the verdict is the worst grade, and each figure past a threshold
     gives one reason naming it and the threshold. None when there is no part (a cell that did not run)."""
-    if not part:
+    if part is None:
         return None
-    lag = part.get("loop_lag_ms") or {}
-    lag_ms = {k: _num(lag.get(k)) for k in ("p50", "p99", "max")}
-    cpu = _num(part.get("cpu_util"))
-    wait = _num(part.get("cpu_wait_share"))
+    lag = part.loop_lag_ms or LoopLag()
+    lag_ms = LoopLag(p50=_num(lag.p50), p99=_num(lag.p99), max=_num(lag.max))
+    cpu = _num(part.cpu_util)
+    wait = _num(part.cpu_wait_share)
     demand = None if cpu is None else cpu + (wait or 0.0)
-    workers = int(_num(part.get("workers")) or 1)
+    workers = part.workers or 1
     late = _num(send_late_p99_ms)
     bunched = _num(bunched_share)
 
@@ -219,7 +236,7 @@ def judge_client(part: dict[str, Any] | None, send_late_p99_ms: float | None = N
 
     checks = (
         (demand, CPU_UTIL, cpu_reason),
-        (lag_ms["p99"], LOOP_LAG_P99_MS, lambda v, t, w: f"event-loop lag p99 {v:.1f} ms ({w} above {t:g} ms)"),
+        (lag_ms.p99, LOOP_LAG_P99_MS, lambda v, t, w: f"event-loop lag p99 {v:.1f} ms ({w} above {t:g} ms)"),
         (late, SEND_LATE_P99_MS, lambda v, t, w: f"sends late against their schedule p99 {v:.1f} ms ({w} above {t:g} ms)"),
         (bunched, BUNCHED_SHARE,
          lambda v, t, w: f"{v * 100:.0f}% of tokens read together with the previous one ({w} above {t * 100:.0f}%)"),
@@ -233,19 +250,19 @@ def judge_client(part: dict[str, Any] | None, send_late_p99_ms: float | None = N
         grade = max(grade, g)
     return ClientHealth(
         verdict=VERDICTS[grade],
-        loop_lag_ms=LoopLag(**lag_ms),
+        loop_lag_ms=lag_ms,
         cpu_util=cpu,
         workers=workers,
         reasons=reasons,
         cpu_wait_share=wait,
-        cpu_s=_num(part.get("cpu_s")),
-        wall_s=_num(part.get("wall_s")),
-        loop_cpu_s=_num(part.get("loop_cpu_s")),
+        cpu_s=_num(part.cpu_s),
+        wall_s=_num(part.wall_s),
+        loop_cpu_s=_num(part.loop_cpu_s),
         bunched_share=bunched,
         send_late_p99_ms=late,
-        nodes={str(k): int(v) for k, v in part["nodes"].items()} if part.get("nodes") else None,
-        clock_error_ms=_num(part.get("clock_error_ms")),
-        start_skew_ms=_num(part.get("start_skew_ms")),  # several workers: the last one's start after the common t0
+        nodes=dict(part.nodes) if part.nodes else None,
+        clock_error_ms=_num(part.clock_error_ms),
+        start_skew_ms=_num(part.start_skew_ms),  # several workers: the last one's start after the common t0
     )
 
 

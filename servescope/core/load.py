@@ -19,7 +19,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
@@ -27,7 +26,7 @@ from servescope.core.arrivals import RateShape, Step, pattern_label, send_times
 from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
 from servescope.core.conversation import Conversation, Pool, conversations, converse, is_multi_turn
 from servescope.core.errors import ServescopeError
-from servescope.core.health import ClientProbe
+from servescope.core.health import ClientPart, ClientProbe
 from servescope.core.records import RequestRecord
 
 _perf = time.perf_counter_ns
@@ -120,9 +119,9 @@ class CellRun:
     end_ns: int  # last measured request ended
     stopped: str = ""  # why it ended early ("" when it ran to its limit)
     ramp_end_ns: int = 0  # requests scheduled before this were sent during the ramp (0: the cell had none)
-    # the client's own health over the measured part (core.health.ClientProbe's part: a plain dict, so a
-    # worker process's CellRun pickles; core.health.merge_client joins several)
-    client: dict[str, Any] | None = None
+    # the client's own health over the measured part (core.health.ClientProbe's part; core.health.merge_client
+    # joins several workers')
+    client: ClientPart | None = None
 
 
 def cell_connections(load: Load, requests: int | None, warmup: int = 0) -> int:
@@ -459,8 +458,8 @@ async def _talk_open(http, opts, pool: Pool, load: Load, limits: Limits, on_reco
 async def _wait_or_stop(tasks: list[asyncio.Task[None]], control: CellControl) -> None:
     if not tasks:
         return
-    stopper: asyncio.Task[Any] = asyncio.create_task(control.stop.wait())
-    pending: set[asyncio.Task[Any]] = set(tasks)
+    stopper: asyncio.Task[object] = asyncio.create_task(control.stop.wait())  # results unread: only done or not
+    pending: set[asyncio.Task[object]] = set(tasks)
     try:
         while pending:
             done, pending = await asyncio.wait(pending | {stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -17,17 +17,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Protocol, TypeVar
+
+import msgspec
 
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.errors import ServescopeError
+from servescope.core.health import ClientPart
 from servescope.core.load import CellControl, CellRun, Limits, Load
 from servescope.core.records import RequestRecord
-from servescope.core.workers import BATCH_S, Share, WorkerLoop, drive, merge_parts, split_cell
+from servescope.core.workers import (
+    BATCH_S,
+    Dead,
+    Done,
+    DriverMsg,
+    Failed,
+    Go,
+    Recs,
+    Share,
+    WorkerLoop,
+    WorkerMsg,
+    drive,
+    merge_parts,
+    split_cell,
+)
 
 __all__ = ["RAY_INSTALL", "clock_offset", "node_keys", "pick_nodes", "run_cell_ray", "shift_record"]
 
@@ -37,8 +56,31 @@ PLACE_TIMEOUT_S = 120.0  # an actor not placed by then (no node with a free CPU)
 
 _perf = time.perf_counter_ns
 
+T_co = TypeVar("T_co", covariant=True)
 
-def _import_ray() -> Any:
+
+class _Method(Protocol[T_co]):
+    """An actor's method as Ray hands it to the driver: `.remote(...)` gives an awaitable of its result."""
+
+    def remote(self, *args: object) -> Awaitable[T_co]: ...
+
+
+class _Actor(Protocol):
+    """The driver's handle of a `LoadActor` (Ray types neither the handle's methods nor `.remote`)."""
+
+    @property
+    def where(self) -> _Method[tuple[str, str]]: ...
+    @property
+    def now(self) -> _Method[int]: ...
+    @property
+    def start(self) -> _Method[None]: ...
+    @property
+    def tell(self) -> _Method[None]: ...
+    @property
+    def poll(self) -> _Method[list[WorkerMsg]]: ...
+
+
+def _import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -64,20 +106,22 @@ def shift_record(rec: RequestRecord, offset_ns: int) -> RequestRecord:
     return rec
 
 
-def pick_nodes(alive: Sequence[dict[str, Any]], wanted: Sequence[str]) -> list[str]:
+def pick_nodes(alive: Sequence[Mapping[str, object]], wanted: Sequence[str]) -> list[str]:
     """Node IDs for `--ray-nodes` (IPs or node IDs, a unique prefix of an ID will do), in the order given; an
-    IP several nodes share names all of them. One-line error naming the cluster's nodes for one not found."""
+    IP several nodes share names all of them. One-line error naming the cluster's nodes for one not found.
+    `alive`: `ray.nodes()`'s entries of live nodes."""
+    nodes = [(str(n["NodeID"]), n.get("NodeManagerAddress")) for n in alive]
     out: list[str] = []
     for w in (x.strip() for x in wanted):
         if not w:
             continue
-        ids = [n["NodeID"] for n in alive if n["NodeID"] == w or n.get("NodeManagerAddress") == w]
+        ids = [nid for nid, ip in nodes if nid == w or ip == w]
         if not ids:
-            ids = [n["NodeID"] for n in alive if len(w) >= 6 and n["NodeID"].startswith(w)]
+            ids = [nid for nid, _ in nodes if len(w) >= 6 and nid.startswith(w)]
             if len(ids) > 1:
                 raise ServescopeError(f"--ray-nodes: {w!r} is the start of several node IDs; give more of it")
         if not ids:
-            have = ", ".join(f"{n.get('NodeManagerAddress')} ({n['NodeID'][:12]})" for n in alive) or "none"
+            have = ", ".join(f"{ip} ({nid[:12]})" for nid, ip in nodes) or "none"
             raise ServescopeError(f"--ray-nodes: no live node {w!r} in the Ray cluster; its nodes: {have}")
         out.extend(i for i in ids if i not in out)
     return out
@@ -97,11 +141,11 @@ class LoadActor:
 
     def __init__(self, share: Share, opts: ClientOptions, seed: int) -> None:
         self.lock = threading.Lock()
-        self.out: list[tuple[Any, ...]] = []
+        self.out: list[WorkerMsg] = []
         self.worker = WorkerLoop(share, opts, seed, self._send)
         self.thread: threading.Thread | None = None
 
-    def _send(self, msg: tuple[Any, ...]) -> None:
+    def _send(self, msg: WorkerMsg) -> None:
         with self.lock:
             self.out.append(msg)
 
@@ -121,19 +165,19 @@ class LoadActor:
         try:
             self.worker.run()
         except BaseException as e:  # the driver hears of it as this worker's failure
-            self._send(("error", f"{type(e).__name__}: {e}"))
+            self._send(Failed(f"{type(e).__name__}: {e}"))
 
-    def tell(self, msg: tuple[Any, ...]) -> None:
+    def tell(self, msg: DriverMsg) -> None:
         self.worker.deliver(msg)
 
-    def poll(self) -> list[tuple[Any, ...]]:
+    def poll(self) -> list[WorkerMsg]:
         with self.lock:
             out, self.out = self.out, []
         return out
 
 
 class _ActorChannel:
-    def __init__(self, k: int, actor: Any, node: str, offset_ns: int, error_ns: int) -> None:
+    def __init__(self, k: int, actor: _Actor, node: str, offset_ns: int, error_ns: int) -> None:
         self.k = k
         self.actor = actor
         self.label = f"Ray node {node}"
@@ -142,26 +186,27 @@ class _ActorChannel:
         self.error_ns = error_ns
         self.finished = False
 
-    def send(self, msg: tuple[Any, ...]) -> None:
-        if msg[0] == "go":
-            msg = ("go", int(msg[1]) + self.offset_ns)  # the driver's t0 in the actor's clock
+    def send(self, msg: DriverMsg) -> None:
+        if isinstance(msg, Go):
+            msg = Go(msg.t0_ns + self.offset_ns)  # the driver's t0 in the actor's clock
         with contextlib.suppress(Exception):
             self.actor.tell.remote(msg)
 
-    def inward(self, msg: tuple[Any, ...]) -> tuple[Any, ...]:
+    def inward(self, msg: WorkerMsg) -> WorkerMsg:
         """An actor's message with its stamps in the driver's clock."""
-        if msg[0] == "recs":
-            return ("recs", [shift_record(r, self.offset_ns) for r in msg[1]])
-        if msg[0] == "done":
-            d = dict(msg[1])
-            for key in ("start_ns", "end_ns", "ramp_end_ns"):
-                if d.get(key):
-                    d[key] = int(d[key]) - self.offset_ns
-            return ("done", d)
+        if isinstance(msg, Recs):
+            return Recs([shift_record(r, self.offset_ns) for r in msg.records])
+        if isinstance(msg, Done):
+
+            def shift(ns: int) -> int:
+                return ns - self.offset_ns if ns else ns  # 0: not taken
+
+            return dataclasses.replace(msg, start_ns=shift(msg.start_ns), end_ns=shift(msg.end_ns),
+                                       ramp_end_ns=shift(msg.ramp_end_ns))
         return msg
 
 
-async def _poll(channels: Sequence[_ActorChannel], inbox: asyncio.Queue[tuple[int, tuple[Any, ...]]]) -> None:
+async def _poll(channels: Sequence[_ActorChannel], inbox: asyncio.Queue[tuple[int, WorkerMsg]]) -> None:
     """Every BATCH_S, each actor's messages into the inbox; an actor that cannot be reached is dead."""
     while not all(ch.finished for ch in channels):
         for ch in channels:
@@ -171,16 +216,16 @@ async def _poll(channels: Sequence[_ActorChannel], inbox: asyncio.Queue[tuple[in
                 msgs = await ch.actor.poll.remote()
             except Exception as e:
                 ch.finished = True
-                inbox.put_nowait((ch.k, ("dead", f"{type(e).__name__}: {str(e).strip() or 'no reason given'}")))
+                inbox.put_nowait((ch.k, Dead(f"{type(e).__name__}: {str(e).strip() or 'no reason given'}")))
                 continue
             for m in msgs:
-                if m[0] in ("done", "error"):
+                if isinstance(m, (Done, Failed)):
                     ch.finished = True
                 inbox.put_nowait((ch.k, ch.inward(m)))
         await asyncio.sleep(BATCH_S)
 
 
-async def _measure_clock(actor: Any) -> tuple[int, int]:
+async def _measure_clock(actor: _Actor) -> tuple[int, int]:
     exchanges = []
     for _ in range(CLOCK_EXCHANGES):
         t_send = _perf()
@@ -189,7 +234,7 @@ async def _measure_clock(actor: Any) -> tuple[int, int]:
     return clock_offset(exchanges)
 
 
-def _connect(ray: Any, address: str) -> None:
+def _connect(ray: ModuleType, address: str) -> None:
     if ray.is_initialized():
         return
     try:
@@ -226,9 +271,9 @@ async def run_cell_ray(
     n = workers if workers > 1 else len(pinned) or len(alive) or 1
     shares = split_cell(specs, load, limits, n, seed)
     remote_cls = ray.remote(LoadActor)
-    actors = []
+    actors: list[_Actor] = []
     for s in shares:
-        strategy: Any = NodeAffinitySchedulingStrategy(pinned[s.k % len(pinned)], soft=False) if pinned else "SPREAD"
+        strategy: NodeAffinitySchedulingStrategy | str = NodeAffinitySchedulingStrategy(pinned[s.k % len(pinned)], soft=False) if pinned else "SPREAD"
         actors.append(remote_cls.options(num_cpus=num_cpus, max_concurrency=4, scheduling_strategy=strategy,
                                          name=None).remote(s, opts, seed))
     poller: asyncio.Task[None] | None = None
@@ -251,7 +296,7 @@ async def run_cell_ray(
         def on_batch(k: int, batch: list[RequestRecord]) -> None:
             counts[k] += len(batch)
 
-        inbox: asyncio.Queue[tuple[int, tuple[Any, ...]]] = asyncio.Queue()
+        inbox: asyncio.Queue[tuple[int, WorkerMsg]] = asyncio.Queue()
         await asyncio.gather(*(a.start.remote() for a in actors))
         poller = asyncio.create_task(_poll(channels, inbox))
         worst_rtt_s = max(2 * e for _, e in clocks) / 1e9
@@ -264,13 +309,13 @@ async def run_cell_ray(
         for a in actors:
             with contextlib.suppress(Exception):
                 ray.kill(a)
-    out = []
+    out: list[ClientPart | None] = []
     for k, part in enumerate(parts):
         ch = channels[k]
-        out.append({**(part or {}), "nodes": {ch.node: counts[k]}, "clock_error_ms": ch.error_ns / 1e6})
+        out.append(msgspec.structs.replace(part or ClientPart(), nodes={ch.node: counts[k]},
+                                           clock_error_ms=ch.error_ns / 1e6))
     client = merge_parts(out, len(shares))
     if client is not None:
-        if skew_ms is not None:
-            client["start_skew_ms"] = skew_ms  # the latest actor's measured part began this long after t0
-        run.client = client
+        # the latest actor's measured part began this long after t0
+        run.client = msgspec.structs.replace(client, start_skew_ms=skew_ms) if skew_ms is not None else client
     return run

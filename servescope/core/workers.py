@@ -37,16 +37,23 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from servescope.core.arrivals import send_times
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.conversation import is_multi_turn
 from servescope.core.errors import ServescopeError
-from servescope.core.health import add_placement, merge_client
+from servescope.core.health import ClientPart, add_placement, merge_client
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
 from servescope.core.records import RequestRecord
 from servescope.core.workercount import Workers
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import ForkServerContext, SpawnContext
+    from multiprocessing.process import BaseProcess
 
 __all__ = ["Share", "auto_workers", "drive", "open_schedule", "resolve_workers", "run_cell_workers", "split_cell"]
 
@@ -222,14 +229,83 @@ def _share(k: int, n: int, load: Load, users: int | None, duration_s: float | No
 
 # --- the worker's side: run in a spawned process (here) or in a Ray actor (core.rayworkers) ------------------
 
-Send = Callable[[tuple[Any, ...]], None]
+# the messages between the driver and a worker (pickled over a pipe, or through Ray)
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The worker's warmup is done."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recs:
+    """Records the worker finished since its last batch."""
+
+    records: list[RequestRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """The worker ended the cell itself (every request failing): a stop, else a drain."""
+
+    stop: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The worker's share is done: its run's stamps (in its clock), its record count and its client part."""
+
+    start_ns: int
+    end_ns: int
+    stopped: str
+    ramp_end_ns: int
+    records: int
+    start_late_ns: int | None  # its measured part began this long after t0 (None: it never got `Go`)
+    client: ClientPart | None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The worker failed (one line): its last message."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    """The driver's own note that a worker went away without a last message."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Go:
+    """Start the measured part at t0, in the worker's clock."""
+
+    t0_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    reason: str
+
+
+WorkerMsg = Ready | Recs | End | Done | Failed | Dead
+DriverMsg = Go | Drain | Stop
+Send = Callable[[WorkerMsg], None]
 
 
 class WorkerLoop:
     """One worker: runs its share with `run_cell` on an event loop of its own. Messages out through `send`:
-    ("ready",) when its warmup is done, ("recs", [records]) every BATCH_S, ("end", "stop"|"drain", reason) when
-    it ended the cell itself, ("done", {...}) or ("error", text) last. Messages in through `deliver` (any
-    thread): ("go", t0_ns) in this process's clock, ("drain", reason), ("stop", reason)."""
+    `Ready` when its warmup is done, `Recs` every BATCH_S, `End` when it ended the cell itself, `Done` or
+    `Failed` last. Messages in through `deliver` (any thread): `Go` (t0 in this process's clock), `Drain`,
+    `Stop`."""
 
     def __init__(self, share: Share, opts: ClientOptions, seed: int, send: Send) -> None:
         self.share = share
@@ -240,12 +316,12 @@ class WorkerLoop:
         self.control: CellControl | None = None
         self.go: asyncio.Event | None = None
         self.t0 = 0
-        self.early: list[tuple[Any, ...]] = []  # delivered before the loop ran
+        self.early: list[DriverMsg] = []  # delivered before the loop ran
         self.lock = threading.Lock()
         self.told: set[str] = set()  # "drain", "stop": the cell's end that came from the driver
         self.pending: list[RequestRecord] = []
 
-    def deliver(self, msg: tuple[Any, ...]) -> None:
+    def deliver(self, msg: DriverMsg) -> None:
         with self.lock:
             if self.loop is None:
                 self.early.append(msg)
@@ -254,18 +330,17 @@ class WorkerLoop:
         with contextlib.suppress(RuntimeError):  # the loop already closed: the worker is done
             loop.call_soon_threadsafe(self._handle, msg)
 
-    def _handle(self, msg: tuple[Any, ...]) -> None:
+    def _handle(self, msg: DriverMsg) -> None:
         assert self.control is not None and self.go is not None
-        kind = msg[0]
-        if kind == "go":
-            self.t0 = int(msg[1])
+        if isinstance(msg, Go):
+            self.t0 = msg.t0_ns
             self.go.set()
-        elif kind in ("drain", "stop"):
-            self.told |= {"drain", "stop"} if kind == "stop" else {"drain"}
-            if kind == "stop":
-                self.control.request_stop(str(msg[1]))
-            else:
-                self.control.request_drain(str(msg[1]))
+        elif isinstance(msg, Stop):
+            self.told |= {"drain", "stop"}
+            self.control.request_stop(msg.reason)
+        else:
+            self.told |= {"drain"}
+            self.control.request_drain(msg.reason)
 
     def run(self) -> None:
         """Blocks until the share is done (its own event loop)."""
@@ -286,23 +361,22 @@ class WorkerLoop:
             run = await run_cell(self.opts, list(s.specs), s.load, s.limits, self._on_record, self.control,
                                  seed=self.seed, before_measured=self._before_measured)
         except Exception as e:  # one line for the driver; the traceback is of no use to a user
-            self.send(("error", f"{type(e).__name__}: {e}" if not isinstance(e, ServescopeError) else str(e)))
+            self.send(Failed(f"{type(e).__name__}: {e}" if not isinstance(e, ServescopeError) else str(e)))
             return
         finally:
             flusher.cancel()
             watcher.cancel()
             await asyncio.gather(flusher, watcher, return_exceptions=True)
         self._flush()
-        self.send(("done", {"start_ns": run.start_ns, "end_ns": run.end_ns, "stopped": run.stopped,
-                            "ramp_end_ns": run.ramp_end_ns, "records": len(run.records),
-                            "start_late_ns": run.start_ns - self.t0 if self.t0 else None,
-                            "client": run.client}))
+        self.send(Done(start_ns=run.start_ns, end_ns=run.end_ns, stopped=run.stopped, ramp_end_ns=run.ramp_end_ns,
+                       records=len(run.records), start_late_ns=run.start_ns - self.t0 if self.t0 else None,
+                       client=run.client))
 
     async def _before_measured(self) -> None:
         assert self.control is not None and self.go is not None
         gc.collect()  # the collection run_cell makes before the measured part then has (almost) nothing to do:
         gc.freeze()  # every worker starts at t0, not t0 plus its own collection (run_cell unfreezes at the end)
-        self.send(("ready",))
+        self.send(Ready())
         drained = asyncio.create_task(self.control.drain.wait())
         went = asyncio.create_task(self.go.wait())
         await asyncio.wait({drained, went}, return_when=asyncio.FIRST_COMPLETED)
@@ -321,7 +395,7 @@ class WorkerLoop:
     def _flush(self) -> None:
         if self.pending:
             batch, self.pending = self.pending, []
-            self.send(("recs", batch))
+            self.send(Recs(batch))
 
     async def _flush_every(self) -> None:
         while True:
@@ -333,11 +407,11 @@ class WorkerLoop:
         assert self.control is not None
         await self.control.drain.wait()
         if "drain" not in self.told:
-            self.send(("end", "stop" if self.control.stop.is_set() else "drain", self.control.reason))
+            self.send(End(self.control.stop.is_set(), self.control.reason))
         if not self.control.stop.is_set():
             await self.control.stop.wait()
             if "stop" not in self.told:
-                self.send(("end", "stop", self.control.reason))
+                self.send(End(True, self.control.reason))
 
 
 # --- the driver's side --------------------------------------------------------------------------------------
@@ -348,63 +422,63 @@ class Channel(Protocol):
 
     label: str
 
-    def send(self, msg: tuple[Any, ...]) -> None: ...
+    def send(self, msg: DriverMsg) -> None: ...
 
 
 async def drive(
     shares: Sequence[Share],
     channels: Sequence[Channel],
-    inbox: asyncio.Queue[tuple[int, tuple[Any, ...]]],
+    inbox: asyncio.Queue[tuple[int, WorkerMsg]],
     on_record: Callable[[RequestRecord], None] | None,
     control: CellControl,
     before_measured: Callable[[], Awaitable[None]] | None,
     margin_s: float = START_MARGIN_S,
     on_batch: Callable[[int, list[RequestRecord]], None] | None = None,
-) -> tuple[CellRun, list[dict[str, Any] | None], float | None]:
+) -> tuple[CellRun, list[ClientPart | None], float | None]:
     """Run the workers' cell from their messages (`inbox`: (worker, message); a worker that died sends
-    ("dead", why)): records to `on_record`, the warmup barrier and the common start, the cell's control both
+    `Dead`): records to `on_record`, the warmup barrier and the common start, the cell's control both
     ways. Returns the merged run, each worker's client part and how far the latest worker started its measured
     part after t0 (ms; None: none started). A worker's error or death stops the others and raises
     ServescopeError (one line)."""
     n = len(shares)
     ready: set[int] = set()
-    done: dict[int, dict[str, Any]] = {}
+    done: dict[int, Done] = {}
+    finished: set[int] = set()  # done, failed or dead
     got: dict[int, int] = dict.fromkeys(range(n), 0)
     records: list[RequestRecord] = []
     went = False
     told_drain = told_stop = False
     failure = ""
 
-    def broadcast(msg: tuple[Any, ...]) -> None:
+    def broadcast(msg: DriverMsg) -> None:
         for k, ch in enumerate(channels):
-            if k not in done:
+            if k not in finished:
                 with contextlib.suppress(Exception):
                     ch.send(msg)
 
-    while len(done) < n:
+    while len(finished) < n:
         if control.drain.is_set() and not told_drain:
             told_drain = True
-            broadcast(("stop" if control.stop.is_set() else "drain", control.reason))
+            broadcast(Stop(control.reason) if control.stop.is_set() else Drain(control.reason))
             told_stop = control.stop.is_set()
         if control.stop.is_set() and not told_stop:
             told_stop = True
-            broadcast(("stop", control.reason))
-        if not went and len(ready) + len(done) == n:
+            broadcast(Stop(control.reason))
+        if not went and len(ready) + len(finished) == n:
             went = True
             if not control.ended and before_measured is not None:
                 await before_measured()
             t0 = _perf() + int(margin_s * 1e9)
             for k in ready:
-                if k not in done:
-                    channels[k].send(("go", t0))
+                if k not in finished:
+                    channels[k].send(Go(t0))
             continue
         try:
             k, msg = await asyncio.wait_for(inbox.get(), timeout=0.05)
         except TimeoutError:
             continue
-        kind = msg[0]
-        if kind == "recs":
-            batch: list[RequestRecord] = msg[1]
+        if isinstance(msg, Recs):
+            batch = msg.records
             got[k] += len(batch)
             if on_batch is not None:
                 on_batch(k, batch)
@@ -413,52 +487,55 @@ async def drive(
                 records.append(rec)
                 if on_record is not None:
                     on_record(rec)
-        elif kind == "ready":
+        elif isinstance(msg, Ready):
             ready.add(k)
-        elif kind == "end":
-            if msg[1] == "stop":
-                control.request_stop(str(msg[2]))
+        elif isinstance(msg, End):
+            if msg.stop:
+                control.request_stop(msg.reason)
             else:
-                control.request_drain(str(msg[2]))
-        elif kind == "done":
-            done[k] = msg[1]
-        elif kind in ("error", "dead"):
-            failure = f"load worker {k + 1} of {n} ({channels[k].label}) {'failed' if kind == 'error' else 'died'}: " \
-                      f"{str(msg[1]).splitlines()[0] if str(msg[1]).strip() else 'no reason given'}"
-            done[k] = {}
+                control.request_drain(msg.reason)
+        elif isinstance(msg, Done):
+            done[k] = msg
+            finished.add(k)
+        else:
+            why = msg.text if isinstance(msg, Failed) else msg.why
+            failure = f"load worker {k + 1} of {n} ({channels[k].label}) " \
+                      f"{'failed' if isinstance(msg, Failed) else 'died'}: " \
+                      f"{why.splitlines()[0] if why.strip() else 'no reason given'}"
+            finished.add(k)
             control.request_stop(failure)
-            broadcast(("stop", failure))
+            broadcast(Stop(failure))
             told_drain = told_stop = True
     if failure:
         raise ServescopeError(failure)
-    lost = [k for k in range(n) if done[k].get("records", got[k]) != got[k]]
+    lost = [k for k in range(n) if done[k].records != got[k]]
     if lost:
         raise ServescopeError(f"load worker {lost[0] + 1} of {n} lost records on the way back")
-    parts = [done[k].get("client") for k in range(n)]
-    starts = [int(d["start_ns"]) for d in done.values()]
-    ramps = [int(d.get("ramp_end_ns") or 0) for d in done.values() if d.get("ramp_end_ns")]
+    parts = [done[k].client for k in range(n)]
+    starts = [d.start_ns for d in done.values()]
+    ramps = [d.ramp_end_ns for d in done.values() if d.ramp_end_ns]
     ends = [r.end_ns for r in records]
-    run = CellRun(records, min(starts), max(ends, default=max(int(d["end_ns"]) for d in done.values())),
-                  next((str(d["stopped"]) for d in done.values() if d.get("stopped")), ""), min(ramps, default=0))
-    late = [float(d["start_late_ns"]) / 1e6 for d in done.values() if d.get("start_late_ns") is not None]
+    run = CellRun(records, min(starts), max(ends, default=max(d.end_ns for d in done.values())),
+                  next((d.stopped for d in done.values() if d.stopped), ""), min(ramps, default=0))
+    late = [d.start_late_ns / 1e6 for d in done.values() if d.start_late_ns is not None]
     return run, parts, max(late, default=None)
 
 
-def merge_parts(parts: Sequence[dict[str, Any] | None], workers: int) -> dict[str, Any] | None:
+def merge_parts(parts: Sequence[ClientPart | None], workers: int) -> ClientPart | None:
     """The cell's client figure: `health.merge_client` of the workers' parts; when the workers measured no
     loop lag (parts of only `nodes` and `clock_error_ms`), those summed (and the bound's worst) alone."""
-    got = [p for p in parts if p]
+    got = [p for p in parts if p is not None]
     if not got:
         return None
-    if all("loop_lag_ms" in p for p in got):
+    if all(p.loop_lag_ms is not None for p in got):
         return merge_client(got)
-    return add_placement({"workers": workers}, got)
+    return add_placement(ClientPart(workers=workers), got)
 
 
 # --- local processes ----------------------------------------------------------------------------------------
 
 
-def _child(conn: Any, share: Share, opts: ClientOptions, seed: int) -> None:
+def _child(conn: Connection[WorkerMsg, DriverMsg], share: Share, opts: ClientOptions, seed: int) -> None:
     """A spawned worker process: its share, driven over `conn`. Ctrl-C is the parent's to handle (it drains or
     stops the workers); the parent gone (the pipe closed) stops the cell. Nothing it prints reaches the
     terminal (the app may be drawing there): what it has to say goes over `conn`."""
@@ -469,7 +546,7 @@ def _child(conn: Any, share: Share, opts: ClientOptions, seed: int) -> None:
     os.close(devnull)
     wlock = threading.Lock()
 
-    def send(msg: tuple[Any, ...]) -> None:
+    def send(msg: WorkerMsg) -> None:
         with wlock, contextlib.suppress(OSError, ValueError):
             conn.send(msg)
 
@@ -480,7 +557,7 @@ def _child(conn: Any, share: Share, opts: ClientOptions, seed: int) -> None:
             try:
                 msg = conn.recv()
             except (EOFError, OSError):
-                worker.deliver(("stop", "the driving process went away"))
+                worker.deliver(Stop("the driving process went away"))
                 return
             worker.deliver(msg)
 
@@ -491,19 +568,19 @@ def _child(conn: Any, share: Share, opts: ClientOptions, seed: int) -> None:
 
 
 class _Pipe:
-    def __init__(self, k: int, conn: Any, proc: Any) -> None:
+    def __init__(self, k: int, conn: Connection[DriverMsg, WorkerMsg], proc: BaseProcess) -> None:
         self.label = f"pid {proc.pid}"
         self.conn = conn
         self.proc = proc
         self.k = k
 
-    def send(self, msg: tuple[Any, ...]) -> None:
+    def send(self, msg: DriverMsg) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.conn.send(msg)
 
 
-def _reader(pipe: _Pipe, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[tuple[int, tuple[Any, ...]]]) -> None:
-    """Worker -> driver messages, until the pipe closes; a close before "done" reports the worker dead."""
+def _reader(pipe: _Pipe, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[tuple[int, WorkerMsg]]) -> None:
+    """Worker -> driver messages, until the pipe closes; a close before `Done` reports the worker dead."""
     finished = False
     while True:
         try:
@@ -511,8 +588,8 @@ def _reader(pipe: _Pipe, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[t
         except (EOFError, OSError):
             break
         except Exception as e:  # a message that does not unpickle
-            msg = ("error", f"a message did not arrive intact ({type(e).__name__}: {e})")
-        if msg[0] in ("done", "error"):
+            msg = Failed(f"a message did not arrive intact ({type(e).__name__}: {e})")
+        if isinstance(msg, (Done, Failed)):
             finished = True
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(inbox.put_nowait, (pipe.k, msg))
@@ -523,7 +600,7 @@ def _reader(pipe: _Pipe, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[t
     why = f"exit code {code}" if code is not None and code >= 0 else \
         f"killed by signal {-code}" if code is not None else "its pipe closed"
     with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(inbox.put_nowait, (pipe.k, ("dead", why)))
+        loop.call_soon_threadsafe(inbox.put_nowait, (pipe.k, Dead(why)))
 
 
 async def _reap(pipes: Sequence[_Pipe], grace_s: float = 5.0) -> None:
@@ -546,7 +623,7 @@ async def _reap(pipes: Sequence[_Pipe], grace_s: float = 5.0) -> None:
                 p.conn.close()
 
 
-def _context() -> Any:
+def _context() -> ForkServerContext | SpawnContext:
     """Fresh interpreters for the workers, never a fork of this one (its threads, the app, open sockets):
     "forkserver" where there is one, with this module preloaded, so a cell's workers start in milliseconds
     after the first (and the program's own __main__ is never run again in them); else "spawn"."""
@@ -576,7 +653,7 @@ async def run_cell_workers(
                               before_measured=before_measured)
     ctx = _context()
     loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue[tuple[int, tuple[Any, ...]]] = asyncio.Queue()
+    inbox: asyncio.Queue[tuple[int, WorkerMsg]] = asyncio.Queue()
     pipes: list[_Pipe] = []
     try:
         for s in shares:
@@ -592,13 +669,12 @@ async def run_cell_workers(
         run, parts, skew_ms = await drive(shares, pipes, inbox, on_record, control, before_measured)
     except BaseException:
         for p in pipes:
-            p.send(("stop", "the cell was interrupted"))
+            p.send(Stop("the cell was interrupted"))
         raise
     finally:
         await _reap(pipes)
     client = merge_parts(parts, len(shares))
     if client is not None:
-        if skew_ms is not None:
-            client["start_skew_ms"] = skew_ms  # the latest worker's measured part began this long after t0
-        run.client = client
+        # the latest worker's measured part began this long after t0
+        run.client = msgspec.structs.replace(client, start_skew_ms=skew_ms) if skew_ms is not None else client
     return run

@@ -185,7 +185,7 @@ async def _measured(cell: Coroutine[Any, Any, CellRun]) -> tuple[CellRun, float]
         run = await cell
     finally:
         part = await probe.stop()
-    return run, float(part["loop_lag_ms"]["max"])
+    return run, float(part.loop_lag_ms.max)
 
 
 async def test_an_open_loop_ramps_its_rate(fake_stream: list[RequestRecord]) -> None:

@@ -10,6 +10,7 @@ from array import array
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 
 from servescope.core import health
@@ -19,6 +20,7 @@ from servescope.core.health import (
     LAG_PERIOD_S,
     LOOP_LAG_P99_MS,
     SEND_LATE_P99_MS,
+    ClientPart,
     ClientProbe,
     client_text,
     judge_client,
@@ -30,10 +32,10 @@ from servescope.core.results import CellResult, ClientHealth, LoopLag
 from tests.sessions.conftest import CellSpec, _records
 
 
-def part(cpu: float = 0.2, p99: float = 1.0, wait: float | None = 0.0, **kw: Any) -> dict[str, Any]:
-    return {"loop_lag_ms": {"p50": 0.5, "p99": p99, "max": p99 * 2}, "cpu_s": cpu * 10, "wall_s": 10.0,
-            "cpu_util": cpu, "cpu_wait_share": wait, "loop_cpu_s": cpu * 9, "workers": 1,
-            "lag_samples": [0.5] * 98 + [p99, p99 * 2], **kw}
+def part(cpu: float = 0.2, p99: float = 1.0, wait: float | None = 0.0, **kw: Any) -> ClientPart:
+    return msgspec.convert({"loop_lag_ms": {"p50": 0.5, "p99": p99, "max": p99 * 2}, "cpu_s": cpu * 10,
+                            "wall_s": 10.0, "cpu_util": cpu, "cpu_wait_share": wait, "loop_cpu_s": cpu * 9,
+                            "workers": 1, "lag_samples": [0.5] * 98 + [p99, p99 * 2], **kw}, ClientPart)
 
 
 # ---- judge_client -----------------------------------------------------------------------------------
@@ -64,7 +66,6 @@ def test_the_workers_start_skew_reaches_the_saved_summary() -> None:
 
 def test_no_part_no_verdict() -> None:
     assert judge_client(None) is None
-    assert judge_client({}) is None
 
 
 @pytest.mark.parametrize(("kw", "verdict", "reason"), [
@@ -118,14 +119,14 @@ def test_merge_of_workers() -> None:
     b = part(cpu=0.8, p99=40.0, wait=0.1, nodes={"n1": 5, "n2": 7}, clock_error_ms=0.5)
     m = merge_client([a, None, b])
     assert m is not None
-    assert m["workers"] == 2
-    assert m["cpu_util"] == 0.8  # the busiest worker: the one that saturates first
-    assert m["cpu_s"] == pytest.approx(11.0)  # every worker's CPU together
-    assert m["cpu_wait_share"] == 0.1
-    assert len(m["lag_samples"]) == 200
-    assert m["loop_lag_ms"]["max"] == 80.0  # the worst worker's lag is the cell's
-    assert m["nodes"] == {"n1": 15, "n2": 7}
-    assert m["clock_error_ms"] == 0.5
+    assert m.workers == 2
+    assert m.cpu_util == 0.8  # the busiest worker: the one that saturates first
+    assert m.cpu_s == pytest.approx(11.0)  # every worker's CPU together
+    assert m.cpu_wait_share == 0.1
+    assert len(m.lag_samples) == 200
+    assert m.loop_lag_ms.max == 80.0  # the worst worker's lag is the cell's
+    assert m.nodes == {"n1": 15, "n2": 7}
+    assert m.clock_error_ms == 0.5
     j = judge_client(m)
     assert j is not None and j.verdict == "strained" and j.workers == 2
     assert "busiest of its workers" in j.reasons[0]
@@ -163,7 +164,7 @@ def test_probe_cadence_a_late_tick_does_not_make_the_next_ones_late(monkeypatch:
     now = [1000.0]
     _clock(monkeypatch, now)
 
-    async def go() -> tuple[DrivenLoop, dict[str, Any]]:
+    async def go() -> tuple[DrivenLoop, ClientPart]:
         timer = DrivenLoop()
         monkeypatch.setattr(asyncio.get_running_loop(), "call_later", timer.call_later)
         p = ClientProbe(period_s=0.1)
@@ -174,11 +175,11 @@ def test_probe_cadence_a_late_tick_does_not_make_the_next_ones_late(monkeypatch:
         return timer, await p.stop()
 
     timer, out = asyncio.run(go())
-    assert out["lag_samples"] == pytest.approx([0.0, 2.0, 250.0, 0.0, 0.0], abs=1e-6)
+    assert out.lag_samples == pytest.approx([0.0, 2.0, 250.0, 0.0, 0.0], abs=1e-6)
     # the next tick is due a period after the previous one's due time; after a late one, at once (no burst of
     # catch-up ticks, each of which would look late by one period less)
     assert timer.asked == pytest.approx([0.1, 0.1, 0.098, 0.0, 0.1, 0.1], abs=1e-9)
-    assert out["wall_s"] == pytest.approx(0.65) and out["loop_lag_ms"]["max"] == pytest.approx(250.0)
+    assert out.wall_s == pytest.approx(0.65) and out.loop_lag_ms.max == pytest.approx(250.0)
 
 
 def test_probe_keeps_every_other_sample_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,7 +187,7 @@ def test_probe_keeps_every_other_sample_past_its_limit(monkeypatch: pytest.Monke
     _clock(monkeypatch, now)
     monkeypatch.setattr(health, "MAX_LAG_SAMPLES", 4)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> ClientPart:
         timer = DrivenLoop()
         monkeypatch.setattr(asyncio.get_running_loop(), "call_later", timer.call_later)
         p = ClientProbe(period_s=1.0)
@@ -199,7 +200,7 @@ def test_probe_keeps_every_other_sample_past_its_limit(monkeypatch: pytest.Monke
     out = asyncio.run(go())
     # ticks 1-4 kept, then halved to 1, 3 with every 2nd tick kept from there (6, 8); at 4 again halved to
     # 1, 6 with every 4th kept (12)
-    assert out["lag_samples"] == pytest.approx([1.0, 6.0, 12.0], abs=1e-6)
+    assert out.lag_samples == pytest.approx([1.0, 6.0, 12.0], abs=1e-6)
 
 
 # ---- the probe on a real event loop --------------------------------------------------------------
@@ -211,7 +212,7 @@ async def _until(cond: Any, limit_s: float = 60.0) -> None:
 
 
 def test_probe_sees_a_blocked_loop() -> None:
-    async def go() -> dict[str, Any]:
+    async def go() -> ClientPart:
         p = ClientProbe()
         p.start()
         # the loop's thread held 300 ms by a callback that runs before the first tick (due at 100 ms, a timer),
@@ -221,8 +222,8 @@ def test_probe_sees_a_blocked_loop() -> None:
         return await p.stop()
 
     out = asyncio.run(go())
-    assert out["loop_lag_ms"]["max"] >= 200.0 - 1.0  # less only by the two clocks' reading order
-    assert out["workers"] == 1 and out["wall_s"] >= 0.3
+    assert out.loop_lag_ms.max >= 200.0 - 1.0  # less only by the two clocks' reading order
+    assert out.workers == 1 and out.wall_s >= 0.3
     j = judge_client(out)
     assert j is not None and j.verdict == "bound", j  # p99 over few samples: the blocked tick
 
@@ -231,7 +232,7 @@ def test_probe_on_an_idle_loop_sees_much_less_lag_than_on_a_blocked_one() -> Non
     """Relative, so that it holds on a busy host too (a loaded machine delays every timer a little, and both
     probes alike); the absolute figure of an idle loop's lag is `benchmarks/loop_timings.py`'s."""
 
-    async def go() -> tuple[dict[str, Any], dict[str, Any]]:
+    async def go() -> tuple[ClientPart, ClientPart]:
         idle = ClientProbe()
         idle.start()
         await _until(lambda: len(idle.lags) >= 10)
@@ -244,15 +245,15 @@ def test_probe_on_an_idle_loop_sees_much_less_lag_than_on_a_blocked_one() -> Non
 
     idle, blocked = asyncio.run(go())
     # one sample per period, never more (ticks are not early), fewer only when a tick ran late
-    assert 10 <= len(idle["lag_samples"]) <= idle["wall_s"] / LAG_PERIOD_S + 1
+    assert 10 <= len(idle.lag_samples) <= idle.wall_s / LAG_PERIOD_S + 1
     # lateness against each tick's due time, not the time between ticks (that would be a period, 100 ms)
-    assert idle["loop_lag_ms"]["p50"] < LAG_PERIOD_S * 1000 / 2, idle["loop_lag_ms"]
-    assert idle["loop_lag_ms"]["p50"] < blocked["loop_lag_ms"]["max"] / 4, (idle["loop_lag_ms"], blocked["loop_lag_ms"])
-    assert idle["cpu_util"] < 0.5
+    assert idle.loop_lag_ms.p50 < LAG_PERIOD_S * 1000 / 2, idle.loop_lag_ms
+    assert idle.loop_lag_ms.p50 < blocked.loop_lag_ms.max / 4, (idle.loop_lag_ms, blocked.loop_lag_ms)
+    assert idle.cpu_util < 0.5
 
 
 def test_probe_counts_cpu() -> None:
-    async def go() -> dict[str, Any]:
+    async def go() -> ClientPart:
         p = ClientProbe()
         p.start()
         t0 = time.thread_time()
@@ -262,8 +263,8 @@ def test_probe_counts_cpu() -> None:
 
     out = asyncio.run(go())
     # the two clocks are read at slightly different moments and with different resolutions: a margin
-    assert out["cpu_s"] >= 0.2 and out["loop_cpu_s"] >= 0.2
-    assert out["cpu_util"] > 0.0
+    assert out.cpu_s >= 0.2 and out.loop_cpu_s >= 0.2
+    assert out.cpu_util > 0.0
 
 
 # ---- figures from the records and the typed summary ---------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 from servescope.core.arrivals import send_times
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.errors import ServescopeError
+from servescope.core.health import ClientPart
 from servescope.core.load import Limits, Load
 from servescope.core.rayworkers import (
     RAY_INSTALL,
@@ -26,6 +27,7 @@ from servescope.core.rayworkers import (
     shift_record,
 )
 from servescope.core.records import RequestRecord
+from servescope.core.results import LoopLag
 from servescope.core.workers import (
     auto_workers,
     merge_parts,
@@ -172,24 +174,20 @@ def test_workers_are_parsed_once_with_one_default_and_resolved_per_cell() -> Non
         resolve_workers(0, Load(concurrency=4), SPECS)
 
 
-def _part(lags: list[float], cpu: float, nodes: dict[str, int] | None = None, err: float | None = None) -> dict:  # type: ignore[type-arg]
-    p = {"loop_lag_ms": {"p50": 0.0, "p99": max(lags), "max": max(lags)}, "cpu_s": cpu, "wall_s": 2.0,
-         "cpu_util": cpu / 2.0, "workers": 1, "lag_samples": lags}
-    if nodes is not None:
-        p["nodes"] = nodes
-    if err is not None:
-        p["clock_error_ms"] = err
-    return p
+def _part(lags: list[float], cpu: float, nodes: dict[str, int] | None = None, err: float | None = None) -> ClientPart:
+    return ClientPart(loop_lag_ms=LoopLag(p50=0.0, p99=max(lags), max=max(lags)), cpu_s=cpu, wall_s=2.0,
+                      cpu_util=cpu / 2.0, workers=1, lag_samples=lags, nodes=nodes, clock_error_ms=err)
 
 
 def test_parts_merge() -> None:
     m = merge_parts([_part([1.0, 2.0], 0.5, {"a": 10}, 0.2), _part([3.0], 1.0, {"b": 5}, 0.7), None], 3)
     assert m is not None
-    assert m["workers"] == 2 and m["cpu_s"] == 1.5 and m["cpu_util"] == 0.5 and m["loop_lag_ms"]["max"] == 3.0
-    assert m["nodes"] == {"a": 10, "b": 5} and m["clock_error_ms"] == 0.7
+    assert m.workers == 2 and m.cpu_s == 1.5 and m.cpu_util == 0.5 and m.loop_lag_ms is not None
+    assert m.loop_lag_ms.max == 3.0
+    assert m.nodes == {"a": 10, "b": 5} and m.clock_error_ms == 0.7
     # workers that measured no lag (a client probe absent): the nodes and the clock bound alone
-    assert merge_parts([{"nodes": {"a": 3}, "clock_error_ms": 0.1}, {"nodes": {"a": 2, "b": 1}}], 2) == \
-        {"workers": 2, "nodes": {"a": 5, "b": 1}, "clock_error_ms": 0.1}
+    assert merge_parts([ClientPart(nodes={"a": 3}, clock_error_ms=0.1), ClientPart(nodes={"a": 2, "b": 1})], 2) == \
+        ClientPart(workers=2, nodes={"a": 5, "b": 1}, clock_error_ms=0.1)
     assert merge_parts([None, None], 2) is None
 
 

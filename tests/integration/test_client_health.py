@@ -12,11 +12,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from servescope.core.health import LOOP_LAG_P99_MS, ClientProbe
+from servescope.core.health import LOOP_LAG_P99_MS, ClientPart, ClientProbe
 from servescope.sim.launcher import start_sim
 from tests.integration.helpers import Running, metrics, wait_for
 
@@ -28,7 +27,7 @@ class _IdleLoop:
     to a loop meanwhile (`part`, ClientProbe's figures)."""
 
     def __init__(self) -> None:
-        self.part: dict[str, Any] = {}
+        self.part: ClientPart | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._probe()), daemon=True)
 
@@ -85,7 +84,8 @@ def test_moderate_load_is_ok(tmp_path: Path) -> None:
             assert 0.0 <= client["bunched_share"] < 0.3
             assert "client: ok (" in stderr
             return
-        host_lag = idle.part["loop_lag_ms"]["p99"]
+        assert idle.part is not None and idle.part.loop_lag_ms is not None
+        host_lag = idle.part.loop_lag_ms.p99
         assert host_lag > LOOP_LAG_P99_MS[0] / 2, (
             f"a moderate load judged {client['verdict']} ({client['reasons']}) while an idle loop beside it ran "
             f"its timers on time (lag p99 {host_lag:.1f} ms)")

@@ -140,15 +140,15 @@ async def _cell(sim: tuple[str, str], address: str, nodes: tuple[str, ...] = ())
         assert run.start_ns - 50_000_000 <= r.scheduled_ns <= r.sent_ns < r.first_token_ns <= r.end_ns <= run.end_ns
         assert r.chunk_ns[0] >= r.first_token_ns - 1 and r.chunk_ns[-1] <= r.end_ns
     client = run.client
-    assert client is not None and client["workers"] == 2
-    assert 0 <= client["clock_error_ms"] < 100  # the bound is stated (a loaded 2-core host: a few ms)
+    assert client is not None and client.workers == 2
+    assert 0 <= client.clock_error_ms < 100  # the bound is stated (a loaded 2-core host: a few ms)
     return client
 
 
 async def test_a_cell_spread_over_two_nodes_counts_requests_per_node(cluster: tuple[str, dict[str, str]],
                                                                      sim: tuple[str, str]) -> None:
     client = await _cell(sim, cluster[0])
-    nodes = client["nodes"]
+    nodes = client.nodes
     assert len(nodes) == 2 and sum(nodes.values()) == 40 and min(nodes.values()) > 0, nodes
     # both nodes share this host's IP: each is named IP/node-ID prefix
     assert {k.split("/")[1] for k in nodes} == {v[:8] for v in cluster[1].values()}, nodes
@@ -157,4 +157,4 @@ async def test_a_cell_spread_over_two_nodes_counts_requests_per_node(cluster: tu
 async def test_workers_pinned_by_node_id(cluster: tuple[str, dict[str, str]], sim: tuple[str, str]) -> None:
     ids = cluster[1]
     client = await _cell(sim, cluster[0], nodes=(ids["node_b"][:12], ids["node_a"]))
-    assert {k.split("/")[1] for k in client["nodes"]} == {ids["node_a"][:8], ids["node_b"][:8]}
+    assert {k.split("/")[1] for k in client.nodes} == {ids["node_a"][:8], ids["node_b"][:8]}

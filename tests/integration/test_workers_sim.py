@@ -100,8 +100,8 @@ async def test_two_workers_measure_what_one_process_measures(sim: ClientOptions)
         assert sorted({r.user for r in b.records}) == list(range(16))
         # the workers start together: the latest began a small part of the cell after the common start (a
         # worker started as it was spawned would be late by its start-up, a large part of this short cell)
-        assert b.client is not None and b.client["workers"] == 2
-        assert b.client["start_skew_ms"] < 0.1 * (b.end_ns - b.start_ns) / 1e6, (b.client, b.end_ns - b.start_ns)
+        assert b.client is not None and b.client.workers == 2
+        assert b.client.start_skew_ms < 0.1 * (b.end_ns - b.start_ns) / 1e6, (b.client, b.end_ns - b.start_ns)
         assert b.start_ns <= min(r.scheduled_ns for r in b.records) and b.end_ns == max(r.end_ns for r in b.records)
     for metric in ("ttft", "tpot"):
         m1, m2 = _median(one, metric), _median(two, metric)
@@ -118,7 +118,7 @@ async def test_open_loop_workers_keep_the_single_process_schedule(sim: ClientOpt
     assert [r.input_tokens_requested for r in ra] == [r.input_tokens_requested for r in rb]
     # each send at the same offset from the cell's start: the workers start together (within a few ms on a
     # loaded host; the start skew is stated) and deal out one schedule
-    skew_ms = b.client["start_skew_ms"] if b.client else 0.0
+    skew_ms = b.client.start_skew_ms if b.client else 0.0
     for x, y in zip(ra, rb, strict=True):
         assert abs((x.scheduled_ns - a.start_ns) - (y.scheduled_ns - b.start_ns)) / 1e6 <= 5.0 + skew_ms
     # sent on time (the median send), as one process sends them on the same host at the same moment

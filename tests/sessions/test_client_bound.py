@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servescope.core.health import judge_client
+from servescope.core.health import ClientPart, judge_client
+from servescope.core.results import LoopLag
 from servescope.sessions.answers import capacity, derive, knee, peak
 from servescope.sessions.compare import cell_views, compare_sessions
 from servescope.sessions.report import render_report
@@ -21,8 +22,8 @@ SLOS = {"ttft_ms": 100000.0}  # every cell meets them: capacity is the highest l
 
 
 def _client(cpu: float) -> dict[str, Any]:
-    c = judge_client({"loop_lag_ms": {"p50": 0.3, "p99": 1.0, "max": 3.0}, "cpu_s": cpu * 5, "wall_s": 5.0,
-                      "cpu_util": cpu, "cpu_wait_share": 0.0, "workers": 1}, bunched_share=0.01)
+    c = judge_client(ClientPart(loop_lag_ms=LoopLag(p50=0.3, p99=1.0, max=3.0), cpu_s=cpu * 5, wall_s=5.0,
+                                cpu_util=cpu, cpu_wait_share=0.0, workers=1), bunched_share=0.01)
     assert c is not None
     return c.to_dict()
 

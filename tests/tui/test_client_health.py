@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servescope.core.health import judge_client
+from servescope.core.health import ClientPart, judge_client
+from servescope.core.results import LoopLag
 from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
@@ -16,8 +17,8 @@ from servescope.tui.widgets.panels import CellTable
 
 
 def _summary(cpu: float) -> dict[str, Any]:
-    client = judge_client({"loop_lag_ms": {"p50": 0.3, "p99": 0.4, "max": 1.0}, "cpu_s": cpu, "wall_s": 1.0,
-                           "cpu_util": cpu, "workers": 1}, bunched_share=0.0)
+    client = judge_client(ClientPart(loop_lag_ms=LoopLag(p50=0.3, p99=0.4, max=1.0), cpu_s=cpu, wall_s=1.0,
+                                     cpu_util=cpu, workers=1), bunched_share=0.0)
     return {"requests_ok": 20, "requests_failed": 0, "output_tok_s": 900.0 * cpu, "per_user_tok_s": {"mean": 50.0},
             "client": client.to_dict() if client is not None else None}
 
