@@ -17,8 +17,9 @@ import json
 import ssl
 import sys
 import time
+from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import httpx
 import msgspec
@@ -27,6 +28,15 @@ from servescope.core.rawhttp import RawClient, RawHTTPError, StaleConnection
 from servescope.core.records import RequestRecord
 from servescope.core.sse import SSEParser
 from servescope.core.textsafe import clean_secret_text, clean_text
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    # the transports' clients (`make_http_client`): core/rawhttp.py's (the default), aiohttp's or httpx's
+    HttpClient: TypeAlias = RawClient | aiohttp.ClientSession | httpx.AsyncClient
+
+# a usage's (prompt, completion, reasoning, cached) token counts, None where the server left one out
+Counts: TypeAlias = tuple[int | None, int | None, int | None, int | None]
 
 _perf = time.perf_counter_ns
 
@@ -106,20 +116,21 @@ class ClientOptions:
     timeout_s: float = 600.0
     ignore_eos: bool = True
     continuous_usage: bool = True
-    extra_body: dict[str, Any] | None = None
+    extra_body: dict[str, object] | None = None  # JSON merged into every request's body, as the user gave it
     transport: str = "raw"  # or "aiohttp", "httpx"
     max_model_len: int | None = None  # bounds the token counts a server's usage may plausibly say
 
 
 def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
-    body: dict[str, Any] = {
+    stream_options = {"include_usage": True}
+    if opts.continuous_usage:
+        stream_options["continuous_usage_stats"] = True
+    body: dict[str, object] = {
         "model": opts.model,
         "stream": True,
         "max_tokens": spec.output_tokens,
-        "stream_options": {"include_usage": True},
+        "stream_options": stream_options,
     }
-    if opts.continuous_usage:
-        body["stream_options"]["continuous_usage_stats"] = True
     if opts.ignore_eos:
         body["ignore_eos"] = True
         body["min_tokens"] = spec.output_tokens
@@ -145,13 +156,15 @@ def ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def async_client(**kw: Any) -> httpx.AsyncClient:
+def async_client(*, base_url: str = "", headers: Mapping[str, str] | None = None,
+                 timeout: float | httpx.Timeout = 5.0, limits: httpx.Limits | None = None,
+                 http2: bool = False) -> httpx.AsyncClient:
     """An httpx.AsyncClient sharing the one SSL context, ignoring proxy variables (targets are direct), closing
-    idle connections before the server does (`KEEPALIVE_S`). A plain-HTTP base URL loads no CA bundle at all."""
-    kw.setdefault("verify", False if str(kw.get("base_url", "")).startswith("http://") else ssl_context())
-    kw.setdefault("trust_env", False)
-    kw.setdefault("limits", httpx.Limits(keepalive_expiry=KEEPALIVE_S))
-    return httpx.AsyncClient(**kw)
+    idle connections before the server does (`KEEPALIVE_S`, unless `limits` say otherwise). A plain-HTTP base
+    URL loads no CA bundle at all. `timeout`: httpx's default (5 s) unless given."""
+    return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, http2=http2, trust_env=False,
+                             verify=False if base_url.startswith("http://") else ssl_context(),
+                             limits=limits or httpx.Limits(keepalive_expiry=KEEPALIVE_S))
 
 
 
@@ -169,7 +182,7 @@ def _headers(opts: ClientOptions) -> dict[str, str]:
     return headers
 
 
-def make_http_client(opts: ClientOptions, connections: int, transport: str | None = None) -> Any:
+def make_http_client(opts: ClientOptions, connections: int, transport: str | None = None) -> HttpClient:
     """A pooled HTTP client holding up to `connections` keep-alive streams (one per user).
 
     `raw` (core/rawhttp.py) is the default: it handles each read in the protocol's callback, without waking a
@@ -245,7 +258,7 @@ def _error_text(raw: bytes, secret: str | None = None) -> str:
         obj = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return clean_secret_text(raw.decode("utf-8", "replace"), secret)
-    msg: Any = obj
+    msg: object = obj
     if isinstance(obj, dict):
         err = obj.get("error", obj.get("message", obj.get("detail", obj)))
         msg = err.get("message", err) if isinstance(err, dict) else err
@@ -274,7 +287,7 @@ def usage_bound(max_model_len: int | None) -> int:
     return USAGE_BOUND
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     """A raw value from a server, for an error text (short; a huge integer is not spelled out)."""
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
         return f"an integer of {len(str(v)) if v.bit_length() < 4000 else 'thousands of'} digits"
@@ -287,11 +300,11 @@ def _show(v: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _text(v: Any) -> bool:
+def _text(v: object) -> bool:
     return isinstance(v, str) and v != ""
 
 
-def _loose_flags(choices: Any) -> tuple[bool, bool]:
+def _loose_flags(choices: object) -> tuple[bool, bool]:
     """(content, reasoning) of a chunk decoded leniently (any JSON)."""
     has_content = has_reasoning = False
     if isinstance(choices, list):
@@ -309,7 +322,7 @@ def _loose_flags(choices: Any) -> tuple[bool, bool]:
     return has_content, has_reasoning
 
 
-def _loose_texts(choices: Any) -> list[str]:
+def _loose_texts(choices: object) -> list[str]:
     """The content texts of a chunk decoded leniently (any JSON)."""
     out: list[str] = []
     for c in choices if isinstance(choices, list) else ():
@@ -390,8 +403,8 @@ class _Stream:
                 f"the server's usage is not a token count: {what} (expected an integer from 0 to {self.bound})",
                 self.secret)
 
-    def _usage(self, prompt: Any, completion: Any, reasoning: Any,
-               cached: Any = None) -> tuple[Any, Any, Any, Any] | None:
+    def _usage(self, prompt: int | None, completion: int | None, reasoning: int | None,
+               cached: int | None = None) -> Counts | None:
         """The counts when each is absent or an integer from 0 to the bound (cached: to the prompt's count);
         else None (and bad_usage)."""
         b = self.bound  # every chunk carries usage (continuous_usage_stats): the plausible case first, cheaply
@@ -408,6 +421,20 @@ class _Stream:
                 return None
         self._bad(f"prompt_tokens_details.cached_tokens = {_show(cached)} is more than prompt_tokens = {prompt}")
         return None
+
+    def _loose_usage(self, prompt: object, completion: object, reasoning: object, cached: object) -> Counts | None:
+        """`_usage` of counts decoded leniently (any JSON): one that is not an integer is bad usage too."""
+        for name, v in (("prompt_tokens", prompt), ("completion_tokens", completion),
+                        ("completion_tokens_details.reasoning_tokens", reasoning),
+                        ("prompt_tokens_details.cached_tokens", cached)):
+            if v is not None and (type(v) is not int or v < 0 or v > self.bound):
+                self._bad(f"{name} = {_show(v)}")
+                return None
+
+        def count(v: object) -> int | None:
+            return v if type(v) is int else None
+
+        return self._usage(count(prompt), count(completion), count(reasoning), count(cached))
 
     def _event(self, data: bytes, now: int) -> None:
         self.events += 1
@@ -487,7 +514,7 @@ class _Stream:
                 elif pdet is not None and not isinstance(pdet, dict):
                     self._bad(f"prompt_tokens_details = {_show(pdet)}")
                 else:
-                    usage = self._usage(raw.get("prompt_tokens"), raw.get("completion_tokens"),
+                    usage = self._loose_usage(raw.get("prompt_tokens"), raw.get("completion_tokens"),
                                         det.get("reasoning_tokens") if det is not None else None,
                                         pdet.get("cached_tokens") if pdet is not None else None)
         if self.reply is not None and has_content:
@@ -495,7 +522,7 @@ class _Stream:
         self._tokens(has_content, has_reasoning, isinstance(choices, list) and bool(choices), usage, now)
 
     def _tokens(self, has_content: bool, has_reasoning: bool, has_choices: bool,
-                usage: tuple[Any, Any, Any, Any] | None, now: int) -> None:
+                usage: Counts | None, now: int) -> None:
         rec = self.rec
         completion = usage[1] if usage is not None else None
         # a chunk carries tokens when it has text, or when continuous usage says the count grew
@@ -559,7 +586,7 @@ class _Stream:
         return f"the server's event stream ended without any event{body}"
 
 
-async def _read_capped(chunks: Any, limit: int = ERROR_BODY_LIMIT) -> bytes:
+async def _read_capped(chunks: AsyncIterable[bytes], limit: int = ERROR_BODY_LIMIT) -> bytes:
     """The first `limit` bytes of a body (a hostile server's error body can be endless)."""
     out = bytearray()
     async for piece in chunks:
@@ -576,7 +603,7 @@ def _hint(text: str) -> str:
 
 
 async def stream_request(
-    http: Any,
+    http: HttpClient,
     opts: ClientOptions,
     spec: RequestSpec,
     rec: RequestRecord,
@@ -584,7 +611,8 @@ async def stream_request(
     _retries: int = 0,
 ) -> RequestRecord:
     """Send one streaming request and fill `rec` in place. Never raises (except CancelledError).
-    `http` is an aiohttp.ClientSession (the default transport) or an httpx.AsyncClient. With `reply` (a list),
+    `http` is one of `make_http_client`'s: core/rawhttp.py's RawClient (the default), an aiohttp.ClientSession
+    or an httpx.AsyncClient. With `reply` (a list),
     the reply's content text is appended to it piece by piece (a conversation resends it next turn)."""
     body = build_body(spec, opts)
     secret = opts.api_key

@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 __all__ = ["KVBudget", "fmt_concurrency", "kv_budget_from_log", "kv_budget_from_parsed"]
 
@@ -15,6 +15,19 @@ __all__ = ["KVBudget", "fmt_concurrency", "kv_budget_from_log", "kv_budget_from_
 def fmt_concurrency(v: float) -> str:
     """A max concurrency as people read it: 8472.21 -> '8,472', 16.63 -> '16.6' (the CLI and the app alike)."""
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+class KVBudgetDict(TypedDict):
+    """`KVBudget.as_dict()`: session.toml's `kv_budget` table, as far as the budget states it."""
+
+    kv_cache_tokens: int
+    source: str
+    num_gpu_blocks: int | None
+    block_size: int | None
+    cache_dtype: str | None
+    gpu_memory_utilization: float | None
+    concurrency_at_tokens: int | None
+    concurrency_at: float | None
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,7 @@ class KVBudget:
             return abs(self.concurrency_at[1] - other.concurrency_at[1]) < 0.006
         return True
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> KVBudgetDict:
         return {
             "kv_cache_tokens": self.tokens,
             "source": self.source,

@@ -14,22 +14,21 @@ tokenizer. It speaks the OpenAI API like vLLM, but its extras differ:
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_secret_text, clean_text
 
 
-def is_llamacpp(models: Any, props: Any) -> bool:
-    """Recognised from `/v1/models` (`owned_by: "llamacpp"`) or `/props` (its generation settings)."""
+def is_llamacpp(models: object, props: object) -> bool:
+    """Recognised from `/v1/models` (`owned_by: "llamacpp"`) or `/props` (its generation settings); both as the
+    server answered them (JSON of any shape)."""
     if isinstance(models, list) and any(isinstance(m, dict) and m.get("owned_by") == "llamacpp" for m in models):
         return True
     return isinstance(props, dict) and isinstance(props.get("default_generation_settings"), dict)
 
 
-def slot_context(props: Any, models: Any) -> int | None:
+def slot_context(props: object, models: object) -> int | None:
     """One slot's context (the longest request), from /props or the model's `meta.n_ctx`."""
     if isinstance(props, dict):
         dgs = props.get("default_generation_settings")
@@ -44,13 +43,13 @@ def slot_context(props: Any, models: Any) -> int | None:
     return None
 
 
-def build_version(props: Any) -> str | None:
+def build_version(props: object) -> str | None:
     if isinstance(props, dict) and isinstance(props.get("build_info"), str):
         return clean_text(props["build_info"])[:60]
     return None
 
 
-def slots(props: Any) -> int | None:
+def slots(props: object) -> int | None:
     n = props.get("total_slots") if isinstance(props, dict) else None
     return n if type(n) is int and n > 0 else None
 
@@ -66,7 +65,8 @@ class LlamaCppTokenizer:
         self.secret = secret
         self.where = where  # the server's URL as shown (its credentials masked)
 
-    async def _post(self, path: str, body: dict[str, Any], key: str) -> Any:
+    async def _post(self, path: str, body: dict[str, object], key: str) -> object:
+        """The answer's `key`, as the server sent it (JSON of any shape: the caller checks it)."""
         r = await self.http.post(path, json=body)
         if r.status_code != 200:
             raise ServescopeError(f"{path} failed (HTTP {r.status_code}): "

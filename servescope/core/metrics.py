@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import polars as pl
 
@@ -59,7 +59,7 @@ HIGHER_IS_BETTER = {k for k in SLO_KEYS if METRICS[k].better == "higher"}
 FORMULAS: dict[str, str] = {k: m.formula for k, m in METRICS.items() if m.formula}
 
 
-REQUEST_SCHEMA: dict[str, Any] = {
+REQUEST_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "index": pl.Int64, "user": pl.Int64, "warmup": pl.Boolean, "status": pl.Utf8, "http_status": pl.Int64,
     "error": pl.Utf8, "input_tokens_requested": pl.Int64, "output_tokens_requested": pl.Int64,
     "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64,
@@ -72,7 +72,7 @@ REQUEST_SCHEMA: dict[str, Any] = {
 
 def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
     """Raw records as columns. chunk_ns holds absolute perf_counter_ns stamps."""
-    cols: dict[str, list[Any]] = {k: [] for k in REQUEST_SCHEMA}
+    cols: dict[str, list[int | float | str | list[int] | None]] = {k: [] for k in REQUEST_SCHEMA}
     for r in records:
         cols["index"].append(r.index)
         cols["user"].append(r.user)

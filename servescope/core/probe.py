@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 import httpx
 
@@ -91,10 +91,11 @@ def _too_long(r: httpx.Response) -> bool:
                                                   or "exceeds the available context size" in text)
 
 
-async def _post(client: httpx.AsyncClient, base_url: str, body: dict[str, Any],
-                unsupported: tuple[str, ...] = ()) -> dict[str, Any] | None:
-    """POST `body` to /v1/completions and return the answer's first choice. A 4xx whose message names one of
-    `unsupported` (a parameter the server rejects) returns None."""
+async def _post(client: httpx.AsyncClient, base_url: str, body: Mapping[str, object],
+                unsupported: tuple[str, ...] = ()) -> dict[str, object] | None:
+    """POST `body` to /v1/completions and return the answer's first choice (as the server sent it: its entries
+    are checked where read). A 4xx whose message names one of `unsupported` (a parameter the server rejects)
+    returns None."""
     root = _root(base_url)
     where = redact_url(root) + PATH
     secret = _secret(client)
@@ -130,27 +131,28 @@ async def _post(client: httpx.AsyncClient, base_url: str, body: dict[str, Any],
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ServescopeError(f"{where} answered {_show(out, secret)} where a completion with choices belongs; "
                               "is it an OpenAI-compatible server? check --url")
-    return choices[0]
+    first: dict[str, object] = choices[0]
+    return first
 
 
-def _garbage(base_url: str, what: str, value: Any, secret: str | None) -> ServescopeError:
+def _garbage(base_url: str, what: str, value: object, secret: str | None) -> ServescopeError:
     return ServescopeError(f"{redact_url(_root(base_url))}{PATH} answered {_show(value, secret)} where {what} "
                            "belongs; check the server")
 
 
-def _text(choice: dict[str, Any], base_url: str, secret: str | None) -> str:
+def _text(choice: Mapping[str, object], base_url: str, secret: str | None) -> str:
     text = choice.get("text")
     if not isinstance(text, str):
         raise _garbage(base_url, "the completion's text", text, secret)
     return text
 
 
-def _logprob(v: Any) -> float | None:
+def _logprob(v: object) -> float | None:
     """A log probability as a float (-inf and other non-finite values as FLOOR_LOGPROB); None if not a number."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    v = float(v)
-    return v if math.isfinite(v) else FLOOR_LOGPROB
+    f = float(v)
+    return f if math.isfinite(f) else FLOOR_LOGPROB
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -178,7 +180,7 @@ async def greedy(client: httpx.AsyncClient, base_url: str, model: str, prompt: s
     return text, Trace(prompt=prompt, tokens=tokens, top=top)
 
 
-def _parse_logprobs(lp: Any, base_url: str, secret: str | None) -> tuple[list[str], list[dict[str, float]]]:
+def _parse_logprobs(lp: object, base_url: str, secret: str | None) -> tuple[list[str], list[dict[str, float]]]:
     """The tokens and top-k maps of a choice's `logprobs`, in either format (see the module's docstring)."""
     if isinstance(lp, dict) and isinstance(lp.get("tokens"), list):  # vLLM, OpenAI legacy completions
         tokens, chosen, tops = lp["tokens"], lp.get("token_logprobs"), lp.get("top_logprobs")
@@ -210,7 +212,7 @@ def _parse_logprobs(lp: Any, base_url: str, secret: str | None) -> tuple[list[st
     raise _garbage(base_url, "logprobs (tokens/token_logprobs/top_logprobs or content)", lp, secret)
 
 
-def _top_map(pairs: Any) -> dict[str, float]:
+def _top_map(pairs: Iterable[tuple[object, object]]) -> dict[str, float]:
     """{token: logprob} from (token, logprob) pairs; two ids that decode to one text keep the larger value."""
     out: dict[str, float] = {}
     for tok, v in pairs:
@@ -248,14 +250,15 @@ async def prompt_logprobs(client: httpx.AsyncClient, base_url: str, model: str, 
         raise _garbage(base_url, "prompt_logprobs (a list, null first)", plp, secret)
     if ids is not None and (not isinstance(ids, list) or len(ids) != len(plp)):
         raise _garbage(base_url, f"prompt_token_ids for the {len(plp)} prompt_logprobs", ids, secret)
+    id_list = ids if isinstance(ids, list) else None
     out: list[float] = []
     for i, pos in enumerate(plp):
         if pos is None and i == 0:
             continue
         if not isinstance(pos, dict) or not pos:
             raise _garbage(base_url, "a {token_id: {logprob, rank}} map", pos, secret)
-        if ids is not None:
-            entry = pos.get(str(ids[i]))
+        if id_list is not None:
+            entry = pos.get(str(id_list[i]))
         elif len(pos) == 1:  # with prompt_logprobs 0 the map holds the prompt's token alone
             entry = next(iter(pos.values()))
         else:

@@ -32,7 +32,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 import msgspec
 
@@ -81,6 +81,36 @@ class Divergence(msgspec.Struct, kw_only=True):
     diverged: int = 0  # compared generations whose greedy tokens differ somewhere
 
 
+class Answer(TypedDict):
+    """One task question as asked and answered (its output cut to 200 characters)."""
+
+    task: str
+    context: int
+    answer: str
+    output: str
+    ok: bool
+
+
+class TaskAccuracy(TypedDict):
+    accuracy: float
+    n: int
+
+
+class ReferenceSummary(TypedDict):
+    kl_mean: float
+    kl_p99: float
+    top1_agreement: float
+    first_divergence_mean: float
+
+
+class QualitySummary(TypedDict):
+    """`QualityResult.summary()`: what `--json` prints of a session's quality."""
+
+    perplexity: float | None
+    tasks: dict[str, TaskAccuracy]
+    reference: ReferenceSummary | None
+
+
 class QualityResult(msgspec.Struct, kw_only=True):
     perplexity: float | None = None
     perplexity_tokens: int = 0
@@ -90,20 +120,21 @@ class QualityResult(msgspec.Struct, kw_only=True):
     reference: Divergence | None = None
     reference_session: str | None = None
     traces: list[Trace] = msgspec.field(default_factory=list)  # kept so this session can be a reference
-    answers: list[dict[str, Any]] = msgspec.field(default_factory=list)  # {task, context, answer, output, ok}
+    answers: list[Answer] = msgspec.field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = msgspec.to_builtins(self)
+    def to_dict(self) -> dict[str, object]:
+        """quality.json's shape."""
+        out: dict[str, object] = msgspec.to_builtins(self)
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> QualityResult:
+    def from_dict(cls, d: Mapping[str, object]) -> QualityResult:
         return msgspec.convert(dict(d), cls)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> QualitySummary:
         """The Contract's shape without the session name: {"perplexity", "tasks": {NAME: {"accuracy", "n"}},
         "reference": {...} | null}."""
-        ref = None
+        ref: ReferenceSummary | None = None
         if self.reference is not None:
             r = self.reference
             ref = {"kl_mean": r.kl_mean, "kl_p99": r.kl_p99, "top1_agreement": r.top1_agreement,

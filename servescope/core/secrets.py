@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from servescope.core.textsafe import MASK as REDACTED  # one mask for every secret, wherever it is hidden
 from servescope.core.textsafe import redact
@@ -90,7 +89,7 @@ def is_redacted(text: str | None) -> bool:
     return bool(text) and REDACTED in str(text)
 
 
-def redact_sweep_table(table: Mapping[str, Any]) -> dict[str, Any]:
+def redact_sweep_table(table: Mapping[str, object]) -> dict[str, object]:
     """A sweep table (sweep-file format) with `[server] launch` and every variant's `args` redacted."""
     out = dict(table)
     server = out.get("server")

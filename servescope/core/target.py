@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypeGuard
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -50,7 +50,7 @@ class TargetInfo:
     version: str | None = None
     metrics_available: bool = False
     tokenize_available: bool = False
-    raw_models: Any = None
+    raw_models: object = None  # /v1/models' `data` as the server sent it (session.toml keeps it as JSON)
     engine: str = "openai"  # "vllm" | "llamacpp" | "openai" (any other OpenAI-compatible server)
     slots: int | None = None  # llama.cpp: parallel slots (`--parallel`), each with max_model_len of context
 
@@ -149,8 +149,8 @@ async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, e
     return info
 
 
-async def _props(c: Any) -> Any:
-    """llama.cpp's /props (None from other servers)."""
+async def _props(c: httpx.AsyncClient) -> object:
+    """llama.cpp's /props, as it answered (None from other servers)."""
     try:
         r = await c.get("/props")
         return r.json() if r.status_code == 200 else None
@@ -184,11 +184,11 @@ class ServerTokenizer:
     def _where(self, path: str) -> str:
         return redact_url(str(self.http.base_url).rstrip("/")) + path
 
-    def _garbage(self, path: str, what: str, value: Any) -> ServescopeError:
+    def _garbage(self, path: str, what: str, value: object) -> ServescopeError:
         return ServescopeError(f"{self._where(path)} answered {_show(value, self.secret)} where {what} belongs; "
                                "fix the server or pass --tokenizer PATH (a local tokenizer)")
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, path: str, body: Mapping[str, object]) -> dict[str, object]:
         r = await self.http.post(path, json={"model": self.model, **body})
         if r.status_code != 200:
             raise ServescopeError(f"{path} failed (HTTP {r.status_code}): "
@@ -199,16 +199,17 @@ class ServerTokenizer:
             raise self._garbage(path, "a JSON object", redact(r.text[:60], self.secret)) from None
         if not isinstance(out, dict):
             raise self._garbage(path, "a JSON object", out)
-        return out
+        obj: dict[str, object] = out  # its entries are checked where read
+        return obj
 
-    async def _tok(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _tok(self, body: Mapping[str, object]) -> dict[str, object]:
         return await self._post("/tokenize", body)
 
-    def _count(self, out: dict[str, Any]) -> int:
-        c: Any = out.get("count")
+    def _count(self, out: Mapping[str, object]) -> int:
+        c = out.get("count")
         if not is_count(c):
             raise self._garbage("/tokenize", "a token count", c)
-        return int(c)
+        return c
 
     async def encode(self, text: str) -> list[int]:
         tokens = (await self._tok({"prompt": text, "add_special_tokens": False})).get("tokens")
@@ -233,12 +234,12 @@ class ServerTokenizer:
 MAX_TOKENS = 2**31 - 1
 
 
-def is_count(v: Any) -> bool:
+def is_count(v: object) -> TypeGuard[int]:
     """A token count or id: an integer from 0 to 2**31 - 1 (not a bool, a float or a string)."""
     return type(v) is int and 0 <= v <= MAX_TOKENS
 
 
-def _show(v: Any, secret: str | None = None) -> str:
+def _show(v: object, secret: str | None = None) -> str:
     try:
         text = json.dumps(v)
     except (TypeError, ValueError):
