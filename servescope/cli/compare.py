@@ -100,8 +100,7 @@ def sessions_command(args: argparse.Namespace) -> int:
             "model": clean_text(m.model),
             "workloads": sorted({clean_text(str(w)) for w in (s.cells["workload"].to_list()
                                                               if "workload" in s.cells.columns else
-                                                              [c.get("workload") for c in s.meta.get("cells") or []
-                                                               if isinstance(c, dict) and c.get("workload")])}),
+                                                              [c.workload for c in m.cells if c.workload])}),
             "cells": s.cells.height,
             "cells_done": (counts := cell_counts(s))[0], "cells_planned": counts[1],
             "tags": {str(k): clean_text(str(v)) for k, v in m.tags.items()},

@@ -41,7 +41,7 @@ from servescope.engine.events import (
 from servescope.engine.plan import DEFAULT_CONCURRENCY, DEFAULT_REQUESTS, Cell, fits, plan_cells, pool_size
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, Servers
-from servescope.engine.sessionmeta import ran_with, session_meta
+from servescope.engine.sessionmeta import NewSessionMeta, ran_with, session_meta
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.telemetryhub import (
@@ -218,7 +218,7 @@ class _Sweep:
         if not self.tok.exact:
             yield Notice("warning", f"{self.label} has no /tokenize: input lengths are estimated (1 token per word); "
                                     "pass --tokenizer PATH for exact lengths. Each cell shows requested vs measured.")
-        done_before = ({int(c["index"]) for c in sink.meta.get("cells", []) if c.get("status") in FINISHED}
+        done_before = ({i for i, st in sink.cell_statuses().items() if st in FINISHED}
                        if ctx.resume is not None else set())
         status, message = "completed", ""
         try:
@@ -274,8 +274,7 @@ class _Sweep:
                                       self.spec.seed)
             await self.mixer.prepare(self.tok)
         sink.add_event("server_launched", f"variant {cell.variant + 1}: {redact_command(cell.variant_args)}")
-        sink.meta.setdefault("server", {}).setdefault("variant_args", {})[str(cell.variant)] = (
-            self.servers.server_args() or {})
+        sink.set_variant_args(cell.variant, self.servers.server_args() or {})
         sink.save_meta()
         for ev in await self._start_telemetry():
             yield ev
@@ -341,7 +340,7 @@ class _Sweep:
         """What a cell really runs with beyond its plan (a resumed sweep may differ from its first part)."""
         return ran_with(self.spec, self.tok.name if self.tok is not None else "")
 
-    def _meta(self, name: str, target: TargetInfo, tok: Tokenizer) -> dict[str, Any]:
+    def _meta(self, name: str, target: TargetInfo, tok: Tokenizer) -> NewSessionMeta:
         spec = self.spec
         return session_meta(spec, self.cells, name=name, label=self.label, target=target, model=self.minfo,
                             tokenizer=tok.name, api_key=self.ctx.api_key,

@@ -5,8 +5,8 @@ functions of the sweep, so that the runner and anything else that writes a sweep
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import NotRequired, TypedDict, TypeVar
 
 from servescope.core.secrets import redact_command, redact_sweep_table, redact_text
 from servescope.core.target import ModelInfo, TargetInfo
@@ -14,16 +14,63 @@ from servescope.engine.fields import dump_interval
 from servescope.engine.plan import Cell
 from servescope.engine.spec import SweepSpec
 
-__all__ = ["ran_with", "session_meta"]
+__all__ = ["NewSessionMeta", "ran_with", "session_meta"]
+
+T = TypeVar("T")
+
+
+class TargetTable(TypedDict):
+    url: str
+    version: str | None
+    metrics: bool
+    tokenizer: str
+    engine: str
+
+
+class LoadTable(TypedDict):
+    concurrency: list[int] | None
+    rates: list[float] | None
+    arrival: str
+    max_concurrency: int | None
+    requests: int | None
+    duration_s: float | None
+    warmup: int
+    timeout_s: float
+    ignore_eos: bool
+
+
+class ServerTable(TypedDict):
+    launch: str
+    variants: list[str]
+    args: Mapping[str, object] | None
+
+
+class NewSessionMeta(TypedDict):
+    """session.toml as a new sweep writes it (servescope.sessions.meta.SessionMeta reads it back); the store
+    adds its own keys (schema_version, host, status, ...), None values are left out of the file."""
+
+    name: str
+    target: TargetTable
+    model: str
+    max_model_len: int | None
+    models_json: str
+    workloads: list[Mapping[str, object]]  # Workload.to_dict()
+    load: LoadTable
+    slos: dict[str, float]
+    tags: dict[str, str]
+    sweep: Mapping[str, object]  # the sweep-file table (SweepSpec.to_table), its secrets redacted
+    cells: list[Mapping[str, object]]  # Cell.row() and its status
+    server: NotRequired[ServerTable]  # a launched server's command and arguments
+    electricity_usd_per_kwh: NotRequired[float]
 
 
 def session_meta(spec: SweepSpec, cells: Sequence[Cell], *, name: str, label: str, target: TargetInfo,
                  model: ModelInfo, tokenizer: str, api_key: str | None = None,
-                 server_args: dict[str, Any] | None = None) -> dict[str, Any]:
+                 server_args: Mapping[str, object] | None = None) -> NewSessionMeta:
     """session.toml's metadata for a new sweep session: `label` is the target as shown and stored
     (`sim://tiny`, never a key), `tokenizer` the tokenizer's name, `server_args` the launched server's
     arguments (recorded only when the sweep launches its server). The API key never lands in it."""
-    meta: dict[str, Any] = {
+    meta: NewSessionMeta = {
         "name": name,
         "target": {"url": label, "version": target.version, "metrics": target.metrics_available,
                    "tokenizer": tokenizer, "engine": target.engine},
@@ -49,12 +96,12 @@ def session_meta(spec: SweepSpec, cells: Sequence[Cell], *, name: str, label: st
     return meta
 
 
-def ran_with(spec: SweepSpec, tokenizer: str) -> dict[str, Any]:
+def ran_with(spec: SweepSpec, tokenizer: str) -> dict[str, str]:
     """What a cell really runs with beyond its plan (a resumed sweep may differ from its first part): the
     columns each cell's row adds to `Cell.row()`."""
     return {"tokenizer": tokenizer, "transport": spec.transport,
             "telemetry_interval": dump_interval(spec.telemetry_interval_s)}
 
 
-def _list(v: tuple[Any, ...] | None) -> list[Any] | None:
+def _list(v: tuple[T, ...] | None) -> list[T] | None:
     return list(v) if v is not None else None

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import polars as pl
@@ -18,13 +19,17 @@ FINISHED = ("done", "skipped")  # cell statuses a resumed sweep does not run aga
 
 class SessionSink(Protocol):
     path: Path
-    meta: dict[str, Any]  # session.toml; the runner edits it, then calls save_meta()
+    meta: dict[str, object]  # session.toml as written; the runner sets its tables, then calls save_meta()
 
     def save_meta(self) -> None: ...
 
+    def cell_statuses(self) -> dict[int, str]: ...
+
+    def set_variant_args(self, variant: int, args: Mapping[str, object]) -> None: ...
+
     def add_event(self, kind: str, text: str) -> None: ...
 
-    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: CellResult | None,
+    def write_cell(self, plan_row: Mapping[str, object], requests: pl.DataFrame | None, summary: CellResult | None,
                    suffix: str = "") -> None: ...
 
     def set_cell_status(self, index: int, status: str, reason: str = "") -> None: ...
@@ -35,6 +40,6 @@ class SessionSink(Protocol):
 class SinkFactory(Protocol):
     """Makes the session: a new one (`create`) or a resumed one (`open`)."""
 
-    def create(self, path: Path, meta: dict[str, Any], exist_ok: bool = False) -> SessionSink: ...
+    def create(self, path: Path, meta: Mapping[str, object], exist_ok: bool = False) -> SessionSink: ...
 
     def open(self, path: Path) -> SessionSink: ...

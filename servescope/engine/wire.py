@@ -121,10 +121,10 @@ def telemetry_meta(session_dir: Path) -> Item | None:
     try:
         from servescope.sessions.store import load_session
 
-        meta = load_session(session_dir).meta
+        meta = load_session(session_dir).info
     except Exception:
         return None
-    kv, gpu = meta.get("kv_budget"), meta.get("gpu")
+    kv, gpu = meta.kv_budget, meta.gpu
     if kv is None and gpu is None:
         return None
     return ("TelemetryMeta", {"kv_budget": dict(kv) if kv else None, "gpu": dict(gpu) if gpu else None})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
@@ -42,8 +41,24 @@ class ServerMeta(msgspec.Struct, frozen=True, kw_only=True):
 
     launch: str | None = None
     variants: list[str] = msgspec.field(default_factory=list)
-    args: Any = None  # the launched server's arguments (a list, or a text from older sessions)
-    variant_args: dict[str, Any] = msgspec.field(default_factory=dict)
+    args: dict[str, object] | list[object] | str | None = None  # as the server reported them (older: a list, a text)
+    variant_args: dict[str, dict[str, object] | list[object] | str] = msgspec.field(default_factory=dict)
+
+
+class PlannedCell(msgspec.Struct, frozen=True, kw_only=True):
+    """A cell of the plan (`[[cells]]`: `Cell.row()` and its status); the writer finds it by its index."""
+
+    index: int
+    status: str = "planned"
+    workload: str | None = None
+
+
+class SessionEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of the session's event log (`[[events]]`: resumed, server_lost, quality, ...)."""
+
+    time: str = ""
+    kind: str = ""
+    text: str = ""
 
 
 class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,24 +74,25 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
     model: str = "?"
     max_model_len: int | None = None
     models_json: str | None = None
-    workloads: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    # the tables below are passed through as written: each is read (and checked) where it is used
+    workloads: list[dict[str, object]] = msgspec.field(default_factory=list)  # workload tables (Workload.to_dict)
     load: LoadMeta = msgspec.field(default_factory=LoadMeta)
     slos: dict[str, float] = msgspec.field(default_factory=dict)
-    tags: dict[str, Any] = msgspec.field(default_factory=dict)
-    cells: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    events: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    tags: dict[str, object] = msgspec.field(default_factory=dict)  # TOML values, strings when servescope wrote them
+    cells: list[PlannedCell] = msgspec.field(default_factory=list)
+    events: list[SessionEvent] = msgspec.field(default_factory=list)
     server: ServerMeta | None = None
-    telemetry: dict[str, Any] | None = None
-    kv_budget: dict[str, Any] | None = None
-    gpu: dict[str, Any] | None = None
+    telemetry: dict[str, object] | None = None
+    kv_budget: dict[str, object] | None = None
+    gpu: dict[str, object] | None = None
     electricity_usd_per_kwh: float | None = None
-    import_: dict[str, Any] | None = msgspec.field(default=None, name="import")
-    sweep: dict[str, Any] | None = None
+    import_: dict[str, object] | None = msgspec.field(default=None, name="import")
+    sweep: dict[str, object] | None = None  # the sweep-file table; SweepSpec.from_table validates it
     kind: str = "sweep"  # "sweep" | "quality" (a quality probe alone: no cells, quality.json); older: "sweep"
-    quality: dict[str, Any] | None = None  # the quality probe's settings when the session holds quality.json
+    quality: dict[str, object] | None = None  # the quality probe's settings when the session holds quality.json
 
     @classmethod
-    def from_dict(cls, meta: Mapping[str, Any], where: str) -> SessionMeta:
+    def from_dict(cls, meta: Mapping[str, object], where: str) -> SessionMeta:
         """Validate `meta` (session.toml as a dict); a wrong type -> ServescopeError `where: key: what`."""
         if not isinstance(meta, Mapping):
             raise ServescopeError(f"{where}: expected a table, got {type(meta).__name__}")
@@ -85,27 +101,25 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
             for k, v in slos.items():
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise ServescopeError(f"{where}: slos.{k}: expected float, got {type(v).__name__}")
-        try:
-            out = msgspec.convert(dict(meta), cls, strict=True)
-        except msgspec.ValidationError as e:
-            raise ServescopeError(f"{where}: {_explain(str(e))}") from None
-        for i, c in enumerate(out.cells):  # the writer finds a cell by its index; the lists show its status
-            idx = c.get("index")
+        cells = meta.get("cells")
+        for i, c in enumerate(cells if isinstance(cells, list) else []):  # the writer finds a cell by its index
+            idx = c.get("index") if isinstance(c, Mapping) else 0  # not a table: msgspec's message says so
             if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
                 raise ServescopeError(f"{where}: cells[{i}].index: expected a cell number, got "
                                       f"{'nothing' if idx is None else type(idx).__name__}; the file is damaged: "
                                       "restore it from a copy")
-            if not isinstance(c.get("status", ""), str):
-                raise ServescopeError(f"{where}: cells[{i}].status: expected str, got {type(c['status']).__name__}")
-        return out
+        try:
+            return msgspec.convert(dict(meta), cls, strict=True)
+        except msgspec.ValidationError as e:
+            raise ServescopeError(f"{where}: {_explain(str(e))}") from None
 
     @property
     def workload_names(self) -> list[str]:
         """The workloads in plan order, then any a planned cell names that the workload list lacks."""
         names = [str(w.get("name")) for w in self.workloads]
         for c in self.cells:
-            if str(c.get("workload")) not in names:
-                names.append(str(c.get("workload")))
+            if str(c.workload) not in names:
+                names.append(str(c.workload))
         return names
 
 

@@ -248,7 +248,7 @@ def quality_section(session: Session, result: QualityResult, level: int = 2) -> 
                     "(`servescope quality --reference` with this session).", ""]
         else:
             out += ["No divergence was measured (the server returned no log-probabilities, or it was not run).", ""]
-    events = [clean_text(str(e.get("text", ""))) for e in session.info.events if e.get("kind") == "quality"]
+    events = [clean_text(e.text) for e in session.info.events if e.kind == "quality"]
     if events:
         out += ["Probe notes:", ""] + [f"- {md_escape(e)}" for e in events if e] + [""]
     return out

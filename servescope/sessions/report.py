@@ -139,7 +139,8 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
     imp = s.info.import_
     if imp is not None:
         fmt = clean_text(str(imp.get("format", "?")))
-        lacks = imp.get("lacks") or {}
+        lacks = imp.get("lacks")
+        lacks = lacks if isinstance(lacks, Mapping) else {}
         notes.append(f"imported from {fmt}" + (" with per-request data" if imp.get("detailed") else
                                                " without per-request data (--save-detailed was not used)")
                      + "; it lacks: " + "; ".join(f"{k} ({clean_text(str(v))})" for k, v in lacks.items()))

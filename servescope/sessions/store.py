@@ -20,9 +20,9 @@ import os
 import re
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import tomli_w
@@ -51,12 +51,16 @@ def sessions_home() -> Path:
     return Path(user_data_dir("servescope", appauthor=False)) / "sessions"
 
 
-def toml_clean(obj: Any) -> Any:
+def toml_clean(table: Mapping[str, object]) -> dict[str, object]:
     """TOML has no null: drop None values recursively."""
-    if isinstance(obj, dict):
-        return {str(k): toml_clean(v) for k, v in obj.items() if v is not None}
+    return {str(k): _drop_none(v) for k, v in table.items() if v is not None}
+
+
+def _drop_none(obj: object) -> object:
+    if isinstance(obj, Mapping):
+        return {str(k): _drop_none(v) for k, v in obj.items() if v is not None}
     if isinstance(obj, (list, tuple)):
-        return [toml_clean(v) for v in obj if v is not None]
+        return [_drop_none(v) for v in obj if v is not None]
     return obj
 
 
@@ -97,11 +101,11 @@ def new_session_dir(base: Path | None, name: str) -> Path:
     return d
 
 
-def _flatten(summary: dict[str, Any]) -> dict[str, Any]:
+def _flatten(summary: Mapping[str, object]) -> dict[str, object]:
     """The summary's columns in cells.parquet (`ttft_ms_p50`, ...) beside its full `summary_json`. Of a cell's
     `quality` only the figures (`quality_accuracy`, `quality_n`, ...): its per-task table, keyed by task names
     that differ from cell to cell (and may be empty, which Parquet cannot hold), stays in summary_json."""
-    row: dict[str, Any] = {}
+    row: dict[str, object] = {}
     for k, v in summary.items():
         if isinstance(v, dict) and k not in ("input_tokens_mismatch", "server"):
             for sk, sv in v.items():
@@ -119,11 +123,11 @@ summary_columns = _flatten
 @dataclass
 class SessionWriter:
     path: Path
-    meta: dict[str, Any]
-    cell_rows: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, object]  # session.toml as it is written (SessionMeta reads it back)
+    cell_rows: list[dict[str, object]] = field(default_factory=list)  # cells.parquet's rows
 
     @classmethod
-    def create(cls, path: Path, meta: dict[str, Any], exist_ok: bool = False) -> SessionWriter:
+    def create(cls, path: Path, meta: Mapping[str, object], exist_ok: bool = False) -> SessionWriter:
         """A new session directory; it may hold its runner's bus files already (servescope.sessions.live), and
         with `exist_ok` server logs (launched servers)."""
         try:
@@ -135,7 +139,7 @@ class SessionWriter:
             (path / "requests").mkdir(exist_ok=True)
         except OSError as e:
             raise ServescopeError(f"cannot create session directory {path}: {e.strerror}; choose another --save") from None
-        full = {
+        full: dict[str, object] = {
             "schema_version": SCHEMA_VERSION,
             "servescope_version": __version__,
             "host": socket.gethostname(),
@@ -159,28 +163,53 @@ class SessionWriter:
         return cls(s.path, s.meta, rows)
 
     def add_event(self, kind: str, text: str) -> None:
-        self.meta.setdefault("events", []).append(
-            {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": kind, "text": text})
+        self._table_list("events").append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": kind, "text": text})
         self.save_meta()
 
     def save_meta(self) -> None:
         atomic_write(self.path / "session.toml", tomli_w.dumps(toml_clean(self.meta)).encode())
 
+    def _table_list(self, key: str) -> list[object]:
+        """The array of tables `key` (`cells`, `events`), added when the session has none yet."""
+        v = self.meta.get(key)
+        if not isinstance(v, list):
+            v = self.meta[key] = []
+        return v
+
+    def _planned(self) -> list[dict[str, object]]:
+        return [c for c in self._table_list("cells") if isinstance(c, dict)]
+
+    def cell_statuses(self) -> dict[int, str]:
+        """Each planned cell's status by its index (a resumed sweep runs again only those not finished)."""
+        return {c["index"]: str(c.get("status", "planned")) for c in self._planned() if isinstance(c["index"], int)}
+
     def set_cell_status(self, index: int, status: str, reason: str = "") -> None:
-        for c in self.meta.get("cells", []):
+        for c in self._planned():
             if c["index"] == index:
                 c["status"] = status
                 if reason:
                     c["reason"] = reason
         self.save_meta()
 
-    def write_cell(self, plan_row: dict[str, Any], requests: pl.DataFrame | None, summary: CellResult | None,
+    def set_variant_args(self, variant: int, args: Mapping[str, object]) -> None:
+        """Record the arguments a relaunched server variant runs with ([server.variant_args]); save_meta() writes it."""
+        server = self.meta.get("server")
+        if not isinstance(server, dict):
+            server = self.meta["server"] = {}
+        by_variant = server.get("variant_args")
+        if not isinstance(by_variant, dict):
+            by_variant = server["variant_args"] = {}
+        by_variant[str(variant)] = args
+
+    def write_cell(self, plan_row: Mapping[str, object], requests: pl.DataFrame | None, summary: CellResult | None,
                    suffix: str = "") -> None:
         """Persist one finished (or skipped) cell: its requests, then the cell table, then the metadata.
         The summary is written as `summary_json` (`CellResult.to_dict()`, which reads back into the same
         CellResult) with its figures flattened into the table's columns. A `suffix` (a lost attempt: "-lost1")
         keeps that attempt's requests beside the re-run's."""
-        idx = int(plan_row["index"])
+        idx = plan_row["index"]
+        if not isinstance(idx, int):
+            raise TypeError(f"a cell's index is a number, not {idx!r}")
         if requests is not None:
             _atomic_parquet(self.path / "requests" / f"cell-{idx:04d}{suffix}.parquet",
                             requests.with_columns(cell=pl.lit(idx)))
@@ -193,7 +222,7 @@ class SessionWriter:
         _atomic_parquet(self.path / "cells.parquet", pl.DataFrame(self.cell_rows, infer_schema_length=None))
         self.set_cell_status(idx, str(row.get("status", "done")), str(row.get("reason", "")))
 
-    def write_quality(self, result: QualityResult, settings: dict[str, Any]) -> None:
+    def write_quality(self, result: QualityResult, settings: Mapping[str, object]) -> None:
         """Persist the quality probe's results as quality.json, then its settings (tasks, contexts, n, top_k,
         seed, reference, task files: never a secret) as session.toml's [quality] table. A sweep session keeps its
         kind: it then holds quality results beside its speed."""
@@ -214,7 +243,7 @@ class SessionWriter:
 @dataclass
 class Session:
     path: Path
-    meta: dict[str, Any]
+    meta: dict[str, object]  # session.toml as read (schema 1 migrated); `info` is its typed view
     cells: pl.DataFrame
 
     @property
@@ -350,7 +379,7 @@ def load_session(path: str | Path) -> Session:
     return s
 
 
-def read_meta(toml_path: Path) -> dict[str, Any]:
+def read_meta(toml_path: Path) -> dict[str, object]:
     """session.toml as a dict (schema 1 migrated to 2); a file that is empty, not TOML, not a session's or
     from a newer servescope is a ServescopeError saying so."""
     try:
@@ -414,36 +443,44 @@ def scan_sessions(base: Path, newest_first: bool = False) -> list[SessionEntry]:
     return out
 
 
-def migrate_v1(meta: dict[str, Any]) -> dict[str, Any]:
+def _table(v: object) -> dict[str, object]:
+    return {str(k): x for k, x in v.items()} if isinstance(v, Mapping) else {}
+
+
+def _array(v: object) -> list[object]:
+    return list(v) if isinstance(v, list) else []
+
+
+def migrate_v1(meta: Mapping[str, object]) -> dict[str, object]:
     """A schema-1 session (servescope 0.1) read as schema 2: its sweep rebuilt as a [sweep] table from what
     it recorded (the settings 0.1 did not record, tokenizer, transport and telemetry interval, were the
     defaults then). The file on disk is rewritten only when the session is written again (resume)."""
     out = dict(meta)
     out["schema_version"] = SCHEMA_VERSION
-    load = dict(meta.get("load") or {})
-    server = dict(meta.get("server") or {})
-    target = dict(meta.get("target") or {})
+    load = _table(meta.get("load"))
+    server = _table(meta.get("server"))
+    target = _table(meta.get("target"))
     names: list[str] = []
-    inline: list[dict[str, Any]] = []
-    for w in meta.get("workloads") or []:
+    inline: list[dict[str, object]] = []
+    for w in _array(meta.get("workloads")):
         if not isinstance(w, dict):
             continue
         if w.get("source") == "preset":
             names.append(str(w.get("name")))
         else:
             inline.append(dict(w))
-    sweep: dict[str, Any] = {"sweep_version": 1}
+    sweep: dict[str, object] = {"sweep_version": 1}
     if meta.get("name"):
         sweep["name"] = meta["name"]
     if names:
         sweep["workloads"] = names
-    tgt: dict[str, Any] = {} if server.get("launch") else {"url": target.get("url", "sim://")}
+    tgt: dict[str, object] = {} if server.get("launch") else {"url": target.get("url", "sim://")}
     if meta.get("model"):
         tgt["model"] = meta["model"]
     sweep["target"] = tgt
     if inline:
         sweep["workload"] = inline
-    ld: dict[str, Any] = {}
+    ld: dict[str, object] = {}
     for src, dst in (("concurrency", "concurrency"), ("rates", "rates"), ("arrival", "arrival"),
                      ("max_concurrency", "max_concurrency"), ("requests", "requests"), ("warmup", "warmup"),
                      ("ignore_eos", "ignore_eos")):
@@ -456,12 +493,12 @@ def migrate_v1(meta: dict[str, Any]) -> dict[str, Any]:
         ld["arrival"] = "constant"  # 0.1's runner default when a session did not say
     sweep["load"] = ld
     if meta.get("slos"):
-        sweep["slo"] = dict(meta["slos"])
+        sweep["slo"] = _table(meta["slos"])
     if meta.get("tags"):
-        sweep["tags"] = dict(meta["tags"])
+        sweep["tags"] = _table(meta["tags"])
     if server.get("launch"):
         sweep["server"] = {"launch": server["launch"],
-                           "variants": [{"args": v} for v in server.get("variants") or []]}
+                           "variants": [{"args": v} for v in _array(server.get("variants"))]}
     if meta.get("electricity_usd_per_kwh") is not None:
         sweep["telemetry"] = {"electricity_price": meta["electricity_usd_per_kwh"]}
     out.setdefault("sweep", sweep)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 import polars as pl
@@ -79,7 +78,7 @@ class CellView:
     def x(self) -> float | None:
         return float(self.concurrency) if self.concurrency is not None else self.rate
 
-    def summary_dict(self) -> dict[str, Any]:
+    def summary_dict(self) -> dict[str, object]:
         """The summary as stored (plus `slo_unknown` when set), {} for a cell without one."""
         if not self.has_summary:
             return {}
@@ -89,11 +88,11 @@ class CellView:
         return d
 
 
-def _opt_int(v: Any) -> int | None:
+def _opt_int(v: object) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
 
 
-def _opt_float(v: Any) -> float | None:
+def _opt_float(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
 
 
@@ -131,9 +130,9 @@ def cell_counts(session: Session) -> tuple[int, int]:
     """(completed, planned): the cells saved as `done` and the cells the sweep planned, as every list of
     sessions shows them ("2/3": the app's Sessions screen and `servescope sessions` alike). A skipped,
     stopped or interrupted cell is planned but not completed."""
-    planned = [c for c in session.meta.get("cells") or [] if isinstance(c, Mapping)]
+    planned = session.info.cells
     if planned:
-        return sum(1 for c in planned if c.get("status") == "done"), len(planned)
+        return sum(1 for c in planned if c.status == "done"), len(planned)
     st = session.cells["status"].to_list() if "status" in session.cells.columns else []  # no plan recorded
     return sum(1 for x in st if (x or "done") == "done"), session.cells.height
 
@@ -144,8 +143,8 @@ def status_text(session: Session) -> str:
     st = session.status
     if st == "running":
         r = session.runner
-        planned = [c for c in session.meta.get("cells") or [] if isinstance(c, Mapping)]
-        finished = sum(1 for c in planned if c.get("status") not in (None, "planned", "running"))
+        planned = session.info.cells
+        finished = sum(1 for c in planned if c.status not in ("planned", "running"))
         at = f", cell {min(finished + 1, len(planned))}/{len(planned)}" if planned else ""
         stuck = f"; {r.reason}" if r.reason else ""
         return f"running (pid {r.pid or '?'}{at}{stuck})"

@@ -25,7 +25,7 @@ def test_a_written_session_reads_typed(tmp_path: Path) -> None:
     assert info.target.metrics is True and info.max_model_len == 32768
     assert info.load.concurrency == [1, 4] and info.load.warmup == 0
     assert info.slos == {"ttft_ms": 500.0} and info.tags == {"quant": "GPTQ"}
-    assert [c["status"] for c in info.cells] == ["done", "done"]
+    assert [c.status for c in info.cells] == ["done", "done"]
     assert info.workload_names == ["sharegpt"]
     assert info.server is None and info.import_ is None
 

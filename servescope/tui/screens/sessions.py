@@ -258,8 +258,8 @@ class SessionsScreen(Screen[None]):
             try:
                 w = SessionWriter.open(p)
                 w.meta["name"] = name.strip()
-                if isinstance(w.meta.get("sweep"), dict):
-                    w.meta["sweep"]["name"] = name.strip()
+                if isinstance(sweep := w.meta.get("sweep"), dict):
+                    sweep["name"] = name.strip()
                 w.save_meta()
             except (ServescopeError, OSError) as e:
                 self.notify(f"cannot rename: {getattr(e, 'message', None) or e}", severity="error", markup=False)
