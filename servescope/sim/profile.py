@@ -10,19 +10,25 @@ when `--profile` is given a path to a ``.toml`` file.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
     import tomllib
 except ImportError:  # pragma: no cover (Python 3.10)
     import tomli as tomllib  # type: ignore[no-redef]
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 PROFILES_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
 GIB = 1024**3
 KV_DTYPE_BYTES = {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+
+_T = TypeVar("_T", bound="DataclassInstance")  # a profile section: ModelSpec, GpuSpec, ...
 
 
 class ProfileError(Exception):
@@ -152,7 +158,7 @@ def _replace(obj: Any, **kw: Any) -> Any:
     return replace(obj, **kw) if kw else obj
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+def _build(cls: type[_T], data: object, where: str) -> _T:
     if not isinstance(data, dict):
         raise ProfileError(f"{where}: must be a table of keys, got {data!r}")
     names = {f.name for f in fields(cls)}
@@ -188,7 +194,7 @@ def load_profile(name: str) -> Profile:
     return profile_from_dict(data, name if not name.endswith(".toml") else path.stem, str(path))
 
 
-def profile_from_dict(data: dict[str, Any], name: str, where: str) -> Profile:
+def profile_from_dict(data: Mapping[str, object], name: str, where: str) -> Profile:
     """A profile from a profile file's parsed TOML (`where` names the file in errors); other top-level tables,
     such as a twin's [fit], are the caller's."""
     try:

@@ -18,15 +18,23 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import msgspec
 from aiohttp import web
 
 from servescope.sim.model import ToyModel, context_at
 from servescope.sim.request import SimRequest
-from servescope.sim.responses import usage_stats
+from servescope.sim.responses import (
+    ChatBody,
+    ChatLogprobs,
+    ChatMessage,
+    CompletionBody,
+    CompletionLogprobs,
+    PromptLogprob,
+    PromptLogprobs,
+    usage_stats,
+)
 from servescope.sim.tokenizer import VOCAB_SIZE, Tokenizer
 
 MAX_LOGPROBS = 20  # vLLM's --max-logprobs default
@@ -38,7 +46,7 @@ class LogprobParamError(Exception):
     """A request's log-probability parameters vLLM would refuse (400, with vLLM's message)."""
 
 
-def _int_param(body: dict[str, Any], name: str) -> int | None:
+def _int_param(body: Mapping[str, object], name: str) -> int | None:
     v = body.get(name)
     if v is None:
         return None
@@ -47,7 +55,7 @@ def _int_param(body: dict[str, Any], name: str) -> int | None:
     return int(v)
 
 
-def logprob_params(body: dict[str, Any], chat: bool, stream: bool) -> tuple[int | None, int | None]:
+def logprob_params(body: Mapping[str, object], chat: bool, stream: bool) -> tuple[int | None, int | None]:
     """(top log-probabilities per output token, or None for no logprobs; prompt log-probabilities, or None), as
     vLLM validates them: -1 means the whole vocabulary, which is over the limit of 20."""
     prompt = _int_param(body, "prompt_logprobs")
@@ -82,7 +90,7 @@ def logprob_params(body: dict[str, Any], chat: bool, stream: bool) -> tuple[int 
     return sample, prompt
 
 
-def temperature_of(body: dict[str, Any]) -> float:
+def temperature_of(body: Mapping[str, object]) -> float:
     t = body.get("temperature")
     if t is None:
         return 1.0  # vLLM's default without a generation config
@@ -98,7 +106,7 @@ class Plan:
     __slots__ = ("ids", "texts", "top", "entries", "offsets", "prompt", "pulled")
 
     def __init__(self, ids: list[int], texts: list[str], top: int | None, entries: list[list[tuple[str, float]]],
-                 prompt: list[dict[str, dict[str, Any]] | None] | None) -> None:
+                 prompt: PromptLogprobs | None) -> None:
         self.ids = ids
         self.texts = texts
         self.top = top  # None: no logprobs asked
@@ -118,7 +126,7 @@ class Plan:
         self.pulled += n
         return out
 
-    def completion_logprobs(self, start: int, stop: int) -> dict[str, Any]:
+    def completion_logprobs(self, start: int, stop: int) -> CompletionLogprobs:
         entries = self.entries[start:stop]
         return {
             "text_offset": self.offsets[start:stop],
@@ -127,7 +135,7 @@ class Plan:
             "top_logprobs": [dict(e) for e in entries],
         }
 
-    def chat_logprobs(self, start: int, stop: int) -> dict[str, Any]:
+    def chat_logprobs(self, start: int, stop: int) -> ChatLogprobs:
         k = self.top or 0
         return {"content": [
             {"token": e[0][0], "logprob": e[0][1], "bytes": list(e[0][0].encode("utf-8", "replace")),
@@ -183,15 +191,15 @@ def build_plan(
     return Plan(ids, texts, top, entries, prompt)
 
 
-def prompt_logprobs(model: ToyModel, tok: Tokenizer, ids: Sequence[int], k: int) -> list[dict[str, dict[str, Any]] | None]:
+def prompt_logprobs(model: ToyModel, tok: Tokenizer, ids: Sequence[int], k: int) -> PromptLogprobs:
     """vLLM's prompt_logprobs: None for the first token, then per token {str(id): {"logprob", "rank",
     "decoded_token"}} for the prompt's own token and the `k` most likely ones."""
     token_text = tok.token_text
-    out: list[dict[str, dict[str, Any]] | None] = [None] if ids else []
+    out: PromptLogprobs = [None] if ids else []
     for i in range(1, len(ids)):
         d = model.dist_at(ids, i)
         actual = ids[i]
-        pos: dict[str, dict[str, Any]] = {
+        pos: dict[str, PromptLogprob] = {
             str(actual): {"logprob": d.logprob(actual), "rank": d.rank(actual), "decoded_token": token_text(actual)}}
         for r, (t, lp) in enumerate(d.top(k)):
             if t != actual:
@@ -211,13 +219,13 @@ def full_response(
     usage = usage_stats(prompt_len, n, reasoning, True, req.cached_tokens if prompt_details else None)
     if chat:
         r = min(reasoning, n)
-        message: dict[str, Any] = {
+        message: ChatMessage = {
             "role": "assistant",
             "content": "".join(texts[r:]) if n > r else None,
             "reasoning_content": "".join(texts[:r]) if r else None,
             "tool_calls": [],
         }
-        body: dict[str, Any] = {
+        body: ChatBody = {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created,
             "model": model_name,
             "choices": [{"index": 0, "message": message,
@@ -230,8 +238,9 @@ def full_response(
         if prompt_ids is not None:
             body["prompt_token_ids"] = prompt_ids
             body["choices"][0]["token_ids"] = plan.ids[:n]
+        encoded = _json_encode(body)
     else:
-        body = {
+        cbody: CompletionBody = {
             "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": created,
             "model": model_name,
             "choices": [{"index": 0, "text": "".join(texts),
@@ -240,5 +249,7 @@ def full_response(
             "usage": usage,
         }
         if prompt_ids is not None:
-            body["choices"][0].update(prompt_token_ids=prompt_ids, token_ids=plan.ids[:n])
-    return web.Response(body=_json_encode(body), content_type="application/json")
+            cbody["choices"][0]["prompt_token_ids"] = prompt_ids
+            cbody["choices"][0]["token_ids"] = plan.ids[:n]
+        encoded = _json_encode(cbody)
+    return web.Response(body=encoded, content_type="application/json")

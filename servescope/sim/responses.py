@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Required, TypedDict
 
 import msgspec
 from aiohttp import web
@@ -15,6 +15,101 @@ from servescope.sim.request import SimRequest
 from servescope.sim.tokenizer import NUM_WORDS, WORD_BASE, Tokenizer
 
 _json_encode = msgspec.json.encode
+
+
+class Usage(TypedDict, total=False):
+    """A response's `usage` object (the details only in the last one)."""
+
+    prompt_tokens: Required[int]
+    total_tokens: Required[int]
+    completion_tokens: Required[int]
+    prompt_tokens_details: dict[str, int]  # {"cached_tokens": n}
+    completion_tokens_details: dict[str, int]  # {"reasoning_tokens": n}
+
+
+class CompletionLogprobs(TypedDict):
+    """A completion choice's `logprobs`: per token its offset, log-probability, text and top-k {text: lp}."""
+
+    text_offset: list[int]
+    token_logprobs: list[float]
+    tokens: list[str]
+    top_logprobs: list[dict[str, float]]
+
+
+class TopLogprob(TypedDict):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(TypedDict):
+    """A chat choice's `logprobs`."""
+
+    content: list[TokenLogprob]
+
+
+class PromptLogprob(TypedDict):
+    logprob: float
+    rank: int
+    decoded_token: str
+
+
+# vLLM's prompt_logprobs: None for the first token, then {str(id): ...} for the prompt's own token and the top-k
+PromptLogprobs = list[dict[str, PromptLogprob] | None]
+
+
+class ChatMessage(TypedDict):
+    role: str
+    content: str | None
+    reasoning_content: str | None
+    tool_calls: list[object]  # always empty: the simulator calls no tools
+
+
+class ChatChoice(TypedDict, total=False):
+    index: Required[int]
+    message: Required[ChatMessage]
+    logprobs: Required[ChatLogprobs | None]
+    finish_reason: Required[str]
+    stop_reason: Required[None]
+    token_ids: list[int]  # with vLLM's return_token_ids
+
+
+class CompletionChoice(TypedDict, total=False):
+    index: Required[int]
+    text: Required[str]
+    logprobs: Required[CompletionLogprobs | None]
+    finish_reason: Required[str]
+    stop_reason: Required[None]
+    prompt_logprobs: Required[PromptLogprobs | None]
+    prompt_token_ids: list[int]  # with vLLM's return_token_ids
+    token_ids: list[int]
+
+
+class _Head(TypedDict):
+    id: str
+    object: str
+    created: int
+    model: str
+
+
+class ChatBody(_Head, total=False):
+    """A non-streamed /v1/chat/completions response."""
+
+    choices: Required[list[ChatChoice]]
+    usage: Required[Usage]
+    prompt_logprobs: PromptLogprobs  # asked for (the quality probe)
+    prompt_token_ids: list[int]  # with vLLM's return_token_ids
+
+
+class CompletionBody(_Head):
+    """A non-streamed /v1/completions response."""
+
+    choices: list[CompletionChoice]
+    usage: Usage
 
 
 def error_response(status: int, message: str, etype: str) -> web.Response:
@@ -56,10 +151,10 @@ class TokenSource:
         return out
 
 
-def usage_stats(prompt_len: int, completion: int, reasoning: int, final: bool, cached: int | None = None) -> dict[str, Any]:
+def usage_stats(prompt_len: int, completion: int, reasoning: int, final: bool, cached: int | None = None) -> Usage:
     """The `usage` object of a response (`final`: the last one, which counts the reasoning tokens and, when
     `cached` is not None, the prompt tokens the prefix cache had)."""
-    u: dict[str, Any] = {"prompt_tokens": prompt_len, "total_tokens": prompt_len + completion, "completion_tokens": completion}
+    u: Usage = {"prompt_tokens": prompt_len, "total_tokens": prompt_len + completion, "completion_tokens": completion}
     if final and cached is not None:
         u["prompt_tokens_details"] = {"cached_tokens": cached}
     if reasoning and final:
@@ -77,13 +172,13 @@ def full_response(
     usage = usage_stats(prompt_len, req.num_output, reasoning, True, req.cached_tokens if prompt_details else None)
     if chat:
         r = min(reasoning, len(ids))
-        message: dict[str, Any] = {
+        message: ChatMessage = {
             "role": "assistant",
             "content": tok.decode(ids[r:]) if len(ids) > r else None,
             "reasoning_content": tok.decode(ids[:r]) if r else None,
             "tool_calls": [],
         }
-        body: dict[str, Any] = {
+        body: ChatBody | CompletionBody = {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created,
             "model": model_name,
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": req.finish_reason,

@@ -22,8 +22,8 @@ import random
 import sys
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -53,6 +53,13 @@ class Faults:
     error_rate: float = 0.0
     cut_stream_rate: float = 0.0
     seed: int = 0
+
+
+def _int(v: object) -> int:
+    """int() of a JSON value; a list or an object raises the TypeError int() itself would (answered 400)."""
+    if isinstance(v, (int, float, str)):
+        return int(v)
+    raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, not '{type(v).__name__}'")
 
 
 class _BadRequest(Exception):
@@ -168,7 +175,7 @@ class SimServer:
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
-    async def _json_body(self, request: web.Request) -> dict[str, Any]:
+    async def _json_body(self, request: web.Request) -> dict[str, object]:
         try:
             body = _json_decode(await request.read())
         except msgspec.DecodeError as e:
@@ -180,11 +187,15 @@ class SimServer:
     async def tokenize(self, request: web.Request) -> web.Response:
         try:
             body = await self._json_body(request)
+            prompt = body.get("prompt")
             if "messages" in body:
-                text = render_chat(body["messages"], bool(body.get("add_generation_prompt", True)))
+                msgs = body["messages"]
+                if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
+                    raise _BadRequest("'messages' must be a list of objects with 'role' and 'content'")
+                text = render_chat(msgs, bool(body.get("add_generation_prompt", True)))
                 ids = self.tokenizer.encode(text, bool(body.get("add_special_tokens", False)))
-            elif isinstance(body.get("prompt"), str):
-                ids = self.tokenizer.encode(body["prompt"], bool(body.get("add_special_tokens", True)))
+            elif isinstance(prompt, str):
+                ids = self.tokenizer.encode(prompt, bool(body.get("add_special_tokens", True)))
             else:
                 raise _BadRequest("Either 'prompt' (a string) or 'messages' is required")
         except _BadRequest as e:
@@ -205,13 +216,13 @@ class SimServer:
         return web.json_response({"prompt": self.tokenizer.decode(ids)})
 
     # --- generation --------------------------------------------------------------------------------------
-    def _check_model(self, body: dict[str, Any]) -> web.Response | None:
+    def _check_model(self, body: Mapping[str, object]) -> web.Response | None:
         model = body.get("model")
         if model is not None and model != self.model_name:
             return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
         return None
 
-    def _prompt(self, body: dict[str, Any], chat: bool) -> tuple[int, int, list[int] | None, str | None]:
+    def _prompt(self, body: Mapping[str, object], chat: bool) -> tuple[int, int, list[int] | None, str | None]:
         """(prompt token count, content hash, token ids when the prefix cache needs them, the prompt's text: None
         for token ids) for a request body."""
         tok = self.tokenizer
@@ -273,14 +284,16 @@ class SimServer:
                     f"context length is {mml} tokens and your request has {prompt_len} input tokens "
                     f"({max_tokens} > {mml} - {prompt_len})."
                 )
-            if int(body.get("n", 1) or 1) != 1:
+            if _int(body.get("n", 1) or 1) != 1:
                 raise _BadRequest("servescope-sim supports n=1 only")
-            min_tokens = int(body.get("min_tokens", 0) or 0)
+            min_tokens = _int(body.get("min_tokens", 0) or 0)
             ignore_eos = bool(body.get("ignore_eos", False))
             seed = body.get("seed")
             stream = bool(body.get("stream", False))
             sopts = body.get("stream_options") or {}
-            include_usage = bool(sopts.get("include_usage", False)) if isinstance(sopts, dict) else False
+            if not isinstance(sopts, dict):
+                sopts = {}
+            include_usage = bool(sopts.get("include_usage", False))
             continuous = include_usage and bool(sopts.get("continuous_usage_stats", False))
             kwargs = body.get("chat_template_kwargs") or {}
             thinking = (
