@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 from servescope.core.arrivals import BURSTINESS_MAX, Step, parse_pattern, pattern_text
 from servescope.core.errors import ServescopeError
@@ -16,6 +17,8 @@ from servescope.core.workercount import Workers
 ARRIVALS = ("constant", "poisson", "gamma")
 TRANSPORTS = ("raw", "aiohttp", "httpx")  # core.client.make_http_client builds each
 ENGINES = ("auto", "vllm", "llamacpp", "openai")
+
+N = TypeVar("N", int, float)  # a load level: users or a request rate
 
 
 def parse_duration(text: str, where: str = "duration") -> float:
@@ -74,7 +77,7 @@ def parse_float_list(text: str, where: str) -> list[float]:
 
 
 # ---- one parser per kind of value: (raw TOML value or string, where) -> typed value ------------------------
-def _blank(raw: Any, where: str) -> bool:
+def _blank(raw: object, where: str) -> bool:
     """Whether `raw` is an empty value that means "not set": only in a form field (`where` is the field's
     name). An empty flag (`-c ""`) or an empty string in a file is an error, never a silent default."""
     if not isinstance(raw, str) or raw.strip():
@@ -84,17 +87,17 @@ def _blank(raw: Any, where: str) -> bool:
     raise ServescopeError(f"{where}: empty; give a value (or leave the option out for its default)")
 
 
-def text(raw: Any, where: str) -> str:
+def text(raw: object, where: str) -> str:
     if not isinstance(raw, str):
         raise ServescopeError(f"{where}: must be a string")
     return raw.strip()
 
 
-def opt_text(raw: Any, where: str) -> str | None:
+def opt_text(raw: object, where: str) -> str | None:
     return text(raw, where) or None
 
 
-def opt_path_or_name(raw: Any, where: str) -> str | None:
+def opt_path_or_name(raw: object, where: str) -> str | None:
     """A local path (made absolute, so a resumed sweep finds it from any directory) or a hub name."""
     from pathlib import Path
 
@@ -104,14 +107,14 @@ def opt_path_or_name(raw: Any, where: str) -> str | None:
     return v
 
 
-def nonempty_text(raw: Any, where: str) -> str:
+def nonempty_text(raw: object, where: str) -> str:
     v = text(raw, where)
     if not v:
         raise ServescopeError(f"{where}: must not be empty")
     return v
 
 
-def duration(raw: Any, where: str) -> float:
+def duration(raw: object, where: str) -> float:
     if isinstance(raw, bool):
         raise ServescopeError(f"{where}: give a duration like \"60s\" or a number of seconds")
     if isinstance(raw, (int, float)):
@@ -123,13 +126,13 @@ def duration(raw: Any, where: str) -> float:
     raise ServescopeError(f"{where}: give a duration like \"60s\" or a number of seconds")
 
 
-def opt_duration(raw: Any, where: str) -> float | None:
+def opt_duration(raw: object, where: str) -> float | None:
     if _blank(raw, where):
         return None
     return duration(raw, where)
 
 
-def interval(raw: Any, where: str) -> float | None:
+def interval(raw: object, where: str) -> float | None:
     """A sampling interval, or None for `off` (sample only at cell boundaries)."""
     if isinstance(raw, str) and raw.strip().lower() in ("off", "0", "none", ""):
         return None
@@ -142,9 +145,9 @@ def dump_interval(v: float | None) -> str:
     return "off" if v is None else fmt_duration(v)
 
 
-def _distinct(values: tuple[Any, ...], where: str) -> tuple[Any, ...]:
+def _distinct(values: tuple[N, ...], where: str) -> tuple[N, ...]:
     """The values, or one line naming the first one given twice (it would make two identical cells)."""
-    seen: set[Any] = set()
+    seen: set[N] = set()
     for v in values:
         if v in seen:
             raise ServescopeError(f"{where}: {v:g} is given twice; give each load level once")
@@ -152,7 +155,7 @@ def _distinct(values: tuple[Any, ...], where: str) -> tuple[Any, ...]:
     return values
 
 
-def int_list(raw: Any, where: str) -> tuple[int, ...] | None:
+def int_list(raw: object, where: str) -> tuple[int, ...] | None:
     if _blank(raw, where):
         return None
     if isinstance(raw, str):
@@ -167,7 +170,7 @@ def int_list(raw: Any, where: str) -> tuple[int, ...] | None:
     return _distinct(tuple(out), where)
 
 
-def float_list(raw: Any, where: str) -> tuple[float, ...] | None:
+def float_list(raw: object, where: str) -> tuple[float, ...] | None:
     if _blank(raw, where):
         return None
     if isinstance(raw, str):
@@ -182,7 +185,7 @@ def float_list(raw: Any, where: str) -> tuple[float, ...] | None:
     return _distinct(tuple(out), where)
 
 
-def _int(raw: Any, where: str, lowest: int) -> int:
+def _int(raw: object, where: str, lowest: int) -> int:
     if isinstance(raw, str):
         s = raw.strip()
         if not re.fullmatch(r"-?\d+", s):
@@ -193,14 +196,14 @@ def _int(raw: Any, where: str, lowest: int) -> int:
     return raw
 
 
-def count0(raw: Any, where: str) -> int:
+def count0(raw: object, where: str) -> int:
     return _int(raw, where, 0)
 
 
 MAX_REPEATS = 100
 
 
-def repeats(raw: Any, where: str) -> int:
+def repeats(raw: object, where: str) -> int:
     """How many times each cell runs: 1 to MAX_REPEATS."""
     n = _int(raw, where, 1)
     if n > MAX_REPEATS:
@@ -208,17 +211,17 @@ def repeats(raw: Any, where: str) -> int:
     return n
 
 
-def opt_count1(raw: Any, where: str) -> int | None:
+def opt_count1(raw: object, where: str) -> int | None:
     if _blank(raw, where):
         return None
     return _int(raw, where, 1)
 
 
-def any_int(raw: Any, where: str) -> int:
+def any_int(raw: object, where: str) -> int:
     return _int(raw, where, -(2**63))
 
 
-def workers(raw: Any, where: str) -> Workers:
+def workers(raw: object, where: str) -> Workers:
     """`auto` or a count of worker processes from 1: the one reading of `--workers` (flag, TOML, form)."""
     if isinstance(raw, str) and raw.strip().lower() == "auto":
         return "auto"
@@ -227,7 +230,7 @@ def workers(raw: Any, where: str) -> Workers:
     return _int(raw, where, 1)
 
 
-def names(raw: Any, where: str) -> tuple[str, ...]:
+def names(raw: object, where: str) -> tuple[str, ...]:
     """Comma-separated names (a flag, a form field) or a TOML list of strings; empty: none."""
     if raw is None:
         return ()
@@ -237,8 +240,8 @@ def names(raw: Any, where: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in items if x.strip())
 
 
-def choice(options: tuple[str, ...]) -> Any:
-    def parse(raw: Any, where: str) -> str:
+def choice(options: tuple[str, ...]) -> Callable[[object, str], str]:
+    def parse(raw: object, where: str) -> str:
         if raw not in options:
             names = [repr(o) for o in options]
             listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
@@ -248,7 +251,7 @@ def choice(options: tuple[str, ...]) -> Any:
     return parse
 
 
-def boolean(raw: Any, where: str) -> bool:
+def boolean(raw: object, where: str) -> bool:
     if isinstance(raw, bool):
         return raw
     if isinstance(raw, str) and raw.strip().lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
@@ -256,7 +259,7 @@ def boolean(raw: Any, where: str) -> bool:
     raise ServescopeError(f"{where}: must be true or false")
 
 
-def opt_price(raw: Any, where: str) -> float | None:
+def opt_price(raw: object, where: str) -> float | None:
     if _blank(raw, where):
         return None
     if isinstance(raw, str):
@@ -269,7 +272,7 @@ def opt_price(raw: Any, where: str) -> float | None:
     return float(raw)
 
 
-def share(raw: Any, where: str) -> float:
+def share(raw: object, where: str) -> float:
     """A share of a cell's requests: 0 (none) up to 0.5."""
     how = "give a share of the cell's requests from 0 to 0.5, like 0.05"
     if isinstance(raw, str):
@@ -282,7 +285,7 @@ def share(raw: Any, where: str) -> float:
     return float(raw)
 
 
-def opt_burstiness(raw: Any, where: str) -> float | None:
+def opt_burstiness(raw: object, where: str) -> float | None:
     """The gamma shape of `arrival = "gamma"`: a number above 0 (1 is Poisson), at most BURSTINESS_MAX."""
     if _blank(raw, where):
         return None
@@ -300,7 +303,7 @@ def opt_burstiness(raw: Any, where: str) -> float | None:
     return float(raw)
 
 
-def opt_pattern(raw: Any, where: str) -> tuple[Step, ...] | None:
+def opt_pattern(raw: object, where: str) -> tuple[Step, ...] | None:
     """A step pattern: "1x for 20s, 4x for 5s, 1x", or its steps as a list of strings."""
     if _blank(raw, where):
         return None
@@ -313,12 +316,12 @@ def dump_pattern(v: tuple[Step, ...]) -> str:
     return pattern_text(v)
 
 
-def slos(raw: Any, where: str) -> dict[str, float]:
+def slos(raw: object, where: str) -> dict[str, float]:
     """A [slo] table, or 'ttft_ms=3000,tpot_ms=50'. Latency SLOs are upper bounds; per_user_tok_s a lower bound."""
     from servescope.core.metrics import SLO_KEYS
 
     if isinstance(raw, str):
-        items: list[tuple[str, Any]] = []
+        items: list[tuple[str, object]] = []
         for part in raw.split(","):
             part = part.strip()
             if not part:
@@ -335,12 +338,12 @@ def slos(raw: Any, where: str) -> dict[str, float]:
     else:
         raise ServescopeError(f"{where}: give a table like {{ ttft_ms = 3000 }} or ttft_ms=3000,tpot_ms=50")
     out: dict[str, float] = {}
-    for k, v in items:
-        if k not in SLO_KEYS:
-            raise ServescopeError(f"{where}: bad SLO {k!r}: not a metric; use one of {', '.join(sorted(SLO_KEYS))}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
-            raise ServescopeError(f"{where}: {k} must be a number above 0")
-        out[k] = float(v)
+    for key, val in items:
+        if key not in SLO_KEYS:
+            raise ServescopeError(f"{where}: bad SLO {key!r}: not a metric; use one of {', '.join(sorted(SLO_KEYS))}")
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0 or math.isinf(val):
+            raise ServescopeError(f"{where}: {key} must be a number above 0")
+        out[key] = float(val)
     return out
 
 
@@ -348,7 +351,7 @@ def dump_slos(v: dict[str, float]) -> dict[str, float | int]:
     return {k: (int(x) if float(x).is_integer() else x) for k, x in v.items()}
 
 
-def tags(raw: Any, where: str) -> dict[str, str]:
+def tags(raw: object, where: str) -> dict[str, str]:
     """A [tags] table, or KEY=VALUE items (a list of flags, or 'a=1,b=2' from a form field)."""
     if isinstance(raw, dict):
         return {str(k): str(v) for k, v in raw.items()}
@@ -365,7 +368,7 @@ def tags(raw: Any, where: str) -> dict[str, str]:
     return out
 
 
-def variants(raw: Any, where: str) -> tuple[str, ...]:
+def variants(raw: object, where: str) -> tuple[str, ...]:
     """[[server.variants]] tables with args = "...", plain strings, or 'A ; B' from a form field."""
     if isinstance(raw, str):
         raw = [p for p in raw.split(";") if p.strip()]

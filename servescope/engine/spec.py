@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar, overload
 
 from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
@@ -36,14 +37,18 @@ from servescope.workloads.spec import Workload, parse_toml
 SWEEP_VERSION = 1
 DEFAULT_URL = "sim://"
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
-class Option:
+class Option(Generic[T]):
+    """How one field of a sweep of type T (or T | None) is read and written."""
+
     section: str  # "" (top level), "target", "load", "client", "slo", "tags", "server", "telemetry"
     key: str  # the TOML key; for "slo"/"tags" the whole table
     flags: tuple[str, ...]  # "--concurrency", "-c"; empty: no flag
-    parse: Callable[[Any, str], Any]
-    dump: Callable[[Any], Any] | None
+    parse: Callable[[object, str], T | None]  # (TOML value, flag or form text; where) -> the value
+    dump: Callable[[T], object] | None  # the value -> TOML (never given None: an unset option is not written)
     help: str
     metavar: str | None = None
     repeat: bool = False  # the flag may be given several times (a list)
@@ -51,9 +56,29 @@ class Option:
     form: str | None = None  # the Compose form field that holds it, when not the field's own name
 
 
-def option(default: Any, section: str, key: str, flags: Sequence[str] = (), *, parse: Callable[[Any, str], Any],
-           dump: Callable[[Any], Any] | None = None, help: str = "", metavar: str | None = None,
-           repeat: bool = False, negate: bool = False, factory: Callable[[], Any] | None = None) -> Any:
+@overload
+def option(default: T, section: str, key: str, flags: Sequence[str] = (), *, parse: Callable[[object, str], T],
+           dump: Callable[[T], object] | None = None, help: str = "", metavar: str | None = None,
+           repeat: bool = False, negate: bool = False, factory: None = None) -> T: ...
+
+
+@overload
+def option(default: T | None, section: str, key: str, flags: Sequence[str] = (), *,
+           parse: Callable[[object, str], T | None], dump: Callable[[T], object] | None = None, help: str = "",
+           metavar: str | None = None, repeat: bool = False, negate: bool = False, factory: None = None) -> T | None: ...
+
+
+@overload
+def option(default: None, section: str, key: str, flags: Sequence[str] = (), *, parse: Callable[[object, str], T],
+           dump: Callable[[T], object] | None = None, help: str = "", metavar: str | None = None,
+           repeat: bool = False, negate: bool = False, factory: Callable[[], T]) -> T: ...
+
+
+def option(default: T | None, section: str, key: str, flags: Sequence[str] = (), *,
+           parse: Callable[[object, str], T | None], dump: Callable[[T], object] | None = None, help: str = "",
+           metavar: str | None = None, repeat: bool = False, negate: bool = False,
+           factory: Callable[[], T] | None = None) -> T | None:
+    """A sweep field declared as an option: its default (or `factory` making it), and its Option."""
     meta = {"option": Option(section, key, tuple(flags), parse, dump, help, metavar, repeat, negate)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -207,8 +232,8 @@ class SweepSpec:
                     raise ServescopeError(f"{where}: {e.message}") from None
         return self
 
-    def replace(self, **changes: Any) -> SweepSpec:
-        return dataclasses.replace(self, **changes)
+    def replace(self, **changes: object) -> SweepSpec:
+        return _replaced(self, changes)
 
     @property
     def target_text(self) -> str:
@@ -242,7 +267,7 @@ class SweepSpec:
         return cls.from_table(data, str(p), p.parent, SectionLines(text))
 
     @classmethod
-    def from_table(cls, data: Mapping[str, Any], where: str = "sweep", base_dir: Path | None = None,
+    def from_table(cls, data: Mapping[str, object], where: str = "sweep", base_dir: Path | None = None,
                    lines: SectionLines | None = None) -> SweepSpec:
         """A parsed sweep table -> SweepSpec; unknown keys are errors with a suggestion."""
         loc = lines.locate if lines is not None else (lambda section, key: None)
@@ -256,12 +281,12 @@ class SweepSpec:
         if isinstance(target, dict) and "api_key" in target:
             raise ServescopeError(f"{at('target', 'api_key')}: not allowed (keys never go in files); set "
                                   "api_key_env = \"NAME\" and export the key in that variable")
-        check_keys(dict(data), TOP_KEYS, "", at)
+        check_keys(data, TOP_KEYS, "", at)
         ver = data.get("sweep_version", SWEEP_VERSION)
         if isinstance(ver, bool) or not isinstance(ver, int) or ver > SWEEP_VERSION:
             raise ServescopeError(f"{at('', 'sweep_version')}: {ver!r} is newer than this servescope understands; "
                                   "upgrade servescope")
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for fd, opt in _options():
             table = data if not opt.section else data.get(opt.section, {})
             if not isinstance(table, dict):
@@ -275,16 +300,17 @@ class SweepSpec:
                 values[fd.name] = opt.parse(table[opt.key], at(opt.section, opt.key))
         values["workloads"] = tuple(table_workloads(data, base_dir, at))
         server = data.get("server", {})
-        if isinstance(server, dict) and server.get("launch") and "url" in (data.get("target") or {}):
+        if isinstance(server, dict) and server.get("launch") and isinstance(target, dict) and "url" in target:
             raise ServescopeError(f"{at('server', 'launch')}: give [target] url or [server] launch, not both: a "
                                   "launched server's URL comes from its command")
-        return cls(**values).check(where)
+        return _replaced(cls(), values).check(where)
 
-    def to_table(self, inline_workloads: bool = False) -> dict[str, Any]:
+    def to_table(self, inline_workloads: bool = False) -> dict[str, object]:
         """The sweep-file format (TOML-ready: no None). `inline_workloads` writes file and inline workloads
         in full (a session's [sweep], so a later resume does not depend on files that may have changed);
         presets are always written by name."""
-        out: dict[str, Any] = {"sweep_version": SWEEP_VERSION}
+        out: dict[str, object] = {"sweep_version": SWEEP_VERSION}
+        sections: dict[str, dict[str, object]] = {}
         for fd, opt in _options():
             v = getattr(self, fd.name)
             if (v is None and fd.default is None) or (opt.section in ("slo", "tags") and not v):
@@ -301,7 +327,8 @@ class SweepSpec:
                 if dumped != "":
                     out[opt.key] = dumped
             else:
-                out.setdefault(opt.section, {})[opt.key] = dumped
+                sections.setdefault(opt.section, {})[opt.key] = dumped
+        out.update(sections)
         names, inline = workload_refs(self.workloads, inline_workloads)
         if names:
             out["workloads"] = names
@@ -330,7 +357,7 @@ class SweepSpec:
     @classmethod
     def from_args(cls, args: argparse.Namespace, base: SweepSpec | None = None) -> SweepSpec:
         """`servescope run` flags on top of `base` (a sweep file) or of the defaults; the first bad flag raises."""
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         given: set[str] = set()
         for fd, opt in _options():
             raw = getattr(args, fd.name, None)
@@ -365,17 +392,17 @@ class SweepSpec:
                 values["launch"], values["variants"] = None, ()
         if "launch" in given and "url" in given:
             raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
-        spec = dataclasses.replace(base, **values)
+        spec = _replaced(base, values)
         if spec.variants and not spec.launch:
             raise ServescopeError("--server-variant needs --launch: servescope can only relaunch a server it started")
         return spec.check("flags")
 
     @classmethod
-    def from_form(cls, form: Mapping[str, Any], base: SweepSpec | None = None
+    def from_form(cls, form: Mapping[str, object], base: SweepSpec | None = None
                   ) -> tuple[SweepSpec | None, dict[str, str]]:
         """The Compose form (field name -> text as typed, or a list of Workloads for `workloads`) -> the spec,
         or None and every field's error ({field: message}); a sweep-wide error is under "sweep"."""
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         errors: dict[str, str] = {}
         for fd, _opt in _options():
             if fd.name not in form:
@@ -385,16 +412,19 @@ class SweepSpec:
             except ServescopeError as e:
                 errors[fd.name] = e.message.removeprefix(f"{fd.name}: ")
         if "workloads" in form:
-            values["workloads"] = tuple(form["workloads"])
+            wls = form["workloads"]
+            if not isinstance(wls, (list, tuple)) or not all(isinstance(w, Workload) for w in wls):
+                raise TypeError("the form's workloads must be a list of Workloads")
+            values["workloads"] = tuple(wls)
         if errors:
             return None, errors
         try:
-            return dataclasses.replace(base or cls(), **values).check("sweep"), {}
+            return _replaced(base or cls(), values).check("sweep"), {}
         except ServescopeError as e:
             return None, {"sweep": e.message.removeprefix("sweep: ")}
 
 
-def parse_field(name: str, raw: Any, where: str | None = None) -> Any:
+def parse_field(name: str, raw: object, where: str | None = None) -> object:
     """One field's value from its text (a form field as typed); errors start with `where` (default: the name)."""
     for fd, opt in _options():
         if fd.name == name:
@@ -402,7 +432,14 @@ def parse_field(name: str, raw: Any, where: str | None = None) -> Any:
     raise KeyError(name)
 
 
-def _options() -> list[tuple[dataclasses.Field[Any], Option]]:
+def _replaced(spec: SweepSpec, values: Mapping[str, object]) -> SweepSpec:
+    """`spec` with `values`: each under its field's name and of that field's type (what the field's own
+    Option parsed, or what a caller names). A type checker cannot match a value to its field by name:
+    the field's parser is the check."""
+    return functools.partial(dataclasses.replace, spec)(**values)
+
+
+def _options() -> list[tuple[dataclasses.Field[object], Option[object]]]:
     return [(fd, fd.metadata["option"]) for fd in dataclasses.fields(SweepSpec) if "option" in fd.metadata]
 
 

@@ -7,13 +7,12 @@ import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from servescope.core.errors import ServescopeError
 from servescope.workloads.spec import Workload
 
 
-def check_keys(table: dict[str, Any], known: set[str], section: str, at: Callable[[str, str], str]) -> None:
+def check_keys(table: Mapping[str, object], known: set[str], section: str, at: Callable[[str, str], str]) -> None:
     for k in table:
         if k not in known:
             near = difflib.get_close_matches(k, sorted(known), n=1)
@@ -49,7 +48,7 @@ class SectionLines:
         return self.index.get((section, key)) or self.index.get((section, ""))
 
 
-def table_workloads(data: Mapping[str, Any], base_dir: Path | None, at: Callable[[str, str], str]) -> list[Workload]:
+def table_workloads(data: Mapping[str, object], base_dir: Path | None, at: Callable[[str, str], str]) -> list[Workload]:
     from servescope.workloads.spec import resolve
 
     names = data.get("workloads", [])
@@ -77,13 +76,13 @@ def table_workloads(data: Mapping[str, Any], base_dir: Path | None, at: Callable
     return out
 
 
-def workload_refs(workloads: Sequence[Workload], inline_all: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
+def workload_refs(workloads: Sequence[Workload], inline_all: bool = False) -> tuple[list[str], list[dict[str, object]]]:
     """Presets by name (context-sweep's five as one name when all are there), TOML files by path unless
     `inline_all`, everything else as an inline table."""
     from servescope.workloads.spec import context_sweep
 
     names: list[str] = []
-    inline: list[dict[str, Any]] = []
+    inline: list[dict[str, object]] = []
     cs = {w.name for w in context_sweep()}
     have_all_cs = cs <= {w.name for w in workloads if w.source == "preset"}
     for w in workloads:
@@ -95,7 +94,7 @@ def workload_refs(workloads: Sequence[Workload], inline_all: bool = False) -> tu
             if w.source not in names:
                 names.append(w.source)
         else:
-            d = {k: v for k, v in w.to_dict().items() if k != "source" or inline_all}
+            d: dict[str, object] = {k: v for k, v in w.to_dict().items() if k != "source" or inline_all}
             if not d.get("dataset"):
                 d.pop("dataset", None)
             if w.description:

@@ -85,13 +85,14 @@ class ServescopeApp(App[int]):
         return w is not None and w.state in (WorkerState.PENDING, WorkerState.RUNNING)
 
     def _start_demo(self) -> None:
-        from servescope.engine.spec import SweepSpec, parse_field
+        from servescope.engine import fields
+        from servescope.engine.spec import SweepSpec
         from servescope.workloads.spec import resolve
 
         d = self.demo_sweep
         spec = SweepSpec(url=self.initial_url, api_key_env=self.api_key_env, workloads=tuple(resolve(d["workload"])),
-                         concurrency=parse_field("concurrency", str(d["concurrency"])), requests=d.get("requests"),
-                         duration_s=parse_field("duration_s", d["duration"]) if d.get("duration") else None,
+                         concurrency=fields.int_list(str(d["concurrency"]), "concurrency"), requests=d.get("requests"),
+                         duration_s=fields.opt_duration(d["duration"], "duration_s") if d.get("duration") else None,
                          name="demo", tags={"demo": "yes"})
         self.start_sweep(spec.check("demo"))
 

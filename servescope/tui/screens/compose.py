@@ -220,6 +220,7 @@ class ComposeScreen(Screen[None]):
 
     def _check(self, fid: str) -> tuple[Any, str]:
         """(parsed value, error) of one field, by SweepSpec's parser for it."""
+        from servescope.engine import fields
         from servescope.engine.spec import parse_field
 
         v = self._val(fid)
@@ -242,7 +243,7 @@ class ComposeScreen(Screen[None]):
                 from servescope.core.launch import parse_launch, with_variant
 
                 spec = parse_launch(self._val("launch"))
-                for part in parse_field("variants", self._val("variants")):
+                for part in fields.variants(self._val("variants"), "variants"):
                     with_variant(spec, part)
             if fid == "warmup" and not v:
                 return 0, ""
