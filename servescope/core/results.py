@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeGuard, TypeVar
 
 import msgspec
 
@@ -35,11 +35,11 @@ S = TypeVar("S", bound=msgspec.Struct)
 # --------------------------------------------------------------------------------------------------------
 
 
-def _is_num(v: Any) -> bool:
+def _is_num(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _convert(v: Any, tp: Any) -> tuple[bool, Any]:
+def _convert(v: object, tp: object) -> tuple[bool, object]:
     """(ok, value): `v` read as type `tp`, leniently; ok is False when it does not fit."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -49,9 +49,9 @@ def _convert(v: Any, tp: Any) -> tuple[bool, Any]:
         for a in args:
             if a is type(None):
                 continue
-            ok, out = _convert(v, a)
+            ok, got = _convert(v, a)
             if ok:
-                return True, out
+                return True, got
         return False, None
     if tp is Any:
         return True, v
@@ -71,7 +71,7 @@ def _convert(v: Any, tp: Any) -> tuple[bool, Any]:
         if not isinstance(v, (list, tuple)):
             return False, None
         (item,) = typing.get_args(tp) or (Any,)
-        out = []
+        out: list[object] = []
         for x in v:
             ok, y = _convert(x, item)
             if ok:
@@ -82,14 +82,14 @@ def _convert(v: Any, tp: Any) -> tuple[bool, Any]:
     return False, None
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, object]] = {}
 
 
-def _lenient(cls: type[S], d: Mapping[str, Any]) -> S:
+def _lenient(cls: type[S], d: Mapping[str, object]) -> S:
     hints = _HINTS.get(cls)
     if hints is None:
         hints = _HINTS[cls] = typing.get_type_hints(cls)
-    kw: dict[str, Any] = {}
+    kw: dict[str, object] = {}
     for f in msgspec.structs.fields(cls):
         if f.encode_name not in d:
             continue
@@ -101,7 +101,7 @@ def _lenient(cls: type[S], d: Mapping[str, Any]) -> S:
 
 class _Base(msgspec.Struct, kw_only=True, frozen=True):
     @classmethod
-    def from_dict(cls, d: Any) -> typing.Self:
+    def from_dict(cls, d: object) -> typing.Self:
         """Read leniently: missing keys take their defaults, unknown keys are ignored, wrong types -> default.
         Never raises (anything that is not a mapping gives all defaults)."""
         return _lenient(cls, d if isinstance(d, Mapping) else {})
@@ -416,7 +416,7 @@ _SCALARS = frozenset(f for f in CellResult.__struct_fields__
     "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached"}
 
 
-def finite(v: Any) -> float | None:
+def finite(v: object) -> float | None:
     """A number as a float; None for None, NaN, infinity or anything that is not a number."""
     if not _is_num(v):
         return None
