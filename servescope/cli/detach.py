@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
@@ -93,23 +93,11 @@ def attach_command(args: argparse.Namespace) -> int:
     return int(run_app(attach=path, sessions_dir=args.sessions_dir) or 0)
 
 
-class _CellView:
-    """A finished cell of the log, shaped as `run.format_cell` reads an engine event."""
-
-    def __init__(self, fields: dict[str, Any]) -> None:
-        from servescope.core.results import CellResult
-
-        self.cell = fields["cell"]
-        self.summary = CellResult.from_dict(fields["summary"])
-        self.status = str(fields.get("status", ""))
-        self.reason = str(fields.get("reason", ""))
-
-
 def watch_command(args: argparse.Namespace, out: TextIO | None = None, poll_s: float = 0.2) -> int:
     """Print a running sweep's progress and each finished cell's table until it ends: exit 0 when it completes,
     1 when it fails, is interrupted or its runner dies. A finished session's log is printed as it was."""
     from servescope.cli.run import format_cell
-    from servescope.engine.wire import decode_item
+    from servescope.engine import wire as w
     from servescope.sessions.live import EventLogReader, runner_state
 
     out = out or sys.stdout
@@ -122,33 +110,33 @@ def watch_command(args: argparse.Namespace, out: TextIO | None = None, poll_s: f
     try:
         while True:
             items = reader.poll()
-            for kind, fields in (decode_item(k, f) for k, f in items):
-                if kind == "SweepStarted":
-                    total = len(fields["cells"])
-                    print(clean_text(f"{fields['target']} model {fields['model']}, {total} cells, tokenizer: "
-                                     f"{fields['tokenizer']}"), file=out, flush=True)
-                elif kind == "CellStarted":
-                    c = fields["cell"]
+            for item in (w.decode_item(k, f) for k, f in items):
+                if isinstance(item, w.SweepStarted):
+                    total = len(item.cells)
+                    print(clean_text(f"{item.target} model {item.model}, {total} cells, tokenizer: "
+                                     f"{item.tokenizer}"), file=out, flush=True)
+                elif isinstance(item, w.CellStarted):
+                    c = item.cell
                     progress = f"cell {c.index + 1}/{total} {c.label}: starting"
-                elif kind == "RequestsMeasured":
-                    c = fields["cell"]
-                    progress = (f"cell {c.index + 1}/{total} {c.label}: {fields['done']}/{c.requests or '?'} done, "
-                                f"{fields['failed']} failed, {fields['elapsed_s']:.1f} s")
-                elif kind == "CellFinished":
+                elif isinstance(item, w.RequestsMeasured):
+                    c = item.cell
+                    progress = (f"cell {c.index + 1}/{total} {c.label}: {item.done}/{c.requests or '?'} done, "
+                                f"{item.failed} failed, {item.elapsed_s:.1f} s")
+                elif isinstance(item, w.CellFinished):
                     _clear(out, tty)
-                    print(format_cell(_CellView(fields), total), file=out, flush=True)
+                    print(format_cell(item, total), file=out, flush=True)
                     progress = ""
-                elif kind == "CellSkipped":
+                elif isinstance(item, w.CellSkipped):
                     _clear(out, tty)
-                    c = fields["cell"]
-                    print(clean_text(f"cell {c.index + 1}/{total}  {c.label}  [skipped] {fields['reason']}"), file=out)
-                elif kind == "EngineNotice":
+                    c = item.cell
+                    print(clean_text(f"cell {c.index + 1}/{total}  {c.label}  [skipped] {item.reason}"), file=out)
+                elif isinstance(item, w.EngineNotice):
                     _clear(out, tty)
-                    print(clean_text(f"{fields['level']}: {fields['text']}"), file=out)
-                elif kind == "SweepFinished":
+                    print(clean_text(f"{item.level}: {item.text}"), file=out)
+                elif isinstance(item, w.SweepFinished):
                     _clear(out, tty)
-                    status = str(fields["status"])
-                    msg = clean_text(str(fields.get("message") or ""))
+                    status = item.status
+                    msg = clean_text(item.message)
                     print(f"sweep {status}" + (f": {msg}" if msg and msg != status else "") + f"; session {path}",
                           file=out, flush=True)
                     return 0 if status == "completed" else 1

@@ -3,7 +3,7 @@ lock, writes every event to the session's event log, keeps a heartbeat and obeys
 (skip the running cell, stop the sweep).
 
 Events are handed over with `publish` (a queue put: the sweep's event loop never waits on a disk or a
-viewer); one writer thread turns them into plain items (servescope.engine.wire), appends them, flushes per
+viewer); one writer thread turns them into the wire's items (servescope.engine.wire), appends them, flushes per
 batch, fsyncs per finished cell, touches the heartbeat and polls the control file."""
 
 from __future__ import annotations
@@ -13,10 +13,17 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Literal, Protocol
 
-from servescope.engine.events import CellFinished, CellSkipped, CellStarted, SweepControl, SweepFinished
-from servescope.engine.wire import Translator, encode_item
+from servescope.engine.events import (
+    CellFinished,
+    CellSkipped,
+    CellStarted,
+    Event,
+    SweepControl,
+    SweepFinished,
+)
+from servescope.engine.wire import Translator
 from servescope.sessions.live import HEARTBEAT_S, ControlReader, EventLogWriter, RunnerLock
 
 __all__ = ["Bus", "BusFactory", "SweepBus"]
@@ -25,7 +32,7 @@ POLL_S = 0.5  # how often an idle writer thread looks at the control file (it al
 
 
 class Bus(Protocol):
-    def publish(self, ev: Any) -> None: ...
+    def publish(self, ev: Event) -> None: ...
 
     def close(self) -> None: ...
 
@@ -49,12 +56,12 @@ class SweepBus:
             raise
         self.translate = Translator(target_label)
         self.running_cell: int | None = None
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[Event | None] = queue.SimpleQueue()  # None: close
         self._stops = 0
         self._thread = threading.Thread(target=self._work, name="servescope-bus", daemon=True)
         self._thread.start()
 
-    def publish(self, ev: Any) -> None:
+    def publish(self, ev: Event) -> None:
         if isinstance(ev, CellStarted):
             self.running_cell = ev.cell.index
         elif isinstance(ev, (CellFinished, CellSkipped)) and self.running_cell == ev.cell.index:
@@ -71,6 +78,7 @@ class SweepBus:
     def _work(self) -> None:
         beat = time.monotonic()
         while True:
+            ev: Event | Literal[False] | None  # False: nothing queued
             try:
                 ev = self._q.get(timeout=POLL_S)
             except queue.Empty:
@@ -94,15 +102,15 @@ class SweepBus:
                 beat = time.monotonic()
                 self.lock.heartbeat()
 
-    def _write(self, ev: Any) -> bool:
+    def _write(self, ev: Event) -> bool:
         """Write one event's items; True when the log should be fsync'd (a cell or the sweep ended)."""
         try:
             items = self.translate(ev)
         except Exception:  # noqa: BLE001 - a viewer's convenience never stops the sweep
             return False
-        for kind, fields in items:
+        for item in items:
             with contextlib.suppress(OSError, ValueError, TypeError):
-                self.log.write(kind, encode_item(kind, fields))
+                self.log.write(item.kind, item.fields())
         return isinstance(ev, (CellFinished, CellSkipped, SweepFinished))
 
     def _obey(self) -> None:
@@ -111,10 +119,9 @@ class SweepBus:
         except OSError:
             return
         for c in cmds:
-            if c["cmd"] == "skip":
-                cell = c.get("cell")
-                if cell is None or cell == self.running_cell:
+            if c.cmd == "skip":
+                if c.cell is None or c.cell == self.running_cell:
                     self.control.skip_cell("skipped by the user")
-            elif c["cmd"] == "stop":
+            elif c.cmd == "stop":
                 self._stops += 1
                 self.control.stop("stopped by the user", let_in_flight_finish=self._stops == 1)

@@ -15,15 +15,18 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
+
+if TYPE_CHECKING:
+    from servescope.engine.spec import RunContext, SweepSpec
 
 START_WAIT_S = 3.5  # how long `run --detach` waits to see the runner take its session (the contract: exit in 5 s)
 
 
 # ---- starting a runner ---------------------------------------------------------------------------------
-def session_name(spec: Any) -> str:
+def session_name(spec: SweepSpec) -> str:
     """The session's name before the server is asked for its model: the sweep's name, else the model (or the
     simulator's profile) and the workloads."""
     if spec.name:
@@ -35,7 +38,7 @@ def session_name(spec: Any) -> str:
     return f"{who or 'sweep'}-{wl}"
 
 
-def start_runner(spec: Any, ctx: Any) -> tuple[Path, subprocess.Popen[bytes]]:
+def start_runner(spec: SweepSpec, ctx: RunContext) -> tuple[Path, subprocess.Popen[bytes]]:
     """Start the sweep in its own runner process; the session directory and the process. The directory is
     chosen here (ctx.save_dir, else a new one under the sessions folder) so it can be printed at once."""
     from servescope.sessions.live import RUNNER_LOG
@@ -64,6 +67,7 @@ def start_runner(spec: Any, ctx: Any) -> tuple[Path, subprocess.Popen[bytes]]:
 def wait_started(path: Path, proc: subprocess.Popen[bytes], wait_s: float = START_WAIT_S) -> str | None:
     """Wait until the runner's sweep has started (its event log says SweepStarted: None) or ended first (why,
     in one line). After `wait_s` it goes on alone (None): a simulator or a server may take a while to start."""
+    from servescope.engine.wire import SweepFinished, decode_item
     from servescope.sessions.live import EventLogReader, runner_log_tail
 
     reader = EventLogReader(path)
@@ -74,7 +78,8 @@ def wait_started(path: Path, proc: subprocess.Popen[bytes], wait_s: float = STAR
                 if kind == "SweepStarted":
                     return None
                 if kind == "SweepFinished":
-                    return str(fields.get("message") or fields.get("status"))
+                    done = decode_item(kind, fields)
+                    return (done.message or done.status) if isinstance(done, SweepFinished) else "the sweep ended"
             rc = proc.poll()
             if rc is not None:
                 if rc == 0:

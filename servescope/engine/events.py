@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servescope.core.load import CellControl
 from servescope.core.records import RequestRecord
@@ -63,10 +62,11 @@ class CellSkipped:
 
 @dataclass
 class TelemetrySample:
-    """The newest server /metrics sample (parsed, vLLM names) and GPU readings, a few times a second."""
+    """The newest server /metrics sample (parsed, vLLM names) and GPU readings (GpuSampler.latest: GPU_COLUMNS
+    plus `gpu`, its NVML index), a few times a second."""
 
     server: dict[str, float] | None
-    gpus: list[dict[str, Any]] | None = None
+    gpus: list[dict[str, float]] | None = None
 
 
 @dataclass
@@ -80,7 +80,7 @@ class KvBudgetKnown:
     """The server's KV-cache budget, at the start and after each relaunch: `budget` is what session.toml's
     `kv_budget` holds (kv_cache_tokens, source, max_concurrency_by_workload, ...), `text` one line for people."""
 
-    budget: dict[str, Any]
+    budget: dict[str, object]  # session.toml's table as the runner wrote it (telemetryhub.kv_budget_meta)
     text: str
 
     @property

@@ -1,20 +1,27 @@
-"""The engine's events as plain data: each `servescope.engine.events` event becomes `(kind, fields)` items
-(kinds named as the app's messages are), reduced to what viewers draw (a batch of requests becomes its
-TTFT/TPOT/E2E lists). The runner writes these items to the session's event log (servescope.sessions.live),
-so the app, `servescope watch` and any number of viewers rebuild a sweep from it, live or later.
-`encode_item`/`decode_item` turn them into JSON and back (CellInfo and paths)."""
+"""The engine's events as plain data: each `servescope.engine.events` event becomes items, one frozen msgspec
+Struct per kind (the kinds named as the app's messages are), reduced to what viewers draw (a batch of requests
+becomes its TTFT/TPOT/E2E lists). The runner writes these items to the session's event log
+(servescope.sessions.live) as `{"kind": <the Struct's name>, "fields": <its fields>}`, so the app, `servescope
+watch` and any number of viewers rebuild a sweep from it, live or later, as the same types: `Item.fields()`
+writes an item, `decode_item` reads one back (leniently: a field an older log lacks takes its default)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Self
 
+import msgspec
+
+from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 
-Item = tuple[str, dict[str, Any]]
+if TYPE_CHECKING:
+    from servescope.core.records import RequestRecord
+    from servescope.engine.events import Event
+    from servescope.engine.plan import Cell
 
 # the /metrics gauges and counters the live panel draws (vLLM names, as parse_metrics returns them;
 # older vLLM names are mapped to the new ones)
@@ -28,8 +35,10 @@ LIVE_SERVER_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass
-class CellInfo:
+GpuReading = dict[str, int | float | None]  # one GPU's live NVML reading: GPU_COLUMNS, `gpu` (its index); NaN -> None
+
+
+class CellInfo(msgspec.Struct, frozen=True):
     """What the UI needs to know about a planned cell (a plain copy of the engine's Cell)."""
 
     index: int
@@ -57,13 +66,155 @@ class CellInfo:
         return float(self.concurrency if self.concurrency is not None else (self.rate or 0.0))
 
     @classmethod
-    def from_cell(cls, cell: Any) -> CellInfo:
+    def from_cell(cls, cell: Cell) -> CellInfo:
         return cls(cell.index, cell.workload.name, cell.load.label, cell.load.concurrency, cell.load.rate,
-                   cell.requests, cell.duration_s, cell.workload.shape(), clean_text(getattr(cell, "variant_args", "")))
+                   cell.requests, cell.duration_s, cell.workload.shape(), clean_text(cell.variant_args))
 
 
-def reduce_batch(records: list[Any]) -> tuple[list[float], list[float], list[float], list[float], int,
-                                              list[tuple[str, str]], list[int], list[list[int | None]]]:
+# ---- the items ---------------------------------------------------------------------------------------------
+class Item(msgspec.Struct, frozen=True):
+    """An item of the event log; its kind is its class's name."""
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    def fields(self) -> dict[str, object]:
+        """The item as plain JSON values, as the event log's `fields` holds them."""
+        out: dict[str, object] = msgspec.to_builtins(self, enc_hook=_encode)
+        return out
+
+    @classmethod
+    def read(cls, fields: Mapping[str, object]) -> Self:
+        """The item from an event log's `fields` (msgspec.ValidationError when they do not fit)."""
+        return msgspec.convert(fields, cls, dec_hook=_decode)
+
+
+class SweepStarted(Item, frozen=True, omit_defaults=True):
+    """The target answered and the session directory exists. `started_at` is not written: a reader takes it
+    from the line's time (epoch s); the other defaults are what logs written before those fields read as."""
+
+    session_dir: Path
+    cells: list[CellInfo]
+    target: str
+    model: str
+    version: str | None
+    tokenizer: str
+    metrics: bool
+    engine_pid: int = 0  # the process the engine runs in
+    started_at: float | None = None
+    engine: str = ""  # the engine and its version, e.g. "vLLM 0.32.0", "llama.cpp b4512"
+
+
+class CellStarted(Item, frozen=True):
+    cell: CellInfo
+    total: int  # cells in the sweep
+
+
+class RequestsMeasured(Item, frozen=True):
+    """A batch of finished requests of the running cell, reduced to the numbers the charts use (`reduce_batch`).
+    `turns` and `cached` run parallel to `ttft_ms`; logs written before they existed have neither."""
+
+    cell: CellInfo
+    ttft_ms: list[float]
+    tpot_ms: list[float]
+    e2e_ms: list[float]
+    per_user_tok_s: list[float]
+    output_tokens: int
+    done: int
+    failed: int
+    elapsed_s: float
+    errors: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (status, error text)
+    turns: list[int] = msgspec.field(default_factory=list)
+    cached: list[list[int | None]] = msgspec.field(default_factory=list)
+
+
+class CellFinished(Item, frozen=True):
+    """A finished cell with its summary as saved; in the log the summary is `CellResult.to_dict()` (as
+    cells.parquet's summary_json holds it) and it is read back with `CellResult.from_dict` (any summary
+    servescope ever wrote)."""
+
+    cell: CellInfo
+    summary: CellResult
+    status: str  # "done" | "stopped" | "server_lost"
+    reason: str = ""
+
+    def fields(self) -> dict[str, object]:
+        return super().fields() | {"summary": self.summary.to_dict()}
+
+    @classmethod
+    def read(cls, fields: Mapping[str, object]) -> Self:
+        return super().read({**fields, "summary": CellResult.from_dict(fields.get("summary"))})
+
+
+class CellSkipped(Item, frozen=True):
+    cell: CellInfo
+    reason: str
+
+
+class EngineNotice(Item, frozen=True):
+    level: str  # "info" | "warning" | "error"
+    text: str
+
+
+class SweepFinished(Item, frozen=True):
+    session_dir: Path | None  # None: it ended before its session was made
+    status: str  # "completed" | "interrupted" | "failed"
+    message: str = ""
+
+
+class TelemetryUpdated(Item, frozen=True):
+    """The newest live readings: `server` the LIVE_SERVER_KEYS found in the newest /metrics sample, or None;
+    `gpus` one reading per GPU, or None."""
+
+    server: dict[str, float] | None
+    gpus: list[GpuReading] | None
+
+
+class TelemetryMeta(Item, frozen=True):
+    """session.toml's `kv_budget` (kv_cache_tokens, source, max_concurrency_by_workload, ...) and `gpu`
+    (available, count or reason) tables as the runner wrote them, at the start and after each relaunch."""
+
+    kv_budget: dict[str, object] | None
+    gpu: dict[str, object] | None
+
+
+AnyItem = (SweepStarted | CellStarted | RequestsMeasured | CellFinished | CellSkipped | EngineNotice | SweepFinished
+           | TelemetryUpdated | TelemetryMeta)
+KINDS: dict[str, type[AnyItem]] = {c.__name__: c for c in (
+    SweepStarted, CellStarted, RequestsMeasured, CellFinished, CellSkipped, EngineNotice, SweepFinished,
+    TelemetryUpdated, TelemetryMeta)}
+
+
+def _encode(v: object) -> object:
+    if isinstance(v, Path):
+        return str(v)
+    raise NotImplementedError(type(v).__name__)
+
+
+def _decode(tp: type, v: object) -> object:
+    if tp is object:  # with a dec_hook msgspec hands `object` values (a session.toml table's) here: any JSON value
+        return v
+    if tp is Path and isinstance(v, str):
+        return Path(v)
+    raise TypeError(f"expected {tp.__name__}, got {type(v).__name__}")
+
+
+def decode_item(kind: str, fields: Mapping[str, object]) -> AnyItem | None:
+    """An item read back from the event log; None for a kind this servescope does not know or fields that do
+    not fit it (a damaged line is skipped, as a line cut short is)."""
+    cls = KINDS.get(kind)
+    if cls is None:
+        return None
+    try:
+        return cls.read(fields)
+    except msgspec.ValidationError:
+        return None
+
+
+# ---- from the engine's events ------------------------------------------------------------------------------
+def reduce_batch(records: Sequence[RequestRecord]) -> tuple[list[float], list[float], list[float], list[float], int,
+                                                            list[tuple[str, str]], list[int], list[list[int | None]]]:
     """Per-request TTFT, TPOT, E2E (ms) and per-user tok/s of a batch, computed by core.metrics
     (`request_figures`: `per_request`'s formulas, row by row), its output tokens and errors, plus two lists
     parallel to the TTFT list (one entry per successful request with a TTFT): the request's turn (from 1 in a conversation or agent session, 0 for a single-turn request) and
@@ -101,7 +252,7 @@ def reduce_batch(records: list[Any]) -> tuple[list[float], list[float], list[flo
     return ttft, tpot, e2e, per_user, out_tok, errors, turns, cached
 
 
-def live_server(sample: dict[str, Any] | None) -> dict[str, float] | None:
+def live_server(sample: Mapping[str, object] | None) -> dict[str, float] | None:
     """The few /metrics values the live panel draws, under short names (None when there is no sample)."""
     if not sample:
         return None
@@ -115,7 +266,7 @@ def live_server(sample: dict[str, Any] | None) -> dict[str, float] | None:
     return out
 
 
-def telemetry_meta(session_dir: Path) -> Item | None:
+def telemetry_meta(session_dir: Path) -> TelemetryMeta | None:
     """The KV budget and GPU availability the engine wrote into session.toml (at the start, and again
     after a relaunch)."""
     try:
@@ -127,7 +278,7 @@ def telemetry_meta(session_dir: Path) -> Item | None:
     kv, gpu = meta.kv_budget, meta.gpu
     if kv is None and gpu is None:
         return None
-    return ("TelemetryMeta", {"kv_budget": dict(kv) if kv else None, "gpu": dict(gpu) if gpu else None})
+    return TelemetryMeta(dict(kv) if kv else None, dict(gpu) if gpu else None)
 
 
 class Translator:
@@ -138,76 +289,42 @@ class Translator:
         self.target_label = target_label
         self.session_dir: Path | None = None
 
-    def __call__(self, ev: Any) -> list[Item]:
+    def __call__(self, ev: Event) -> list[AnyItem]:
         from servescope.engine import events as r
 
         if isinstance(ev, r.SweepStarted):
             self.session_dir = ev.session_dir
         items = translate(ev, self.target_label)
         if isinstance(ev, r.KvBudgetKnown) and self.session_dir is not None:
-            meta = telemetry_meta(self.session_dir)
-            items += [meta] if meta else [("TelemetryMeta", {"kv_budget": dict(ev.budget), "gpu": None})]
+            items.append(telemetry_meta(self.session_dir) or TelemetryMeta(dict(ev.budget), None))
         return items
 
 
-def translate(ev: Any, target_label: str | None) -> list[Item]:
+def translate(ev: Event, target_label: str | None) -> list[AnyItem]:
     """One runner event -> the items the app needs (usually one)."""
     from servescope.engine import events as r
 
     if isinstance(ev, r.RequestsDone):
         ttft, tpot, e2e, per_user, out_tok, errors, turns, cached = reduce_batch(ev.records)
-        return [("RequestsMeasured", {"cell": CellInfo.from_cell(ev.cell), "ttft_ms": ttft, "tpot_ms": tpot,
-                                      "e2e_ms": e2e, "per_user_tok_s": per_user, "output_tokens": out_tok,
-                                      "done": ev.done, "failed": ev.failed, "elapsed_s": ev.elapsed_s,
-                                      "errors": errors, "turns": turns, "cached": cached})]
+        return [RequestsMeasured(CellInfo.from_cell(ev.cell), ttft, tpot, e2e, per_user, out_tok, ev.done, ev.failed,
+                                 ev.elapsed_s, errors, turns, cached)]
     if isinstance(ev, r.TelemetrySample):
-        gpus = [dict(g) for g in ev.gpus] if ev.gpus else None
-        return [("TelemetryUpdated", {"server": live_server(ev.server), "gpus": gpus})]
+        gpus: list[GpuReading] | None = [{**g} for g in ev.gpus] if ev.gpus else None
+        return [TelemetryUpdated(live_server(ev.server), gpus)]
     if isinstance(ev, r.CellStarted):
-        return [("CellStarted", {"cell": CellInfo.from_cell(ev.cell), "total": ev.total})]
+        return [CellStarted(CellInfo.from_cell(ev.cell), ev.total)]
     if isinstance(ev, r.CellFinished):
-        return [("CellFinished", {"cell": CellInfo.from_cell(ev.cell), "summary": ev.summary.to_dict(),
-                                  "status": ev.status, "reason": clean_text(ev.reason)})]
+        return [CellFinished(CellInfo.from_cell(ev.cell), ev.summary, ev.status, clean_text(ev.reason))]
     if isinstance(ev, r.CellSkipped):
-        return [("CellSkipped", {"cell": CellInfo.from_cell(ev.cell), "reason": clean_text(ev.reason)})]
+        return [CellSkipped(CellInfo.from_cell(ev.cell), clean_text(ev.reason))]
     if isinstance(ev, (r.Notice, r.KvBudgetKnown)):
-        return [("EngineNotice", {"level": ev.level, "text": clean_text(ev.text)})]
+        return [EngineNotice(ev.level, clean_text(ev.text))]
     if isinstance(ev, r.SweepStarted):
-        out: list[Item] = [("SweepStarted", {"session_dir": ev.session_dir, "cells": [CellInfo.from_cell(c) for c in ev.cells],
-                                 "target": target_label or ev.target.url, "model": ev.model,
-                                 "version": ev.target.version, "engine": ev.target.engine_text, "tokenizer": ev.tokenizer,
-                                 "metrics": ev.target.metrics_available, "engine_pid": os.getpid()})]
         meta = telemetry_meta(ev.session_dir)
-        return out + ([meta] if meta else [])
+        return [SweepStarted(ev.session_dir, [CellInfo.from_cell(c) for c in ev.cells], target_label or ev.target.url,
+                             ev.model, ev.target.version, ev.tokenizer, ev.target.metrics_available,
+                             engine_pid=os.getpid(), engine=ev.target.engine_text),
+                *([meta] if meta else [])]
     if isinstance(ev, r.SweepFinished):
-        return [("SweepFinished", {"session_dir": ev.session_dir, "status": ev.status,
-                                   "message": clean_text(ev.message)})]
+        return [SweepFinished(ev.session_dir, ev.status, clean_text(ev.message))]
     return []
-
-
-def encode_item(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """`fields` as plain JSON values (CellInfo -> dict, Path -> str)."""
-    out: dict[str, Any] = {}
-    for k, v in fields.items():
-        if isinstance(v, CellInfo):
-            v = asdict(v)
-        elif k == "cells" and isinstance(v, list):
-            v = [asdict(c) if isinstance(c, CellInfo) else c for c in v]
-        elif isinstance(v, Path):
-            v = str(v)
-        out[k] = v
-    return out
-
-
-def decode_item(kind: str, fields: dict[str, Any]) -> Item:
-    """An item read back from the event log, with CellInfo and Path values as the app's messages take them."""
-    out = dict(fields)
-    if isinstance(out.get("cell"), dict):
-        out["cell"] = CellInfo(**out["cell"])
-    if kind == "SweepStarted" and isinstance(out.get("cells"), list):
-        out["cells"] = [CellInfo(**c) if isinstance(c, dict) else c for c in out["cells"]]
-    if "session_dir" in out and isinstance(out["session_dir"], str):
-        out["session_dir"] = Path(out["session_dir"])
-    if kind == "RequestsMeasured" and isinstance(out.get("errors"), list):
-        out["errors"] = [tuple(e) for e in out["errors"]]
-    return kind, out

@@ -11,7 +11,8 @@ slow it (they only read files the runner appends to).
     control.jsonl    the viewers' commands to the runner, one JSON object per line: {"cmd": "skip"|"stop", "cell"}
     runner.log       a detached runner's stdout and stderr
 
-Nothing here knows what the events mean (servescope.engine.wire does); items are plain JSON."""
+Nothing here knows what the events mean (servescope.engine.wire does); items are plain JSON, written with msgspec
+(a NaN is written as null) and read with Python's json (logs written before kept NaN as NaN)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ import json
 import os
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO, Literal
+
+import msgspec
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
@@ -99,7 +103,7 @@ class RunnerState:
     reason: str = ""
 
 
-def _lock_info(p: Path) -> dict[str, Any]:
+def _lock_info(p: Path) -> dict[str, object]:
     try:
         data = json.loads(p.read_text(encoding="utf-8") or "{}")
         return data if isinstance(data, dict) else {}
@@ -115,7 +119,8 @@ def runner_state(session_dir: Path) -> RunnerState:
         return RunnerState(False, reason="its runner left no lock: it ended before it started, or an older "
                            "servescope wrote the session")
     info = _lock_info(p)
-    pid = info.get("pid") if isinstance(info.get("pid"), int) else None
+    pid = info.get("pid")
+    pid = pid if isinstance(pid, int) else None
     host = str(info.get("host", ""))
     try:
         fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
@@ -142,6 +147,18 @@ def runner_state(session_dir: Path) -> RunnerState:
 
 
 # ---- the event log: writing ------------------------------------------------------------------------------
+class _Line(msgspec.Struct):
+    """One line of events.jsonl."""
+
+    seq: int
+    t: float
+    kind: str
+    fields: Mapping[str, object]
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
 class EventLogWriter:
     """Appends items to events.jsonl (one writer: the runner). Not thread-safe: one thread writes."""
 
@@ -163,10 +180,9 @@ class EventLogWriter:
                 last = max(last, int(json.loads(line).get("seq", 0)))
         return last
 
-    def write(self, kind: str, fields: dict[str, Any]) -> None:
+    def write(self, kind: str, fields: Mapping[str, object]) -> None:
         self.seq += 1
-        line = json.dumps({"seq": self.seq, "t": round(time.time(), 3), "kind": kind, "fields": fields},
-                          separators=(",", ":"), default=str) + "\n"
+        line = _ENCODER.encode(_Line(self.seq, round(time.time(), 3), kind, fields)).decode() + "\n"
         self._f.write(line)
         if kind in KEEP_KINDS:
             self._keep.append(line)
@@ -235,7 +251,7 @@ class EventLogReader:
 
     def __init__(self, session_dir: Path) -> None:
         self.path = Path(session_dir) / EVENTS
-        self._f: Any = None
+        self._f: BinaryIO | None = None
         self._ino: int | None = None
         self._buf = b""
         self.seq = 0
@@ -248,7 +264,9 @@ class EventLogReader:
         self._f, self._ino, self._buf = f, os.fstat(f.fileno()).st_ino, b""
         return True
 
-    def poll(self, max_bytes: int = 8 * 1024 * 1024) -> list[tuple[str, dict[str, Any]]]:
+    def poll(self, max_bytes: int = 8 * 1024 * 1024) -> list[tuple[str, dict[str, object]]]:
+        """The new items as (kind, fields); a SweepStarted's fields gain `started_at`, the line's time (epoch s),
+        for viewers."""
         if self._f is None and not self._open(self.path):
             return []
         out = self._read(max_bytes)
@@ -261,7 +279,8 @@ class EventLogReader:
                 break
             # the file followed was rotated and is read to its end: go on in the next one. Rotated twice since
             # the last poll, the next one is events.1.jsonl (the snapshot's seq numbers skip what was read)
-            self._f.close()
+            if self._f is not None:
+                self._f.close()
             old = self.path.with_name(EVENTS_OLD)
             try:
                 nxt = old if os.stat(old).st_ino != self._ino else self.path
@@ -273,24 +292,24 @@ class EventLogReader:
             out = self._read(max_bytes)
         return out
 
-    def _read(self, max_bytes: int) -> list[tuple[str, dict[str, Any]]]:
-        data = self._f.read(max_bytes)
+    def _read(self, max_bytes: int) -> list[tuple[str, dict[str, object]]]:
+        data = self._f.read(max_bytes) if self._f is not None else b""
         if not data:
             return []
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
-        out: list[tuple[str, dict[str, Any]]] = []
+        out: list[tuple[str, dict[str, object]]] = []
         for raw in lines:
             try:
-                obj = json.loads(raw)
-                seq, kind, fields = int(obj["seq"]), str(obj["kind"]), obj["fields"]
-            except (ValueError, KeyError, TypeError):
+                obj = json.loads(raw)  # not msgspec: older logs hold NaN
+                seq, kind, fields, t = int(obj["seq"]), str(obj["kind"]), obj["fields"], obj.get("t")
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # a line cut short by a crash: skipped
             if seq <= self.seq or not isinstance(fields, dict):
                 continue
             self.seq = seq
-            if kind == "SweepStarted" and isinstance(obj.get("t"), (int, float)):
-                fields = {**fields, "started_at": float(obj["t"])}  # when it started (epoch s), for viewers
+            if kind == "SweepStarted" and isinstance(t, (int, float)):
+                fields = {**fields, "started_at": float(t)}  # when it started (epoch s), for viewers
             out.append((kind, fields))
         return out
 
@@ -314,6 +333,13 @@ def send_command(session_dir: Path, cmd: str, cell: int | None = None) -> None:
         os.close(fd)
 
 
+class Command(msgspec.Struct, frozen=True):
+    """A viewer's command: `skip` the running cell (`cell`: the one the viewer saw running), or `stop`."""
+
+    cmd: Literal["skip", "stop"]
+    cell: int | None = None
+
+
 class ControlReader:
     """The runner's side: new commands since the last poll (a cheap stat when there are none). Commands
     written before the runner started (a stale file) are ignored."""
@@ -325,7 +351,7 @@ class ControlReader:
         except OSError:
             self.offset = 0
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self) -> list[Command]:
         try:
             size = self.path.stat().st_size
         except OSError:
@@ -340,11 +366,9 @@ class ControlReader:
         out = []
         for raw in data[:end].splitlines():
             try:
-                obj = json.loads(raw)
-            except ValueError:
+                out.append(msgspec.json.decode(raw, type=Command))
+            except msgspec.DecodeError:  # not JSON, or not a command: never obeyed
                 continue
-            if isinstance(obj, dict) and obj.get("cmd") in ("skip", "stop"):
-                out.append(obj)
         return out
 
 

@@ -1,141 +1,293 @@
 """Messages the sweep worker posts to the app. They say what happened; widgets never see engine objects
-directly, only these (posted from the worker thread with `post_message`, which is thread-safe)."""
+directly, only these (posted from the worker thread with `post_message`, which is thread-safe).
+
+A sweep's messages wrap the event log's items (servescope.engine.wire), the same whether the engine runs in
+the app's thread or in a runner process the app follows: `message(item)` makes one; each exposes its item's
+fields under the names the screens read."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from textual.message import Message
 
 from servescope.core.results import CellResult
-from servescope.tui.wire import CellInfo
+from servescope.engine import wire as w
+from servescope.engine.wire import CellInfo, GpuReading
 
-__all__ = ["CellFinished", "CellInfo", "CellSkipped", "CellStarted", "EngineNotice", "RequestsMeasured",
-           "SweepFinished", "SweepStarted", "TargetProbed", "TelemetryMeta", "TelemetryUpdated", "from_wire"]
+__all__ = ["CellFinished", "CellInfo", "CellSkipped", "CellStarted", "EngineNotice", "ProbeInfo", "RequestsMeasured",
+           "SweepFinished", "SweepStarted", "SweepMessage", "TargetProbed", "TelemetryMeta", "TelemetryUpdated",
+           "message"]
 
 
+@dataclass
 class SweepStarted(Message):
     """The target answered and the session directory exists."""
 
-    def __init__(self, session_dir: Path, cells: list[CellInfo], target: str, model: str, version: str | None,
-                 tokenizer: str, metrics: bool, engine_pid: int = 0, started_at: float | None = None,
-                 engine: str = "") -> None:
-        super().__init__()
-        self.engine = engine  # the engine and its version, e.g. "vLLM 0.32.0", "llama.cpp b4512" (older logs: "")
-        self.started_at = started_at  # epoch seconds, when read from the session's event log
-        self.engine_pid = engine_pid  # the process the engine runs in (the app's own in thread mode)
-        self.session_dir = session_dir
-        self.cells = cells
-        self.target = target
-        self.model = model
-        self.version = version
-        self.tokenizer = tokenizer
-        self.metrics = metrics
+    item: w.SweepStarted
+
+    @property
+    def session_dir(self) -> Path:
+        return self.item.session_dir
+
+    @property
+    def cells(self) -> list[CellInfo]:
+        return self.item.cells
+
+    @property
+    def target(self) -> str:
+        return self.item.target
+
+    @property
+    def model(self) -> str:
+        return self.item.model
+
+    @property
+    def version(self) -> str | None:
+        return self.item.version
+
+    @property
+    def tokenizer(self) -> str:
+        return self.item.tokenizer
+
+    @property
+    def metrics(self) -> bool:
+        return self.item.metrics
+
+    @property
+    def engine(self) -> str:
+        """The engine and its version, e.g. "vLLM 0.32.0", "llama.cpp b4512" (older logs: "")."""
+        return self.item.engine
+
+    @property
+    def engine_pid(self) -> int:
+        """The process the engine runs in (the app's own in thread mode)."""
+        return self.item.engine_pid
+
+    @property
+    def started_at(self) -> float | None:
+        """Epoch seconds, when read from the session's event log."""
+        return self.item.started_at
 
 
+@dataclass
 class CellStarted(Message):
-    def __init__(self, cell: CellInfo, total: int) -> None:
-        super().__init__()
-        self.cell = cell
-        self.total = total
+    item: w.CellStarted
+
+    @property
+    def cell(self) -> CellInfo:
+        return self.item.cell
+
+    @property
+    def total(self) -> int:
+        return self.item.total
 
 
+@dataclass
 class RequestsMeasured(Message):
     """A batch of finished requests of the running cell, already reduced to the numbers the charts use.
     `turns` and `cached` run parallel to `ttft_ms` (one entry per successful request with a TTFT): the request's
     turn (0: single-turn) and [cached prompt tokens or None, prompt tokens or None]. Event logs written before
     they existed have neither: they are then empty (and ignored unless as long as `ttft_ms`)."""
 
-    def __init__(self, cell: CellInfo, ttft_ms: list[float], tpot_ms: list[float], e2e_ms: list[float],
-                 per_user_tok_s: list[float], output_tokens: int, done: int, failed: int, elapsed_s: float,
-                 errors: list[tuple[str, str]] | None = None, turns: list[int] | None = None,
-                 cached: list[Any] | None = None) -> None:
-        super().__init__()
-        self.turns = list(turns) if isinstance(turns, list) and len(turns) == len(ttft_ms) else []
-        self.cached = list(cached) if isinstance(cached, list) and len(cached) == len(ttft_ms) else []
-        self.cell = cell
-        self.ttft_ms = ttft_ms
-        self.tpot_ms = tpot_ms
-        self.e2e_ms = e2e_ms
-        self.per_user_tok_s = per_user_tok_s
-        self.output_tokens = output_tokens
-        self.done = done
-        self.failed = failed
-        self.elapsed_s = elapsed_s
-        self.errors = errors or []
+    item: w.RequestsMeasured
+
+    @property
+    def cell(self) -> CellInfo:
+        return self.item.cell
+
+    @property
+    def ttft_ms(self) -> list[float]:
+        return self.item.ttft_ms
+
+    @property
+    def tpot_ms(self) -> list[float]:
+        return self.item.tpot_ms
+
+    @property
+    def e2e_ms(self) -> list[float]:
+        return self.item.e2e_ms
+
+    @property
+    def per_user_tok_s(self) -> list[float]:
+        return self.item.per_user_tok_s
+
+    @property
+    def output_tokens(self) -> int:
+        return self.item.output_tokens
+
+    @property
+    def done(self) -> int:
+        return self.item.done
+
+    @property
+    def failed(self) -> int:
+        return self.item.failed
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.item.elapsed_s
+
+    @property
+    def errors(self) -> list[tuple[str, str]]:
+        return self.item.errors
+
+    @property
+    def turns(self) -> list[int]:
+        return self.item.turns if len(self.item.turns) == len(self.item.ttft_ms) else []
+
+    @property
+    def cached(self) -> list[list[int | None]]:
+        return self.item.cached if len(self.item.cached) == len(self.item.ttft_ms) else []
 
 
+@dataclass
 class CellFinished(Message):
-    """A finished cell with its summary, typed (a summary read back from the event log as a dict is read into
-    CellResult here, once)."""
+    """A finished cell with its summary, typed."""
 
-    def __init__(self, cell: CellInfo, summary: CellResult | Mapping[str, Any], status: str, reason: str = "") -> None:
-        super().__init__()
-        self.cell = cell
-        self.summary = summary if isinstance(summary, CellResult) else CellResult.from_dict(summary)
-        self.status = status
-        self.reason = reason
+    item: w.CellFinished
+
+    @property
+    def cell(self) -> CellInfo:
+        return self.item.cell
+
+    @property
+    def summary(self) -> CellResult:
+        return self.item.summary
+
+    @property
+    def status(self) -> str:
+        return self.item.status
+
+    @property
+    def reason(self) -> str:
+        return self.item.reason
 
 
+@dataclass
 class CellSkipped(Message):
-    def __init__(self, cell: CellInfo, reason: str) -> None:
-        super().__init__()
-        self.cell = cell
-        self.reason = reason
+    item: w.CellSkipped
+
+    @property
+    def cell(self) -> CellInfo:
+        return self.item.cell
+
+    @property
+    def reason(self) -> str:
+        return self.item.reason
 
 
+@dataclass
 class EngineNotice(Message):
-    def __init__(self, level: str, text: str) -> None:
-        super().__init__()
-        self.level = level
-        self.text = text
+    item: w.EngineNotice
+
+    @property
+    def level(self) -> str:
+        return self.item.level
+
+    @property
+    def text(self) -> str:
+        return self.item.text
 
 
+@dataclass
 class SweepFinished(Message):
-    def __init__(self, session_dir: Path | None, status: str, message: str = "") -> None:
-        super().__init__()
-        self.session_dir = session_dir
-        self.status = status  # "completed" | "interrupted" | "failed"
-        self.message = message
+    item: w.SweepFinished
+
+    @property
+    def session_dir(self) -> Path | None:
+        return self.item.session_dir
+
+    @property
+    def status(self) -> str:
+        """"completed" | "interrupted" | "failed"."""
+        return self.item.status
+
+    @property
+    def message(self) -> str:
+        return self.item.message
+
+
+@dataclass
+class TelemetryUpdated(Message):
+    """The newest live readings: `server` has kv_cache_usage (0..1), running, waiting, preemptions_total
+    (see wire.LIVE_SERVER_KEYS) or is None; `gpus` one reading per GPU (telemetry.GPU_COLUMNS plus `gpu`).
+    Never replaced in the queue by a newer one: the live preemptions and prefix-cache hit rate are the
+    differences between consecutive samples."""
+
+    item: w.TelemetryUpdated
+
+    @property
+    def server(self) -> dict[str, float] | None:
+        return self.item.server
+
+    @property
+    def gpus(self) -> list[GpuReading] | None:
+        return self.item.gpus
+
+
+@dataclass
+class TelemetryMeta(Message):
+    """What the engine learned at the start: the KV budget (kv_cache_tokens, max_concurrency_by_workload)
+    and whether NVML sees GPUs (available, reason). A newer one replaces an older one still queued."""
+
+    item: w.TelemetryMeta
+
+    @property
+    def kv_budget(self) -> dict[str, object] | None:
+        return self.item.kv_budget
+
+    @property
+    def gpu(self) -> dict[str, object] | None:
+        return self.item.gpu
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, TelemetryMeta)
+
+
+class ProbeInfo(TypedDict):
+    """What a probe learned (sweepworker.probe_target; `speed` feeds the Compose preview's estimate)."""
+
+    url: str  # `sim://PROFILE` for a simulator
+    models: list[tuple[str, int | None]]  # (id, max model length)
+    version: str | None
+    metrics: bool  # /metrics answered
+    gpus: list[str]  # this machine's, as NVML describes them
+    speed: dict[str, float]  # sweepworker.measure_speed's ttft_ms, tpot_ms; empty when not measured
 
 
 class TargetProbed(Message):
-    """A probe finished: `info` is a dict of what the server said, or `error` says why it failed."""
+    """A probe finished: `info` is what the server said, or `error` says why it failed."""
 
-    def __init__(self, url: str, info: dict[str, Any] | None, error: str = "") -> None:
+    def __init__(self, url: str, info: ProbeInfo | None, error: str = "") -> None:
         super().__init__()
         self.url = url
         self.info = info
         self.error = error
 
 
-class TelemetryUpdated(Message):
-    """The newest live readings: `server` has kv_cache_usage (0..1), running, waiting, preemptions_total
-    (see wire.LIVE_SERVER_KEYS) or is None; `gpus` one dict per GPU (telemetry.GPU_COLUMNS plus `gpu`)."""
-
-    def __init__(self, server: dict[str, float] | None, gpus: list[dict[str, Any]] | None) -> None:
-        super().__init__()
-        self.server = server
-        self.gpus = gpus
+SweepMessage = (SweepStarted | CellStarted | RequestsMeasured | CellFinished | CellSkipped | EngineNotice
+                | SweepFinished | TelemetryUpdated | TelemetryMeta)
 
 
-class TelemetryMeta(Message):
-    """What the engine learned at the start: the KV budget (kv_cache_tokens, max_concurrency_by_workload)
-    and whether NVML sees GPUs (available, reason)."""
-
-    def __init__(self, kv_budget: dict[str, Any] | None, gpu: dict[str, Any] | None) -> None:
-        super().__init__()
-        self.kv_budget = kv_budget
-        self.gpu = gpu
-
-
-_KINDS: dict[str, type[Message]] = {c.__name__: c for c in (
-    SweepStarted, CellStarted, RequestsMeasured, CellFinished, CellSkipped, EngineNotice, SweepFinished,
-    TelemetryUpdated, TelemetryMeta)}
-
-
-def from_wire(kind: str, fields: dict[str, Any]) -> Message:
-    """The app message for a `(kind, fields)` item of servescope.tui.wire."""
-    return _KINDS[kind](**fields)
+def message(item: w.AnyItem) -> SweepMessage:
+    """The app message wrapping an item of the event log."""
+    if isinstance(item, w.SweepStarted):
+        return SweepStarted(item)
+    if isinstance(item, w.CellStarted):
+        return CellStarted(item)
+    if isinstance(item, w.RequestsMeasured):
+        return RequestsMeasured(item)
+    if isinstance(item, w.CellFinished):
+        return CellFinished(item)
+    if isinstance(item, w.CellSkipped):
+        return CellSkipped(item)
+    if isinstance(item, w.EngineNotice):
+        return EngineNotice(item)
+    if isinstance(item, w.SweepFinished):
+        return SweepFinished(item)
+    if isinstance(item, w.TelemetryUpdated):
+        return TelemetryUpdated(item)
+    return TelemetryMeta(item)

@@ -10,20 +10,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TextIO
+
+import msgspec
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
-from servescope.sessions.live import send_command
+from servescope.engine import wire as w
+from servescope.sessions.live import EventLogReader, send_command
 from servescope.tui import messages as m
 from servescope.tui.wire import app_wording, run_loop, start_failure
 
-Post = Callable[[Any], Any]
+if TYPE_CHECKING:
+    from servescope.engine.events import SweepControl
+    from servescope.engine.spec import RunContext, SweepSpec
+
+Post = Callable[[m.SweepMessage], object]
 
 CANCEL_GRACE_S = 3.0  # thread mode: after a cancel, how long the engine may take to save the running cell
 _STD_LOCK = threading.Lock()
@@ -35,7 +43,7 @@ def real_std_streams() -> Iterator[None]:
     replaces them with capture objects whose fileno() is -1, and multiprocessing hands sys.stderr's fd to the
     resource tracker it starts with the first spawn: `ValueError: bad value(s) in fds_to_keep`. os.devnull
     stands in, so nothing the spawned processes write ever lands on the app's screen."""
-    def usable(f: Any) -> bool:
+    def usable(f: TextIO | None) -> bool:
         try:
             return f is not None and f.fileno() >= 0
         except (AttributeError, ValueError, OSError):
@@ -74,13 +82,25 @@ def sim_profiles() -> list[str]:
         return []
 
 
+class Simulator(Protocol):
+    """A started simulator (servescope.sim.launcher.SimHandle)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def proc(self) -> subprocess.Popen[str]: ...
+
+    def stop(self) -> None: ...
+
+
 class SimPool:
     """Simulators started for `sim://PROFILE` targets; one per profile, reused by probes and sweeps,
     all stopped when the app exits."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._handles: dict[str, Any] = {}
+        self._handles: dict[str, Simulator] = {}
 
     def resolve(self, url: str) -> tuple[str, str | None]:
         """The base URL to talk to and the label to store (`sim://PROFILE` for simulators, else None)."""
@@ -105,7 +125,7 @@ class SimPool:
                 pass
 
 
-def probe_target(pool: SimPool, url: str, api_key_env: str) -> dict[str, Any]:
+def probe_target(pool: SimPool, url: str, api_key_env: str) -> m.ProbeInfo:
     """Blocking probe (run it in a thread worker): models, version, max length, /metrics, local GPUs."""
     from servescope.core.target import probe
 
@@ -127,7 +147,7 @@ def probe_target(pool: SimPool, url: str, api_key_env: str) -> dict[str, Any]:
         "version": info.version,
         "metrics": info.metrics_available,
         "gpus": local_gpus(),
-        "speed": speed,
+        "speed": speed or {},
     }
 
 
@@ -188,8 +208,8 @@ class SweepDriver:
         self.post = post
         self.mode = mode or engine_mode()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.task: asyncio.Task[Any] | None = None
-        self.control: Any = None
+        self.task: asyncio.Task[str] | None = None
+        self.control: SweepControl | None = None
         self._cancelled = False
         self.session_dir: Path | None = None  # the followed session (detached and attached sweeps)
         self.running_cell: int | None = None
@@ -200,7 +220,7 @@ class SweepDriver:
         self._leave = threading.Event()  # stop following (the app leaves; the sweep goes on)
         self._started = False  # a SweepStarted was seen
 
-    def run(self, spec: Any, pool: SimPool, sessions_dir: Path | None) -> str:
+    def run(self, spec: SweepSpec, pool: SimPool, sessions_dir: Path | None) -> str:
         """Run `spec` (a SweepSpec) to its end; the sweep's final status."""
         try:
             return self._run(spec, pool, sessions_dir)
@@ -220,26 +240,27 @@ class SweepDriver:
         """The sweep lives in a runner process of its own (it may outlive the app)."""
         return self.session_dir is not None
 
-    def _post_items(self, items: list[tuple[str, dict[str, Any]]]) -> str | None:
+    def _post_items(self, items: Sequence[w.AnyItem]) -> str | None:
         """Post the items as app messages; the sweep's final status when one says it finished."""
         status = None
-        for kind, fields in items:
-            if kind == "SweepFinished":
-                status = str(fields["status"])
+        for item in items:
+            if isinstance(item, w.SweepFinished):
+                status = item.status
                 if not self._started:  # it ended before its session was made: there is no session to show
-                    fields = {**fields, "session_dir": None}
-            elif kind == "CellStarted":
-                self.running_cell = int(fields["cell"].index)
-            elif kind == "SweepStarted":
+                    item = msgspec.structs.replace(item, session_dir=None)
+                if self.own:
+                    item = msgspec.structs.replace(item, message=app_wording(item.message))
+            elif isinstance(item, w.EngineNotice) and self.own:
+                item = msgspec.structs.replace(item, text=app_wording(item.text))
+            elif isinstance(item, w.CellStarted):
+                self.running_cell = item.cell.index
+            elif isinstance(item, w.SweepStarted):
                 self._started = True
-                self.engine_pid = int(fields.get("engine_pid") or 0) or self.engine_pid
-            if self.own and kind in ("EngineNotice", "SweepFinished"):
-                key = "text" if kind == "EngineNotice" else "message"
-                fields = {**fields, key: app_wording(str(fields.get(key) or ""))}
-            self.post(m.from_wire(kind, fields))
+                self.engine_pid = item.engine_pid or self.engine_pid
+            self.post(m.message(item))
         return status
 
-    def _run(self, spec: Any, pool: SimPool, sessions_dir: Path | None) -> str:
+    def _run(self, spec: SweepSpec, pool: SimPool, sessions_dir: Path | None) -> str:
         from servescope.engine.runner import SweepControl
         from servescope.engine.spec import RunContext
 
@@ -256,17 +277,20 @@ class SweepDriver:
             result: str = run_loop(self._main(spec, replace(ctx, url=url, target_label=label)))
             return result
         except ServescopeError as e:
-            self.post(m.SweepFinished(None, "failed", app_wording(clean_text(e.message))))
+            self._post_end("failed", app_wording(clean_text(e.message)))
             return "failed"
         except asyncio.CancelledError:
-            self.post(m.SweepFinished(None, "interrupted", "the app closed during the sweep"))
+            self._post_end("interrupted", "the app closed during the sweep")
             return "interrupted"
         except Exception as e:  # keep the app alive: show what broke, in one line
-            self.post(m.SweepFinished(None, "failed", f"the sweep stopped on an unexpected error: "
-                                                      f"{clean_text(str(e))[:300] or type(e).__name__}"))
+            self._post_end("failed", f"the sweep stopped on an unexpected error: "
+                                     f"{clean_text(str(e))[:300] or type(e).__name__}")
             return "failed"
 
-    async def _main(self, spec: Any, ctx: Any) -> str:
+    def _post_end(self, status: str, message: str, session_dir: Path | None = None) -> None:
+        self.post(m.SweepFinished(w.SweepFinished(session_dir, status, message)))
+
+    async def _main(self, spec: SweepSpec, ctx: RunContext) -> str:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.engine_pid = os.getpid()
@@ -283,7 +307,7 @@ class SweepDriver:
                 status = done
         return status
 
-    def _run_detached(self, spec: Any, ctx: Any) -> str | None:
+    def _run_detached(self, spec: SweepSpec, ctx: RunContext) -> str | None:
         """Start the runner and follow it; None when it could not be started (the thread runs it instead)."""
         from servescope.engine.detached import discard_unstarted, start_runner, wait_started
 
@@ -295,7 +319,7 @@ class SweepDriver:
         except ServescopeError:
             raise
         except Exception as e:  # e.g. a sweep that does not pickle: use the thread
-            self.post(m.EngineNotice("warning", start_failure(e)))
+            self.post(m.EngineNotice(w.EngineNotice("warning", start_failure(e))))
             return None
         self.engine_pid = proc.pid
         err = wait_started(path, proc, wait_s=30.0)
@@ -306,11 +330,10 @@ class SweepDriver:
             raise ServescopeError(err)
         return self._follow(path, proc)
 
-    def _follow(self, path: Path, proc: Any = None) -> str:
+    def _follow(self, path: Path, proc: subprocess.Popen[bytes] | None = None) -> str:
         """Post the session's logged events, then the new ones as they come, until the sweep ends, its runner
         dies, or the app leaves (status "detached": it goes on without us)."""
-        from servescope.engine.wire import decode_item
-        from servescope.sessions.live import EventLogReader, runner_state
+        from servescope.sessions.live import runner_state
 
         self.session_dir = path
         reader = EventLogReader(path)
@@ -318,11 +341,11 @@ class SweepDriver:
         idle = 0
         try:
             while not self._leave.is_set():
-                items = [decode_item(k, f) for k, f in reader.poll()]
+                items = read_items(reader)
                 if first:  # attaching: catch up on what the sweep did so far, without its old request batches
                     more = items
                     while more:
-                        more = [decode_item(k, f) for k, f in reader.poll()]
+                        more = read_items(reader)
                         items += more
                     items = catch_up(items)
                     first = False
@@ -337,8 +360,8 @@ class SweepDriver:
                     if reader.poll():  # its last words arrived meanwhile: read them on the next turn
                         continue
                     why = runner_state(path).reason or "its runner ended"
-                    self.post(m.SweepFinished(path, "interrupted", f"the sweep is not running: {why}; continue it "
-                                                                  f"with `servescope resume {path}`"))
+                    self._post_end("interrupted", f"the sweep is not running: {why}; continue it with "
+                                                  f"`servescope resume {path}`", path)
                     return "interrupted"
                 self._leave.wait(FOLLOW_POLL_S)
             return "detached"
@@ -389,11 +412,16 @@ class SweepDriver:
                 pass
 
 
-def catch_up(items: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+def read_items(reader: EventLogReader) -> list[w.AnyItem]:
+    """The items logged since the last read (a line this servescope cannot read is left out)."""
+    return [item for k, f in reader.poll() if (item := w.decode_item(k, f)) is not None]
+
+
+def catch_up(items: list[w.AnyItem]) -> list[w.AnyItem]:
     """What an app attaching mid-sweep needs of the log so far: every item but the request batches of cells
     already finished and all but the newest telemetry sample (their figures are in the finished cells)."""
-    ended = {int(f["cell"].index) for k, f in items if k in ("CellFinished", "CellSkipped")}
-    last_tele = max((i for i, (k, _) in enumerate(items) if k == "TelemetryUpdated"), default=-1)
-    return [(k, f) for i, (k, f) in enumerate(items)
-            if not (k == "RequestsMeasured" and int(f["cell"].index) in ended)
-            and not (k == "TelemetryUpdated" and i != last_tele)]
+    ended = {x.cell.index for x in items if isinstance(x, (w.CellFinished, w.CellSkipped))}
+    last_tele = max((i for i, x in enumerate(items) if isinstance(x, w.TelemetryUpdated)), default=-1)
+    return [x for i, x in enumerate(items)
+            if not (isinstance(x, w.RequestsMeasured) and x.cell.index in ended)
+            and not (isinstance(x, w.TelemetryUpdated) and i != last_tele)]

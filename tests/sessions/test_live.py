@@ -146,14 +146,14 @@ def test_the_control_file_gives_each_command_once_and_ignores_old_ones(tmp_path:
     send_command(tmp_path, "skip", 3)
     send_command(tmp_path, "stop")
     got = c.poll()
-    assert [(x["cmd"], x["cell"]) for x in got] == [("skip", 3), ("stop", None)]
+    assert [(x.cmd, x.cell) for x in got] == [("skip", 3), ("stop", None)]
     assert c.poll() == []
     with open(tmp_path / CONTROL, "a") as f:
         f.write('{"cmd": "rm -rf"}\n{"cmd": "sk')  # unknown, and half a line: neither is obeyed now
     assert c.poll() == []
     with open(tmp_path / CONTROL, "a") as f:
         f.write('ip", "cell": 1}\n')
-    assert [x["cmd"] for x in c.poll()] == ["skip"]
+    assert [x.cmd for x in c.poll()] == ["skip"]
     with pytest.raises(ValueError):
         send_command(tmp_path, "delete")
 

@@ -11,6 +11,7 @@ from typing import Any
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
+from servescope.engine import wire as w
 from servescope.tui import messages as m
 from servescope.tui.wire import live_server
 
@@ -109,7 +110,7 @@ def telemetry_samples(n: int = 30) -> list[m.TelemetryUpdated]:
     for i in range(n):
         raw = {"vllm:kv_cache_usage_perc": min(1.0, i / 25), "vllm:num_requests_running": float(min(i, 16)),
                "vllm:num_requests_waiting": float(max(0, i - 16)), "vllm:num_preemptions_total": float(max(0, i - 24))}
-        out.append(m.TelemetryUpdated(live_server(raw), None))
+        out.append(m.TelemetryUpdated(w.TelemetryUpdated(live_server(raw), None)))
     return out
 
 
@@ -121,19 +122,21 @@ def live_sweep_messages(session_dir: Path) -> list[Any]:
     """Three finished cells and a fourth half way, as the worker would post them."""
     cells = [cell_info(i, c) for i, c in enumerate(LOADS)]
     out: list[Any] = [
-        m.SweepStarted(session_dir, cells, "sim://tiny", "tiny", "0.32.0-sim", "server /tokenize", True),
-        m.EngineNotice("warning", "cell 2 (sharegpt c=4): input tokens differ from the request by up to 3 (mean +1.2)"),
+        m.SweepStarted(w.SweepStarted(session_dir, cells, "sim://tiny", "tiny", "0.32.0-sim", "server /tokenize",
+                                      True)),
+        m.EngineNotice(w.EngineNotice("warning", "cell 2 (sharegpt c=4): input tokens differ from the request by up "
+                                                 "to 3 (mean +1.2)")),
     ]
     for i, c in enumerate(LOADS[:3]):
         df, s = summary_for(c)
-        out.append(m.CellStarted(cells[i], len(cells)))
-        out.append(m.CellFinished(cells[i], s, "done"))
+        out.append(m.CellStarted(w.CellStarted(cells[i], len(cells))))
+        out.append(m.CellFinished(w.CellFinished(cells[i], CellResult.from_dict(s), "done")))
     from servescope.core.metrics import per_request
 
     recs = synthetic_records(32, 40, seed=99)
     pr = per_request(records_frame(recs)).filter(per_request(records_frame(recs))["status"] == "ok")
-    out.append(m.CellStarted(cells[3], len(cells)))
-    out.append(m.RequestsMeasured(cells[3], pr["ttft_ms"].to_list(), pr["tpot_ms"].to_list(), pr["e2e_ms"].to_list(),
+    out.append(m.CellStarted(w.CellStarted(cells[3], len(cells))))
+    out.append(m.RequestsMeasured(w.RequestsMeasured(cells[3], pr["ttft_ms"].to_list(), pr["tpot_ms"].to_list(), pr["e2e_ms"].to_list(),
                                   pr["per_user_tok_s"].to_list(), int(pr["output_tokens"].sum()), 38, 2, 6.5,
-                                  [("error", "HTTP 500: simulated overload")] * 2))
+                                  [("error", "HTTP 500: simulated overload")] * 2)))
     return out

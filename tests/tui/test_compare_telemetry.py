@@ -8,6 +8,7 @@ from typing import Any
 
 from textual.widgets import DataTable, Select, Static
 
+from servescope.engine import wire as w
 from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.compare import CompareScreen
@@ -148,14 +149,14 @@ async def test_run_screen_live_panel(home: Path) -> None:
         run.reset("x")
         from .fixtures import cell_info
 
-        run.post_message(m.CellStarted(cell_info(3, 32), 4))
-        run.post_message(m.TelemetryMeta({"kv_cache_tokens": 12752, "max_concurrency_by_workload": {"sharegpt": 16.6}},
-                                         {"available": False, "reason": "NVML is not available here"}))
+        run.post_message(m.CellStarted(w.CellStarted(cell_info(3, 32), 4)))
+        run.post_message(m.TelemetryMeta(w.TelemetryMeta({"kv_cache_tokens": 12752, "max_concurrency_by_workload": {"sharegpt": 16.6}},
+                                         {"available": False, "reason": "NVML is not available here"})))
         for msg in telemetry_samples():
             run.post_message(msg)
-        run.post_message(m.TelemetryUpdated(None, [{"gpu": 0, "mem_used_gib": 61.2, "mem_total_gib": 80.0,
+        run.post_message(m.TelemetryUpdated(w.TelemetryUpdated(None, [{"gpu": 0, "mem_used_gib": 61.2, "mem_total_gib": 80.0,
                                                     "util_pct": 97.0, "power_w": 412.0, "sm_clock_mhz": 1980.0,
-                                                    "temp_c": 71.0, "energy_j": 1.0}]))
+                                                    "temp_c": 71.0, "energy_j": 1.0}])))
         await pilot.pause()
         run.flush_charts()
         await pilot.pause()

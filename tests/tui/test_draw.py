@@ -13,6 +13,7 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Input, Static, Tabs
 
+from servescope.engine import wire as w
 from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.compare import CompareScreen
@@ -264,7 +265,7 @@ async def test_run_screen_at_80x24_shows_every_finished_cell_and_the_session(hom
     async with app.run_test(size=(80, 24)) as pilot:
         run = await _feed(app, home)
         long_dir = home / "sessions" / ("20261202-100000-" + "a-long-session-name-" * 3)
-        run.post_message(m.SweepFinished(long_dir, "interrupted"))
+        run.post_message(m.SweepFinished(w.SweepFinished(long_dir, "interrupted")))
         await pilot.pause()
         cells = run.query_one(CellTable)
         text = "\n".join(drawn(cells))
@@ -508,13 +509,13 @@ async def test_the_cell_time_runs_on_between_the_engines_batches(home: Path) -> 
         await pilot.pause()
         assert "cell 9.5 s" in text_of(run.progress)
         cell = live_sweep_messages(home / "sessions" / "20261202-100000-demo")[-1].cell
-        run.post_message(m.RequestsMeasured(cell, [], [], [], [], 0, 40, 2, 9.0))  # the engine's own figure wins
+        run.post_message(m.RequestsMeasured(w.RequestsMeasured(cell, [], [], [], [], 0, 40, 2, 9.0)))  # the engine's own figure wins
         await pilot.pause()
         assert run.progress.cell_elapsed == 9.0
         now[0] += 1.0
         run._tick()
         assert run.progress.cell_elapsed == pytest.approx(10.0)
-        run.post_message(m.CellStarted(cell, 4))  # a new cell starts at 0 and runs on from there
+        run.post_message(m.CellStarted(w.CellStarted(cell, 4)))  # a new cell starts at 0 and runs on from there
         await pilot.pause()
         now[0] += 2.0
         run._tick()

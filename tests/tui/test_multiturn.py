@@ -14,6 +14,7 @@ import pytest
 from textual.widgets import Input, Select, SelectionList, Static
 
 from servescope.core.results import CellResult
+from servescope.engine import wire as w
 from servescope.engine.spec import SweepSpec
 from servescope.sessions.store import load_session
 from servescope.tui import messages as m
@@ -178,10 +179,11 @@ def test_an_old_event_log_item_without_turns_still_loads() -> None:
 
     cell = {"index": 0, "workload": "w", "load_label": "c=1", "concurrency": 1, "rate": None, "requests": 4,
             "duration_s": None}
-    kind, fields = decode_item("RequestsMeasured", {"cell": cell, "ttft_ms": [1.0, 2.0], "tpot_ms": [], "e2e_ms": [],
-                                                    "per_user_tok_s": [], "output_tokens": 3, "done": 2, "failed": 0,
-                                                    "elapsed_s": 1.0, "errors": []})
-    msg = m.from_wire(kind, fields)
+    item = decode_item("RequestsMeasured", {"cell": cell, "ttft_ms": [1.0, 2.0], "tpot_ms": [], "e2e_ms": [],
+                                            "per_user_tok_s": [], "output_tokens": 3, "done": 2, "failed": 0,
+                                            "elapsed_s": 1.0, "errors": []})
+    assert item is not None
+    msg = m.message(item)
     assert isinstance(msg, m.RequestsMeasured) and msg.turns == [] and msg.cached == []
 
 
@@ -238,9 +240,9 @@ async def test_a_trace_cell_says_how_late_its_sends_were(home: Path) -> None:
         assert isinstance(run, RunScreen)
         cell = m.CellInfo(0, "replay", "1.6/s", None, 1.6, 4, None, "trace mc.jsonl (mooncake; chat)")
         run.reset("replay")
-        run.post_message(m.CellStarted(cell, 1))
-        summary = {"requests_ok": 4, "client_queue_ms": {"p50": 0.4, "p99": 12.5, "max": 13.0}}
-        run.post_message(m.CellFinished(cell, summary, "done"))
+        run.post_message(m.CellStarted(w.CellStarted(cell, 1)))
+        summary = CellResult.from_dict({"requests_ok": 4, "client_queue_ms": {"p50": 0.4, "p99": 12.5, "max": 13.0}})
+        run.post_message(m.CellFinished(w.CellFinished(cell, summary, "done")))
         await pilot.pause()
         log = " ".join(" ".join(ln.text for ln in run.query_one(EventLog).lines).split())
         assert "sent late vs trace p50 0.40 ms, p99 12.50 ms, max 13.00 ms" in log
@@ -267,9 +269,9 @@ async def test_the_turn_chart_takes_e2es_place_and_reads_at_both_sizes(home: Pat
         run = app.screen
         assert isinstance(run, RunScreen)
         run.reset("t")
-        run.post_message(m.SweepStarted(home / "sessions" / "x", [conv, single], "sim://tiny", "tiny", None, "t", True))
-        run.post_message(m.CellStarted(conv, 2))
-        run.post_message(m.RequestsMeasured(conv, ttft, ttft, ttft, [1.0] * 20, 100, 20, 0, 2.0, [], turns, cached))
+        run.post_message(m.SweepStarted(w.SweepStarted(home / "sessions" / "x", [conv, single], "sim://tiny", "tiny", None, "t", True)))
+        run.post_message(m.CellStarted(w.CellStarted(conv, 2)))
+        run.post_message(m.RequestsMeasured(w.RequestsMeasured(conv, ttft, ttft, ttft, [1.0] * 20, 100, 20, 0, 2.0, [], turns, cached)))
         await pilot.pause()
         run.flush_charts()
         await pilot.pause()
@@ -286,7 +288,7 @@ async def test_the_turn_chart_takes_e2es_place_and_reads_at_both_sizes(home: Pat
             assert len(lines) == 6 and "p90" in row2  # every turn, and p90 with room for it
         else:
             assert lines[-1].startswith("… turn")  # the rest is a zoom away
-        run.post_message(m.CellFinished(conv, {"requests_ok": 20}, "done"))
-        run.post_message(m.CellStarted(single, 2))
+        run.post_message(m.CellFinished(w.CellFinished(conv, CellResult(requests_ok=20), "done")))
+        run.post_message(m.CellStarted(w.CellStarted(single, 2)))
         await pilot.pause()
         assert e2e.display and not chart.display

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from textual.widgets import Input
 
+from servescope.engine import wire as w
 from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
@@ -71,8 +72,8 @@ def _feed_run(home: Path) -> Any:
         run.reset("sim://tiny: 1 workload")
         for msg in live_sweep_messages(home / "sessions" / "20261202-100000-demo"):
             run.post_message(msg)
-        run.post_message(m.TelemetryMeta({"kv_cache_tokens": 12752, "max_concurrency_by_workload": {"sharegpt": 16.6}},
-                                         {"available": False, "reason": "NVML is not available: no NVIDIA driver"}))
+        run.post_message(m.TelemetryMeta(w.TelemetryMeta({"kv_cache_tokens": 12752, "max_concurrency_by_workload": {"sharegpt": 16.6}},
+                                         {"available": False, "reason": "NVML is not available: no NVIDIA driver"})))
         for tm in telemetry_samples():
             run.post_message(tm)
         await pilot.pause()

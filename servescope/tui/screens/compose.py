@@ -96,7 +96,7 @@ class ComposeScreen(Screen[None]):
         self.initial_key_env = api_key_env
         self.workloads_folder = workloads_folder or workloads_dir()
         self.items: dict[str, Any] = {}  # selection value -> Workload (or composite name)
-        self.probed: dict[str, Any] | None = None
+        self.probed: m.ProbeInfo | None = None
         self.probed_url = ""  # the URL field's value the probe result is for
         self.loaded_spec: Any = None  # the SweepSpec last loaded (ctrl+o): the settings the form does not show
 
