@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def run_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+def run_loop(coro: Coroutine[object, None, T]) -> T:
     """Run `coro` to completion on a new event loop, as `servescope run` and the app's engine do."""
     try:
         import uvloop

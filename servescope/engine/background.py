@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class Background:
@@ -17,11 +18,11 @@ class Background:
         self.thread = threading.Thread(target=self.loop.run_forever, name="servescope-telemetry", daemon=True)
         self.thread.start()
 
-    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def call(self, coro: Coroutine[object, None, T]) -> T:
         """Await `coro` run on the background loop."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
-    async def sync(self, fn: Callable[..., T], *args: Any) -> T:
+    async def sync(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Call `fn(*args)` on the background thread (e.g. a summary over samples it appends to)."""
         async def run() -> T:
             return fn(*args)

@@ -5,9 +5,12 @@ through here."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
+
+if TYPE_CHECKING:
+    from servescope.sim.launcher import SimHandle
 
 SCHEME = "sim://"
 
@@ -32,7 +35,7 @@ def sim_label(profile: str) -> str:
     return f"{SCHEME}{profile}"
 
 
-def start_simulator(profile: str) -> Any:
+def start_simulator(profile: str) -> SimHandle:
     """Start the simulator for `profile` (a handle with `.url`, `.proc` and `.stop()`); a one-line error when it
     does not come up or the simulator is not installed."""
     try:
