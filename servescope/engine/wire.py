@@ -189,7 +189,7 @@ KINDS: dict[str, type[AnyItem]] = {c.__name__: c for c in (
 def _encode(v: object) -> object:
     if isinstance(v, Path):
         return str(v)
-    raise NotImplementedError(type(v).__name__)
+    raise TypeError(f"{type(v).__name__} is not an event log value")
 
 
 def _decode(tp: type, v: object) -> object:
