@@ -2,8 +2,9 @@
 Struct per kind (the kinds named as the app's messages are), reduced to what viewers draw (a batch of requests
 becomes its TTFT/TPOT/E2E lists). The runner writes these items to the session's event log
 (servescope.sessions.live) as `{"kind": <the Struct's name>, "fields": <its fields>}`, so the app, `servescope
-watch` and any number of viewers rebuild a sweep from it, live or later, as the same types: `Item.fields()`
-writes an item, `decode_item` reads one back (leniently: a field an older log lacks takes its default)."""
+watch` and any number of viewers rebuild a sweep from it, live or later, as the same types (`Item`, their
+union): an item's `fields()` are what is written, `decode_item` reads them back (leniently: a field an older
+log lacks takes its default)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ class CellInfo(msgspec.Struct, frozen=True):
 
 
 # ---- the items ---------------------------------------------------------------------------------------------
-class Item(msgspec.Struct, frozen=True):
+class ItemBase(msgspec.Struct, frozen=True):
     """An item of the event log; its kind is its class's name."""
 
     @property
@@ -90,7 +91,7 @@ class Item(msgspec.Struct, frozen=True):
         return msgspec.convert(fields, cls, dec_hook=_decode)
 
 
-class SweepStarted(Item, frozen=True, omit_defaults=True):
+class SweepStarted(ItemBase, frozen=True, omit_defaults=True):
     """The target answered and the session directory exists. `started_at` is not written: a reader takes it
     from the line's time (epoch s); the other defaults are what logs written before those fields read as."""
 
@@ -106,12 +107,12 @@ class SweepStarted(Item, frozen=True, omit_defaults=True):
     engine: str = ""  # the engine and its version, e.g. "vLLM 0.32.0", "llama.cpp b4512"
 
 
-class CellStarted(Item, frozen=True):
+class CellStarted(ItemBase, frozen=True):
     cell: CellInfo
     total: int  # cells in the sweep
 
 
-class RequestsMeasured(Item, frozen=True):
+class RequestsMeasured(ItemBase, frozen=True):
     """A batch of finished requests of the running cell, reduced to the numbers the charts use (`reduce_batch`).
     `turns` and `cached` run parallel to `ttft_ms`; logs written before they existed have neither."""
 
@@ -129,7 +130,7 @@ class RequestsMeasured(Item, frozen=True):
     cached: list[list[int | None]] = msgspec.field(default_factory=list)
 
 
-class CellFinished(Item, frozen=True):
+class CellFinished(ItemBase, frozen=True):
     """A finished cell with its summary as saved; in the log the summary is `CellResult.to_dict()` (as
     cells.parquet's summary_json holds it) and it is read back with `CellResult.from_dict` (any summary
     servescope ever wrote)."""
@@ -147,23 +148,23 @@ class CellFinished(Item, frozen=True):
         return super().read({**fields, "summary": CellResult.from_dict(fields.get("summary"))})
 
 
-class CellSkipped(Item, frozen=True):
+class CellSkipped(ItemBase, frozen=True):
     cell: CellInfo
     reason: str
 
 
-class EngineNotice(Item, frozen=True):
+class EngineNotice(ItemBase, frozen=True):
     level: str  # "info" | "warning" | "error"
     text: str
 
 
-class SweepFinished(Item, frozen=True):
+class SweepFinished(ItemBase, frozen=True):
     session_dir: Path | None  # None: it ended before its session was made
     status: str  # "completed" | "interrupted" | "failed"
     message: str = ""
 
 
-class TelemetryUpdated(Item, frozen=True):
+class TelemetryUpdated(ItemBase, frozen=True):
     """The newest live readings: `server` the LIVE_SERVER_KEYS found in the newest /metrics sample, or None;
     `gpus` one reading per GPU, or None."""
 
@@ -171,7 +172,7 @@ class TelemetryUpdated(Item, frozen=True):
     gpus: list[GpuReading] | None
 
 
-class TelemetryMeta(Item, frozen=True):
+class TelemetryMeta(ItemBase, frozen=True):
     """session.toml's `kv_budget` (kv_cache_tokens, source, max_concurrency_by_workload, ...) and `gpu`
     (available, count or reason) tables as the runner wrote them, at the start and after each relaunch."""
 
@@ -179,9 +180,9 @@ class TelemetryMeta(Item, frozen=True):
     gpu: dict[str, object] | None
 
 
-AnyItem = (SweepStarted | CellStarted | RequestsMeasured | CellFinished | CellSkipped | EngineNotice | SweepFinished
+Item = (SweepStarted | CellStarted | RequestsMeasured | CellFinished | CellSkipped | EngineNotice | SweepFinished
            | TelemetryUpdated | TelemetryMeta)
-KINDS: dict[str, type[AnyItem]] = {c.__name__: c for c in (
+KINDS: dict[str, type[Item]] = {c.__name__: c for c in (
     SweepStarted, CellStarted, RequestsMeasured, CellFinished, CellSkipped, EngineNotice, SweepFinished,
     TelemetryUpdated, TelemetryMeta)}
 
@@ -200,7 +201,7 @@ def _decode(tp: type, v: object) -> object:
     raise TypeError(f"expected {tp.__name__}, got {type(v).__name__}")
 
 
-def decode_item(kind: str, fields: Mapping[str, object]) -> AnyItem | None:
+def decode_item(kind: str, fields: Mapping[str, object]) -> Item | None:
     """An item read back from the event log; None for a kind this servescope does not know or fields that do
     not fit it (a damaged line is skipped, as a line cut short is)."""
     cls = KINDS.get(kind)
@@ -289,7 +290,7 @@ class Translator:
         self.target_label = target_label
         self.session_dir: Path | None = None
 
-    def __call__(self, ev: Event) -> list[AnyItem]:
+    def __call__(self, ev: Event) -> list[Item]:
         from servescope.engine import events as r
 
         if isinstance(ev, r.SweepStarted):
@@ -300,7 +301,7 @@ class Translator:
         return items
 
 
-def translate(ev: Event, target_label: str | None) -> list[AnyItem]:
+def translate(ev: Event, target_label: str | None) -> list[Item]:
     """One runner event -> the items the app needs (usually one)."""
     from servescope.engine import events as r
 

@@ -272,7 +272,7 @@ SweepMessage = (SweepStarted | CellStarted | RequestsMeasured | CellFinished | C
                 | SweepFinished | TelemetryUpdated | TelemetryMeta)
 
 
-def message(item: w.AnyItem) -> SweepMessage:
+def message(item: w.Item) -> SweepMessage:
     """The app message wrapping an item of the event log."""
     if isinstance(item, w.SweepStarted):
         return SweepStarted(item)

@@ -240,7 +240,7 @@ class SweepDriver:
         """The sweep lives in a runner process of its own (it may outlive the app)."""
         return self.session_dir is not None
 
-    def _post_items(self, items: Sequence[w.AnyItem]) -> str | None:
+    def _post_items(self, items: Sequence[w.Item]) -> str | None:
         """Post the items as app messages; the sweep's final status when one says it finished."""
         status = None
         for item in items:
@@ -412,12 +412,12 @@ class SweepDriver:
                 pass
 
 
-def read_items(reader: EventLogReader) -> list[w.AnyItem]:
+def read_items(reader: EventLogReader) -> list[w.Item]:
     """The items logged since the last read (a line this servescope cannot read is left out)."""
     return [item for k, f in reader.poll() if (item := w.decode_item(k, f)) is not None]
 
 
-def catch_up(items: list[w.AnyItem]) -> list[w.AnyItem]:
+def catch_up(items: list[w.Item]) -> list[w.Item]:
     """What an app attaching mid-sweep needs of the log so far: every item but the request batches of cells
     already finished and all but the newest telemetry sample (their figures are in the finished cells)."""
     ended = {x.cell.index for x in items if isinstance(x, (w.CellFinished, w.CellSkipped))}

@@ -10,7 +10,6 @@ from servescope.core.textsafe import clean_text
 from servescope.engine.aio import run_loop
 from servescope.engine.wire import (
     LIVE_SERVER_KEYS,
-    AnyItem,
     CellInfo,
     Item,
     Translator,
@@ -22,7 +21,7 @@ from servescope.engine.wire import (
 )
 
 # the engine's wire, re-exported for the app (its engine runs on run_loop), and the app's own wording
-__all__ = ["APP_FIELDS", "LIVE_SERVER_KEYS", "AnyItem", "CellInfo", "Item", "Translator", "app_wording",
+__all__ = ["APP_FIELDS", "LIVE_SERVER_KEYS", "CellInfo", "Item", "Translator", "app_wording",
            "decode_item", "live_server", "reduce_batch", "run_loop", "start_failure", "telemetry_meta", "translate"]
 
 # the CLI flags the engine's messages name, as the Compose screen's fields are labelled: inside the app a

@@ -18,7 +18,7 @@ OLD = Path(__file__).parents[1] / "sessions" / "old" / "v2"
 CELL = w.CellInfo(1, "sharegpt", "c=4", 4, None, 60, None, "in 200-512 (uniform) / out 256 (chat)", "--max-num-seqs 8")
 
 
-def items(tmp: Path) -> list[w.AnyItem]:
+def items(tmp: Path) -> list[w.Item]:
     summary = CellResult(requests_ok=3, ttft_ms=Dist(mean=12.5, p50=11.0, n=3), server=ServerWindow(preemptions=0.0))
     return [
         w.SweepStarted(tmp / "s", [CELL], "sim://tiny", "tiny", "0.32.0-sim", "server /tokenize", True,
@@ -36,7 +36,7 @@ def items(tmp: Path) -> list[w.AnyItem]:
     ]
 
 
-def write_and_read(tmp: Path, written: list[w.AnyItem]) -> list[tuple[str, dict[str, object]]]:
+def write_and_read(tmp: Path, written: list[w.Item]) -> list[tuple[str, dict[str, object]]]:
     log = EventLogWriter(tmp)
     for it in written:
         log.write(it.kind, it.fields())
@@ -54,7 +54,7 @@ def test_items_read_back_as_they_were_written(tmp_path: Path) -> None:
     assert isinstance(got[-1], w.SweepFinished) and got[-1].session_dir == tmp_path / "s"
 
 
-def _fields(item: w.Item) -> dict[str, object]:
+def _fields(item: w.ItemBase) -> dict[str, object]:
     return {f: getattr(item, f) for f in item.__struct_fields__}
 
 

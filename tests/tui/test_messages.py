@@ -14,7 +14,7 @@ CELL = w.CellInfo(0, "sharegpt", "c=4", 4, None, 60, None, "in 200-512 (uniform)
 
 
 def test_each_item_has_its_message_reading_its_fields() -> None:
-    items: list[w.AnyItem] = [
+    items: list[w.Item] = [
         w.SweepStarted(Path("/s"), [CELL], "sim://tiny", "tiny", None, "t", True, engine_pid=7),
         w.CellStarted(CELL, 1),
         w.RequestsMeasured(CELL, [1.0], [], [], [], 3, 1, 0, 0.5, turns=[1], cached=[[0, 10]]),
