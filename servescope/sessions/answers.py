@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from servescope.core.metrics import SLO_ATTAINMENT
 from servescope.core.results import finite
@@ -225,7 +224,7 @@ def derive(label: str, views: Sequence[CellView], include_bound: bool = False) -
     return out
 
 
-def _shape_key(w: Mapping[str, Any]) -> tuple[Any, ...]:
+def _shape_key(w: Mapping[str, object]) -> tuple[object, ...]:
     return (w.get("api"), repr(w.get("input_tokens")), w.get("prefix_tokens", 0), w.get("dataset", ""),
             w.get("kind", "single"), repr(w.get("turns")), w.get("context_tokens"))
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import polars as pl
 
@@ -109,6 +109,17 @@ __all__ = [
 ]
 
 TIE_REL = 0.001
+
+
+class DeltaDict(TypedDict):
+    """One delta in `servescope compare --json`: a session's figure against the first session's."""
+
+    session: str
+    delta_pct: float | None
+    ci: list[float] | None
+    verdict: str | None
+    comparable: bool
+    not_comparable: str | None
 
 
 @dataclass(frozen=True)
@@ -242,12 +253,12 @@ class Comparison:
         return [s.label for s in self.sessions]
 
     # -- tabular form (for the TUI and csv) --
-    def to_rows(self) -> list[dict[str, Any]]:
+    def to_rows(self) -> list[dict[str, str | float | None]]:
         """One row per (common cell, metric): values per session, deltas vs the first, and the winner."""
         rows = []
         for c in self.cells:
             for m in self.metrics:
-                row: dict[str, Any] = {"workload": c.workload, "load": c.load, "concurrency": c.concurrency,
+                row: dict[str, str | float | None] = {"workload": c.workload, "load": c.load, "concurrency": c.concurrency,
                                        "rate": c.rate, "metric": m.key, "metric_label": m.label, "better": m.better}
                 for lb, v in zip(self.labels, c.values[m.key], strict=True):
                     row[lb] = v
@@ -264,7 +275,7 @@ class Comparison:
         return rows
 
     def to_frame(self) -> pl.DataFrame:
-        schema: dict[str, Any] = {"workload": pl.Utf8, "load": pl.Utf8, "concurrency": pl.Int64, "rate": pl.Float64,
+        schema: dict[str, type[pl.DataType]] = {"workload": pl.Utf8, "load": pl.Utf8, "concurrency": pl.Int64, "rate": pl.Float64,
                                   "metric": pl.Utf8, "metric_label": pl.Utf8, "better": pl.Utf8}
         for lb in self.labels:
             schema[lb] = pl.Float64
@@ -288,7 +299,8 @@ class Comparison:
                     out.setdefault(c.workload, {}).setdefault(lb, []).append((x, v))
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
+        """`servescope compare --json`."""
         return {
             "sessions": [s.__dict__ for s in self.sessions],
             "slos": self.slos,
@@ -347,7 +359,7 @@ class Comparison:
             out += ["", md_escape(self.config_note)]
         return out + [""]
 
-    def _delta_dict(self, c: ComparedCell, m: MetricSpec, i: int) -> dict[str, Any]:
+    def _delta_dict(self, c: ComparedCell, m: MetricSpec, i: int) -> DeltaDict:
         """One delta of the JSON: against the first session, with its interval (percent) and verdict."""
         j = (c.judgements.get(m.key) or [None] * len(self.labels))[i]
         ci = j.ci if j is not None else None
@@ -526,7 +538,7 @@ def mismatches(sessions: Sequence[Session], labels: Sequence[str],
     return lines, every, per_wl
 
 
-def _args_dict(args: Any) -> dict[str, str]:
+def _args_dict(args: object) -> dict[str, str]:
     """`--max-num-seqs 4 --enforce-eager` -> {"--max-num-seqs": "4", "--enforce-eager": ""} (positionals by
     position, `pos 1`); arguments recorded as text are split as a shell would."""
     import shlex
@@ -706,7 +718,10 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                       interval_label(max_repeats), lines, config, config_note, quality, no_common)
 
 
-_BOOTS: dict[tuple[Any, ...], Boot | None] = {}  # the Compare screen recompares on every relabel: keep the work
+# a session, its request files' (name, mtime, size), the SLOs, the figures, resamples, seed, closed-loop users
+_BootKey = tuple[str, tuple[tuple[str, int, int], ...], tuple[tuple[str, float], ...], tuple[str, ...], int, int,
+                 int | None]
+_BOOTS: dict[_BootKey, Boot | None] = {}  # the Compare screen recompares on every relabel: keep the work
 
 
 def _cell_boot(session: Session, views: Sequence[CellView], slos: Mapping[str, float], keys: tuple[str, ...],

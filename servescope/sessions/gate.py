@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import polars as pl
 
@@ -31,8 +31,8 @@ from servescope.core.errors import ServescopeError
 from servescope.core.metrics import REQUEST_SCHEMA
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_num, fmt_pct
-from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, figure_problem
-from servescope.sessions.store import Session, load_session
+from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
+from servescope.sessions.store import Session, load_session, toml_clean
 
 __all__ = ["BASELINE_FORMAT", "EXAMPLE", "MISMATCH_NAMES", "GateResult", "GateRow", "Threshold", "gate",
            "load_baseline", "parse_allow_mismatch", "parse_fail_on", "save_baseline"]
@@ -112,6 +112,45 @@ def parse_allow_mismatch(text: str | None) -> set[str]:
     return out
 
 
+class GateRowDict(TypedDict):
+    """A judged figure in `servescope gate --json`."""
+
+    workload: str
+    load: str
+    figure: str
+    threshold_pct: float
+    baseline: float | None
+    candidate: float | None
+    delta_pct: float | None
+    ci: list[float] | None
+    verdict: Verdict | None
+    failed: bool
+
+
+class ThresholdDict(TypedDict):
+    figure: str
+    limit_pct: float
+
+
+class GateDict(TypedDict):
+    """`servescope gate --json`."""
+
+    servescope_version: str
+    exit_code: int
+    result: str
+    line: str
+    baseline: str
+    candidate: str
+    thresholds: list[ThresholdDict]
+    confidence: float
+    min_effect_pct: float
+    interval: str
+    mismatches_allowed: list[str]
+    only_in: list[str]
+    rows: list[GateRowDict]
+    failures: list[GateRowDict]
+
+
 @dataclass
 class GateRow:
     workload: str
@@ -122,7 +161,7 @@ class GateRow:
     judgement: Judgement
     failed: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> GateRowDict:
         j = self.judgement
         return {"workload": self.workload, "load": self.load, "figure": self.threshold.figure,
                 "threshold_pct": self.threshold.limit_pct, "baseline": self.baseline, "candidate": self.candidate,
@@ -166,7 +205,7 @@ class GateResult:
         return (f"PASS: no significant regression beyond {', '.join(t.text for t in self.thresholds)} "
                 f"over {cells} common cell{'s' if cells != 1 else ''}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> GateDict:
         return {"servescope_version": __version__, "exit_code": self.exit_code,
                 "result": "fail" if self.failures else "pass", "line": self.line(),
                 "baseline": self.baseline, "candidate": self.candidate,
@@ -241,15 +280,6 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
 
 
 # ---- baseline files -------------------------------------------------------------------------------------
-def _drop_none(obj: Any) -> Any:
-    """TOML has no null."""
-    if isinstance(obj, dict):
-        return {str(k): _drop_none(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, list):
-        return [_drop_none(v) for v in obj if v is not None]
-    return obj
-
-
 def save_baseline(session: Session, path: Path) -> int:
     """Write `session` as a baseline file (JSON; gzip when the name ends in .gz); returns its size in bytes.
 
@@ -257,7 +287,7 @@ def save_baseline(session: Session, path: Path) -> int:
     directory name, "meta": session.toml as a table, "cells": cells.parquet's rows, "requests": {cell index:
     {column: [values]}}}: each cell's measured (non-warmup) requests with every stamp, the chunk stamps as
     `chunk_us` (microseconds after the request was sent) and without error texts."""
-    requests: dict[str, dict[str, list[Any]]] = {}
+    requests: dict[str, dict[str, list[object]]] = {}
     idx = session.cells["index"].to_list() if "index" in session.cells.columns else []
     for i in idx:
         df = session.requests(int(i))
@@ -316,7 +346,7 @@ def load_baseline(path: Path, workdir: Path) -> Session:
     d = workdir / f"baseline-{src}"  # never `..` or an absolute path
     try:
         (d / "requests").mkdir(parents=True)
-        (d / "session.toml").write_text(tomli_w.dumps(_drop_none(meta)), encoding="utf-8")
+        (d / "session.toml").write_text(tomli_w.dumps(toml_clean(meta)), encoding="utf-8")
         if cells:
             pl.DataFrame(cells, infer_schema_length=None).write_parquet(d / "cells.parquet")
         for i, cols in requests.items():

@@ -28,7 +28,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from servescope.core.quality import (
     Divergence,
@@ -137,12 +136,12 @@ class LoadQuality:
 MAX_COUNT = 2**53  # a float counts exactly up to here; a stored count past it is damage, not a count
 
 
-def _count(v: Any) -> int:
+def _count(v: object) -> int:
     f = finite(v)
     return int(f) if f is not None and 0 <= f <= MAX_COUNT and f == int(f) else 0
 
 
-def _task(d: Any) -> TaskScore | None:
+def _task(d: object) -> TaskScore | None:
     if not isinstance(d, Mapping):
         return None
     n = _count(d.get("n"))
@@ -197,7 +196,7 @@ def load_quality_rows(views: Sequence[CellView]) -> list[str]:
 
 
 # ---- one session: the report's Quality section --------------------------------------------------------------
-def settings_text(settings: Mapping[str, Any] | None) -> str:
+def settings_text(settings: Mapping[str, object] | None) -> str:
     """The probe's settings as session.toml records them, in one line."""
     if not settings:
         return "not recorded"
@@ -272,7 +271,7 @@ def _divergence_rows(r: Divergence, ref: str | None) -> list[str]:
     ]
 
 
-def result_dict(r: QualityResult) -> dict[str, Any]:
+def result_dict(r: QualityResult) -> dict[str, object]:
     """A session's quality results for JSON, without the traces and answers (their counts instead)."""
     ci = _ci(r, "perplexity_ci")
     return {"perplexity": finite(r.perplexity), "perplexity_ci": list(ci) if ci is not None else None,
@@ -398,7 +397,7 @@ class QualityComparison:
             parts.append(f"Values are each session's; {NOT_JUDGED}.")
         return " ".join(parts)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         sessions = [{"session": lb, "quality": result_dict(r) if r is not None else None}
                     for lb, r in zip(self.labels, self.results, strict=True)]
         rows = [{"key": r.key, "section": r.section, "where": r.where, "figure": r.label, "unit": r.unit, "better": r.better,
@@ -519,7 +518,7 @@ def _plain_row(section: str, label: str, unit: str, better: str, vals: Sequence[
     return row
 
 
-def _ci(obj: Any, name: str) -> Interval:
+def _ci(obj: object, name: str) -> Interval:
     """A recorded 95% interval (`perplexity_ci`, `kl_ci`), None when absent or not two finite numbers."""
     v = getattr(obj, name, None) if obj is not None else None
     if not isinstance(v, (tuple, list)) or len(v) != 2:

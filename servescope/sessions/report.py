@@ -8,7 +8,6 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import polars as pl
 
@@ -224,9 +223,9 @@ def cells_frame(reps: Sequence[SessionReport]) -> pl.DataFrame:
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
-def _dotted(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _dotted(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """{'ttft_ms': {'p50': 1.0}} -> {'ttft_ms.p50': 1.0}; lists stay whole (written as JSON)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
@@ -236,7 +235,7 @@ def _dotted(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _csv_value(v: Any) -> str:
+def _csv_value(v: object) -> str:
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -248,11 +247,11 @@ def _csv_value(v: Any) -> str:
     return json.dumps(v, default=str, allow_nan=True)
 
 
-def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, Any]]]:
+def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, object]]]:
     """One flat row per cell: the session, the cell's plan (workload, load, status...), then every summary
     figure as a dotted column (`ttft_ms.p50`, `server.preemptions`); lists (errors) as JSON text."""
     columns: dict[str, None] = {"session": None, "session_dir": None}
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for r in reps:
         recs = r.session.cells.to_dicts()
         summs = []
@@ -264,7 +263,7 @@ def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, A
         for summ in summs:
             stored |= set(summary_columns(summ)) | set(summ)
         for rec, summ in zip(recs, summs, strict=True):
-            row: dict[str, Any] = {"session": r.label, "session_dir": r.session.path.name}
+            row: dict[str, object] = {"session": r.label, "session_dir": r.session.path.name}
             row.update({k: v for k, v in rec.items() if k not in stored})
             if "server_variant" in row and isinstance(row["server_variant"], str):
                 row["server_variant"] = redact_command(row["server_variant"])
@@ -284,7 +283,7 @@ def render_csv(reps: Sequence[SessionReport]) -> str:
     return buf.getvalue()
 
 
-def _rep_dict(r: SessionReport) -> dict[str, Any]:
+def _rep_dict(r: SessionReport) -> dict[str, object]:
     m = r.session.meta  # as stored: the json report passes these tables through unchanged
     return {
         "label": r.label,

@@ -6,13 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
 from servescope.core.metrics import FORMULAS, SLO_ATTAINMENT
 from servescope.core.quality import QualityResult
-from servescope.core.results import Dist, finite, metric_label
+from servescope.core.results import CellResult, Dist, finite, metric_label
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.answers import completed
@@ -74,7 +73,7 @@ def _sep(n: int, numeric_from: int = 99) -> str:
     return "|" + "|".join("---:" if i >= numeric_from else "---" for i in range(n)) + "|"
 
 
-def _dist_text(d: Any) -> str:
+def _dist_text(d: object) -> str:
     if not isinstance(d, Mapping):
         return "-"
     kind = d.get("dist", "fixed")
@@ -146,7 +145,7 @@ def _setup(rep: SessionReport) -> list[str]:
               "section)")] if server and server.variants else []),
         ("model", clean_text(m.model)),
         ("max model length", f"{m.max_model_len:,}" if m.max_model_len is not None else "not reported"),
-        ("KV cache", _kv_text(kv, rep.session.meta.get("kv_budget"))),
+        ("KV cache", _kv_text(kv, m.kv_budget)),
         ("GPU", gpu_txt),
         ("tags", ", ".join(f"{k}={clean_text(str(v))}" for k, v in tags.items()) or "none"),
         ("date", dates),
@@ -163,10 +162,11 @@ def _setup(rep: SessionReport) -> list[str]:
     return out + [""]
 
 
-def _kv_text(kv: Any, budget: Any) -> str:
+def _kv_text(kv: float | None, budget: Mapping[str, object] | None) -> str:
     """The KV cache as the server reported it: vLLM's from /metrics, llama.cpp's as its parallel slots."""
-    if isinstance(budget, dict) and budget.get("slots"):
-        return (f"{int(budget['slots'])} slots x {int(budget.get('slot_tokens') or 0):,} tokens (llama.cpp /props: "
+    slots, slot_tokens = (budget.get("slots"), budget.get("slot_tokens")) if budget is not None else (None, None)
+    if isinstance(slots, (int, float)) and slots:
+        return (f"{int(slots)} slots x {int(slot_tokens) if isinstance(slot_tokens, (int, float)) else 0:,} tokens (llama.cpp /props: "
                 "one request per slot, more wait in the server; it reports no KV-cache usage)")
     return f"{kv:,.0f} tokens (from /metrics)" if kv else "not reported"
 
@@ -215,7 +215,7 @@ def _definitions(with_client: bool = False) -> list[str]:
     return out + [""]
 
 
-def _client_cell(sm: Any) -> str:
+def _client_cell(sm: CellResult) -> str:
     """`ok 23% / 0.4 ms`, `**BOUND** 96% / 130 ms` (CPU share of a core, wait included; loop lag p99)."""
     c = sm.client
     if c is None:

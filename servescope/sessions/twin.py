@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text, md_escape
@@ -24,9 +24,12 @@ FIT_LABELS = {**FIGURE_LABELS, "ttft_ms.mean": "TTFT mean ms", "tpot_ms.mean": "
 
 @dataclass
 class TwinRecord:
-    fit: dict[str, Any]
-    efficiency: dict[str, Any]
-    confirmations: list[dict[str, Any]] = field(default_factory=list)
+    """The files as read: each key is checked where the report reads it (a twin from another version may
+    lack some, or hold others)."""
+
+    fit: dict[str, object]
+    efficiency: dict[str, object]
+    confirmations: list[dict[str, object]] = field(default_factory=list)
 
 
 def twin_record(session: Session) -> TwinRecord | None:
@@ -40,9 +43,9 @@ def twin_record(session: Session) -> TwinRecord | None:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ServescopeError(f"{prof}: cannot read the twin ({clean_text(str(e))}); delete it and run "
                               f"`servescope twin fit {session.path}` again") from None
-    fit: dict[str, Any] = data["fit"] if isinstance(data.get("fit"), dict) else {}
-    eff: dict[str, Any] = data["efficiency"] if isinstance(data.get("efficiency"), dict) else {}
-    rows: list[dict[str, Any]] = []
+    fit = _table(data.get("fit"))
+    eff = _table(data.get("efficiency"))
+    rows: list[dict[str, object]] = []
     conf = d / CONFIRM_FILE
     if conf.is_file():
         for i, line in enumerate(conf.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
@@ -53,15 +56,23 @@ def twin_record(session: Session) -> TwinRecord | None:
             except ValueError:
                 raise ServescopeError(f"{conf}:{i}: not a JSON line; the file is damaged: delete the line") from None
             if isinstance(row, dict):
-                rows.append(row)
+                rows.append(_table(row))
     return TwinRecord(fit, eff, rows)
 
 
-def _pct(v: Any) -> str:
+def _table(v: object) -> dict[str, object]:
+    return {str(k): x for k, x in v.items()} if isinstance(v, Mapping) else {}
+
+
+def _list(v: object) -> list[object]:
+    return v if isinstance(v, list) else []
+
+
+def _pct(v: object) -> str:
     return f"{v:+.1%}" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
 
 
-def _num(v: Any) -> str:
+def _num(v: object) -> str:
     return f"{v:,.4g}" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
 
 
@@ -74,14 +85,15 @@ def twin_section(rec: TwinRecord, level: int = 2) -> list[str]:
            f"{md_escape(clean_text(str(f.get('shape_from', '?'))))}; the KV cache from "
            f"{md_escape(clean_text(str(f.get('kv_from', '?'))))}; limits from "
            f"{md_escape(clean_text(str(f.get('limits_from', '?'))))}. Fitted: "
-           + ", ".join(f"{md_escape(str(k))} {_num(rec.efficiency.get(k))}" for k in f.get("fitted", [])) + ".", ""]
-    res = f.get("residual_rms_ln") or {}
+           + ", ".join(f"{md_escape(str(k))} {_num(rec.efficiency.get(str(k)))}" for k in _list(f.get("fitted")))
+           + ".", ""]
+    res = _table(f.get("residual_rms_ln"))
     if res:
         out += ["Fit residual (root mean square of ln(twin / measured) over the fitted cells): "
                 + ", ".join(f"{FIT_LABELS.get(k, md_escape(str(k)))} {v:.1%}" for k, v in res.items()
                             if isinstance(v, (int, float))) + ".", ""]
-    out += [f"Warning: {md_escape(clean_text(str(w)))}" + "\n" for w in f.get("warnings") or []]
-    rng = f.get("range") or {}
+    out += [f"Warning: {md_escape(clean_text(str(w)))}" + "\n" for w in _list(f.get("warnings"))]
+    rng = _table(f.get("range"))
     if rng:
         out += ["Measured range (predictions outside it are extrapolations): "
                 + ", ".join(f"{md_escape(str(k).replace('_', ' '))} {_num(v[0])}-{_num(v[1])}" for k, v in rng.items()
@@ -93,11 +105,11 @@ def twin_section(rec: TwinRecord, level: int = 2) -> list[str]:
         for r in rec.confirmations:
             load = f"c={r.get('concurrency')}" if r.get("concurrency") else f"{r.get('rate')} req/s"
             for k, label in FIGURE_LABELS.items():
-                p, m, e = ((r.get(x) or {}).get(k) for x in ("predicted", "measured", "error"))
+                p, m, e = (_table(r.get(x)).get(k) for x in ("predicted", "measured", "error"))
                 out.append(f"| {md_escape(str(r.get('at', '')))} | {md_escape(clean_text(str(r.get('workload', ''))))} | "
                            f"{load} | {md_escape(clean_text(str(r.get('settings', ''))))} | {label} | {_num(p)} | "
                            f"{_num(m)} | {_pct(e)} |")
-        errs = [abs(e) for r in rec.confirmations for e in (r.get("error") or {}).values()
+        errs = [abs(e) for r in rec.confirmations for e in _table(r.get("error")).values()
                 if isinstance(e, (int, float)) and math.isfinite(e)]
         if errs:
             errs.sort()
