@@ -8,10 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from servescope.cli.common import parse_tags, resolve_session
 from servescope.core.errors import ServescopeError
+
+if TYPE_CHECKING:
+    from servescope.core.quality import QualitySummary
 
 _SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
 
@@ -61,18 +64,45 @@ def add_sessions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
-def _quality_of(s: Any) -> dict[str, Any]:
-    """A listed session's quality results: {"quality": the Contract's summary, "quality_text": a few words}, or
-    {"quality_broken": why} for a quality.json that cannot be read; {} when it holds none."""
+class SessionRow(TypedDict, total=False):
+    """One session of `sessions --json`; a broken one has its id, dir, status and `broken` only."""
+
+    id: Required[str]
+    dir: Required[str]
+    name: str
+    status: Required[str]
+    broken: str
+    status_text: str
+    model: str
+    workloads: list[str]
+    cells: int
+    cells_done: int
+    cells_planned: int
+    tags: dict[str, str]
+    target: str
+    started_at: str
+    kind: str
+    quality: QualitySummary
+    quality_text: str
+    quality_broken: str
+    pid: int | None
+    reason: str
+
+
+def _add_quality(row: SessionRow, s: Any) -> None:
+    """A listed session's quality results: "quality" (the Contract's summary) and "quality_text" (a few words),
+    or "quality_broken" (why) for a quality.json that cannot be read; nothing when it holds none."""
     from servescope.sessions.quality import quality_brief
 
     if not s.has_quality:
-        return {}
+        return
     try:
         q = s.quality()
     except ServescopeError as e:
-        return {"quality_broken": e.message}
-    return {"quality": q.summary(), "quality_text": quality_brief(q)} if q is not None else {}
+        row["quality_broken"] = e.message
+        return
+    if q is not None:
+        row["quality"], row["quality_text"] = q.summary(), quality_brief(q)
 
 
 def sessions_command(args: argparse.Namespace) -> int:
@@ -87,7 +117,7 @@ def sessions_command(args: argparse.Namespace) -> int:
     base = _base(args)
     entries = scan_sessions(base)
     ids = short_ids([e.path for e in entries])
-    rows: list[dict[str, Any]] = []
+    rows: list[SessionRow] = []
     for e in entries:
         d, s = e.path, e.session
         if s is None:
@@ -107,8 +137,8 @@ def sessions_command(args: argparse.Namespace) -> int:
             "target": clean_text(m.target.url),
             "started_at": clean_text(m.started_at or ""),
             "kind": clean_text(m.kind),
-            **_quality_of(s),
         })
+        _add_quality(rows[-1], s)
         if s.status == "running":
             rows[-1]["pid"] = s.runner.pid
         elif s.meta.get("status") == "running":  # it says running, but its runner is gone

@@ -8,9 +8,17 @@ import json
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servescope.core.errors import ServescopeError
+
+if TYPE_CHECKING:
+    from servescope.core.quality import QualityResult, QualitySummary
+
+    class QualityJson(QualitySummary):
+        """What `quality --json` prints: the session, then the result's summary."""
+
+        session: str
 
 DEFAULT_TASKS = "arithmetic,retrieval,needle,json"  # core.quality.TASKS (not imported here: the CLI starts light)
 
@@ -65,7 +73,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
                        concurrency=args.concurrency, perplexity=not args.no_perplexity)
 
 
-def quality_json(session: str, result: Any) -> dict[str, Any]:
+def quality_json(session: str, result: QualityResult) -> QualityJson:
     """The Contract's shape: {"session", "perplexity", "tasks": {NAME: {"accuracy", "n"}}, "reference"}."""
     return {"session": session, **result.summary()}
 

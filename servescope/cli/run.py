@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Required, TextIO, TypedDict
 
 from servescope.cli.common import api_key_from
 from servescope.core.errors import ServescopeError
@@ -49,17 +51,78 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "the session directory and return; follow it with `servescope watch` or `servescope attach`")
 
 
-JSON_DISTS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s", "client_queue_ms")
-JSON_SCALARS = ("requests_ok", "requests_failed", "requests_bad_usage", "wall_s", "input_tokens_requested", "input_tokens_mean",
-                "output_tokens_requested", "output_tokens_mean", "reasoning_tokens_mean", "request_s", "output_tok_s",
-                "total_tok_s", "goodput_req_s", "prefix_cache_hit_rate")
+class CellRow(TypedDict, total=False):
+    """One cell of `--json`: a skipped cell has the index, load, status and reason only; a measured (or
+    predicted) one has `repeat`, the figures and the rest. Nested results are their struct's `to_dict()`."""
+
+    index: Required[int]
+    workload: Required[str]
+    concurrency: Required[int | None]
+    rate: Required[float | None]
+    repeat: int
+    status: Required[str]
+    reason: Required[str]
+    requests_ok: int
+    requests_failed: int
+    requests_bad_usage: int | None
+    wall_s: float | None
+    input_tokens_requested: float | None
+    input_tokens_mean: float | None
+    output_tokens_requested: float | None
+    output_tokens_mean: float | None
+    reasoning_tokens_mean: float | None
+    request_s: float | None
+    output_tok_s: float | None
+    total_tok_s: float | None
+    goodput_req_s: float | None
+    prefix_cache_hit_rate: float | None
+    ttft_ms: dict[str, float | None]  # {JSON_STATS: value}
+    ttfo_ms: dict[str, float | None]
+    tpot_ms: dict[str, float | None]
+    itl_ms: dict[str, float | None]
+    e2e_ms: dict[str, float | None]
+    per_user_tok_s: dict[str, float | None]
+    client_queue_ms: dict[str, float | None]
+    server: dict[str, object] | None
+    client: dict[str, object] | None
+    errors: list[dict[str, object]]
+    send_lateness_ms: dict[str, float | None]
+    turns: list[dict[str, object]]
+    conversations: dict[str, object]
+    quality: dict[str, object]
 
 
-def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> dict[str, Any]:
+class Figure(TypedDict):
+    """A point's figure over its repeats."""
+
+    median: float
+    ci: list[float] | None
+    min: float
+    max: float
+    repeats: list[float]
+
+
+class Point(TypedDict):
+    workload: str
+    concurrency: int | None
+    rate: float | None
+    repeats: int
+    figures: dict[str, Figure | None]
+
+
+class RunResult(TypedDict, total=False):
+    """What `run --json` prints."""
+
+    session: Required[str | None]
+    status: Required[str | None]
+    cells: Required[list[CellRow]]
+    message: str
+    points: list[Point]
+
+
+def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
     """One cell of `--json` (its shape is in the README: scripts rely on it)."""
-    from servescope.core.results import Dist
-
-    return {
+    row: CellRow = {
         "index": cell.index,
         "workload": cell.workload.name,
         "concurrency": cell.load.concurrency,
@@ -67,17 +130,40 @@ def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> dict[str, A
         "repeat": getattr(cell, "repeat", 1),
         "status": status,
         "reason": reason,
-        **{k: getattr(s, k) for k in JSON_SCALARS},
-        **{m: {k: (s.dist(m) or Dist()).stat(k) for k in JSON_STATS} for m in JSON_DISTS},
-        "server": s.server.to_dict() if s.server is not None else None,
-        "client": s.client.to_dict() if s.client is not None else None,
-        "errors": [e.to_dict() for e in s.errors],
-        **({"send_lateness_ms": lateness(s)} if _is_trace(cell) else {}),
-        **({"turns": [t.to_dict() for t in s.turns]} if s.turns else {}),
-        **({"conversations": s.conversations.to_dict()} if s.conversations is not None else {}),
-        **({"quality": s.quality} if getattr(s, "quality", None) else {}),
     }
+    add_figures(row, s)
+    row["server"] = s.server.to_dict() if s.server is not None else None
+    row["client"] = s.client.to_dict() if s.client is not None else None
+    row["errors"] = [e.to_dict() for e in s.errors]
+    if _is_trace(cell):
+        row["send_lateness_ms"] = lateness(s)
+    if s.turns:
+        row["turns"] = [t.to_dict() for t in s.turns]
+    if s.conversations is not None:
+        row["conversations"] = s.conversations.to_dict()
+    if s.quality:
+        row["quality"] = s.quality
+    return row
 
+
+def add_figures(row: CellRow, s: CellResult) -> None:
+    """The cell's figures, in `--json`'s order: its scalars, then each distribution's JSON_STATS."""
+    from servescope.core.results import Dist
+
+    def stats(d: Dist | None) -> dict[str, float | None]:
+        return {k: (d or Dist()).stat(k) for k in JSON_STATS}
+
+    row["requests_ok"], row["requests_failed"] = s.requests_ok, s.requests_failed
+    row["requests_bad_usage"], row["wall_s"] = s.requests_bad_usage, s.wall_s
+    row["input_tokens_requested"], row["input_tokens_mean"] = s.input_tokens_requested, s.input_tokens_mean
+    row["output_tokens_requested"], row["output_tokens_mean"] = s.output_tokens_requested, s.output_tokens_mean
+    row["reasoning_tokens_mean"], row["request_s"] = s.reasoning_tokens_mean, s.request_s
+    row["output_tok_s"], row["total_tok_s"] = s.output_tok_s, s.total_tok_s
+    row["goodput_req_s"], row["prefix_cache_hit_rate"] = s.goodput_req_s, s.prefix_cache_hit_rate
+    row["ttft_ms"], row["ttfo_ms"] = stats(s.dist("ttft_ms")), stats(s.dist("ttfo_ms"))
+    row["tpot_ms"], row["itl_ms"] = stats(s.dist("tpot_ms")), stats(s.dist("itl_ms"))
+    row["e2e_ms"], row["per_user_tok_s"] = stats(s.dist("e2e_ms")), stats(s.dist("per_user_tok_s"))
+    row["client_queue_ms"] = stats(s.dist("client_queue_ms"))
 
 LATE_MS = 10.0  # a trace cell whose sends were later than this at p99 did not replay the trace's times
 
@@ -101,28 +187,28 @@ POINT_FIGURES = (("output_tok_s", "output tok/s"), ("request_s", "req/s"), ("ttf
                  ("tpot_ms.p50", "TPOT p50 ms"), ("e2e_ms.p50", "E2E p50 ms"))
 
 
-def _figure(cell: dict[str, Any], key: str) -> float | None:
+def _figure(cell: CellRow, key: str) -> float | None:
     name, _, stat = key.partition(".")
-    v = cell.get(name)
+    v: object = cell.get(name)
     v = v.get(stat) if stat and isinstance(v, dict) else v
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def points(cells: list[dict[str, Any]], session: str | None = None) -> list[dict[str, Any]]:
+def points(cells: list[CellRow], session: str | None = None) -> list[Point]:
     """With --repeat: each point (workload, load level) over its repeats that were measured (status done):
     every figure's median, its 95% interval (from the session's requests: a hierarchical bootstrap, the
     repeats resampled, then the requests within each, as compare computes it), the lowest and highest repeat
     and the per-repeat values."""
     import statistics
 
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int | None, float | None], list[CellRow]] = {}
     for c in cells:
         if c.get("status") == "done":
             groups.setdefault((c["workload"], c["concurrency"], c["rate"]), []).append(c)
-    out = []
+    out: list[Point] = []
     for (wl, conc, rate), cs in groups.items():
         cis = _intervals(session, [int(c["index"]) for c in cs], conc) if session else {}
-        figs: dict[str, Any] = {}
+        figs: dict[str, Figure | None] = {}
         for key, _ in POINT_FIGURES:
             vals = [v for v in (_figure(c, key) for c in cs) if v is not None]
             figs[key] = ({"median": statistics.median(vals), "ci": cis.get(key), "min": min(vals), "max": max(vals),
@@ -155,7 +241,7 @@ def _intervals(session: str, indices: list[int], concurrency: int | None) -> dic
     return out
 
 
-def format_points(pts: list[dict[str, Any]]) -> str:
+def format_points(pts: list[Point]) -> str:
     """The repeats' summary table: median of each point's repeats, and their range."""
     from servescope.core.textsafe import clean_text
 
@@ -167,7 +253,7 @@ def format_points(pts: list[dict[str, Any]]) -> str:
         for key, label in POINT_FIGURES:
             f = p["figures"].get(key)
             if f is not None:
-                ci = f" [{_f(f['ci'][0], 2)}, {_f(f['ci'][1], 2)}]" if f.get("ci") else ""
+                ci = f" [{_f(f['ci'][0], 2)}, {_f(f['ci'][1], 2)}]" if f["ci"] else ""
                 parts.append(f"{label} {_f(f['median'], 2)}{ci} ({_f(f['min'], 2)}-{_f(f['max'], 2)})")
         lines.append(f"  {clean_text(str(p['workload']))} {load}, {p['repeats']} repeats: " + ", ".join(parts))
     return "\n".join(lines)
@@ -255,17 +341,22 @@ def format_cell(ev: Any, total: int) -> str:
     return "\n".join(lines)
 
 
-def quality_text(q: dict[str, Any]) -> str:
-    """A cell's probe figures (--quality-share) in one line."""
+def quality_text(q: Mapping[str, object]) -> str:
+    """A cell's probe figures (--quality-share, the dict the session stores) in one line."""
     from servescope.core.textsafe import clean_text
+
+    def percent(v: object) -> float:
+        return float(v) * 100 if isinstance(v, (int, float)) else math.nan
 
     parts = []
     if q.get("n"):
-        tasks = ", ".join(f"{clean_text(k)} {v['correct']}/{v['n']}" for k, v in (q.get("tasks") or {}).items())
-        parts.append(f"accuracy {q['accuracy'] * 100:.0f}% of {q['n']} probe questions ({tasks})")
+        by_task = q.get("tasks") or {}
+        tasks = ", ".join(f"{clean_text(k)} {v['correct']}/{v['n']}" for k, v in by_task.items()
+                          if isinstance(v, dict)) if isinstance(by_task, dict) else ""
+        parts.append(f"accuracy {percent(q['accuracy']):.0f}% of {q['n']} probe questions ({tasks})")
     if q.get("positions"):
         parts.append(f"vs the same prompts at idle: KL mean {q['kl_mean']:.3g} nats over {q['positions']} positions, "
-                     f"top-1 agreement {q['top1_agreement'] * 100:.0f}%, greedy output differs in "
+                     f"top-1 agreement {percent(q['top1_agreement']):.0f}%, greedy output differs in "
                      f"{q.get('diverged', 0)} of {q['prompts']} generations")
     if q.get("failed"):
         parts.append(f"{q['failed']} probe requests failed")
@@ -404,7 +495,7 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
 
     control = SweepControl()
     progress = _Progress(sys.stderr)
-    result: dict[str, Any] = {"session": None, "status": None, "cells": []}
+    result: RunResult = {"session": None, "status": None, "cells": []}
     total = 0
 
     async def main() -> None:

@@ -10,9 +10,37 @@ import sys
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
+from servescope.cli.run import CellRow
 from servescope.core.errors import ServescopeError
+
+if TYPE_CHECKING:
+    from servescope.engine.whatif import CapacityRow
+
+
+class PredictedRow(CellRow, total=False):
+    """A cell of `whatif --json`: run's row of the predicted figures, their bands and, with --confirm, what the
+    real run measured and the relative error of each figure."""
+
+    band: dict[str, list[float]]
+    extrapolated: bool
+    measured: object  # engine.whatif.confirm_pairs' "measured" and "error"
+    error: object
+
+
+class WhatIfResult(TypedDict, total=False):
+    session: Required[str]
+    settings: Required[str]
+    cells: Required[list[PredictedRow]]
+    slos: dict[str, float]
+    capacity: dict[str, CapacityRow]  # written as each row's to_dict()
+    confirm: Confirmation
+
+
+class Confirmation(TypedDict):
+    sessions: list[object]  # each confirming run's session directory, as its --json said
+    pairs: list[dict[str, Any]]  # engine.whatif.confirm_pairs' rows
 
 
 def add_twin_args(p: argparse.ArgumentParser) -> None:
@@ -171,7 +199,7 @@ def _banded(v: Any, band: dict[str, list[float]], key: str) -> str:
 
 
 def whatif_command(args: argparse.Namespace) -> int:
-    from servescope.cli.run import JSON_DISTS, JSON_SCALARS, JSON_STATS
+    from servescope.cli.run import add_figures
     from servescope.core.metrics import parse_slos
     from servescope.core.textsafe import clean_text
     from servescope.engine.twin import load_twin
@@ -194,31 +222,32 @@ def whatif_command(args: argparse.Namespace) -> int:
         _fit(session, args, sys.stderr)
         twin = load_twin(session)
     assert twin is not None
-    out: dict[str, Any] = {"session": str(session.path), "settings": knobs.label(), "cells": []}
+    out: WhatIfResult = {"session": str(session.path), "settings": knobs.label(), "cells": []}
     preds = []
     for w in workloads:
         if args.capacity and not args.concurrency and not args.rate:
             continue
         preds += predict(twin, w, loads, knobs, args.requests, slos)
     for i, p in enumerate(preds):
-        s = p.summary.to_dict()
-        cell: dict[str, Any] = {"index": i, "workload": p.workload, "concurrency": p.load.concurrency, "rate": p.load.rate,
-                "repeat": 1, "status": "predicted", "reason": "; ".join(p.why),
-                **{k: s.get(k) for k in JSON_SCALARS},
-                **{m: {k: (s.get(m) or {}).get(k) for k in JSON_STATS} for m in JSON_DISTS},
-                "server": None, "client": None, "errors": [],
-                "band": p.band, "extrapolated": p.extrapolated}
+        cell: PredictedRow = {"index": i, "workload": p.workload, "concurrency": p.load.concurrency,
+                              "rate": p.load.rate, "repeat": 1, "status": "predicted", "reason": "; ".join(p.why)}
+        add_figures(cell, p.summary)
+        cell["server"], cell["client"], cell["errors"] = None, None, []
+        cell["band"], cell["extrapolated"] = p.band, p.extrapolated
         out["cells"].append(cell)
     if args.capacity:
         out["slos"] = slos
         out["capacity"] = {}
         for w in workloads:
             print(f"capacity of {w.name} ...", file=sys.stderr, flush=True)
-            out["capacity"][w.name] = capacity_row(twin, w, slos, knobs).to_dict()
+            out["capacity"][w.name] = capacity_row(twin, w, slos, knobs)
     if args.confirm and preds:
         _confirm(args, session, preds, out, knobs)
     if args.json:
-        print(json.dumps(out, default=str))
+        doc = dict(out)
+        if "capacity" in out:
+            doc["capacity"] = {k: r.to_dict() for k, r in out["capacity"].items()}
+        print(json.dumps(doc, default=str))
         return 0
     print(f"what if ({clean_text(knobs.label())}), predicted by the twin of {session.path}:")
     if preds:
@@ -234,11 +263,11 @@ def whatif_command(args: argparse.Namespace) -> int:
         print(f"capacity at the SLOs ({slo_text}; >= 90% of requests), predicted:")
         print("  task                        capacity         knee          at capacity")
         for name, row in out["capacity"].items():
-            cap = ("no answer: " + clean_text(row["reason"]) if row["reason"] else
-                   "none (c=1 misses)" if row["concurrency"] is None else
-                   f"c={row['concurrency']}{'+ (not reached)' if row['not_reached'] else ''}")
-            kn = "-" if row["knee"] is None else f"c={row['knee']}{'+' if row['knee_not_reached'] else ''}"
-            at = row["at_capacity"] or {}
+            cap = ("no answer: " + clean_text(row.reason) if row.reason else
+                   "none (c=1 misses)" if row.capacity is None else
+                   f"c={row.capacity}{'+ (not reached)' if row.not_reached else ''}")
+            kn = "-" if row.knee is None else f"c={row.knee}{'+' if row.knee_not_reached else ''}"
+            at = row.at_capacity or {}
             detail = (f"{_num(at.get('output_tok_s'), 0)} tok/s, TTFT p50 {_num(at.get('ttft_ms_p50'), 0)} ms, "
                       f"{_num(at.get('per_user_tok_s_mean'))} tok/s per user") if at else ""
             print(f"  {clean_text(name)[:26]:<26}  {cap:<16} {kn:<12}  {detail}")
@@ -247,7 +276,7 @@ def whatif_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: dict[str, Any], knobs: Any) -> None:
+def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: WhatIfResult, knobs: Any) -> None:
     """Run the predicted cells for real (one sweep per workload) and add "measured" and "error" to each cell."""
     from servescope.cli.common import api_key_from
     from servescope.cli.run import open_target, run_loop_for
@@ -260,8 +289,7 @@ def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: dict
     for i, p in enumerate(preds):
         groups.setdefault(p.workload, []).append(i)
     by_name = {w.name: w for w in _workloads(args, session)}
-    pairs_all: list[dict[str, Any]] = []
-    sessions = []
+    done: Confirmation = {"sessions": [], "pairs": []}
     for name, idx in groups.items():
         ps = [preds[i] for i in idx]
         closed = [p.load.concurrency for p in ps if p.load.concurrency]
@@ -288,15 +316,15 @@ def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: dict
         measured = [cells.get((p.load.concurrency, p.load.rate), {"status": "missing"}) for p in ps]
         pairs = confirm_pairs(ps, measured)
         record_confirmation(session, pairs, str(result.get("session")), knobs)
-        sessions.append(result.get("session"))
+        done["sessions"].append(result.get("session"))
         for i, pr in zip(idx, pairs, strict=True):
             out["cells"][i]["measured"] = pr["measured"]
             out["cells"][i]["error"] = pr["error"]
-        pairs_all += pairs
-    out["confirm"] = {"sessions": sessions, "pairs": pairs_all}
+        done["pairs"] += pairs
+    out["confirm"] = done
 
 
-def _print_confirm(c: dict[str, Any]) -> None:
+def _print_confirm(c: Confirmation) -> None:
     from servescope.core.textsafe import clean_text
 
     print(f"confirmed by running the cells (sessions: {', '.join(clean_text(str(s)) for s in c['sessions'])}):")
