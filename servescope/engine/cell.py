@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
@@ -21,7 +20,7 @@ from servescope.core.textsafe import clean_text
 from servescope.engine.connection import Target
 from servescope.engine.events import CellFinished, CellSkipped, Event, Notice, RequestsDone, SweepControl
 from servescope.engine.plan import Cell
-from servescope.engine.quality import QualityMixer
+from servescope.engine.quality import LoadQuality, QualityMixer
 from servescope.engine.server import ServerManager, watchdog
 from servescope.engine.sink import SessionSink
 from servescope.engine.telemetryhub import CellWindows, Metrics, Telemetry
@@ -44,7 +43,7 @@ class CellAttempt:
     def __init__(self, cell: Cell, specs: list[RequestSpec], attempt: int, *, opts: ClientOptions,
                  slos: dict[str, float], control: SweepControl, sink: SessionSink, target: Target,
                  servers: ServerManager, telemetry: Telemetry, health_interval_s: float, label: str,
-                 ran_with: dict[str, Any] | None = None, mixer: QualityMixer | None = None) -> None:
+                 ran_with: Mapping[str, str] | None = None, mixer: QualityMixer | None = None) -> None:
         self.cell = cell
         self.specs = mark_turns(cell.workload, cell.prompt_key, specs)  # a multi-turn cell's requests are turns
         self.attempt = attempt
@@ -163,7 +162,7 @@ class CellAttempt:
 
     def _save(self, task: asyncio.Task[CellRun], interrupted: bool = False, status: str | None = None,
               suffix: str = "", windows: CellWindows | None = None,
-              quality: dict[str, Any] | None = None) -> CellResult | None:
+              quality: LoadQuality | None = None) -> CellResult | None:
         """Write the cell to the session; its summary as saved (None when the load itself failed)."""
         cell = self.cell
         if task.cancelled() or interrupted and not task.done():

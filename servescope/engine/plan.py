@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from servescope.core.arrivals import pattern_text
 from servescope.core.load import Load
@@ -16,7 +16,28 @@ from servescope.workloads.traces import workload_trace
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 16)  # when neither the sweep nor the workload says
 DEFAULT_REQUESTS = 100  # measured requests per cell, when neither says (and no duration is given)
 
-__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "Cell", "fits", "plan_cells", "pool_size"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "Cell", "CellRow", "fits", "plan_cells", "pool_size"]
+
+
+class CellRow(TypedDict):
+    """A cell's planned settings as its row in the session holds them (session.toml `cells`, cells.parquet)."""
+
+    index: int
+    server_variant: str
+    workload: str
+    api: str
+    concurrency: int | None
+    rate: float | None
+    arrival: str | None
+    max_concurrency: int | None
+    burstiness: float | None
+    ramp_s: float | None
+    pattern: str | None
+    requests_planned: int | None
+    duration_s_planned: float | None
+    warmup: int
+    load_label: str
+    repeat: int
 
 
 @dataclass
@@ -43,7 +64,7 @@ class Cell:
         """The key this cell's prompts derive from (distinct per cell, so no cell hits another's prefix cache)."""
         return f"cell{self.index}" if not self.sweep_seed else f"seed{self.sweep_seed}-cell{self.index}"
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> CellRow:
         """The cell's row in the session (session.toml `cells`, cells.parquet)."""
         return {
             "index": self.index,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import NotRequired, TypedDict, TypeVar
 
 import httpx
 
@@ -38,7 +38,7 @@ from servescope.core.quality import (
     score,
     task_score,
 )
-from servescope.core.target import ModelInfo, TargetInfo
+from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 
 T = TypeVar("T")
 Progress = Callable[[str], None]
@@ -65,7 +65,7 @@ class QualitySpec:
     concurrency: int = 4
     notes: list[str] = field(default_factory=list, compare=False)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         """What session.toml records (no secrets, no URL)."""
         d = asdict(self)
         d.pop("notes")
@@ -115,7 +115,7 @@ async def _bounded(n: int, jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T
     return list(await asyncio.gather(*(one(j) for j in jobs)))
 
 
-async def _chars_per_token(tokenizer: Any, sample: str) -> float:
+async def _chars_per_token(tokenizer: Tokenizer, sample: str) -> float:
     """Characters per token of the target's tokenizer on English text (a sample of the corpus)."""
     try:
         n = await tokenizer.count_prompt(sample)
@@ -129,7 +129,7 @@ def _counter(cpt: float) -> Callable[[str], int]:
     return lambda text: math.ceil(len(text) / cpt * 1.05)
 
 
-async def _task_items(spec: QualitySpec, tokenizer: Any, max_len: int | None,
+async def _task_items(spec: QualitySpec, tokenizer: Tokenizer, max_len: int | None,
                       prose: float | None = None) -> list[TaskItem]:
     """The questions, long prompts sized with the target's own tokenizer: characters per token measured on a
     sample of each long task's text (prose for the needle, keys and numbers for retrieval)."""
@@ -162,7 +162,7 @@ def _group(item: TaskItem) -> str:
     return item.task
 
 
-async def run_probe(http: httpx.AsyncClient, url: str, model: ModelInfo, spec: QualitySpec, tokenizer: Any,
+async def run_probe(http: httpx.AsyncClient, url: str, model: ModelInfo, spec: QualitySpec, tokenizer: Tokenizer,
                     progress: Progress) -> QualityResult:
     """Run the three instruments against `url` and return their results (the reference compared last)."""
     from servescope.workloads.quality import DIVERGENCE_PROMPTS, corpus_text
@@ -293,6 +293,32 @@ MIX_CONTEXT = 1024
 MIX_TOKENS = 16  # greedy tokens per divergence prompt under load
 
 
+class TaskTally(TypedDict):
+    accuracy: float
+    n: int
+    correct: int
+
+
+class LoadQuality(TypedDict):
+    """A cell's quality under load as the session stores it (its summary's `quality`): the probe questions'
+    tally, overall and per task, the probes that failed, and the divergence from the idle traces when any
+    greedy probe came back."""
+
+    accuracy: float
+    n: int
+    correct: int
+    tasks: dict[str, TaskTally]
+    failed: int
+    errors: NotRequired[list[str]]  # why probes failed: the first few distinct one-line messages
+    kl_mean: NotRequired[float]
+    kl_p99: NotRequired[float]
+    top1_agreement: NotRequired[float]
+    first_divergence_mean: NotRequired[float]
+    positions: NotRequired[int]
+    prompts: NotRequired[int]
+    diverged: NotRequired[int]
+
+
 class QualityMixer:
     """Sends probe requests beside a cell's load, one at a time, keeping them near `share` of all the cell's
     requests: exact-answer questions (arithmetic, retrieval at 1K, JSON) alternating with the divergence prompts,
@@ -323,7 +349,7 @@ class QualityMixer:
         return async_client(base_url=self.url, headers=headers, timeout=httpx.Timeout(300.0, connect=10.0),
                             limits=httpx.Limits(max_connections=2, keepalive_expiry=KEEPALIVE_S))
 
-    async def prepare(self, tokenizer: Any) -> str:
+    async def prepare(self, tokenizer: Tokenizer) -> str:
         """Build the questions and take the idle traces; returns a line saying what it did."""
         from servescope.workloads.quality import DIVERGENCE_PROMPTS
 
@@ -397,8 +423,8 @@ class QualityMixer:
         if outer:
             raise asyncio.CancelledError
 
-    def take(self) -> dict[str, Any] | None:
-        """The cell's quality figures ({} keys as the session stores them), then start over for the next cell.
+    def take(self) -> LoadQuality | None:
+        """The cell's quality figures (as the session stores them), then start over for the next cell.
         None when no probe was sent; a cell whose every probe failed keeps its count and reasons (n 0)."""
         oks, traces, failed, errors = self.oks, self.traces, self.failed, self.errors
         self._reset()
@@ -406,15 +432,15 @@ class QualityMixer:
         if not every and not traces and not failed:
             return None
         total = task_score(every)
-        out: dict[str, Any] = {"accuracy": total.accuracy, "n": total.n, "correct": total.correct,
-                               "tasks": {k: {"accuracy": s.accuracy, "n": s.n, "correct": s.correct}
-                                         for k, s in ((k, task_score(v)) for k, v in oks.items())},
-                               "failed": failed}
+        out: LoadQuality = {"accuracy": total.accuracy, "n": total.n, "correct": total.correct,
+                            "tasks": {k: {"accuracy": s.accuracy, "n": s.n, "correct": s.correct}
+                                      for k, s in ((k, task_score(v)) for k, v in oks.items())},
+                            "failed": failed}
         if errors:
             out["errors"] = errors
         if traces:
             d = divergence(list(self.idle.values()), traces)
-            out.update(kl_mean=d.kl_mean, kl_p99=d.kl_p99, top1_agreement=d.top1_agreement,
-                       first_divergence_mean=d.first_divergence_mean, positions=d.positions, prompts=d.prompts,
-                       diverged=d.diverged)
+            out.update({"kl_mean": d.kl_mean, "kl_p99": d.kl_p99, "top1_agreement": d.top1_agreement,
+                        "first_divergence_mean": d.first_divergence_mean, "positions": d.positions,
+                        "prompts": d.prompts, "diverged": d.diverged})
         return out

@@ -12,7 +12,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -45,6 +44,7 @@ from servescope.engine.sessionmeta import NewSessionMeta, ran_with, session_meta
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.telemetryhub import (
+    KvBudgetMeta,
     Telemetry,
     TelemetryHub,
     kv_budget_meta,
@@ -158,10 +158,10 @@ class _Sweep:
             sink.meta["kv_budget"] = kv
         sink.save_meta()
         if kv is not None:
-            out.append(KvBudgetKnown(kv, kv_budget_text(kv)))
+            out.append(KvBudgetKnown(dict(kv), kv_budget_text(kv)))
         return out
 
-    def _slot_budget(self) -> dict[str, Any] | None:
+    def _slot_budget(self) -> KvBudgetMeta | None:
         """llama.cpp's KV budget: `-c` tokens shared by `--parallel` slots, each request in one slot of
         `-c / --parallel` tokens; past that many users requests wait (its `requests_deferred`)."""
         info, n_ctx = self.info, self.minfo.max_model_len
@@ -336,7 +336,7 @@ class _Sweep:
             failed.append(message)
             return
 
-    def _ran_with(self) -> dict[str, Any]:
+    def _ran_with(self) -> dict[str, str]:
         """What a cell really runs with beyond its plan (a resumed sweep may differ from its first part)."""
         return ran_with(self.spec, self.tok.name if self.tok is not None else "")
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
 from servescope.core.client import async_client
 from servescope.core.errors import ServescopeError
 from servescope.core.kvbudget import KVBudget
+from servescope.core.launchspec import ArgValue
 from servescope.engine.background import Background
 from servescope.engine.spec import SweepSpec
 
@@ -48,7 +49,7 @@ class ServerManager(Protocol):
         did not come back, or when `stopping()` became true."""
         ...
 
-    def server_args(self) -> dict[str, Any] | None:
+    def server_args(self) -> dict[str, ArgValue] | None:
         """The launched server's arguments (TOML-safe), None when servescope did not launch it."""
         ...
 
@@ -59,7 +60,7 @@ class ServerManager(Protocol):
     async def close(self) -> None: ...
 
 
-def plain_args(args: dict[str, Any]) -> dict[str, Any]:
+def plain_args(args: Mapping[str, object]) -> dict[str, ArgValue]:
     """Server arguments as TOML-safe values."""
     return {k: (v if isinstance(v, (str, int, float, bool)) else str(v)) for k, v in args.items() if v is not None}
 
@@ -134,7 +135,7 @@ class Servers:
             await asyncio.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
         return False
 
-    def server_args(self) -> dict[str, Any] | None:
+    def server_args(self) -> dict[str, ArgValue] | None:
         return plain_args(dict(self.proc.spec.server_args)) if self.proc is not None else None
 
     def kv_budget(self) -> KVBudget | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, NotRequired, Protocol, Required, TypedDict
 
 from servescope.core.client import async_client
 from servescope.core.kvbudget import KVBudget, fmt_concurrency
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from servescope.core.gpu import GpuSampler
     from servescope.core.telemetry import MetricsSampler
 
-__all__ = ["CellWindows", "NoTelemetry", "Telemetry", "TelemetryHub", "TelemetryStart", "kv_budget_meta", "kv_budget_text"]
+__all__ = ["CellWindows", "GpuTable", "KvBudgetMeta", "NoTelemetry", "Telemetry", "TelemetryHub", "TelemetryStart",
+           "TelemetryTable", "kv_budget_meta", "kv_budget_text"]
 
 Metrics = dict[str, float | str]  # one parsed /metrics sample (core.telemetry.parse_metrics)
 
@@ -36,13 +37,47 @@ class CellWindows:
     gpu: GpuWindow | None = None
 
 
+class TelemetryTable(TypedDict):
+    """session.toml's [telemetry]: whether /metrics is sampled, how often, or why not."""
+
+    metrics: bool
+    interval_s: NotRequired[float | str]  # "cell boundaries" when sampled only there
+    metrics_reason: NotRequired[str]
+
+
+class GpuTable(TypedDict):
+    """session.toml's [gpu]: how many GPUs are sampled, or why none is."""
+
+    available: bool
+    count: NotRequired[int]
+    reason: NotRequired[str]
+
+
+class KvBudgetMeta(TypedDict, total=False):
+    """session.toml's `kv_budget`: what /metrics (KVBudget.as_dict), a launched server's log or llama.cpp's
+    slots state, and the concurrency each synthetic workload's longest request allows."""
+
+    kv_cache_tokens: Required[int]
+    source: Required[str]  # "metrics", "log", "metrics+log" or "llama.cpp /props"
+    num_gpu_blocks: int | None
+    block_size: int | None
+    cache_dtype: str | None
+    gpu_memory_utilization: float | None
+    concurrency_at_tokens: int | None
+    concurrency_at: float | None
+    log_kv_cache_tokens: int
+    slots: int  # llama.cpp: parallel slots of slot_tokens each
+    slot_tokens: int
+    max_concurrency_by_workload: dict[str, float]
+
+
 @dataclass
 class TelemetryStart:
     """What `Telemetry.start()` learned, for session.toml and the notices."""
 
-    telemetry: dict[str, Any]  # session.toml [telemetry]
+    telemetry: TelemetryTable  # session.toml [telemetry]
     kv_budget: KVBudget | None = None  # from /metrics
-    gpu: dict[str, Any] | None = None  # session.toml [gpu] (the first start only)
+    gpu: GpuTable | None = None  # session.toml [gpu] (the first start only)
     notices: list[str] = field(default_factory=list)
 
 
@@ -218,18 +253,22 @@ class TelemetryHub:
 
 
 def kv_budget_meta(budget: KVBudget | None, log_budget: KVBudget | None,
-                   workloads: Sequence[Workload]) -> dict[str, Any] | None:
+                   workloads: Sequence[Workload]) -> KvBudgetMeta | None:
     """session.toml's `kv_budget`: the budget /metrics states and/or the launched server's log states,
     with the concurrency each (synthetic) workload's longest request allows. None when neither says."""
-    kv: dict[str, Any] = {}
+    kv: KvBudgetMeta
     if budget is not None:
-        kv = {**budget.as_dict(), "source": "metrics"}
-    if log_budget is not None:
-        kv.setdefault("kv_cache_tokens", log_budget.tokens)
-        kv["log_kv_cache_tokens"] = log_budget.tokens
-        kv["source"] = "metrics+log" if budget is not None else "log"
-    b = budget or log_budget
-    if not kv or b is None:
+        b, a = budget, budget.as_dict()
+        kv = {"kv_cache_tokens": a["kv_cache_tokens"], "source": "metrics+log" if log_budget is not None else "metrics",
+              "num_gpu_blocks": a["num_gpu_blocks"], "block_size": a["block_size"], "cache_dtype": a["cache_dtype"],
+              "gpu_memory_utilization": a["gpu_memory_utilization"],
+              "concurrency_at_tokens": a["concurrency_at_tokens"], "concurrency_at": a["concurrency_at"]}
+        if log_budget is not None:
+            kv["log_kv_cache_tokens"] = log_budget.tokens
+    elif log_budget is not None:
+        b = log_budget
+        kv = {"kv_cache_tokens": log_budget.tokens, "log_kv_cache_tokens": log_budget.tokens, "source": "log"}
+    else:
         return None
     kv["max_concurrency_by_workload"] = {
         w.name: round(b.max_concurrency(request_tokens(w)), 2)  # a conversation's whole history
@@ -238,7 +277,7 @@ def kv_budget_meta(budget: KVBudget | None, log_budget: KVBudget | None,
     return kv
 
 
-def request_tokens(w: Any) -> int:
+def request_tokens(w: Workload) -> int:
     """The workload's longest request (prompt + output): a conversation's last turn, a trace's longest entry."""
     if w.kind == "trace":
         from servescope.workloads.traces import workload_trace
@@ -247,7 +286,7 @@ def request_tokens(w: Any) -> int:
     return int(w.max_request_tokens)
 
 
-def kv_budget_text(kv: dict[str, Any]) -> str:
+def kv_budget_text(kv: KvBudgetMeta) -> str:
     if kv.get("slots"):  # llama.cpp: its context shared by parallel slots, one request each
         return (f"KV: {int(kv['slots'])} slots x {int(kv['slot_tokens']):,} tokens ({kv['source']}): up to "
                 f"{int(kv['slots'])} requests at once, more wait in the server; the longest request is "
