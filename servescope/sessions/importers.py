@@ -16,9 +16,9 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import msgspec
+import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import DIST_METRICS, records_frame, summarize
@@ -26,6 +26,7 @@ from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
 from servescope.sessions.store import SessionWriter, new_session_dir
+from servescope.workloads.spec import DistTable, WorkloadTable
 
 FORMAT_VLLM = "vllm-bench-serve"
 
@@ -51,13 +52,13 @@ _VLLM_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": 
 
 @dataclass
 class ImportedCell:
-    workload: dict[str, Any]
+    workload: WorkloadTable
     concurrency: int | None
     rate: float | None
     max_concurrency: int | None
     arrival: str | None
     summary: CellResult
-    requests: Any  # polars DataFrame or None
+    requests: pl.DataFrame | None  # None: the file holds aggregates only
     source: str
     detailed: bool
     vllm_reported: dict[str, float] = field(default_factory=dict)
@@ -72,7 +73,7 @@ class ImportedCell:
         return f"c={self.concurrency}"
 
 
-def detect_format(data: Any) -> str | None:
+def detect_format(data: object) -> str | None:
     if isinstance(data, dict) and "completed" in data and "duration" in data and (
         "output_throughput" in data or "mean_ttft_ms" in data
     ):
@@ -80,7 +81,9 @@ def detect_format(data: Any) -> str | None:
     return None
 
 
-def read_result(path: str | Path) -> tuple[str, dict[str, Any]]:
+def read_result(path: str | Path) -> tuple[str, dict[str, object]]:
+    """The result file's format and its JSON object (as read: the shape of another tool's output, checked by
+    validate_vllm before anything reads it)."""
     p = Path(path)
     if not p.is_file():
         raise ServescopeError(f"{p}: no such file; give the JSON that `vllm bench serve --save-result` wrote")
@@ -112,16 +115,16 @@ _PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "star
 _HINT = "the file is damaged or not what `vllm bench serve --save-result` wrote; re-run the benchmark"
 
 
-def _what(v: Any) -> str:
+def _what(v: object) -> str:
     text = json.dumps(v, allow_nan=True, default=str) if not isinstance(v, str) else repr(v)
     return clean_text(text)[:40]
 
 
-def _bad(where: str, key: str, v: Any, expected: str) -> ServescopeError:
+def _bad(where: str, key: str, v: object, expected: str) -> ServescopeError:
     return ServescopeError(f"{where}: {key} is {_what(v)}, expected {expected}; {_HINT}")
 
 
-def _finite(where: str, key: str, v: Any, lo: float = 0.0, hi: float = MAX_SECONDS, allow_none: bool = True,
+def _finite(where: str, key: str, v: object, lo: float = 0.0, hi: float = MAX_SECONDS, allow_none: bool = True,
             allow_inf: bool = False) -> None:
     if v is None and allow_none:
         return
@@ -131,15 +134,15 @@ def _finite(where: str, key: str, v: Any, lo: float = 0.0, hi: float = MAX_SECON
         raise _bad(where, key, v, f"a finite number from {lo:g} to {hi:g}" + (" (or null)" if allow_none else ""))
 
 
-def _count(where: str, key: str, v: Any, lo: int = 0, allow_none: bool = True, hi: int = MAX_COUNT) -> None:
+def _count(where: str, key: str, v: object, lo: int = 0, allow_none: bool = True, hi: int = MAX_COUNT) -> None:
     if v is None and allow_none:
         return
-    ok = not isinstance(v, bool) and (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
-    if not ok or not lo <= v <= hi:
+    if (isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
+            or not lo <= v <= hi):
         raise _bad(where, key, v, f"a whole number from {lo} to {hi:,}" + (" (or null)" if allow_none else ""))
 
 
-def validate_vllm(d: Mapping[str, Any], where: str) -> None:
+def validate_vllm(d: Mapping[str, object], where: str) -> None:
     """Every value of a `vllm bench serve` result the import reads: counts are whole and in range, times
     and rates finite and not negative, per-request lists the same length with values of the right type.
     One ServescopeError naming the file and the key; nothing is written before this passed."""
@@ -154,10 +157,13 @@ def validate_vllm(d: Mapping[str, Any], where: str) -> None:
     for key, v in d.items():  # mean_ttft_ms, median_, std_, p99_ (and any --metric-percentiles)
         if isinstance(key, str) and key.endswith(ends) and key.startswith(("mean_", "median_", "std_", "p")):
             _finite(where, key, v, hi=MAX_SECONDS * 1000)
-    lists: dict[str, Any] = {k: d[k] for k in _PER_REQUEST if d.get(k) is not None}
-    for k, v in lists.items():
-        if not isinstance(v, list):
+    lists: dict[str, list[object]] = {}
+    for k in _PER_REQUEST:
+        v = d.get(k)
+        if v is not None and not isinstance(v, list):
             raise _bad(where, k, v, "a list (one entry per request)")
+        if v is not None:
+            lists[k] = v
     if not lists.get("ttfts"):
         return  # aggregates only (no --save-detailed)
     n = len(lists["ttfts"])
@@ -178,7 +184,7 @@ def validate_vllm(d: Mapping[str, Any], where: str) -> None:
         total = 0.0
         for j, g in enumerate(gaps or []):
             _finite(where, f"itls[{i}][{j}]", g, allow_none=False)
-            total += g
+            total += g if isinstance(g, (int, float)) else 0.0  # _finite raised for anything else
         if total > MAX_SECONDS:
             raise _bad(where, f"itls[{i}]", f"{total:g} s in all", f"at most {MAX_SECONDS:g} s")
         if "latencies" in lists:
@@ -189,8 +195,8 @@ def validate_vllm(d: Mapping[str, Any], where: str) -> None:
             raise _bad(where, f"errors[{i}]", lists["errors"][i], "a text (empty when the request succeeded)")
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
+def _num(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         return None
     try:
         f = float(v)
@@ -199,23 +205,32 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
-def _dist(lens: Sequence[int]) -> dict[str, Any]:
+def _int(v: object) -> int:
+    """A validated count (a whole number, or null: 0)."""
+    return int(v) if isinstance(v, (int, float)) else 0
+
+
+def _list(v: object) -> list[object]:
+    return v if isinstance(v, list) else []
+
+
+def _dist(lens: Sequence[int]) -> DistTable:
     lo, hi = min(lens), max(lens)
     return {"dist": "fixed", "value": lo} if lo == hi else {"dist": "uniform", "min": lo, "max": hi}
 
 
-def _is_detailed(d: Mapping[str, Any]) -> bool:
-    n = len(d.get("ttfts") or [])
-    return n > 0 and all(len(d.get(k) or []) == n for k in ("input_lens", "output_lens", "itls"))
+def _is_detailed(d: Mapping[str, object]) -> bool:
+    n = len(_list(d.get("ttfts")))
+    return n > 0 and all(len(_list(d.get(k))) == n for k in ("input_lens", "output_lens", "itls"))
 
 
-def _records(d: Mapping[str, Any]) -> list[RequestRecord]:
-    ttfts, itls = d["ttfts"], d["itls"]
-    ins, outs = d["input_lens"], d["output_lens"]
+def _records(d: Mapping[str, object]) -> list[RequestRecord]:
+    ttfts, itls = _list(d["ttfts"]), _list(d["itls"])
+    ins, outs = _list(d["input_lens"]), _list(d["output_lens"])
     n = len(ttfts)
-    lat = d.get("latencies") or [None] * n
-    starts = d.get("start_times") or []
-    errors = d.get("errors") or [""] * n
+    lat = _list(d.get("latencies")) or [None] * n
+    starts = [_num(x) or 0.0 for x in _list(d.get("start_times"))]  # validated: finite numbers
+    errors = _list(d.get("errors")) or [""] * n
     t0 = min(starts) if len(starts) == n else 0.0
     recs = []
     cursor = 0.0
@@ -223,10 +238,10 @@ def _records(d: Mapping[str, Any]) -> list[RequestRecord]:
         err = clean_text(str(errors[i] or "")) if i < len(errors) else ""
         start = (starts[i] - t0) if len(starts) == n else cursor
         sent = int(round(start * 1e9)) + 1  # stamps must be > 0 to count as present
-        r = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=int(ins[i] or 0),
-                          output_tokens_requested=int(outs[i] or 0), scheduled_ns=sent, sent_ns=sent)
+        r = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=_int(ins[i]),
+                          output_tokens_requested=_int(outs[i]), scheduled_ns=sent, sent_ns=sent)
         ttft = _num(ttfts[i])
-        gaps = [float(g) for g in (itls[i] or []) if _num(g) is not None]
+        gaps = [f for g in _list(itls[i]) if (f := _num(g)) is not None]
         if err or ttft is None or (ttft == 0 and not gaps):
             r.status = "error"
             r.error = err or "failed (no tokens)"
@@ -234,7 +249,7 @@ def _records(d: Mapping[str, Any]) -> list[RequestRecord]:
             recs.append(r)
             continue
         r.first_token_ns = r.first_content_ns = sent + int(round(ttft * 1e9))
-        out = int(outs[i] or 0)
+        out = _int(outs[i])
         per = [1] * (len(gaps) + 1)
         if gaps and out > len(gaps) + 1:
             q, rem = divmod(out - 1, len(gaps))
@@ -248,7 +263,7 @@ def _records(d: Mapping[str, Any]) -> list[RequestRecord]:
         r.chunk_tokens = array("i", per)
         e2e = _num(lat[i])
         r.end_ns = sent + int(round(e2e * 1e9)) if e2e is not None else stamps[-1]
-        r.prompt_tokens = int(ins[i] or 0)
+        r.prompt_tokens = _int(ins[i])
         r.output_tokens = out
         r.usage_reported = True
         cursor = (r.end_ns - 1) / 1e9
@@ -256,11 +271,11 @@ def _records(d: Mapping[str, Any]) -> list[RequestRecord]:
     return recs
 
 
-def _aggregate_summary(d: Mapping[str, Any]) -> CellResult:
+def _aggregate_summary(d: Mapping[str, object]) -> CellResult:
     completed = int(_num(d.get("completed")) or 0)
     failed = int(_num(d.get("failed")) or 0) or max(0, int(_num(d.get("num_prompts")) or 0) - completed)
     tin, tout = _num(d.get("total_input_tokens")), _num(d.get("total_output_tokens"))
-    s: dict[str, Any] = {
+    s: dict[str, object] = {
         "requests_ok": completed,
         "requests_failed": failed,
         "wall_s": _num(d.get("duration")),
@@ -279,10 +294,11 @@ def _aggregate_summary(d: Mapping[str, Any]) -> CellResult:
         "slo_met_fraction": None,
         "errors": [],
     }
-    for m in DIST_METRICS:
-        s[m] = {k: None for k in ("mean", "std", "min", "max", "p50", "p90", "p95", "p99")}
+    dists: dict[str, dict[str, float | None]] = {
+        m: {k: None for k in ("mean", "std", "min", "max", "p50", "p90", "p95", "p99")} for m in DIST_METRICS}
+    s.update(dists)
     for vk, sk in _VLLM_METRICS.items():
-        st = s[sk]
+        st = dists[sk]
         st["mean"] = _num(d.get(f"mean_{vk}_ms"))
         st["std"] = _num(d.get(f"std_{vk}_ms"))
         st["p50"] = _num(d.get(f"median_{vk}_ms"))
@@ -297,7 +313,7 @@ def _aggregate_summary(d: Mapping[str, Any]) -> CellResult:
     return CellResult.from_dict(s)  # what the file did not say stays None (p90 kept only where it is in STATS)
 
 
-def _vllm_reported(d: Mapping[str, Any]) -> dict[str, float]:
+def _vllm_reported(d: Mapping[str, object]) -> dict[str, float]:
     out = {}
     for key in ("output_throughput", "request_throughput", "total_token_throughput", "duration"):
         v = _num(d.get(key))
@@ -311,15 +327,15 @@ def _vllm_reported(d: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def vllm_cell(d: Mapping[str, Any], source: str, workload_name: str | None = None) -> ImportedCell:
+def vllm_cell(d: Mapping[str, object], source: str, workload_name: str | None = None) -> ImportedCell:
     detailed = _is_detailed(d)
     if detailed:
         recs = _records(d)
         df = records_frame(recs)
         wall = _num(d.get("duration")) or 0.0
         summary = summarize(df, wall)
-        ins = [int(x) for x in d["input_lens"] if x]
-        outs = [int(x) for x in d["output_lens"] if x]
+        ins = [_int(x) for x in _list(d["input_lens"]) if x]
+        outs = [_int(x) for x in _list(d["output_lens"]) if x]
     else:
         df = None
         summary = _aggregate_summary(d)
@@ -339,7 +355,7 @@ def vllm_cell(d: Mapping[str, Any], source: str, workload_name: str | None = Non
     backend = str(d.get("endpoint_type") or d.get("backend") or "")
     api = "chat" if "chat" in backend else "completions"
     name = workload_name or f"vllm-bench-in{round(sum(ins) / len(ins))}-out{round(sum(outs) / len(outs))}"
-    workload = {"name": name, "api": api, "input_tokens": _dist(ins), "output_tokens": _dist(outs),
+    workload: WorkloadTable = {"name": name, "api": api, "input_tokens": _dist(ins), "output_tokens": _dist(outs),
                 "prefix_tokens": 0, "dataset": "", "seed": 0, "source": f"imported from {Path(source).name}"}
     extra = {}
     if d.get("label"):
@@ -360,7 +376,7 @@ _STANDARD_KEYS = {
 }
 
 
-def _aggregate_keys(d: Mapping[str, Any]) -> list[str]:
+def _aggregate_keys(d: Mapping[str, object]) -> list[str]:
     out = list(_STANDARD_KEYS)
     for k in d:
         if any(k.endswith(f"_{m}_ms") for m in _VLLM_METRICS):
@@ -395,14 +411,12 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
             raise ServescopeError(f"{c.source} and {seen[key]} are both {key[0]} {key[1]}; import them as separate "
                                   "sessions or give different --workload names")
         seen[key] = c.source
-    workloads: dict[str, dict[str, Any]] = {}
+    workloads: dict[str, WorkloadTable] = {}
     for c in cells:
-        w = workloads.setdefault(c.workload["name"], dict(c.workload))
-        for side in ("input_tokens", "output_tokens"):  # widen to cover every file's lengths
-            a, b = w[side], c.workload[side]
-            lo = min(a.get("value", a.get("min", 0)), b.get("value", b.get("min", 0)))
-            hi = max(a.get("value", a.get("max", 0)), b.get("value", b.get("max", 0)))
-            w[side] = {"dist": "fixed", "value": lo} if lo == hi else {"dist": "uniform", "min": lo, "max": hi}
+        w = workloads.setdefault(c.workload["name"], c.workload.copy())
+        # widen to cover every file's lengths
+        w["input_tokens"] = _widen(w["input_tokens"], c.workload["input_tokens"])
+        w["output_tokens"] = _widen(w["output_tokens"], c.workload["output_tokens"])
     order = sorted(range(len(cells)), key=lambda i: (list(workloads).index(cells[i].workload["name"]),
                                                      cells[i].rate is not None,
                                                      cells[i].concurrency or cells[i].rate or 0))
@@ -412,7 +426,7 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
     name = name or f"vllm-bench-{model.rstrip('/').split('/')[-1]}"
     path = save or new_session_dir(sessions_dir, name)
     all_tags = {**{k: v for c in cells for k, v in c.extra.items()}, **dict(tags or {}), "source": "vllm bench serve"}
-    plan_rows = []
+    plan_rows: list[dict[str, object]] = []
     for i, c in enumerate(cells):
         plan_rows.append({
             "index": i, "workload": c.workload["name"], "api": c.workload["api"], "concurrency": c.concurrency,
@@ -420,7 +434,7 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
             "requests_planned": c.summary.requests,
             "duration_s_planned": None, "warmup": 0, "load_label": c.load_label,
         })
-    meta = {
+    meta: dict[str, object] = {
         "name": name,
         "target": {"url": "unknown (imported from vllm bench serve)", "version": None, "metrics": False,
                    "tokenizer": "vllm bench serve"},
@@ -445,3 +459,10 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
                           msgspec.structs.replace(c.summary, source=FORMAT_VLLM))
     writer.finish("completed", f"imported from {len(files)} vllm bench serve file(s)")
     return Path(path)
+
+
+def _widen(a: DistTable, b: DistTable) -> DistTable:
+    """The lengths of two imported workloads of one name: one fixed length, or the range covering both."""
+    lo = min(a.get("value", a.get("min", 0)), b.get("value", b.get("min", 0)))
+    hi = max(a.get("value", a.get("max", 0)), b.get("value", b.get("max", 0)))
+    return {"dist": "fixed", "value": lo} if lo == hi else {"dist": "uniform", "min": lo, "max": hi}
