@@ -258,14 +258,13 @@ class ProbeInfo(TypedDict):
     speed: dict[str, float]  # sweepworker.measure_speed's ttft_ms, tpot_ms; empty when not measured
 
 
+@dataclass
 class TargetProbed(Message):
     """A probe finished: `info` is what the server said, or `error` says why it failed."""
 
-    def __init__(self, url: str, info: ProbeInfo | None, error: str = "") -> None:
-        super().__init__()
-        self.url = url
-        self.info = info
-        self.error = error
+    url: str
+    info: ProbeInfo | None
+    error: str = ""
 
 
 SweepMessage = (SweepStarted | CellStarted | RequestsMeasured | CellFinished | CellSkipped | EngineNotice
