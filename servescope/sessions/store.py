@@ -163,25 +163,22 @@ class SessionWriter:
         return cls(s.path, s.meta, rows)
 
     def add_event(self, kind: str, text: str) -> None:
-        self._table_list("events").append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": kind, "text": text})
+        events = self.meta.get("events")
+        if not isinstance(events, list):
+            events = self.meta["events"] = []
+        events.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": kind, "text": text})
         self.save_meta()
 
     def save_meta(self) -> None:
         atomic_write(self.path / "session.toml", tomli_w.dumps(toml_clean(self.meta)).encode())
 
-    def _table_list(self, key: str) -> list[object]:
-        """The array of tables `key` (`cells`, `events`), added when the session has none yet."""
-        v = self.meta.get(key)
-        if not isinstance(v, list):
-            v = self.meta[key] = []
-        return v
-
     def _planned(self) -> list[dict[str, object]]:
-        return [c for c in self._table_list("cells") if isinstance(c, dict)]
+        cells = self.meta.get("cells")
+        return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
 
     def cell_statuses(self) -> dict[int, str]:
         """Each planned cell's status by its index (a resumed sweep runs again only those not finished)."""
-        return {c["index"]: str(c.get("status", "planned")) for c in self._planned() if isinstance(c["index"], int)}
+        return {i: str(c.get("status", "planned")) for c in self._planned() if isinstance(i := c.get("index"), int)}
 
     def set_cell_status(self, index: int, status: str, reason: str = "") -> None:
         for c in self._planned():
