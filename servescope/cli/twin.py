@@ -16,7 +16,7 @@ from servescope.cli.run import CellRow
 from servescope.core.errors import ServescopeError
 
 if TYPE_CHECKING:
-    from servescope.engine.whatif import CapacityRow
+    from servescope.engine.whatif import CapacityRow, ConfirmPair
 
 
 class PredictedRow(CellRow, total=False):
@@ -40,7 +40,7 @@ class WhatIfResult(TypedDict, total=False):
 
 class Confirmation(TypedDict):
     sessions: list[object]  # each confirming run's session directory, as its --json said
-    pairs: list[dict[str, Any]]  # engine.whatif.confirm_pairs' rows
+    pairs: list[ConfirmPair]  # engine.whatif.confirm_pairs' rows
 
 
 def add_twin_args(p: argparse.ArgumentParser) -> None:
@@ -267,7 +267,7 @@ def whatif_command(args: argparse.Namespace) -> int:
                    "none (c=1 misses)" if row.capacity is None else
                    f"c={row.capacity}{'+ (not reached)' if row.not_reached else ''}")
             kn = "-" if row.knee is None else f"c={row.knee}{'+' if row.knee_not_reached else ''}"
-            at = row.at_capacity or {}
+            at = row.at_capacity
             detail = (f"{_num(at.get('output_tok_s'), 0)} tok/s, TTFT p50 {_num(at.get('ttft_ms_p50'), 0)} ms, "
                       f"{_num(at.get('per_user_tok_s_mean'))} tok/s per user") if at else ""
             print(f"  {clean_text(name)[:26]:<26}  {cap:<16} {kn:<12}  {detail}")

@@ -19,6 +19,7 @@ the fit's residual for that figure, widened by how far the question lies outside
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -26,7 +27,6 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -256,12 +256,12 @@ class FitResult:
     shape: Shape
     free: list[str]
     residuals: dict[str, float]  # per figure: root mean square of ln(twin / measured) over the fitted cells
-    cells: list[dict[str, Any]]  # per fitted cell: measured and twin figures
+    cells: list[dict[str, int | str | list[float]]]  # per fitted cell: its index, label and [measured, twin] figures
     data_range: dict[str, list[float]]
     evaluations: int
     warnings: list[str] = field(default_factory=list)
 
-    def to_toml_dict(self) -> dict[str, Any]:
+    def to_toml_dict(self) -> dict[str, object]:
         d = profile_to_dict(self.profile)
         d["fit"] = {
             "shape_from": self.shape.source, "kv_from": self.shape.kv_source, "limits_from": self.shape.limits_source,
@@ -274,8 +274,9 @@ class FitResult:
 
 
 def _with(p: Profile, values: Mapping[str, float]) -> Profile:
-    eff: Any = p.efficiency
-    return replace(p, efficiency=replace(eff, **values))
+    """`p` with `values` for its efficiency's float fields, by name (PARAMS): the name picks the field, so a type
+    checker cannot match each value to its field; dataclasses.replace rejects an unknown name."""
+    return replace(p, efficiency=functools.partial(replace, p.efficiency)(**values))
 
 
 def _span(xs: Sequence[float]) -> float:
@@ -449,7 +450,7 @@ def _fit_efficiencies(shape: Shape, cells: Sequence[MeasuredCell], max_requests:
     per: dict[str, list[float]] = {}
     rows = []
     for c, sim in zip(cells, sims, strict=True):
-        row: dict[str, Any] = {"cell": c.index, "label": c.label}
+        row: dict[str, int | str | list[float]] = {"cell": c.index, "label": c.label}
         for key, _ in FIT_FIGURES:
             m, s = c.figures.get(key), sim.get(key)
             if m and s is not None and math.isfinite(s):
@@ -492,7 +493,7 @@ class Twin:
     residuals: dict[str, float]
     data_range: dict[str, list[float]]
     memory_known: bool
-    fit_info: dict[str, Any] = field(default_factory=dict)
+    fit_info: dict[str, object] = field(default_factory=dict)  # profile.toml's [fit] table as read
 
 
 def load_twin(session: Session) -> Twin | None:

@@ -19,7 +19,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -104,10 +103,10 @@ def _model_root(session: Session) -> Path | None:
     return None
 
 
-def model_from_config(cfg: Mapping[str, Any], served_name: str, max_model_len: int) -> ModelSpec:
+def model_from_config(cfg: Mapping[str, object], served_name: str, max_model_len: int) -> ModelSpec:
     """A ModelSpec from a Hugging Face config.json (Llama, Qwen2/3, Qwen3-MoE, Mixtral, Mistral shapes)."""
     sub = cfg.get("text_config")
-    text: Mapping[str, Any] = sub if isinstance(sub, Mapping) else cfg
+    text: Mapping[str, object] = sub if isinstance(sub, Mapping) else cfg
 
     def num(key: str, default: float = 0) -> float:
         v = text.get(key, default)
@@ -151,7 +150,7 @@ GENERIC_CONFIG = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_h
                   "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256}
 
 
-def _server_arg(args: Any, flag: str) -> str | None:
+def _server_arg(args: object, flag: str) -> str | None:
     if not isinstance(args, Sequence) or isinstance(args, str):
         return None
     items = [str(a) for a in args]
@@ -356,7 +355,7 @@ def apply_knobs(p: Profile, k: Knobs, memory_known: bool) -> Profile:
     return replace(p, model=model, engine=engine)
 
 
-def profile_to_dict(p: Profile) -> dict[str, Any]:
+def profile_to_dict(p: Profile) -> dict[str, object]:
     """A profile as the TOML tables `servescope.sim.profile.load_profile` reads back."""
     from dataclasses import asdict
 

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from servescope.core.errors import ServescopeError
 from servescope.engine.twin import FIGURES, Twin, twin_dir
@@ -49,6 +49,28 @@ def view(p: Prediction, index: int = 0) -> CellView:
     return CellView(index, p.workload, p.load.label, p.load.concurrency, p.load.rate, "done", "", p.summary)
 
 
+class AtCapacity(TypedDict):
+    """The predicted cell at the capacity, as `whatif --json` writes it."""
+
+    output_tok_s: float | None
+    ttft_ms_p50: float | None
+    tpot_ms_p50: float | None
+    per_user_tok_s_mean: float | None
+    slo_met_fraction: float | None
+
+
+class ConfirmPair(TypedDict):
+    """A predicted cell beside the real run's: each figure predicted, measured, and predicted / measured - 1."""
+
+    workload: str
+    concurrency: int | None
+    rate: float | None
+    predicted: dict[str, float | None]
+    measured: dict[str, float | None]
+    error: dict[str, float | None]
+    status: object  # the measured cell's status as the run's --json said ("missing": not in it)
+
+
 @dataclass
 class CapacityRow:
     workload: str
@@ -57,17 +79,17 @@ class CapacityRow:
     not_reached: bool  # still met at the highest level tried
     knee: int | None
     knee_not_reached: bool
-    at_capacity: dict[str, Any] | None  # the predicted cell at the capacity (output tok/s, TTFT, per user ...)
+    at_capacity: AtCapacity | None  # the predicted cell at the capacity (output tok/s, TTFT, per user ...)
     levels: list[int]
     reason: str = ""  # why there is no answer (does not fit)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"concurrency": self.capacity, "not_reached": self.not_reached, "knee": self.knee,
                 "knee_not_reached": self.knee_not_reached, "levels_predicted": self.levels,
                 "at_capacity": self.at_capacity, "reason": self.reason or None}
 
 
-def _brief(p: Prediction) -> dict[str, Any]:
+def _brief(p: Prediction) -> AtCapacity:
     s = p.summary
     return {"output_tok_s": s.output_tok_s, "ttft_ms_p50": s.ttft_ms.p50, "tpot_ms_p50": s.tpot_ms.p50,
             "per_user_tok_s_mean": s.per_user_tok_s.mean, "slo_met_fraction": s.slo_met_fraction}
@@ -116,16 +138,16 @@ def capacity_row(twin: Twin, w: Workload, slos: Mapping[str, float], knobs: Knob
 
 
 # --- the track record -----------------------------------------------------------------------------------------
-def _fig(d: Mapping[str, Any], key: str) -> float | None:
+def _fig(d: Mapping[str, object], key: str) -> float | None:
     name, _, stat = key.partition(".")
     v = d.get(name)
     v = v.get(stat) if stat and isinstance(v, Mapping) else v
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def confirm_pairs(preds: Sequence[Prediction], measured: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def confirm_pairs(preds: Sequence[Prediction], measured: Sequence[Mapping[str, object]]) -> list[ConfirmPair]:
     """Per predicted cell: the measured figures and the relative error (predicted / measured - 1) of each."""
-    out = []
+    out: list[ConfirmPair] = []
     for p, m in zip(preds, measured, strict=True):
         predicted = {k: p.summary.value(k) for k in FIGURES}
         got = {k: _fig(m, k) for k in FIGURES}
@@ -138,7 +160,7 @@ def confirm_pairs(preds: Sequence[Prediction], measured: Sequence[Mapping[str, A
     return out
 
 
-def record_confirmation(session: Session, pairs: Sequence[Mapping[str, Any]], confirm_session: str,
+def record_confirmation(session: Session, pairs: Sequence[ConfirmPair], confirm_session: str,
                         knobs: Knobs) -> None:
     """Append the pairs to SESSION/twin/confirm.jsonl (the twin's track record, shown by reports)."""
     d = twin_dir(session)
