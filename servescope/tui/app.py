@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from textual.app import App
 from textual.binding import Binding
@@ -27,7 +27,17 @@ from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionsScreen
 from servescope.tui.sweepworker import SimPool, SweepDriver, default_sim_profile
 
-DEMO_SWEEP = {"workload": "sharegpt", "concurrency": "1,4,16", "duration": "8s", "requests": None}
+
+class DemoSweep(TypedDict, total=False):
+    """The demo's sweep as its flags would say it (make_app's `demo_sweep` overrides any of the keys)."""
+
+    workload: str
+    concurrency: str
+    duration: str | None
+    requests: int | None
+
+
+DEMO_SWEEP: DemoSweep = {"workload": "sharegpt", "concurrency": "1,4,16", "duration": "8s", "requests": None}
 QUIT_WAIT_S = 0.8  # ctrl+q during a sweep: how long the app waits for the engine to save before it leaves
 
 
@@ -47,7 +57,7 @@ class ServescopeApp(App[int]):
 
     def __init__(self, url: str | None = None, api_key_env: str = "OPENAI_API_KEY", demo: bool = False,
                  sessions_dir: str | Path | None = None, workloads_dir: str | Path | None = None,
-                 clock: Callable[[], float] = time.monotonic, demo_sweep: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic, demo_sweep: DemoSweep | None = None,
                  attach: str | Path | None = None) -> None:
         self.demo = demo
         self.attach_to = Path(attach) if attach else None
@@ -56,7 +66,7 @@ class ServescopeApp(App[int]):
         self.sessions_dir = Path(sessions_dir) if sessions_dir else None
         self.workloads_dir = Path(workloads_dir) if workloads_dir else None
         self.clock = clock
-        self.demo_sweep = {**DEMO_SWEEP, **(demo_sweep or {})}
+        self.demo_sweep: DemoSweep = {**DEMO_SWEEP, **(demo_sweep or {})}
         self.sims = SimPool()
         self.driver: SweepDriver | None = None
         self.sweep_worker: Worker[str] | None = None

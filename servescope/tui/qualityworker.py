@@ -14,13 +14,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.tui.wire import app_wording, run_loop
+
+if TYPE_CHECKING:
+    from servescope.engine.quality import QualitySpec
 
 Post = Callable[[Any], Any]
 
@@ -87,7 +90,7 @@ def resolve_reference(ref: str, sessions_dir: Path | None = None) -> Path:
                           "lists them)")
 
 
-def check_field(fid: str, text: str, sessions_dir: Path | None = None) -> tuple[Any, str]:
+def check_field(fid: str, text: str, sessions_dir: Path | None = None) -> tuple[object, str]:
     """(parsed value, error) of one of the probe's fields: q-tasks, q-contexts, q-n, q-reference."""
     from servescope.engine.quality import parse_contexts, parse_tasks
 
@@ -103,6 +106,16 @@ def check_field(fid: str, text: str, sessions_dir: Path | None = None) -> tuple[
     except ServescopeError as e:
         return None, quality_wording(e.message)
     raise KeyError(fid)
+
+
+def probe_spec(value: Callable[[str], str], sessions_dir: Path | None = None) -> QualitySpec:
+    """The probe's settings from its fields' texts (`value(fid)`), each one checked by `check_field` first."""
+    from servescope.engine.quality import QualitySpec, parse_contexts, parse_tasks
+
+    ref = value("q-reference").strip()
+    return QualitySpec(tasks=parse_tasks(value("q-tasks")), contexts=parse_contexts(value("q-contexts")),
+                       n=parse_questions(value("q-n")),
+                       reference=str(resolve_reference(ref, sessions_dir)) if ref else None)
 
 
 # ---- the run ----------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from servescope.tui.screens.workloadform import (
 )
 from servescope.tui.widgets.marklist import MarkedSelectionList
 from servescope.tui.widgets.panels import short_path
+from servescope.workloads.spec import Workload
 
 __all__ = ["ComposeScreen", "WorkloadFormScreen", "field_row", "parse_length", "preview_text", "rough_cell_s"]
 
@@ -95,7 +96,7 @@ class ComposeScreen(Screen[None]):
         self.initial_url = url
         self.initial_key_env = api_key_env
         self.workloads_folder = workloads_folder or workloads_dir()
-        self.items: dict[str, Any] = {}  # selection value -> Workload (or composite name)
+        self.items: dict[str, Workload | str] = {}  # selection value -> Workload (or composite name)
         self.probed: m.ProbeInfo | None = None
         self.probed_url = ""  # the URL field's value the probe result is for
         self.loaded_spec: Any = None  # the SweepSpec last loaded (ctrl+o): the settings the form does not show
@@ -160,13 +161,13 @@ class ComposeScreen(Screen[None]):
         self.update_preview()
 
     # ---- workloads list -------------------------------------------------------------------------
-    def _fill_workloads(self, selected: set[str] | None = None, extra: list[Any] | None = None) -> None:
+    def _fill_workloads(self, selected: set[str] | None = None, extra: list[Workload] | None = None) -> None:
         from servescope.workloads.spec import COMPOSITE, PRESETS, load_toml
 
         sl = self.query_one("#workloads", SelectionList)
         keep = set(sl.selected) if selected is None else selected
         self.items = {k: v for k, v in self.items.items() if k.startswith("file:")}
-        opts: list[tuple[str, Any, str]] = []
+        opts: list[tuple[str, Workload | str, str]] = []
         for w in PRESETS.values():
             opts.append((f"preset:{w.name}", w, f"{w.name:<15} {list_shape(w)}"))
         for name, desc in COMPOSITE.items():
@@ -180,26 +181,27 @@ class ComposeScreen(Screen[None]):
                 self.notify(e.message, severity="warning", timeout=8, markup=False)
         for w in extra or []:
             self.items[f"file:{w.source}#{w.name}"] = w
-        for k, w in self.items.items():
-            if k.startswith("file:"):
+        for k, item in self.items.items():
+            if k.startswith("file:") and not isinstance(item, str):
                 # the file, unless it is the one the form names after the workload (a short list at 80 columns)
                 from servescope.sessions.store import slug
 
-                src = Path(w.source).name
-                opts.append((k, w, f"{w.name:<15} {list_shape(w)}" + (f"  [{src}]" if src != f"{slug(w.name)}.toml" else "")))
+                src = Path(item.source).name
+                opts.append((k, item, f"{item.name:<15} {list_shape(item)}"
+                             + (f"  [{src}]" if src != f"{slug(item.name)}.toml" else "")))
         self.items.update({k: v for k, v, _ in opts})
         sl.clear_options()
         sl.add_options([Selection(plain(label), k, k in keep) for k, _, label in opts])
 
-    def selected_workloads(self) -> list[Any]:
+    def selected_workloads(self) -> list[Workload]:
         from servescope.workloads.spec import context_sweep
 
-        out: list[Any] = []
+        out: list[Workload] = []
         for k in self.query_one("#workloads", SelectionList).selected:
             v = self.items.get(k)
             if k.startswith("composite:"):
                 out.extend(context_sweep())
-            elif v is not None:
+            elif v is not None and not isinstance(v, str):
                 out.append(v)
         return out
 
@@ -260,7 +262,7 @@ class ComposeScreen(Screen[None]):
         """The sweep as a SweepSpec, or None (errors shown next to their fields)."""
         from servescope.engine.spec import SweepSpec
 
-        vals: dict[str, Any] = {}
+        vals: dict[str, object] = {}
         bad = []
         for f in self.FIELDS:
             v, err = self._check(f)
@@ -287,8 +289,8 @@ class ComposeScreen(Screen[None]):
         if bad:
             self._bad = bad
             return None
-        form: dict[str, Any] = {("duration_s" if n == "duration" else n): self._val(fid)
-                                for fid, n in self.FORM.items()}
+        form: dict[str, object] = {("duration_s" if n == "duration" else n): self._val(fid)
+                                   for fid, n in self.FORM.items()}
         form["warmup"] = form["warmup"] or "0"
         form["repeat"] = form["repeat"] or "1"
         form["quality_share"] = form["quality_share"] or "0"

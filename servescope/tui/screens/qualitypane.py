@@ -25,6 +25,7 @@ from servescope.tui.qualityworker import (
     check_field,
     divergence_line,
     perplexity_line,
+    probe_spec,
     task_rows,
 )
 from servescope.tui.screens.workloadform import field_row, show_field_error
@@ -113,7 +114,7 @@ class QualityProbePane(Vertical):
     def _err(self, fid: str, text: str) -> None:
         show_field_error(self, fid, text)
 
-    def _check(self, fid: str) -> tuple[Any, str]:
+    def _check(self, fid: str) -> tuple[object, str]:
         return check_field(fid, self._val(fid), self.servescope_app.sessions_dir)
 
     @on(Input.Changed, "#q-tasks, #q-contexts, #q-n, #q-reference")
@@ -149,20 +150,16 @@ class QualityProbePane(Vertical):
             self._status(target)
             return
         url, key_env, model = target
-        vals: dict[str, Any] = {}
         bad = []
         for fid in QUALITY_FIELDS:
-            vals[fid], ferr = self._check(fid)
+            ferr = self._check(fid)[1]
             self._err(fid, ferr)
             if ferr:
                 bad.append(fid.removeprefix("q-"))
         if bad:
             self._status(f"✗ fix: {', '.join(bad)}")
             return
-        from servescope.engine.quality import QualitySpec
-
-        spec = QualitySpec(tasks=vals["q-tasks"], contexts=vals["q-contexts"], n=vals["q-n"],
-                           reference=vals["q-reference"])
+        spec = probe_spec(self._val, app.sessions_dir)
         total = len(spec.tasks) * spec.n + sum(spec.n * (len(spec.contexts) - 1)
                                                for t in spec.tasks if t in ("retrieval", "needle"))
         self._show_result(False)

@@ -19,6 +19,7 @@ from textual.widgets import Footer, Static
 
 from servescope.core.health import client_text
 from servescope.core.results import CellResult, ServerWindow
+from servescope.engine.wire import GpuReading
 from servescope.tui import messages as m
 from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
@@ -170,9 +171,9 @@ class RunScreen(Screen[None]):
         self._client_ttft: list[float | None] = []
         self._dirty = False
         self._samples: deque[dict[str, float]] = deque(maxlen=LIVE_SAMPLES)
-        self._gpus: list[dict[str, Any]] = []
-        self._kv_budget: dict[str, Any] | None = None
-        self._gpu_meta: dict[str, Any] | None = None
+        self._gpus: list[GpuReading] = []
+        self._kv_budget: dict[str, object] | None = None
+        self._gpu_meta: dict[str, object] | None = None
         self._tele_dirty = False
         self._stops = 0  # `x` presses during this sweep: the first drains the running cell, a second cancels
         self._done_cells = 0  # finished cells saved as `done`

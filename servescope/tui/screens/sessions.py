@@ -3,9 +3,8 @@ to compare (`c` opens the Compare screen on them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import events, on
@@ -79,7 +78,7 @@ def session_row(path: Path) -> tuple[str, ...]:
             clean_text(info.target.url), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
 
 
-def series_of(row: dict[str, Any]) -> str:
+def series_of(row: Mapping[str, object]) -> str:
     """A cell row's workload, with its server variant in a server-config sweep (one curve per series)."""
     return series_name(str(row.get("workload")), clean_text(str(row.get("server_variant") or "")))
 
@@ -496,20 +495,22 @@ class SessionScreen(Screen[None]):
         if moves is not None:  # the focus stays on the histograms' row
             moves.focus()
 
-    def _show_cell_telemetry(self, row: dict[str, Any]) -> None:
-        s = self.summaries.get(int(row["index"])) or CellResult()
+    def _show_cell_telemetry(self, row: Mapping[str, object]) -> None:
+        """The telemetry panels at a row of the session's cells table (cells.parquet's columns)."""
+        index = row["index"]
+        idx = int(index) if isinstance(index, (int, float)) else -1
+        s = self.summaries.get(idx) or CellResult()
         info = self.info
         live = self.query_one(TelemetryPanel)
-        gpu: GpuWindow | dict[str, Any] | None = s.gpu or (
+        gpu: GpuWindow | dict[str, object] | None = s.gpu or (
             info.gpu if info.gpu and not info.gpu.get("available") else None)
-        lines = [f"cell {int(row['index']) + 1} {gpu_cell_line(gpu)}"] if gpu else []
+        lines = [f"cell {idx + 1} {gpu_cell_line(gpu)}"] if gpu else []
         tele = s.telemetry
         if tele is not None and tele.ttft_ms_mean is not None:
-            lines.append(f"cell {int(row['index']) + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "
+            lines.append(f"cell {idx + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "
                          f"{fnum(tele.itl_ms_mean, 2)} ms; client TTFT {fnum(s.ttft_ms.mean)} ms")
         live.gpu_lines = tuple(lines)
         # the per-cell panels' value column: this cell's figures (its sparkline point among the others)
-        idx = int(row["index"])
         name = f"cell {idx + 1}"
         tele_cells = getattr(self, "_tele_cells", [])
         if tele_cells:

@@ -19,10 +19,10 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.tui.widgets.panels import short_path
-from servescope.workloads.spec import fixed
+from servescope.workloads.spec import DistTable, WorkloadTable, fixed
 
 
-def parse_length(text: str, where: str, what: str = "a token count like 1024 or a range like 200-512") -> dict[str, Any]:
+def parse_length(text: str, where: str, what: str = "a token count like 1024 or a range like 200-512") -> DistTable:
     """'1024' -> fixed, '200-512' -> uniform."""
     t = text.strip().replace(" ", "")
     lo, sep, hi = t.partition("-")
@@ -33,7 +33,7 @@ def parse_length(text: str, where: str, what: str = "a token count like 1024 or 
     raise ServescopeError(f"{where}: give {what}")
 
 
-def parse_seconds(text: str, where: str) -> dict[str, Any]:
+def parse_seconds(text: str, where: str) -> DistTable:
     """'0', '2', '0.5' -> fixed; '1-5' -> uniform (seconds, never negative)."""
     t = text.strip().replace(" ", "").removesuffix("s") or "0"
     lo, sep, hi = t.partition("-")
@@ -275,7 +275,7 @@ class WorkloadFormScreen(ModalScreen["Any"]):
     def _val(self, fid: str) -> str:
         return self.query_one(f"#{fid}", Input).value.strip()
 
-    def collect(self) -> dict[str, Any] | None:
+    def collect(self) -> WorkloadTable | None:
         """The workload table the visible fields make (errors under their fields), or None."""
         kind = self.kind
         shown = KIND_FIELDS[kind]
@@ -292,24 +292,31 @@ class WorkloadFormScreen(ModalScreen["Any"]):
         name = self._val("wf-name")
         if not name:
             bad("wf-name", "give the workload a name")
-        d: dict[str, Any] = {"name": name}
+        d: WorkloadTable = {"name": name}
         if kind != "single":
             d["kind"] = kind
-        d["api"] = self.query_one("#wf-api", Select).value if "api" in shown else "chat"
-        lengths = {"in": ("input_tokens", "wf-in"), "out": ("output_tokens", "wf-out"),
-                   "tool": ("tool_result_tokens", "wf-tool")}
-        for key, (name_, fid) in lengths.items():
-            if key in shown:
-                try:
-                    d[name_] = parse_length(self._val(fid), name_.replace("_", " "))
-                except ServescopeError as e:
-                    bad(fid, e.message)
-        for key, fid, unit in (("turns", "wf-turns", "turns"), ("calls", "wf-calls", "calls")):
-            if key in shown:
-                try:
-                    d[key] = parse_length(self._val(fid), key, f"a number of {unit} like 5 or a range like 3-8")
-                except ServescopeError as e:
-                    bad(fid, e.message)
+        d["api"] = str(self.query_one("#wf-api", Select).value) if "api" in shown else "chat"
+
+        def length(key: str, fid: str, where: str, what: str | None = None) -> DistTable | None:
+            if key not in shown:
+                return None
+            try:
+                return parse_length(self._val(fid), where) if what is None else parse_length(self._val(fid), where, what)
+            except ServescopeError as e:
+                bad(fid, e.message)
+                return None
+
+        if (inp := length("in", "wf-in", "input tokens")) is not None:
+            d["input_tokens"] = inp
+        if (out := length("out", "wf-out", "output tokens")) is not None:
+            d["output_tokens"] = out
+        if (tool := length("tool", "wf-tool", "tool result tokens")) is not None:
+            d["tool_result_tokens"] = tool
+        rounds = "a number of {} like 5 or a range like 3-8"
+        if (turns := length("turns", "wf-turns", "turns", rounds.format("turns"))) is not None:
+            d["turns"] = turns
+        if (calls := length("calls", "wf-calls", "calls", rounds.format("calls"))) is not None:
+            d["calls"] = calls
         if "pause" in shown:
             try:
                 d["think_time_s"] = parse_seconds(self._val("wf-pause"), "think time")
@@ -339,7 +346,7 @@ class WorkloadFormScreen(ModalScreen["Any"]):
                     cached_trace(path, fmt)
                 except ServescopeError as e:
                     bad("wf-trace", e.message)
-                d.update(trace=path, format=fmt)
+                d["trace"], d["format"] = path, fmt
             scale = self._scale()
             if scale is None:
                 bad("wf-scale", "time scale: a number above 0 (0.5 replays twice as fast, 2 at half speed)")

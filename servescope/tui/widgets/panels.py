@@ -296,7 +296,7 @@ class CellTable(FitTable):
         self.put_row(str(index), cell_row(index, workload, load, status, summary))
 
 
-def gpu_reading(g: dict[str, Any]) -> str:
+def gpu_reading(g: Mapping[str, object]) -> str:
     """One live NVML reading: 'GPU0 61.2/80 GiB 97% 412 W 1,980 MHz 71°C'."""
     def num(key: str) -> float | None:
         v = g.get(key)
@@ -314,7 +314,7 @@ def gpu_reading(g: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def gpu_cell_line(gpu: GpuWindow | Mapping[str, Any] | None) -> str:
+def gpu_cell_line(gpu: GpuWindow | Mapping[str, object] | None) -> str:
     """A finished cell's GPU summary: energy, Wh per 1M output tokens, cost, power; or why there is none.
     A dict is read as a GPU window (a session's `gpu` table, when NVML was absent, reads as one)."""
     g = GpuWindow.from_dict(gpu) if isinstance(gpu, Mapping) and gpu else gpu
@@ -336,16 +336,23 @@ def gpu_cell_line(gpu: GpuWindow | Mapping[str, Any] | None) -> str:
     return "GPU: " + (", ".join(parts) if parts else "no samples in this cell")
 
 
-def budget_line(kv: dict[str, Any] | None, workload: str | None, concurrency: int | None) -> str:
-    """'KV cache 12,752 tokens: sharegpt fits 16.6x; c=32 is over it (queueing, preemptions)'."""
+def budget_line(kv: Mapping[str, object] | None, workload: str | None, concurrency: int | None) -> str:
+    """'KV cache 12,752 tokens: sharegpt fits 16.6x; c=32 is over it (queueing, preemptions)'. `kv` is the KV
+    budget as the engine states it (core.kvbudget.KVBudgetDict, the sweep's max_concurrency_by_workload)."""
+    def count(key: str) -> int:
+        v = kv.get(key) if kv else None
+        return int(v) if isinstance(v, (int, float)) else 0
+
     if not kv or kv.get("kv_cache_tokens") is None:
         return ""
-    line = f"KV cache {int(kv['kv_cache_tokens']):,} tokens"
+    line = f"KV cache {count('kv_cache_tokens'):,} tokens"
     if kv.get("slots"):  # llama.cpp: the context is shared by its parallel slots
-        line = f"KV {int(kv['slots'])} slots x {int(kv.get('slot_tokens') or 0):,} tokens"
+        line = f"KV {count('slots')} slots x {count('slot_tokens'):,} tokens"
     by = kv.get("max_concurrency_by_workload") or {}
+    if not isinstance(by, dict):
+        by = {}
     mc = by.get(workload) if workload else None
-    if mc is not None:
+    if isinstance(mc, (int, float)):
         line += f": {workload} fits {fmt_concurrency(mc)} at once"
         if concurrency is not None:
             line += f", c={concurrency} " + ("fits" if concurrency <= mc else "is over it: expect queueing")
