@@ -89,6 +89,7 @@ from servescope.sessions.store import Session
 from servescope.sessions.views import (
     DEFAULT_SLOS,
     CellView,
+    LoadPlan,
     apply_slos,
     cell_views,
     choose_slos,
@@ -99,6 +100,8 @@ from servescope.sessions.views import (
     slo_text,
     workload_order,
 )
+
+CellKey = tuple[str, LoadPlan]  # a cell as comparisons join it: (workload with its variant, planned load)
 
 __all__ = [
     "COMPARE_METRICS", "DEFAULT_SLOS", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView", "ComparedCell",
@@ -511,8 +514,8 @@ LENGTH_TOLERANCE = 0.02
 
 
 def mismatches(sessions: Sequence[Session], labels: Sequence[str],
-               groups: Sequence[Mapping[tuple[str, str], list[CellView]]],
-               common: Sequence[tuple[str, str]]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+               groups: Sequence[Mapping[CellKey, list[CellView]]],
+               common: Sequence[CellKey]) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """What the sessions measured differently: (lines for the report, {fact: short why} for every cell,
     {workload: short why} for the cells of one workload). A fact unknown in a session is not a mismatch."""
     lines: list[str] = []
@@ -629,22 +632,25 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
         v = cell_views(s)
         apply_slos(s, v, used)
         views.append(v)
-    groups: list[dict[tuple[str, str], list[CellView]]] = []  # the repeats of each cell
+    # the repeats of each cell, joined across sessions on (workload, planned load); shown by the first's label
+    groups: list[dict[CellKey, list[CellView]]] = []
     for v in views:
-        g: dict[tuple[str, str], list[CellView]] = {}
+        g: dict[CellKey, list[CellView]] = {}
         for c in v:
             g.setdefault(c.key, []).append(c)
         groups.append(g)
-    order: list[tuple[str, str]] = []
+    order: list[CellKey] = []
+    load_of: dict[CellKey, str] = {}
     for v in views:
         for c in v:
             if c.key not in order:
                 order.append(c.key)
+                load_of[c.key] = c.load
     common = [k for k in order if all(k in m for m in groups)]
     # keep each session's natural order: sort the common keys by the first session's order
     pos = {k: i for i, k in enumerate(order)}
     common.sort(key=lambda k: pos[k])
-    quality = compare_quality(labels, sessions, [(k[0], k[1], [g[k] for g in groups]) for k in common])
+    quality = compare_quality(labels, sessions, [(k[0], load_of[k], [g[k] for g in groups]) for k in common])
     no_common = ""
     if not common:
         desc = "; ".join(f"{lb}: {', '.join(sorted({w for w, _ in m})) or 'no finished cells'}"
@@ -667,7 +673,7 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
         deltas = {key: [None, *[delta_pct(v, vals[0]) for v in vals[1:]]] for key, vals in values.items()}
         boots: list[Boot | None] = []
         for i, (sess, rviews) in enumerate(zip(sessions, reps, strict=True)):
-            boots.append(_cell_boot(sess, rviews, used, judged, resamples, seed_for(seed, i, *k)))
+            boots.append(_cell_boot(sess, rviews, used, judged, resamples, seed_for(seed, i, k[0], load_of[k])))
         max_repeats = max([max_repeats, *(b.repeats for b in boots if b is not None)])
         why = ", ".join(x for x in (*every.values(), per_wl.get(k[0], "")) if x)
         client = [_client_verdict(rviews) for rviews in reps]
@@ -697,10 +703,10 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                 elif pair.verdict != "better":
                     w, no_win[m.key] = None, "within noise"
             wins[m.key] = w
-        cells.append(ComparedCell(k[0], k[1], reps[0][0].concurrency, reps[0][0].rate, values, deltas, wins,
+        cells.append(ComparedCell(k[0], load_of[k], reps[0][0].concurrency, reps[0][0].rate, values, deltas, wins,
                                   judgements, no_win, [b.repeats if b is not None else 0 for b in boots], why,
                                   client))
-    only = [(k[0], k[1], [lb for lb, m in zip(labels, groups, strict=True) if k in m])
+    only = [(k[0], load_of[k], [lb for lb, m in zip(labels, groups, strict=True) if k in m])
             for k in order if k not in common]
     answers = []
     thinking = []

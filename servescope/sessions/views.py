@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import msgspec
 import polars as pl
@@ -51,6 +52,31 @@ def slo_text(slos: Mapping[str, float]) -> str:
     return ", ".join(parts) + f" for at least {SLO_ATTAINMENT:.0%} of requests"
 
 
+class LoadPlan(NamedTuple):
+    """The load a cell was planned with (its row's columns in cells.parquet), reduced to what tells two loads
+    apart: comparisons join sessions' cells on (workload, LoadPlan), never on the label people read."""
+
+    concurrency: int | None
+    rate: float | None
+    arrival: str | None = None  # open loops only; "gamma" with its burstiness
+    burstiness: float | None = None
+    ramp_s: float | None = None
+    pattern: str | None = None
+    max_concurrency: int | None = None
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, object]) -> LoadPlan:
+        conc, rate = _opt_int(row.get("concurrency")), _opt_float(row.get("rate"))
+        ramp = _opt_float(row.get("ramp_s")) or None
+        if rate is None:
+            return cls(conc, None, ramp_s=ramp)
+        arrival = str(row.get("arrival") or "poisson")
+        burst = _opt_float(row.get("burstiness")) if arrival == "gamma" else None
+        pattern = row.get("pattern")
+        return cls(None, rate, arrival, burst, ramp, str(pattern) if pattern else None,
+                   _opt_int(row.get("max_concurrency")) or None)
+
+
 @dataclass
 class CellView:
     index: int
@@ -65,14 +91,16 @@ class CellView:
     variant: str = ""  # the server variant's arguments ("" when the server was not relaunched per variant)
     has_summary: bool = True  # False for a cell that never ran (skipped)
     slo_unknown: bool = False  # no per-request data to judge it against other SLOs than its own
+    plan: LoadPlan | None = None  # the load as planned (None: built without a row; then the label stands in)
 
     def __post_init__(self) -> None:
         if not self.base:
             self.base = self.workload
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.workload, self.load)
+    def key(self) -> tuple[str, LoadPlan]:
+        """What comparisons join on: the workload (with its server variant) and the planned load."""
+        return (self.workload, self.plan or LoadPlan(self.concurrency, self.rate))
 
     @property
     def x(self) -> float | None:
@@ -116,7 +144,8 @@ def cell_views(session: Session, include_skipped: bool = False) -> list[CellView
         variant = redact_command(clean_text(str(row.get("server_variant") or "")))  # older sessions: no secret
         views.append(CellView(int(row.get("index", len(views))), series_name(base, variant),
                               str(label), conc, rate, status, clean_text(str(row.get("reason") or "")),
-                              summ or CellResult(), base, variant, has_summary=summ is not None))
+                              summ or CellResult(), base, variant, has_summary=summ is not None,
+                              plan=LoadPlan.of_row(row)))
     order = {w: i for i, w in enumerate(workload_order(session))}
     vorder: dict[str, int] = {}
     for v in sorted(views, key=lambda v: v.index):

@@ -176,3 +176,26 @@ def test_slos_override_rejudges_from_requests(fixed_pair) -> None:
             assert ans.capacity.level is None  # nobody meets 50 ms TTFT
     for c in strict.cells:
         assert c.values["goodput_req_s"] == [0.0, 0.0]
+
+
+def test_cells_join_on_the_planned_load_not_its_label(tmp_path: Path) -> None:
+    """Two sessions' cells are the same cell when their workload and planned load agree, whatever label each
+    stored for it (labels are for people and have changed wording between releases); the same label over a
+    different planned load is not a match."""
+    import polars as pl
+
+    from servescope.sessions.store import _atomic_parquet
+
+    cells = [CellSpec("sharegpt", 1), CellSpec("sharegpt", 4)]
+    a = load_session(build_session(tmp_path, SessionSpec("a", cells)))
+    b_path = build_session(tmp_path, SessionSpec("b", cells, tags={"run": "b"}))
+    frame = pl.read_parquet(b_path / "cells.parquet")
+    _atomic_parquet(b_path / "cells.parquet", frame.with_columns(load_label=pl.format("{} users", "concurrency")))
+    comp = compare_sessions([a, load_session(b_path)])
+    assert [(c.workload, c.load, c.concurrency) for c in comp.cells] == [("sharegpt", "c=1", 1), ("sharegpt", "c=4", 4)]
+
+    # b's second cell planned at c=8 but still labelled "c=4": not a's c=4 cell
+    conc = pl.when(pl.col("concurrency") == 4).then(8).otherwise(pl.col("concurrency"))
+    _atomic_parquet(b_path / "cells.parquet", frame.with_columns(concurrency=conc))
+    comp = compare_sessions([a, load_session(b_path)])
+    assert [(c.load, c.concurrency) for c in comp.cells] == [("c=1", 1)]
