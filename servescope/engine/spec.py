@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar, overload
+from typing import Generic, NamedTuple, TypeVar, overload
 
 from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
@@ -40,6 +40,19 @@ DEFAULT_URL = "sim://"
 T = TypeVar("T")
 
 
+class FormField(NamedTuple):
+    """Where the app's Compose screen holds an option: its input's id and the label people read beside it."""
+
+    id: str
+    label: str
+
+    @property
+    def said(self) -> str:
+        """How the app's messages name it: "the URL field", "the `or launch` field"."""
+        quoted = " " in self.label and self.label[:1].islower()
+        return f"the `{self.label}` field" if quoted else f"the {self.label} field"
+
+
 @dataclass(frozen=True)
 class Option(Generic[T]):
     """How one field of a sweep of type T (or T | None) is read and written."""
@@ -53,33 +66,35 @@ class Option(Generic[T]):
     metavar: str | None = None
     repeat: bool = False  # the flag may be given several times (a list)
     negate: bool = False  # a store_true flag that sets the field to False (--no-ignore-eos)
-    form: str | None = None  # the Compose form field that holds it, when not the field's own name
+    form: FormField | None = None  # the Compose form's field that holds it (None: not on the form)
 
 
 @overload
 def option(default: T, section: str, key: str, flags: Sequence[str] = (), *, parse: Callable[[object, str], T],
            dump: Callable[[T], object] | None = None, help: str = "", metavar: str | None = None,
-           repeat: bool = False, negate: bool = False, factory: None = None) -> T: ...
+           repeat: bool = False, negate: bool = False, form: FormField | None = None, factory: None = None) -> T: ...
 
 
 @overload
 def option(default: T | None, section: str, key: str, flags: Sequence[str] = (), *,
            parse: Callable[[object, str], T | None], dump: Callable[[T], object] | None = None, help: str = "",
-           metavar: str | None = None, repeat: bool = False, negate: bool = False, factory: None = None) -> T | None: ...
+           metavar: str | None = None, repeat: bool = False, negate: bool = False, form: FormField | None = None,
+           factory: None = None) -> T | None: ...
 
 
 @overload
 def option(default: None, section: str, key: str, flags: Sequence[str] = (), *, parse: Callable[[object, str], T],
            dump: Callable[[T], object] | None = None, help: str = "", metavar: str | None = None,
-           repeat: bool = False, negate: bool = False, factory: Callable[[], T]) -> T: ...
+           repeat: bool = False, negate: bool = False, form: FormField | None = None,
+           factory: Callable[[], T]) -> T: ...
 
 
 def option(default: T | None, section: str, key: str, flags: Sequence[str] = (), *,
            parse: Callable[[object, str], T | None], dump: Callable[[T], object] | None = None, help: str = "",
-           metavar: str | None = None, repeat: bool = False, negate: bool = False,
+           metavar: str | None = None, repeat: bool = False, negate: bool = False, form: FormField | None = None,
            factory: Callable[[], T] | None = None) -> T | None:
     """A sweep field declared as an option: its default (or `factory` making it), and its Option."""
-    meta = {"option": Option(section, key, tuple(flags), parse, dump, help, metavar, repeat, negate)}
+    meta = {"option": Option(section, key, tuple(flags), parse, dump, help, metavar, repeat, negate, form)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -91,13 +106,16 @@ def _workloads_default() -> tuple[Workload, ...]:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    name: str = option("", "", "name", ["--name"], parse=f.text, help="session name")
-    url: str = option(DEFAULT_URL, "target", "url", ["--url"], parse=f.nonempty_text,
+    name: str = option("", "", "name", ["--name"], parse=f.text,
+                       form=FormField("name", "name"), help="session name")
+    url: str = option(DEFAULT_URL, "target", "url", ["--url"], parse=f.nonempty_text, form=FormField("url", "URL"),
                       help="server base URL, e.g. http://127.0.0.1:8000, or sim://PROFILE for the built-in simulator "
                            "(default: $SERVESCOPE_URL, else sim://, the simulator's default profile)")
     api_key_env: str = option("OPENAI_API_KEY", "target", "api_key_env", ["--api-key-env"], parse=f.nonempty_text,
+                              form=FormField("key-env", "API key var"),
                               metavar="NAME", help="environment variable holding the API key (default OPENAI_API_KEY)")
     model: str | None = option(None, "target", "model", ["--model"], parse=f.opt_text,
+                               form=FormField("model", "model"),
                                help="served model name (default: the only one /v1/models lists)")
     tokenizer: str | None = option(None, "target", "tokenizer", ["--tokenizer"], parse=f.opt_path_or_name,
                                    help="local Hugging Face tokenizer path, for servers without /tokenize")
@@ -110,9 +128,10 @@ class SweepSpec:
     workloads: tuple[Workload, ...] = field(default_factory=_workloads_default)
     concurrency: tuple[int, ...] | None = option(
         None, "load", "concurrency", ["--concurrency", "-c"], parse=f.int_list, dump=list,
+            form=FormField("concurrency", "concurrency"),
         help="closed-loop users per cell, e.g. 1,4,8,16 (default: the workload's own, else 1,4,16)")
     rates: tuple[float, ...] | None = option(
-        None, "load", "rates", ["--rate"], parse=f.float_list, dump=list,
+        None, "load", "rates", ["--rate"], parse=f.float_list, dump=list, form=FormField("rates", "rates"),
         help="open-loop request rates per second, e.g. 2,5 (instead of --concurrency)")
     arrival: str = option("poisson", "load", "arrival", ["--arrival"], parse=f.choice(f.ARRIVALS),
                           help="open-loop arrivals: poisson (default), constant, or gamma (see --burstiness)")
@@ -134,18 +153,21 @@ class SweepSpec:
     max_concurrency: int | None = option(None, "load", "max_concurrency", ["--max-concurrency"],
                                          parse=f.opt_count1, help="cap on in-flight requests in open-loop cells")
     requests: int | None = option(None, "load", "requests", ["--requests", "-n"], parse=f.opt_count1,
+                                  form=FormField("requests", "requests"),
                                   help="measured requests per cell (default: the workload's own, else 100; none "
                                        "when only --duration is given)")
     duration_s: float | None = option(None, "load", "duration", ["--duration"], parse=f.opt_duration,
+                                      form=FormField("duration", "duration"),
                                       dump=f.fmt_duration, help="stop issuing requests in a cell after this long, e.g. 60s")
-    warmup: int = option(0, "load", "warmup", ["--warmup"], parse=f.count0,
+    warmup: int = option(0, "load", "warmup", ["--warmup"], parse=f.count0, form=FormField("warmup", "warmup"),
                          help="requests sent first in each cell and not counted")
-    repeat: int = option(1, "load", "repeat", ["--repeat"], parse=f.repeats,
+    repeat: int = option(1, "load", "repeat", ["--repeat"], parse=f.repeats, form=FormField("repeat", "repeat"),
                          help="run each cell K times, interleaved across the sweep (c=1,4,16, c=1,4,16, ...), so "
                               "slow drift hits every cell alike; each point's figures are then the median of its "
                               "repeats")
     quality_share: float = option(
         0.0, "load", "quality_share", ["--quality-share"], parse=f.share, metavar="SHARE",
+            form=FormField("quality-share", "quality share"),
         help="mix quality-probe questions (arithmetic, key-value retrieval, JSON, and greedy prompts compared with "
              "their answers at idle) into each cell, about this share of its requests, e.g. 0.05: each cell then "
              "reports accuracy and divergence at its load (the probe requests are not in its speed figures)")
@@ -169,10 +191,13 @@ class SweepSpec:
                                         help="with --ray: the nodes (IP addresses or node IDs) to place workers on, "
                                              "one worker each (default: spread over the cluster)")
     slos: dict[str, float] = option(None, "slo", "", ["--slo"], parse=f.slos, dump=f.dump_slos, factory=dict,
+                                    form=FormField("slos", "SLOs"),
                                     help="SLOs for goodput, e.g. ttft_ms=3000,tpot_ms=50")
     tags: dict[str, str] = option(None, "tags", "", ["--tag"], parse=f.tags, dump=dict, factory=dict, repeat=True,
+                                  form=FormField("tags", "tags"),
                                   metavar="KEY=VALUE", help="label for the session, repeatable")
     launch: str | None = option(None, "server", "launch", ["--launch"], parse=f.opt_text,
+                                form=FormField("launch", "or launch"),
                                 metavar='"vllm serve MODEL ..."',
                                 help="start this server command (no shell) for the run, wait for /health, stop it "
                                      "at the end")
@@ -183,6 +208,7 @@ class SweepSpec:
         help="when the server stops answering mid-cell, wait this long for it to come back (relaunching it when "
              "servescope launched it), then re-run the lost cell (default 300s)")
     variants: tuple[str, ...] = option((), "server", "variants", ["--server-variant"], parse=f.variants,
+                                       form=FormField("variants", "variants"),
                                        dump=f.dump_variants, repeat=True, metavar='"--ARG VALUE ..."',
                                        help="with --launch: run the whole sweep once per variant, relaunching the "
                                             "server with these extra arguments (repeatable)")
@@ -422,6 +448,17 @@ class SweepSpec:
             return _replaced(base or cls(), values).check("sweep"), {}
         except ServescopeError as e:
             return None, {"sweep": e.message.removeprefix("sweep: ")}
+
+
+def form_fields() -> dict[str, str]:
+    """The app's Compose form: each of its option fields' input id -> the SweepSpec field it fills."""
+    return {o.form.id: fd.name for fd, o in _options() if o.form is not None}
+
+
+def form_wording() -> dict[str, str]:
+    """Each flag of an option the Compose form holds -> how the app names its field ("--url" -> "the URL
+    field"), so that an engine message says, inside the app, which field to fix."""
+    return {flag: o.form.said for _, o in _options() if o.form is not None for flag in o.flags if flag.startswith("--")}
 
 
 def parse_field(name: str, raw: object, where: str | None = None) -> object:

@@ -8,6 +8,7 @@ import re
 
 from servescope.core.textsafe import clean_text
 from servescope.engine.aio import run_loop
+from servescope.engine.spec import form_wording
 from servescope.engine.wire import (
     LIVE_SERVER_KEYS,
     CellInfo,
@@ -25,14 +26,12 @@ __all__ = ["APP_FIELDS", "LIVE_SERVER_KEYS", "CellInfo", "Item", "Translator", "
            "decode_item", "live_server", "reduce_batch", "run_loop", "start_failure", "telemetry_meta", "translate"]
 
 # the CLI flags the engine's messages name, as the Compose screen's fields are labelled: inside the app a
-# message says "check the URL field", not "check --url"
+# message says "check the URL field", not "check --url". The sweep's options say it themselves (Option.form);
+# these are the run's own flags, which are not sweep options.
 APP_FIELDS: dict[str, str] = {
-    "--url": "the URL field", "--model": "the model field", "--api-key-env": "the API key var field",
-    "--api-key": "the API key var field", "--launch": "the `or launch` field",
-    "--server-variant": "the variants field", "--concurrency": "the concurrency field", "--rate": "the rates field",
-    "--requests": "the requests field", "--duration": "the duration field", "--warmup": "the warmup field",
-    "--slo": "the SLOs field", "--tag": "the tags field", "--name": "the name field", "--workload": "the workloads",
-    "--save": "the sessions folder", "--sessions-dir": "the sessions folder",
+    **form_wording(),
+    "--api-key": "the API key var field", "--workload": "the workloads", "--save": "the sessions folder",
+    "--sessions-dir": "the sessions folder",
 }
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z-]*)(?![\w-])")
 

@@ -222,3 +222,21 @@ def test_a_load_level_given_twice_is_refused_in_one_line(key: str, raw: str, twi
     assert "\n" not in msg and f"{twice} is given twice" in msg, msg
     with pytest.raises(ServescopeError):
         SweepSpec.from_table({"load": {key: [4, 1, 4] if key == "concurrency" else [0.5, 2, 0.5]}})
+
+
+def test_the_compose_form_and_the_apps_wording_come_from_the_options() -> None:
+    """Each option on the Compose form declares its field (Option.form): the form's id -> field map and the
+    app's wording of that option's flags are read from it, so a new option on the form is one declaration."""
+    import dataclasses
+
+    from servescope.engine.spec import FormField, SweepSpec, form_fields, form_wording
+    from servescope.tui.wire import app_wording
+
+    names = {fd.name for fd in dataclasses.fields(SweepSpec)}
+    form = form_fields()
+    assert set(form.values()) <= names and form["duration"] == "duration_s" and form["key-env"] == "api_key_env"
+    said = form_wording()
+    assert said["--url"] == "the URL field" and said["--launch"] == "the `or launch` field"
+    assert "--transport" not in said  # not on the form: the flag stays as it is in the app's messages
+    assert app_wording("give --duration 60s or --transport raw") == "give the duration field 60s or --transport raw"
+    assert FormField("x", "quality share").said == "the `quality share` field"

@@ -29,6 +29,7 @@ from textual.widgets import (
 from textual.widgets.selection_list import Selection
 
 from servescope.core.errors import ServescopeError
+from servescope.engine.spec import form_fields
 from servescope.tui import messages as m
 from servescope.tui.qualityworker import QualityProbe
 from servescope.tui.safe import plain
@@ -212,11 +213,9 @@ class ComposeScreen(Screen[None]):
     def _err(self, fid: str, text: str) -> None:
         show_field_error(self, fid, text)
 
-    # form field id -> SweepSpec field; the spec's own parsers check each one (one validation path)
-    FORM = {"url": "url", "launch": "launch", "variants": "variants", "key-env": "api_key_env", "model": "model",
-            "concurrency": "concurrency", "rates": "rates", "requests": "requests", "duration": "duration",
-            "warmup": "warmup", "repeat": "repeat", "slos": "slos", "tags": "tags", "name": "name",
-            "quality-share": "quality_share"}
+    # form field id -> SweepSpec field, from the spec's options (Option.form); the spec's own parsers check each
+    # one (one validation path)
+    FORM = form_fields()
     FIELDS = ("url", "launch", "variants", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "repeat",
               "slos", "tags", "quality-share")
 
@@ -254,7 +253,7 @@ class ComposeScreen(Screen[None]):
             if fid == "quality-share" and not v:
                 return 0.0, ""  # empty: no probe questions in the cells
             name = self.FORM[fid]
-            return parse_field("duration_s" if name == "duration" else name, v, fid), ""
+            return parse_field(name, v, fid), ""
         except ServescopeError as e:
             return None, e.message
 
@@ -289,8 +288,7 @@ class ComposeScreen(Screen[None]):
         if bad:
             self._bad = bad
             return None
-        form: dict[str, object] = {("duration_s" if n == "duration" else n): self._val(fid)
-                                   for fid, n in self.FORM.items()}
+        form: dict[str, object] = {n: self._val(fid) for fid, n in self.FORM.items()}
         form["warmup"] = form["warmup"] or "0"
         form["repeat"] = form["repeat"] or "1"
         form["quality_share"] = form["quality_share"] or "0"
