@@ -38,7 +38,8 @@ def test_gptq_is_faster_in_tpot(tmp_path: Path) -> None:
     assert comp.labels == ["FP8", "GPTQ-Int4"]
     assert [c.load for c in comp.cells] == ["c=1", "c=4"] and comp.only_in == []
     for c in comp.cells:
-        assert comp.labels[c.winners["tpot_ms.p50"]] == "GPTQ-Int4"
+        why = (c.load, c.no_winner, c.client, c.values["tpot_ms.p50"])  # when no winner: within noise, client bound
+        assert c.winners["tpot_ms.p50"] is not None and comp.labels[c.winners["tpot_ms.p50"]] == "GPTQ-Int4", why
         delta = c.deltas["tpot_ms.p50"][1]
         assert delta is not None and delta < 0  # GPTQ's TPOT below FP8's
         assert comp.labels[c.winners["output_tok_s"]] == "GPTQ-Int4"
