@@ -271,3 +271,42 @@ def test_every_package_has_a_layer() -> None:
     modules, _, _ = graph()
     layers = {_layer(m) for m in modules} - {None}
     assert layers <= set(ALLOWED), layers - set(ALLOWED)
+
+
+# ---- the house's two budgets (issue: one result model) ------------------------------------------------------
+# A servescope import inside a function is kept only where it keeps a heavy library (polars, httpx, textual,
+# aiohttp) off a start-up path: `servescope --help`, the app's first frame, the simulator's command line
+# (benchmarks/import_cost.py prints what each path loads and what each library costs). `dict[str, Any]` is
+# for data whose shape nobody knows; the known shapes are Structs, TypedDicts or dataclasses.
+MAX_IMPORTS_IN_FUNCTIONS = 60
+MAX_ANY_DICTS = 40
+
+
+def _imports_in_functions(tree: ast.AST) -> list[int]:
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for sub in node.body:
+                for n in ast.walk(sub):
+                    if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(ROOT) and n.level == 0 or (
+                            isinstance(n, ast.Import) and any(a.name.startswith(ROOT) for a in n.names)):
+                        lines.append(n.lineno)
+    return sorted(set(lines))  # a nested function's import is walked twice
+
+
+def test_servescope_imports_inside_functions_stay_few() -> None:
+    found = [f"{p.relative_to(PKG_DIR.parent)}:{line}" for p in sorted(PKG_DIR.rglob("*.py"))
+             for line in _imports_in_functions(ast.parse(p.read_text()))]
+    assert len(found) < MAX_IMPORTS_IN_FUNCTIONS, "\n".join(found)
+
+
+def test_untyped_dicts_stay_few() -> None:
+    found = [f"{p.relative_to(PKG_DIR.parent)}:{i}" for p in sorted(PKG_DIR.rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if "dict[str, Any]" in line]
+    assert len(found) < MAX_ANY_DICTS, "\n".join(found)
+
+
+def test_the_budget_counters_count() -> None:
+    tree = ast.parse("def f():\n    from servescope.core import metrics\n    def g():\n        import servescope.sim\n"
+                     "import servescope.core\n")
+    assert _imports_in_functions(tree) == [2, 4]

@@ -8,13 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from servescope.core.errors import ServescopeError
-
-
-def session_dirs(base: Path) -> list[Path]:
-    """The session directories under `base`, by name (servescope.sessions.store.session_dirs)."""
-    from servescope.sessions.store import session_dirs as dirs
-
-    return dirs(base)
+from servescope.sessions.store import load_session, session_dirs, sessions_home
 
 
 def parse_tags(items: list[str]) -> dict[str, str]:
@@ -35,8 +29,6 @@ def api_key_from(args: argparse.Namespace, env_name: str | None = None) -> str |
 
 def resolve_session(ref: str, sessions_dir: Path | None = None) -> Any:
     """A session named by its directory, or by a prefix of its directory name under the sessions dir."""
-    from servescope.sessions.store import load_session, sessions_home
-
     p = Path(ref).expanduser()
     if (p / "session.toml").is_file():
         return load_session(p)

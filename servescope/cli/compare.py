@@ -12,16 +12,28 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from servescope.cli.common import parse_tags, resolve_session
 from servescope.core.errors import ServescopeError
+from servescope.core.metrics import parse_slos
+from servescope.core.textsafe import clean_text
+from servescope.sessions.compare import compare_sessions
+from servescope.sessions.gate import (
+    gate,
+    is_baseline_file,
+    load_baseline,
+    parse_allow_mismatch,
+    parse_fail_on,
+    save_baseline,
+)
+from servescope.sessions.importers import import_files, lacks
+from servescope.sessions.quality import quality_brief
+from servescope.sessions.report import render_report
+from servescope.sessions.store import load_session, scan_sessions, sessions_home
+from servescope.sessions.views import cell_counts, status_text
 
 if TYPE_CHECKING:
     from servescope.core.quality import QualitySummary
 
-_SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
-
 
 def _base(args: argparse.Namespace) -> Path:
-    from servescope.sessions.store import sessions_home
-
     d = getattr(args, "sessions_dir", None)
     return Path(d).expanduser() if d else sessions_home()
 
@@ -38,10 +50,7 @@ def short_ids(dirs: list[Path]) -> dict[Path, str]:
     return out
 
 
-
 def _slos(args: argparse.Namespace) -> dict[str, float] | None:
-    from servescope.core.metrics import parse_slos
-
     return parse_slos(getattr(args, "slo", None)) or None
 
 
@@ -56,12 +65,6 @@ def _write(text: str, out: str | None, what: str) -> None:
     except OSError as e:
         raise ServescopeError(f"cannot write {p}: {e.strerror}; choose another -o path") from None
     print(f"{what} written to {p}", file=sys.stderr)
-
-
-# ---- sessions ---------------------------------------------------------------------------------------
-def add_sessions_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
-    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
 class SessionRow(TypedDict, total=False):
@@ -92,8 +95,6 @@ class SessionRow(TypedDict, total=False):
 def _add_quality(row: SessionRow, s: Any) -> None:
     """A listed session's quality results: "quality" (the Contract's summary) and "quality_text" (a few words),
     or "quality_broken" (why) for a quality.json that cannot be read; nothing when it holds none."""
-    from servescope.sessions.quality import quality_brief
-
     if not s.has_quality:
         return
     try:
@@ -109,10 +110,6 @@ def sessions_command(args: argparse.Namespace) -> int:
     """List the sessions; a damaged one is listed as `broken: <reason>` (it never hides the others). A quality
     probe's session (kind quality) has no cells: its quality in a few words stands in the workloads column."""
     import json
-
-    from servescope.core.textsafe import clean_text
-    from servescope.sessions.store import scan_sessions
-    from servescope.sessions.views import cell_counts, status_text
 
     base = _base(args)
     entries = scan_sessions(base)
@@ -175,48 +172,12 @@ def sessions_command(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- compare ----------------------------------------------------------------------------------------
-def add_compare_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sessions", nargs="+", metavar="SESSION", help="two or more session directories or ids; "
-                   "deltas are against the first")
-    p.add_argument("--label", metavar="TAGKEY", help="label each session by this tag (e.g. quant), else by name")
-    p.add_argument("--slo", help="judge capacity and goodput by these SLOs, e.g. ttft_ms=3000,per_user_tok_s=20 "
-                   "(default: the first session's, else TTFT <= 3 s and >= 20 tok/s per user)")
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("-o", "--output", metavar="FILE.md", help="write the Markdown (or JSON) to FILE")
-    p.add_argument("--include-bound", action="store_true",
-                   help="count cells whose client was bound (the load generator, not the server, limited them) in "
-                        "capacity, knee and peak; by default they are left out and named")
-    _add_min_effect(p)
-    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
-
-
 # the parser is built on every start: these mirror servescope.sessions.stats / gate without importing polars
 # (tests/sessions/test_significance.py checks that they agree)
-MIN_EFFECT_PCT = 2.0
-FAIL_ON_EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
-MISMATCH_NAMES = ("servescope_version", "warmup", "max_model_len", "tokenizer", "host", "lengths")
-
-
-def _add_min_effect(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--min-effect", type=_percent, default=MIN_EFFECT_PCT, metavar="PCT",
-                   help=f"a change smaller than PCT percent is within noise (default {MIN_EFFECT_PCT:g})")
-
-
-def _percent(text: str) -> float:
-    try:
-        v = float(text.strip().rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 2 or 2%)") from None
-    if not 0 <= v < 1000:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage from 0 to 1000")
-    return v
 
 
 def compare_command(args: argparse.Namespace) -> int:
     import json
-
-    from servescope.sessions.compare import compare_sessions
 
     if len(args.sessions) < 2:
         raise ServescopeError("compare needs at least two sessions (ids or directories); see `servescope sessions`")
@@ -229,41 +190,11 @@ def compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- gate -------------------------------------------------------------------------------------------
-def add_gate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sessions", nargs="+", metavar="SESSION", help="BASELINE CANDIDATE: session directories or "
-                   "ids, the baseline also a baseline file (--save-baseline); one SESSION with --save-baseline "
-                   "only writes that file")
-    p.add_argument("--fail-on", metavar="SPEC", help="figures and signed thresholds, e.g. "
-                   f'"{FAIL_ON_EXAMPLE.replace("%", "%%")}": -5%% fails on a drop of more than 5%%, '
-                   "+10%% on a rise of more than 10%%")
-    p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary for a pull-request comment")
-    p.add_argument("--json", action="store_true", help="print the result as JSON (the one-line verdict goes "
-                   "to stderr)")
-    p.add_argument("--save-baseline", metavar="FILE", help="write the candidate (or the one SESSION) as a "
-                   "baseline file (JSON, gzip when FILE ends in .gz) for later gates")
-    p.add_argument("--allow-mismatch", metavar="NAMES", help="gate even though the sessions differ in these "
-                   f"(all, or any of {', '.join(MISMATCH_NAMES)})")
-    p.add_argument("--slo", help="judge goodput by these SLOs (default: the baseline's, else TTFT <= 3 s and "
-                   ">= 20 tok/s per user)")
-    _add_min_effect(p)
-    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
-
-
 def gate_command(args: argparse.Namespace) -> int:
     """0: no significant regression beyond a threshold; 1: one at least (the line names it); 2: bad input
     (raised as ServescopeError)."""
     import json
     import tempfile
-
-    from servescope.sessions.gate import (
-        gate,
-        is_baseline_file,
-        load_baseline,
-        parse_allow_mismatch,
-        parse_fail_on,
-        save_baseline,
-    )
 
     refs = list(args.sessions)
     if len(refs) > 2:
@@ -304,25 +235,7 @@ def gate_command(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-# ---- report -----------------------------------------------------------------------------------------
-def add_report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session", metavar="SESSION", help="session directory or id")
-    p.add_argument("--compare", nargs="+", default=[], metavar="SESSION",
-                   help="add delta tables against these sessions")
-    p.add_argument("--label", metavar="TAGKEY", help="label sessions by this tag (e.g. quant), else by name")
-    p.add_argument("--slo", help="judge capacity and goodput by these SLOs (default: the session's, else "
-                   "TTFT <= 3 s and >= 20 tok/s per user)")
-    p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="output format (default md)")
-    p.add_argument("--include-bound", action="store_true",
-                   help="count cells whose client was bound (the load generator, not the server, limited them) in "
-                        "capacity, knee and peak; by default they are left out and named")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (default: stdout)")
-    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
-
-
 def report_command(args: argparse.Namespace) -> int:
-    from servescope.sessions.report import render_report
-
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     main = resolve_session(args.session, base)
     others = [resolve_session(r, base) for r in args.compare]
@@ -332,22 +245,7 @@ def report_command(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- import -----------------------------------------------------------------------------------------
-def add_import_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="`vllm bench serve --save-result` JSON files "
-                   "(one cell each; several files of one model become one session)")
-    p.add_argument("--workload", help="workload name for the cells, e.g. sharegpt, to align them with a "
-                   "servescope session (default vllm-bench-inN-outM)")
-    p.add_argument("--name", default="", help="session name")
-    p.add_argument("--tag", action="append", default=[], help="KEY=VALUE label for the session, repeatable")
-    p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
-    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
-
-
 def import_command(args: argparse.Namespace) -> int:
-    from servescope.sessions.importers import import_files, lacks
-    from servescope.sessions.store import load_session
-
     path = import_files(args.files, sessions_dir=Path(args.sessions_dir).expanduser() if args.sessions_dir else None,
                         save=Path(args.save).expanduser() if args.save else None, name=args.name,
                         workload=args.workload, tags=parse_tags(args.tag))

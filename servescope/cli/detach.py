@@ -2,7 +2,9 @@
 servescope.cli.detach`, started by servescope.engine.detached for `servescope run --detach` and for every sweep
 the app starts: it reads its sweep from stdin and runs it as `servescope run` would, its output going to the
 session's runner.log), `servescope watch` (progress and finished-cell tables of a running sweep, from its event
-log) and `servescope attach` (the app on it)."""
+log) and `servescope attach` (the app on it).
+
+Imported inside a function: the app (textual) only for `servescope attach`, so that `watch` stays headless."""
 
 from __future__ import annotations
 
@@ -17,15 +19,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from servescope.cli.common import resolve_session
+from servescope.cli.run import format_cell, open_target, run_loop_for
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.engine import wire as w
+from servescope.sessions.live import EVENTS, LOCK, EventLogReader, runner_state
+from servescope.sessions.store import sessions_home
 
 
 def runner_main() -> int:
     """The runner process: read (spec, ctx) from stdin and run the sweep, as `servescope run` would."""
     from contextlib import ExitStack
-
-    from servescope.cli.run import open_target, run_loop_for
 
     with contextlib.suppress(ValueError, OSError):
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal never ends a detached sweep
@@ -49,8 +54,6 @@ def runner_main() -> int:
 # ---- choosing a session to follow --------------------------------------------------------------------------
 def live_dirs(base: Path) -> list[Path]:
     """Directories under `base` whose runner is alive (a detached one still starting included), newest first."""
-    from servescope.sessions.live import LOCK, runner_state
-
     if not base.is_dir():
         return []
     dirs = sorted((p for p in base.iterdir() if (p / LOCK).exists()), key=lambda p: p.name, reverse=True)
@@ -59,10 +62,6 @@ def live_dirs(base: Path) -> list[Path]:
 
 def pick_session(ref: str | None, sessions_dir: Path | None) -> Path:
     """SESSION (a directory or an id), else the most recent running sweep."""
-    from servescope.cli.common import resolve_session
-    from servescope.sessions.live import EVENTS, LOCK
-    from servescope.sessions.store import sessions_home
-
     base = sessions_dir or sessions_home()
     if ref is None:
         running = live_dirs(base)
@@ -76,16 +75,6 @@ def pick_session(ref: str | None, sessions_dir: Path | None) -> Path:
     return Path(resolve_session(ref, sessions_dir).path)
 
 
-# ---- watch -------------------------------------------------------------------------------------------------
-def add_watch_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session", nargs="?", help="session directory or id (default: the most recent running sweep)")
-    p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions or the user data dir)")
-
-
-def add_attach_args(p: argparse.ArgumentParser) -> None:
-    add_watch_args(p)
-
-
 def attach_command(args: argparse.Namespace) -> int:
     from servescope.tui.app import run_app
 
@@ -96,10 +85,6 @@ def attach_command(args: argparse.Namespace) -> int:
 def watch_command(args: argparse.Namespace, out: TextIO | None = None, poll_s: float = 0.2) -> int:
     """Print a running sweep's progress and each finished cell's table until it ends: exit 0 when it completes,
     1 when it fails, is interrupted or its runner dies. A finished session's log is printed as it was."""
-    from servescope.cli.run import format_cell
-    from servescope.engine import wire as w
-    from servescope.sessions.live import EventLogReader, runner_state
-
     out = out or sys.stdout
     path = pick_session(args.session, Path(args.sessions_dir) if args.sessions_dir else None)
     reader = EventLogReader(path)

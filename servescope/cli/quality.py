@@ -10,7 +10,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from servescope.cli.common import api_key_from, resolve_session
+from servescope.cli.run import open_target
 from servescope.core.errors import ServescopeError
+from servescope.core.textsafe import clean_text
+from servescope.engine.quality import QualitySpec, parse_contexts, parse_tasks, run_quality
+from servescope.engine.spec import DEFAULT_URL
 
 if TYPE_CHECKING:
     from servescope.core.quality import QualityResult, QualitySummary
@@ -20,42 +25,8 @@ if TYPE_CHECKING:
 
         session: str
 
-DEFAULT_TASKS = "arithmetic,retrieval,needle,json"  # core.quality.TASKS (not imported here: the CLI starts light)
-
-
-def add_quality_args(p: argparse.ArgumentParser) -> None:
-    from servescope.cli.run import add_target_args
-
-    add_target_args(p)
-    p.add_argument("--reference", metavar="SESSION",
-                   help="a quality session of the reference server (e.g. BF16 or FP8): report KL divergence, top-1 "
-                        "agreement and where the greedy outputs first part")
-    p.add_argument("--tasks", default=DEFAULT_TASKS,
-                   help=f"exact-answer tasks, comma-separated (default: {DEFAULT_TASKS})")
-    p.add_argument("--context", default="1024", metavar="TOKENS",
-                   help="prompt lengths of the long-context tasks (retrieval, needle), e.g. 1024,8192 or 1k,16k "
-                        "(default 1024)")
-    p.add_argument("--task-file", action="append", default=[], metavar="FILE.jsonl",
-                   help="your own questions, one JSON object per line: prompt, answer, scorer exact|choice|regex "
-                        "(repeatable; the task is named after the file)")
-    p.add_argument("-n", "--n", type=int, default=20, help="questions per task and context length (default 20)")
-    p.add_argument("--top-k", type=int, default=5, help="log-probabilities per position for divergence (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated questions (default 0)")
-    p.add_argument("--concurrency", type=int, default=4, help="probe requests in flight (default 4)")
-    p.add_argument("--no-perplexity", action="store_true", help="skip the corpus perplexity")
-    p.add_argument("--tokenizer", metavar="PATH", help="a local tokenizer to size the long prompts (default: the "
-                                                       "server's /tokenize, else an estimate)")
-    p.add_argument("--save", help="session directory: an existing session gets the quality results beside its "
-                                  "speed; else a new quality session there (default: a new one under the sessions "
-                                  "directory)")
-    p.add_argument("--sessions-dir", help="where sessions go (default $SERVESCOPE_HOME/sessions or the user data dir)")
-    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a table")
-
 
 def spec_from_args(args: argparse.Namespace) -> Any:
-    from servescope.cli.common import resolve_session
-    from servescope.engine.quality import QualitySpec, parse_contexts, parse_tasks
-
     for flag, v, lo in (("-n", args.n, 1), ("--top-k", args.top_k, 1), ("--concurrency", args.concurrency, 1)):
         if v < lo:
             raise ServescopeError(f"{flag} {v}: must be {lo} or more")
@@ -79,8 +50,6 @@ def quality_json(session: str, result: QualityResult) -> QualityJson:
 
 
 def format_result(path: Path, result: Any, model: str) -> str:
-    from servescope.core.textsafe import clean_text
-
     lines = [f"quality of {clean_text(model)}"]
     if result.perplexity is not None:
         lines.append(f"  perplexity       {result.perplexity:.3f}  (exp of the mean negative log-likelihood over "
@@ -104,11 +73,6 @@ def format_result(path: Path, result: Any, model: str) -> str:
 
 
 def quality_command(args: argparse.Namespace) -> int:
-    from servescope.cli.common import api_key_from
-    from servescope.cli.run import open_target
-    from servescope.engine.quality import run_quality
-    from servescope.engine.spec import DEFAULT_URL
-
     spec = spec_from_args(args)  # every flag is checked before a simulator starts
     err = sys.stderr
     with ExitStack() as stack:

@@ -16,39 +16,38 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Required, TextIO, TypedDict
 
-from servescope.cli.common import api_key_from
+from servescope.cli.common import api_key_from, resolve_session
 from servescope.core.errors import ServescopeError
+from servescope.core.health import client_text
+from servescope.core.load import cell_connections, ensure_open_files, open_file_room
+from servescope.core.results import METRICS, Dist
+from servescope.core.secrets import is_redacted
+from servescope.core.textsafe import clean_text
+from servescope.engine import fields
+from servescope.engine.aio import run_loop
+from servescope.engine.detached import discard_unstarted, start_runner, wait_started
+from servescope.engine.plan import plan_cells
+from servescope.engine.runner import (
+    CellFinished,
+    CellSkipped,
+    CellStarted,
+    KvBudgetKnown,
+    Notice,
+    RequestsDone,
+    SweepControl,
+    SweepFinished,
+    SweepStarted,
+    run_sweep,
+)
+from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
+from servescope.engine.spec import RunContext, SweepSpec
+from servescope.sessions import stats
+from servescope.sessions.store import load_session
 
 if TYPE_CHECKING:
     from servescope.core.results import CellResult
 
 JSON_STATS = ("mean", "p50", "p90", "p99")
-
-
-def add_target_args(p: argparse.ArgumentParser) -> None:
-    """--url, --model, --api-key-env (declared by SweepSpec) and --api-key (never stored)."""
-    from servescope.engine.spec import add_flags
-
-    add_flags(p, only=("url", "model", "api_key_env"))
-    p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
-
-
-def add_run_args(p: argparse.ArgumentParser) -> None:
-    """Every sweep option's flag comes from SweepSpec (servescope/engine/spec.py); these are the run's own."""
-    from servescope.engine.spec import add_flags, add_workload_flag
-
-    p.add_argument("--sweep", metavar="FILE.toml",
-                   help="run a whole sweep saved from the app, written by hand, or recorded in a session "
-                        "(SESSION/session.toml); flags given with it override the file's values")
-    add_workload_flag(p)
-    add_flags(p)
-    p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
-    p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
-    p.add_argument("--sessions-dir", help="where sessions go (default $SERVESCOPE_HOME/sessions or the user data dir)")
-    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
-    p.add_argument("--detach", action="store_true",
-                   help="run the sweep in the background (it survives a closed terminal or SSH connection): print "
-                        "the session directory and return; follow it with `servescope watch` or `servescope attach`")
 
 
 class CellRow(TypedDict, total=False):
@@ -148,8 +147,6 @@ def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
 
 def add_figures(row: CellRow, s: CellResult) -> None:
     """The cell's figures, in `--json`'s order: its scalars, then each distribution's JSON_STATS."""
-    from servescope.core.results import Dist
-
     def stats(d: Dist | None) -> dict[str, float | None]:
         return {k: (d or Dist()).stat(k) for k in JSON_STATS}
 
@@ -177,8 +174,6 @@ def _is_trace(cell: Any) -> bool:
 def lateness(s: Any) -> dict[str, float | None]:
     """How late each send was against the trace's time (p50, p99, max, ms): the cell's client queueing, which
     for an uncapped open loop is exactly the send's delay after its scheduled time."""
-    from servescope.core.results import Dist
-
     d = s.dist("client_queue_ms") or Dist()
     return {"p50": d.stat("p50"), "p99": d.stat("p99"), "max": d.stat("max")}
 
@@ -219,9 +214,6 @@ def points(cells: list[CellRow], session: str | None = None) -> list[Point]:
 
 def _intervals(session: str, indices: list[int], concurrency: int | None) -> dict[str, list[float]]:
     """95% bootstrap intervals of the point's figures from its repeats' requests (servescope.sessions.stats)."""
-    from servescope.sessions import stats
-    from servescope.sessions.store import load_session
-
     try:
         s = load_session(session)
         frames = [f for i in indices if (f := stats.measured(s.requests(i))) is not None]
@@ -243,8 +235,6 @@ def _intervals(session: str, indices: list[int], concurrency: int | None) -> dic
 
 def format_points(pts: list[Point]) -> str:
     """The repeats' summary table: median of each point's repeats, and their range."""
-    from servescope.core.textsafe import clean_text
-
     lines = ["points: the median of each point's repeats [95% interval: bootstrap over the repeats, then the requests "
              "within each] (lowest-highest repeat)"]
     for p in pts:
@@ -272,16 +262,11 @@ TABLE_DISTS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_to
 
 
 def _label(key: str) -> str:
-    from servescope.core.results import METRICS
-
     m = METRICS[key]
     return m.label if not m.unit or m.unit in m.label else f"{m.label} {m.unit}"
 
 
 def format_cell(ev: Any, total: int) -> str:
-    from servescope.core.results import Dist
-    from servescope.core.textsafe import clean_text
-
     c, s = ev.cell, ev.summary
     lines = [
         f"cell {c.index + 1}/{total}  {clean_text(c.label)}  [{ev.status}]  {s.requests_ok} ok, "
@@ -305,8 +290,6 @@ def format_cell(ev: Any, total: int) -> str:
         + (f" (reasoning {_f(s.reasoning_tokens_mean)})" if s.reasoning_tokens_mean else "")
     )
     if s.client is not None:
-        from servescope.core.health import client_text
-
         lines.append(f"  client: {client_text(s.client)}")
     srv = s.server
     if srv is not None:
@@ -343,8 +326,6 @@ def format_cell(ev: Any, total: int) -> str:
 
 def quality_text(q: Mapping[str, object]) -> str:
     """A cell's probe figures (--quality-share, the dict the session stores) in one line."""
-    from servescope.core.textsafe import clean_text
-
     def percent(v: object) -> float:
         return float(v) * 100 if isinstance(v, (int, float)) else math.nan
 
@@ -376,8 +357,6 @@ class _Progress:
         if now - self.last < 0.2:
             return
         self.last = now
-        from servescope.core.textsafe import clean_text
-
         self.out.write("\r\x1b[2K" + clean_text(text)[:200])  # names in it are data: no escape sequence
         self.out.flush()
 
@@ -390,8 +369,6 @@ class _Progress:
 def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | None]:
     """sim://PROFILE starts the built-in simulator for the duration of the command: (the URL to talk to, the
     label the session stores, `sim://PROFILE`; None for any other URL)."""
-    from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
-
     profile = sim_profile(url)
     if profile is None:
         return url, None
@@ -403,8 +380,6 @@ def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | Non
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from servescope.engine.spec import RunContext, SweepSpec
-
     out = sys.stdout
     table_out = sys.stderr if args.json else sys.stdout
     base = SweepSpec.from_toml(args.sweep) if args.sweep else None
@@ -429,8 +404,6 @@ def run_command(args: argparse.Namespace) -> int:
 def detach_command(spec: Any, ctx: Any, out: TextIO) -> int:
     """`run --detach`: start the runner, wait (under 5 s) to see its sweep start or fail, print how to follow it
     and, on the last line, the session directory."""
-    from servescope.engine.detached import discard_unstarted, start_runner, wait_started
-
     path, proc = start_runner(spec, ctx)
     err = wait_started(path, proc)
     if err:
@@ -449,9 +422,6 @@ def check_open_files(spec: Any) -> None:
     """Every cell's connections must fit the open-file limit (raised up to the hard limit when needed, before
     any child process starts, so a simulator started for the run inherits it): else one line with the number
     that fits. An uncapped open loop only sizes its pool to what fits."""
-    from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-    from servescope.engine.plan import plan_cells
-
     cells = plan_cells(spec)
     strict = [cell_connections(c.load, c.requests, c.warmup) for c in cells
               if c.load.rate is None or c.load.max_concurrency]
@@ -465,9 +435,6 @@ def check_open_files(spec: Any) -> None:
 
 def _refuse_redacted_launch(spec: Any, how: str) -> None:
     """A launch command stored with its secrets as •••• (a session's) cannot run: one line saying how."""
-    from servescope.core.secrets import is_redacted
-    from servescope.core.textsafe import clean_text
-
     if spec.launch and is_redacted(spec.launch):
         raise ServescopeError(f"the launch command {clean_text(spec.launch)!r} was stored with its secrets replaced "
                               f"by •••• (servescope never stores them); give it in full: {how}")
@@ -479,20 +446,6 @@ def _refuse_redacted_launch(spec: Any, how: str) -> None:
 
 
 def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: bool) -> int:
-    from servescope.core.textsafe import clean_text
-    from servescope.engine.runner import (
-        CellFinished,
-        CellSkipped,
-        CellStarted,
-        KvBudgetKnown,
-        Notice,
-        RequestsDone,
-        SweepControl,
-        SweepFinished,
-        SweepStarted,
-        run_sweep,
-    )
-
     control = SweepControl()
     progress = _Progress(sys.stderr)
     result: RunResult = {"session": None, "status": None, "cells": []}
@@ -552,8 +505,6 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
         del cur
 
     try:
-        from servescope.engine.aio import run_loop
-
         run_loop(main())
     except KeyboardInterrupt:
         progress.clear()
@@ -574,27 +525,9 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
     return 130 if result["status"] == "interrupted" else 0
 
 
-def add_resume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session", help="session directory or id (see `servescope sessions`)")
-    p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions or the user data dir)")
-    p.add_argument("--url", help="the server's URL, when it moved since the session was recorded")
-    p.add_argument("--api-key-env", metavar="NAME",
-                   help="environment variable holding the API key (default: the one the sweep recorded)")
-    p.add_argument("--api-key", help="API key")
-    p.add_argument("--recover-timeout", help="see `servescope run --help` (default: the sweep's own)")
-    p.add_argument("--launch", metavar='"vllm serve MODEL ..."',
-                   help="the server command in full, when the session stored it with its secrets as ••••")
-    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
-
-
 def resume_command(args: argparse.Namespace) -> int:
     """Continue an interrupted sweep from its first unfinished cell, in the same session directory, with
     every setting it started with (its [sweep] table): tokenizer, transport and telemetry interval included."""
-    from servescope.cli.common import resolve_session
-    from servescope.engine import fields
-    from servescope.engine.runner import plan_cells
-    from servescope.engine.spec import RunContext, SweepSpec
-
     s = resolve_session(args.session, Path(args.sessions_dir) if args.sessions_dir else None)
     if s.status == "completed":
         raise ServescopeError(f"{s.path} is already completed; nothing to resume")

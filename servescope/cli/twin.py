@@ -12,8 +12,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
-from servescope.cli.run import CellRow
+from servescope.cli.common import api_key_from, resolve_session
+from servescope.cli.run import CellRow, add_figures, open_target, run_loop_for
 from servescope.core.errors import ServescopeError
+from servescope.core.metrics import parse_slos
+from servescope.core.textsafe import clean_text
+from servescope.engine import fields as f
+from servescope.engine.spec import RunContext, SweepSpec
+from servescope.engine.twin import fit_session, load_twin, twin_dir
+from servescope.engine.twinpredict import Load, predict, requests_for, session_workloads
+from servescope.engine.twinshape import Knobs
+from servescope.engine.whatif import (
+    USABLE_SLOS,
+    capacity_row,
+    capacity_tasks,
+    confirm_pairs,
+    record_confirmation,
+)
+from servescope.sessions.twin import PROFILE_FILE
+from servescope.workloads.spec import resolve
 
 if TYPE_CHECKING:
     from servescope.engine.whatif import CapacityRow, ConfirmPair
@@ -43,65 +60,16 @@ class Confirmation(TypedDict):
     pairs: list[ConfirmPair]  # engine.whatif.confirm_pairs' rows
 
 
-def add_twin_args(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="twin_command", metavar="fit")
-    f = sub.add_parser("fit", help="fit the simulator to a measured session and store the profile in it")
-    f.add_argument("session", help="session directory or id")
-    _fit_flags(f)
-    f.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-
-
-def _fit_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model-config", metavar="PATH", help="the model's Hugging Face config.json (or its directory), "
-                   "for the model's shape (default: the simulator's profile, or the model's root directory when "
-                   "/v1/models named one on this machine)")
-    p.add_argument("--server-max-num-seqs", type=int, metavar="N", dest="fit_max_num_seqs",
-                   help="the server's --max-num-seqs, when the session does not record it")
-    p.add_argument("--server-max-num-batched-tokens", type=int, metavar="N", dest="fit_max_num_batched_tokens",
-                   help="the server's --max-num-batched-tokens, when the session does not record it")
-    p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions)")
-
-
-def add_whatif_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session", help="session directory or id (fitted first when it has no twin yet)")
-    p.add_argument("--workload", "-w", help="preset name(s) or TOML file(s), comma-separated (default: the "
-                   "session's own; with --capacity, a table of task types from 1K code completion to a 96K coding "
-                   "assistant)")
-    p.add_argument("--concurrency", "-c", help="closed-loop users per cell, e.g. 1,32 (default: the session's)")
-    p.add_argument("--rate", help="open-loop request rates per second, e.g. 2,5 (instead of --concurrency)")
-    p.add_argument("--requests", "-n", type=int, help="requests per predicted cell (default max(64, 4 x load))")
-    p.add_argument("--gpu-memory-utilization", type=float, metavar="X", help="as vLLM's flag: the KV cache resized")
-    p.add_argument("--kv-cache-dtype", metavar="DTYPE", help="as vLLM's flag: fp8 halves the KV bytes per token")
-    p.add_argument("--max-model-len", type=int, metavar="N", help="as vLLM's flag")
-    p.add_argument("--max-num-seqs", type=int, metavar="N", help="as vLLM's flag: the scheduler's sequence limit")
-    p.add_argument("--slo", help="SLOs for --capacity, e.g. ttft_ms=3000,per_user_tok_s=20 (default: the "
-                                 "session's, else TTFT <= 3000 ms and >= 20 tok/s per user)")
-    p.add_argument("--capacity", action="store_true", help="per workload: the highest concurrency meeting the SLOs, "
-                                                           "and the knee")
-    p.add_argument("--confirm", action="store_true", help="run the predicted cells for real against the session's "
-                   "target and report each figure's error (kept in the session: the twin's track record)")
-    p.add_argument("--refit", action="store_true", help="fit again even when the session has a twin")
-    _fit_flags(p)
-    p.add_argument("--api-key", help="API key for --confirm (prefer the session's --api-key-env variable)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-
-
 def _session(ref: str, sessions_dir: str | None) -> Any:
-    from servescope.cli.common import resolve_session
-
     return resolve_session(ref, Path(sessions_dir) if sessions_dir else None)
 
 
 def _fit(session: Any, args: argparse.Namespace, err: Any) -> Any:
-    from servescope.engine.twin import fit_session
-
     for flag, v in (("--server-max-num-seqs", args.fit_max_num_seqs),
                     ("--server-max-num-batched-tokens", args.fit_max_num_batched_tokens)):
         if v is not None and v < 1:
             raise ServescopeError(f"{flag} {v}: must be 1 or more")
     print(f"fitting the twin to {session.path} ...", file=err, flush=True)
-    from servescope.core.textsafe import clean_text
-
     r = fit_session(session, Path(args.model_config) if args.model_config else None, args.fit_max_num_seqs,
                     args.fit_max_num_batched_tokens, progress=lambda s: print(f"  {s}", file=err, flush=True))
     for w in r.warnings:
@@ -110,8 +78,6 @@ def _fit(session: Any, args: argparse.Namespace, err: Any) -> Any:
 
 
 def fit_text(r: Any, path: Path) -> str:
-    from servescope.core.textsafe import clean_text
-
     e = r.profile.efficiency
     lines = [f"twin fitted: {path}",
              f"  shape: {clean_text(r.shape.source)}",
@@ -139,9 +105,6 @@ def fit_text(r: Any, path: Path) -> str:
 def twin_command(args: argparse.Namespace) -> int:
     if args.twin_command != "fit":
         raise ServescopeError("usage: servescope twin fit SESSION (see `servescope twin fit --help`)")
-    from servescope.engine.twin import twin_dir
-    from servescope.sessions.twin import PROFILE_FILE
-
     session = _session(args.session, args.sessions_dir)
     r = _fit(session, args, sys.stderr)
     path = twin_dir(session) / PROFILE_FILE
@@ -156,10 +119,6 @@ def twin_command(args: argparse.Namespace) -> int:
 
 
 def _workloads(args: argparse.Namespace, session: Any) -> list[Any]:
-    from servescope.engine.twinpredict import session_workloads
-    from servescope.engine.whatif import capacity_tasks
-    from servescope.workloads.spec import resolve
-
     if args.workload:
         return resolve(args.workload)
     if args.capacity:
@@ -172,9 +131,6 @@ def _workloads(args: argparse.Namespace, session: Any) -> list[Any]:
 
 
 def _loads(args: argparse.Namespace, session: Any) -> list[Any]:
-    from servescope.engine import fields as f
-    from servescope.engine.twinpredict import Load
-
     if args.concurrency and args.rate:
         raise ServescopeError("give --concurrency or --rate, not both")
     if args.concurrency:
@@ -199,14 +155,6 @@ def _banded(v: Any, band: dict[str, list[float]], key: str) -> str:
 
 
 def whatif_command(args: argparse.Namespace) -> int:
-    from servescope.cli.run import add_figures
-    from servescope.core.metrics import parse_slos
-    from servescope.core.textsafe import clean_text
-    from servescope.engine.twin import load_twin
-    from servescope.engine.twinpredict import predict
-    from servescope.engine.twinshape import Knobs
-    from servescope.engine.whatif import USABLE_SLOS, capacity_row
-
     session = _session(args.session, args.sessions_dir)
     if args.requests is not None and args.requests < 1:
         raise ServescopeError(f"--requests {args.requests}: must be 1 or more")
@@ -278,12 +226,6 @@ def whatif_command(args: argparse.Namespace) -> int:
 
 def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: WhatIfResult, knobs: Any) -> None:
     """Run the predicted cells for real (one sweep per workload) and add "measured" and "error" to each cell."""
-    from servescope.cli.common import api_key_from
-    from servescope.cli.run import open_target, run_loop_for
-    from servescope.engine.spec import RunContext, SweepSpec
-    from servescope.engine.twinpredict import requests_for
-    from servescope.engine.whatif import confirm_pairs, record_confirmation
-
     base = SweepSpec.from_toml(session.path)
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(preds):
@@ -325,8 +267,6 @@ def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: What
 
 
 def _print_confirm(c: Confirmation) -> None:
-    from servescope.core.textsafe import clean_text
-
     print(f"confirmed by running the cells (sessions: {', '.join(clean_text(str(s)) for s in c['sessions'])}):")
     print("  workload              load      figure          predicted   measured   error")
     for p in c["pairs"]:

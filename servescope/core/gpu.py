@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from servescope.core.results import GpuStat, GpuWindow
+from servescope.core.textsafe import clean_text
 
 if TYPE_CHECKING:
     import polars as pl
@@ -415,6 +416,4 @@ class GpuSampler:
 
 
 def _err_text(e: BaseException) -> str:
-    from servescope.core.textsafe import clean_text
-
     return clean_text(f"{type(e).__name__}: {e}")[:200]

@@ -21,7 +21,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
+from servescope.core.kvbudget import kv_budget_from_log
 from servescope.core.launchspec import LaunchSpec, free_port, parse_launch, with_variant
+from servescope.core.orphanguard import start_guard, stop_guard
+from servescope.core.secrets import command_secrets, redact_text
 from servescope.core.textsafe import clean_text
 
 if TYPE_CHECKING:
@@ -100,8 +103,6 @@ class ServerProcess:
             except OSError as e:
                 raise ServerStartError(f"cannot start {clean_text(spec.argv[0])!r}: {clean_text(e.strerror or str(e))}"
                                        " (is it installed and on PATH?)", log_path=self.log_path) from None
-        from servescope.core.orphanguard import start_guard
-
         self._guard = start_guard(self.proc.pid)  # the server dies with servescope, even on kill -9
         self.starts += 1
         self._kv = None
@@ -173,8 +174,6 @@ class ServerProcess:
     def _scrub_log(self) -> None:
         """The server's log without the secrets of its command line (vLLM logs its `--api-key` among its
         arguments): rewritten once the server is stopped, so none is left in the session."""
-        from servescope.core.secrets import command_secrets, redact_text
-
         secrets = command_secrets(self.spec.command)
         if not secrets:
             return
@@ -223,8 +222,6 @@ class ServerProcess:
         deadline = time.monotonic() + 5
         while self._group_alive() and time.monotonic() < deadline:  # SIGKILL is delivered asynchronously
             time.sleep(0.02)
-        from servescope.core.orphanguard import stop_guard
-
         stop_guard(self._guard)
         self._guard = None
 
@@ -256,8 +253,6 @@ class ServerProcess:
                 text = f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
-        from servescope.core.secrets import command_secrets, redact_text
-
         return redact_text(text, command_secrets(self.spec.command))
 
     def log_tail(self, n: int = 30) -> str:
@@ -269,8 +264,6 @@ class ServerProcess:
     def kv_budget(self) -> KVBudget | None:
         """The KV-cache budget from this run's startup log (None until vLLM has logged it)."""
         if self._kv is None:
-            from servescope.core.kvbudget import kv_budget_from_log
-
             self._kv = kv_budget_from_log(self.log_text())
         return self._kv
 

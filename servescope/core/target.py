@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from servescope.core import llamacpp
+from servescope.core.client import async_client
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_secret_text, clean_text, redact
 
@@ -97,8 +98,6 @@ async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, e
     """What the server at `url` serves, and which engine it is (`engine` "auto": recognised from its answers)."""
     url = normalize_url(url)
     info = TargetInfo(url=redact_url(url))
-    from servescope.core.client import async_client
-
     async with async_client(base_url=url, headers=_headers(api_key), timeout=timeout_s) as c:
         try:
             r = await c.get("/v1/models")

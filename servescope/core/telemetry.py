@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from servescope.core.gpu import GPU_COLUMNS, GpuInfo, GpuSampler, describe_gpus, list_gpus
 from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_parsed
 from servescope.core.results import ServerWindow, TelemetryWindow
+from servescope.core.textsafe import clean_text
 
 if TYPE_CHECKING:
     import httpx
@@ -270,8 +271,6 @@ class MetricsSampler:
             except Exception as e:  # noqa: BLE001 - any failure is a missing sample
                 self.failures += 1
                 self.failure_t_ns.append(time.perf_counter_ns())
-                from servescope.core.textsafe import clean_text
-
                 self.last_error = clean_text(f"{type(e).__name__}: {e}")[:200]
                 return None
             self.t_ns.append((t_a + t_b) // 2)

@@ -37,3 +37,8 @@ def md_escape(s: str) -> str:
     for ch in ("\\", "|", "`", "*", "_", "[", "]", "<", ">"):
         s = s.replace(ch, "\\" + ch)
     return s
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a name people gave (a session's, a workload's): letters, digits, `_.-`, at most 40."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:40] or "session"

@@ -13,6 +13,7 @@ import httpx
 from servescope.core.client import ClientOptions, RequestSpec, async_client
 from servescope.core.llamacpp import LlamaCppTokenizer
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
+from servescope.core.rayworkers import run_cell_ray
 from servescope.core.records import RequestRecord
 from servescope.core.target import (
     EstimateTokenizer,
@@ -91,8 +92,6 @@ class HttpTarget:
                        on_record: Callable[[RequestRecord], None], control: CellControl, seed: int,
                        before_measured: Callable[[], Awaitable[None]]) -> CellRun:
         if self.ray:
-            from servescope.core.rayworkers import run_cell_ray
-
             # Ray: one actor per node unless a count is given (auto's sizing is for this machine's cores)
             n = 1 if self.workers == "auto" else resolve_workers(self.workers, load, specs, limits.warmup)
             return await run_cell_ray(opts, specs, load, limits, on_record, control, seed=seed,

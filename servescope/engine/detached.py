@@ -5,7 +5,10 @@ the session directory (servescope.sessions.live).
 
 The runner gets its sweep (the SweepSpec and the RunContext, API key included) pickled over its stdin, never
 on its command line (where `ps` shows it) nor on disk; it runs `python -m servescope.cli.detach`, which runs
-the sweep as `servescope run` does."""
+the sweep as `servescope run` does.
+
+Imported inside functions, to keep polars off the app's start-up: sessions.store (benchmarks/import_cost.py; the
+README's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
+from servescope.engine.wire import SweepFinished, decode_item
+from servescope.sessions.live import BUS_FILES, RUNNER_LOG, EventLogReader, runner_log_tail
 
 if TYPE_CHECKING:
     from servescope.engine.spec import RunContext, SweepSpec
@@ -41,7 +46,6 @@ def session_name(spec: SweepSpec) -> str:
 def start_runner(spec: SweepSpec, ctx: RunContext) -> tuple[Path, subprocess.Popen[bytes]]:
     """Start the sweep in its own runner process; the session directory and the process. The directory is
     chosen here (ctx.save_dir, else a new one under the sessions folder) so it can be printed at once."""
-    from servescope.sessions.live import RUNNER_LOG
     from servescope.sessions.store import new_session_dir
 
     path = ctx.save_dir or new_session_dir(ctx.sessions_dir, session_name(spec))
@@ -67,9 +71,6 @@ def start_runner(spec: SweepSpec, ctx: RunContext) -> tuple[Path, subprocess.Pop
 def wait_started(path: Path, proc: subprocess.Popen[bytes], wait_s: float = START_WAIT_S) -> str | None:
     """Wait until the runner's sweep has started (its event log says SweepStarted: None) or ended first (why,
     in one line). After `wait_s` it goes on alone (None): a simulator or a server may take a while to start."""
-    from servescope.engine.wire import SweepFinished, decode_item
-    from servescope.sessions.live import EventLogReader, runner_log_tail
-
     reader = EventLogReader(path)
     deadline = time.monotonic() + wait_s
     try:
@@ -96,8 +97,6 @@ def discard_unstarted(path: Path) -> None:
     """Remove the directory of a runner that failed before its session was made (it holds only the bus files:
     the reason was already said); a directory with anything else in it stays."""
     import shutil
-
-    from servescope.sessions.live import BUS_FILES
 
     try:
         if path.is_dir() and all(p.name in BUS_FILES for p in path.iterdir()):

@@ -1,7 +1,10 @@
 """Parsers for the values of a sweep: each takes what a TOML file holds *or* what a flag or a form field
 holds (a string), and returns the typed value or raises one ServescopeError that names where the value came
 from and what to write instead. `where` is "file:line: [load] concurrency", "--concurrency" or a form
-field's name."""
+field's name.
+
+Imported inside functions, to keep polars off the app's start-up: core.metrics (benchmarks/import_cost.py; the
+README's Layout gives the figures)."""
 
 from __future__ import annotations
 

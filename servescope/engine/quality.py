@@ -39,6 +39,9 @@ from servescope.core.quality import (
     task_score,
 )
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
+from servescope.engine.connection import HttpTarget
+from servescope.sessions.store import SessionWriter, load_session, new_session_dir
+from servescope.workloads.quality import DIVERGENCE_PROMPTS, build_tasks, corpus_text, load_user_tasks
 
 T = TypeVar("T")
 Progress = Callable[[str], None]
@@ -133,8 +136,6 @@ async def _task_items(spec: QualitySpec, tokenizer: Tokenizer, max_len: int | No
                       prose: float | None = None) -> list[TaskItem]:
     """The questions, long prompts sized with the target's own tokenizer: characters per token measured on a
     sample of each long task's text (prose for the needle, keys and numbers for retrieval)."""
-    from servescope.workloads.quality import build_tasks, corpus_text, load_user_tasks
-
     if any(t in ("retrieval", "needle") for t in spec.tasks):
         for c in spec.contexts:
             if max_len is not None and c + ANSWER_ROOM > max_len:
@@ -165,8 +166,6 @@ def _group(item: TaskItem) -> str:
 async def run_probe(http: httpx.AsyncClient, url: str, model: ModelInfo, spec: QualitySpec, tokenizer: Tokenizer,
                     progress: Progress) -> QualityResult:
     """Run the three instruments against `url` and return their results (the reference compared last)."""
-    from servescope.workloads.quality import DIVERGENCE_PROMPTS, corpus_text
-
     result = QualityResult()
     corpus = corpus_text()
     cpt = await _chars_per_token(tokenizer, corpus[:4000])
@@ -226,8 +225,6 @@ async def _perplexity(http: httpx.AsyncClient, url: str, model: ModelInfo, corpu
 
 
 def _reference_traces(ref: str) -> list[Trace]:
-    from servescope.sessions.store import load_session
-
     session = load_session(ref)
     q = session.quality()
     if q is None or not q.traces:
@@ -249,9 +246,6 @@ async def run_quality(url: str, label: str | None, model: str | None, spec: Qual
                       tokenizer_path: str | None = None) -> QualityRun:
     """Probe the target at `url`, then save: into `save` when it is an existing session (it then holds quality
     results beside its speed), else as a new session of kind "quality"."""
-    from servescope.engine.connection import HttpTarget
-    from servescope.sessions.store import SessionWriter, new_session_dir
-
     if spec.reference:  # a bad reference fails before the probe runs
         _reference_traces(spec.reference)
     conn = HttpTarget(api_key, tokenizer_path=tokenizer_path)
@@ -351,8 +345,6 @@ class QualityMixer:
 
     async def prepare(self, tokenizer: Tokenizer) -> str:
         """Build the questions and take the idle traces; returns a line saying what it did."""
-        from servescope.workloads.quality import DIVERGENCE_PROMPTS
-
         max_len = self.model.max_model_len
         tasks = tuple(t for t in MIX_TASKS if t != "retrieval" or max_len is None or max_len >= MIX_CONTEXT + ANSWER_ROOM)
         self.items = await _task_items(QualitySpec(tasks=tasks, contexts=(MIX_CONTEXT,), n=50, seed=self.seed),
@@ -373,8 +365,6 @@ class QualityMixer:
 
     async def during(self, counted: Callable[[], int]) -> None:
         """Run beside the load until cancelled; `counted()` is the cell's finished requests so far."""
-        from servescope.workloads.quality import DIVERGENCE_PROMPTS
-
         ratio = self.share / (1 - self.share) if self.share < 1 else 1.0
         sent = 0
         async with self._client() as http:

@@ -51,6 +51,7 @@ from servescope.engine.telemetryhub import (
     kv_budget_text,
     request_tokens,
 )
+from servescope.sessions.store import SessionWriter, new_session_dir
 from servescope.workloads.prompts import build_prompts
 from servescope.workloads.traces import trace_prompts, workload_trace
 
@@ -75,8 +76,6 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
         raise ServescopeError("the sweep has no cells: give at least one workload and one load level")
     bg = Background() if servers is None or telemetry is None else None
     if sink is None:
-        from servescope.sessions.store import SessionWriter
-
         sink = SessionWriter
     run = _Sweep(spec, ctx, control, cells,
                  target or HttpTarget(ctx.api_key, spec.tokenizer, spec.engine, workers=spec.workers, ray=spec.ray,
@@ -357,6 +356,4 @@ class _Sweep:
 
 
 def _new_dir(ctx: RunContext, name: str) -> Path:
-    from servescope.sessions.store import new_session_dir
-
     return new_session_dir(ctx.sessions_dir, name)

@@ -15,6 +15,7 @@ import httpx
 from servescope.core.client import async_client
 from servescope.core.errors import ServescopeError
 from servescope.core.kvbudget import KVBudget
+from servescope.core.launch import ServerProcess, parse_launch, with_variant
 from servescope.core.launchspec import ArgValue
 from servescope.engine.background import Background
 from servescope.engine.spec import SweepSpec
@@ -97,8 +98,6 @@ class Servers:
         return self._variant
 
     async def launch(self, variant: int, log_dir: Path) -> None:
-        from servescope.core.launch import ServerProcess, parse_launch, with_variant
-
         if self.spec.launch is None:
             raise ServescopeError("no server to launch: the sweep has no [server] launch command")
         if self.proc is not None:

@@ -1,13 +1,16 @@
 """`sim://PROFILE` targets, read in this one place: the profile a URL names (`sim://` alone: the simulator's
 default profile), the label a session stores for it (always `sim://PROFILE`, whichever way the sweep was
 started: CLI, app, runner) and starting the simulator. The CLI's `open_target` and the app's `SimPool` both go
-through here."""
+through here.
+
+The simulator's launcher is imported where a sim:// target starts: an install may lack the simulator."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
+from servescope.sim.profile import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from servescope.sim.launcher import SimHandle
@@ -17,8 +20,6 @@ SCHEME = "sim://"
 
 def default_profile() -> str:
     """The profile `sim://` alone means."""
-    from servescope.sim.profile import DEFAULT_PROFILE
-
     return str(DEFAULT_PROFILE)
 
 

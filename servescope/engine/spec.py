@@ -13,7 +13,8 @@ everything else is derived from that declaration:
 
 Adding a sweep option is one `option(...)` field here plus the code that uses it. The file format,
 with every section, is in the README (*Sweep files*).
-"""
+Imported inside functions, to keep httpx off the app's start-up; core.launch, which needs neither, takes 40 ms:
+core.launch, workloads.traces (benchmarks/import_cost.py; the README's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from servescope.core.secrets import is_redacted, redact_command
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.engine import fields as f
 from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
-from servescope.workloads.spec import Workload, parse_toml
+from servescope.workloads.spec import Workload, parse_toml, resolve
 
 SWEEP_VERSION = 1
 DEFAULT_URL = "sim://"
@@ -237,7 +238,7 @@ class SweepSpec:
         if self.launch and not is_redacted(self.launch) and not any(map(is_redacted, self.variants)):
             # a stored command whose secrets were redacted is read as it is; launching it is refused
             # (servescope.core.launchspec), and `resume --launch` / `run --launch` give it in full
-            from servescope.core.launch import parse_launch, with_variant
+            from servescope.core.launch import parse_launch, with_variant  # off the app's start-up: 40 ms
 
             try:
                 spec = parse_launch(self.launch)
@@ -393,8 +394,6 @@ class SweepSpec:
             values[fd.name] = False if opt.negate else opt.parse(raw, opt.flags[0])
         wl = getattr(args, "workloads", None)
         if wl:
-            from servescope.workloads.spec import resolve
-
             values["workloads"] = tuple(resolve(wl))
             given.add("workloads")
         if "concurrency" in given and "rates" in given:
@@ -402,8 +401,6 @@ class SweepSpec:
         if base is None:
             base = cls(url=os.environ.get("SERVESCOPE_URL") or DEFAULT_URL)
             if "workloads" not in given:
-                from servescope.workloads.spec import resolve
-
                 values["workloads"] = tuple(resolve("sharegpt"))
         else:  # a flag replaces its counterpart in the file
             if "concurrency" in given:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from servescope.core.errors import ServescopeError
-from servescope.workloads.spec import Workload
+from servescope.workloads.spec import Workload, context_sweep, resolve
 
 
 def check_keys(table: Mapping[str, object], known: set[str], section: str, at: Callable[[str, str], str]) -> None:
@@ -49,8 +49,6 @@ class SectionLines:
 
 
 def table_workloads(data: Mapping[str, object], base_dir: Path | None, at: Callable[[str, str], str]) -> list[Workload]:
-    from servescope.workloads.spec import resolve
-
     names = data.get("workloads", [])
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
@@ -79,8 +77,6 @@ def table_workloads(data: Mapping[str, object], base_dir: Path | None, at: Calla
 def workload_refs(workloads: Sequence[Workload], inline_all: bool = False) -> tuple[list[str], list[dict[str, object]]]:
     """Presets by name (context-sweep's five as one name when all are there), TOML files by path unless
     `inline_all`, everything else as an inline table."""
-    from servescope.workloads.spec import context_sweep
-
     names: list[str] = []
     inline: list[dict[str, object]] = []
     cs = {w.name for w in context_sweep()}

@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, Protocol, Required, TypedDict
 
 from servescope.core.client import async_client
+from servescope.core.gpu import GpuSampler
 from servescope.core.kvbudget import KVBudget, fmt_concurrency
 from servescope.core.results import GpuWindow, TelemetryWindow
+from servescope.core.telemetry import MetricsSampler
 from servescope.engine.background import Background
 from servescope.engine.events import TelemetrySample
+from servescope.sessions.store import write_parquet_atomic
 from servescope.workloads.spec import Workload
+from servescope.workloads.traces import workload_trace
 
 if TYPE_CHECKING:
     import httpx
@@ -152,9 +156,6 @@ class TelemetryHub:
         return self.sampler is not None and bool(self.sampler.available)
 
     async def start(self, url: str, max_model_len: int | None) -> TelemetryStart:
-        from servescope.core.gpu import GpuSampler
-        from servescope.core.telemetry import MetricsSampler
-
         await self._stop_metrics(None)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
 
@@ -218,8 +219,6 @@ class TelemetryHub:
         """telemetry.parquet (server /metrics samples) and gpu.parquet, rewritten after each cell."""
         import polars as pl
 
-        from servescope.sessions.store import write_parquet_atomic
-
         frames = list(self.frames)
         if self.sampler is not None and len(self.sampler):
             frames.append(self.sampler.frame())
@@ -280,8 +279,6 @@ def kv_budget_meta(budget: KVBudget | None, log_budget: KVBudget | None,
 def request_tokens(w: Workload) -> int:
     """The workload's longest request (prompt + output): a conversation's last turn, a trace's longest entry."""
     if w.kind == "trace":
-        from servescope.workloads.traces import workload_trace
-
         return int(workload_trace(w).max_total()) or 1
     return int(w.max_request_tokens)
 

@@ -40,10 +40,10 @@ from servescope.engine.twinshape import (
     profile_to_dict,
     session_shape,
 )
-from servescope.sessions.store import Session
+from servescope.sessions.store import Session, atomic_write, toml_clean
 from servescope.sessions.twin import PROFILE_FILE, TWIN_DIR
 from servescope.sim.engine import VirtualRunner
-from servescope.sim.profile import CostModel, Profile
+from servescope.sim.profile import CostModel, Profile, ProfileError, profile_from_dict
 from servescope.sim.request import SimRequest
 
 FIGURES = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")  # what the fit and the bands are about
@@ -476,8 +476,6 @@ def twin_dir(session: Session) -> Path:
 def save_fit(session: Session, result: FitResult) -> Path:
     import tomli_w
 
-    from servescope.sessions.store import atomic_write, toml_clean
-
     d = twin_dir(session)
     d.mkdir(exist_ok=True)
     path = d / PROFILE_FILE
@@ -498,8 +496,6 @@ class Twin:
 
 def load_twin(session: Session) -> Twin | None:
     import tomllib
-
-    from servescope.sim.profile import ProfileError, profile_from_dict
 
     path = twin_dir(session) / PROFILE_FILE
     if not path.is_file():

@@ -16,7 +16,7 @@ from servescope.engine.twin import FIGURES, MIN_BAND, Twin, run_virtual, virtual
 from servescope.engine.twinshape import AS_MEASURED, Knobs, apply_knobs
 from servescope.sessions.store import Session
 from servescope.sim.profile import CostModel
-from servescope.workloads.spec import Workload
+from servescope.workloads.spec import Workload, from_saved
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,6 @@ def sample_lengths(w: Workload, n: int, seed: int = 0) -> tuple[list[int], list[
 
 def session_workloads(session: Session) -> list[Workload]:
     """The session's single-request workloads (the ones the twin predicts), as it recorded them."""
-    from servescope.workloads.spec import from_saved
-
     out = []
     for d in session.info.workloads:
         try:

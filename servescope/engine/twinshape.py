@@ -28,6 +28,7 @@ from servescope.sessions.store import Session
 from servescope.sim.profile import (
     GIB,
     KV_DTYPE_BYTES,
+    CostModel,
     EfficiencySpec,
     EngineSpec,
     GpuSpec,
@@ -313,8 +314,6 @@ AS_MEASURED = Knobs()
 def apply_knobs(p: Profile, k: Knobs, memory_known: bool) -> Profile:
     """The profile vLLM would run with these settings: the KV pool rescaled as vLLM sizes it
     (memory x utilization - weights - activations, divided by the KV bytes per token)."""
-    from servescope.sim.profile import CostModel
-
     if not k.any:
         return p
     model, engine = p.model, p.engine

@@ -4,7 +4,10 @@ becomes its TTFT/TPOT/E2E lists). The runner writes these items to the session's
 (servescope.sessions.live) as `{"kind": <the Struct's name>, "fields": <its fields>}`, so the app, `servescope
 watch` and any number of viewers rebuild a sweep from it, live or later, as the same types (`Item`, their
 union): an item's `fields()` are what is written, `decode_item` reads them back (leniently: a field an older
-log lacks takes its default)."""
+log lacks takes its default).
+
+Imported inside functions, to keep httpx and polars off the app's start-up: core.metrics, engine.events,
+sessions.store (benchmarks/import_cost.py; the README's Layout gives the figures)."""
 
 from __future__ import annotations
 

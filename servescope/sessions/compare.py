@@ -57,6 +57,7 @@ import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult, metric_better, metric_label
+from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.answers import (
     Capacity,
@@ -578,8 +579,6 @@ def _args_dict(args: object) -> dict[str, str]:
 def config_diff(sessions: Sequence[Session]) -> tuple[list[tuple[str, list[str]]], str]:
     """The recorded configuration that differs between the sessions, (what, value per session), and a note
     when some session recorded no server arguments (servescope did not launch its server)."""
-    from servescope.core.secrets import redact_command
-
     infos = [s.info for s in sessions]
     rows: list[tuple[str, list[str]]] = []
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from servescope import __version__
+from servescope.core.errors import ServescopeError
+from servescope.core.health import client_text
 from servescope.core.results import CellResult, ServerWindow, finite
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
@@ -39,6 +41,7 @@ from servescope.sessions.report_sections import (
     _workloads,
     xychart,
 )
+from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
 from servescope.sessions.store import Session, summary_columns
 from servescope.sessions.twin import twin_record, twin_section
 
@@ -128,8 +131,6 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
             notes.append(f"{cell}: no per-request data: cannot judge it against these SLOs")
         ch = sm.client
         if ch is not None and ch.verdict in ("bound", "strained"):
-            from servescope.core.health import client_text
-
             notes.append(f"{cell}: client {client_text(ch)}" + (
                 " (its figures measure the load generator; capacity, knee and peak leave it out unless "
                 "--include-bound; run the load from more cores or a stronger host)" if ch.verdict == "bound" else
@@ -149,8 +150,6 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
 def stability_notes(session: Session, v: CellView) -> list[str]:
     """Drift within a cell (first vs last third of its requests by send time, beyond noise and by more than
     10%) and a warm-up effect (its first 5% of requests much slower to the first token): servescope.sessions.stats."""
-    from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
-
     pr = measured(session.requests(v.index))
     if pr is None:
         return []
@@ -327,8 +326,6 @@ def render_report(session: Session, compare_with: Sequence[Session] = (), fmt: s
     """The report of `session` (plus delta tables against `compare_with`) as md, csv or json text; client-bound
     cells count in capacity, knee and peak only with `include_bound`."""
     if fmt not in FORMATS:
-        from servescope.core.errors import ServescopeError
-
         raise ServescopeError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
     comparison = None
     if compare_with:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from servescope.core.health import BUNCHED_SHARE, CPU_UTIL, LOOP_LAG_P99_MS, SEND_LATE_P99_MS
 from servescope.core.metrics import FORMULAS, SLO_ATTAINMENT
 from servescope.core.quality import QualityResult
 from servescope.core.results import CellResult, Dist, finite, metric_label
@@ -206,8 +207,6 @@ def _definitions(with_client: bool = False) -> list[str]:
     for k, v in EXTRA_DEFINITIONS.items():
         out.append(f"| {k} | {md_escape(v)} |")
     if with_client:
-        from servescope.core.health import BUNCHED_SHARE, CPU_UTIL, LOOP_LAG_P99_MS, SEND_LATE_P99_MS
-
         limits = (f"strained / bound above: CPU {CPU_UTIL[0]:.0%} / {CPU_UTIL[1]:.0%}, loop lag p99 "
                   f"{LOOP_LAG_P99_MS[0]:g} / {LOOP_LAG_P99_MS[1]:g} ms, sends late p99 {SEND_LATE_P99_MS[0]:g} / "
                   f"{SEND_LATE_P99_MS[1]:g} ms, bunched tokens {BUNCHED_SHARE[0]:.0%} / {BUNCHED_SHARE[1]:.0%}")

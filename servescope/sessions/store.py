@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 from collections.abc import Mapping
@@ -31,7 +30,7 @@ from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.quality import QualityResult
 from servescope.core.results import CellResult
-from servescope.core.textsafe import clean_text
+from servescope.core.textsafe import clean_text, slug
 from servescope.sessions.live import BUS_FILES, RunnerState, runner_state
 from servescope.sessions.meta import SessionMeta
 from servescope.workloads.spec import parse_toml
@@ -84,10 +83,6 @@ def _atomic_parquet(path: Path, df: pl.DataFrame) -> None:
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:40] or "session"
 
 
 def new_session_dir(base: Path | None, name: str) -> Path:

@@ -1,4 +1,6 @@
-"""Command line of the simulator: `python -m servescope.sim --profile NAME --port PORT ...`."""
+"""Command line of the simulator: `python -m servescope.sim --profile NAME --port PORT ...`.
+
+The server (aiohttp) is imported only by the commands that serve: listing profiles starts at once."""
 
 from __future__ import annotations
 

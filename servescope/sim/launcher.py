@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from servescope.sim.profile import ProfileError, load_profile
 from servescope.sim.profile import list_profiles as _list_profiles
 
 LISTENING = "servescope-sim listening on "
@@ -93,8 +94,6 @@ def start_sim(
     when this process is gone (even after kill -9: it watches its parent pid). An unknown profile is one line
     listing the profiles, before anything starts."""
     import os
-
-    from servescope.sim.profile import ProfileError, load_profile
 
     try:
         load_profile(profile)

@@ -3,7 +3,10 @@
 `run_app()` is what `servescope`, `servescope tui --url URL` and `servescope demo` call; `make_app()` builds
 the same app for tests and snapshot tests. A sweep runs in a runner process of its own, followed from a thread
 worker (`servescope.tui.sweepworker`); its results reach the widgets as messages, a few batches per second.
-`servescope attach` opens the app on a sweep already running."""
+`servescope attach` opens the app on a sweep already running.
+
+The Compare screen is imported when it opens, to keep polars (sessions.compare) off the app's start-up
+(benchmarks/import_cost.py; the README's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -20,12 +23,16 @@ from textual.worker import Worker, WorkerState
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.engine import fields
+from servescope.engine.spec import SweepSpec
 from servescope.tui import messages as m
 from servescope.tui.screens.compose import ComposeScreen
+from servescope.tui.screens.dialogs import ChoiceScreen
 from servescope.tui.screens.help import HelpScreen
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionsScreen
-from servescope.tui.sweepworker import SimPool, SweepDriver, default_sim_profile
+from servescope.tui.sweepworker import CANCEL_GRACE_S, SimPool, SweepDriver, default_sim_profile
+from servescope.workloads.spec import resolve
 
 
 class DemoSweep(TypedDict, total=False):
@@ -95,10 +102,6 @@ class ServescopeApp(App[int]):
         return w is not None and w.state in (WorkerState.PENDING, WorkerState.RUNNING)
 
     def _start_demo(self) -> None:
-        from servescope.engine import fields
-        from servescope.engine.spec import SweepSpec
-        from servescope.workloads.spec import resolve
-
         d = self.demo_sweep
         spec = SweepSpec(url=self.initial_url, api_key_env=self.api_key_env, workloads=tuple(resolve(d["workload"])),
                          concurrency=fields.int_list(str(d["concurrency"]), "concurrency"), requests=d.get("requests"),
@@ -197,8 +200,6 @@ class ServescopeApp(App[int]):
         the app leaves as soon as that is done, or after QUIT_WAIT_S. A second ctrl+q leaves at once."""
         driver = self.driver
         if driver is not None and self.sweep_running and driver.detached and not self.quitting:
-            from servescope.tui.screens.dialogs import ChoiceScreen
-
             where = driver.session_dir
             self.push_screen(ChoiceScreen(
                 "The sweep runs in its own process: leave it running, or stop it?",
@@ -264,8 +265,6 @@ class ServescopeApp(App[int]):
         self.sims.stop_all()
 
     def on_unmount(self) -> None:
-        from servescope.tui.sweepworker import CANCEL_GRACE_S
-
         # after one ctrl+q the engine may still be saving (a second one aborted it): give it its grace
         self.shutdown_engine(wait_s=0.0 if self.driver is not None and self.driver.aborted else CANCEL_GRACE_S)
 

@@ -2,7 +2,10 @@
 worker on an event loop of its own: its progress lines and its result reach the screen only as messages
 (`post`, the screen's thread-safe `post_message`). Also here: the probe's fields read as a `QualitySpec`, a
 reference session named by directory or id, and the result said as lines and table rows, each number with
-its unit and how it was computed."""
+its unit and how it was computed.
+
+Imported inside functions, to keep httpx and polars off the app's start-up: engine.quality, sessions.store
+(benchmarks/import_cost.py; the README's Layout gives the figures)."""
 
 from __future__ import annotations
 

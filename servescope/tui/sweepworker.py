@@ -3,7 +3,11 @@ process of its own (servescope.engine.detached): it outlives the app, and the ap
 log (servescope.sessions.live), as it does for a sweep it attaches to. With SERVESCOPE_ENGINE=thread (or when
 the runner cannot start) the engine runs on this thread's own asyncio event loop and ends with the app.
 Either way results reach the app only through `post` (the app's thread-safe `post_message`), in the
-engine's batches (a few per second)."""
+engine's batches (a few per second).
+
+Imported inside functions, to keep httpx and polars off the app's start-up: core.client, core.gpu, core.target,
+engine.detached, engine.runner, engine.simtarget, sim.launcher (benchmarks/import_cost.py; the README's Layout gives
+the figures)."""
 
 from __future__ import annotations
 
@@ -21,11 +25,13 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 import msgspec
 
 from servescope.core.errors import ServescopeError
+from servescope.core.records import RequestRecord
 from servescope.core.textsafe import clean_text
 from servescope.engine import wire as w
-from servescope.sessions.live import EventLogReader, send_command
+from servescope.engine.spec import RunContext
+from servescope.sessions.live import EventLogReader, runner_state, send_command
 from servescope.tui import messages as m
-from servescope.tui.wire import app_wording, run_loop, start_failure
+from servescope.tui.wire import Translator, app_wording, run_loop, start_failure
 
 if TYPE_CHECKING:
     from servescope.engine.events import SweepControl
@@ -65,9 +71,9 @@ def real_std_streams() -> Iterator[None]:
 
 def default_sim_profile() -> str:
     """The profile `sim://` alone means (engine/simtarget.py), "tiny" when the simulator is not installed."""
-    from servescope.engine.simtarget import default_profile
-
     try:
+        from servescope.engine.simtarget import default_profile
+
         return default_profile()
     except Exception:  # the simulator is optional for the app
         return "tiny"
@@ -160,8 +166,6 @@ async def measure_speed(base_url: str, model: str, api_key: str | None, timeout_
     import time
 
     from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
-    from servescope.core.records import RequestRecord
-
     opts = ClientOptions(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s)
     spec = RequestSpec("completions", "Say hello. " * 4, 16, SPEED_TOKENS)
     rec = RequestRecord(index=0, user=0, warmup=True, input_tokens_requested=16,
@@ -262,8 +266,6 @@ class SweepDriver:
 
     def _run(self, spec: SweepSpec, pool: SimPool, sessions_dir: Path | None) -> str:
         from servescope.engine.runner import SweepControl
-        from servescope.engine.spec import RunContext
-
         self.control = SweepControl()
         try:
             ctx = RunContext(api_key=os.environ.get(spec.api_key_env) or None, sessions_dir=sessions_dir)
@@ -297,8 +299,6 @@ class SweepDriver:
         if self._cancelled:
             raise asyncio.CancelledError
         from servescope.engine import runner as r
-        from servescope.tui.wire import Translator
-
         translate = Translator(ctx.target_label)
         status = "failed"
         async for ev in r.run_sweep(spec, ctx, self.control):
@@ -333,8 +333,6 @@ class SweepDriver:
     def _follow(self, path: Path, proc: subprocess.Popen[bytes] | None = None) -> str:
         """Post the session's logged events, then the new ones as they come, until the sweep ends, its runner
         dies, or the app leaves (status "detached": it goes on without us)."""
-        from servescope.sessions.live import runner_state
-
         self.session_dir = path
         reader = EventLogReader(path)
         first = True

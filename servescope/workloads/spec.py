@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Required, TypedDict
 
+from servescope.core.arrivals import parse_seconds
 from servescope.core.errors import ServescopeError
 
 
@@ -531,8 +532,6 @@ def _kind(d: Mapping[str, object], where: str) -> str:
 
 def _ramp(raw: object, where: str) -> float:
     """A workload's `ramp = "10s"` (or seconds as a number): above 0, at most a day."""
-    from servescope.core.arrivals import parse_seconds
-
     return parse_seconds(raw, where)
 
 

@@ -46,7 +46,7 @@ def degraded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_the_cli_default_tasks_are_the_probes_tasks() -> None:
-    from servescope.cli.quality import DEFAULT_TASKS
+    from servescope.cli.args import DEFAULT_TASKS
 
     assert ",".join(TASKS) == DEFAULT_TASKS
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from servescope.cli import args as cli_args
 from servescope.cli import compare as cli_compare
 from servescope.core.errors import ServescopeError
 from servescope.sessions.store import load_session
@@ -23,7 +24,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="servescope")
     sub = p.add_subparsers(dest="cmd")
     for name in ("sessions", "compare", "report", "import"):
-        getattr(cli_compare, f"add_{name}_args")(sub.add_parser(name))
+        getattr(cli_args, f"add_{name}_args")(sub.add_parser(name))
     return p.parse_args(argv)
 
 

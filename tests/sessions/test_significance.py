@@ -335,7 +335,7 @@ def test_compare_screen_names_the_config_diff(tmp_path: Path) -> None:
 
 def test_cli_help_constants_agree_with_the_library() -> None:
     """The CLI's parser mirrors these without importing polars (start-up stays light)."""
-    from servescope.cli import compare as cli
+    from servescope.cli import args as cli
     from servescope.sessions import gate, stats
 
     assert cli.MIN_EFFECT_PCT == stats.MIN_EFFECT_PCT

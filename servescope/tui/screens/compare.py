@@ -20,9 +20,15 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
-from servescope.core.textsafe import clean_text
+from servescope.core.textsafe import clean_text, slug
+from servescope.sessions.answers import is_completed
+from servescope.sessions.compare import cell_views, compare_sessions, delta_text, fmt_num
+from servescope.sessions.report import render_report
+from servescope.sessions.store import load_session
 from servescope.tui.safe import esc, plain
+from servescope.tui.screens.export import ExportScreen
 from servescope.tui.widgets.curve import OverlayCurve
+from servescope.tui.widgets.panels import short_path
 from servescope.tui.widgets.table import Col, FitTable
 
 NAME_LABEL = "(session name)"
@@ -55,8 +61,6 @@ def delta_rows(comparison: Any) -> list[tuple[str, ...]]:
     """The rows of the delta table: workload, load, metric, one value per session (★ on a winner beyond
     noise), the delta of each later session vs the first with its interval and verdict, and the winner's
     label (or why there is none: within noise, tie, not comparable, -)."""
-    from servescope.sessions.compare import delta_text, fmt_num
-
     labels = comparison.labels
     rows: list[tuple[str, ...]] = []
     for c in comparison.cells:
@@ -104,8 +108,6 @@ def config_line(comparison: Any) -> str:
 def answer_line(a: Any) -> str:
     """'FP8: capacity c=16, knee c=16, peak 1,193 tok/s at c=16' (`+`: not reached, the highest level
     measured still qualifies)."""
-    from servescope.sessions.compare import fmt_num
-
     cap = a.capacity
     cap_t = cap.text().split(" (")[0].split(":")[0] + ("+" if cap.not_reached and cap.level is not None else "")
     knee = f"c={a.knee.concurrency}" + ("+" if a.knee.not_reached else "") if a.knee.concurrency is not None else "-"
@@ -119,8 +121,6 @@ def answer_line(a: Any) -> str:
 
 def load_kind(sessions: list[Any], workload: str) -> str:
     """"req/s" when the workload's cells ran at request rates, else "users" (concurrency)."""
-    from servescope.sessions.compare import cell_views
-
     for s in sessions:
         for v in cell_views(s):
             if v.workload == workload and v.x is not None:
@@ -130,9 +130,6 @@ def load_kind(sessions: list[Any], workload: str) -> str:
 
 def session_curve(session: Any, workload: str, metric: str) -> tuple[tuple[float, float], ...]:
     """(load, value) over one session's completed cells of `workload` (for the overlaid curves)."""
-    from servescope.sessions.answers import is_completed
-    from servescope.sessions.compare import cell_views
-
     pts = []
     for v in cell_views(session):
         y = v.summary.value(metric)
@@ -156,8 +153,6 @@ class CompareScreen(Screen[None]):
         """Loads the sessions; raises ServescopeError (missing, newer schema, no common cell while neither holds
         quality results, a damaged quality.json) for the caller to show."""
         super().__init__()
-        from servescope.sessions.store import load_session
-
         if len(paths) < 2:
             raise ServescopeError("compare needs at least two sessions: mark them with space, then press c")
         self.paths = list(paths)
@@ -169,8 +164,6 @@ class CompareScreen(Screen[None]):
         self.workload = self.workloads[0] if self.workloads else ""
 
     def _compare(self, label_key: str | None) -> Any:
-        from servescope.sessions.compare import compare_sessions
-
         return compare_sessions(self.sessions, label_key=label_key)
 
     # ---- layout ---------------------------------------------------------------------------------
@@ -279,15 +272,10 @@ class CompareScreen(Screen[None]):
         self.refresh_view()
 
     def default_report_path(self) -> Path:
-        from servescope.sessions.store import slug
-
         labels = self.comparison.labels
         return self.paths[0].parent / f"report-{slug('-vs-'.join(labels))[:80]}.md"
 
     def action_export(self) -> None:
-        from servescope.sessions.report import render_report
-        from servescope.tui.screens.export import ExportScreen
-
         first, rest, key = self.sessions[0], self.sessions[1:], self.label_key
 
         def render() -> str:
@@ -298,8 +286,6 @@ class CompareScreen(Screen[None]):
 
     def _exported(self, path: Path | None) -> None:
         if path is not None:
-            from servescope.tui.widgets.panels import short_path
-
             self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8, markup=False)
 
     def action_back(self) -> None:

@@ -2,7 +2,11 @@
 a new one), load (concurrency or rates, requests/duration, warmup, SLOs, tags) and quality (the share of
 probe questions mixed into each cell, and a standalone quality probe of the target); a live preview of the
 grid; save and load the whole sweep as TOML. Bad input is shown next to its field, never raised. The quality
-probe is its own widget, QualityProbePane (servescope/tui/screens/qualitypane.py)."""
+probe is its own widget, QualityProbePane (servescope/tui/screens/qualitypane.py).
+
+Imported inside functions, to keep httpx and polars off the app's start-up; core.launch, which needs neither, takes
+40 ms: core.launch, core.target, engine.runner, sim.profile, workloads.traces (benchmarks/import_cost.py; the
+README's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -29,7 +33,10 @@ from textual.widgets import (
 from textual.widgets.selection_list import Selection
 
 from servescope.core.errors import ServescopeError
-from servescope.engine.spec import form_fields
+from servescope.core.textsafe import clean_text, slug
+from servescope.engine import fields
+from servescope.engine.fields import fmt_duration, fmt_num
+from servescope.engine.spec import SweepSpec, form_fields, parse_field
 from servescope.tui import messages as m
 from servescope.tui.qualityworker import QualityProbe
 from servescope.tui.safe import plain
@@ -41,9 +48,10 @@ from servescope.tui.screens.workloadform import (
     parse_length,
     show_field_error,
 )
+from servescope.tui.sweepworker import probe_target, sim_profiles
 from servescope.tui.widgets.marklist import MarkedSelectionList
 from servescope.tui.widgets.panels import short_path
-from servescope.workloads.spec import Workload
+from servescope.workloads.spec import COMPOSITE, PRESETS, Workload, context_sweep, load_toml
 
 __all__ = ["ComposeScreen", "WorkloadFormScreen", "field_row", "parse_length", "preview_text", "rough_cell_s"]
 
@@ -104,8 +112,6 @@ class ComposeScreen(Screen[None]):
 
     # ---- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        from servescope.tui.sweepworker import sim_profiles
-
         profiles = sim_profiles()
         with TabbedContent(id="compose-tabs", initial="tab-target"):
             with TabPane("Target F6", id="tab-target"), VerticalScroll(classes="pane", can_focus=False):
@@ -163,8 +169,6 @@ class ComposeScreen(Screen[None]):
 
     # ---- workloads list -------------------------------------------------------------------------
     def _fill_workloads(self, selected: set[str] | None = None, extra: list[Workload] | None = None) -> None:
-        from servescope.workloads.spec import COMPOSITE, PRESETS, load_toml
-
         sl = self.query_one("#workloads", SelectionList)
         keep = set(sl.selected) if selected is None else selected
         self.items = {k: v for k, v in self.items.items() if k.startswith("file:")}
@@ -185,8 +189,6 @@ class ComposeScreen(Screen[None]):
         for k, item in self.items.items():
             if k.startswith("file:") and not isinstance(item, str):
                 # the file, unless it is the one the form names after the workload (a short list at 80 columns)
-                from servescope.sessions.store import slug
-
                 src = Path(item.source).name
                 opts.append((k, item, f"{item.name:<15} {list_shape(item)}"
                              + (f"  [{src}]" if src != f"{slug(item.name)}.toml" else "")))
@@ -195,8 +197,6 @@ class ComposeScreen(Screen[None]):
         sl.add_options([Selection(plain(label), k, k in keep) for k, _, label in opts])
 
     def selected_workloads(self) -> list[Workload]:
-        from servescope.workloads.spec import context_sweep
-
         out: list[Workload] = []
         for k in self.query_one("#workloads", SelectionList).selected:
             v = self.items.get(k)
@@ -221,9 +221,6 @@ class ComposeScreen(Screen[None]):
 
     def _check(self, fid: str) -> tuple[Any, str]:
         """(parsed value, error) of one field, by SweepSpec's parser for it."""
-        from servescope.engine import fields
-        from servescope.engine.spec import parse_field
-
         v = self._val(fid)
         try:
             if fid == "url":
@@ -259,8 +256,6 @@ class ComposeScreen(Screen[None]):
 
     def collect(self, show: bool = True) -> Any:
         """The sweep as a SweepSpec, or None (errors shown next to their fields)."""
-        from servescope.engine.spec import SweepSpec
-
         vals: dict[str, object] = {}
         bad = []
         for f in self.FIELDS:
@@ -392,8 +387,6 @@ class ComposeScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="probe")
     def _probe(self, url: str, key_env: str) -> None:
-        from servescope.tui.sweepworker import probe_target
-
         try:
             info = probe_target(self.app.sims, url, key_env)  # type: ignore[attr-defined]
             self.post_message(m.TargetProbed(url, info))
@@ -404,8 +397,6 @@ class ComposeScreen(Screen[None]):
 
     @on(m.TargetProbed)
     def _probed(self, msg: m.TargetProbed) -> None:
-        from servescope.core.textsafe import clean_text
-
         res = self.query_one("#probe-result", Static)
         if msg.info is None:
             self.probed = None
@@ -490,8 +481,6 @@ class ComposeScreen(Screen[None]):
 
     @on(Button.Pressed, "#load-sweep")
     def action_load_sweep(self) -> None:
-        from servescope.engine.spec import SweepSpec
-
         path = self._sweep_path()
         if path is None:
             return
@@ -507,8 +496,6 @@ class ComposeScreen(Screen[None]):
     def apply_sweep(self, spec: Any) -> None:
         """Fill the form from a SweepSpec; what the form does not show (tokenizer, transport, telemetry,
         timeouts) is kept and applies when the sweep runs or is saved again."""
-        from servescope.engine.fields import fmt_duration, fmt_num
-
         def put(fid: str, v: Any) -> None:
             self.query_one(f"#{fid}", Input).value = "" if v is None else str(v)
 
@@ -554,8 +541,6 @@ class ComposeScreen(Screen[None]):
     @on(Button.Pressed, "#wl-add")
     @on(Input.Submitted, "#wl-file")
     def _add_file(self) -> None:
-        from servescope.workloads.spec import load_toml
-
         p = self._val("wl-file")
         if not p:
             self._err("wl-file", "give the path of a workload TOML file")

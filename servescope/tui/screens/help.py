@@ -1,5 +1,8 @@
 """F1 (or `?`): the keys of the screen you were on first, then every other screen's, taken from the
-bindings themselves so they cannot drift; type in the search field to keep only the lines that match."""
+bindings themselves so they cannot drift; type in the search field to keep only the lines that match.
+
+The Compare and What-if screens are imported when the help is built, to keep polars off the app's start-up
+(benchmarks/import_cost.py; the README's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from servescope.tui.safe import esc
+from servescope.tui.screens.compose import ComposeScreen
+from servescope.tui.screens.export import ExportScreen
+from servescope.tui.screens.run import RunScreen
+from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
+from servescope.tui.screens.workloadform import WorkloadFormScreen
+from servescope.tui.widgets.table import FitTable
+from servescope.tui.widgets.zoom import Zoomable
 
 FOOTNOTE = ("Tab / shift+tab move between fields and panes (the focused pane's bar lights up); arrows move in "
             "lists and tables; space toggles a workload. In a text field, printable keys type: use F1 there "
@@ -28,15 +38,7 @@ def _keys(binding: Any) -> str:
 def sections(app_bindings: Iterable[Any]) -> list[tuple[str, type | None, list[tuple[str, str]]]]:
     """(title, screen class or None, [(keys, what)]) for the app ("Everywhere"), each screen and the panes."""
     from servescope.tui.screens.compare import CompareScreen
-    from servescope.tui.screens.compose import ComposeScreen
-    from servescope.tui.screens.export import ExportScreen
-    from servescope.tui.screens.run import RunScreen
-    from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
     from servescope.tui.screens.whatif import WhatIfScreen
-    from servescope.tui.screens.workloadform import WorkloadFormScreen
-    from servescope.tui.widgets.table import FitTable
-    from servescope.tui.widgets.zoom import Zoomable
-
     def rows(bindings: Iterable[Any]) -> list[tuple[str, str]]:
         out = []
         for b in bindings:

@@ -1,5 +1,8 @@
 """The Run screen: a sweep as it runs. Progress, live histograms of the running cell, the throughput curve
-over finished cells, the server panel, the event log and the table of finished cells."""
+over finished cells, the server panel, the event log and the table of finished cells.
+
+Imported inside functions, to keep polars off the app's start-up: core.metrics (benchmarks/import_cost.py; the
+README's Layout gives the figures)."""
 
 from __future__ import annotations
 

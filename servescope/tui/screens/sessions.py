@@ -1,5 +1,9 @@
 """The Sessions screen: saved sessions in a table; open one to see its cells and charts; mark two or more
-to compare (`c` opens the Compare screen on them)."""
+to compare (`c` opens the Compare screen on them).
+
+Imported inside functions, to keep polars off the app's start-up: core.metrics, sessions.quality, sessions.report,
+sessions.store, sessions.views, tui.screens.whatif (benchmarks/import_cost.py; the README's Layout gives the
+figures)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult, GpuWindow, TelemetryWindow
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
+from servescope.sessions.live import runner_state
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
+from servescope.tui.screens.export import ExportScreen
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
@@ -286,8 +292,6 @@ class SessionsScreen(Screen[None]):
 
     @staticmethod
     def _sweep_running(p: Path) -> bool:
-        from servescope.sessions.live import runner_state
-
         return runner_state(p).running
 
     def action_attach(self) -> None:
@@ -560,8 +564,6 @@ class SessionScreen(Screen[None]):
 
     def action_export(self) -> None:
         from servescope.sessions.report import render_report
-        from servescope.tui.screens.export import ExportScreen
-
         session = self.session
 
         def render() -> str:

@@ -25,14 +25,15 @@ from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
-from servescope.engine.twin import Twin
-from servescope.engine.twinpredict import Load, Prediction, session_workloads
+from servescope.engine import fields as f
+from servescope.engine.twin import Twin, fit_session, load_twin
+from servescope.engine.twinpredict import Load, Prediction, predict, session_workloads
 from servescope.engine.twinshape import Knobs
 from servescope.sessions.store import Session
 from servescope.tui.safe import plain
 from servescope.tui.widgets.curve import CurvePoint, PredictedPoint, PredictionCurve
 from servescope.tui.widgets.table import Col, FitTable
-from servescope.workloads.spec import Workload
+from servescope.workloads.spec import PRESETS, Workload, resolve
 
 BAND_NOTE = "band: the fit's residual for that figure, widened for each doubling outside the measured range"
 FIT_NOTE = "fitting the twin to the session's cells ... (5-20 s)"
@@ -130,8 +131,6 @@ def residual_text(twin: Twin) -> str:
 
 
 def parse_loads(text: str) -> tuple[Load, ...]:
-    from servescope.engine import fields as f
-
     vals = f.int_list(text, "loads") if text.strip() else None
     if not vals:
         raise ServescopeError("loads: give one or more concurrencies, e.g. 1,4,16,32")
@@ -159,8 +158,6 @@ def parse_knobs(gmu: str, kv: str, seqs: str) -> Knobs:
 
 
 def single_presets() -> list[str]:
-    from servescope.workloads.spec import PRESETS
-
     return [n for n, w in PRESETS.items() if w.kind == "single" and not w.dataset]
 
 
@@ -197,8 +194,6 @@ class WhatIfScreen(Screen[None]):
         self.left = threading.Event()  # the screen is gone: a fit in progress stops at its next step
         self.summaries = session.summaries()  # one per cell row, in the rows' order
         try:
-            from servescope.engine.twin import load_twin
-
             self.twin = load_twin(session)
         except ServescopeError as e:
             self.twin_error = e.message
@@ -259,8 +254,6 @@ class WhatIfScreen(Screen[None]):
 
     # ---- the question --------------------------------------------------------------------------------------
     def _workload(self, text: str) -> Workload:
-        from servescope.workloads.spec import resolve
-
         name = text.strip()
         if not name:
             raise ServescopeError("workload: name one (the session's: "
@@ -313,9 +306,6 @@ class WhatIfScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="whatif", exit_on_error=False)
     def _work(self, ask: int, q: Question) -> None:
         """Fit (when there is no twin yet), then predict; everything reaches the screen as messages."""
-        from servescope.engine.twin import fit_session, load_twin
-        from servescope.engine.twinpredict import predict
-
         try:
             twin = self.twin
             if twin is None:

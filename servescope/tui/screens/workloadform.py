@@ -2,7 +2,10 @@
 kind takes, each checked as the Compose screen's are (the error under its field); a trace file gets a live
 one-line preview of its requests, rate and lengths (or the line that says what is wrong with it). Saved as a
 TOML file in the workloads folder through `Workload.from_dict` / `to_dict`, the same schema `-w FILE` reads.
-`list_shape` is how the Compose list says a workload's shape (short enough for 80 columns)."""
+`list_shape` is how the Compose list says a workload's shape (short enough for 80 columns).
+
+Imported inside functions, to keep httpx off the app's start-up: workloads.traces (benchmarks/import_cost.py; the
+README's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
+from servescope.core.textsafe import slug
 from servescope.tui.widgets.panels import short_path
-from servescope.workloads.spec import DistTable, WorkloadTable, fixed
+from servescope.workloads.spec import DistTable, Workload, WorkloadTable, fixed
 
 
 def parse_length(text: str, where: str, what: str = "a token count like 1024 or a range like 200-512") -> DistTable:
@@ -365,9 +369,6 @@ class WorkloadFormScreen(ModalScreen["Any"]):
 
     def action_save(self) -> None:
         import tomli_w
-
-        from servescope.sessions.store import slug
-        from servescope.workloads.spec import Workload
 
         d = self.collect()
         if d is None:

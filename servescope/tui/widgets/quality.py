@@ -4,7 +4,10 @@ its task table, and its cells' accuracy under load.
 The words and numbers are the report's: servescope.sessions.quality renders the Quality section (each figure with
 its unit and how it was computed) and the table of quality under load as Markdown, and `quality_view` reads
 those tables and lines back into rows, so the app and `servescope report` cannot disagree and no formula or
-format is written twice. Everything in them is data (model names, task names, notes): shown verbatim."""
+format is written twice. Everything in them is data (model names, task names, notes): shown verbatim.
+
+Imported inside functions, to keep polars off the app's start-up: sessions.quality, sessions.views
+(benchmarks/import_cost.py; the README's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
+from servescope.core.errors import ServescopeError
 from servescope.core.quality import QualityResult
 from servescope.core.textsafe import clean_text
 from servescope.tui.safe import plain
@@ -174,8 +178,6 @@ def load_rows(session: Any) -> tuple[Row, ...]:
 def quality_view(session: Any) -> QualityView:
     """All the quality a session holds: its probe (quality.json) and its cells' quality under load; a damaged
     quality.json is the store's one-line message in `error` (the cells' quality is still shown)."""
-    from servescope.core.errors import ServescopeError
-
     try:
         load = load_rows(session)
     except (ServescopeError, ValueError, TypeError):  # a damaged cell summary: the cells pane says so

@@ -1,0 +1,230 @@
+"""The command line's arguments: every subcommand's flags, in a module that imports nothing heavy, so that
+`servescope --help` and argument errors answer at once. The commands themselves (servescope/cli/run.py, compare.py,
+...) are imported only once one is chosen (servescope/__main__.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from servescope.engine.spec import add_flags, add_workload_flag
+
+_SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
+MIN_EFFECT_PCT = 2.0
+FAIL_ON_EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
+MISMATCH_NAMES = ("servescope_version", "warmup", "max_model_len", "tokenizer", "host", "lengths")
+
+
+def _add_min_effect(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-effect", type=_percent, default=MIN_EFFECT_PCT, metavar="PCT",
+                   help=f"a change smaller than PCT percent is within noise (default {MIN_EFFECT_PCT:g})")
+
+
+def _percent(text: str) -> float:
+    try:
+        v = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 2 or 2%)") from None
+    if not 0 <= v < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage from 0 to 1000")
+    return v
+
+
+DEFAULT_TASKS = "arithmetic,retrieval,needle,json"  # core.quality.TASKS (not imported here: the CLI starts light)
+
+
+def _fit_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-config", metavar="PATH", help="the model's Hugging Face config.json (or its directory), "
+                   "for the model's shape (default: the simulator's profile, or the model's root directory when "
+                   "/v1/models named one on this machine)")
+    p.add_argument("--server-max-num-seqs", type=int, metavar="N", dest="fit_max_num_seqs",
+                   help="the server's --max-num-seqs, when the session does not record it")
+    p.add_argument("--server-max-num-batched-tokens", type=int, metavar="N", dest="fit_max_num_batched_tokens",
+                   help="the server's --max-num-batched-tokens, when the session does not record it")
+    p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions)")
+
+
+def add_target_args(p: argparse.ArgumentParser) -> None:
+    """--url, --model, --api-key-env (declared by SweepSpec) and --api-key (never stored)."""
+    add_flags(p, only=("url", "model", "api_key_env"))
+    p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """Every sweep option's flag comes from SweepSpec (servescope/engine/spec.py); these are the run's own."""
+    p.add_argument("--sweep", metavar="FILE.toml",
+                   help="run a whole sweep saved from the app, written by hand, or recorded in a session "
+                        "(SESSION/session.toml); flags given with it override the file's values")
+    add_workload_flag(p)
+    add_flags(p)
+    p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
+    p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
+    p.add_argument("--sessions-dir", help="where sessions go (default $SERVESCOPE_HOME/sessions or the user data dir)")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
+    p.add_argument("--detach", action="store_true",
+                   help="run the sweep in the background (it survives a closed terminal or SSH connection): print "
+                        "the session directory and return; follow it with `servescope watch` or `servescope attach`")
+
+
+def add_resume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", help="session directory or id (see `servescope sessions`)")
+    p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions or the user data dir)")
+    p.add_argument("--url", help="the server's URL, when it moved since the session was recorded")
+    p.add_argument("--api-key-env", metavar="NAME",
+                   help="environment variable holding the API key (default: the one the sweep recorded)")
+    p.add_argument("--api-key", help="API key")
+    p.add_argument("--recover-timeout", help="see `servescope run --help` (default: the sweep's own)")
+    p.add_argument("--launch", metavar='"vllm serve MODEL ..."',
+                   help="the server command in full, when the session stored it with its secrets as ••••")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
+
+
+# ---- sessions ---------------------------------------------------------------------------------------
+
+
+def add_sessions_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+
+
+# ---- compare ----------------------------------------------------------------------------------------
+
+
+def add_compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sessions", nargs="+", metavar="SESSION", help="two or more session directories or ids; "
+                   "deltas are against the first")
+    p.add_argument("--label", metavar="TAGKEY", help="label each session by this tag (e.g. quant), else by name")
+    p.add_argument("--slo", help="judge capacity and goodput by these SLOs, e.g. ttft_ms=3000,per_user_tok_s=20 "
+                   "(default: the first session's, else TTFT <= 3 s and >= 20 tok/s per user)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("-o", "--output", metavar="FILE.md", help="write the Markdown (or JSON) to FILE")
+    p.add_argument("--include-bound", action="store_true",
+                   help="count cells whose client was bound (the load generator, not the server, limited them) in "
+                        "capacity, knee and peak; by default they are left out and named")
+    _add_min_effect(p)
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+# ---- gate -------------------------------------------------------------------------------------------
+
+
+def add_gate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sessions", nargs="+", metavar="SESSION", help="BASELINE CANDIDATE: session directories or "
+                   "ids, the baseline also a baseline file (--save-baseline); one SESSION with --save-baseline "
+                   "only writes that file")
+    p.add_argument("--fail-on", metavar="SPEC", help="figures and signed thresholds, e.g. "
+                   f'"{FAIL_ON_EXAMPLE.replace("%", "%%")}": -5%% fails on a drop of more than 5%%, '
+                   "+10%% on a rise of more than 10%%")
+    p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary for a pull-request comment")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (the one-line verdict goes "
+                   "to stderr)")
+    p.add_argument("--save-baseline", metavar="FILE", help="write the candidate (or the one SESSION) as a "
+                   "baseline file (JSON, gzip when FILE ends in .gz) for later gates")
+    p.add_argument("--allow-mismatch", metavar="NAMES", help="gate even though the sessions differ in these "
+                   f"(all, or any of {', '.join(MISMATCH_NAMES)})")
+    p.add_argument("--slo", help="judge goodput by these SLOs (default: the baseline's, else TTFT <= 3 s and "
+                   ">= 20 tok/s per user)")
+    _add_min_effect(p)
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+# ---- report -----------------------------------------------------------------------------------------
+
+
+def add_report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION", help="session directory or id")
+    p.add_argument("--compare", nargs="+", default=[], metavar="SESSION",
+                   help="add delta tables against these sessions")
+    p.add_argument("--label", metavar="TAGKEY", help="label sessions by this tag (e.g. quant), else by name")
+    p.add_argument("--slo", help="judge capacity and goodput by these SLOs (default: the session's, else "
+                   "TTFT <= 3 s and >= 20 tok/s per user)")
+    p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="output format (default md)")
+    p.add_argument("--include-bound", action="store_true",
+                   help="count cells whose client was bound (the load generator, not the server, limited them) in "
+                        "capacity, knee and peak; by default they are left out and named")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (default: stdout)")
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+# ---- import -----------------------------------------------------------------------------------------
+
+
+def add_import_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help="`vllm bench serve --save-result` JSON files "
+                   "(one cell each; several files of one model become one session)")
+    p.add_argument("--workload", help="workload name for the cells, e.g. sharegpt, to align them with a "
+                   "servescope session (default vllm-bench-inN-outM)")
+    p.add_argument("--name", default="", help="session name")
+    p.add_argument("--tag", action="append", default=[], help="KEY=VALUE label for the session, repeatable")
+    p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+def add_quality_args(p: argparse.ArgumentParser) -> None:
+    add_target_args(p)
+    p.add_argument("--reference", metavar="SESSION",
+                   help="a quality session of the reference server (e.g. BF16 or FP8): report KL divergence, top-1 "
+                        "agreement and where the greedy outputs first part")
+    p.add_argument("--tasks", default=DEFAULT_TASKS,
+                   help=f"exact-answer tasks, comma-separated (default: {DEFAULT_TASKS})")
+    p.add_argument("--context", default="1024", metavar="TOKENS",
+                   help="prompt lengths of the long-context tasks (retrieval, needle), e.g. 1024,8192 or 1k,16k "
+                        "(default 1024)")
+    p.add_argument("--task-file", action="append", default=[], metavar="FILE.jsonl",
+                   help="your own questions, one JSON object per line: prompt, answer, scorer exact|choice|regex "
+                        "(repeatable; the task is named after the file)")
+    p.add_argument("-n", "--n", type=int, default=20, help="questions per task and context length (default 20)")
+    p.add_argument("--top-k", type=int, default=5, help="log-probabilities per position for divergence (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated questions (default 0)")
+    p.add_argument("--concurrency", type=int, default=4, help="probe requests in flight (default 4)")
+    p.add_argument("--no-perplexity", action="store_true", help="skip the corpus perplexity")
+    p.add_argument("--tokenizer", metavar="PATH", help="a local tokenizer to size the long prompts (default: the "
+                                                       "server's /tokenize, else an estimate)")
+    p.add_argument("--save", help="session directory: an existing session gets the quality results beside its "
+                                  "speed; else a new quality session there (default: a new one under the sessions "
+                                  "directory)")
+    p.add_argument("--sessions-dir", help="where sessions go (default $SERVESCOPE_HOME/sessions or the user data dir)")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a table")
+
+
+def add_twin_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="twin_command", metavar="fit")
+    f = sub.add_parser("fit", help="fit the simulator to a measured session and store the profile in it")
+    f.add_argument("session", help="session directory or id")
+    _fit_flags(f)
+    f.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def add_whatif_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", help="session directory or id (fitted first when it has no twin yet)")
+    p.add_argument("--workload", "-w", help="preset name(s) or TOML file(s), comma-separated (default: the "
+                   "session's own; with --capacity, a table of task types from 1K code completion to a 96K coding "
+                   "assistant)")
+    p.add_argument("--concurrency", "-c", help="closed-loop users per cell, e.g. 1,32 (default: the session's)")
+    p.add_argument("--rate", help="open-loop request rates per second, e.g. 2,5 (instead of --concurrency)")
+    p.add_argument("--requests", "-n", type=int, help="requests per predicted cell (default max(64, 4 x load))")
+    p.add_argument("--gpu-memory-utilization", type=float, metavar="X", help="as vLLM's flag: the KV cache resized")
+    p.add_argument("--kv-cache-dtype", metavar="DTYPE", help="as vLLM's flag: fp8 halves the KV bytes per token")
+    p.add_argument("--max-model-len", type=int, metavar="N", help="as vLLM's flag")
+    p.add_argument("--max-num-seqs", type=int, metavar="N", help="as vLLM's flag: the scheduler's sequence limit")
+    p.add_argument("--slo", help="SLOs for --capacity, e.g. ttft_ms=3000,per_user_tok_s=20 (default: the "
+                                 "session's, else TTFT <= 3000 ms and >= 20 tok/s per user)")
+    p.add_argument("--capacity", action="store_true", help="per workload: the highest concurrency meeting the SLOs, "
+                                                           "and the knee")
+    p.add_argument("--confirm", action="store_true", help="run the predicted cells for real against the session's "
+                   "target and report each figure's error (kept in the session: the twin's track record)")
+    p.add_argument("--refit", action="store_true", help="fit again even when the session has a twin")
+    _fit_flags(p)
+    p.add_argument("--api-key", help="API key for --confirm (prefer the session's --api-key-env variable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+# ---- watch -------------------------------------------------------------------------------------------------
+
+
+def add_watch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", nargs="?", help="session directory or id (default: the most recent running sweep)")
+    p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions or the user data dir)")
+
+
+def add_attach_args(p: argparse.ArgumentParser) -> None:
+    add_watch_args(p)
