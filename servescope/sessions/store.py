@@ -35,7 +35,7 @@ from servescope.sessions.live import BUS_FILES, RunnerState, runner_state
 from servescope.sessions.meta import SessionMeta
 from servescope.workloads.spec import parse_toml
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: each distribution's `n` in the cells' summaries; 2: the [sweep] table; older ones read as they are
 QUALITY_FILE = "quality.json"
 _SECRET_KEYS = frozenset({"api_key", "api_key_env", "token", "password", "secret", "authorization", "headers"})
 
