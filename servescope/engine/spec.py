@@ -452,6 +452,11 @@ def form_fields() -> dict[str, str]:
     return {o.form.id: fd.name for fd, o in _options() if o.form is not None}
 
 
+def form_labels() -> dict[str, str]:
+    """The app's Compose form: each of its option fields' input id -> the label shown beside it."""
+    return {o.form.id: o.form.label for _, o in _options() if o.form is not None}
+
+
 def form_wording() -> dict[str, str]:
     """Each flag of an option the Compose form holds -> how the app names its field ("--url" -> "the URL
     field"), so that an engine message says, inside the app, which field to fix."""

@@ -229,7 +229,7 @@ def test_the_compose_form_and_the_apps_wording_come_from_the_options() -> None:
     app's wording of that option's flags are read from it, so a new option on the form is one declaration."""
     import dataclasses
 
-    from servescope.engine.spec import FormField, SweepSpec, form_fields, form_wording
+    from servescope.engine.spec import FormField, SweepSpec, form_fields, form_labels, form_wording
     from servescope.tui.wire import app_wording
 
     names = {fd.name for fd in dataclasses.fields(SweepSpec)}
@@ -240,3 +240,5 @@ def test_the_compose_form_and_the_apps_wording_come_from_the_options() -> None:
     assert "--transport" not in said  # not on the form: the flag stays as it is in the app's messages
     assert app_wording("give --duration 60s or --transport raw") == "give the duration field 60s or --transport raw"
     assert FormField("x", "quality share").said == "the `quality share` field"
+    labels = form_labels()  # what the Compose screen shows beside each of these fields
+    assert labels.keys() == form.keys() and labels["key-env"] == "API key var" and labels["launch"] == "or launch"

@@ -36,7 +36,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text, slug
 from servescope.engine import fields
 from servescope.engine.fields import fmt_duration, fmt_num
-from servescope.engine.spec import SweepSpec, form_fields, parse_field
+from servescope.engine.spec import SweepSpec, form_fields, form_labels, parse_field
 from servescope.tui import messages as m
 from servescope.tui.qualityworker import QualityProbe
 from servescope.tui.safe import plain
@@ -57,6 +57,8 @@ __all__ = ["ComposeScreen", "WorkloadFormScreen", "field_row", "parse_length", "
 
 ASSUMED_TPOT_MS = 20.0  # for the rough duration only
 ASSUMED_PREFILL_TOK_S = 5000.0
+
+LABELS = form_labels()  # each option field's label, as the sweep's options declare it (Option.form)
 
 
 def mask_key(value: str | None) -> str:
@@ -115,15 +117,15 @@ class ComposeScreen(Screen[None]):
         profiles = sim_profiles()
         with TabbedContent(id="compose-tabs", initial="tab-target"):
             with TabPane("Target F6", id="tab-target"), VerticalScroll(classes="pane", can_focus=False):
-                yield field_row("URL", "url", self.initial_url, "http://127.0.0.1:8000 or sim://tiny")
+                yield field_row(LABELS["url"], "url", self.initial_url, "http://127.0.0.1:8000 or sim://tiny")
                 yield Horizontal(Label("simulator", classes="field-label"),
                                  Select([(plain(f"{p}: {describe_profile(p)}".rstrip(": ")), p) for p in profiles],
                                         prompt="pick a built-in profile", id="sim-profile"), classes="field-row")
                 yield Static("", id="sim-desc", classes="hint field-note", markup=False)
-                yield field_row("or launch", "launch", "", "vllm serve MODEL --port 8000 (servescope starts it)")
-                yield field_row("variants", "variants", "", "with launch: --max-num-seqs 4 ; --max-num-seqs 16")
-                yield field_row("model", "model", "", "optional: the only served model by default")
-                yield field_row("API key var", "key-env", self.initial_key_env, "environment variable NAME")
+                yield field_row(LABELS["launch"], "launch", "", "vllm serve MODEL --port 8000 (servescope starts it)")
+                yield field_row(LABELS["variants"], "variants", "", "with launch: --max-num-seqs 4 ; --max-num-seqs 16")
+                yield field_row(LABELS["model"], "model", "", "optional: the only served model by default")
+                yield field_row(LABELS["key-env"], "key-env", self.initial_key_env, "environment variable NAME")
                 yield Static("", id="key-status", classes="hint", markup=False)
                 with Horizontal(classes="buttons"):
                     yield Button("Probe (F5)", id="probe", variant="primary")
@@ -137,21 +139,21 @@ class ComposeScreen(Screen[None]):
                 yield Static("", id="wl-selected", classes="hint", markup=False)
                 yield Static(f"workloads folder: {short_path(self.workloads_folder)}", classes="hint", markup=False)
             with TabPane("Load F8", id="tab-load"), VerticalScroll(classes="pane", can_focus=False):
-                yield field_row("concurrency", "concurrency", "1,4,16", "closed loop users, e.g. 1,2,4,8,16,32,64")
-                yield field_row("rates", "rates", "", "or open-loop requests/s, e.g. 0.5,2,5")
-                yield field_row("requests", "requests", "100", "measured requests per cell")
-                yield field_row("duration", "duration", "", "and/or per cell, e.g. 60s")
-                yield field_row("warmup", "warmup", "0", "requests per cell not counted")
-                yield field_row("repeat", "repeat", "1", "runs of each cell, interleaved (3: medians with intervals)")
-                yield field_row("SLOs", "slos", "", "e.g. ttft_ms=3000,tpot_ms=50")
-                yield field_row("tags", "tags", "", "e.g. quant=FP8,gpu=H100")
-                yield field_row("name", "name", "", "session name (optional)")
+                yield field_row(LABELS["concurrency"], "concurrency", "1,4,16", "closed loop users, e.g. 1,2,4,8,16,32,64")
+                yield field_row(LABELS["rates"], "rates", "", "or open-loop requests/s, e.g. 0.5,2,5")
+                yield field_row(LABELS["requests"], "requests", "100", "measured requests per cell")
+                yield field_row(LABELS["duration"], "duration", "", "and/or per cell, e.g. 60s")
+                yield field_row(LABELS["warmup"], "warmup", "0", "requests per cell not counted")
+                yield field_row(LABELS["repeat"], "repeat", "1", "runs of each cell, interleaved (3: medians with intervals)")
+                yield field_row(LABELS["slos"], "slos", "", "e.g. ttft_ms=3000,tpot_ms=50")
+                yield field_row(LABELS["tags"], "tags", "", "e.g. quant=FP8,gpu=H100")
+                yield field_row(LABELS["name"], "name", "", "session name (optional)")
                 yield field_row("sweep file", "sweep-file", "sweep.toml", "TOML file for ctrl+s / ctrl+o")
                 with Horizontal(classes="buttons"):
                     yield Button("Save sweep (ctrl+s)", id="save-sweep")
                     yield Button("Load sweep (ctrl+o)", id="load-sweep")
             with TabPane("Quality F9", id="tab-quality"), VerticalScroll(classes="pane", can_focus=False):
-                yield field_row("quality share", "quality-share", "", "e.g. 0.05 (empty: off)")
+                yield field_row(LABELS["quality-share"], "quality-share", "", "e.g. 0.05 (empty: off)")
                 yield Static("probe questions mixed into each cell of the sweep, about this share of its requests; "
                              "each cell then reports accuracy and divergence at its load", id="quality-share-note",
                              classes="hint", markup=False)
