@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Required, TypedDict
 
 __all__ = ["KVBudget", "fmt_concurrency", "kv_budget_from_log", "kv_budget_from_parsed"]
 
@@ -17,17 +17,22 @@ def fmt_concurrency(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
-class KVBudgetDict(TypedDict):
-    """`KVBudget.as_dict()`: session.toml's `kv_budget` table, as far as the budget states it."""
+class KvBudgetMeta(TypedDict, total=False):
+    """session.toml's `kv_budget` table: what /metrics states (`KVBudget.as_dict()`), a launched server's log or
+    llama.cpp's slots state, and the concurrency each synthetic workload's longest request allows."""
 
-    kv_cache_tokens: int
-    source: str
+    kv_cache_tokens: Required[int]
+    source: Required[str]  # "metrics", "log", "metrics+log" or "llama.cpp /props"
     num_gpu_blocks: int | None
     block_size: int | None
     cache_dtype: str | None
     gpu_memory_utilization: float | None
     concurrency_at_tokens: int | None
     concurrency_at: float | None
+    log_kv_cache_tokens: int
+    slots: int  # llama.cpp: parallel slots of slot_tokens each
+    slot_tokens: int
+    max_concurrency_by_workload: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class KVBudget:
             return abs(self.concurrency_at[1] - other.concurrency_at[1]) < 0.006
         return True
 
-    def as_dict(self) -> KVBudgetDict:
+    def as_dict(self) -> KvBudgetMeta:
         return {
             "kv_cache_tokens": self.tokens,
             "source": self.source,

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NotRequired, Protocol, Required, TypedDict
+from typing import TYPE_CHECKING, NotRequired, Protocol, TypedDict
 
 from servescope.core.client import async_client
 from servescope.core.gpu import GpuSampler
-from servescope.core.kvbudget import KVBudget, fmt_concurrency
+from servescope.core.kvbudget import KVBudget, KvBudgetMeta, fmt_concurrency
 from servescope.core.results import GpuWindow, TelemetryWindow
 from servescope.core.telemetry import MetricsSampler
 from servescope.engine.background import Background
@@ -55,24 +55,6 @@ class GpuTable(TypedDict):
     available: bool
     count: NotRequired[int]
     reason: NotRequired[str]
-
-
-class KvBudgetMeta(TypedDict, total=False):
-    """session.toml's `kv_budget`: what /metrics (KVBudget.as_dict), a launched server's log or llama.cpp's
-    slots state, and the concurrency each synthetic workload's longest request allows."""
-
-    kv_cache_tokens: Required[int]
-    source: Required[str]  # "metrics", "log", "metrics+log" or "llama.cpp /props"
-    num_gpu_blocks: int | None
-    block_size: int | None
-    cache_dtype: str | None
-    gpu_memory_utilization: float | None
-    concurrency_at_tokens: int | None
-    concurrency_at: float | None
-    log_kv_cache_tokens: int
-    slots: int  # llama.cpp: parallel slots of slot_tokens each
-    slot_tokens: int
-    max_concurrency_by_workload: dict[str, float]
 
 
 @dataclass
@@ -257,11 +239,8 @@ def kv_budget_meta(budget: KVBudget | None, log_budget: KVBudget | None,
     with the concurrency each (synthetic) workload's longest request allows. None when neither says."""
     kv: KvBudgetMeta
     if budget is not None:
-        b, a = budget, budget.as_dict()
-        kv = {"kv_cache_tokens": a["kv_cache_tokens"], "source": "metrics+log" if log_budget is not None else "metrics",
-              "num_gpu_blocks": a["num_gpu_blocks"], "block_size": a["block_size"], "cache_dtype": a["cache_dtype"],
-              "gpu_memory_utilization": a["gpu_memory_utilization"],
-              "concurrency_at_tokens": a["concurrency_at_tokens"], "concurrency_at": a["concurrency_at"]}
+        b, kv = budget, budget.as_dict()
+        kv["source"] = "metrics+log" if log_budget is not None else "metrics"
         if log_budget is not None:
             kv["log_kv_cache_tokens"] = log_budget.tokens
     elif log_budget is not None:

@@ -338,7 +338,7 @@ def gpu_cell_line(gpu: GpuWindow | Mapping[str, object] | None) -> str:
 
 def budget_line(kv: Mapping[str, object] | None, workload: str | None, concurrency: int | None) -> str:
     """'KV cache 12,752 tokens: sharegpt fits 16.6x; c=32 is over it (queueing, preemptions)'. `kv` is the KV
-    budget as the engine states it (core.kvbudget.KVBudgetDict, the sweep's max_concurrency_by_workload)."""
+    budget as the engine states it (core.kvbudget.KvBudgetMeta, the sweep's max_concurrency_by_workload)."""
     def count(key: str) -> int:
         v = kv.get(key) if kv else None
         return int(v) if isinstance(v, (int, float)) else 0
