@@ -403,10 +403,10 @@ class _Stream:
                 f"the server's usage is not a token count: {what} (expected an integer from 0 to {self.bound})",
                 self.secret)
 
-    def _usage(self, prompt: int | None, completion: int | None, reasoning: int | None,
-               cached: int | None = None) -> Counts | None:
+    def _usage(self, prompt: object, completion: object, reasoning: object, cached: object = None) -> Counts | None:
         """The counts when each is absent or an integer from 0 to the bound (cached: to the prompt's count);
-        else None (and bad_usage)."""
+        else None (and bad_usage). They may come decoded leniently (any JSON): one that is not an integer is bad
+        usage too."""
         b = self.bound  # every chunk carries usage (continuous_usage_stats): the plausible case first, cheaply
         if ((prompt is None or (type(prompt) is int and 0 <= prompt <= b))
                 and (completion is None or (type(completion) is int and 0 <= completion <= b))
@@ -421,20 +421,6 @@ class _Stream:
                 return None
         self._bad(f"prompt_tokens_details.cached_tokens = {_show(cached)} is more than prompt_tokens = {prompt}")
         return None
-
-    def _loose_usage(self, prompt: object, completion: object, reasoning: object, cached: object) -> Counts | None:
-        """`_usage` of counts decoded leniently (any JSON): one that is not an integer is bad usage too."""
-        for name, v in (("prompt_tokens", prompt), ("completion_tokens", completion),
-                        ("completion_tokens_details.reasoning_tokens", reasoning),
-                        ("prompt_tokens_details.cached_tokens", cached)):
-            if v is not None and (type(v) is not int or v < 0 or v > self.bound):
-                self._bad(f"{name} = {_show(v)}")
-                return None
-
-        def count(v: object) -> int | None:
-            return v if type(v) is int else None
-
-        return self._usage(count(prompt), count(completion), count(reasoning), count(cached))
 
     def _event(self, data: bytes, now: int) -> None:
         self.events += 1
@@ -514,7 +500,7 @@ class _Stream:
                 elif pdet is not None and not isinstance(pdet, dict):
                     self._bad(f"prompt_tokens_details = {_show(pdet)}")
                 else:
-                    usage = self._loose_usage(raw.get("prompt_tokens"), raw.get("completion_tokens"),
+                    usage = self._usage(raw.get("prompt_tokens"), raw.get("completion_tokens"),
                                         det.get("reasoning_tokens") if det is not None else None,
                                         pdet.get("cached_tokens") if pdet is not None else None)
         if self.reply is not None and has_content:
