@@ -137,11 +137,13 @@ def _loads(args: argparse.Namespace, session: Any) -> list[Any]:
         return [Load(concurrency=c) for c in f.int_list(args.concurrency, "--concurrency") or ()]
     if args.rate:
         return [Load(rate=r) for r in f.float_list(args.rate, "--rate") or ()]
-    load = session.info.load
-    if load.concurrency:
-        return [Load(concurrency=c) for c in load.concurrency]
-    if load.rates:
-        return [Load(rate=r) for r in load.rates]
+    planned = session.info.cells  # the loads the session planned, in their order
+    conc = sorted({c.concurrency for c in planned if c.concurrency is not None})
+    if conc:
+        return [Load(concurrency=c) for c in conc]
+    rates = sorted({c.rate for c in planned if c.rate is not None})
+    if rates:
+        return [Load(rate=r) for r in rates]
     return [Load(concurrency=c) for c in (1, 4, 16)]
 
 

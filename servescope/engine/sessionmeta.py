@@ -1,12 +1,13 @@
 """What a sweep session records about itself: session.toml's metadata (the target, the model, the workloads,
-the load, the planned cells) and the settings each cell's row records that it really ran with. Plain
+the planned cells, each with its load: the one place a cell's load is stored; the sweep's load as asked is
+its [sweep.load]) and the settings each cell's row records that it really ran with. Plain
 functions of the sweep, so that the runner and anything else that writes a sweep session write one shape."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import NotRequired, TypedDict, TypeVar
+from typing import NotRequired, TypedDict
 
 from servescope.core.secrets import redact_command, redact_sweep_table, redact_text
 from servescope.core.target import ModelInfo, TargetInfo
@@ -16,27 +17,12 @@ from servescope.engine.spec import SweepSpec
 
 __all__ = ["NewSessionMeta", "ran_with", "session_meta"]
 
-T = TypeVar("T")
-
-
 class TargetTable(TypedDict):
     url: str
     version: str | None
     metrics: bool
     tokenizer: str
     engine: str
-
-
-class LoadTable(TypedDict):
-    concurrency: list[int] | None
-    rates: list[float] | None
-    arrival: str
-    max_concurrency: int | None
-    requests: int | None
-    duration_s: float | None
-    warmup: int
-    timeout_s: float
-    ignore_eos: bool
 
 
 class ServerTable(TypedDict):
@@ -55,7 +41,6 @@ class NewSessionMeta(TypedDict):
     max_model_len: int | None
     models_json: str
     workloads: list[Mapping[str, object]]  # Workload.to_dict()
-    load: LoadTable
     slos: dict[str, float]
     tags: dict[str, str]
     sweep: Mapping[str, object]  # the sweep-file table (SweepSpec.to_table), its secrets redacted
@@ -78,11 +63,6 @@ def session_meta(spec: SweepSpec, cells: Sequence[Cell], *, name: str, label: st
         "max_model_len": model.max_model_len,
         "models_json": redact_text(json.dumps(target.raw_models, default=str), [api_key]),
         "workloads": [w.to_dict() for w in spec.workloads],
-        "load": {
-            "concurrency": _list(spec.concurrency), "rates": _list(spec.rates), "arrival": spec.arrival,
-            "max_concurrency": spec.max_concurrency, "requests": spec.requests, "duration_s": spec.duration_s,
-            "warmup": spec.warmup, "timeout_s": spec.timeout_s, "ignore_eos": spec.ignore_eos,
-        },
         "slos": dict(spec.slos),
         "tags": dict(spec.tags),
         "sweep": redact_sweep_table(spec.to_table(inline_workloads=True)),  # secrets never stored
@@ -101,7 +81,3 @@ def ran_with(spec: SweepSpec, tokenizer: str) -> dict[str, str]:
     columns each cell's row adds to `Cell.row()`."""
     return {"tokenizer": tokenizer, "transport": spec.transport,
             "telemetry_interval": dump_interval(spec.telemetry_interval_s)}
-
-
-def _list(v: tuple[T, ...] | None) -> list[T] | None:
-    return list(v) if v is not None else None

@@ -96,6 +96,7 @@ from servescope.sessions.views import (
     choose_slos,
     fmt_num,
     fmt_pct,
+    planned_load,
     session_label,
     session_slos,
     slo_text,
@@ -490,7 +491,7 @@ def _facts(session: Session) -> dict[str, str]:
     """What a session measured with, beyond its workloads: the facts two sessions must share to be judged."""
     i = session.info
     return {"servescope version": clean_text(i.servescope_version),
-            "warmup": str(i.load.warmup or 0),
+            "warmup": ", ".join(map(str, planned_load(session).warmups)) or "0",
             "max model length": str(i.max_model_len) if i.max_model_len is not None else "",
             "tokenizer": clean_text(i.target.tokenizer or ""),
             "client host": clean_text(i.host if i.host != "?" else "")}

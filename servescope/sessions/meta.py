@@ -24,18 +24,6 @@ class TargetMeta(msgspec.Struct, frozen=True, kw_only=True):
     engine: str | None = None  # "vllm" | "llamacpp" | "openai" (older sessions: absent)
 
 
-class LoadMeta(msgspec.Struct, frozen=True, kw_only=True):
-    concurrency: list[int] | None = None
-    rates: list[float] | None = None
-    arrival: str | None = None
-    max_concurrency: int | None = None
-    requests: int | None = None
-    duration_s: float | None = None
-    warmup: int | None = None
-    timeout_s: float | None = None
-    ignore_eos: bool | None = None
-
-
 class ServerMeta(msgspec.Struct, frozen=True, kw_only=True):
     """Set when servescope launched the server: its command, the variants swept, the arguments it ran with."""
 
@@ -46,11 +34,40 @@ class ServerMeta(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PlannedCell(msgspec.Struct, frozen=True, kw_only=True):
-    """A cell of the plan (`[[cells]]`: `Cell.row()` and its status); the writer finds it by its index."""
+    """A cell of the plan (`[[cells]]`): what was asked of it (`Cell.row()`: workload, load, repeat, server
+    variant), what it ran with (tokenizer, transport, telemetry interval: added when it is written) and its
+    status. The one place a cell's load is stored (schema 4); cells.parquet holds what was measured, by
+    `index`, and `Session.cells` joins the two. The writer finds a cell by its index."""
 
     index: int
     status: str = "planned"
+    reason: str = ""
+    server_variant: str = ""
     workload: str | None = None
+    api: str | None = None
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: str | None = None
+    max_concurrency: int | None = None
+    burstiness: float | None = None
+    ramp_s: float | None = None
+    pattern: str | None = None
+    requests_planned: int | None = None
+    duration_s_planned: float | None = None
+    warmup: int | None = None
+    load_label: str | None = None  # the load as people read it ("c=4"); comparisons join on the numbers
+    repeat: int | None = None
+    tokenizer: str | None = None
+    transport: str | None = None
+    telemetry_interval: str | None = None
+
+
+# cells.parquet's columns that come from the plan ([[cells]]) in schema 4, in their order, with their types
+PLAN_COLUMNS: tuple[tuple[str, type], ...] = (
+    ("index", int), ("server_variant", str), ("workload", str), ("api", str), ("concurrency", int), ("rate", float),
+    ("arrival", str), ("max_concurrency", int), ("burstiness", float), ("ramp_s", float), ("pattern", str),
+    ("requests_planned", int), ("duration_s_planned", float), ("warmup", int), ("load_label", str), ("repeat", int),
+    ("tokenizer", str), ("transport", str), ("telemetry_interval", str))
 
 
 class SessionEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,7 +93,6 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
     models_json: str | None = None
     # the tables below are passed through as written: each is read (and checked) where it is used
     workloads: list[dict[str, object]] = msgspec.field(default_factory=list)  # workload tables (Workload.to_dict)
-    load: LoadMeta = msgspec.field(default_factory=LoadMeta)
     slos: dict[str, float] = msgspec.field(default_factory=dict)
     tags: dict[str, object] = msgspec.field(default_factory=dict)  # TOML values, strings when servescope wrote them
     cells: list[PlannedCell] = msgspec.field(default_factory=list)

@@ -20,6 +20,7 @@ from servescope.sessions.compare import CellView, Comparison, ThinkingCost, Work
 from servescope.sessions.quality import load_quality_rows
 from servescope.sessions.store import Session
 from servescope.sessions.twin import TwinRecord
+from servescope.sessions.views import planned_load
 
 
 @dataclass
@@ -113,18 +114,7 @@ def _setup(rep: SessionReport) -> list[str]:
         if sv is not None and finite(sv.kv_cache_tokens):
             kv = finite(sv.kv_cache_tokens)
             break
-    load = m.load
-    conc = load.concurrency
-    rates = load.rates
-    load_txt = (f"concurrency {', '.join(map(str, conc))}" if conc else
-                f"rates {', '.join(f'{r:g}' for r in rates)}/s {load.arrival or ''}" if rates else
-                "each workload's defaults")
-    if load.requests:
-        load_txt += f"; {load.requests} requests per cell"
-    if load.duration_s:
-        load_txt += f"; {load.duration_s:g} s per cell"
-    if load.warmup:
-        load_txt += f"; {load.warmup} warmup requests"
+    load_txt = planned_load(rep.session).text()
     tags = m.tags
     dates = clean_text(m.started_at if m.started_at is not None else "?")
     if m.ended_at:

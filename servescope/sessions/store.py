@@ -1,9 +1,12 @@
 """Sessions on disk: one directory per run.
 
-    session.toml         metadata (schema_version, target, model, workloads, loads, SLOs, tags, status, cells)
-                         and the whole sweep as a [sweep] table in the sweep-file format (schema 2), from
-                         which `servescope resume` and `servescope run --sweep SESSION/session.toml` start
-    cells.parquet        one row per finished or skipped cell: its plan and its summary
+    session.toml         metadata (schema_version, target, model, workloads, SLOs, tags, status), every planned
+                         cell ([[cells]]: its workload, its load, its status: the one place a cell's plan is
+                         stored), and the whole sweep as a [sweep] table in the sweep-file format (its
+                         [sweep.load] the load as asked), from which `servescope resume` and
+                         `servescope run --sweep SESSION/session.toml` start
+    cells.parquet        one row per finished or skipped cell: its index, status and summary (what was
+                         measured); `Session.cells` joins each row to its plan
     requests/cell-NNNN.parquet   one row per request of that cell: raw stamps and counts
     quality.json         the quality probe's results (core.quality.QualityResult.to_dict()), when it ran: in a
                          session of kind "quality" (no cells) or beside a sweep's cells; session.toml's
@@ -32,10 +35,12 @@ from servescope.core.quality import QualityResult
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text, slug
 from servescope.sessions.live import BUS_FILES, RunnerState, runner_state
-from servescope.sessions.meta import SessionMeta
+from servescope.sessions.meta import PLAN_COLUMNS, SessionMeta
 from servescope.workloads.spec import parse_toml
 
-SCHEMA_VERSION = 3  # 3: each distribution's `n` in the cells' summaries; 2: the [sweep] table; older ones read as they are
+# 4: each cell's plan stored once, in [[cells]] (no [load] table, no plan columns in cells.parquet);
+# 3: each distribution's `n` in the cells' summaries; 2: the [sweep] table; older ones read as they are
+SCHEMA_VERSION = 4
 QUALITY_FILE = "quality.json"
 _SECRET_KEYS = frozenset({"api_key", "api_key_env", "token", "password", "secret", "authorization", "headers"})
 
@@ -114,6 +119,51 @@ def _flatten(summary: Mapping[str, object]) -> dict[str, object]:
 
 summary_columns = _flatten
 
+_PLAN_KEYS = frozenset(k for k, _ in PLAN_COLUMNS) - {"index"}
+_POLARS_TYPES: dict[type, type[pl.DataType]] = {int: pl.Int64, float: pl.Float64, str: pl.Utf8}
+
+
+def _index(row: Mapping[str, object]) -> int:
+    idx = row.get("index")
+    if not isinstance(idx, int) or isinstance(idx, bool):
+        raise TypeError(f"a cell's index is a number, not {idx!r}")
+    return idx
+
+
+def _plan_part(row: Mapping[str, object]) -> dict[str, object]:
+    """What a cell's row says about what was asked (its [[cells]] entry in session.toml)."""
+    return {k: v for k, v in row.items() if k in _PLAN_KEYS}
+
+
+def _measured_part(row: Mapping[str, object]) -> dict[str, object]:
+    """What a cell's row says about what was measured (its row in cells.parquet): all but the plan."""
+    return {k: v for k, v in row.items() if k not in _PLAN_KEYS}
+
+
+def join_plan(cells: pl.DataFrame, planned: list[object]) -> pl.DataFrame:
+    """cells.parquet's rows (schema 4) with their plan's columns from session.toml's [[cells]] before the
+    measured ones, as every reader sees a session's cells; a column the file holds itself is kept."""
+    if not cells.height or "index" not in cells.columns:
+        return cells
+    missing = [(k, t) for k, t in PLAN_COLUMNS if k != "index" and k not in cells.columns]
+    if not missing:
+        return cells
+    by_index = {c["index"]: c for c in planned if isinstance(c, Mapping) and isinstance(c.get("index"), int)}
+    rows = [by_index.get(i, {}) for i in cells["index"].to_list()]
+    plan = pl.DataFrame([pl.Series(k, [_typed(r.get(k), t) for r in rows], dtype=_POLARS_TYPES[t]) for k, t in missing])
+    joined = pl.concat([cells, plan], how="horizontal")
+    order = [k for k, _ in PLAN_COLUMNS if k in joined.columns]
+    return joined.select(order + [c for c in joined.columns if c not in order])
+
+
+def _typed(v: object, t: type) -> object:
+    """A [[cells]] value as its column's type; None where it is missing or of another type."""
+    if isinstance(v, bool):
+        return None
+    if t is float:
+        return float(v) if isinstance(v, (int, float)) else None
+    return v if isinstance(v, t) else None
+
 
 @dataclass
 class SessionWriter:
@@ -148,14 +198,27 @@ class SessionWriter:
 
     @classmethod
     def open(cls, path: Path) -> SessionWriter:
-        """Reopen a session to continue it (`servescope resume`)."""
+        """Reopen a session to continue it (`servescope resume`). A session of an older schema is brought to
+        this one first (its cells' plans moved into [[cells]], its [load] table dropped) and saved so, before
+        anything is added to it: a session on disk is always one schema, whole."""
         s = load_session(path)
         rows = s.cells.drop("summary_json").to_dicts() if "summary_json" in s.cells.columns else s.cells.to_dicts()
         if "summary_json" in s.cells.columns:
             for r, js in zip(rows, s.cells["summary_json"].to_list(), strict=True):
                 r["summary_json"] = js
         (s.path / "requests").mkdir(exist_ok=True)
-        return cls(s.path, s.meta, rows)
+        w = cls(s.path, s.meta, [])
+        upgrade = s.meta.get("schema_version") != SCHEMA_VERSION
+        if upgrade:
+            for r in rows:
+                w._plan_entry(_index(r)).update({k: v for k, v in _plan_part(r).items() if v is not None})
+            w.meta.pop("load", None)
+            w.meta["schema_version"] = SCHEMA_VERSION
+        w.cell_rows = [_measured_part(r) for r in rows]
+        if upgrade:  # the plans first: the file's own columns still stand
+            w.save_meta()
+            _atomic_parquet(w.path / "cells.parquet", w._cells_frame())
+        return w
 
     def add_event(self, kind: str, text: str) -> None:
         events = self.meta.get("events")
@@ -170,6 +233,18 @@ class SessionWriter:
     def _planned(self) -> list[dict[str, object]]:
         cells = self.meta.get("cells")
         return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
+
+    def _plan_entry(self, index: int) -> dict[str, object]:
+        """The [[cells]] entry of cell `index`, added (as planned) when the plan lacks it (an imported run)."""
+        for c in self._planned():
+            if c.get("index") == index:
+                return c
+        cells = self.meta.get("cells")
+        if not isinstance(cells, list):
+            cells = self.meta["cells"] = []
+        entry: dict[str, object] = {"index": index, "status": "planned"}
+        cells.append(entry)
+        return entry
 
     def cell_statuses(self) -> dict[int, str]:
         """Each planned cell's status by its index (a resumed sweep runs again only those not finished)."""
@@ -199,20 +274,22 @@ class SessionWriter:
         The summary is written as `summary_json` (`CellResult.to_dict()`, which reads back into the same
         CellResult) with its figures flattened into the table's columns. A `suffix` (a lost attempt: "-lost1")
         keeps that attempt's requests beside the re-run's."""
-        idx = plan_row["index"]
-        if not isinstance(idx, int):
-            raise TypeError(f"a cell's index is a number, not {idx!r}")
+        idx = _index(plan_row)
         if requests is not None:
             _atomic_parquet(self.path / "requests" / f"cell-{idx:04d}{suffix}.parquet",
                             requests.with_columns(cell=pl.lit(idx)))
-        row = dict(plan_row)
+        self._plan_entry(idx).update({k: v for k, v in _plan_part(plan_row).items() if v is not None})
+        row = _measured_part(plan_row)
         if summary is not None:
             d = summary.to_dict()
             row.update(_flatten(d))
             row["summary_json"] = json.dumps(d, default=str)
         self.cell_rows = [r for r in self.cell_rows if r["index"] != idx] + [row]
-        _atomic_parquet(self.path / "cells.parquet", pl.DataFrame(self.cell_rows, infer_schema_length=None))
+        _atomic_parquet(self.path / "cells.parquet", self._cells_frame())
         self.set_cell_status(idx, str(row.get("status", "done")), str(row.get("reason", "")))
+
+    def _cells_frame(self) -> pl.DataFrame:
+        return pl.DataFrame(self.cell_rows, infer_schema_length=None)
 
     def write_quality(self, result: QualityResult, settings: Mapping[str, object]) -> None:
         """Persist the quality probe's results as quality.json, then its settings (tasks, contexts, n, top_k,
@@ -364,6 +441,12 @@ def load_session(path: str | Path) -> Session:
         raise damaged(cells_path, e) from None
     if cells.height and "index" not in cells.columns:
         raise damaged(cells_path, ValueError("no index column"))
+    if int(str(meta.get("schema_version"))) >= 4:  # each cell's plan is in session.toml: every row needs one
+        planned = {c.get("index") for c in _array(meta.get("cells")) if isinstance(c, Mapping)}
+        lost = [i for i in (cells["index"].to_list() if cells.height else []) if i not in planned]
+        if lost:
+            raise damaged(toml_path, ValueError(f"cell {lost[0]} of cells.parquet has no [[cells]] entry (its plan)"))
+        cells = join_plan(cells, _array(meta.get("cells")))
     for f in request_files(p):
         check_parquet_ends(f)
     s = Session(p, meta, cells)
@@ -448,7 +531,7 @@ def migrate_v1(meta: Mapping[str, object]) -> dict[str, object]:
     it recorded (the settings 0.1 did not record, tokenizer, transport and telemetry interval, were the
     defaults then). The file on disk is rewritten only when the session is written again (resume)."""
     out = dict(meta)
-    out["schema_version"] = SCHEMA_VERSION
+    out["schema_version"] = 2
     load = _table(meta.get("load"))
     server = _table(meta.get("server"))
     target = _table(meta.get("target"))

@@ -4,9 +4,9 @@ typed summary), the SLOs a session is judged by, and the number formats every ta
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import msgspec
 import polars as pl
@@ -17,6 +17,9 @@ from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.sessions.store import Session
+
+N = TypeVar("N", int, float)
+M = TypeVar("M")
 
 # "usable" in the field reports (seed 004): TTFT < 3 s and > 20 tok/s per user. Used when no SLOs were set.
 DEFAULT_SLOS: dict[str, float] = {"ttft_ms": 3000.0, "per_user_tok_s": 20.0}
@@ -122,6 +125,61 @@ def _opt_int(v: object) -> int | None:
 
 def _opt_float(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
+
+
+class PlannedLoad(NamedTuple):
+    """The loads a session's cells were planned with, each value once in plan order: read from the cells'
+    plans ([[cells]]), the one place a session stores its load."""
+
+    concurrency: list[int]
+    rates: list[float]
+    arrivals: list[str]
+    requests: list[int]
+    durations_s: list[float]
+    warmups: list[int]
+
+    def text(self) -> str:
+        """`concurrency 1, 8; 32 requests per cell; 2 warmup requests`, as the report's set-up states it."""
+        arrival = f" {'/'.join(self.arrivals)}" if self.arrivals else ""
+        out = (f"concurrency {', '.join(map(str, self.concurrency))}" if self.concurrency else
+               f"rates {', '.join(f'{r:g}' for r in self.rates)}/s{arrival}" if self.rates else
+               "each workload's defaults")
+        if self.requests:
+            out += f"; {'-'.join(str(n) for n in _ends(self.requests))} requests per cell"
+        if self.durations_s:
+            out += f"; {'-'.join(f'{d:g}' for d in _ends(self.durations_s))} s per cell"
+        if any(self.warmups):
+            out += f"; {'-'.join(str(n) for n in _ends(self.warmups))} warmup requests"
+        return out
+
+
+def _ends(values: list[N]) -> list[N]:
+    """One value, or the smallest and the largest."""
+    return values[:1] if len(set(values)) == 1 else [min(values), max(values)]
+
+
+def planned_load(session: Session) -> PlannedLoad:
+    """The session's loads from its cells' plans (a session without planned cells: from its cells' rows)."""
+    planned: Sequence[Mapping[str, object]] = [msgspec.structs.asdict(c) for c in session.info.cells]
+    if not planned and session.cells.height:
+        planned = session.cells.to_dicts()
+
+    def distinct(key: str, conv: Callable[[object], M | None]) -> list[M]:
+        out: list[M] = []
+        for c in planned:
+            v = conv(c.get(key))
+            if v is not None and v not in out:
+                out.append(v)
+        return out
+
+    return PlannedLoad(distinct("concurrency", _opt_int), distinct("rate", _opt_float),
+                       distinct("arrival", _opt_str),
+                       distinct("requests_planned", _opt_int), distinct("duration_s_planned", _opt_float),
+                       distinct("warmup", _opt_int))
+
+
+def _opt_str(v: object) -> str | None:
+    return v if isinstance(v, str) and v else None
 
 
 def workload_order(session: Session) -> list[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from servescope.core.client import ClientOptions, RequestSpec
@@ -275,7 +276,12 @@ async def test_session_holds_the_whole_sweep_and_arrival_defaults_to_poisson(tmp
     sweep = s.meta["sweep"]
     assert sweep == spec.to_table(inline_workloads=True)
     assert SweepSpec.from_table(sweep) == spec
-    assert s.meta["load"]["rates"] == [50.0] and s.meta["load"]["arrival"] == "poisson"
+    # the load stored once: the sweep's as asked in [sweep.load], each cell's in its plan ([[cells]])
+    assert "load" not in s.meta and sweep["load"]["rates"] == [50.0]
+    [planned] = s.meta["cells"]
+    assert (planned["rate"], planned["arrival"], planned["load_label"]) == (50.0, "poisson", "rate 50/s poisson")
+    on_disk = pl.read_parquet(tmp_path / "s" / "cells.parquet").columns
+    assert not {"rate", "arrival", "load_label", "workload", "tokenizer"} & set(on_disk), on_disk
     assert s.meta["tags"] == {"quant": "FP8"}
     row = s.cells.row(0, named=True)  # what the cell really ran with
     assert (row["tokenizer"], row["transport"], row["telemetry_interval"]) == (

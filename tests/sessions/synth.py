@@ -93,10 +93,13 @@ def cell_frame(seed: int, n: int = 100, c: int = 4, ttft_ms: float = 100.0, tpot
     return records_frame(recs), (max(t_user) - 1_000_000) / 1e9
 
 
-def write_session(base: Path, name: str, cells: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> Path:
+def write_session(base: Path, name: str, cells: list[dict[str, Any]], meta: dict[str, Any] | None = None,
+                  warmup: int = 0) -> Path:
     """A session of workload `chat` with one cell per entry of `cells` (cell_frame's keyword arguments, plus
-    `c`); `meta` overrides session.toml keys (host, warmup, tokenizer...)."""
+    `c`), each planned with `warmup` warm-up requests; `meta` overrides session.toml keys (host, tokenizer...)."""
     planned = plan([(WORKLOAD, cl.get("c", 4), cl.get("n", 100)) for cl in cells])
+    for cell in planned:
+        cell.warmup = warmup
     w, ran = sweep_session(base / name, name, planned, model="m", max_model_len=4096, tokenizer="server")
     for cell, cl in zip(planned, cells, strict=True):
         df, wall = cell_frame(**cl)

@@ -182,20 +182,26 @@ def test_cells_join_on_the_planned_load_not_its_label(tmp_path: Path) -> None:
     """Two sessions' cells are the same cell when their workload and planned load agree, whatever label each
     stored for it (labels are for people and have changed wording between releases); the same label over a
     different planned load is not a match."""
-    import polars as pl
+    import tomllib
 
-    from servescope.sessions.store import _atomic_parquet
+    import tomli_w
 
     cells = [CellSpec("sharegpt", 1), CellSpec("sharegpt", 4)]
     a = load_session(build_session(tmp_path, SessionSpec("a", cells)))
     b_path = build_session(tmp_path, SessionSpec("b", cells, tags={"run": "b"}))
-    frame = pl.read_parquet(b_path / "cells.parquet")
-    _atomic_parquet(b_path / "cells.parquet", frame.with_columns(load_label=pl.format("{} users", "concurrency")))
+    toml = b_path / "session.toml"
+    meta = tomllib.loads(toml.read_text())
+    for c in meta["cells"]:  # the plan is where a schema-4 session keeps each cell's load and its label
+        c["load_label"] = f"{c['concurrency']} users"
+    toml.write_text(tomli_w.dumps(meta))
     comp = compare_sessions([a, load_session(b_path)])
     assert [(c.workload, c.load, c.concurrency) for c in comp.cells] == [("sharegpt", "c=1", 1), ("sharegpt", "c=4", 4)]
 
     # b's second cell planned at c=8 but still labelled "c=4": not a's c=4 cell
-    conc = pl.when(pl.col("concurrency") == 4).then(8).otherwise(pl.col("concurrency"))
-    _atomic_parquet(b_path / "cells.parquet", frame.with_columns(concurrency=conc))
+    for c in meta["cells"]:
+        c["load_label"] = f"c={c['concurrency']}"
+        if c["concurrency"] == 4:
+            c["concurrency"] = 8
+    toml.write_text(tomli_w.dumps(meta))
     comp = compare_sessions([a, load_session(b_path)])
     assert [(c.load, c.concurrency) for c in comp.cells] == [("c=1", 1)]

@@ -10,6 +10,7 @@ import pytest
 from servescope.core.errors import ServescopeError
 from servescope.sessions.meta import SessionMeta
 from servescope.sessions.store import load_session
+from servescope.sessions.views import PlannedLoad, planned_load
 
 from .conftest import CellSpec, SessionSpec, build_session
 
@@ -23,7 +24,8 @@ def test_a_written_session_reads_typed(tmp_path: Path) -> None:
     assert info.name == "gptq" and info.model == "Qwen/Qwen3.5-35B-A3B"
     assert info.target.url == "http://127.0.0.1:8000" and info.target.version == "0.32.0"
     assert info.target.metrics is True and info.max_model_len == 32768
-    assert info.load.concurrency == [1, 4] and info.load.warmup == 0
+    assert [c.concurrency for c in info.cells] == [1, 4] and [c.load_label for c in info.cells] == ["c=1", "c=4"]
+    assert planned_load(s) == PlannedLoad([1, 4], [], [], [20], [], [0])
     assert info.slos == {"ttft_ms": 500.0} and info.tags == {"quant": "GPTQ"}
     assert [c.status for c in info.cells] == ["done", "done"]
     assert info.workload_names == ["sharegpt"]
@@ -46,7 +48,7 @@ def test_defaults_and_unknown_keys() -> None:
     ({"schema_version": "2"}, "schema_version: expected int, got str"),
     ({}, "schema_version: missing"),
     ({"schema_version": 2, "target": {"url": 8000}}, "target.url: expected str, got int"),
-    ({"schema_version": 2, "load": {"concurrency": [1, "x"]}}, "load.concurrency[1]: expected int"),
+    ({"schema_version": 2, "cells": [{"index": 0, "concurrency": "4"}]}, "cells[0].concurrency: expected int"),
     ({"schema_version": 2, "slos": {"ttft_ms": "fast"}}, "slos.ttft_ms: expected float, got str"),
     ({"schema_version": 2, "cells": [{"index": 0}, 3]}, "cells[1]: expected object, got int"),
     ({"schema_version": 2, "max_model_len": 1.5}, "max_model_len: expected int"),

@@ -66,3 +66,26 @@ def test_old_sessions_open_with_their_cells(sessions: Path) -> None:
         assert all(x is not None and x.requests_ok > 0 for x in s.summaries()), d.name
         cells[d.name] = s.cells.height
     assert cells == {"fp8": 2, "gptq": 2, "gptq-again": 2, "tiny-chat": 1, "tiny-open": 2}
+
+
+@pytest.mark.parametrize("name", ["gptq", "tiny-open"])
+def test_reopening_an_old_session_moves_its_plan_into_session_toml(tmp_path: Path, name: str) -> None:
+    """Resuming (reopening for writing) an older session brings it to this schema: each cell's load is then stored
+    once, in its [[cells]] plan, the [load] table is gone, and the session reads and reports exactly as before."""
+    import polars as pl
+    import tomllib
+
+    from servescope.sessions.store import SCHEMA_VERSION, SessionWriter
+
+    where = tmp_path / "v2"
+    shutil.copytree(SESSIONS, where)
+    before = load_session(where / name).cells
+    expected = (OLD / f"report-{name}.md").read_text()
+    SessionWriter.open(where / name)
+    meta = tomllib.loads((where / name / "session.toml").read_text())
+    assert meta["schema_version"] == SCHEMA_VERSION and "load" not in meta
+    on_disk = pl.read_parquet(where / name / "cells.parquet").columns
+    assert not {"concurrency", "rate", "load_label", "workload"} & set(on_disk), on_disk
+    after = load_session(where / name).cells
+    assert after.select(before.columns).to_dicts() == before.to_dicts()
+    assert _run(where, ["report", name]) == expected

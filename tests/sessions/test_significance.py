@@ -38,7 +38,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_session(d, "same", cells(101))
     write_session(d, "slower", cells(201, SLOWER))
     write_session(d, "faster", cells(301, FASTER))
-    write_session(d, "slower-warm", cells(401, SLOWER), meta={"load": {"concurrency": [1, 4], "warmup": 5}})
+    write_session(d, "slower-warm", cells(401, SLOWER), warmup=5)
     write_session(d, "longer", [dict(seed=501, c=1, n=100, out=40), dict(seed=502, c=4, n=200, out=40)])
     return d
 

@@ -68,7 +68,7 @@ def write_session(base: Path, name: str, started: str, tags: dict[str, str], sta
         "name": name, "target": {"url": "sim://tiny", "version": "0.32.0-sim", "metrics": True,
                                  "tokenizer": "server /tokenize"},
         "model": "tiny", "max_model_len": 8192, "workloads": [PRESETS["sharegpt"].to_dict()],
-        "load": {"concurrency": list(loads), "requests": 60}, "slos": slos, "tags": tags,
+        "slos": slos, "tags": tags,
         "cells": [{"index": i, "workload": "sharegpt", "concurrency": c, "load_label": f"c={c}", "status": "planned"}
                   for i, c in enumerate(loads)],
     }
