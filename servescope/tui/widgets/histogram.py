@@ -1,10 +1,15 @@
 """A latency histogram drawn with unicode block characters: cheap enough to redraw several times a second,
-readable without colour (p50 and p99 are marked with characters, not only with colour)."""
+readable without colour (p50 and p99 are marked with characters, not only with colour).
+
+Where the markers go: the `▲` of p50 and of p99 always sits in a column of the bin that holds that
+percentile (`Bins.column_of`), whatever else is on the axis line. When a label (the minimum, the maximum,
+its unit) would touch a marker, the label gives way, never the marker (see `axis_tokens`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.reactive import reactive
@@ -39,45 +44,176 @@ def _fmt(v: float) -> str:
     return f"{v:.2f}"
 
 
+@dataclass(frozen=True)
+class Bins:
+    """The histogram's geometry: `nbins` equal bins over [lo, hi] drawn across `width` columns (nbins <= width).
+
+    Bin i holds the values v with lo + i*step <= v < lo + (i+1)*step (step = (hi - lo) / nbins); values below
+    lo land in the first bin, values at or beyond hi in the last. Column c draws bin c*nbins // width, so a
+    bin is one column wide or several adjacent ones."""
+
+    lo: float
+    hi: float
+    nbins: int
+    width: int
+
+    @classmethod
+    def for_values(cls, sorted_values: Sequence[float], width: int) -> Bins:
+        """The bins the widget draws for these (sorted, non-empty) values: from the minimum to p99.5 (to the
+        maximum for 20 values or fewer), so one outlier does not squash the picture; few values get fewer,
+        wider bins, many get one bin per column."""
+        lo = float(sorted_values[0])
+        hi = percentile(sorted_values, 99.5) if len(sorted_values) > 20 else float(sorted_values[-1])
+        if hi <= lo:
+            hi = lo + max(abs(lo) * 0.01, 1e-6)
+        nbins = max(1, min(width, max(8, int(math.sqrt(len(sorted_values)) * 4))))
+        return cls(lo, hi, nbins, width)
+
+    def bin_of(self, v: float) -> int:
+        """The bin that holds the value v."""
+        span = self.hi - self.lo if self.hi > self.lo else 1.0
+        x = (v - self.lo) / span * self.nbins
+        return 0 if not x > 0 else min(self.nbins - 1, int(x))  # `not x > 0` also catches NaN
+
+    def bin_at(self, column: int) -> int:
+        """The bin that column draws."""
+        return column * self.nbins // self.width
+
+    def columns(self, i: int) -> range:
+        """The columns that draw bin i (at least one, as nbins <= width)."""
+        return range(-(-i * self.width // self.nbins), -(-(i + 1) * self.width // self.nbins))
+
+    def column_of(self, v: float) -> int:
+        """The column of v's marker: a column of the bin that holds v, the one nearest v's place on the
+        axis when the bin is several columns wide."""
+        cols = self.columns(self.bin_of(v))
+        span = self.hi - self.lo if self.hi > self.lo else 1.0
+        x = (v - self.lo) / span * self.width
+        want = int(x) if math.isfinite(x) else 0
+        return max(cols[0], min(cols[-1], want))
+
+    def counts(self, values: Sequence[float]) -> list[int]:
+        """How many of the values each bin holds."""
+        out = [0] * self.nbins
+        for v in values:
+            out[self.bin_of(v)] += 1
+        return out
+
+
+Piece = tuple[int, str, bool]  # (start column, text, is a marker)
+
+
+def _marker_layouts(width: int, marks: list[tuple[int, str]]) -> list[tuple[int, list[Piece]]]:
+    """The ways to draw the markers, each with its cost (lower reads better). Every `▲` is at its column in
+    all of them. Its number follows it (`▲50`), or comes before it (`99▲`, `50▲▲99`) where there is no room
+    after it. Two markers too close to carry a number each share one label after the last `▲`, numbers in
+    column order (`▲50,99` for one column, `▲ ▲50,99` for two), or before the first (`50,99▲`); last come
+    the bare `▲`s. Only layouts inside the width, with a blank between separate markers, are listed."""
+    marks = sorted(marks)
+    out: list[tuple[int, list[Piece]]] = []
+    if len(marks) == 2 and marks[0][0] != marks[1][0]:
+        (c1, n1), (c2, n2) = marks
+        after1, before1 = (c1, "▲" + n1, True), (c1 - len(n1), n1 + "▲", True)
+        after2, before2 = (c2, "▲" + n2, True), (c2 - len(n2), n2 + "▲", True)
+        out += [(0, [after1, after2]), (2, [after1, before2]), (3, [before1, before2]), (4, [before1, after2])]
+    cols = sorted({c for c, _ in marks})
+    names = ",".join(n for _, n in marks)
+    shape = "".join("▲" if c in cols else " " for c in range(cols[0], cols[-1] + 1))
+    out += [(1, [(cols[0], shape + names, True)]), (3, [(cols[0] - len(names), names + shape, True)])]
+    out.append((20, [(cols[0], shape, True)]))  # narrower than 10 columns: the ▲s without their numbers
+
+    def ok(pieces: list[Piece]) -> bool:
+        if any(s < 0 or s + len(t) > width for s, t, _ in pieces):
+            return False
+        # a blank between separate markers, except two bare ▲s side by side (`50▲▲99`)
+        return all(a[0] + len(a[1]) < b[0] + (a[1][-1] == b[1][0] == "▲")
+                   for a, b in zip(pieces, pieces[1:], strict=False))
+
+    return [(cost, pieces) for cost, pieces in out if ok(pieces)]
+
+
+def _free(width: int, taken: list[Piece], start: int, length: int) -> bool:
+    """Whether [start, start+length) is inside the line with a blank on each side towards anything taken."""
+    if start < 0 or start + length > width:
+        return False
+    return all(start + length < s or start > s + len(t) for s, t, _ in taken)
+
+
+def _label_layout(width: int, taken: list[Piece], low: str, high: str, unit: str) -> tuple[int, list[Piece]]:
+    """Place the minimum and maximum labels around the markers already `taken`: the cheapest way, and its cost.
+
+    The minimum's place is the left edge, the maximum's the right edge with the unit. A label that a marker
+    keeps from its place moves, the minimum to the first free place, the maximum to the last one, and is
+    named (`min 3218`, `max 5029 ms`) so that it is read neither as a marker's value nor as an end of the
+    axis. The unit is on the axis once, with the maximum, else with the minimum (`3218 ms`); only where
+    neither can carry it is it left to the title. A label with nowhere to go is left out. Costs: a label in
+    its place 0, moved 3, left out 10, each 1 more while the unit is on the minimum rather than the
+    maximum; no unit on the axis 5."""
+    u = f" {unit}" if unit else ""
+    lows = [(0, low, False), (1, low + u, False), (3, "min " + low, True), (4, "min " + low + u, True)]
+    highs = [(0, high + u, False), (1, high, False), (3, "max " + high + u, True), (4, "max " + high, True)]
+
+    def place(pieces: list[Piece], text: str, moved: bool, right: bool, after: int) -> int | None:
+        if not moved:
+            starts: Sequence[int] = [width - len(text) if right else 0]
+        else:
+            starts = range(width - len(text), after, -1) if right else range(after + 1, width)
+        return next((s for s in starts if s > after and _free(width, pieces, s, len(text))), None)
+
+    best: tuple[int, list[Piece]] = (10 + 10 + 5 * bool(unit), list(taken))
+    for lcost, ltext, lmoved in [*lows, (10, "", False)]:
+        if lcost >= best[0]:
+            continue
+        pieces = list(taken)
+        low_end = -1
+        if ltext:
+            at = place(pieces, ltext, lmoved, False, -1)
+            if at is None:
+                continue
+            pieces.append((at, ltext, False))
+            low_end = at + len(ltext)
+        for hcost, htext, hmoved in [*highs, (10, "", False)]:
+            shown = (bool(ltext) and lcost in (1, 4)) or hcost in (0, 3)  # the unit is on the axis
+            cost = lcost + hcost + (0 if shown or not u else 5)
+            if cost >= best[0]:
+                continue
+            if not htext:
+                best = (cost, pieces)
+                continue
+            at = place(pieces, htext, hmoved, True, low_end)
+            if at is not None:
+                best = (cost, [*pieces, (at, htext, False)])
+    return best
+
+
 def axis_tokens(width: int, lo: float, hi: float, p50: float, p99: float, maxv: float,
-                unit: str = "") -> list[tuple[str, bool]]:
-    """The histogram's axis line as (text, is_marker) pieces, `width` characters in all: the minimum at
-    the left edge, the maximum and the unit at the right edge, `▲50` and `▲99` as close to their bins'
-    columns as the other labels allow. No two labels touch (a digit never sits next to a `▲`), and none
-    is dropped at any width >= 30 (narrower, the unit goes first, then the maximum, then the minimum)."""
-    span = hi - lo if hi > lo else 1.0
+                unit: str = "", *, nbins: int | None = None) -> list[tuple[str, bool]]:
+    """The histogram's axis line as (text, is_marker) pieces, exactly `width` characters in all.
 
-    def col(v: float) -> int:
-        return max(0, min(width - 1, int((v - lo) / span * width)))
-
-    right = f"{_fmt(maxv)} {unit}".strip()
-    labels: list[tuple[str, int, bool]] = [(_fmt(lo), 0, False), ("▲50", col(p50), True), ("▲99", col(p99), True),
-                                           (right, width - len(right), False)]
-
-    def fits(ls: list[tuple[str, int, bool]]) -> bool:
-        return sum(len(t) for t, _, _ in ls) + len(ls) - 1 <= width
-
-    if not fits(labels):
-        labels[3] = (_fmt(maxv), width - len(_fmt(maxv)), False)
-    while not fits(labels) and len(labels) > 2:
-        labels.pop(-1 if len(labels) == 4 else 0)
-    # left to right: each label starts at its column or just after the previous one (one space between)
-    starts: list[int] = []
-    for i, (_text, want, _) in enumerate(labels):
-        starts.append(max(want, starts[-1] + len(labels[i - 1][0]) + 1) if starts else max(0, want))
-    # right to left: nothing past the right edge
-    limit = width
-    for i in range(len(labels) - 1, -1, -1):
-        starts[i] = min(starts[i], limit - len(labels[i][0]))
-        limit = starts[i] - 1
+    `▲50` and `▲99` sit in the columns of the bins that hold p50 and p99 (`nbins` bins over [lo, hi], one per
+    column unless given), however close they are to each other or to the edges: see `_marker_layouts` for how
+    their numbers are written when there is little room (`▲50,99`, `▲ ▲50,99`, `99▲`). The minimum is at the
+    left edge and the maximum with its unit at the right edge; a label that would touch a marker gives way
+    (`_label_layout`): it moves and is named (`min 3218`, `max 5029 ms`), the unit moves to the minimum, or,
+    with nowhere to go, the label is left out. Of the ways to draw the line, the one with the lowest cost
+    (markers' and labels' together) is drawn. A blank separates every two pieces. At widths of 10 and more
+    the markers always fit with their numbers."""
+    geo = Bins(lo, hi, max(1, min(width, nbins or width)), width)
+    marks = [(geo.column_of(p50), "50"), (geo.column_of(p99), "99")]
+    best: tuple[tuple[int, int], list[Piece]] | None = None
+    for mcost, taken in _marker_layouts(width, marks):
+        lcost, pieces = _label_layout(width, taken, _fmt(lo), _fmt(maxv), unit)
+        key = (mcost + lcost, mcost)
+        if best is None or key < best[0]:
+            best = (key, pieces)
+    pieces = sorted(best[1]) if best is not None else []
     out: list[tuple[str, bool]] = []
     pos = 0
-    for (text, _, mark), st in zip(labels, starts, strict=True):
-        st = max(st, pos)
-        if st > pos:
-            out.append((" " * (st - pos), False))
+    for start, text, mark in pieces:
+        if start > pos:
+            out.append((" " * (start - pos), False))
         out.append((text, mark))
-        pos = st + len(text)
+        pos = start + len(text)
     if pos < width:
         out.append((" " * (width - pos), False))
     return out
@@ -87,9 +223,10 @@ class LatencyHistogram(Zoomable):
     """Distribution of one latency metric of the current cell, with p50 and p99 marked.
 
     Set `values` (a tuple of numbers); the widget redraws itself. Bars span [min, p99.5] so one outlier
-    does not squash the picture; values beyond it land in the last bin. The axis line under the bars
-    labels the minimum (left), the maximum with the unit (right) and `▲50` / `▲99` under the p50 and p99
-    bins, each label kept apart from the others by at least one space (see `axis_tokens`)."""
+    does not squash the picture; values beyond it land in the last bin (`Bins.for_values`). The axis line
+    under the bars has `▲50` / `▲99` in the columns of the bins that hold p50 and p99 (those bars are drawn
+    in the marker colour too), the minimum at the left and the maximum with the unit at the right, the
+    labels giving way to the markers (see `axis_tokens`)."""
 
     DEFAULT_CSS = """
     LatencyHistogram { height: 1fr; padding: 0 1; }
@@ -118,33 +255,19 @@ class LatencyHistogram(Zoomable):
             head.truncate(width, overflow="ellipsis")
             return head
         p50, p99 = percentile(vals, 50), percentile(vals, 99)
+        geo = Bins.for_values(vals, width)
+        axis = axis_tokens(width, geo.lo, geo.hi, p50, p99, vals[-1], self.unit, nbins=geo.nbins)
         head.append(f"  p50 {_fmt(p50)}  p99 {_fmt(p99)}  n={len(vals)}")
-        if head.cell_len > width:  # narrow: the unit is on the axis, the count can go
-            head = Text(f"{self.title}", style="bold")
+        if head.cell_len > width:  # narrow: the count can go, and the unit if the axis shows it
+            unit_shown = any(not mark and text.endswith(f" {self.unit}") for text, mark in axis)
+            head = Text(f"{self.title}" if unit_shown or not self.unit else f"{self.title} {self.unit}", style="bold")
             head.append(f" p50 {_fmt(p50)} p99 {_fmt(p99)}")
         head.truncate(width, overflow="ellipsis")
         bar_rows = height - 2
-        lo = vals[0]
-        hi = percentile(vals, 99.5) if len(vals) > 20 else vals[-1]
-        if hi <= lo:
-            hi = lo + max(abs(lo) * 0.01, 1e-6)
-        # few values: fewer, wider bins (each `per` columns wide); many: one bin per column
-        nbins = max(1, min(width, max(8, int(math.sqrt(len(vals)) * 4))))
-        per = width / nbins
-        span = hi - lo
-        counts = [0] * nbins
-        for v in vals:
-            i = int((v - lo) / span * nbins)
-            if i >= nbins:  # values beyond p99.5 land in the last bin
-                i = nbins - 1
-            counts[i] += 1
-        bins = [counts[min(nbins - 1, int(c / per))] for c in range(width)]
+        counts = geo.counts(vals)
+        bins = [counts[geo.bin_at(c)] for c in range(width)]
         top = max(bins)
-
-        def col(v: float) -> int:
-            return max(0, min(width - 1, int((v - lo) / span * width)))
-
-        c50, c99 = col(p50), col(p99)
+        marked = {geo.column_of(p50), geo.column_of(p99)}  # the same columns as the axis's ▲s
         bar_style = self.get_component_rich_style("hist--bar")
         mark_style = self.get_component_rich_style("hist--mark")
         out = Text()
@@ -156,9 +279,9 @@ class LatencyHistogram(Zoomable):
                 ch = BLOCKS[8] if level >= 1 else (BLOCKS[max(0, int(level * 8))] if level > 0 else " ")
                 if b and ch == " " and row == 0:
                     ch = BLOCKS[1]  # show that a bin is not empty
-                out.append(ch, style=mark_style if i in (c50, c99) else bar_style)
-        # the axis: min at the left, max (with the unit) at the right, ▲50/▲99 under their bins, never touching
+                out.append(ch, style=mark_style if i in marked else bar_style)
+        # the axis: ▲50/▲99 under their bins; min at the left, max (with the unit) at the right, out of their way
         out.append("\n")
-        for text, is_mark in axis_tokens(width, lo, hi, p50, p99, vals[-1], self.unit):
+        for text, is_mark in axis:
             out.append(text, style=mark_style if is_mark else "dim")
         return out
