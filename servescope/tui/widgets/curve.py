@@ -2,7 +2,10 @@
 overlaid curves of the Compare screen and the what-if curve (measured solid, predicted dashed over its
 band). Every chart has a title line, a legend line above the plot (never drawn over the data) that names
 each series and its unit, y ticks at even, round steps from 0 (never negative), and x ticks that carry the
-load's unit (`c=4`, `2/s`; `users` / `req/s` at the axis' end when there is room)."""
+load's unit (`c=4`, `2/s`; `users` / `req/s` at the axis' end when there is room). Without colour (NO_COLOR, a
+monochrome terminal) every mark is told apart by its glyph alone: each series' line has its own character,
+shown beside its marker in the legend, the SLO capacity line is ┃ beside the knee's ┊, and no mark is left in
+the grey the Monochrome filter would make of its colour."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rich.text import Text
+from rich.style import Style
+from rich.text import Span, Text
 from textual.reactive import reactive
 
 from servescope.tui.widgets.zoom import Zoomable
@@ -115,7 +119,8 @@ def ellipsize(text: str, width: int) -> str:
 
 
 DOT, DASH, SHADE = "·", "╌", "░"  # a measured series' line, a dashed (predicted) one, a band
-UNDER = (" ", "┊", SHADE)  # what a line may be drawn over
+KNEE, CAPACITY = "┊", "┃"  # the knee's and the SLO capacity's vertical lines (capacity: ┊ too, in colour)
+UNDER = (" ", KNEE, CAPACITY, SHADE)  # what a line may be drawn over
 
 
 @dataclass(frozen=True)
@@ -132,10 +137,17 @@ class Series:
     band: tuple[tuple[int, float, float], ...] = ()  # (x category index, lo, hi): shaded ░ between lo and hi
     band_label: str = "band"  # the band's legend text (its own item, ░ and this)
     key: str = ""  # what the legend shows before the label (default: the marker, and ╌ when dashed)
+    dot: str = DOT  # the glyph of its joining line (dashed series: ╌); series told apart without colour differ
 
     @property
     def legend_key(self) -> str:
         return self.key or self.marker + (DASH if self.dashed else "")
+
+    def mono_key(self) -> str:
+        """The legend's key without colour: the marker and the line's glyph, which tell the series apart."""
+        if self.key or not self.line:
+            return self.legend_key
+        return self.marker + (DASH if self.dashed else self.dot)
 
 
 @dataclass(frozen=True)
@@ -145,16 +157,35 @@ class ChartSpec:
     x_name: str  # what the x ticks count, e.g. "users", "req/s"
     series: tuple[Series, ...]
     notes: tuple[tuple[str, str], ...] = ()  # (text, style) after the legend: knee, SLO capacity
-    vlines: tuple[tuple[int, str], ...] = ()  # (x category index, style): drawn as ┊ where no data is
+    vlines: tuple[tuple[int, str, str], ...] = ()  # (x category index, style, glyph: ┊), where no data is
     empty: str = "waiting for the first finished cell…"
 
 
-MARKERS = set("■□◆◇●▼×+")
+MARKERS = set("■□◆◇●○▼▽×x+∔")
+TEXT_STYLES = {"bold", "dim", "italic", "underline", "reverse", "strike"}
 
 
-def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
+def mono_style(style: str | Style) -> str | Style:
+    """A style without its colours (bold and dim stay): what a chart draws under NO_COLOR, where the Monochrome
+    filter would turn each colour into a grey of its own brightness (a dark magenta: near the background)."""
+    if isinstance(style, str):
+        return " ".join(w for w in style.split() if w in TEXT_STYLES)
+    return style.without_color
+
+
+def draw_chart(spec: ChartSpec, width: int, height: int, mono: bool = False) -> Text:
     """The chart as text, `width` x `height`: title, legend (one or two lines, outside the plot), the plot
-    with the left (and right) y ticks, the x axis and its tick labels with the x unit."""
+    with the left (and right) y ticks, the x axis and its tick labels with the x unit. `mono` (NO_COLOR, a
+    terminal without colour): no colours, and the legend shows each series' line glyph beside its marker, so
+    that the series are told apart by their characters alone."""
+    out = _draw_chart(spec, width, height, mono)
+    if mono:
+        out.style = mono_style(out.style)
+        out.spans = [Span(sp.start, sp.end, mono_style(sp.style)) for sp in out.spans]
+    return out
+
+
+def _draw_chart(spec: ChartSpec, width: int, height: int, mono: bool) -> Text:
     width = max(20, width)
     out = Text()
     out.append(ellipsize(spec.title, width), style="bold")
@@ -165,7 +196,8 @@ def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
         items = []
         for s in spec.series:
             if s.legend:
-                items.append([(s.legend_key, s.style), (" " + (s.short if short and s.short else s.label), "")])
+                key = s.mono_key() if mono else s.legend_key
+                items.append([(key, s.style), (" " + (s.short if short and s.short else s.label), "")])
             if s.band and s.band_label:
                 items.append([(SHADE, band_style(s)), (" " + s.band_label, "")])
         return items + [[(text, style)] for text, style in spec.notes]
@@ -231,11 +263,11 @@ def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
         return max(0, min(ph - 1, round((1 - max(0.0, y) / top) * (ph - 1))))
 
     grid: list[list[tuple[str, str]]] = [[(" ", "")] * pw for _ in range(ph)]
-    for i, style in spec.vlines:
+    for i, style, glyph in spec.vlines:
         if 0 <= i < n_x:
             c = xcol(i)
             for r in range(ph):
-                grid[r][c] = ("┊", style)
+                grid[r][c] = (glyph, style)
     for s in spec.series:  # bands first, under every line and point
         if not s.band:
             continue
@@ -258,7 +290,7 @@ def draw_chart(spec: ChartSpec, width: int, height: int) -> Text:
                 for c in range(c0 + 1, c1):
                     r = round(r0 + (r1 - r0) * (c - c0) / (c1 - c0))
                     if grid[r][c][0] in UNDER:
-                        grid[r][c] = (DASH, f"{s.style} dim".strip()) if s.dashed else (DOT, s.style)
+                        grid[r][c] = (DASH, f"{s.style} dim".strip()) if s.dashed else (s.dot, s.style)
         for c, r in cells:
             if grid[r][c][0] in MARKERS and grid[r][c][0] != s.marker and c + 1 < pw:
                 c += 1  # another series' point is here: stand beside it, not on it
@@ -311,12 +343,19 @@ class Chart(Zoomable):
     def spec(self) -> ChartSpec:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    @property
+    def mono(self) -> bool:
+        """No colour to tell marks apart (NO_COLOR, or a terminal without colour): glyphs do it alone."""
+        app = self.app
+        return bool(getattr(app, "no_color", False)) or app.console.color_system is None
+
     def render(self) -> Text:
-        return draw_chart(self.spec(), self.content_size.width, self.content_size.height)
+        return draw_chart(self.spec(), self.content_size.width, self.content_size.height, self.mono)
 
 
 AGGREGATE = ("■", "□", "cyan")  # finished, running, colour
 PER_USER = ("◆", "◇", "magenta")
+PER_USER_DOT = "-"  # the per-user line's glyph without colour (the aggregate's: ·)
 
 
 def x_unit(labels: Sequence[str]) -> str:
@@ -339,14 +378,16 @@ class ThroughputCurve(Chart):
         labels = {p.x: p.label for p in pts}
         knee, cap = find_knee(pts), slo_capacity(pts)
         notes: list[tuple[str, str]] = []
-        vlines: list[tuple[int, str]] = []
+        vlines: list[tuple[int, str, str]] = []
+        mono = self.is_attached and self.mono
+        cap_glyph = CAPACITY if mono else KNEE  # in colour, yellow and green tell them apart
         if knee:
-            notes.append((f"┊knee {knee.label}", "yellow"))
-            vlines.append((pos[knee.x], "yellow"))
+            notes.append((f"{KNEE}knee {knee.label}", "yellow"))
+            vlines.append((pos[knee.x], "yellow", KNEE))
         if cap:
-            notes.append((f"┊SLO capacity {cap.label}", "green"))
+            notes.append((f"{cap_glyph}SLO capacity {cap.label}", "green"))
             if not knee or cap.x != knee.x:
-                vlines.append((pos[cap.x], "green"))
+                vlines.append((pos[cap.x], "green", cap_glyph))
         elif any(p.meets_slo is not None for p in pts):
             notes.append(("no cell meets the SLOs", "red"))
         done = [p for p in pts if not p.live]
@@ -355,7 +396,7 @@ class ThroughputCurve(Chart):
             Series("tok/s (left)", tuple((pos[p.x], p.aggregate_tok_s) for p in done), AGGREGATE[0], AGGREGATE[2],
                    short="tok/s"),
             Series("tok/s/user (right)", tuple((pos[p.x], p.per_user_tok_s) for p in done), PER_USER[0],
-                   PER_USER[2], right=True, short="tok/s/user (r)"),
+                   PER_USER[2], right=True, short="tok/s/user (r)", dot=PER_USER_DOT if mono else DOT),
             Series("running", tuple((pos[p.x], p.aggregate_tok_s) for p in live), AGGREGATE[1], AGGREGATE[2],
                    line=False, legend=False),
             Series("running", tuple((pos[p.x], p.per_user_tok_s) for p in live), PER_USER[1], PER_USER[2],
@@ -369,27 +410,55 @@ class ThroughputCurve(Chart):
 
 SERIES_COLORS = ("cyan", "magenta", "yellow", "green", "red", "blue")
 SERIES_MARKERS = ("■", "◆", "●", "▼", "×", "+")  # distinct without colour (NO_COLOR)
+SERIES_DOTS = ("·", "-", "~", ":", "'", "=")  # their lines' glyphs without colour
+HOLLOW = {"■": "□", "◆": "◇", "●": "○", "▼": "▽", "×": "x", "+": "∔"}  # a client-bound point of that series
+CLIENT_BOUND = "client-bound, not a server figure"
+
+# a session's point: (load, value), or (load, value, client_bound): True where the load generator, not the
+# server, was the limit (core/health.py); drawn hollow, apart from the line, and named so in the legend
+OverlayPoint = tuple[float, float] | tuple[float, float, bool]
 
 
 class OverlayCurve(Chart):
-    """One metric against load for several sessions, overlaid: set `series` (label -> [(x, y)]) and `title`
-    (which names the metric and its unit, e.g. "output tok/s vs load"); the legend names the sessions; the
-    x axis is categorical (the load levels in order), `x_kind` its unit."""
+    """One metric against load for several sessions, overlaid: set `series` (label -> [(x, y)] or
+    [(x, y, client_bound)]) and `title` (which names the metric and its unit, e.g. "output tok/s vs load"); the
+    legend names the sessions; the x axis is categorical (the load levels in order), `x_kind` its unit. A
+    client-bound point is no measurement of the server: it is drawn hollow (□ for ■), not joined to the line,
+    and the legend says so."""
 
-    series: reactive[tuple[tuple[str, tuple[tuple[float, float], ...]], ...]] = reactive(tuple)
+    series: reactive[tuple[tuple[str, tuple[OverlayPoint, ...]], ...]] = reactive(tuple)
     title: reactive[str] = reactive("")
     x_kind: reactive[str] = reactive("users")  # "users" (concurrency) or "req/s" (rate)
 
     def spec(self) -> ChartSpec:
-        xs = sorted({x for _, pts in self.series for x, _ in pts})
+        xs = sorted({p[0] for _, pts in self.series for p in pts})
         pos = {x: i for i, x in enumerate(xs)}
+        mono = self.is_attached and self.mono
         out = []
+        hollow = ""  # the hollow markers of the series with a client-bound point
         for i, (label, pts) in enumerate(self.series):
-            out.append(Series(label, tuple((pos[x], y) for x, y in sorted(pts)), SERIES_MARKERS[i % len(SERIES_MARKERS)],
-                              SERIES_COLORS[i % len(SERIES_COLORS)]))
+            marker, style = SERIES_MARKERS[i % len(SERIES_MARKERS)], SERIES_COLORS[i % len(SERIES_COLORS)]
+            measured = tuple((pos[p[0]], p[1]) for p in sorted(pts) if not (len(p) > 2 and p[2]))
+            bound = tuple((pos[p[0]], p[1]) for p in sorted(pts) if len(p) > 2 and p[2])
+            out.append(Series(label, measured, marker, style, dot=SERIES_DOTS[i % len(SERIES_DOTS)] if mono else DOT))
+            if bound:
+                out.append(Series(CLIENT_BOUND, bound, HOLLOW[marker], style, line=False, legend=False))
+                hollow += HOLLOW[marker]
+        notes = ((self._bound_note(hollow, out), ""),) if hollow else ()
         rate = self.x_kind == "req/s"
         labels = tuple((f"{x:g}/s" if rate else f"c={x:g}") for x in xs)
-        return ChartSpec(self.title, labels, self.x_kind, tuple(out), empty="no finished cells of this workload")
+        return ChartSpec(self.title, labels, self.x_kind, tuple(out), notes, empty="no finished cells of this workload")
+
+    def _bound_note(self, hollow: str, series: Sequence[Series]) -> str:
+        """The legend's word for the hollow points: whole where it fits beside the sessions' names (one legend line
+        on a short chart, two on a taller one), else `□ client-bound` (zoomed, it is whole)."""
+        full = f"{hollow} {CLIENT_BOUND}"
+        width, height = self.content_size.width, self.content_size.height
+        if not width:
+            return full
+        keys = sum(len(s.legend_key) + 1 + len(s.label) + 2 for s in series if s.legend)
+        room = max(20, width) - (keys if height < 10 else 0)
+        return full if len(full) <= room else f"{hollow} client-bound"
 
 
 @dataclass(frozen=True)
@@ -408,8 +477,9 @@ PREDICTED = ("□", "◇")  # the predicted aggregate and per-user markers: holl
 
 
 def prediction_spec(measured: Sequence[CurvePoint], predicted: Sequence[PredictedPoint], title: str,
-                    empty: str = "nothing predicted yet") -> ChartSpec:
-    """The what-if chart: measured points solid, predicted ones hollow on dashed lines over their band."""
+                    empty: str = "nothing predicted yet", mono: bool = False) -> ChartSpec:
+    """The what-if chart: measured points solid, predicted ones hollow on dashed lines over their band (`mono`:
+    the measured per-user line drawn with its own glyph, as the throughput curve's)."""
     meas = sorted(measured, key=lambda p: p.x)
     pred = sorted(predicted, key=lambda p: p.x)
     labels = {p.x: p.label for p in meas} | {p.x: p.label for p in pred}
@@ -436,7 +506,7 @@ def prediction_spec(measured: Sequence[CurvePoint], predicted: Sequence[Predicte
         Series("tok/s (left)", tuple((pos[p.x], p.aggregate_tok_s) for p in meas), AGGREGATE[0], AGGREGATE[2],
                short="tok/s", legend=bool(meas)),
         Series("tok/s/user (right)", tuple((pos[p.x], p.per_user_tok_s) for p in meas), PER_USER[0],
-               PER_USER[2], right=True, short="tok/s/user (r)", legend=bool(meas)),
+               PER_USER[2], right=True, short="tok/s/user (r)", legend=bool(meas), dot=PER_USER_DOT if mono else DOT),
         *shown,
     )
     notes: tuple[tuple[str, str], ...] = ()
@@ -457,4 +527,4 @@ class PredictionCurve(Chart):
     empty: reactive[str] = reactive("nothing predicted yet")
 
     def spec(self) -> ChartSpec:
-        return prediction_spec(self.measured, self.predicted, self.title, self.empty)
+        return prediction_spec(self.measured, self.predicted, self.title, self.empty, self.is_attached and self.mono)

@@ -4,11 +4,13 @@ cell table."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from rich.text import Text
+from textual import events
 from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -143,21 +145,49 @@ class SweepProgress(Widget):
         return t
 
 
+LOG_LINES = 2000  # the event log keeps its newest entries
+
+
 class EventLog(RichLog, Zoomable):
-    """Notices, cell results and request errors (each distinct error once, counted at the cell's end)."""
+    """Notices, cell results and request errors (each distinct error once, counted at the cell's end). Its
+    entries are kept, and wrapped again to the new width when the log is zoomed or the terminal resized."""
 
     DEFAULT_CSS = """
     EventLog { height: 1fr; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(wrap=True, markup=False, highlight=False, max_lines=2000, min_width=20, **kwargs)
+        super().__init__(wrap=True, markup=False, highlight=False, max_lines=LOG_LINES, min_width=20, **kwargs)
         self._seen: dict[tuple[int, str, str], int] = {}
+        self._entries: deque[Text] = deque(maxlen=LOG_LINES)
+        self._wrapped_at = 0  # the width the entries were last wrapped to (0: not yet known)
 
     def event(self, level: str, text: str) -> None:
         style = {"error": "bold red", "warning": "yellow", "ok": "green"}.get(level, "")
         mark = {"error": "✗ ", "warning": "! ", "ok": "✓ "}.get(level, "· ")
-        self.write(Text(mark + text, style=style))
+        entry = Text(mark + text, style=style)
+        self._entries.append(entry)
+        self.write(entry)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Wrap every entry again at the new width (RichLog wraps a line once, when it is written)."""
+        width = self.scrollable_content_region.width
+        if not self._size_known or width <= 0:  # RichLog writes what waited for the first size itself
+            self._wrapped_at = width
+            return
+        if width == self._wrapped_at:
+            return
+        self._wrapped_at = width
+        at_end = self.scroll_y >= self.max_scroll_y
+        RichLog.clear(self)
+        for entry in self._entries:
+            self.write(entry, scroll_end=False)
+        if at_end:
+            self.scroll_end(animate=False, immediate=False, x_axis=False)
+
+    def clear(self) -> Self:
+        self._entries.clear()
+        return super().clear()
 
     def request_errors(self, cell_no: int, errors: Sequence[tuple[str, str]]) -> None:
         for status, err in errors:

@@ -30,7 +30,7 @@ from servescope.core.textsafe import clean_text
 from servescope.tui.safe import plain
 from servescope.tui.widgets.panels import short_path
 from servescope.tui.widgets.table import Col, FitTable
-from servescope.tui.widgets.zoom import Zoomable
+from servescope.tui.widgets.zoom import Zoomable, unzoom, zoom_to
 
 Row = tuple[str, ...]
 
@@ -123,6 +123,7 @@ class QualityView:
     notes: tuple[str, ...] = ()  # what the accuracy is, no reference given, the probe's notes
     load: tuple[Row, ...] = ()  # per cell with probe requests: (workload, load, accuracy, interval, KL, top-1, ...)
     error: str = ""
+    synthetic: str = ""  # the simulator answered (sim://): the line that says its figures are made up
 
     @property
     def has_probe(self) -> bool:
@@ -175,9 +176,18 @@ def load_rows(session: Any) -> tuple[Row, ...]:
     return tuple(out)
 
 
+def synthetic_note(url: str) -> str:
+    """For a simulator target (`sim://`): the line that says its quality figures are synthetic; else ""."""
+    if not url.startswith("sim://"):
+        return ""
+    return "! synthetic: the simulator (sim://) makes these figures up, not a model"
+
+
 def quality_view(session: Any) -> QualityView:
     """All the quality a session holds: its probe (quality.json) and its cells' quality under load; a damaged
-    quality.json is the store's one-line message in `error` (the cells' quality is still shown)."""
+    quality.json is the store's one-line message in `error` (the cells' quality is still shown). A simulator's
+    (sim://) figures carry the line that says they are synthetic."""
+    synthetic = synthetic_note(str(session.info.target.url or ""))
     try:
         load = load_rows(session)
     except (ServescopeError, ValueError, TypeError):  # a damaged cell summary: the cells pane says so
@@ -186,11 +196,11 @@ def quality_view(session: Any) -> QualityView:
         result = session.quality()
     except ServescopeError as e:  # the path as the user would type it (the sessions list does the same)
         msg = clean_text(e.message).replace(str(session.path), short_path(session.path))
-        return QualityView(error=msg, load=load)
+        return QualityView(error=msg, load=load, synthetic=synthetic)
     if result is None:
-        return QualityView(load=load)
+        return QualityView(load=load, synthetic=synthetic)
     v = probe_view(session, result)
-    return QualityView(v.settings, v.figures, v.tasks, v.notes, load)
+    return QualityView(v.settings, v.figures, v.tasks, v.notes, load, synthetic=synthetic)
 
 
 # ---- the panes ---------------------------------------------------------------------------------------------------
@@ -246,11 +256,9 @@ class QualityFigures(Zoomable):
 
     def action_zoom(self) -> None:
         if self.zoomed:
-            self.screen.minimize()
+            unzoom(self.screen)
         else:
-            target = self._zoom_target
-            self.screen.maximize(target, container=False)
-            target.focus()  # the panel: arrows scroll it, z or esc unzooms
+            zoom_to(self._zoom_target)  # the panel, focused: arrows scroll it, z or esc unzooms
         self.refresh(layout=True)  # zoomed, every figure says how it was computed
 
     def action_unzoom(self) -> None:
@@ -280,6 +288,7 @@ class QualityPanel(VerticalScroll, Zoomable):
     QualityPanel > Static { height: auto; padding: 0 1; }
     QualityPanel > FitTable { height: auto; max-height: 16; max-width: 120; }
     QualityPanel .sq-dim { color: $text-muted; }
+    QualityPanel #sq-synthetic { color: $warning; text-style: bold; }
     """
 
     def __init__(self, view: QualityView | None = None, *, id: str | None = None) -> None:
@@ -288,6 +297,7 @@ class QualityPanel(VerticalScroll, Zoomable):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="sq-error", markup=False)
+        yield Static("", id="sq-synthetic", markup=False)
         yield Static("", id="sq-settings", classes="sq-dim", markup=False)
         yield QualityFigures(id="sq-figures")
         yield FitTable(id="sq-tasks")
@@ -310,6 +320,9 @@ class QualityPanel(VerticalScroll, Zoomable):
         if not view.error and not view.has_probe and not view.load:
             err.update(plain("no quality results in this session (servescope quality --save SESSION adds them)"))
             err.display = True
+        synthetic = self.query_one("#sq-synthetic", Static)
+        synthetic.update(plain(view.synthetic))
+        synthetic.display = bool(view.synthetic) and (view.has_probe or bool(view.load))
         settings = self.query_one("#sq-settings", Static)
         settings.update(plain(f"probe settings: {view.settings}") if view.settings else "")
         settings.display = bool(view.settings)
