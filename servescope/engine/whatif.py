@@ -23,7 +23,7 @@ from servescope.engine.twinshape import AS_MEASURED, Knobs
 from servescope.sessions.answers import capacity, knee
 from servescope.sessions.store import Session
 from servescope.sessions.twin import CONFIRM_FILE
-from servescope.sessions.views import CellView
+from servescope.sessions.views import CellView, LoadPlan
 from servescope.workloads.spec import Workload, fixed, uniform
 
 USABLE_SLOS = {"ttft_ms": 3000.0, "per_user_tok_s": 20.0}  # "usable": TTFT < 3 s and > 20 tok/s per user
@@ -46,7 +46,7 @@ def capacity_tasks() -> list[Workload]:
 
 def view(p: Prediction, index: int = 0) -> CellView:
     """A predicted cell as the answers see a measured one."""
-    return CellView(index, p.workload, p.load.label, p.load.concurrency, p.load.rate, "done", "", p.summary)
+    return CellView(index, p.workload, p.load.label, LoadPlan(p.load.concurrency, p.load.rate), "done", "", p.summary)
 
 
 class AtCapacity(TypedDict):

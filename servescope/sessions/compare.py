@@ -206,11 +206,11 @@ class SessionRef:
 
 @dataclass
 class ComparedCell:
-    workload: str
-    load: str
-    concurrency: int | None
-    rate: float | None
-    values: dict[str, list[float | None]]  # metric key -> one value per session
+    """One cell the sessions share, as compared: each session's saved cells (its repeats) and what the comparison
+    computed from them. Its workload, load and client verdicts are read from those cells, not copied."""
+
+    cells: list[list[CellView]]  # per session: its repeats of this cell (same workload and planned load)
+    values: dict[str, list[float | None]]  # metric key -> one value per session (the mean over its repeats)
     deltas: dict[str, list[float | None]]  # metric key -> delta vs the first session, per session (first: None)
     winners: dict[str, int | None]  # metric key -> index of the winning session
     # metric key -> the delta's interval and verdict vs the first session, per session (first: None)
@@ -218,7 +218,32 @@ class ComparedCell:
     no_winner: dict[str, str] = field(default_factory=dict)  # metric key -> why no winner ("within noise")
     repeats: list[int] = field(default_factory=list)  # repeats per session (0: no per-request data)
     not_comparable: str = ""  # why no verdict is called for this cell ("" when comparable)
-    client: list[str | None] = field(default_factory=list)  # per session: the worst client verdict of its repeats
+
+    @property
+    def workload(self) -> str:
+        return self.cells[0][0].workload
+
+    @property
+    def load(self) -> str:
+        """The load as the first session labelled it."""
+        return self.cells[0][0].load
+
+    @property
+    def plan(self) -> LoadPlan:
+        return self.cells[0][0].plan
+
+    @property
+    def concurrency(self) -> int | None:
+        return self.plan.concurrency
+
+    @property
+    def rate(self) -> float | None:
+        return self.plan.rate
+
+    @property
+    def client(self) -> list[str | None]:
+        """Per session: the worst client verdict of its repeats (None: not measured)."""
+        return [_client_verdict(rviews) for rviews in self.cells]
 
     @property
     def bound_in(self) -> list[int]:
@@ -703,9 +728,8 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                 elif pair.verdict != "better":
                     w, no_win[m.key] = None, "within noise"
             wins[m.key] = w
-        cells.append(ComparedCell(k[0], load_of[k], reps[0][0].concurrency, reps[0][0].rate, values, deltas, wins,
-                                  judgements, no_win, [b.repeats if b is not None else 0 for b in boots], why,
-                                  client))
+        cells.append(ComparedCell(reps, values, deltas, wins, judgements, no_win,
+                                  [b.repeats if b is not None else 0 for b in boots], why))
     only = [(k[0], load_of[k], [lb for lb, m in zip(labels, groups, strict=True) if k in m])
             for k in order if k not in common]
     answers = []

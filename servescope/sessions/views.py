@@ -82,11 +82,13 @@ class LoadPlan(NamedTuple):
 
 @dataclass
 class CellView:
+    """A saved cell as readers take it: its plan (`plan`, the load; `workload`, `load` the label people read)
+    and its result (`summary`, the CellResult as stored). Everything else is a function of those two."""
+
     index: int
     workload: str
     load: str
-    concurrency: int | None
-    rate: float | None
+    plan: LoadPlan  # the load as planned: what comparisons join on
     status: str
     reason: str
     summary: CellResult = field(default_factory=CellResult)
@@ -94,16 +96,23 @@ class CellView:
     variant: str = ""  # the server variant's arguments ("" when the server was not relaunched per variant)
     has_summary: bool = True  # False for a cell that never ran (skipped)
     slo_unknown: bool = False  # no per-request data to judge it against other SLOs than its own
-    plan: LoadPlan | None = None  # the load as planned (None: built without a row; then the label stands in)
 
     def __post_init__(self) -> None:
         if not self.base:
             self.base = self.workload
 
     @property
+    def concurrency(self) -> int | None:
+        return self.plan.concurrency
+
+    @property
+    def rate(self) -> float | None:
+        return self.plan.rate
+
+    @property
     def key(self) -> tuple[str, LoadPlan]:
         """What comparisons join on: the workload (with its server variant) and the planned load."""
-        return (self.workload, self.plan or LoadPlan(self.concurrency, self.rate))
+        return (self.workload, self.plan)
 
     @property
     def x(self) -> float | None:
@@ -197,13 +206,13 @@ def cell_views(session: Session, include_skipped: bool = False) -> list[CellView
             continue
         conc = _opt_int(row.get("concurrency"))
         rate = _opt_float(row.get("rate"))
-        label = row.get("load_label") or (f"c={conc}" if conc is not None else f"rate {rate:g}/s")
+        label = row.get("load_label") or (f"c={conc}" if conc is not None else
+                                          f"rate {rate:g}/s" if rate is not None else "load not recorded")
         base = str(row.get("workload"))
         variant = redact_command(clean_text(str(row.get("server_variant") or "")))  # older sessions: no secret
-        views.append(CellView(int(row.get("index", len(views))), series_name(base, variant),
-                              str(label), conc, rate, status, clean_text(str(row.get("reason") or "")),
-                              summ or CellResult(), base, variant, has_summary=summ is not None,
-                              plan=LoadPlan.of_row(row)))
+        views.append(CellView(int(row.get("index", len(views))), series_name(base, variant), str(label),
+                              LoadPlan.of_row(row), status, clean_text(str(row.get("reason") or "")),
+                              summ or CellResult(), base, variant, has_summary=summ is not None))
     order = {w: i for i, w in enumerate(workload_order(session))}
     vorder: dict[str, int] = {}
     for v in sorted(views, key=lambda v: v.index):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from servescope.core.results import CellResult
 from servescope.sessions.answers import capacity, derive, knee, peak
-from servescope.sessions.views import CellView
+from servescope.sessions.views import CellView, LoadPlan
 
 
 def test_engine_messages_in_the_app_name_its_fields_not_cli_flags() -> None:
@@ -21,7 +21,7 @@ def test_engine_messages_in_the_app_name_its_fields_not_cli_flags() -> None:
 def _view(conc: int, status: str, out: float, per_user: float, slo: float | None = 1.0, reason: str = "") -> CellView:
     s = CellResult.from_dict({"requests_ok": 10, "requests_failed": 0, "output_tok_s": out, "slo_met_fraction": slo,
                                "per_user_tok_s": {"mean": per_user}})
-    return CellView(conc, "w", f"c={conc}", conc, None, status, reason, s)
+    return CellView(conc, "w", f"c={conc}", LoadPlan(conc, None), status, reason, s)
 
 
 def test_answers_use_completed_cells_and_name_the_ones_left_out() -> None:

@@ -11,6 +11,7 @@ from servescope.core.results import CellResult, Dist
 from servescope.sessions.compare import (
     COMPARE_METRICS,
     CellView,
+    LoadPlan,
     capacity,
     cell_views,
     compare_sessions,
@@ -24,7 +25,7 @@ from .conftest import CellSpec, SessionSpec, build_session
 
 
 def cv(c: int, agg: float, per_user: float, met: float | None = 1.0) -> CellView:
-    return CellView(c, "w", f"c={c}", c, None, "done", "",
+    return CellView(c, "w", f"c={c}", LoadPlan(c, None), "done", "",
                     CellResult(output_tok_s=agg, per_user_tok_s=Dist(mean=per_user), slo_met_fraction=met))
 
 

@@ -72,8 +72,9 @@ def test_old_sessions_open_with_their_cells(sessions: Path) -> None:
 def test_reopening_an_old_session_moves_its_plan_into_session_toml(tmp_path: Path, name: str) -> None:
     """Resuming (reopening for writing) an older session brings it to this schema: each cell's load is then stored
     once, in its [[cells]] plan, the [load] table is gone, and the session reads and reports exactly as before."""
-    import polars as pl
     import tomllib
+
+    import polars as pl
 
     from servescope.sessions.store import SCHEMA_VERSION, SessionWriter
 
