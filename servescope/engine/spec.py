@@ -8,6 +8,9 @@ everything else is derived from that declaration:
   defaults), `add_flags(parser)` declares those flags;
 - `SweepSpec.from_form(values, base)` reads the app's Compose form (strings, as typed) and returns every
   field's error at once;
+- `spec.check(where)` holds every rule across options (concurrency or rates, variants need a launch
+  command...): the three readers above end in it, so a bad combination reads the same from the CLI, a
+  sweep file and the app (a `SweepConflict`, which names the fields, so the app shows it under one);
 - `spec.to_table()` writes the sweep-file format back (`ctrl+s`, and the `[sweep]` table of a session, from
   which `servescope resume` continues with every setting the sweep started with).
 
@@ -39,6 +42,18 @@ SWEEP_VERSION = 1
 DEFAULT_URL = "sim://"
 
 T = TypeVar("T")
+
+
+class SweepConflict(ServescopeError):
+    """A rule across several of a sweep's options is broken (SweepSpec.check). `rule` is its one line, the
+    same for `servescope run`, a sweep file and the app; the message puts where before it ("flags: RULE",
+    "sweep.toml: RULE"). `fields` are the SweepSpec fields it concerns, the one to change first first: the
+    app shows the rule under that field."""
+
+    def __init__(self, where: str, rule: str, fields: tuple[str, ...]) -> None:
+        super().__init__(f"{where}: {rule}")
+        self.rule = rule
+        self.fields = fields
 
 
 class FormField(NamedTuple):
@@ -223,18 +238,22 @@ class SweepSpec:
 
     # ---- derived ------------------------------------------------------------------------------------
     def check(self, where: str = "sweep") -> SweepSpec:
-        """Checks that involve several fields; returns self."""
+        """The rules across several options, all of them here: the flags (`from_args`), a sweep file
+        (`from_table`) and the app's Compose form (`from_form`) all end here, so one bad combination gets one
+        message from each. A broken rule raises SweepConflict ("WHERE: RULE", with the fields it concerns);
+        returns self."""
         if self.concurrency and self.rates:
-            raise ServescopeError(f"{where}: give concurrency (closed loop) or rates (open loop), not both")
+            raise SweepConflict(where, "give concurrency (closed loop) or rates (open loop), not both",
+                                ("rates", "concurrency"))
         if self.burstiness is not None and self.arrival != "gamma":
-            raise ServescopeError(f"{where}: burstiness shapes gamma arrivals, but arrival is {self.arrival!r}; add "
-                                  "arrival = \"gamma\" (--arrival gamma) or drop burstiness")
+            raise SweepConflict(where, f"burstiness shapes gamma arrivals, but arrival is {self.arrival!r}; add "
+                                "arrival = \"gamma\" (--arrival gamma) or drop burstiness", ("burstiness", "arrival"))
         if self.pattern and not self.rates:
-            raise ServescopeError(f"{where}: a pattern multiplies an open loop's rate; give rates (--rate 2,5) or "
-                                  "drop the pattern")
+            raise SweepConflict(where, "a pattern multiplies an open loop's rate; give rates (--rate 2,5) or drop "
+                                "the pattern", ("rates", "pattern"))
         if self.variants and not self.launch:
-            raise ServescopeError(f"{where}: server variants need a launch command: servescope can only relaunch "
-                                  "a server it started")
+            raise SweepConflict(where, "server variants need a launch command: servescope can only relaunch a "
+                                "server it started", ("variants", "launch"))
         if self.launch and not is_redacted(self.launch) and not any(map(is_redacted, self.variants)):
             # a stored command whose secrets were redacted is read as it is; launching it is refused
             # (servescope.core.launchspec), and `resume --launch` / `run --launch` give it in full
@@ -242,12 +261,16 @@ class SweepSpec:
 
             try:
                 spec = parse_launch(self.launch)
-                for v in self.variants:
-                    with_variant(spec, v)
             except ServescopeError as e:
-                raise ServescopeError(f"{where}: [server] {e.message}") from None
+                raise SweepConflict(where, e.message, ("launch",)) from None
+            for v in self.variants:  # each variant is read against the command it changes
+                try:
+                    with_variant(spec, v)
+                except ServescopeError as e:
+                    raise SweepConflict(where, e.message, ("variants", "launch")) from None
         if not self.workloads:
-            raise ServescopeError(f"{where}: no workload; add workloads = [\"sharegpt\"] or a [[workload]] table")
+            raise SweepConflict(where, "no workload; add workloads = [\"sharegpt\"] or a [[workload]] table",
+                                ("workloads",))
         for w in self.workloads:  # datasets and traces read now: a bad one stops the run before anything starts
             w.check(where)
             if w.kind == "trace":
@@ -396,16 +419,14 @@ class SweepSpec:
         if wl:
             values["workloads"] = tuple(resolve(wl))
             given.add("workloads")
-        if "concurrency" in given and "rates" in given:
-            raise ServescopeError("give --concurrency (closed loop) or --rate (open loop), not both")
         if base is None:
             base = cls(url=os.environ.get("SERVESCOPE_URL") or DEFAULT_URL)
             if "workloads" not in given:
                 values["workloads"] = tuple(resolve("sharegpt"))
-        else:  # a flag replaces its counterpart in the file
-            if "concurrency" in given:
+        else:  # a flag replaces its counterpart in the file (both flags given: check() says which to drop)
+            if "concurrency" in given and "rates" not in given:
                 values["rates"] = None
-            if "rates" in given:
+            if "rates" in given and "concurrency" not in given:
                 values["concurrency"] = None
             if "arrival" in given and "burstiness" not in given and values["arrival"] != "gamma":
                 values["burstiness"] = None  # the file's gamma shape goes with the file's gamma arrivals
@@ -415,16 +436,15 @@ class SweepSpec:
                 values["launch"], values["variants"] = None, ()
         if "launch" in given and "url" in given:
             raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
-        spec = _replaced(base, values)
-        if spec.variants and not spec.launch:
-            raise ServescopeError("--server-variant needs --launch: servescope can only relaunch a server it started")
-        return spec.check("flags")
+        return _replaced(base, values).check("flags")  # the rules across options: check(), as for a file
 
     @classmethod
     def from_form(cls, form: Mapping[str, object], base: SweepSpec | None = None
                   ) -> tuple[SweepSpec | None, dict[str, str]]:
         """The Compose form (field name -> text as typed, or a list of Workloads for `workloads`) -> the spec,
-        or None and every field's error ({field: message}); a sweep-wide error is under "sweep"."""
+        or None and every field's error ({field: message}). Once each field reads, check()'s rules across
+        fields apply: a broken one is under the first field it concerns that the form holds (its message
+        without the "sweep: " the CLI would add), else under "sweep", as is any other sweep-wide error."""
         values: dict[str, object] = {}
         errors: dict[str, str] = {}
         for fd, _opt in _options():
@@ -443,6 +463,8 @@ class SweepSpec:
             return None, errors
         try:
             return _replaced(base or cls(), values).check("sweep"), {}
+        except SweepConflict as e:  # under the first of its fields the form holds: the one to change
+            return None, {next((n for n in e.fields if n in form), "sweep"): e.rule}
         except ServescopeError as e:
             return None, {"sweep": e.message.removeprefix("sweep: ")}
 

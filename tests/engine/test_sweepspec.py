@@ -161,7 +161,7 @@ def test_flags_alone_use_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         (["-c", "1", "--rate", "2"], "not both"),
         (["--slo", "ttft_ms=nan"], "above 0"),
         (["--electricity-price", "-3"], "0 or more"),
-        (["--server-variant", "--max-num-seqs 4"], "--server-variant needs --launch"),
+        (["--server-variant", "--max-num-seqs 4"], "flags: server variants need a launch command"),
         (["--launch", "vllm serve m", "--url", "http://h:1"], "not both"),
         (["--tag", "novalue"], "KEY=VALUE"),
         (["-n", "0"], "at least 1"),

@@ -87,7 +87,7 @@ def test_launch_errors_are_one_line(tmp_path: Path) -> None:
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     p = servescope("run", "--server-variant", "--max-num-seqs 4", "-n", "1")
-    assert p.returncode == 2 and "--server-variant needs --launch" in p.stderr
+    assert p.returncode == 2 and "server variants need a launch command" in p.stderr
 
 
 def test_telemetry_off_samples_only_cell_boundaries(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ async def test_quality_share_goes_into_the_sweep_and_back(home: Path) -> None:
         # saved with the sweep file and loaded back into the field
         await pilot.press("f8")
         await set_input(pilot, "#sweep-file", str(home / "q.toml"))
-        await pilot.press("ctrl+s")
+        await pilot.press("ctrl+s", "enter")  # ctrl+s asks where, offering the field's file: enter saves there
         await pilot.pause()
         assert "quality_share = 0.05" in (home / "q.toml").read_text()
         screen.query_one("#quality-share", Input).value = ""

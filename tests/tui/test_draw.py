@@ -450,11 +450,11 @@ async def test_ctrl_s_adds_toml_to_a_bare_name(home: Path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("f8")
         await set_input(pilot, "#sweep-file", "gptq")
-        await pilot.press("ctrl+s")
+        await pilot.press("ctrl+s", "enter")  # ctrl+s asks where, offering the field's file: enter saves there
         await pilot.pause()
         assert isinstance(app.screen, ComposeScreen)
         assert (home / "gptq.toml").is_file() and not (home / "gptq").exists()
-        assert app.screen.query_one("#sweep-file", Input).value == "gptq.toml"
+        assert app.screen.query_one("#sweep-file", Input).value == str(home / "gptq.toml")
 
 
 async def test_event_log_zooms_and_scrolls(home: Path) -> None:

@@ -91,7 +91,7 @@ async def test_sweep_toml_save_load_and_parse_errors(home: Path) -> None:
         await set_input(pilot, "#concurrency", "2,8")
         await set_input(pilot, "#tags", "quant=FP8")
         await set_input(pilot, "#sweep-file", "my-sweep.toml")
-        await pilot.press("ctrl+s")
+        await pilot.press("ctrl+s", "enter")  # ctrl+s asks where, offering the field's file: enter saves there
         await pilot.pause()
         saved = (home / "my-sweep.toml").read_text()
         assert "concurrency = [\n    2,\n    8,\n]" in saved or "concurrency = [2, 8]" in saved
@@ -259,7 +259,7 @@ async def test_launch_a_server_with_variants_from_the_target_pane(home: Path) ->
         pv = text_of(app.screen.query_one("#preview", Static))
         assert "1 workload x 1 load level x 2 server variants = 2 cells" in pv
         await set_input(pilot, "#sweep-file", str(home / "launch.toml"))
-        await pilot.press("ctrl+s")
+        await pilot.press("ctrl+s", "enter")  # ctrl+s asks where, offering the field's file: enter saves there
         await pilot.pause()
         assert "[server]" in (home / "launch.toml").read_text()
         await pilot.press("ctrl+r")

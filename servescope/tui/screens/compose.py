@@ -1,8 +1,10 @@
 """The Compose screen: target (URL, API-key variable, probe), workloads (presets, TOML files, a form for
 a new one), load (concurrency or rates, requests/duration, warmup, SLOs, tags) and quality (the share of
 probe questions mixed into each cell, and a standalone quality probe of the target); a live preview of the
-grid; save and load the whole sweep as TOML. Bad input is shown next to its field, never raised. The quality
-probe is its own widget, QualityProbePane (servescope/tui/screens/qualitypane.py).
+grid; save and load the whole sweep as TOML (ctrl+s asks where, offering the sweeps folder or the file last
+used). Bad input is shown next to its field, never raised: each field as its option's parser reads it, the
+rules across fields as SweepSpec.check (the CLI's own) words them, so a bad combination reads the same here as
+from `servescope run`. The quality probe is its own widget, QualityProbePane (servescope/tui/screens/qualitypane.py).
 
 Imported inside functions, to keep httpx and polars off the app's start-up; core.launch, which needs neither, takes
 40 ms: core.launch, core.target, engine.runner, sim.profile, workloads.traces (benchmarks/import_cost.py; the
@@ -11,6 +13,7 @@ README's Layout gives the figures)."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +37,12 @@ from textual.widgets.selection_list import Selection
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text, slug
-from servescope.engine import fields
 from servescope.engine.fields import fmt_duration, fmt_num
 from servescope.engine.spec import SweepSpec, form_fields, form_labels, parse_field
 from servescope.tui import messages as m
 from servescope.tui.qualityworker import QualityProbe
 from servescope.tui.safe import plain
+from servescope.tui.screens.dialogs import AskScreen
 from servescope.tui.screens.qualitypane import QualityProbePane
 from servescope.tui.screens.workloadform import (
     WorkloadFormScreen,
@@ -77,6 +80,16 @@ def workloads_dir() -> Path:
     return Path(user_data_dir("servescope", appauthor=False)) / "workloads"
 
 
+def sweeps_dir() -> Path:
+    """Where ctrl+s offers to save a sweep: $SERVESCOPE_HOME/sweeps, else the user data directory's."""
+    env = os.environ.get("SERVESCOPE_HOME")
+    if env:
+        return Path(env).expanduser() / "sweeps"
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("servescope", appauthor=False)) / "sweeps"
+
+
 def describe_profile(name: str) -> str:
     """A simulator profile's one-line description ("" when the simulator is not installed)."""
     try:
@@ -110,7 +123,9 @@ class ComposeScreen(Screen[None]):
         self.items: dict[str, Workload | str] = {}  # selection value -> Workload (or composite name)
         self.probed: m.ProbeInfo | None = None
         self.probed_url = ""  # the URL field's value the probe result is for
-        self.loaded_spec: Any = None  # the SweepSpec last loaded (ctrl+o): the settings the form does not show
+        self.loaded_spec: SweepSpec | None = None  # the sweep last loaded (ctrl+o): the settings the form does not show
+        self._shown: set[str] = set()  # the fields showing an error validate() found
+        self._bad: list[str] = []  # the fields (or "workloads", "preview") with an error, as validate() last found
 
     # ---- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -139,16 +154,18 @@ class ComposeScreen(Screen[None]):
                 yield Static("", id="wl-selected", classes="hint", markup=False)
                 yield Static(f"workloads folder: {short_path(self.workloads_folder)}", classes="hint", markup=False)
             with TabPane("Load F8", id="tab-load"), VerticalScroll(classes="pane", can_focus=False):
-                yield field_row(LABELS["concurrency"], "concurrency", "1,4,16", "closed loop users, e.g. 1,2,4,8,16,32,64")
+                yield field_row(LABELS["concurrency"], "concurrency", "1,4,16",
+                                "closed loop users, e.g. 1,4,16 (empty, no rates: the workload's own)")
                 yield field_row(LABELS["rates"], "rates", "", "or open-loop requests/s, e.g. 0.5,2,5")
-                yield field_row(LABELS["requests"], "requests", "100", "measured requests per cell")
+                yield field_row(LABELS["requests"], "requests", "100",
+                                "measured per cell (empty, no duration: the workload's own, else 100)")
                 yield field_row(LABELS["duration"], "duration", "", "and/or per cell, e.g. 60s")
                 yield field_row(LABELS["warmup"], "warmup", "0", "requests per cell not counted")
                 yield field_row(LABELS["repeat"], "repeat", "1", "runs of each cell, interleaved (3: medians with intervals)")
                 yield field_row(LABELS["slos"], "slos", "", "e.g. ttft_ms=3000,tpot_ms=50")
                 yield field_row(LABELS["tags"], "tags", "", "e.g. quant=FP8,gpu=H100")
                 yield field_row(LABELS["name"], "name", "", "session name (optional)")
-                yield field_row("sweep file", "sweep-file", "sweep.toml", "TOML file for ctrl+s / ctrl+o")
+                yield field_row("sweep file", "sweep-file", "", "the TOML file ctrl+o loads (ctrl+s asks where)")
                 with Horizontal(classes="buttons"):
                     yield Button("Save sweep (ctrl+s)", id="save-sweep")
                     yield Button("Load sweep (ctrl+o)", id="load-sweep")
@@ -216,13 +233,15 @@ class ComposeScreen(Screen[None]):
         show_field_error(self, fid, text)
 
     # form field id -> SweepSpec field, from the spec's options (Option.form); the spec's own parsers check each
-    # one (one validation path)
+    # one, and its check() the rules across them (one validation path, the CLI's)
     FORM = form_fields()
     FIELDS = ("url", "launch", "variants", "key-env", "concurrency", "rates", "requests", "duration", "warmup", "repeat",
               "slos", "tags", "quality-share")
+    IDS = {name: fid for fid, name in FORM.items()}  # SweepSpec field -> form field id
 
     def _check(self, fid: str) -> tuple[Any, str]:
-        """(parsed value, error) of one field, by SweepSpec's parser for it."""
+        """(parsed value, error) of one field on its own, by the parser its option declares. The rules across
+        fields are SweepSpec.check's (`validate`)."""
         v = self._val(fid)
         try:
             if fid == "url":
@@ -237,83 +256,77 @@ class ComposeScreen(Screen[None]):
                 return normalize_url(v), ""
             if fid == "key-env" and (not v or not v.replace("_", "").isalnum()):
                 return None, "give an environment variable name, e.g. OPENAI_API_KEY"
-            if fid == "variants" and v.strip() and not self._val("launch"):
-                return None, "variants need a launch command: servescope relaunches the server it started"
-            if fid in ("launch", "variants") and self._val("launch"):
-                from servescope.core.launch import parse_launch, with_variant
-
-                spec = parse_launch(self._val("launch"))
-                for part in fields.variants(self._val("variants"), "variants"):
-                    with_variant(spec, part)
             if fid == "warmup" and not v:
                 return 0, ""
             if fid == "repeat" and not v:
                 return 1, ""
             if fid == "quality-share" and not v:
                 return 0.0, ""  # empty: no probe questions in the cells
-            name = self.FORM[fid]
-            return parse_field(name, v, fid), ""
+            return parse_field(self.FORM[fid], v, fid), ""
         except ServescopeError as e:
             return None, e.message
 
-    def collect(self, show: bool = True) -> Any:
-        """The sweep as a SweepSpec, or None (errors shown next to their fields)."""
+    def validate(self) -> tuple[SweepSpec | None, dict[str, str]]:
+        """The sweep the form holds, else None and every error by field id. Each field is read on its own
+        first; once all read, the sweep's rules across fields apply (SweepSpec.check, which the CLI and sweep
+        files go through too, so the message is theirs), each under the field it names. No workload is under
+        "workloads", any other sweep-wide error under "preview"."""
+        errors: dict[str, str] = {}
         vals: dict[str, object] = {}
-        bad = []
         for f in self.FIELDS:
-            v, err = self._check(f)
-            if show:
-                self._err(f, err)
+            vals[f], err = self._check(f)
             if err:
-                bad.append(f)
-            vals[f] = v
-        if vals["concurrency"] and vals["rates"]:
-            if show:
-                self._err("rates", "give concurrency or rates, not both (clear one)")
-            bad.append("rates")
-        if not vals["concurrency"] and not vals["rates"] and "concurrency" not in bad:
-            if show:
-                self._err("concurrency", "give a concurrency list (or rates)")
-            bad.append("concurrency")
-        if vals["requests"] is None and not vals["duration"] and not bad:
-            if show:
-                self._err("requests", "give requests per cell and/or a duration")
-            bad.append("requests")
-        wls = self.selected_workloads()
-        if not wls:
-            bad.append("workloads")
-        if bad:
-            self._bad = bad
-            return None
+                errors[f] = err
+        if errors:
+            return None, errors
         form: dict[str, object] = {n: self._val(fid) for fid, n in self.FORM.items()}
         form["warmup"] = form["warmup"] or "0"
         form["repeat"] = form["repeat"] or "1"
         form["quality_share"] = form["quality_share"] or "0"
-        if vals["launch"]:
-            form["url"] = "sim://"  # unused: the launched server's URL comes from its command
-        else:
-            form["url"] = vals["url"]
-        form["workloads"] = wls  # the exact objects (file workloads: only the selected ones)
-        spec, errors = SweepSpec.from_form(form, self.loaded_spec)
+        # a launched server's URL comes from its command: the URL field is not read then
+        form["url"] = "sim://" if self._val("launch") else vals["url"]
+        form["workloads"] = self.selected_workloads()  # the exact objects (file workloads: only the selected ones)
+        spec, by_name = SweepSpec.from_form(form, self.loaded_spec)
         if spec is None:
-            self._bad = ["preview"]
-            self.query_one("#preview", Static).update("✗ " + "; ".join(f"{k}: {v}" for k, v in errors.items()))
-            return None
+            return None, {("workloads" if name == "workloads" else self.IDS.get(name, "preview")): text
+                          for name, text in by_name.items()}
+        return spec, {}
+
+    def _show(self, errors: dict[str, str], also: tuple[str, ...] = ()) -> None:
+        """validate()'s errors under their fields; those it showed before and no longer finds are cleared, and
+        so are the fields in `also` without one (an error set by other means, such as a failed probe, stays)."""
+        for f in self.FIELDS:
+            if f in errors or f in self._shown or f in also:
+                self._err(f, errors.get(f, ""))
+        self._shown = {f for f in errors if f in self.FIELDS}
+
+    def collect(self, show: bool = True) -> SweepSpec | None:
+        """The sweep as a SweepSpec, or None (with `show`, every error next to its field)."""
+        spec, errors = self.validate()
+        if show:
+            self._show(errors, self.FIELDS)
+        self._bad = list(errors)
+        if "preview" in errors:
+            self.query_one("#preview", Static).update(f"✗ {errors['preview']}")
         return spec
 
-    def update_preview(self) -> None:
+    def update_preview(self, changed: str = "") -> None:
+        """The preview line, and the form's errors as they now stand (`changed`: the field just edited)."""
         names = [str(getattr(self.items.get(k), "name", k.split(":", 1)[-1]))
                  for k in self.query_one("#workloads", SelectionList).selected]
         self.query_one("#wl-selected", Static).update(
             f"selected ({len(names)}): {', '.join(names)}" if names else "selected: none (space toggles a workload)")
-        sweep = self.collect(show=False)
+        sweep, errors = self.validate()
+        self._bad = list(errors)
+        self._show(errors, (changed,) if changed else ())
         pv = self.query_one("#preview", Static)
         if sweep is None:
-            names = [f for f in getattr(self, "_bad", []) if f != "preview"]
-            if "workloads" in names:
+            if "workloads" in errors:
                 pv.update("✗ pick at least one workload (F7)")
-            elif names:
-                pv.update(f"✗ fix: {', '.join(names)}")
+            elif "preview" in errors:
+                pv.update(f"✗ {errors['preview']}")
+            else:
+                pv.update(f"✗ fix: {', '.join(errors)}")
             return
         speed = self.probed.get("speed") if self.probed and self.probed_url == self._val("url") else None
         pv.update(preview_text(sweep, speed))
@@ -321,12 +334,6 @@ class ComposeScreen(Screen[None]):
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
         fid = event.input.id or ""
-        if fid in self.FIELDS:
-            _, err = self._check(fid)
-            self._err(fid, err)
-        if fid == "launch":  # the URL and the variants are read against the launch command
-            for other in ("url", "variants"):
-                self._err(other, self._check(other)[1])
         if fid == "key-env":
             self._key_status()
         if fid == "url":
@@ -335,7 +342,8 @@ class ComposeScreen(Screen[None]):
             self.probed = None  # the result was for another target: never show it as this one's
             self.query_one("#probe-result", Static).update(
                 f"target changed to {self._val('url') or '(none)'}: not probed yet (F5)")
-        self.update_preview()
+        if fid in self.FIELDS or fid in self.FORM:
+            self.update_preview(fid)
 
     @on(SelectionList.SelectedChanged)
     def _sel_changed(self) -> None:
@@ -370,8 +378,7 @@ class ComposeScreen(Screen[None]):
 
     @on(Button.Pressed, "#probe")
     def action_probe(self) -> None:
-        launch, lerr = self._check("launch")
-        if launch and not lerr:
+        if self._val("launch"):  # a bad command is shown under its field
             self.query_one("#probe-result", Static).update(
                 "launch target: servescope starts the server when the sweep runs (ctrl+r), waits for /health, then "
                 "shows its KV budget and log in the Run screen. Clear `or launch` to probe a running server.")
@@ -457,29 +464,46 @@ class ComposeScreen(Screen[None]):
     def _sweep_path(self) -> Path | None:
         p = self._val("sweep-file")
         if not p:
-            self._err("sweep-file", "give a file name, e.g. sweep.toml")
+            self._err("sweep-file", f"give the sweep file's path, e.g. {short_path(sweeps_dir() / 'sweep.toml')}")
             return None
         self._err("sweep-file", "")
         return Path(p).expanduser()
 
+    def save_path(self) -> Path:
+        """Where ctrl+s offers to save: the sweep file last saved or loaded (the `sweep file` field), else the
+        sweeps folder, under the session's name; never the working directory unasked."""
+        p = self._val("sweep-file")
+        path = Path(p).expanduser() if p else sweeps_dir() / f"{slug(self._val('name') or 'sweep')}.toml"
+        return (path if path.suffix else path.with_suffix(".toml")).absolute()
+
     @on(Button.Pressed, "#save-sweep")
     def action_save_sweep(self) -> None:
-        path = self._sweep_path()
-        if path is None:
-            return
+        """Ask where (a path to edit: enter saves, esc writes nothing), then write the sweep as it is now."""
         spec = self.collect()
         if spec is None:
             self.notify("fix the marked fields before saving", severity="error", markup=False)
             return
-        if not path.suffix:
-            path = path.with_suffix(".toml")
+        self.app.push_screen(AskScreen("Save the sweep as TOML (a file already there is replaced)",
+                                       str(self.save_path()), label="file"), partial(self._save, spec))
+
+    def _save(self, spec: SweepSpec, answer: str | None) -> None:
+        if answer is None:
+            return  # esc: nothing written
+        if not answer.strip():
+            self._err("sweep-file", "give a file name, e.g. sweep.toml")
+            self.notify("not saved: no file name", severity="error", markup=False)
+            return
+        path = Path(answer.strip()).expanduser()
+        path = (path if path.suffix else path.with_suffix(".toml")).absolute()
         try:
             spec.save(path)
         except ServescopeError as e:
             self._err("sweep-file", e.message)
+            self.notify(e.message, title="not saved", severity="error", markup=False)
             return
-        self.query_one("#sweep-file", Input).value = str(path)
-        self.notify(f"saved {path}; run it headless with `servescope run --sweep {path}`", markup=False)
+        self._err("sweep-file", "")
+        self.query_one("#sweep-file", Input).value = str(path)  # ctrl+s offers it again, ctrl+o reads it
+        self.notify(f"saved {path}; run it headless with `servescope run --sweep {short_path(path)}`", markup=False)
 
     @on(Button.Pressed, "#load-sweep")
     def action_load_sweep(self) -> None:
