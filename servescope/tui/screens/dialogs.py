@@ -11,6 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Label, Static
 
 from servescope.tui.safe import plain
+from servescope.tui.screens.workloadform import FormInput
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -74,7 +75,7 @@ class AskScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="ask", classes="dialog"):
             yield Static(plain(self.question), classes="pane-title")
-            yield Horizontal(Label(self.label, classes="field-label"), Input(self.value, id="ask-input"),
+            yield Horizontal(Label(self.label, classes="field-label"), FormInput(self.value, id="ask-input"),
                              classes="field-row")
             yield Static("enter: save   esc: cancel", classes="hint")
         yield Footer(compact=True)
