@@ -10,7 +10,6 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from servescope.cli.common import api_key_from, resolve_session
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, Dist
+from servescope.core.results import METRICS, CellQuality, Dist
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
@@ -140,8 +139,8 @@ def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
         row["turns"] = [t.to_dict() for t in s.turns]
     if s.conversations is not None:
         row["conversations"] = s.conversations.to_dict()
-    if s.quality:
-        row["quality"] = s.quality
+    if s.quality is not None:
+        row["quality"] = s.quality.to_dict()
     return row
 
 
@@ -316,31 +315,28 @@ def format_cell(ev: Any, total: int) -> str:
     if cv is not None:
         lines.append(f"  conversations: {cv.started} started, {cv.complete} complete (mean {_f(cv.turns_mean)} turns); "
                      f"complete ones took p50 {_f(cv.duration_s.p50, 2)} s, p90 {_f(cv.duration_s.p90, 2)} s")
-    q = getattr(s, "quality", None)
-    if q:
-        lines.append(f"  quality under load: {quality_text(q)}")
+    if s.quality is not None:
+        lines.append(f"  quality under load: {quality_text(s.quality)}")
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
 
 
-def quality_text(q: Mapping[str, object]) -> str:
-    """A cell's probe figures (--quality-share, the dict the session stores) in one line."""
-    def percent(v: object) -> float:
-        return float(v) * 100 if isinstance(v, (int, float)) else math.nan
+def quality_text(q: CellQuality) -> str:
+    """A cell's probe figures (--quality-share) in one line."""
+    def percent(v: float | None) -> float:
+        return v * 100 if v is not None else math.nan
 
     parts = []
-    if q.get("n"):
-        by_task = q.get("tasks") or {}
-        tasks = ", ".join(f"{clean_text(k)} {v['correct']}/{v['n']}" for k, v in by_task.items()
-                          if isinstance(v, dict)) if isinstance(by_task, dict) else ""
-        parts.append(f"accuracy {percent(q['accuracy']):.0f}% of {q['n']} probe questions ({tasks})")
-    if q.get("positions"):
-        parts.append(f"vs the same prompts at idle: KL mean {q['kl_mean']:.3g} nats over {q['positions']} positions, "
-                     f"top-1 agreement {percent(q['top1_agreement']):.0f}%, greedy output differs in "
-                     f"{q.get('diverged', 0)} of {q['prompts']} generations")
-    if q.get("failed"):
-        parts.append(f"{q['failed']} probe requests failed")
+    if q.n:
+        tasks = ", ".join(f"{clean_text(k)} {t.correct}/{t.n}" for k, t in q.tasks.items())
+        parts.append(f"accuracy {percent(q.accuracy):.0f}% of {q.n} probe questions ({tasks})")
+    if q.positions:
+        parts.append(f"vs the same prompts at idle: KL mean {q.kl_mean or 0:.3g} nats over {q.positions} positions, "
+                     f"top-1 agreement {percent(q.top1_agreement):.0f}%, greedy output differs in "
+                     f"{q.diverged or 0} of {q.prompts or 0} generations")
+    if q.failed:
+        parts.append(f"{q.failed} probe requests failed")
     return "; ".join(parts) or "no probe request finished"
 
 

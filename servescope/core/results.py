@@ -78,7 +78,16 @@ def _convert(v: object, tp: object) -> tuple[bool, object]:
                 out.append(y)
         return True, out
     if origin is dict:
-        return (True, {str(k): x for k, x in v.items()}) if isinstance(v, Mapping) else (False, None)
+        if not isinstance(v, Mapping):
+            return False, None
+        args = typing.get_args(tp)
+        value_type = args[1] if len(args) == 2 else Any
+        items: dict[str, object] = {}
+        for k, x in v.items():  # a value of the wrong type is left out, as a list's item is
+            ok, y = _convert(x, value_type)
+            if ok:
+                items[str(k)] = y
+        return True, items
     return False, None
 
 
@@ -301,6 +310,38 @@ class ClientHealth(_Base, frozen=True):
         return out
 
 
+class TaskTally(_Base, frozen=True):
+    """One task's probe questions answered during a cell: `correct` of `n` (accuracy = correct / n)."""
+
+    accuracy: float | None = None
+    n: int = 0
+    correct: int = 0
+
+
+class CellQuality(_Base, frozen=True):
+    """The probe questions answered during a cell (`--quality-share`), overall and per task, the probes that
+    failed (and why), and, when any greedy probe came back, the divergence from the same prompts' traces at idle
+    (engine/quality.py QualityMixer makes it; sessions/quality.py reads it with intervals)."""
+
+    accuracy: float | None = None
+    n: int = 0
+    correct: int = 0
+    tasks: dict[str, TaskTally] = msgspec.field(default_factory=dict)
+    failed: int = 0
+    errors: list[str] | None = None  # the first few distinct one-line reasons probes failed
+    kl_mean: float | None = None
+    kl_p99: float | None = None
+    top1_agreement: float | None = None
+    first_divergence_mean: float | None = None
+    positions: int | None = None
+    prompts: int | None = None
+    diverged: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored: the failures' reasons and the divergence figures only when there are some."""
+        return {k: v for k, v in super().to_dict().items() if v is not None or k == "accuracy"}
+
+
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
              "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality")
 
@@ -351,9 +392,7 @@ class CellResult(_Base, frozen=True):
     gpu: GpuWindow | None = None
     client: ClientHealth | None = None  # the load generator's own health (None: not measured, left out)
     source: str | None = None  # the import format ("vllm-bench-serve") for cells imported from other tools
-    # --quality-share: the probe questions answered during the cell (None: no probe request, left out of to_dict()):
-    # {"accuracy", "n", "correct", "tasks": {NAME: {"accuracy", "n", "correct"}}, ...}; read by sessions/quality.py
-    quality: dict[str, Any] | None = None
+    quality: CellQuality | None = None  # --quality-share (None: no probe request, left out of to_dict())
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 
@@ -374,6 +413,8 @@ class CellResult(_Base, frozen=True):
         out = super().to_dict()
         if self.client is not None:
             out["client"] = self.client.to_dict()
+        if self.quality is not None:
+            out["quality"] = self.quality.to_dict()
         for k in (*_OPTIONAL, "requests_bad_usage"):
             if out.get(k) is None:
                 out.pop(k, None)

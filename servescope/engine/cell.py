@@ -14,13 +14,13 @@ from servescope.core.health import judge_client
 from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellResult, ServerWindow
+from servescope.core.results import CellQuality, CellResult, ServerWindow
 from servescope.core.telemetry import server_delta
 from servescope.core.textsafe import clean_text
 from servescope.engine.connection import Target
 from servescope.engine.events import CellFinished, CellSkipped, Event, Notice, RequestsDone, SweepControl
 from servescope.engine.plan import Cell
-from servescope.engine.quality import LoadQuality, QualityMixer
+from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, watchdog
 from servescope.engine.sink import SessionSink
 from servescope.engine.telemetryhub import CellWindows, Metrics, Telemetry
@@ -162,7 +162,7 @@ class CellAttempt:
 
     def _save(self, task: asyncio.Task[CellRun], interrupted: bool = False, status: str | None = None,
               suffix: str = "", windows: CellWindows | None = None,
-              quality: LoadQuality | None = None) -> CellResult | None:
+              quality: CellQuality | None = None) -> CellResult | None:
         """Write the cell to the session; its summary as saved (None when the load itself failed)."""
         cell = self.cell
         if task.cancelled() or interrupted and not task.done():

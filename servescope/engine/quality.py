@@ -20,9 +20,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NotRequired, TypedDict, TypeVar
+from typing import TypeVar
 
 import httpx
+import msgspec
 
 from servescope.core import probe
 from servescope.core.client import KEEPALIVE_S, async_client
@@ -38,6 +39,7 @@ from servescope.core.quality import (
     score,
     task_score,
 )
+from servescope.core.results import CellQuality, TaskTally
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 from servescope.engine.connection import HttpTarget
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
@@ -287,32 +289,6 @@ MIX_CONTEXT = 1024
 MIX_TOKENS = 16  # greedy tokens per divergence prompt under load
 
 
-class TaskTally(TypedDict):
-    accuracy: float
-    n: int
-    correct: int
-
-
-class LoadQuality(TypedDict):
-    """A cell's quality under load as the session stores it (its summary's `quality`): the probe questions'
-    tally, overall and per task, the probes that failed, and the divergence from the idle traces when any
-    greedy probe came back."""
-
-    accuracy: float
-    n: int
-    correct: int
-    tasks: dict[str, TaskTally]
-    failed: int
-    errors: NotRequired[list[str]]  # why probes failed: the first few distinct one-line messages
-    kl_mean: NotRequired[float]
-    kl_p99: NotRequired[float]
-    top1_agreement: NotRequired[float]
-    first_divergence_mean: NotRequired[float]
-    positions: NotRequired[int]
-    prompts: NotRequired[int]
-    diverged: NotRequired[int]
-
-
 class QualityMixer:
     """Sends probe requests beside a cell's load, one at a time, keeping them near `share` of all the cell's
     requests: exact-answer questions (arithmetic, retrieval at 1K, JSON) alternating with the divergence prompts,
@@ -413,7 +389,7 @@ class QualityMixer:
         if outer:
             raise asyncio.CancelledError
 
-    def take(self) -> LoadQuality | None:
+    def take(self) -> CellQuality | None:
         """The cell's quality figures (as the session stores them), then start over for the next cell.
         None when no probe was sent; a cell whose every probe failed keeps its count and reasons (n 0)."""
         oks, traces, failed, errors = self.oks, self.traces, self.failed, self.errors
@@ -422,15 +398,13 @@ class QualityMixer:
         if not every and not traces and not failed:
             return None
         total = task_score(every)
-        out: LoadQuality = {"accuracy": total.accuracy, "n": total.n, "correct": total.correct,
-                            "tasks": {k: {"accuracy": s.accuracy, "n": s.n, "correct": s.correct}
-                                      for k, s in ((k, task_score(v)) for k, v in oks.items())},
-                            "failed": failed}
-        if errors:
-            out["errors"] = errors
+        out = CellQuality(accuracy=total.accuracy, n=total.n, correct=total.correct,
+                          tasks={k: TaskTally(accuracy=sc.accuracy, n=sc.n, correct=sc.correct)
+                                 for k, sc in ((k, task_score(v)) for k, v in oks.items())},
+                          failed=failed, errors=list(errors) if errors else None)
         if traces:
             d = divergence(list(self.idle.values()), traces)
-            out.update({"kl_mean": d.kl_mean, "kl_p99": d.kl_p99, "top1_agreement": d.top1_agreement,
-                        "first_divergence_mean": d.first_divergence_mean, "positions": d.positions,
-                        "prompts": d.prompts, "diverged": d.diverged})
+            out = msgspec.structs.replace(out, kl_mean=d.kl_mean, kl_p99=d.kl_p99, top1_agreement=d.top1_agreement,
+                                          first_divergence_mean=d.first_divergence_mean, positions=d.positions,
+                                          prompts=d.prompts, diverged=d.diverged)
         return out

@@ -38,7 +38,7 @@ from servescope.core.quality import (
     intervals_apart,
     wilson,
 )
-from servescope.core.results import CellResult, finite
+from servescope.core.results import CellResult, TaskTally, finite
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.store import Session
 from servescope.sessions.views import CellView, fmt_num, fmt_pct
@@ -114,7 +114,8 @@ def _score(s: TaskScore) -> str:
 # ---- quality under load (a cell's summary) ------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoadQuality:
-    """A cell's probe figures (`--quality-share`), read leniently from its summary's `quality`."""
+    """A cell's probe figures (`--quality-share`) as reports judge them: its CellQuality's counts checked, each
+    accuracy with its Wilson interval."""
 
     n: int
     correct: int
@@ -141,11 +142,9 @@ def _count(v: object) -> int:
     return int(f) if f is not None and 0 <= f <= MAX_COUNT and f == int(f) else 0
 
 
-def _task(d: object) -> TaskScore | None:
-    if not isinstance(d, Mapping):
-        return None
-    n = _count(d.get("n"))
-    c = min(_count(d.get("correct")), n)
+def _task(t: TaskTally) -> TaskScore | None:
+    n = _count(t.n)
+    c = min(_count(t.correct), n)
     if not n:
         return None
     lo, hi = wilson(c, n)
@@ -153,20 +152,17 @@ def _task(d: object) -> TaskScore | None:
 
 
 def load_quality(summary: CellResult) -> LoadQuality | None:
-    """The cell's quality under load, None when the cell had no probe request (or its entry is not a table).
-    Counts that are not counts read as 0; accuracy is recomputed from them (correct / n)."""
+    """The cell's quality under load with its intervals, None when the cell had no probe request. Counts that
+    are not counts read as 0; accuracy is recomputed from them (correct / n)."""
     q = summary.quality
-    if not isinstance(q, Mapping):
+    if q is None:
         return None
-    n = _count(q.get("n"))
-    tasks_raw = q.get("tasks")
-    tasks = {clean_text(str(k)): t for k, v in (tasks_raw.items() if isinstance(tasks_raw, Mapping) else ())
-             if (t := _task(v)) is not None}
-    out = LoadQuality(n=n, correct=min(_count(q.get("correct")), n), tasks=tasks,
-                      kl_mean=finite(q.get("kl_mean")), kl_p99=finite(q.get("kl_p99")),
-                      top1_agreement=finite(q.get("top1_agreement")),
-                      first_divergence_mean=finite(q.get("first_divergence_mean")),
-                      positions=_count(q.get("positions")), failed=_count(q.get("failed")))
+    n = _count(q.n)
+    tasks = {clean_text(k): sc for k, t in q.tasks.items() if (sc := _task(t)) is not None}
+    out = LoadQuality(n=n, correct=min(_count(q.correct), n), tasks=tasks, kl_mean=finite(q.kl_mean),
+                      kl_p99=finite(q.kl_p99), top1_agreement=finite(q.top1_agreement),
+                      first_divergence_mean=finite(q.first_divergence_mean), positions=_count(q.positions),
+                      failed=_count(q.failed))
     return out if out.n or out.positions or out.failed else None
 
 

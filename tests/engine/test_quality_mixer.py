@@ -57,9 +57,9 @@ def test_a_refused_probe_is_counted_with_its_reason() -> None:
     asyncio.run(go())
     out = mixer.take()
     assert out is not None
-    assert out["failed"] >= 3 and out["prompts"] >= 1  # the answered probes were compared with the idle traces
-    assert out["kl_mean"] == 0.0
-    (why,) = out["errors"]  # one distinct reason, once
+    assert out.failed >= 3 and out.prompts is not None and out.prompts >= 1  # the answered probes were compared with the idle traces
+    assert out.kl_mean == 0.0
+    (why,) = out.errors or []  # one distinct reason, once
     assert "HTTP 500" in why and "busy" in why and "\x1b" not in why
     assert mixer.take() is None  # the next cell starts over
 
@@ -87,10 +87,10 @@ def test_a_cell_whose_every_probe_failed_keeps_the_count_and_reason() -> None:
     asyncio.run(go())
     out = mixer.take()
     assert out is not None, "a cell whose probes all failed lost its quality figures"
-    assert out["n"] == 0 and out["failed"] >= 3 and any("overloaded" in e for e in out["errors"])
+    assert out.n == 0 and out.failed >= 3 and any("overloaded" in e for e in out.errors or [])
     from servescope.cli.run import quality_text
 
-    assert quality_text(out) == f"{out['failed']} probe requests failed"
+    assert quality_text(out) == f"{out.failed} probe requests failed"
     assert mixer.take() is None  # the next cell starts over
 
 
@@ -129,7 +129,7 @@ def test_the_probe_out_when_the_load_ends_finishes_and_no_new_one_starts() -> No
 
     asyncio.run(go())
     out = mixer.take()
-    assert out is not None and out["prompts"] == 1 and out["failed"] == 0  # the probe out was kept
+    assert out is not None and out.prompts == 1 and out.failed == 0  # the probe out was kept
     assert len(calls) == 1  # and none was sent after the load ended
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from servescope.core.errors import ServescopeError
 from servescope.core.quality import Divergence, QualityResult, TaskScore, Trace, wilson
-from servescope.core.results import CellResult
+from servescope.core.results import CellQuality, CellResult, TaskTally
 from servescope.core.textsafe import md_escape
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import gate, parse_fail_on
@@ -210,7 +210,8 @@ def test_cell_quality_round_trips_and_reaches_cells_parquet(tmp_path: Path) -> N
     p = build_session(tmp_path, load_spec("load", [only_traces, q4], "FP8"))  # an empty task table: no crash
     s = load_session(p)
     summ = s.summaries()
-    assert summ[1] is not None and summ[1].quality == q4 and summ[1].to_dict()["quality"] == q4
+    assert summ[1] is not None and summ[1].quality == CellQuality.from_dict(q4) and summ[1].to_dict()["quality"] == q4
+    assert summ[1].quality.tasks["retrieval@1K"] == TaskTally(accuracy=1.0, n=25, correct=25)  # typed to the leaves
     assert CellResult.from_dict(summ[1].to_dict()) == summ[1]
     assert "quality" not in CellResult.from_dict({"requests_ok": 1}).to_dict()  # absent stays absent
     cells = pl.read_parquet(p / "cells.parquet")
