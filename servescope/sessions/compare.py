@@ -109,7 +109,7 @@ __all__ = [
     "COMPARE_METRICS", "DEFAULT_SLOS", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView", "ComparedCell",
     "Comparison", "Judgement", "Knee", "MetricSpec", "SessionRef", "ThinkingCost", "WorkloadAnswers",
     "answers_markdown", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions", "config_diff",
-    "delta_pct", "delta_text", "derive", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
+    "delta_pct", "delta_text", "derive", "interval_pct", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
     "session_label", "session_slos", "slo_text", "thinking_costs", "thinking_markdown", "winner", "workload_order",
 ]
 
@@ -164,18 +164,23 @@ def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL
 
 
 def delta_text(c: ComparedCell, m: MetricSpec, i: int) -> str:
-    """A delta as tables show it: `+13.2% ±2.1 better`, `-0.4% ±1.9 within noise`, `+3.1% ±0.8 not comparable
-    (warmup)`; a neutral metric's delta alone; `(no interval)` without per-request data."""
+    """A delta as tables show it, with its 95% interval as an interval (bootstrap intervals are seldom symmetric):
+    `+6.4% [+5.5, +33.9] worse`, `-0.4% [-2.3, +1.5] within noise`, `+3.1% [+2.3, +3.9] not comparable (warmup)`;
+    a neutral metric's delta alone; `(no interval)` without per-request data."""
     d = c.deltas[m.key][i]
     if d is None:
         return "-"
     j = (c.judgements.get(m.key) or [None] * (i + 1))[i]
-    hw = j.half_width() if j is not None else None
     if m.better not in ("higher", "lower"):
         return fmt_pct(d)
-    if hw is None:
+    if j is None or j.ci is None:
         return f"{fmt_pct(d)} (no interval)"
-    return f"{fmt_pct(d)} ±{hw:.1f} {c.verdict(m.key, i)}"
+    return f"{fmt_pct(d)} {interval_pct(j.ci)} {c.verdict(m.key, i)}"
+
+
+def interval_pct(ci: tuple[float, float]) -> str:
+    """An interval of percent deltas: `[+5.5, +33.9]`."""
+    return f"[{ci[0]:+.1f}, {ci[1]:+.1f}]"
 
 
 def delta_pct(value: float | None, base: float | None) -> float | None:
@@ -461,8 +466,8 @@ class Comparison:
         h = "#" * level
         L = self.labels
         esc = [md_escape(lb) for lb in L]
-        out = ["", f"Deltas are against **{esc[0]}**, each with its 95% bootstrap interval (`±` half its width, "
-                    f"in points of percent; {md_escape(self.interval or interval_label(1))}, "
+        out = ["", f"Deltas are against **{esc[0]}**, each with its 95% bootstrap interval `[low, high]` (in percent; "
+                    f"{md_escape(self.interval or interval_label(1))}, "
                     f"{self.resamples} resamples) and a verdict: better or worse beyond noise, or within noise "
                     f"(the interval includes 0, or the change is under {self.min_effect:g}%). The best value of "
                     f"a row is in bold only when it beats the runner-up beyond noise (lower is better for "
@@ -477,7 +482,7 @@ class Comparison:
                 for j, m in enumerate(self.metrics):
                     wi = c.winners[m.key]
                     vals = [f"**{fmt_num(v)}**" if i == wi else fmt_num(v) for i, v in enumerate(c.values[m.key])]
-                    deltas = [md_escape(delta_text(c, m, i)) for i in range(1, len(L))]
+                    deltas = [delta_text(c, m, i) for i in range(1, len(L))]  # numbers and fixed words only
                     load = (md_escape(c.load) + _bound_mark(c, esc)) if j == 0 else ""
                     best = esc[wi] if wi is not None else md_escape(c.no_winner.get(m.key, "-"))
                     out.append("| " + " | ".join([load, md_escape(m.label), *vals, *deltas, best]) + " |")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,25 @@ def test_faster_is_better_and_same_is_within_noise(home: Path) -> None:
     assert rows and all("**" not in ln for ln in rows)  # no winner in bold for a difference within noise
 
 
+INTERVAL = re.compile(r"(?P<d>[+-]\d+\.\d)% \[(?P<lo>[+-]\d+\.\d), (?P<hi>[+-]\d+\.\d)\] (?P<v>better|worse|within noise)")
+
+
+def test_deltas_show_their_interval_and_the_verdict_agrees_with_it(home: Path) -> None:
+    """A bootstrap interval is seldom symmetric: shown as `± half its width`, `+6.4% ±14.2 worse` read as a
+    contradiction (the interval was [+5.45, +33.9]). Every delta shows its interval, and the verdict beside it
+    follows from it: beyond noise only when the interval excludes 0."""
+    md = compare_sessions([load_session(home / "base"), load_session(home / "slower")]).to_markdown()
+    md += compare_sessions([load_session(home / "base"), load_session(home / "same")]).to_markdown()
+    found = [m.groupdict() for m in INTERVAL.finditer(md)]
+    assert len(found) > 10 and "±" not in md
+    assert {f["v"] for f in found} >= {"worse", "within noise"}
+    for f in found:
+        lo, hi = float(f["lo"]), float(f["hi"])
+        assert lo <= hi, f
+        if f["v"] != "within noise":
+            assert lo > 0 or hi < 0, f  # better or worse: the interval holds no 0
+
+
 def test_compare_screen_shows_verdicts_and_no_star_within_noise(home: Path) -> None:
     from servescope.tui.screens.compare import WIN, delta_rows
 
@@ -158,7 +178,7 @@ def test_compare_screen_shows_verdicts_and_no_star_within_noise(home: Path) -> N
     rows = delta_rows(same)
     noise = [r for r in rows if r[-2].endswith("within noise")]
     assert noise and all(WIN not in v for r in noise for v in r)
-    assert any("±" in r[-2] for r in rows)
+    assert any(INTERVAL.search(r[-2]) for r in rows)
     slower = compare_sessions([load_session(home / "base"), load_session(home / "slower")])
     tput = [r for r in delta_rows(slower) if r[2].startswith("output tok/s")]
     assert all(r[-2].endswith("worse") and r[3].endswith(WIN) for r in tput)
