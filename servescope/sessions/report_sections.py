@@ -119,9 +119,7 @@ def _setup(rep: SessionReport) -> list[str]:
     dates = clean_text(m.started_at if m.started_at is not None else "?")
     if m.ended_at:
         dates += f" to {clean_text(m.ended_at)}"
-    gpu_txt = "not recorded"
-    if m.gpu is not None:
-        gpu_txt = ", ".join(f"{k} {clean_text(str(v))}" for k, v in m.gpu.items())
+    gpu_txt = gpu_text(m.gpu)
     args = server.args if server else None
     rows = [
         ("target", clean_text(t.url)),
@@ -309,6 +307,20 @@ def _turn_tables(views: Sequence[CellView]) -> list[str]:
     return out
 
 
+def gpu_text(gpu: Mapping[str, object] | None) -> str:
+    """session.toml's [gpu] as a person writes it: `no GPU telemetry: NVML is not available (...)`,
+    `2 GPUs sampled`, or `not recorded`."""
+    if gpu is None:
+        return "not recorded"
+    if gpu.get("available") is False:
+        why = clean_text(str(gpu.get("reason") or "the GPUs could not be read"))
+        return f"no GPU telemetry: {why}"
+    count = gpu.get("count")
+    rest = ", ".join(f"{k} {clean_text(str(v))}" for k, v in gpu.items() if k not in ("available", "count"))
+    sampled = f"{count} GPU{'s' if count != 1 else ''} sampled" if isinstance(count, int) else "GPUs sampled"
+    return sampled + (f" ({rest})" if rest else "")
+
+
 def _workload_section(rep: SessionReport, workload: str, comparison: Comparison | None,
                       others: Sequence[SessionReport]) -> list[str]:
     views = [v for v in rep.views if v.workload == workload]
@@ -327,7 +339,7 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
         frac = finite(sm.slo_met_fraction)
         hit = finite(sm.prefix_cache_hit_rate)
         out.append(_row([
-            md_escape(v.load),
+            md_escape(v.load) + (f" **{md_escape(v.status)}**" if v.status not in ("done", "") else ""),
             f"{sm.requests_ok} / {sm.requests_failed}",
             _trio(sm.ttft_ms), _trio(sm.tpot_ms), _trio(sm.itl_ms), _trio(sm.e2e_ms),
             fmt_num(finite(sm.output_tok_s)), fmt_num(finite(sm.per_user_tok_s.mean)),

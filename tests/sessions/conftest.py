@@ -45,6 +45,7 @@ class CellSpec:
     server: dict[str, Any] | None = None
     prompt_delta: int = 0  # measured prompt - requested
     skipped: str = ""
+    stopped: str = ""  # the reason a measured cell was stopped early (its status then "stopped")
     client: dict[str, Any] | None = None  # the summary's `client` entry (core/health.py judge_client)
     quality: dict[str, Any] | None = None  # the summary's `quality` entry (--quality-share: probe questions)
 
@@ -120,7 +121,8 @@ def build_session(base: Path, spec: SessionSpec, dirname: str | None = None) -> 
             summary["client"] = c.client
         if c.quality is not None:
             summary["quality"] = c.quality
-        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, CellResult.from_dict(summary))
+        w.write_cell({**cell.row(), **ran, "status": "stopped" if c.stopped else "done", "reason": c.stopped}, df,
+                     CellResult.from_dict(summary))
     w.finish(spec.status, spec.message)
     w.meta.update(started_at="2026-12-01T12:00:00+0000", ended_at="2026-12-01T12:10:00+0000", host="gpu-box",
                   servescope_version="0.1.0")

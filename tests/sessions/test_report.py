@@ -116,6 +116,27 @@ def test_interrupted_session_is_noted(tmp_path: Path) -> None:
     assert mermaid_charts(md) == []  # one point is no curve
 
 
+def test_a_stopped_cell_is_marked_in_its_row_and_the_gpu_row_reads_as_prose(tmp_path: Path) -> None:
+    """A stopped cell's figures are partial: its row says so where its figures are, not only in a note below;
+    a machine without GPU telemetry is said in words, not as `available False, reason ...`."""
+    spec = SessionSpec("s", [CellSpec("sharegpt", 1), CellSpec("sharegpt", 2, stopped="stopped by the user")])
+    p = build_session(tmp_path, spec)
+    import tomllib
+
+    import tomli_w
+
+    meta = tomllib.loads((p / "session.toml").read_text())
+    meta["gpu"] = {"available": False, "reason": "NVML is not available: no NVIDIA driver or GPU here?"}
+    (p / "session.toml").write_text(tomli_w.dumps(meta))
+    md = render_report(load_session(p))
+    assert tables(md)
+    load_rows = [ln for ln in md.splitlines() if ln.startswith("| c=")]
+    assert any(ln.startswith("| c=2 **stopped** |") for ln in load_rows), load_rows
+    assert any(ln.startswith("| c=1 |") for ln in load_rows), load_rows
+    assert "| GPU | no GPU telemetry: NVML is not available: no NVIDIA driver or GPU here? |" in md
+    assert "available False" not in md
+
+
 def test_csv_and_json(fixed_pair) -> None:
     a, b = fixed_pair
     text = render_report(a, [b], fmt="csv", label_key="quant")
