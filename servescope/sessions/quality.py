@@ -170,6 +170,14 @@ def _load_text(lq: LoadQuality) -> str:
     return f"{pct(lq.score.accuracy)} ({lq.correct}/{lq.n})" if lq.n else "-"
 
 
+SYNTHETIC_QUALITY = "synthetic: the simulator (sim://) makes these quality figures up; they measure no model"
+
+
+def synthetic_note(url: str) -> str:
+    """For a simulator target (`sim://`): the line that says its quality figures are synthetic; else ""."""
+    return SYNTHETIC_QUALITY if url.startswith("sim://") else ""
+
+
 def load_quality_rows(views: Sequence[CellView]) -> list[str]:
     """The report's short table of a workload's quality under load (empty when no cell had probe requests)."""
     got = [(v, lq) for v in views if (lq := load_quality(v.summary)) is not None]
@@ -212,8 +220,10 @@ def quality_section(session: Session, result: QualityResult, level: int = 2) -> 
     """The report's Quality section: perplexity, the task table, divergence from the reference: every figure
     with its unit and how it was computed."""
     h = "#" * level
-    out = [f"{h} Quality", "",
-           f"Probe settings: {md_escape(settings_text(session.info.quality))}.", ""]
+    out = [f"{h} Quality", ""]
+    if synthetic := synthetic_note(session.info.target.url):
+        out += [f"**{md_escape(synthetic[0].upper() + synthetic[1:])}.**", ""]
+    out += [f"Probe settings: {md_escape(settings_text(session.info.quality))}.", ""]
     out += ["| figure | value | how it was computed |", "|---|---|---|"]
     if result.perplexity is not None:
         ci = _ci(result, "perplexity_ci")
@@ -594,6 +604,9 @@ def compare_quality(labels: Sequence[str], sessions: Sequence[Session],
                 rows.append(QualityRow("vs baseline", "", label, unit, better, vals, texts, [None] * len(vals),
                                        [None] * len(vals), key=f"baseline.{key}", short=short))
     rows += load_rows
+    sims = [lb for lb, s in zip(labels, sessions, strict=True) if synthetic_note(s.info.target.url)]
+    if sims:
+        notes.append(f"{', '.join(sims)}: {SYNTHETIC_QUALITY}")
     return QualityComparison(list(labels), results, rows, notes)
 
 

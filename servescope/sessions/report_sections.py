@@ -17,7 +17,7 @@ from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.answers import completed
 from servescope.sessions.compare import CellView, Comparison, ThinkingCost, WorkloadAnswers, fmt_num, slo_text
-from servescope.sessions.quality import load_quality_rows
+from servescope.sessions.quality import load_quality_rows, synthetic_note
 from servescope.sessions.store import Session
 from servescope.sessions.twin import TwinRecord
 from servescope.sessions.views import planned_load
@@ -357,7 +357,10 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
                 "`prompt_tokens_details.cached_tokens` when the server sent it, else from its `/metrics` prefix-cache "
                 "counters over the cell.", ""]
     out += _turn_tables(views)
-    out += load_quality_rows(views)
+    quality_rows = load_quality_rows(views)
+    if quality_rows and (synthetic := synthetic_note(rep.session.info.target.url)):
+        quality_rows = [f"**{md_escape(synthetic[0].upper() + synthetic[1:])}.**", "", *quality_rows]
+    out += quality_rows
     ans = next((a for a in rep.answers if a.workload == workload), None)
     if ans:
         out.append(f"- **Capacity at the SLOs:** {md_escape(ans.capacity.text())}")

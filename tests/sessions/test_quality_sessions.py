@@ -247,6 +247,21 @@ def test_compare_accuracy_under_load(tmp_path: Path) -> None:
     tables(md)
 
 
+def test_simulator_quality_figures_are_said_to_be_synthetic(tmp_path: Path) -> None:
+    """The simulator makes its quality figures up (a perplexity of 50,804): wherever they are shown beside a real
+    server's, a note says so, naming the simulated session; a real server's session carries no such note."""
+    real = build_session(tmp_path, load_spec("real", [under_load(50, 50), under_load(49, 50)], "BF16"))
+    spec = load_spec("sim", [under_load(49, 50), under_load(30, 50)], "FP8")
+    spec.url = "sim://tiny"
+    sim = build_session(tmp_path, spec)
+    comp = compare_sessions([load_session(real), load_session(sim)], label_key="quant")
+    assert comp.quality is not None
+    assert [n for n in comp.quality.notes if "synthetic" in n] == [
+        "FP8: synthetic: the simulator (sim://) makes these quality figures up; they measure no model"]
+    assert "synthetic" not in render_report(load_session(real))
+    assert "**Synthetic: the simulator (sim://) makes these quality figures up" in render_report(load_session(sim))
+
+
 # ---- compare ---------------------------------------------------------------------------------------------
 def two_quality(tmp_path: Path, a: QualityResult, b: QualityResult, **kw: Any) -> tuple[Any, Any]:
     pa = quality_session(tmp_path, "gptq", a, model=kw.get("model_a", "Qwen/Qwen3-8B-GPTQ"), tags={"quant": "GPTQ"})

@@ -248,4 +248,4 @@ async def test_a_simulators_quality_figures_are_said_to_be_synthetic(home: Path,
         assert scr.query_one(QualityPanel).display
         shown = " ".join(screen_text(app).split())
         assert "50,804.8" in shown or "50804.8" in shown, shown
-        assert "! synthetic: the simulator (sim://) makes these figures up, not a model" in shown, shown
+        assert "! synthetic: the simulator (sim://) makes these quality figures up; they measure no model" in shown, shown

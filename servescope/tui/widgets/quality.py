@@ -177,10 +177,12 @@ def load_rows(session: Any) -> tuple[Row, ...]:
 
 
 def synthetic_note(url: str) -> str:
-    """For a simulator target (`sim://`): the line that says its quality figures are synthetic; else ""."""
-    if not url.startswith("sim://"):
-        return ""
-    return "! synthetic: the simulator (sim://) makes these figures up, not a model"
+    """For a simulator target (`sim://`): the line that says its quality figures are synthetic (the report's and
+    Compare's wording, servescope.sessions.quality); else ""."""
+    from servescope.sessions.quality import synthetic_note as note
+
+    text = note(url)
+    return f"! {text}" if text else ""
 
 
 def quality_view(session: Any) -> QualityView:
