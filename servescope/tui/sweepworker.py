@@ -328,7 +328,10 @@ class SweepDriver:
                 proc.wait(timeout=10)
             discard_unstarted(path)
             raise ServescopeError(err)
-        return self._follow(path, proc)
+        try:
+            return self._follow(path, proc)
+        finally:  # the runner is this app's child: reaped when it ends (no `<defunct>` left until the next sweep)
+            threading.Thread(target=_reap, args=(proc,), name="servescope-reap-runner", daemon=True).start()
 
     def _follow(self, path: Path, proc: subprocess.Popen[bytes] | None = None) -> str:
         """Post the session's logged events, then the new ones as they come, until the sweep ends, its runner
@@ -408,6 +411,12 @@ class SweepDriver:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:
                 pass
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for a runner process to end (a sweep left running goes on; its exit is collected when it comes)."""
+    with contextlib.suppress(Exception):
+        proc.wait()
 
 
 def read_items(reader: EventLogReader) -> list[w.Item]:

@@ -67,6 +67,10 @@ async def test_the_sweep_runs_in_a_runner_process_of_its_own(home: Path, sim_url
         assert app.driver is not None and app.driver.mode == "detached" and app.driver.detached
         assert f"own process (pid {run.engine_pid})" in log
         assert run.session_dir is not None and (run.session_dir / "events.jsonl").is_file()
+        # the runner is the app's child: once it ends it is reaped, not left `<defunct>` until the next sweep
+        proc = Path(f"/proc/{run.engine_pid}")
+        await wait_until(pilot, lambda: not proc.exists(), 60,
+                         f"the runner (pid {run.engine_pid}) to be reaped after its sweep ended")
 
 
 def test_an_engine_start_failure_is_one_readable_line() -> None:
