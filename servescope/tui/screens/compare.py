@@ -32,6 +32,18 @@ from servescope.tui.widgets.panels import short_path
 from servescope.tui.widgets.table import Col, FitTable
 
 NAME_LABEL = "(session name)"
+
+
+def COMPARE_COLS(labels: list[str]) -> list[Col]:  # noqa: N802 (a declaration, built per set of labels)
+    """The delta table's columns: the pane exists for the values and their deltas (figures: whole or left out),
+    read by their metric and load (whole: `output tok/s (a…` reads as nothing); the workload is cut or left out
+    before any of them (each group's first row names it, `w` picks the curves' one), the best session (★ marks it
+    in the values) goes first."""
+    return [Col("workload", "workload", 2, min_width=6, max_width=24), Col("load", "load", 0),
+            Col("metric", "metric", 0, max_width=40),
+            *[Col(f"v{i}", lb, 1, right=True, keep=i == 0) for i, lb in enumerate(labels)],
+            *[Col(f"d{i}", f"Δ {lb}", 1, right=True) for i, lb in enumerate(labels[1:], 1)],
+            Col("best", "best", 3, min_width=4, max_width=20)]
 WIN = " ★"
 
 
@@ -143,7 +155,7 @@ class CompareScreen(Screen[None]):
 
     BINDINGS = [
         Binding("escape,b", "back", "Back"),
-        Binding("l", "next_label", "Label by"),
+        Binding("l", "next_label", "Label by", show=False),  # the "label by" field is on screen; F1 lists it
         Binding("B", "next_baseline", "Baseline"),
         Binding("w", "next_workload", "Workload"),
         Binding("e", "export", "Export"),
@@ -199,12 +211,7 @@ class CompareScreen(Screen[None]):
         self.query_one("#compare-head", Static).update("\n".join(head))
         t = self.query_one("#compare-table", FitTable)
         t.clear(columns=True)
-        t.set_columns([Col("workload", "workload", 1, min_width=8, max_width=24), Col("load", "load", 0),
-                       Col("metric", "metric", 0, min_width=10, max_width=30),
-                       *[Col(f"v{i}", lb, 2, min_width=6, max_width=20, right=True) for i, lb in enumerate(labels)],
-                       *[Col(f"d{i}", f"Δ {lb}", 2, min_width=18, max_width=30, right=True)
-                         for i, lb in enumerate(labels[1:], 1)],
-                       Col("best", "best", 4, min_width=4, max_width=20)])
+        t.set_columns(COMPARE_COLS(labels))
         for i, row in enumerate(delta_rows(cmp_) + quality_rows(cmp_)):
             t.data[str(i)] = [clean_text(str(v)) for v in row]
         t.relayout(force=True)

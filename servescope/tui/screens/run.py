@@ -27,6 +27,7 @@ from servescope.tui import messages as m
 from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
+    CELL_COLS,
     CellTable,
     EventLog,
     ServerPanel,
@@ -37,9 +38,34 @@ from servescope.tui.widgets.panels import (
     gpu_reading,
     short_path,
 )
+from servescope.tui.widgets.table import prioritized
 from servescope.tui.widgets.turns import TurnChart, live_turn_rows
 
 LIVE_SAMPLES = 240  # telemetry samples kept for the sparklines (a minute or more)
+
+
+def short_status(status: str) -> str:
+    """A cell's status where the pane has no room for it whole: a completed cell whose client was the limit reads
+    `bound` (the pane's title explains it; zoomed, `done, client BOUND`), not `done,…`."""
+    return "bound" if status.endswith("client BOUND") else status
+
+
+# The finished-cells pane exists for each cell's output tok/s (never left out), then which cell it is and its TTFT
+# p50; at 80x24 its status takes what is left (`bound` for `done, client BOUND`, which zoom shows), the rest zooms.
+RUN_CELL_COLS = prioritized(CELL_COLS, ("out tok/s", "#", "load", "TTFT p50", "status", "workload"),
+                            keep="out tok/s", narrow={"status": 4, "workload": 8}, short={"status": short_status})
+CELLS_TITLE = "finished cells"
+BOUND_TITLE = "finished (bound: client-limited)"  # a client-bound cell is in the table: its status says `bound`
+LIVE_TITLE = "server live (/metrics)"
+GAUGES = ("KV cache", "running", "waiting")  # the live panel's rows that are a reading of now, not a count
+
+
+
+def ended_series(series: Sequence[tuple[str, str, tuple[float | None, ...]]]
+                 ) -> tuple[tuple[str, str, tuple[float | None, ...]], ...]:
+    """The live panel's rows once the sweep has ended: the gauges no longer read anything now (`-`), their
+    sparklines keep the sweep's history; the counts (preemptions, prefix hits) stand."""
+    return tuple((label, "-" if label in GAUGES else value, vals) for label, value, vals in series)
 
 
 def live_series(samples: Sequence[dict[str, float]]) -> tuple[tuple[str, str, tuple[float | None, ...]], ...]:
@@ -179,7 +205,8 @@ class RunScreen(Screen[None]):
         self._gpu_meta: dict[str, object] | None = None
         self._tele_dirty = False
         self._stops = 0  # `x` presses during this sweep: the first drains the running cell, a second cancels
-        self._done_cells = 0  # finished cells saved as `done`
+        self._done_cells = 0  # finished cells saved as `done` whose client was not the limit (on the curve)
+        self._completed = 0  # finished cells saved as `done` (cell_counts' completed: client-bound ones too)
         self._left_out: dict[str, list[str]] = {}  # per series: its finished cells not drawn on the curve, with why
         self._cur_ended = True  # the cell in self._cur is saved (finished or skipped)
         self.engine_pid = 0  # the process the engine runs in (the app's own when it runs in a thread)
@@ -206,7 +233,9 @@ class RunScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#log", EventLog).border_title = "events"
-        self.query_one("#cells", CellTable).border_title = "finished cells"
+        cells = self.query_one("#cells", CellTable)
+        cells.border_title = CELLS_TITLE
+        cells.set_columns(RUN_CELL_COLS)
         self.query_one(ServerPanel).display = False  # `t` swaps the live panel for the per-cell one
         self.query_one(TurnChart).display = False  # in E2E's place while a multi-turn cell runs
         self.set_interval(1.0, self._tick)
@@ -227,7 +256,7 @@ class RunScreen(Screen[None]):
         self.sweep_t0 = self.clock()
         self.session_dir = None
         self._cur = None
-        self._stops, self._done_cells, self._left_out = 0, 0, {}
+        self._stops, self._done_cells, self._completed, self._left_out = 0, 0, 0, {}
         self._points.clear()
         self._servers.clear()
         self._client_ttft.clear()
@@ -242,6 +271,8 @@ class RunScreen(Screen[None]):
         p.cell_elapsed, p.sweep_elapsed, p.planned = 0.0, 0.0, None
         self.log_view.reset()
         self.query_one(CellTable).clear()
+        self.query_one(CellTable).border_title = CELLS_TITLE
+        self.query_one(TelemetryPanel).title = LIVE_TITLE  # live again (TelemetryPanel's own title)
         self.query_one(ServerPanel).cells = ()
         self.query_one(ThroughputCurve).points = ()
         self.query_one(ThroughputCurve).title = "throughput vs load"  # not the last sweep's workload
@@ -387,7 +418,8 @@ class RunScreen(Screen[None]):
             return
         self._tele_dirty = False
         panel = self.query_one(TelemetryPanel)
-        panel.series = live_series(list(self._samples))
+        series = live_series(list(self._samples))
+        panel.series = series if self.running else ended_series(series)
         if self._gpus:
             panel.gpu_lines = tuple(gpu_reading(g) for g in self._gpus)
         elif self._gpu_meta is not None and not self._gpu_meta.get("available"):
@@ -419,6 +451,10 @@ class RunScreen(Screen[None]):
         self._cur_ended = True
         client = s.client
         bound = s.client_bound
+        if msg.status == "done":
+            self._completed += 1
+        if bound:
+            self.query_one(CellTable).border_title = BOUND_TITLE
         if msg.status == "done" and not bound:  # the curve, its knee and capacity use completed cells only
             self._done_cells += 1
             self._points.setdefault(c.series, []).append(curve_point(c, s, self.slos))
@@ -477,9 +513,18 @@ class RunScreen(Screen[None]):
     def _notice(self, msg: m.EngineNotice) -> None:
         self.log_view.event(msg.level, msg.text)
 
+    def counts_text(self) -> str:
+        """`4/8 cells completed`: cells saved as done of the cells planned, as the Sessions screen and `servescope
+        sessions` count them (sessions.views.cell_counts)."""
+        return f"{self._completed}/{self.total} cells completed"
+
     @on(m.SweepFinished)
     def _finished(self, msg: m.SweepFinished) -> None:
         self.running = False
+        if self.total:  # the live gauges read nothing now: they no longer show the last sample as current
+            self.query_one(TelemetryPanel).title = "server /metrics (sweep ended)"
+            self._tele_dirty = True
+            self.flush_telemetry()
         self._update_eta()
         p = self.progress
         if msg.session_dir is None and not self.total:  # it ended before the first cell: say why, no timers
@@ -491,6 +536,8 @@ class RunScreen(Screen[None]):
             p.fraction = 1.0
         p.eta_s = None
         where = f"; session saved in {short_path(msg.session_dir)}" if msg.session_dir else ""
+        if self.total:
+            where = f": {self.counts_text()}{where}"
         level = {"completed": "ok", "interrupted": "warning"}.get(msg.status, "error")
         self.log_view.event(level, f"sweep {msg.status}{where}" + (f": {msg.message}" if msg.message else ""))
         if msg.session_dir:
@@ -523,14 +570,22 @@ class RunScreen(Screen[None]):
         if not done or self._quit_cell is None:  # the first ctrl+q: remember which cell it interrupts
             cur = self._cur
             self._quit_cell = cur if cur is not None and self.running and not self._cur_ended else None
-            self._quit_finished = self.finished
+            self._quit_finished = self._completed
         n = self._quit_finished
         where = short_path(self.session_dir)
         cur = self._quit_cell
         running = (f"cell {cur.index + 1} ({cur.label}) {'is' if done else 'will be'} saved as interrupted; "
                    if cur is not None else "")
-        return (f"{n} finished cell{'s' if n != 1 else ''} saved in {where}; {running}"
+        return (f"{n}/{self.total} cells completed, saved in {where}; {running}"
                 f"continue with `servescope resume {where}`")
+
+    def on_screen_resume(self) -> None:
+        self.call_after_refresh(self._say_if_idle)  # a sweep being started or attached to is not idle by then
+
+    def _say_if_idle(self) -> None:
+        if self.progress.state == "idle" and self.is_current:  # F3 before any sweep: say why the screen is empty
+            self.notify("no sweep running: compose one with F2, then ctrl+r runs it (F4: saved sessions)",
+                        severity="information", timeout=4, markup=False)
 
     def action_toggle_server(self) -> None:
         """Swap the live server/GPU panel and the per-cell /metrics panel."""

@@ -25,9 +25,11 @@ from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
+from servescope.tui.screens.run import short_status
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
+    CELL_COLS,
     CellTable,
     ServerPanel,
     TelemetryPanel,
@@ -37,7 +39,7 @@ from servescope.tui.widgets.panels import (
     short_path,
 )
 from servescope.tui.widgets.quality import QualityFigures, QualityPanel, QualityView, quality_view
-from servescope.tui.widgets.table import Col, FitTable
+from servescope.tui.widgets.table import Col, FitTable, prioritized
 from servescope.tui.widgets.turns import TurnChart, summary_turn_rows
 
 # per-cell telemetry rows of a saved session: (label, key in the cell's `telemetry` summary, scale, format)
@@ -63,6 +65,11 @@ SESSION_COLUMNS = (
     Col("model", "model", 5, min_width=8, max_width=32), Col("cells", "cells", 6, right=True),
     Col("tags", "tags", 7, min_width=8, max_width=48), Col("workloads", "workloads", 8, min_width=8, max_width=40),
 )
+# A saved session's cells pane exists for each cell's output tok/s (never left out); which cell it is comes next:
+# its workload when the session has several (`c=1` alone is then ambiguous), its load, TTFT p50, then its status
+# (cut to what is left); the rest zooms.
+SESSION_CELL_ORDER = ("out tok/s", "load", "TTFT p50", "status", "#", "workload")
+SESSION_CELL_ORDER_MULTI = ("out tok/s", "workload", "load", "TTFT p50", "status", "#")
 TRASH = ".trash"  # deleted sessions are moved here, inside the sessions folder (not listed)
 
 
@@ -98,9 +105,10 @@ class SessionsScreen(Screen[None]):
         Binding("space", "mark", "Mark"),
         Binding("c", "compare", "Compare"),
         Binding("slash", "filter", "Filter"),
-        Binding("a", "attach", "Attach"),
-        Binding("d", "delete", "Delete"),
-        Binding("n", "rename", "Rename"),
+        # rarer keys: F1 lists them, the footer keeps room for the app's keys at 80 columns
+        Binding("a", "attach", "Attach", show=False),
+        Binding("d", "delete", "Delete", show=False),
+        Binding("n", "rename", "Rename", show=False),
         Binding("r", "refresh", "Refresh", show=False),
     ]
 
@@ -174,7 +182,7 @@ class SessionsScreen(Screen[None]):
             det.update("")
             return
         _, date, name, status, target, model, cells, tags, wls = self.rows[str(p)]
-        det.update(f"{p.name}: {status}, {cells} cells, target {target}, model {model or '?'}"
+        det.update(f"{p.name}: {status}, {cells} cells completed, target {target}, model {model or '?'}"
                    + (f", tags {tags}" if tags else "") + (f", workloads {wls}" if wls else ""))
 
     def action_mark(self) -> None:
@@ -316,7 +324,8 @@ class SessionScreen(Screen[None]):
     (quality.json, the cells' quality under load) behind `q`. A quality probe session (no cells) shows its quality
     alone."""
 
-    BINDINGS = [Binding("escape,b", "back", "Back to sessions"), Binding("e", "export", "Export"),
+    # "Back": the footer has room for the keys and the app's at 80 columns (F1 says where it goes back to)
+    BINDINGS = [Binding("escape,b", "back", "Back"), Binding("e", "export", "Export"),
                 Binding("t", "toggle_server", "Telemetry/cells"), Binding("q", "toggle_quality", "Quality/cells"),
                 Binding("w", "whatif", "What if")]
 
@@ -393,12 +402,18 @@ class SessionScreen(Screen[None]):
         if self.quality is not None:
             self.query_one(QualityPanel).display = False
         table = self.query_one(CellTable)
-        table.border_title = "cells (enter/arrows: show a cell's histograms)"
+        table.border_title = "cells (arrows: a cell's charts)"
         cells = self.session.cells
         rows = cells.sort("index").to_dicts() if cells.height else []
+        several = len({series_of(r) for r in rows}) > 1
+        table.set_columns(prioritized(CELL_COLS, SESSION_CELL_ORDER_MULTI if several else SESSION_CELL_ORDER,
+                                      keep="out tok/s", narrow={"status": 4}, whole_after={"workload": "TTFT p50"},
+                                      short={"status": short_status}))
         for r in rows:
             table.set_cell(int(r["index"]), series_of(r), str(r.get("load_label")), str(r.get("status")),
                            self.summaries.get(int(r["index"])))
+        if any(s.client_bound for s in self.summaries.values()):
+            table.border_title = "cells (bound: client-limited)"
         self._rows = rows
         ordered = sorted(self.summaries.items())
         # the cells with a stored /metrics window, in cell order: the panels' sparklines run over them, and their
@@ -508,7 +523,9 @@ class SessionScreen(Screen[None]):
         live = self.query_one(TelemetryPanel)
         gpu: GpuWindow | dict[str, object] | None = s.gpu or (
             info.gpu if info.gpu and not info.gpu.get("available") else None)
-        lines = [f"cell {idx + 1} {gpu_cell_line(gpu)}"] if gpu else []
+        gw = GpuWindow.from_dict(gpu) if isinstance(gpu, Mapping) else gpu
+        lines = ([f"cell {idx + 1}: no GPU telemetry: {gw.reason or 'NVML not available'}"]
+                 if gw is not None and not gw.available else [f"cell {idx + 1} {gpu_cell_line(gpu)}"] if gpu else [])
         tele = s.telemetry
         if tele is not None and tele.ttft_ms_mean is not None:
             lines.append(f"cell {idx + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "

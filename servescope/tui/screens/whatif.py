@@ -228,7 +228,7 @@ class WhatIfScreen(Screen[None]):
         if self.twin_error:
             return self.twin_error
         if self.twin is None:
-            return "no twin yet: the first prediction (enter, ctrl+r) fits it to the session (5-20 s)"
+            return "no twin yet: enter (ctrl+r) fits it to the session and predicts (5-20 s)"
         return residual_text(self.twin)
 
     def _measured_text(self, what: str) -> str:

@@ -1,12 +1,15 @@
-"""A table that fits its width: whole columns by priority (the ones that do not fit are left out and
-counted in the border subtitle; zoom the table with `z` to see more), text cut with `…`, never a
-horizontal scrollbar. Sortable by column (`o` next column, `O` reverse, or click a header)."""
+"""A table that fits its width, the 80x24 rule of every table in the app: each column declares a priority,
+and the columns that do not fit are left out by it, least important first, and counted in the pane
+(`+2 columns: z zooms`; zoom the table with `z` to see more). A figure (a right-aligned column) is never cut: it
+is shown whole or left out; a label column is cut down to its min_width first (its text ends in `…`). The figure
+the pane exists for (`keep`) is never left out. Never a horizontal scrollbar. Sortable by column (`o` next column,
+`O` reverse, or click a header)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.text import Text
@@ -25,14 +28,53 @@ class Col:
     priority: int = 0  # lower is kept first when the width is short
     min_width: int = 0  # may be cut down to this (with …); 0: never cut, shown whole or not at all
     max_width: int = 40  # never wider than this (cut with …)
-    right: bool = False  # right-aligned (numbers)
+    right: bool = False  # right-aligned: a figure, never cut (shown whole or left out)
+    keep: bool = False  # the figure the pane exists for: placed first, never left out
+    # a cut label widens back to whole at this priority, before the columns after it are placed (a status: whole
+    # when zoomed, `done…` in a narrow pane); None: only once every column that fits is placed (more columns, cut)
+    grow_at: int | None = None
+    # a shorter form of a value, shown when the whole value does not fit (`done, client BOUND` -> `bound`); the
+    # table keeps the whole value (sorting, filtering, full_row) and shows it whenever it fits
+    short: Callable[[str], str] | None = None
+
+    def shown_value(self, value: str, width: int) -> str:
+        """`value` as this column shows it at `width`: whole, else its short form, cut with `…` if need be."""
+        if len(value) > width and self.short is not None:
+            value = self.short(value)
+        return ellipsize(value, width)
+
+    @property
+    def figure(self) -> bool:
+        return self.right
 
 
 def ellipsize(text: str, width: int) -> str:
-    """`text` cut to `width` characters, ending in `…` when cut."""
+    """`text` cut to `width` characters, ending in `…` when cut (`done, client BOUND` at 6: `done…`, not
+    `done,…`)."""
     if width <= 0:
         return ""
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if len(text) <= width:
+        return text
+    return (text[: width - 1].rstrip(" ,;:/-") or text[: width - 1]) + "…"
+
+
+def prioritized(cols: Sequence[Col], order: Sequence[str], keep: str | None = None,
+                narrow: Mapping[str, int] | None = None, whole_after: Mapping[str, str] | None = None,
+                short: Mapping[str, Callable[[str], str]] | None = None) -> list[Col]:
+    """A pane's own priorities for columns declared elsewhere (same keys in the same order, so rows are built
+    as before): the keys in `order` first, in that order, then the rest as they were declared; `keep` is the
+    figure the pane exists for (never left out); `narrow` lets label columns be cut down to that width, to fit
+    the room the columns before them leave; `whole_after` widens a cut label back to whole right after the column
+    named (`{"workload": "TTFT p50"}`: that figure before a whole workload, a whole workload before the rest);
+    `short` gives a label column the shorter form its values take when they do not fit whole (`Col.short`)."""
+    rank = {k: i for i, k in enumerate(order)}
+    declared = sorted(range(len(cols)), key=lambda i: cols[i].priority)
+    after = {cols[i].key: len(order) + n for n, i in enumerate(declared)}
+    prio = {c.key: rank.get(c.key, after[c.key]) for c in cols}
+    narrow, whole_after, short = narrow or {}, whole_after or {}, short or {}
+    grow = {**{k: prio[k] for k in narrow}, **{k: prio[v] for k, v in whole_after.items()}}
+    return [replace(c, priority=prio[c.key], keep=c.key == keep, min_width=narrow.get(c.key, c.min_width),
+                    grow_at=grow.get(c.key, c.grow_at), short=short.get(c.key, c.short)) for c in cols]
 
 
 _NUM = re.compile(r"^[+-]?[\d,]*\.?\d+")
@@ -54,23 +96,36 @@ def sort_value(text: str) -> tuple[int, Any]:
 
 
 def fit_widths(cols: Sequence[Col], natural: Sequence[int], avail: int, pad: int = 2) -> dict[str, int]:
-    """Which columns are shown and how wide: by priority, each at its minimum (or whole), then the space
-    left widens the cut ones back towards their natural width, again by priority."""
-    order = sorted(range(len(cols)), key=lambda i: cols[i].priority)
+    """Which columns are shown and how wide: the kept figure first, then by priority, each at its minimum (a
+    label column cut to its min_width, a figure always whole: figures are never cut), a column that does not
+    fit left out; a label with `grow_at` widens back towards whole at that priority, the other cut labels once
+    every column is placed, by priority, with the space left."""
+    order = sorted(range(len(cols)), key=lambda i: (not cols[i].keep, cols[i].priority))
+    # (kept first, priority, place before grow, column): placing each column, and the early widening of some labels
+    steps = sorted([(not cols[i].keep, cols[i].priority, 0, i) for i in order]
+                   + [(True, g, 1, i) for i in order if (g := cols[i].grow_at) is not None and not cols[i].figure])
     widths: dict[str, int] = {}
     used = 0
-    for i in order:
-        c, nat = cols[i], natural[i]
-        w = min(nat, c.min_width) if c.min_width else nat
-        if used + w + pad <= avail:
-            widths[c.key] = w
-            used += w + pad
-    for i in order:
+
+    def grow(i: int) -> None:
+        nonlocal used
         c, nat = cols[i], natural[i]
         if c.key in widths and widths[c.key] < nat:
             extra = min(nat - widths[c.key], avail - used)
             widths[c.key] += extra
             used += extra
+
+    for _, _, growing, i in steps:
+        c, nat = cols[i], natural[i]
+        if growing:
+            grow(i)
+            continue
+        w = min(nat, c.min_width) if c.min_width and not c.figure else nat
+        if used + w + pad <= avail or (c.keep and not widths):
+            widths[c.key] = w
+            used += w + pad
+    for i in order:
+        grow(i)
     return widths
 
 
@@ -78,8 +133,10 @@ class FitTable(DataTable[Text], Zoomable):
     """Call `set_columns`, then `put_row(key, values)` / `remove_key` / `clear`; the table shows what fits."""
 
     BINDINGS = [Binding("o", "sort_next", "Sort"), Binding("O", "sort_reverse", "Reverse sort", show=False)]
+    # a one-column scrollbar (as lazygit's): at 80x24 a short pane scrolls its rows, and the second column is
+    # the room a status needs beside the figures
     DEFAULT_CSS = """
-    FitTable { overflow-x: hidden; }
+    FitTable { overflow-x: hidden; scrollbar-size-vertical: 1; }
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -185,7 +242,8 @@ class FitTable(DataTable[Text], Zoomable):
             return
         self._layout_width = avail
         keys = self.ordered_keys()
-        natural = [min(c.max_width, max([len(c.label), *(len(self.data[k][i]) for k in keys)]))
+        # a figure's natural width is its widest value whole (max_width caps labels only: figures are never cut)
+        natural = [min(10_000 if c.figure else c.max_width, max([len(c.label), *(len(self.data[k][i]) for k in keys)]))
                    for i, c in enumerate(self.cols)]
         widths = fit_widths(self.cols, natural, avail, pad=2 * self.cell_padding)
         self.shown = [c for c in self.cols if c.key in widths]
@@ -199,12 +257,14 @@ class FitTable(DataTable[Text], Zoomable):
         idx = [self.cols.index(c) for c in self.shown]
         for k in keys:
             vals = self.data[k]
-            self.add_row(*(Text(ellipsize(vals[i], widths[c.key]), justify="right" if c.right else "left", end="")
+            self.add_row(*(Text(c.shown_value(vals[i], widths[c.key]), justify="right" if c.right else "left", end="")
                            for i, c in zip(idx, self.shown, strict=True)), key=k)
         hidden = len(self.cols) - len(self.shown)
         more = f"+{hidden} column{'s' if hidden != 1 else ''}"
         zoom = self.is_attached and not self.has_class("-maximized") and self.size.width < self.screen.size.width - 4
-        self.border_subtitle = (f"{more}: z zooms" if zoom else f"{more} left out") if hidden else ""
+        names = ", ".join(c.label for c in self.cols if c.key not in widths)
+        self.border_subtitle = (f"{more}: z zooms" if zoom else f"{more} left out"
+                                + (f" ({names})" if len(names) < avail // 2 else "")) if hidden else ""
         if cur is not None and cur in keys:
             self.move_cursor(row=keys.index(cur), animate=False)
         self.scroll_y = scroll_y
