@@ -327,9 +327,19 @@ class _Sweep:
                 await self._connect()
                 self.tok = await self.target.tokenizer(self.model)
                 continue
-            message = (f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}) and did "
-                       f"not come back within {spec.recover_timeout_s:g} s; finished cells are saved in {path}"
-                       f" (continue later with `servescope resume {path}`)")
+            waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
+            if self.control.stopping:
+                # stopped while waiting: the sweep is interrupted (resumable), not failed, and the wait it says is the
+                # one it made, not the one it was allowed
+                yield Notice("warning", f"stopped after waiting {waited:.0f} s (of up to {spec.recover_timeout_s:g} s)"
+                                        f" for {self.label} to come back during cell {cell.index + 1} ({cell.label}); "
+                                        f"finished cells are saved in {path} (continue later with "
+                                        f"`servescope resume {path}`)")
+                return
+            within = (f"did not come back within {spec.recover_timeout_s:g} s" if not back else
+                      f"was lost {attempt} times (came back after {waited:.0f} s the last time)")
+            message = (f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}) and {within}; "
+                       f"finished cells are saved in {path} (continue later with `servescope resume {path}`)")
             yield Notice("error", message)
             self.control.stopping = True
             failed.append(message)
