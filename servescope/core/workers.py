@@ -48,14 +48,15 @@ from servescope.core.errors import ServescopeError
 from servescope.core.health import ClientPart, add_placement, merge_client
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
 from servescope.core.records import RequestRecord
-from servescope.core.workercount import Workers
+from servescope.core.workercount import Workers, cores, too_many_workers
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.context import ForkServerContext, SpawnContext
     from multiprocessing.process import BaseProcess
 
-__all__ = ["Share", "auto_workers", "drive", "open_schedule", "resolve_workers", "run_cell_workers", "split_cell"]
+__all__ = ["Share", "auto_workers", "drive", "local_workers", "open_schedule", "resolve_workers", "run_cell_workers",
+           "split_cell"]
 
 _perf = time.perf_counter_ns
 
@@ -83,10 +84,7 @@ def auto_workers(load: Load, cores: int | None = None, output_tokens: float | No
 
 
 def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover (not Linux)
-        return os.cpu_count() or 1
+    return cores()
 
 
 def resolve_workers(workers: Workers, load: Load, specs: Sequence[RequestSpec], warmup: int = 0) -> int:
@@ -98,6 +96,14 @@ def resolve_workers(workers: Workers, load: Load, specs: Sequence[RequestSpec], 
         return auto_workers(load, output_tokens=mean_out)
     if workers < 1:  # a caller that skipped the parser
         raise ServescopeError(f"--workers: must be at least 1 (got {workers})")
+    return workers
+
+
+def local_workers(workers: int) -> int:
+    """`workers` processes on this machine, refused (one line naming the number that fits) above its cores x 4:
+    a caller that skipped the parser (`engine.fields.workers`) still never starts 100,000 processes."""
+    if (refusal := too_many_workers(workers)) is not None:
+        raise ServescopeError(refusal)
     return workers
 
 
@@ -647,7 +653,7 @@ async def run_cell_workers(
 ) -> CellRun:
     """`core.load.run_cell` over `workers` processes (1, or a cell that cannot be split: `run_cell` itself)."""
     control = control or CellControl()
-    shares = split_cell(specs, load, limits, workers, seed)
+    shares = split_cell(specs, load, limits, local_workers(workers), seed)
     if len(shares) <= 1:
         return await run_cell(opts, specs, load, limits, on_record, control, seed=seed,
                               before_measured=before_measured)

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from servescope.core.arrivals import BURSTINESS_MAX, Step, parse_pattern, pattern_text
 from servescope.core.errors import ServescopeError
-from servescope.core.workercount import Workers
+from servescope.core.workercount import Workers, too_many_workers
 
 ARRIVALS = ("constant", "poisson", "gamma")
 TRANSPORTS = ("raw", "aiohttp", "httpx")  # core.client.make_http_client builds each
@@ -230,7 +230,10 @@ def workers(raw: object, where: str) -> Workers:
         return "auto"
     if isinstance(raw, str) and not raw.strip().isdigit():
         raise ServescopeError(f"{where}: must be auto or a number of processes from 1, not {raw!r}")
-    return _int(raw, where, 1)
+    n = _int(raw, where, 1)
+    if (refusal := too_many_workers(n, where)) is not None:  # cores x 4 (core/workercount.py)
+        raise ServescopeError(refusal)
+    return n
 
 
 def names(raw: object, where: str) -> tuple[str, ...]:
