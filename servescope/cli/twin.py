@@ -29,6 +29,7 @@ from servescope.engine.whatif import (
     confirm_pairs,
     record_confirmation,
 )
+from servescope.engine.whatifcap import check_whatif_loads
 from servescope.sessions.twin import PROFILE_FILE
 from servescope.workloads.spec import resolve
 
@@ -172,6 +173,7 @@ def whatif_command(args: argparse.Namespace) -> int:
         _fit(session, args, sys.stderr)
         twin = load_twin(session)
     assert twin is not None
+    check_whatif_loads(twin, loads, knobs)  # at most 2 x the twin's max_num_seqs (engine/whatifcap.py)
     out: WhatIfResult = {"session": str(session.path), "settings": knobs.label(), "cells": []}
     preds = []
     for w in workloads:
