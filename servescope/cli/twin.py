@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict
 from servescope.cli.common import api_key_from, resolve_session
 from servescope.cli.run import CellRow, add_figures, open_target, run_loop_for
 from servescope.core.errors import ServescopeError
-from servescope.core.metrics import parse_slos
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields as f
 from servescope.engine.spec import RunContext, SweepSpec
@@ -31,6 +30,7 @@ from servescope.engine.whatif import (
 )
 from servescope.engine.whatifcap import check_whatif_loads
 from servescope.sessions.twin import PROFILE_FILE
+from servescope.sim.profile import KV_DTYPE_BYTES
 from servescope.workloads.spec import resolve
 
 if TYPE_CHECKING:
@@ -157,17 +157,48 @@ def _banded(v: Any, band: dict[str, list[float]], key: str) -> str:
     return f"{_num(v):>9} ({_num(lo)}-{_num(hi)})"
 
 
+def _check_whatif_args(args: argparse.Namespace) -> dict[str, float] | None:
+    """Every what-if flag checked before anything is read, fitted or run (a bad --gpu-memory-utilization was
+    found only after a fit); returns the --slo SLOs, read by the one SLO parser every command uses."""
+    for flag, v, lo in (("--requests", args.requests, 1), ("--max-model-len", args.max_model_len, 16),
+                        ("--max-num-seqs", args.max_num_seqs, 1),
+                        ("--server-max-num-seqs", args.fit_max_num_seqs, 1),
+                        ("--server-max-num-batched-tokens", args.fit_max_num_batched_tokens, 1)):
+        if v is not None and v < lo:
+            raise ServescopeError(f"{flag} {v}: must be {lo} or more")
+    gmu = args.gpu_memory_utilization
+    if gmu is not None and not 0 < gmu <= 1:
+        raise ServescopeError(f"--gpu-memory-utilization {gmu:g}: must be above 0 and at most 1, as vLLM's flag "
+                              "(e.g. 0.9)")
+    if args.kv_cache_dtype is not None and args.kv_cache_dtype not in KV_DTYPE_BYTES:
+        raise ServescopeError(f"--kv-cache-dtype {args.kv_cache_dtype!r}: unknown; use one of "
+                              f"{', '.join(sorted(KV_DTYPE_BYTES))}")
+    if args.model_config is not None:
+        cfg = Path(args.model_config).expanduser()
+        if not (cfg.is_file() or (cfg / "config.json").is_file()):
+            raise ServescopeError(f"--model-config {args.model_config}: no such file, nor a directory holding "
+                                  "config.json; give the model's Hugging Face config.json")
+    for flag, v in (("--workload", args.workload), ("--concurrency", args.concurrency), ("--rate", args.rate),
+                    ("--api-key", args.api_key)):
+        if v is not None and not v.strip():
+            raise ServescopeError(f"{flag}: empty; give a value (or leave the flag out for its default)")
+    if args.concurrency is not None:
+        f.int_list(args.concurrency, "--concurrency")
+    if args.rate is not None:
+        f.float_list(args.rate, "--rate")
+    return f.slos(args.slo, "--slo") if args.slo is not None else None
+
+
 def whatif_command(args: argparse.Namespace) -> int:
+    given_slos = _check_whatif_args(args)
     session = _session(args.session, args.sessions_dir)
-    if args.requests is not None and args.requests < 1:
-        raise ServescopeError(f"--requests {args.requests}: must be 1 or more")
     knobs = Knobs(args.gpu_memory_utilization, args.kv_cache_dtype, args.max_model_len, args.max_num_seqs)
     if args.confirm and knobs.any:
         raise ServescopeError(f"--confirm runs against the session's server as it is; it cannot confirm "
                               f"{knobs.label()}: relaunch the server with those settings and run `servescope run`")
     workloads = _workloads(args, session)
     loads = _loads(args, session)
-    slos = parse_slos(args.slo) if args.slo else dict(session.info.slos) or dict(USABLE_SLOS)
+    slos = given_slos or dict(session.info.slos) or dict(USABLE_SLOS)
     twin = None if args.refit else load_twin(session)
     if twin is None:
         _fit(session, args, sys.stderr)
