@@ -26,7 +26,9 @@ from servescope.tui.widgets import CellTable, LatencyHistogram, OverlayCurve, Th
 from .fixtures import live_sweep_messages, write_session
 from .helpers import drawn, set_input, text_of
 
-GLUED = re.compile(r"\d▲|▲\d{3}|▲(50|99)[^\s]|▲▲")
+# a word of the axis line with a ▲ is a marker and its own numbers, nothing else: `▲50`, `99▲`, `▲50,99`, `50,99▲`,
+# `50▲▲99` (two markers side by side at an edge), or a bare `▲` whose number is in its neighbour's `▲50,99`
+MARKER_WORD = re.compile(r"(?:50|99|50,99)?▲+(?:50|99|50,99)?")
 NUM = re.compile(r"-?\d[\d,]*(\.\d+)?k?")
 
 
@@ -58,26 +60,65 @@ DATASETS = {
 }
 
 
-def _check_axis(line: str, lo: str, hi: str, width: int) -> None:
-    assert len(line) == width, (width, line)
-    assert not GLUED.search(line), line
-    tokens = line.split()
-    assert tokens[0] == lo and "▲50" in tokens and "▲99" in tokens, line
-    assert tokens.index("▲50") < tokens.index("▲99")
-    assert hi in tokens, line
+def _check_words(line: str, lo: str, hi: str, unit: str = "ms") -> None:
+    """The axis line read word by word, as a user reads it: each word with a `▲` is a marker with only its own
+    numbers (no label glued to it: not `1▲50`, `▲504`), p50 and p99 named once each, p50 first; the other words
+    are the minimum then the maximum (`min 77.4`, `max 1475` where moved), the unit once, after one of them."""
+    words = line.split()
+    names: list[str] = []
+    for word in words:
+        if "▲" in word:
+            assert MARKER_WORD.fullmatch(word), (word, line)
+            names += re.findall(r"\d+", word)
+    assert names == ["50", "99"], line
+    labels = " ".join(word for word in words if "▲" not in word)
+    u = re.escape(unit)
+    assert re.fullmatch(rf"(?:min )?{re.escape(lo)}(?: {u})? (?:max )?{re.escape(hi)}(?: {u})?", labels), (labels, line)
+    assert words.count(unit) == 1, line
+
+
+@pytest.mark.parametrize("line", [
+    "77.4        ▲50       ▲99      1475 ms",
+    "77.4 ms     ▲50       ▲99      1475",  # the unit with the minimum, the maximum's place near ▲99
+    "77.4           ▲ ▲50,99    1475 ms",  # close together: one label for both
+    "77.4        50,99▲ ▲       1475 ms",
+    "▲50,99 min 77.4        1475 ms",  # one column; a label moved for a marker says what it is
+    "77.4        max 1475 ms 50,99▲",
+    "50▲▲99 min 77.4         1475 ms",  # at the edge
+    "77.4 ms        50▲ max 1475 99▲",  # the maximum moved from under ▲99
+])
+def test_the_axis_word_check_reads_each_marker_form(line: str) -> None:
+    _check_words(line, "77.4", "1475")
+
+
+@pytest.mark.parametrize("line", [
+    "77.4   ▲504 ▲99   1475 ms",  # a marker glued to a number
+    "77.4   ▲99      14▲50 ms",  # the maximum overwritten by a marker
+    "77.4 ▲50▲99          1475 ms",  # two markers glued
+    "77.4 ▲50 ▲50 ▲99     1475 ms",  # p50 twice
+    "77.4   ▲99 ▲50       1475 ms",  # p99 before p50
+    "77.4   ▲50 ▲99         1475",  # no unit
+    "77.4 ms  ▲50 ▲99    1475 ms",  # the unit twice
+    "▲50 ▲99              1475 ms",  # no minimum
+    "1475 ▲50 ▲99         77.4 ms",  # the maximum first
+])
+def test_the_axis_word_check_rejects_overwritten_labels(line: str) -> None:
+    with pytest.raises(AssertionError):
+        _check_words(line, "77.4", "1475")
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
 def test_histogram_axis_keeps_min_p50_p99_max_apart_at_every_width(name: str) -> None:
-    from servescope.tui.widgets.histogram import _fmt, axis_tokens, percentile
+    from servescope.tui.widgets.histogram import _fmt, percentile
+
+    from .test_histogram_markers import check_axis
 
     vals = sorted(DATASETS[name])
-    p50, p99 = percentile(vals, 50), percentile(vals, 99)
     hi = percentile(vals, 99.5) if len(vals) > 20 else vals[-1]
     for width in range(30, 161):
-        line = "".join(t for t, _ in axis_tokens(width, vals[0], max(hi, vals[0] + 1e-6), p50, p99, vals[-1], "ms"))
-        _check_axis(line, _fmt(vals[0]), _fmt(vals[-1]), width)
-        assert line.endswith(" ms"), line  # the unit on the axis
+        # each ▲ in its percentile's bin, the labels the minimum and the maximum, a blank between any two
+        line = check_axis(width, vals[0], max(hi, vals[0] + 1e-6), width, vals, "ms")
+        _check_words(line, _fmt(vals[0]), _fmt(vals[-1]))  # both labels and the unit there, nothing glued
 
 
 class HistApp(App[None]):
@@ -96,16 +137,16 @@ class HistApp(App[None]):
 async def test_histogram_drawn_at_several_widths_has_intact_labels(width: int) -> None:
     from servescope.tui.widgets.histogram import _fmt
 
+    from .test_histogram_markers import check_drawn
+
     vals = DATASETS["field"]
     app = HistApp(vals)
     async with app.run_test(size=(width, 8)) as pilot:
         await pilot.pause()
         h = app.query_one(LatencyHistogram)
+        check_drawn(h)  # each ▲ under a bar of its percentile's bin
         lines = [ln.rstrip() for ln in str(h.render()).split("\n")]
-        axis = lines[-1]
-        assert not GLUED.search(axis), axis
-        toks = axis.split()
-        assert toks[0] == _fmt(min(vals)) and toks[-2:] == [_fmt(max(vals)), "ms"] and "▲50" in toks and "▲99" in toks
+        _check_words(lines[-1], _fmt(min(vals)), _fmt(max(vals)))
         assert "p50 504" in lines[0] and "p99" in lines[0]  # the values themselves are in the title line
 
 

@@ -17,6 +17,7 @@ from servescope.sessions.live import runner_state
 from tests.support.tmux import open_session, tmux
 
 from .helpers import poll_until, wait_for_text
+from .test_tmux_e2e import BOTH_MARKERS, check_markers
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (.ci/run installs it); the e2e demo test needs it")
@@ -41,7 +42,9 @@ def test_demo_in_tmux_shows_histograms_and_a_finished_cell(tmp_path: Path) -> No
                  env={"SERVESCOPE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}, linger_s=120)
     try:
         # the demo starts the simulator and a short sweep; the run screen shows the live histograms
-        wait_for(session, ["cell 1/", "TTFT ms", "▲50", "▲99"], timeout=90)
+        screen = wait_for_text(lambda: tmux("capture-pane", "-p", "-t", session), ["cell 1/", "TTFT ms"], 90,
+                               pattern=BOTH_MARKERS, what="the histograms with p50's and p99's markers")
+        check_markers(screen)  # `▲50` / `99▲` / `▲50,99`, none glued to a label
         # the first cell finishes: its row in the finished-cells table (its line in the 4-line event log may already
         # have scrolled away behind the cell's warnings: on a busy machine the c=1 cell can be judged client-bound)
         screen = wait_for_text(lambda: tmux("capture-pane", "-p", "-t", session), ["sharegpt"], 90,
