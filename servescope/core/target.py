@@ -67,13 +67,31 @@ class TargetInfo:
                 return self.models[0]
             if not self.models:
                 raise ServescopeError(f"{self.url} serves no models (/v1/models is empty); check the server")
-            ids = ", ".join(m.id for m in self.models)
-            raise ServescopeError(f"{self.url} serves several models ({ids}); choose one with --model")
+            raise ServescopeError(f"{self.url} serves several models ({model_list(self.models)}); choose one with "
+                                  "--model")
         for m in self.models:
             if m.id == name:
                 return m
-        ids = ", ".join(m.id for m in self.models) or "none"
+        ids = model_list(self.models) or "none"
         raise ServescopeError(f"unknown model {name!r}; {self.url} serves: {ids}")
+
+
+MODELS_SHOWN = 6  # a message names this many served models, then says how many more
+MODEL_ID_SHOWN = 80  # characters of one model id in a message
+
+
+def model_list(models: list[ModelInfo], shown: int = MODELS_SHOWN) -> str:
+    """The served models for a one-line message: the first `shown` ids (each cleaned and cut to
+    `MODEL_ID_SHOWN` characters: server text is data), then "and N more" (1,000 models once made a 6,000-character
+    line)."""
+    ids = [_short_id(m.id) for m in models[:shown]]
+    more = len(models) - len(ids)
+    return ", ".join(ids) + (f" and {more:,} more" if more > 0 else "")
+
+
+def _short_id(model_id: str) -> str:
+    text = clean_text(model_id)
+    return text if len(text) <= MODEL_ID_SHOWN else text[: MODEL_ID_SHOWN - 3] + "..."
 
 
 def request_failed(where: str, e: httpx.HTTPError, detail: str, timeout_text: str) -> ServescopeError:
@@ -312,10 +330,28 @@ class EstimateTokenizer:
         return len(text.split())
 
 
+COUNT_PROBE = " ".join(["the cache of the server"] * 40)  # 200 words: counted beside "hello" by `has_tokenize`
+
+
+def counted_text(a: int, few: int, b: int, many: int) -> str:
+    """What a tokenizer answered for texts of `few` and `many` words, for `not_counting`."""
+    if a == b:
+        return f"answered {a:,} tokens for texts of {few:,} to {many:,} words"
+    return f"answered {a:,} tokens for {few:,} words and {b:,} for {many:,}"
+
+
+def not_counting(tok: Tokenizer, what: str) -> ServescopeError:
+    """The one line for a tokenizer whose counts do not follow the text (`what` it answered)."""
+    who = "the server's /tokenize" if tok.name == ServerTokenizer.name else f"the tokenizer ({tok.name})"
+    return ServescopeError(f"{who} {what}: it is not counting this model's tokens; use --tokenizer PATH (a local "
+                           "tokenizer of the served model)")
+
+
 async def has_tokenize(http: httpx.AsyncClient, model: str, secret: str | None = None) -> bool:
     """Whether the server has a usable /tokenize. No answer, an error or a body without a "count": False (input
-    lengths are then estimated). A 200 whose count or tokens are not counts (`{"count": "many"}`) raises one
-    ServescopeError before anything starts: such a server cannot be trusted to size prompts."""
+    lengths are then estimated). A 200 whose count or tokens are not counts (`{"count": "many"}`), or whose count
+    for 200 words is no more than for "hello" (a /tokenize that always answers 3), raises one ServescopeError
+    before anything starts: such a server cannot be trusted to size prompts."""
     try:
         r = await http.post("/tokenize", json={"model": model, "prompt": "hello"})
         body = r.json() if r.status_code == 200 else None
@@ -328,4 +364,8 @@ async def has_tokenize(http: httpx.AsyncClient, model: str, secret: str | None =
     tokens = body.get("tokens")
     if tokens is not None and (not isinstance(tokens, list) or not all(is_count(t) for t in tokens)):
         raise tok._garbage("/tokenize", "a list of token ids", tokens)
+    a = tok._count(body)
+    b = await tok.count_prompt(COUNT_PROBE)  # a count that does not grow with the text sizes no prompt
+    if b <= a:
+        raise not_counting(tok, counted_text(a, 1, b, len(COUNT_PROBE.split())))
     return True

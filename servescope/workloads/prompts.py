@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from servescope.core.target import Tokenizer
+from servescope.core.target import Tokenizer, counted_text, not_counting
 from servescope.workloads.conversation import dataset_picks, layout
 from servescope.workloads.spec import Workload, read_sharegpt, read_sharegpt_conversations
 
@@ -37,11 +38,36 @@ def _corpus(rng: random.Random, words: int) -> str:
 
 async def _corpus_ids(tok: Tokenizer, rng: random.Random, need: int) -> list[int]:
     words = max(64, int(need * 1.1) + 16)
+    first, last = words, -1
     while True:
         ids = await tok.encode(_corpus(rng, words))
         if len(ids) >= need:
             return ids
+        if tok.exact and len(ids) <= last:  # twice the words, no more tokens: it would double until the server refused
+            raise not_counting(tok, f"answered {len(ids):,} tokens for texts of {first:,} to {words:,} words")
+        last = len(ids)
         words *= 2
+
+
+PROBE_WORDS = (10, 200)  # the texts `check_counting` counts: any tokenizer of a language model counts more for more
+_counted: weakref.WeakKeyDictionary[Tokenizer, set[bool]] = weakref.WeakKeyDictionary()  # checked: (tok, chat)
+
+
+async def check_counting(tok: Tokenizer, chat: bool) -> None:
+    """A ServescopeError when an exact tokenizer counts no more tokens for 200 words than for 10 (a /tokenize that
+    always answers 3 once sent ever longer texts for 14 s, until the server answered HTTP 413). Once per tokenizer
+    and API: two counts."""
+    if not tok.exact or chat in _counted.get(tok, set()):
+        return
+    count = tok.count_chat if chat else tok.count_prompt
+    few, many = PROBE_WORDS
+    a, b = await count(" ".join(_WORDS[:few])), await count(" ".join(_WORDS[:many]))
+    if b <= a:
+        raise not_counting(tok, counted_text(a, few, b, many))
+    try:
+        _counted.setdefault(tok, set()).add(chat)
+    except TypeError:  # pragma: no cover (a tokenizer that cannot be weakly referenced: checked every time)
+        pass
 
 
 async def _windows(tok: Tokenizer, rng: random.Random, longest: int, n: int) -> tuple[list[int], list[int]]:
@@ -99,6 +125,7 @@ async def build_prompts(
         return await _turn_prompts(workload, n, cell_key, tok, concurrency)
     rng = cell_rng(workload, cell_key)
     chat = workload.api == "chat"
+    await check_counting(tok, chat)
     count = tok.count_chat if chat else tok.count_prompt
     sem = asyncio.Semaphore(concurrency)
 
@@ -139,6 +166,7 @@ async def _turn_prompts(workload: Workload, n: int, cell_key: str, tok: Tokenize
     call), turn 1 opening with the shared start; `input_tokens` counts that message alone in the chat template
     (the history comes on top: core/conversation.py)."""
     rng = cell_rng(workload, cell_key)
+    await check_counting(tok, True)
     sizes = layout(workload, cell_key, n)
     firsts = [t == 1 for size in sizes for t in range(1, size + 1)]
     sem = asyncio.Semaphore(concurrency)

@@ -209,7 +209,9 @@ async def test_tokenize_garbage_later_is_a_servescope_error_not_a_valueerror(ser
     async def tokenize(request: web.Request) -> web.Response:
         nonlocal calls
         calls += 1
-        return web.json_response({"count": 1, "tokens": [1]} if calls == 1 else {"count": "many"})
+        # has_tokenize's two counts ("hello", then 200 words) are sound; a later one is garbage
+        return web.json_response({"count": 1, "tokens": [1]} if calls == 1 else {"count": 200} if calls == 2
+                                 else {"count": "many"})
 
     url = await server(body_handler(b""), tokenize)
     async with httpx.AsyncClient(base_url=url) as http:
