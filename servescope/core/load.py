@@ -124,6 +124,15 @@ class CellRun:
     client: ClientPart | None = None
 
 
+WARM_POOL = 1024  # distinct warmup prompts a cell has at most: a longer warmup cycles through them
+
+
+def warm_prompts(warmup: int) -> int:
+    """How many of a cell's prompts (the first ones) are its warmup's: one per warmup request, at most `WARM_POOL`
+    (a warmup only readies the server: `--warmup 100000000` cycles 1,024 prompts instead of building 10**8)."""
+    return min(max(0, warmup), WARM_POOL)
+
+
 def cell_connections(load: Load, requests: int | None, warmup: int = 0) -> int:
     """The connections one cell holds at most: a closed loop never has more users than requests to send
     (`-c 100000000 -n 2` runs 2 users; the warmup runs first, with as many users as it has requests)."""
@@ -188,7 +197,8 @@ async def run_cell(
     seed: int = 0,
     before_measured: Callable[[], Awaitable[None]] | None = None,
 ) -> CellRun:
-    """`specs` holds the warmup prompts first, then the measured ones (cycled if a duration needs more)."""
+    """`specs` holds the warmup prompts first (`warm_prompts(limits.warmup)` of them, cycled when the warmup has
+    more requests), then the measured ones (cycled if a duration or a count needs more)."""
     control = control or CellControl()
     conns = cell_connections(load, limits.requests, limits.warmup)
     if load.rate is not None and not load.max_concurrency:
@@ -196,16 +206,18 @@ async def run_cell(
     else:
         ensure_open_files(conns)
     async with make_http_client(opts, conns) as http:
-        warm = list(specs[: limits.warmup])
-        measured = list(specs[limits.warmup :]) or list(specs)
+        wn = warm_prompts(limits.warmup)
+        warm = list(specs[:wn])
+        measured = list(specs[wn:]) or list(specs)
         talk = is_multi_turn(specs)
         if warm:
-            warm_load = Load(concurrency=min(load.connections, len(warm)))
+            n_warm = limits.warmup
+            warm_load = Load(concurrency=min(load.connections, n_warm))
             if talk:
-                await _talk(http, opts, Pool(conversations(warm), len(warm), warmup=True), warm_load,
-                            Limits(requests=len(warm)), None, control, warmup=True)
+                await _talk(http, opts, Pool(conversations(warm), n_warm, warmup=True), warm_load,
+                            Limits(requests=n_warm), None, control, warmup=True)
             else:
-                await _closed(http, opts, warm, warm_load, Limits(requests=len(warm)), None, control, warmup=True)
+                await _closed(http, opts, warm, warm_load, Limits(requests=n_warm), None, control, warmup=True)
         if control.ended:
             return CellRun([], _perf(), _perf(), control.reason)
         if before_measured is not None:

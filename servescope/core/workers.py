@@ -46,7 +46,7 @@ from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.conversation import is_multi_turn
 from servescope.core.errors import ServescopeError
 from servescope.core.health import ClientPart, add_placement, merge_client
-from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
+from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell, warm_prompts
 from servescope.core.records import RequestRecord
 from servescope.core.workercount import Workers, cores, too_many_workers
 
@@ -91,7 +91,7 @@ def resolve_workers(workers: Workers, load: Load, specs: Sequence[RequestSpec], 
     """`--workers N|auto` (as `engine.fields.workers` read it, the one place it is parsed) for one cell: N as
     given, or `auto_workers` from the cell's load and the mean output tokens of its measured requests."""
     if workers == "auto":
-        measured = list(specs[warmup:]) or list(specs)
+        measured = list(specs[warm_prompts(warmup):]) or list(specs)
         mean_out = sum(s.output_tokens for s in measured) / len(measured) if measured else 0.0
         return auto_workers(load, output_tokens=mean_out)
     if workers < 1:  # a caller that skipped the parser
@@ -175,8 +175,9 @@ def split_cell(specs: Sequence[RequestSpec], load: Load, limits: Limits, workers
     whole = [Share(0, 1, load, limits, tuple(specs), 0, 1, load.rate is None)]
     if workers <= 1 or not specs or is_multi_turn(specs):
         return whole
-    warm = list(specs[: limits.warmup])
-    measured = list(specs[limits.warmup:]) or list(specs)
+    wn = warm_prompts(limits.warmup)
+    warm = list(specs[:wn])
+    measured = list(specs[wn:]) or list(specs)
     size = len(measured)
     if load.rate is None:
         return _split_closed(warm, measured, size, load, limits, workers) or whole
@@ -195,15 +196,17 @@ def _split_closed(warm: list[RequestSpec], measured: list[RequestSpec], size: in
         req_parts = _proportional(limits.requests, user_parts)
         base = 0
         for k in range(n):
-            mine = [measured[(base + i) % size] for i in range(req_parts[k])]
+            # request i of worker k is request base + i of the cell: one pass of the pool, which the worker cycles
+            mine = [measured[(base + i) % size] for i in range(min(req_parts[k], size))]
             shares.append(_share(k, n, load, user_parts[k], limits.duration_s, req_parts[k], warm, mine, base, 1,
-                                 True))
+                                 True, limits.warmup))
             base += req_parts[k]
         return shares
     cycle = size // math.gcd(size, n)  # a duration only: request i of worker k is request k + i x n of the cell
     for k in range(n):
         mine = [measured[(k + i * n) % size] for i in range(cycle)]
-        shares.append(_share(k, n, load, user_parts[k], limits.duration_s, None, warm, mine, k, n, True))
+        shares.append(_share(k, n, load, user_parts[k], limits.duration_s, None, warm, mine, k, n, True,
+                             limits.warmup))
     return shares
 
 
@@ -216,20 +219,25 @@ def _split_open(warm: list[RequestSpec], measured: list[RequestSpec], size: int,
     if n <= 1:
         return []
     caps = _even(load.max_concurrency, n) if load.max_concurrency else [0] * n
+    cycle = size // math.gcd(size, n)  # request i of worker k is request k + i x n of the cell: this many repeat
     shares = []
     for k in range(n):
         mine_t = times[k::n]
-        mine = [measured[(k + i * n) % size] for i in range(len(mine_t))]
+        mine = [measured[(k + i * n) % size] for i in range(min(len(mine_t), cycle))]
         wload = dataclasses.replace(load, arrival="trace", times=tuple(mine_t), max_concurrency=caps[k] or None)
-        shares.append(_share(k, n, wload, None, limits.duration_s, len(mine_t), warm, mine, k, n, False))
+        shares.append(_share(k, n, wload, None, limits.duration_s, len(mine_t), warm, mine, k, n, False,
+                             limits.warmup))
     return shares
 
 
 def _share(k: int, n: int, load: Load, users: int | None, duration_s: float | None, requests: int | None,
-           warm: list[RequestSpec], mine: list[RequestSpec], base: int, stride: int, closed: bool) -> Share:
-    my_warm = warm[k::n]
+           warm: list[RequestSpec], mine: list[RequestSpec], base: int, stride: int, closed: bool,
+           warmup: int) -> Share:
+    # worker k's warmup: every n-th of the cell's `warmup` requests, its prompts cycled as `core.load` cycles them
+    my_count = _even(warmup, n)[k] if warm else 0
+    my_warm = [warm[(k + i * n) % len(warm)] for i in range(warm_prompts(my_count))] if warm else []
     wload = dataclasses.replace(load, concurrency=users) if users is not None else load
-    wlimits = Limits(requests=requests, duration_s=duration_s, warmup=len(my_warm))
+    wlimits = Limits(requests=requests, duration_s=duration_s, warmup=my_count)
     return Share(k, n, wload, wlimits, tuple(my_warm + mine), base, stride, closed)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from servescope.core.arrivals import pattern_text
-from servescope.core.load import Load
+from servescope.core.load import Load, warm_prompts
 from servescope.core.secrets import redact_command
 from servescope.engine.spec import SweepSpec
 from servescope.workloads.spec import Workload
@@ -16,7 +16,8 @@ from servescope.workloads.traces import workload_trace
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 16)  # when neither the sweep nor the workload says
 DEFAULT_REQUESTS = 100  # measured requests per cell, when neither says (and no duration is given)
 
-__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "Cell", "CellRow", "fits", "plan_cells", "pool_size"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "POOL_MAX", "Cell", "CellRow", "fits", "plan_cells", "pool_cap",
+           "pool_size", "prompts_to_build"]
 
 
 class CellRow(TypedDict):
@@ -149,16 +150,43 @@ def _ramp(spec: SweepSpec, w: Workload) -> float | None:
     return w.ramp_s  # the workload's own `ramp`, if it has one
 
 
+POOL_MAX = 4096  # distinct measured prompts a cell with a request count has at most (more with more users)
+
+
 def pool_size(cell: Cell) -> int:
-    """How many distinct measured prompts a cell gets (a duration-limited cell cycles through them). A
-    multi-turn cell's are turns: a conversation's worth more, for the one its warmup may have begun."""
+    """How many distinct measured prompts a cell gets; a cell that sends more cycles through them. A multi-turn
+    cell's are turns: a conversation's worth more, for the one its warmup may have begun.
+
+    Bounded by the load, never by `--requests`: a count up to `pool_cap` gets one prompt per request (as always:
+    the same prompts for the same seed); a larger count cycles `pool_cap` of them, or, when a duration also limits
+    the cell, the pool of a duration-only cell (`-c 4 -n 100000000 --duration 1s` once built 10**8 prompts first:
+    3.1 GB and 77 s, then the server refused the corpus with HTTP 413)."""
     if cell.workload.kind == "trace":
         return len(cell.load.times)
     extra = cell.workload.rounds.upper if cell.workload.multi_turn and cell.warmup else 0
-    if cell.requests is not None:
-        return cell.requests + extra
-    per = cell.load.concurrency or max(1, int((cell.load.peak_rate or 1) * 4))
-    return max(64, min(1024, per * 16)) + extra
+    cap = pool_cap(cell)
+    if cell.requests is not None and (cell.requests <= cap or cell.duration_s is None):
+        return min(cell.requests, cap) + extra
+    return max(64, min(1024, _users(cell) * 16)) + extra
+
+
+def _users(cell: Cell) -> int:
+    """The cell's concurrent requests: a closed loop's users, an open loop's 4 s at its peak rate."""
+    return cell.load.concurrency or max(1, int((cell.load.peak_rate or 1) * 4))
+
+
+def pool_cap(cell: Cell) -> int:
+    """The most distinct measured prompts a cell builds: `POOL_MAX`, or 4 per concurrent request when that is
+    more."""
+    return max(POOL_MAX, 4 * _users(cell))
+
+
+def prompts_to_build(cell: Cell) -> int:
+    """How many prompts the cell is built with: its warmup's (`core.load.warm_prompts`: at most 1,024, cycled by a
+    longer warmup), then `pool_size`'s. Bounded by the load, never by `--requests` or `--warmup`."""
+    if cell.workload.kind == "trace":
+        return pool_size(cell)
+    return warm_prompts(cell.warmup) + pool_size(cell)
 
 
 def fits(w: Workload, max_len: int | None) -> str | None:

@@ -95,7 +95,7 @@ def test_open_loop_workers_send_the_single_process_schedule(load: Load) -> None:
     assert open_schedule(load, limits, 7) == one
     shares = split_cell(SPECS, load, limits, 3, seed=7)
     assert len(shares) == 3
-    sent = sorted((s.index_base + i * s.index_stride, t, s.specs[i].prompt)
+    sent = sorted((s.index_base + i * s.index_stride, t, s.specs[i % len(s.specs)].prompt)  # the worker cycles them
                   for s in shares for i, t in enumerate(s.load.times))
     assert [(i, t) for i, t, _ in sent] == list(enumerate(one))  # every send time once, at its index
     assert [p for *_, p in sent] == [SPECS[i % len(SPECS)].prompt for i in range(101)]
