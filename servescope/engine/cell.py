@@ -19,7 +19,7 @@ from servescope.core.telemetry import server_delta
 from servescope.core.textsafe import clean_text
 from servescope.engine.connection import Target
 from servescope.engine.events import CellFinished, CellSkipped, Event, Notice, RequestsDone, SweepControl
-from servescope.engine.plan import Cell
+from servescope.engine.plan import Cell, pool_size
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, watchdog
 from servescope.engine.sink import SessionSink
@@ -155,6 +155,10 @@ class CellAttempt:
         control.cell = None
         yield CellFinished(cell, summary or CellResult(), status or ("stopped" if run.stopped else "done"),
                            run.stopped)
+        if cell.requests is not None and cell.requests > (pool := pool_size(cell)) and self.ok + self.failed > pool:
+            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {self.ok + self.failed:,} requests cycled "
+                                    f"{pool:,} distinct prompts (at most {pool:,} are built for a cell); a repeat may "
+                                    "be served from the server's prefix cache")
         mm = summary.input_tokens_mismatch if summary is not None else None
         if mm is not None and mm.max_abs:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): input tokens differ from the request by "

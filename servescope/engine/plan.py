@@ -150,7 +150,7 @@ def _ramp(spec: SweepSpec, w: Workload) -> float | None:
     return w.ramp_s  # the workload's own `ramp`, if it has one
 
 
-POOL_MAX = 4096  # distinct measured prompts a cell with a request count has at most (more with more users)
+POOL_MAX = 16384  # distinct measured prompts a cell with a request count has at most (more with more users)
 
 
 def pool_size(cell: Cell) -> int:

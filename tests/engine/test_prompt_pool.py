@@ -39,7 +39,7 @@ def test_a_small_count_keeps_one_prompt_per_request() -> None:
 def test_a_huge_count_or_warmup_is_bounded_by_the_load() -> None:
     assert pool_size(_cell(100_000_000, 1.0)) == 64  # with a duration: the duration-only cell's pool
     assert pool_size(_cell(100_000_000)) == POOL_MAX  # a count alone: POOL_MAX, cycled
-    assert pool_cap(_cell(None, c=2000)) == 8000 and pool_size(_cell(100_000_000, c=2000)) == 8000
+    assert pool_cap(_cell(None, c=8000)) == 32000 and pool_size(_cell(100_000_000, c=8000)) == 32000
     assert warm_prompts(100_000_000) == WARM_POOL == 1024 and warm_prompts(7) == 7
     assert prompts_to_build(_cell(100_000_000, 1.0, warmup=100_000_000)) == WARM_POOL + 64
 
