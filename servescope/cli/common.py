@@ -1,4 +1,4 @@
-"""Helpers the command-line front end shares: tags, API keys, naming a session."""
+"""Helpers the command-line front end shares: tags, API keys, naming a session, checking the paths it is given."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from servescope.core.errors import ServescopeError
-from servescope.sessions.store import load_session, session_dirs, sessions_home
 
 
 def parse_tags(items: list[str]) -> dict[str, str]:
@@ -27,8 +26,83 @@ def api_key_from(args: argparse.Namespace, env_name: str | None = None) -> str |
         return str(args.api_key)
     return os.environ.get(getattr(args, "api_key_env", None) or env_name or "OPENAI_API_KEY") or None
 
+# the commands that write into --sessions-dir (a new session) or into --save
+_WRITES_SESSIONS = frozenset({"run", "import", "quality"})
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """The one check of the paths every command is given, before it does anything: --sessions-dir and --save
+    name directories (made when missing), -o/--output and --save-baseline files. A path that is a file where a
+    directory goes (or the reverse), under a file, or where nothing can be written (a read-only disk, no
+    permission) is a one-line ServescopeError saying which flag and what to do."""
+    cmd = getattr(args, "command", None)
+    writes = cmd in _WRITES_SESSIONS
+    save = getattr(args, "save", None)
+    if getattr(args, "sessions_dir", None):
+        _dir_path("--sessions-dir", args.sessions_dir, writable=writes and not save)
+    if save:
+        _dir_path("--save", save, writable=True)
+    for flag, attr in (("-o", "output"), ("--save-baseline", "save_baseline")):
+        if getattr(args, attr, None):
+            _file_path(flag, getattr(args, attr))
+
+
+def check_writable_session(path: Path, what: str) -> None:
+    """A command that writes into an existing session (`twin fit`: SESSION/twin/) checks it can, before its
+    work: a read-only disk or a directory without permission is one line."""
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ServescopeError(f"{what}: cannot write in {path} (a read-only disk, or no permission); copy the "
+                              "session to a writable place and name the copy")
+
+
+def _existing_parent(p: Path) -> Path:
+    """`p`'s nearest ancestor that exists (what making `p` needs to be a writable directory)."""
+    for q in p.parents:
+        if q.exists():
+            return q
+    return Path("/")
+
+
+def _dir_path(flag: str, value: str, writable: bool) -> None:
+    p = Path(value).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ServescopeError(f"{flag} {value}: a file is there, not a directory; {flag} names a directory "
+                              "(made when missing): give another path")
+    where = p if p.exists() else _existing_parent(p)
+    if not where.is_dir():
+        raise ServescopeError(f"{flag} {value}: {where} is a file, not a directory; give another path")
+    if writable and not os.access(where, os.W_OK | os.X_OK):
+        raise ServescopeError(f"{flag} {value}: cannot write in {where} (a read-only disk, or no permission); "
+                              "give a writable path")
+    if writable and _virtual(where):
+        raise ServescopeError(f"{flag} {value}: {where} is a virtual filesystem (the kernel's): nothing can be saved "
+                              "there; give another path")
+
+
+def _virtual(p: Path) -> bool:
+    """A filesystem of no blocks (/proc, /sys): the kernel's, where no file or directory can be made."""
+    try:
+        return os.statvfs(p).f_blocks == 0
+    except OSError:
+        return False
+
+
+def _file_path(flag: str, value: str) -> None:
+    p = Path(value).expanduser()
+    if p.is_dir():
+        raise ServescopeError(f"{flag} {value}: a directory is there; {flag} names a file: give a file name")
+    parent = p.parent
+    if not parent.is_dir():
+        raise ServescopeError(f"{flag} {value}: {parent} is not a directory (make it first, or give another path)")
+    if not os.access(p if p.exists() else parent, os.W_OK):
+        raise ServescopeError(f"{flag} {value}: cannot write {'it' if p.exists() else f'in {parent}'} (a read-only "
+                              "disk, or no permission); give a writable path")
+
+
 def resolve_session(ref: str, sessions_dir: Path | None = None) -> Any:
     """A session named by its directory, or by a prefix of its directory name under the sessions dir."""
+    from servescope.sessions.store import load_session, session_dirs, sessions_home  # polars: when it is needed
+
     p = Path(ref).expanduser()
     if (p / "session.toml").is_file():
         return load_session(p)

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
-from servescope.cli.common import api_key_from, resolve_session
+from servescope.cli.common import api_key_from, check_writable_session, resolve_session
 from servescope.cli.run import CellRow, add_figures, open_target, run_loop_for
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
@@ -107,6 +107,7 @@ def twin_command(args: argparse.Namespace) -> int:
     if args.twin_command != "fit":
         raise ServescopeError("usage: servescope twin fit SESSION (see `servescope twin fit --help`)")
     session = _session(args.session, args.sessions_dir)
+    check_writable_session(session.path, "twin fit")  # its profile goes in SESSION/twin/
     r = _fit(session, args, sys.stderr)
     path = twin_dir(session) / PROFILE_FILE
     if args.json:
