@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Required, TextIO, TypedDict
 
-from servescope.cli.common import api_key_from, resolve_session
+from servescope.cli.common import api_key_from, check_writable_session, resolve_session
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
@@ -530,6 +530,7 @@ def resume_command(args: argparse.Namespace) -> int:
     if s.status == "running":
         raise ServescopeError(f"{s.path} is still running (pid {s.runner.pid or '?'}); watch it with "
                               f"`servescope attach {s.path}` or `servescope watch {s.path}`")
+    check_writable_session(s.path, "resume")
     sweep = s.meta.get("sweep")
     if not isinstance(sweep, dict):
         raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
