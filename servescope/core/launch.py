@@ -1,8 +1,9 @@
 """Launch a local inference server from a command line, wait for `/health`, stop it cleanly.
 
 `ServerProcess.start(spec, log_path)` runs a `LaunchSpec` (read by `parse_launch()`, in
-`servescope.core.launchspec`, re-exported here) in its own process group with stdout and stderr in
-`log_path`, polls `/health` while checking the process is alive, and raises `ServerStartError` (one line,
+`servescope.core.launchspec`, re-exported here) in its own process group with stdout and stderr going to
+`log_path` through the log filter (`servescope.core.secrets.start_log_pump`: no secret it knows of reaches
+the file), polls `/health` while checking the process is alive, and raises `ServerStartError` (one line,
 plus `.log_tail`) when it dies or times out.
 """
 
@@ -16,6 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -24,7 +26,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.kvbudget import kv_budget_from_log
 from servescope.core.launchspec import LaunchSpec, free_port, parse_launch, with_variant
 from servescope.core.orphanguard import start_guard, stop_guard
-from servescope.core.secrets import command_secrets, redact_text
+from servescope.core.secrets import command_secrets, env_secrets, redact_log, start_log_pump
 from servescope.core.textsafe import clean_text
 
 if TYPE_CHECKING:
@@ -62,11 +64,17 @@ class ServerProcess:
     """A server launched by servescope. Use `ServerProcess.start(spec, log_path)` (blocking until healthy;
     from async code wrap it in `asyncio.to_thread`)."""
 
-    def __init__(self, spec: LaunchSpec, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, spec: LaunchSpec, log_path: Path, env: dict[str, str] | None = None,
+                 secrets: Iterable[str | None] = ()) -> None:
         self.spec = spec
         self.log_path = Path(log_path)
         self._env = env
+        # what the log filter removes: the command's secrets, the server's environment's, and the caller's (the
+        # API key the client sends)
+        self.secrets = sorted({s for s in (*command_secrets(spec.command), *env_secrets(self._child_env()), *secrets)
+                               if s}, key=len, reverse=True)
         self.proc: subprocess.Popen[bytes] | None = None
+        self._pump: subprocess.Popen[bytes] | None = None  # writes the server's output to the log, redacted
         self._log_offset = 0  # where this run's output starts in log_path (restart appends)
         self._kv: KVBudget | None = None
         self.started_at = 0.0
@@ -77,10 +85,17 @@ class ServerProcess:
     # --- life cycle -----------------------------------------------------------------------------------
     @classmethod
     def start(cls, spec: LaunchSpec, log_path: Path | str, env: dict[str, str] | None = None,
-              health_timeout_s: float = 600) -> ServerProcess:
-        sp = cls(spec, Path(log_path), env)
+              health_timeout_s: float = 600, secrets: Iterable[str | None] = ()) -> ServerProcess:
+        """Launch and wait until healthy. `secrets`: values the log must never hold besides those of the
+        command and of the environment (e.g. the API key the client sends)."""
+        sp = cls(spec, Path(log_path), env, secrets)
         sp._launch(health_timeout_s)
         return sp
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ if self._env is None else self._env)
+        env.update(self.spec.env)
+        return env
 
     def _launch(self, health_timeout_s: float) -> None:
         spec = self.spec
@@ -88,8 +103,7 @@ class ServerProcess:
         if _port_in_use(check_host, spec.port):
             raise ServerStartError(f"cannot launch the server: port {spec.port} on {check_host} is already in use "
                                    "(stop what listens there or give another --port)")
-        env = dict(os.environ if self._env is None else self._env)
-        env.update(spec.env)
+        env = self._child_env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._log_offset = log.tell()
@@ -98,11 +112,19 @@ class ServerProcess:
                 log.flush()
                 self._log_offset = log.tell()
             try:
-                self.proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                self._pump, out = start_log_pump(log, self.secrets)
             except OSError as e:
+                raise ServerStartError(f"cannot start the server's log filter: {clean_text(e.strerror or str(e))}",
+                                       log_path=self.log_path) from None
+            try:
+                self.proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=out,
+                                             stderr=out, env=env, start_new_session=True)
+            except OSError as e:
+                os.close(out)
+                self._finish_log()
                 raise ServerStartError(f"cannot start {clean_text(spec.argv[0])!r}: {clean_text(e.strerror or str(e))}"
                                        " (is it installed and on PATH?)", log_path=self.log_path) from None
+            os.close(out)  # the server (and its children) hold it now: the pump ends when they are all gone
         self._guard = start_guard(self.proc.pid)  # the server dies with servescope, even on kill -9
         self.starts += 1
         self._kv = None
@@ -127,8 +149,8 @@ class ServerProcess:
                 self.healthy_after_s = time.monotonic() - self.started_at
                 return
             if time.monotonic() > deadline:
-                tail = self.log_tail(30)
                 self.stop(grace_s=10)
+                tail = self.log_tail(30)
                 raise ServerStartError(
                     f"the server did not answer /health within {timeout_s:g} s (stopped it); "
                     f"last log line: {self._last_line(tail)}; log: {self.log_path}", tail, self.log_path, None)
@@ -171,18 +193,32 @@ class ServerProcess:
         self._scrub_log()
         return proc.returncode
 
-    def _scrub_log(self) -> None:
-        """The server's log without the secrets of its command line (vLLM logs its `--api-key` among its
-        arguments): rewritten once the server is stopped, so none is left in the session."""
-        secrets = command_secrets(self.spec.command)
-        if not secrets:
+    def _finish_log(self, timeout_s: float = 5.0) -> None:
+        """Wait for the log filter to write the server's last output (it ends once no process holds its pipe);
+        stop it after `timeout_s` (a process that left the group still holds the pipe: its unfinished line
+        is lost, never written unfiltered)."""
+        pump, self._pump = self._pump, None
+        if pump is None:
             return
         try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-            clean = redact_text(text, secrets)
+            pump.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pump.kill()
+            pump.wait()
+
+    def _scrub_log(self) -> None:
+        """The log through the same filter once more, once the server is stopped (the filter already kept every
+        secret out of it: this rewrites nothing unless the log was written some other way)."""
+        if not self.secrets:
+            return
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="surrogateescape")
+            if not any(s in text for s in self.secrets):
+                return
+            clean = redact_log(text, self.secrets)
             if clean != text:
                 tmp = self.log_path.with_name(self.log_path.name + ".tmp")
-                tmp.write_text(clean, encoding="utf-8")
+                tmp.write_text(clean, encoding="utf-8", errors="surrogateescape")
                 os.replace(tmp, self.log_path)
         except OSError:
             pass
@@ -224,6 +260,7 @@ class ServerProcess:
             time.sleep(0.02)
         stop_guard(self._guard)
         self._guard = None
+        self._finish_log()
 
     # --- state ----------------------------------------------------------------------------------------
     @property
@@ -253,7 +290,7 @@ class ServerProcess:
                 text = f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
-        return redact_text(text, command_secrets(self.spec.command))
+        return redact_log(text, self.secrets)
 
     def log_tail(self, n: int = 30) -> str:
         """The last `n` lines of this run's log, terminal control sequences removed."""

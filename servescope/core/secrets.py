@@ -10,19 +10,33 @@ before anything is printed, stored or reported.
 - `command_secrets(command)`: the secret values a command holds (to mask them in logs and errors).
 - `redact_sweep_table(table)`: a sweep table (the sweep-file format) with its `[server]` launch command and
   variants redacted, for session.toml.
+- `redact_log(text, secrets)`: the one filter for what a child process writes to a log the session keeps (a
+  launched server's `server-N.log`, a detached runner's `runner.log`): each known secret, `Bearer <token>`, the
+  command forms above, and a secret-named field of a printed dict or namespace (vLLM logs
+  `non-default args: {'api_key': ['sk-...'], ...}`): `api_key='x'`, `"api_key": "x"`, `api_key=['x']`.
+  `LogRedactor` applies it to a byte stream, line by line (a secret split across two reads of a pipe is
+  still one line); `start_log_pump(log, secrets)` starts the process that does it (`python -m
+  servescope.core.secrets`): the child writes into the pipe it returns, never into the log itself.
+- `env_secrets(env)`: the secret values an environment holds (`VLLM_API_KEY`, `HF_TOKEN`...).
 
 A redacted command cannot be run again: `is_redacted()` tells, and callers ask for the command in full.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
+from typing import IO
 
 from servescope.core.textsafe import MASK as REDACTED  # one mask for every secret, wherever it is hidden
 from servescope.core.textsafe import redact
 
-__all__ = ["REDACTED", "command_secrets", "is_redacted", "redact_command", "redact_sweep_table", "redact_text"]
+__all__ = ["REDACTED", "LogRedactor", "command_secrets", "env_secrets", "is_redacted", "redact_command", "redact_log",
+           "redact_sweep_table", "redact_text", "start_log_pump"]
 
 
 _VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"']\S*)"
@@ -102,3 +116,147 @@ def redact_sweep_table(table: Mapping[str, object]) -> dict[str, object]:
                                and isinstance(v.get("args"), str) else v for v in srv["variants"]]
         out["server"] = srv
     return out
+
+
+# ---- logs: what child processes write ----------------------------------------------------------------------
+# a secret-named field of a printed dict, namespace or header: api_key='x', "api_key": "x", api_key=['x', 'y'],
+# hf_token=x, x-api-key: x (the name's quotes, if any, match)
+_FIELD = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?P<q>[\"']?)(?P<name>[A-Za-z0-9_.-]*?(?:api[-_]?key|token(?!iz|s)|secret|passw(?:or)?d)"
+    r"[A-Za-z0-9_.-]*)(?P=q)(?P<sep>[ \t]*[:=][ \t]*)"
+    r"(?P<value>\[[^\]\n]*\]|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|[^\s\"',;)}\]]+)", re.I)
+_HINT = re.compile(r"(?i)api[-_]?key|token(?!iz|s)|secret|passw")  # a line the patterns below may change
+_FIELD_NAME_OK = re.compile(r"(?:file|path|dir|dtype|size|ids?|name|type|len|mode|count|num)$", re.I)
+_QUOTED = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
+_NOT_SECRET = re.compile(r"(?i)(?:none|null|true|false|-?[0-9][0-9.]*|\W*)$")  # api_key=None, token: 12 ms
+ENV_SECRET_MIN_LEN = 8  # an environment's secret shorter than this is not looked for as a bare word (TOKEN=1)
+
+
+def env_secrets(env: Mapping[str, str]) -> list[str]:
+    """The values of `env`'s variables whose names say secret (`VLLM_API_KEY`, `OPENAI_API_KEY`, `HF_TOKEN`), at
+    least ENV_SECRET_MIN_LEN characters long: a server started in it may print them."""
+    return [v for k, v in env.items() if len(v) >= ENV_SECRET_MIN_LEN and v != REDACTED
+            and _ENV.fullmatch(f"{k}=x") is not None and not _FLAG_NAME_OK.search(k)]  # HF_TOKEN_PATH: a path
+
+
+def _field(m: re.Match[str]) -> str:
+    value = m.group("value")
+    if _FIELD_NAME_OK.search(m.group("name")) or _NOT_SECRET.match(value):
+        return m.group(0)
+    if value.startswith("["):  # a list of keys (vLLM takes several --api-key values)
+        value = _QUOTED.sub(lambda q: _quoted(q.group(0)), value)
+    else:
+        value = _quoted(value)
+    return f"{m.group('q')}{m.group('name')}{m.group('q')}{m.group('sep')}{value}"
+
+
+def redact_log(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """Log text with every known secret, every `Bearer <token>`, the values of secret flags and env words
+    (`--api-key x`, `--api-key=x`, `VLLM_API_KEY=x`) and of secret-named fields (`api_key='x'`,
+    `"api_key": "x"`, `'api_key': ['x']`) replaced by ••••. Applying it twice changes nothing more."""
+    if not text:
+        return text
+    text = redact_text(text, secrets)
+    if not _HINT.search(text):  # most of a server's log: no line to look at twice
+        return text
+    return "\n".join(redact_command(_FIELD.sub(_field, line)) if _HINT.search(line) else line
+                     for line in text.split("\n"))
+
+
+class LogRedactor:
+    """`redact_log` over a byte stream (a child's stdout and stderr): `feed(chunk)` returns the redacted bytes of
+    the lines completed so far (a line ends at \\n or \\r), keeping the unfinished one, so a secret split
+    across two reads is redacted whole; `close()` returns the rest. A line longer than `max_line` bytes is
+    written in pieces, the last `keep` bytes (already redacted) held back for the next read."""
+
+    def __init__(self, secrets: Iterable[str | None] = (), max_line: int = 1 << 16, keep: int = 4096) -> None:
+        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self.max_line = max(max_line, 2 * keep)
+        self.keep = keep
+        self._pending = b""
+
+    def _redact(self, data: bytes) -> bytes:
+        text = data.decode("utf-8", "surrogateescape")  # any bytes round-trip unchanged
+        return redact_log(text, self.secrets).encode("utf-8", "surrogateescape")
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._pending + data
+        end = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        out, self._pending = (self._redact(buf[:end]) if end else b""), buf[end:]
+        if len(self._pending) > self.max_line:  # a very long line: write all but its (redacted) tail
+            red = self._redact(self._pending)
+            cut = len(red) - self.keep
+            space = max(red.rfind(b" ", 0, cut), red.rfind(b"\t", 0, cut))
+            cut = space + 1 if space > cut - self.keep else cut
+            out, self._pending = out + red[:cut], red[cut:]
+        return out
+
+    def close(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return self._redact(rest) if rest else b""
+
+
+def start_log_pump(log: IO[bytes], secrets: Iterable[str | None]) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the process that writes a child's output to `log` (an open file) through `LogRedactor`; returns
+    it and the write end of its pipe, to give the child as stdout and stderr (and then close). The secrets
+    travel over that pipe, before any output, never on a command line. The pump ends when every process
+    holding the write end has closed it (the child and its children are gone), after writing what was left;
+    wait for it before reading the log's last lines."""
+    header = json.dumps(sorted({s for s in secrets if s})).encode() + b"\n"
+    r, w = os.pipe()
+    try:
+        pump = subprocess.Popen([sys.executable, "-m", "servescope.core.secrets"], stdin=r, stdout=log, stderr=log,
+                                start_new_session=True, close_fds=True)  # own session: no terminal's signal ends it
+    except OSError:
+        os.close(w)
+        raise
+    finally:
+        os.close(r)
+    try:
+        view = memoryview(header)
+        while view:
+            view = view[os.write(w, view):]
+    except OSError:
+        os.close(w)
+        pump.kill()
+        pump.wait()
+        raise
+    return pump, w
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        return True
+    except OSError:  # the disk is full or the log gone: keep draining, so the child never blocks on its output
+        return False
+
+
+def _pump_main() -> int:
+    """stdin: a JSON list of secrets on the first line, then a child's output; stdout: that output, redacted."""
+    head = b""
+    while b"\n" not in head:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return 0
+        head += chunk
+    line, rest = head.split(b"\n", 1)
+    secrets = [s for s in json.loads(line) if isinstance(s, str)]
+    redactor = LogRedactor(secrets)
+    ok = True
+    while True:
+        out = redactor.feed(rest)
+        if out and ok:
+            ok = _write_all(1, out)
+        rest = os.read(0, 65536)
+        if not rest:
+            break
+    if ok:
+        _write_all(1, redactor.close())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_pump_main())

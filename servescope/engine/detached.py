@@ -3,6 +3,9 @@ in its own session (setsid: a closed SSH connection's SIGHUP never reaches it), 
 output in the session's runner.log, so it outlives the terminal that started it. Viewers follow it through
 the session directory (servescope.sessions.live).
 
+Its output reaches runner.log through the log filter (servescope.core.secrets.start_log_pump), which keeps the
+API key and the launch command's secrets out of the file; the filter ends when the runner and its children have.
+
 The runner gets its sweep (the SweepSpec and the RunContext, API key included) pickled over its stdin, never
 on its command line (where `ps` shows it) nor on disk; it runs `python -m servescope.cli.detach`, which runs
 the sweep as `servescope run` does.
@@ -12,15 +15,18 @@ README's Layout gives the figures)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
+from servescope.core.secrets import command_secrets, env_secrets, start_log_pump
 from servescope.engine.wire import SweepFinished, decode_item
 from servescope.sessions.live import BUS_FILES, RUNNER_LOG, EventLogReader, runner_log_tail
 
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
     from servescope.engine.spec import RunContext, SweepSpec
 
 START_WAIT_S = 3.5  # how long `run --detach` waits to see the runner take its session (the contract: exit in 5 s)
+_LOG_PUMPS: dict[int, subprocess.Popen[bytes]] = {}  # runner pid -> the process writing its runner.log
 
 
 # ---- starting a runner ---------------------------------------------------------------------------------
@@ -52,13 +59,26 @@ def start_runner(spec: SweepSpec, ctx: RunContext) -> tuple[Path, subprocess.Pop
     payload = pickle.dumps((spec, replace(ctx, save_dir=path)))  # before anything starts: it may not pickle
     try:
         path.mkdir(parents=True, exist_ok=True)
-        log = open(path / RUNNER_LOG, "ab")  # noqa: SIM115 - handed to the child
+        log = open(path / RUNNER_LOG, "ab")  # noqa: SIM115 - handed to the log filter
     except OSError as e:
         raise ServescopeError(f"cannot create the session directory {path}: {e.strerror}; choose another "
                               "--save or --sessions-dir") from None
     with log:
+        try:
+            pump, out = start_log_pump(log, runner_secrets(spec, ctx))
+        except OSError as e:
+            raise ServescopeError(f"cannot start the runner's log filter: {e.strerror or e}") from None
+    try:
         proc = subprocess.Popen([sys.executable, "-m", "servescope.cli.detach"], stdin=subprocess.PIPE,
-                                stdout=log, stderr=log, start_new_session=True, close_fds=True)
+                                stdout=out, stderr=out, start_new_session=True, close_fds=True)
+    except BaseException:
+        os.close(out)
+        pump.wait()  # nothing holds its pipe now: it ends at once
+        raise
+    os.close(out)  # the runner and its children hold it now: the filter ends when they all have
+    _LOG_PUMPS[proc.pid] = pump
+    # the filter is this process's child: reaped when it ends (no `<defunct>` left in the app)
+    threading.Thread(target=_reap_pump, args=(proc.pid, pump), name="servescope-reap-log-filter", daemon=True).start()
     assert proc.stdin is not None
     try:
         proc.stdin.write(payload)
@@ -66,6 +86,30 @@ def start_runner(spec: SweepSpec, ctx: RunContext) -> tuple[Path, subprocess.Pop
     except OSError:
         pass  # it died at once: its log says why
     return path, proc
+
+
+def runner_secrets(spec: SweepSpec, ctx: RunContext) -> list[str]:
+    """What runner.log must never hold: the API key, the secrets of the launch command and of its variants, and
+    those of this environment (the runner's, and a launched server's, unless the command sets its own)."""
+    out = [ctx.api_key or "", *command_secrets(spec.launch), *env_secrets(os.environ)]
+    for v in spec.variants:
+        out += command_secrets(v)
+    return [s for s in out if s]
+
+
+def _reap_pump(pid: int, pump: subprocess.Popen[bytes]) -> None:
+    pump.wait()
+    _LOG_PUMPS.pop(pid, None)
+
+
+def _runner_log_written(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
+    """Wait (at most `timeout_s`) for the log filter of the ended runner `proc` to write its last lines."""
+    pump = _LOG_PUMPS.pop(proc.pid, None)
+    if pump is not None:
+        try:
+            pump.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # a child of the runner still holds the pipe: read what is there
+            pass
 
 
 def wait_started(path: Path, proc: subprocess.Popen[bytes], wait_s: float = START_WAIT_S) -> str | None:
@@ -85,6 +129,7 @@ def wait_started(path: Path, proc: subprocess.Popen[bytes], wait_s: float = STAR
             if rc is not None:
                 if rc == 0:
                     return None  # a very short sweep: already done
+                _runner_log_written(proc)
                 tail = runner_log_tail(path, 1)
                 return tail.removeprefix("servescope: error: ") or f"the runner exited with code {rc}; see {path}/runner.log"
             time.sleep(0.05)

@@ -109,7 +109,7 @@ class Servers:
             ls = with_variant(ls, vargs)
         await asyncio.to_thread(log_dir.mkdir, parents=True, exist_ok=True)
         self.proc = await asyncio.to_thread(ServerProcess.start, ls, log_dir / f"server-{variant}.log", None,
-                                            self.spec.launch_timeout_s)
+                                            self.spec.launch_timeout_s, (self.api_key,))
         self._url = self.proc.url
         self._variant = variant
 
