@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import signal
 import socket
 import sys
@@ -18,9 +19,30 @@ LISTENING = "servescope-sim listening on "
 
 def _rate(text: str) -> float:
     v = float(text)
-    if not 0.0 <= v <= 1.0:
+    if not 0.0 <= v <= 1.0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
     return v
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """The first flag whose value cannot run, as one line naming it and what to give; None when all can. A
+    port is 0..65535 (0: any free port; 99999 listened on 34463, -1 failed with exit 1); every engine limit is
+    at least 1 (--max-num-seqs 0 took requests that then waited forever); a fault is 0 (off) or more."""
+    if not 0 <= args.port <= 65535:
+        return f"--port {args.port}: a port is 0 to 65535 (0 picks a free port)"
+    for flag, v in (("--kv-cache-tokens", args.kv_cache_tokens), ("--max-num-seqs", args.max_num_seqs),
+                    ("--max-num-batched-tokens", args.max_num_batched_tokens), ("--max-model-len", args.max_model_len)):
+        if v is not None and v < 1:
+            return f"{flag} {v}: must be 1 or more (leave it out for the profile's own)"
+    if args.exit_after_requests < 0:
+        return f"--exit-after-requests {args.exit_after_requests}: must be 0 (never) or more"
+    if not 0 <= args.exit_at < math.inf:
+        return f"--exit-at {args.exit_at:g}: must be 0 (never) or a number of seconds above 0"
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        return "--served-model-name: empty; give a name (or leave it out for the profile's model)"
+    if args.exit_with_parent < 0:
+        return f"--exit-with-parent {args.exit_with_parent}: not a process id"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +94,10 @@ def exit_with_parent(pid: int, poll_s: float = 0.25) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    bad = check_args(args)
+    if bad is not None:
+        print(f"servescope sim: error: {bad}", file=sys.stderr)
+        return 2
     if args.exit_with_parent:
         exit_with_parent(args.exit_with_parent)
     if args.list:

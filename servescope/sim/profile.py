@@ -189,6 +189,9 @@ def load_profile(name: str) -> Profile:
     path = profile_path(name)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ProfileError(f"cannot read profile {path}: not UTF-8 text (a binary file?); give a profile's "
+                           ".toml file or a name from `servescope sim --list`") from None
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ProfileError(f"cannot read profile {path}: {e}") from None
     return profile_from_dict(data, name if not name.endswith(".toml") else path.stem, str(path))
@@ -215,7 +218,7 @@ def describe(name: str) -> str:
     try:
         text = profile_path(name).read_text(encoding="utf-8")
         return str(tomllib.loads(text).get("description", ""))
-    except (ProfileError, OSError, tomllib.TOMLDecodeError):
+    except (ProfileError, OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return "(unreadable)"
 
 
