@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from servescope.engine.spec import add_flags, add_workload_flag
+from servescope.engine.spec import add_flags, add_workload_flag, values_may_start_with_minus
 
 _SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
 MIN_EFFECT_PCT = 2.0
@@ -66,6 +66,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_resume_args(p: argparse.ArgumentParser) -> None:
+    values_may_start_with_minus(p)
     p.add_argument("session", help="session directory or id (see `servescope sessions`)")
     p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions or the user data dir)")
     p.add_argument("--url", help="the server's URL, when it moved since the session was recorded")
@@ -189,12 +190,14 @@ def add_quality_args(p: argparse.ArgumentParser) -> None:
 def add_twin_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="twin_command", metavar="fit")
     f = sub.add_parser("fit", help="fit the simulator to a measured session and store the profile in it")
+    values_may_start_with_minus(f)
     f.add_argument("session", help="session directory or id")
     _fit_flags(f)
     f.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
 def add_whatif_args(p: argparse.ArgumentParser) -> None:
+    values_may_start_with_minus(p)
     p.add_argument("session", help="session directory or id (fitted first when it has no twin yet)")
     p.add_argument("--workload", "-w", help="preset name(s) or TOML file(s), comma-separated (default: the "
                    "session's own; with --capacity, a table of task types from 1K code completion to a 96K coding "

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from servescope.cli.common import parse_tags, resolve_session
 from servescope.core.errors import ServescopeError
-from servescope.core.metrics import parse_slos
 from servescope.core.textsafe import clean_text
+from servescope.engine import fields
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import (
     gate,
@@ -51,7 +51,10 @@ def short_ids(dirs: list[Path]) -> dict[Path, str]:
 
 
 def _slos(args: argparse.Namespace) -> dict[str, float] | None:
-    return parse_slos(getattr(args, "slo", None)) or None
+    """--slo, read by the one SLO parser of every command (`run`'s, a sweep file's and the app's): None when
+    not given; an empty, unknown, non-positive or NaN one is an error."""
+    raw = getattr(args, "slo", None)
+    return None if raw is None else fields.slos(raw, "--slo")
 
 
 def _write(text: str, out: str | None, what: str) -> None:
@@ -181,9 +184,10 @@ def compare_command(args: argparse.Namespace) -> int:
 
     if len(args.sessions) < 2:
         raise ServescopeError("compare needs at least two sessions (ids or directories); see `servescope sessions`")
+    slos = _slos(args)
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     sessions = [resolve_session(r, base) for r in args.sessions]
-    comp = compare_sessions(sessions, label_key=args.label, slos=_slos(args), min_effect=args.min_effect,
+    comp = compare_sessions(sessions, label_key=args.label, slos=slos, min_effect=args.min_effect,
                             include_bound=args.include_bound)
     text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if args.json else comp.to_markdown(level=1)
     _write(text, args.output, "comparison")
@@ -197,6 +201,7 @@ def gate_command(args: argparse.Namespace) -> int:
     import tempfile
 
     refs = list(args.sessions)
+    slos = _slos(args)
     if len(refs) > 2:
         raise ServescopeError("gate takes two sessions, BASELINE CANDIDATE (the baseline may be a baseline file)")
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
@@ -209,7 +214,6 @@ def gate_command(args: argparse.Namespace) -> int:
         return 0
     thresholds = parse_fail_on(args.fail_on)
     allow = parse_allow_mismatch(args.allow_mismatch)
-    slos = _slos(args)
     with tempfile.TemporaryDirectory(prefix="servescope-gate-") as tmp:
         if is_baseline_file(refs[0]):
             baseline = load_baseline(Path(refs[0]).expanduser(), Path(tmp))
@@ -236,10 +240,11 @@ def gate_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
+    slos = _slos(args)
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     main = resolve_session(args.session, base)
     others = [resolve_session(r, base) for r in args.compare]
-    text = render_report(main, others, fmt=args.format, slos=_slos(args), label_key=args.label,
+    text = render_report(main, others, fmt=args.format, slos=slos, label_key=args.label,
                          include_bound=args.include_bound)
     _write(text, args.output, "report")
     return 0

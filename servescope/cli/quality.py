@@ -14,6 +14,7 @@ from servescope.cli.common import api_key_from, resolve_session
 from servescope.cli.run import open_target
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.engine import fields
 from servescope.engine.quality import QualitySpec, parse_contexts, parse_tasks, run_quality
 from servescope.engine.spec import DEFAULT_URL
 
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
 
 
 def spec_from_args(args: argparse.Namespace) -> Any:
+    if args.url is not None:
+        fields.url(args.url, "--url")
+    for flag, v in (("--api-key", args.api_key), ("--model", args.model), ("--api-key-env", args.api_key_env),
+                    ("--tokenizer", args.tokenizer)):
+        if v is not None and not v.strip():
+            raise ServescopeError(f"{flag}: empty; give a value (or leave the flag out for its default)")
     for flag, v, lo in (("-n", args.n, 1), ("--top-k", args.top_k, 1), ("--concurrency", args.concurrency, 1)):
         if v < lo:
             raise ServescopeError(f"{flag} {v}: must be {lo} or more")

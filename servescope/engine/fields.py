@@ -24,14 +24,25 @@ ENGINES = ("auto", "vllm", "llamacpp", "openai")
 N = TypeVar("N", int, float)  # a load level: users or a request rate
 
 
+MAX_DURATION_S = 30 * 86400.0  # 30 days: the longest duration any option takes (a longer one overflowed mid-run)
+
+
 def parse_duration(text: str, where: str = "duration") -> float:
-    """'60s', '5m', '1.5h', '250ms' or '90' (seconds) -> seconds (also '1e-07s', as a tiny value is written)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ms|s|m|h)?\s*", text or "")
+    """'60s', '5m', '1.5h', '250ms' or '90' (seconds) -> seconds (also '1e-07s', as a tiny value is written).
+    A negative one is read, to be refused as such; at most MAX_DURATION_S."""
+    m = re.fullmatch(r"\s*([-+]?\d*\.?\d+(?:[eE][+-]?\d+)?|[-+]?\d+\.)\s*(ms|s|m|h)?\s*", text or "")
     if not m:
         raise ServescopeError(f"{where}: bad duration {text!r}; use e.g. 60s, 5m or 90")
     v = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    if not 0 < v < math.inf:
-        raise ServescopeError(f"{where}: the duration must be above 0" if v <= 0 else f"{where}: {text!r} is too long")
+    return _duration_in_range(v, text.strip(), where, "the duration ")
+
+
+def _duration_in_range(v: float, shown: str, where: str, what: str = "") -> float:
+    if not v > 0:
+        said = f"{where}: {what}must be above 0"
+        raise ServescopeError(said if v == 0 else f"{said}, not {shown} (e.g. 10s)")
+    if not v <= MAX_DURATION_S:
+        raise ServescopeError(f"{where}: {shown} is too long; give at most {fmt_num(MAX_DURATION_S)}s (30 days)")
     return v
 
 
@@ -46,13 +57,20 @@ def fmt_duration(v: float) -> str:
     return f"{fmt_num(v)}s"
 
 
+def _list_items(text: str, where: str, like: str) -> list[str]:
+    """The comma-separated items of a flag's list; an empty one ('1,,4', '1,4,') is a typo, never skipped."""
+    parts = [p.strip() for p in text.split(",")]
+    if parts == [""]:
+        return []
+    if "" in parts:
+        raise ServescopeError(f"{where}: {text!r} has an empty item; give {like}")
+    return parts
+
+
 def parse_int_list(text: str, where: str) -> list[int]:
     """'1,4,16' -> [1, 4, 16]; anything else says which part is wrong."""
     out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
+    for part in _list_items(text, where, "positive integers like 1,4,8"):
         if not (part.isascii() and part.isdigit()) or int(part) < 1:  # "²" is a digit, not a number
             raise ServescopeError(f"{where}: bad value {part!r}; give positive integers like 1,4,8")
         out.append(int(part))
@@ -63,10 +81,7 @@ def parse_int_list(text: str, where: str) -> list[int]:
 
 def parse_float_list(text: str, where: str) -> list[float]:
     out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
+    for part in _list_items(text, where, "request rates like 0.5,2,5"):
         try:
             v = float(part)
         except ValueError:
@@ -97,7 +112,29 @@ def text(raw: object, where: str) -> str:
 
 
 def opt_text(raw: object, where: str) -> str | None:
+    """A text that may be left out; an empty flag (`--launch ""`) or file value is an error, not "unset"."""
+    if _blank(raw, where):
+        return None
     return text(raw, where) or None
+
+
+def url(raw: object, where: str) -> str:
+    """A server's base URL (http:// or https://, with a host) or sim://PROFILE; a malformed one is one line
+    here, before anything starts (`http://[::1` raised ValueError deep in a run)."""
+    from urllib.parse import urlsplit
+
+    v = nonempty_text(raw, where)
+    if v.startswith("sim://"):
+        return v
+    how = "give e.g. http://127.0.0.1:8000, or sim:// for the built-in simulator"
+    try:
+        parts = urlsplit(v)
+        parts.port  # noqa: B018 (reading it checks the port)
+    except ValueError as e:
+        raise ServescopeError(f"{where}: {v!r} is not a URL ({e}); {how}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ServescopeError(f"{where}: {v!r} is not an http(s) URL with a host; {how}")
+    return v
 
 
 def opt_path_or_name(raw: object, where: str) -> str | None:
@@ -121,9 +158,7 @@ def duration(raw: object, where: str) -> float:
     if isinstance(raw, bool):
         raise ServescopeError(f"{where}: give a duration like \"60s\" or a number of seconds")
     if isinstance(raw, (int, float)):
-        if not raw > 0 or math.isinf(raw):
-            raise ServescopeError(f"{where}: must be above 0")
-        return float(raw)
+        return _duration_in_range(float(raw), f"{raw:g}", where)
     if isinstance(raw, str):
         return parse_duration(raw, where)
     raise ServescopeError(f"{where}: give a duration like \"60s\" or a number of seconds")
@@ -238,9 +273,11 @@ def workers(raw: object, where: str) -> Workers:
 
 def names(raw: object, where: str) -> tuple[str, ...]:
     """Comma-separated names (a flag, a form field) or a TOML list of strings; empty: none."""
-    if raw is None:
+    if raw is None or _blank(raw, where):
         return ()
-    items = raw.split(",") if isinstance(raw, str) else raw
+    if isinstance(raw, str):
+        return tuple(_list_items(raw, where, "names separated by commas, e.g. 10.0.0.2,10.0.0.3"))
+    items = raw
     if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
         raise ServescopeError(f"{where}: must be names separated by commas, e.g. 10.0.0.2,10.0.0.3")
     return tuple(x.strip() for x in items if x.strip())
@@ -322,23 +359,28 @@ def dump_pattern(v: tuple[Step, ...]) -> str:
     return pattern_text(v)
 
 
+# a sane value of each SLO, for messages (else 50)
+SLO_EXAMPLES = {"ttft_ms": 3000.0, "ttfo_ms": 3000.0, "e2e_ms": 30000.0, "per_user_tok_s": 20.0}
+
+
 def slos(raw: object, where: str) -> dict[str, float]:
     """A [slo] table, or 'ttft_ms=3000,tpot_ms=50'. Latency SLOs are upper bounds; per_user_tok_s a lower bound."""
     from servescope.core.metrics import SLO_KEYS
 
+    like = "e.g. ttft_ms=3000,tpot_ms=50"
     if isinstance(raw, str):
+        if _blank(raw, where):  # an empty form field: no SLOs; an empty flag: an error
+            return {}
         items: list[tuple[str, object]] = []
-        for part in raw.split(","):
-            part = part.strip()
-            if not part:
-                continue
+        for part in _list_items(raw, where, f"KEY=VALUE items, {like}"):
             k, sep, v = part.partition("=")
             if not sep:
-                raise ServescopeError(f"{where}: bad SLO {part!r}; use KEY=VALUE, e.g. ttft_ms=3000,tpot_ms=50")
+                raise ServescopeError(f"{where}: bad SLO {part!r}; use KEY=VALUE, {like}")
             try:
                 items.append((k.strip(), float(v)))
             except ValueError:
-                raise ServescopeError(f"{where}: bad SLO value in {part!r}: {v.strip()!r} is not a number") from None
+                raise ServescopeError(f"{where}: bad SLO value in {part!r}: {v.strip()!r} is not a number; "
+                                      f"{like}") from None
     elif isinstance(raw, dict):
         items = list(raw.items())
     else:
@@ -348,7 +390,9 @@ def slos(raw: object, where: str) -> dict[str, float]:
         if key not in SLO_KEYS:
             raise ServescopeError(f"{where}: bad SLO {key!r}: not a metric; use one of {', '.join(sorted(SLO_KEYS))}")
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0 or math.isinf(val):
-            raise ServescopeError(f"{where}: {key} must be a number above 0")
+            shown = f"{val:g}" if isinstance(val, (int, float)) and not isinstance(val, bool) else repr(val)
+            raise ServescopeError(f"{where}: {key}={shown}: {key} must be a number above 0, e.g. {key}="
+                                  f"{SLO_EXAMPLES.get(key, 50):g}")
         out[key] = float(val)
     return out
 
@@ -388,6 +432,9 @@ def variants(raw: object, where: str) -> tuple[str, ...]:
             v = v["args"]
         if not isinstance(v, str):
             raise ServescopeError(f"{where} {i + 1}: give args = \"--ARG VALUE ...\"")
+        if not v.strip():
+            raise ServescopeError(f"{where}: variant {i + 1} is empty; give the server's extra arguments, e.g. "
+                                  "\"--max-num-seqs 64\" (or drop it)")
         out.append(v.strip())
     return tuple(out)
 

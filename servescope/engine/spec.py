@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,7 +125,7 @@ def _workloads_default() -> tuple[Workload, ...]:
 class SweepSpec:
     name: str = option("", "", "name", ["--name"], parse=f.text,
                        form=FormField("name", "name"), help="session name")
-    url: str = option(DEFAULT_URL, "target", "url", ["--url"], parse=f.nonempty_text, form=FormField("url", "URL"),
+    url: str = option(DEFAULT_URL, "target", "url", ["--url"], parse=f.url, form=FormField("url", "URL"),
                       help="server base URL, e.g. http://127.0.0.1:8000, or sim://PROFILE for the built-in simulator "
                            "(default: $SERVESCOPE_URL, else sim://, the simulator's default profile)")
     api_key_env: str = option("OPENAI_API_KEY", "target", "api_key_env", ["--api-key-env"], parse=f.nonempty_text,
@@ -251,6 +252,9 @@ class SweepSpec:
         if self.pattern and not self.rates:
             raise SweepConflict(where, "a pattern multiplies an open loop's rate; give rates (--rate 2,5) or drop "
                                 "the pattern", ("rates", "pattern"))
+        if self.ray_nodes and not self.ray:
+            raise SweepConflict(where, "ray nodes place Ray workers; add ray = \"auto\" (--ray auto, or the "
+                                "cluster's ADDRESS) or drop the nodes", ("ray_nodes", "ray"))
         if self.variants and not self.launch:
             raise SweepConflict(where, "server variants need a launch command: servescope can only relaunch a "
                                 "server it started", ("variants", "launch"))
@@ -415,6 +419,10 @@ class SweepSpec:
                 continue
             given.add(fd.name)
             values[fd.name] = False if opt.negate else opt.parse(raw, opt.flags[0])
+        for flag, v in (("--workload", getattr(args, "workloads", None)),
+                        ("--api-key", getattr(args, "api_key", None))):
+            if v is not None and not v.strip():  # an empty flag is a mistake, never "the default"
+                raise ServescopeError(f"{flag}: empty; give a value (or leave the flag out for its default)")
         wl = getattr(args, "workloads", None)
         if wl:
             values["workloads"] = tuple(resolve(wl))
@@ -504,9 +512,21 @@ def _options() -> list[tuple[dataclasses.Field[object], Option[object]]]:
     return [(fd, fd.metadata["option"]) for fd in dataclasses.fields(SweepSpec) if "option" in fd.metadata]
 
 
+NEGATIVE_VALUE = re.compile(r"^-\.?\d")  # "-5s", "-1", "-.5": no flag looks so
+
+
+def values_may_start_with_minus(p: argparse.ArgumentParser) -> None:
+    """Let `p` read an argument such as "-5s" as a flag's value, as it reads "-5": argparse took "--ramp -5s"
+    for a flag with no value ("expected one argument"), and never said that a ramp must be above 0. No
+    servescope flag starts with a minus and a digit."""
+    p._negative_number_matcher = NEGATIVE_VALUE
+
+
 def add_flags(p: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
     """Declare the spec's flags (all, or the fields named in `only`). Every flag defaults to None, so
-    `from_args` can tell a flag that was given from one that was not."""
+    `from_args` can tell a flag that was given from one that was not. A value may start with a minus
+    (`--ramp -5s`): its parser then says what is wrong with it."""
+    values_may_start_with_minus(p)
     for fd, opt in _options():
         if not opt.flags or (only is not None and fd.name not in only):
             continue

@@ -393,6 +393,9 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
     """Import one or more `vllm bench serve` result files (one cell each) as one session; return its path."""
     if not files:
         raise ServescopeError("import needs at least one result file")
+    if workload is not None and not workload.strip():  # "" named the cells vllm-bench-inN-outM, silently
+        raise ServescopeError("--workload: empty; give a workload name such as sharegpt (or leave the flag out "
+                              "for vllm-bench-inN-outM)")
     cells: list[ImportedCell] = []
     dates = []
     for f in files:

@@ -165,12 +165,47 @@ def test_flags_alone_use_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--launch", "vllm serve m", "--url", "http://h:1"], "not both"),
         (["--tag", "novalue"], "KEY=VALUE"),
         (["-n", "0"], "at least 1"),
+        # issue 32: accepted silently, or refused by argparse before the value was read
+        (["-c", "1,,4"], "--concurrency: '1,,4' has an empty item; give positive integers like 1,4,8"),
+        (["--rate", "0.5,"], "--rate: '0.5,' has an empty item; give request rates like 0.5,2,5"),
+        (["-w", ""], "--workload: empty; give a value"),
+        (["--launch", ""], "--launch: empty; give a value"),
+        (["--launch", "vllm serve m", "--server-variant", " "], "--server-variant: variant 1 is empty"),
+        (["--ray-nodes", "10.0.0.2"], "flags: ray nodes place Ray workers; add ray = \"auto\""),
+        (["--ray", "auto", "--ray-nodes", "a,,b"], "--ray-nodes: 'a,,b' has an empty item"),
+        (["--rate", "2", "--ramp", "-5s"], "--ramp: the duration must be above 0, not -5s (e.g. 10s)"),
+        (["--duration", "-1s"], "--duration: the duration must be above 0, not -1s (e.g. 10s)"),
+        (["--telemetry-interval", "-1s"], "--telemetry-interval: the duration must be above 0, not -1s"),
+        (["--duration", "1e308s"], "--duration: 1e308s is too long; give at most 2592000s (30 days)"),
+        (["--rate", "2", "--ramp", "721h"], "--ramp: 721h is too long; give at most 2592000s (30 days)"),
+        (["--url", "http://[::1"], "--url: 'http://[::1' is not a URL (Invalid IPv6 URL); give e.g."),
+        (["--url", "ftp://h"], "--url: 'ftp://h' is not an http(s) URL with a host"),
+        (["--slo", ""], "--slo: empty; give a value"),
+        (["--slo", "tpot_ms=0"], "--slo: tpot_ms=0: tpot_ms must be a number above 0, e.g. tpot_ms=50"),
+        (["--slo", "ttft_ms=-5"], "--slo: ttft_ms=-5: ttft_ms must be a number above 0, e.g. ttft_ms=3000"),
     ],
 )
 def test_bad_flags(argv: list[str], needle: str) -> None:
     with pytest.raises(ServescopeError) as e:
         SweepSpec.from_args(_args(*argv))
     assert needle in e.value.message
+
+
+def test_durations_up_to_30_days_are_read_and_written_back() -> None:
+    spec = SweepSpec.from_args(_args("--duration", "720h", "--rate", "2", "--ramp", "2592000s"))
+    assert spec.duration_s == spec.ramp_s == 30 * 86400
+    assert SweepSpec.from_table(spec.to_table()) == spec
+    with pytest.raises(ServescopeError) as e:
+        SweepSpec.from_table({"workloads": ["sharegpt"], "load": {"rates": [2], "ramp": 1e308}})
+    assert e.value.message == "sweep: [load] ramp: 1e+308 is too long; give at most 2592000s (30 days)"
+
+
+def test_an_empty_form_field_still_means_unset() -> None:
+    """An empty flag is refused, but an empty field of the Compose form means "the default", as before."""
+    spec, errors = SweepSpec.from_form({"slos": "", "launch": "", "model": "", "duration_s": "",
+                                        "workloads": [PRESETS["sharegpt"]]})
+    assert errors == {} and spec is not None
+    assert spec.slos == {} and spec.launch is None and spec.model is None and spec.duration_s is None
 
 
 def test_form_reports_every_bad_field_at_once() -> None:

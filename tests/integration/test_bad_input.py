@@ -185,3 +185,170 @@ def test_json_run_of_an_echoing_server_keeps_the_key_out_of_json(tmp_path: Path,
     assert out["cells"] and out["cells"][0]["requests_failed"] == 2
     assert out["cells"][0]["errors"] and "401" in json.dumps(out["cells"][0]["errors"])
     assert_nowhere([key], tmp_path / "s", p.stdout, p.stderr)
+
+
+# ---- issue 32: values accepted silently, or refused with argparse's words or a traceback -------------------
+@pytest.fixture(scope="module")
+def small_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished session of the tiny simulator, without a twin (a what-if that fits would write twin/)."""
+    d = tmp_path_factory.mktemp("bad-input")
+    (d / "small.toml").write_text(SMALL)
+    p = servescope("run", "--url", "sim://tiny", "-w", str(d / "small.toml"), "-c", "1", "-n", "2",
+                   "--telemetry-interval", "off", "--save", str(d / "s"), timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return d / "s"
+
+
+RUN_CASES = [  # run's flags, and what the one line says: the value, then what to give
+    (["-c", "1,,4"], ["--concurrency: '1,,4' has an empty item", "give positive integers"]),
+    (["-c", "1,4,"], ["--concurrency: '1,4,' has an empty item", "give positive integers"]),
+    (["--rate", "2,,5"], ["--rate: '2,,5' has an empty item", "give request rates"]),
+    (["-w", ""], ["--workload: empty", "give a value"]),
+    (["--launch", ""], ["--launch: empty", "give a value"]),
+    (["--launch", "servescope sim --profile tiny", "--server-variant", ""],
+     ["--server-variant: variant 1 is empty", "give the server's extra arguments"]),
+    (["--api-key", ""], ["--api-key: empty", "give a value"]),
+    (["--model", ""], ["--model: empty", "give a value"]),
+    (["--ray-nodes", "10.0.0.2"], ["ray nodes place Ray workers", "--ray auto"]),
+    (["--ray", "auto", "--ray-nodes", ""], ["--ray-nodes: empty", "give a value"]),
+    (["--rate", "2", "--ramp", "-5s"], ["--ramp: the duration must be above 0, not -5s", "e.g. 10s"]),
+    (["--duration", "-1s"], ["--duration: the duration must be above 0, not -1s", "e.g. 10s"]),
+    (["--telemetry-interval", "-1s"], ["--telemetry-interval: the duration must be above 0, not -1s"]),
+    (["--timeout", "-.5"], ["--timeout: the duration must be above 0, not -.5"]),
+    (["--duration", "1e308s"], ["--duration: 1e308s is too long", "give at most 2592000s (30 days)"]),
+    (["--rate", "2", "--ramp", "1e308s"], ["--ramp: 1e308s is too long", "give at most 2592000s (30 days)"]),
+    (["--url", "http://[::1"], ["--url: 'http://[::1' is not a URL", "give e.g. http://127.0.0.1:8000"]),
+    (["--url", "http://127.0.0.1:99999"], ["--url: 'http://127.0.0.1:99999' is not a URL",
+                                           "give e.g. http://127.0.0.1:8000"]),
+]
+
+
+@pytest.mark.parametrize("argv, says", RUN_CASES, ids=[" ".join(a) or "empty" for a, _ in RUN_CASES])
+def test_run_refuses_a_bad_value_in_one_line(tmp_path: Path, argv: list[str], says: list[str]) -> None:
+    wf = tmp_path / "small.toml"
+    wf.write_text(SMALL)
+    base = ["run", "-n", "2", "--sessions-dir", str(tmp_path / "s"), "--telemetry-interval", "off"]
+    if "-w" not in argv:
+        base += ["-w", str(wf)]
+    if not {"-c", "--rate"} & set(argv):
+        base += ["-c", "1"]
+    p = servescope(*base, *argv, timeout=120)
+    assert p.returncode == 2, p.stderr[-2000:]
+    line = one_error_line(p.stderr)
+    assert all(s in line for s in says), line
+    assert not (tmp_path / "s").exists()
+    assert "started the simulator" not in p.stdout + p.stderr
+
+
+def test_a_minus_value_reaches_its_flags_check() -> None:
+    """argparse took `--ramp -5s` for a flag without its value; `--ramp=-5s` and `--ramp -5s` read alike."""
+    for argv in (["--ramp", "-5s"], ["--ramp=-5s"]):
+        p = servescope("run", "--rate", "2", *argv, timeout=60)
+        assert p.returncode == 2 and "expected one argument" not in p.stderr
+        assert "--ramp: the duration must be above 0, not -5s" in one_error_line(p.stderr)
+
+
+BAD_SLOS = ["ttft_ms=nan", "ttft_ms=-5", "tpot_ms=0", "", ",", "ttft_ms=3000,,tpot_ms=50", "e2e_ms=inf"]
+
+
+@pytest.mark.parametrize("slo", BAD_SLOS)
+def test_every_command_reads_slos_alike(small_session: Path, slo: str) -> None:
+    """One SLO parser for run, report, compare, gate and whatif: each refuses what run refuses, with the same
+    line (report, compare, gate and whatif took ttft_ms=nan, -5 and tpot_ms=0, and report took "")."""
+    s = str(small_session)
+    commands = {
+        "run": ["run", "--url", "sim://tiny", "-c", "1", "-n", "1", "--sessions-dir", str(small_session.parent / "x")],
+        "report": ["report", s],
+        "compare": ["compare", s, s],
+        "gate": ["gate", s, s, "--fail-on", "output_tok_s:-5%"],
+        "whatif": ["whatif", s, "--capacity"],
+    }
+    lines = {}
+    for name, argv in commands.items():
+        p = servescope(*argv, "--slo", slo, timeout=120)
+        assert p.returncode == 2, (name, p.stderr[-2000:])
+        lines[name] = one_error_line(p.stderr)
+    assert len(set(lines.values())) == 1, lines
+    line = lines["run"]
+    assert line.startswith("servescope: error: --slo: ")
+    assert (repr(slo) if "," in slo else slo.partition("=")[2] or "empty") in line, line
+    assert "e.g." in line or "give a value" in line, line
+    assert not (small_session / "twin").exists()
+
+
+WHATIF_CASES = [
+    (["--gpu-memory-utilization", "2"], ["--gpu-memory-utilization 2: must be above 0 and at most 1"]),
+    (["--gpu-memory-utilization", "-0.5"], ["--gpu-memory-utilization -0.5: must be above 0"]),
+    (["--model-config", "/nonexistent/config.json"], ["--model-config /nonexistent/config.json: no such file",
+                                                      "give the model's Hugging Face config.json"]),
+    (["--server-max-num-batched-tokens", "0"], ["--server-max-num-batched-tokens 0: must be 1 or more"]),
+    (["--server-max-num-seqs", "-3"], ["--server-max-num-seqs -3: must be 1 or more"]),
+    (["--max-num-seqs", "0"], ["--max-num-seqs 0: must be 1 or more"]),
+    (["--kv-cache-dtype", "fp3"], ["--kv-cache-dtype 'fp3': unknown", "use one of"]),
+    (["-c", "1,,4"], ["--concurrency: '1,,4' has an empty item"]),
+    (["-w", ""], ["--workload: empty", "give a value"]),
+    (["--api-key", ""], ["--api-key: empty", "give a value"]),
+]
+
+
+@pytest.mark.parametrize("argv, says", WHATIF_CASES, ids=[" ".join(a) for a, _ in WHATIF_CASES])
+def test_whatif_checks_its_flags_before_fitting(small_session: Path, argv: list[str], says: list[str]) -> None:
+    """Checked before anything is read or fitted: --model-config and --server-max-num-batched-tokens were read
+    only by a fit, --gpu-memory-utilization only after a fit that wrote SESSION/twin/."""
+    p = servescope("whatif", str(small_session), *argv, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    line = one_error_line(p.stderr)
+    assert all(s in line for s in says), line
+    assert "fitting" not in p.stderr and not (small_session / "twin").exists()
+
+
+def test_quality_refuses_a_bad_url_and_an_empty_key_in_one_line(tmp_path: Path) -> None:
+    for argv, says in ((["--url", "http://[::1"], "--url: 'http://[::1' is not a URL"),
+                       (["--api-key", ""], "--api-key: empty")):
+        p = servescope("quality", *argv, "--sessions-dir", str(tmp_path / "s"), timeout=120)
+        assert p.returncode == 2 and says in one_error_line(p.stderr)
+        assert not (tmp_path / "s").exists()
+
+
+def test_import_refuses_an_empty_workload_name(tmp_path: Path) -> None:
+    data = Path(__file__).resolve().parents[1] / "sessions" / "data" / "vllm-bench-c1-detailed.json"
+    p = servescope("import", str(data), "--workload", "", "--sessions-dir", str(tmp_path / "s"), timeout=120)
+    assert p.returncode == 2
+    line = one_error_line(p.stderr)
+    assert "--workload: empty" in line and "give a workload name" in line
+    assert not (tmp_path / "s").exists()
+
+
+SIM_CASES = [
+    (["--port", "99999"], "--port 99999: a port is 0 to 65535 (0 picks a free port)"),
+    (["--port", "-1"], "--port -1: a port is 0 to 65535"),
+    (["--max-num-seqs", "0"], "--max-num-seqs 0: must be 1 or more"),
+    (["--kv-cache-tokens", "-5"], "--kv-cache-tokens -5: must be 1 or more"),
+    (["--max-model-len", "0"], "--max-model-len 0: must be 1 or more"),
+    (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens 0: must be 1 or more"),
+    (["--exit-at", "-1"], "--exit-at -1: must be 0 (never) or a number of seconds above 0"),
+    (["--exit-after-requests", "-2"], "--exit-after-requests -2: must be 0 (never) or more"),
+    (["--served-model-name", " "], "--served-model-name: empty"),
+]
+
+
+@pytest.mark.parametrize("argv, says", SIM_CASES, ids=[" ".join(a) for a, _ in SIM_CASES])
+def test_the_simulator_refuses_a_bad_flag_in_one_line(argv: list[str], says: str) -> None:
+    """Exit 2 and one line, before it listens (--port 99999 listened on 34463; --max-num-seqs 0 took requests
+    that waited until --timeout; --port -1 exited 1)."""
+    p = servescope("sim", "--profile", "tiny", "--port", "0", *argv, timeout=60)
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert lines == [f"servescope sim: error: {says}"] or (len(lines) == 1 and lines[0].startswith(
+        f"servescope sim: error: {says}")), p.stderr
+    assert "listening" not in p.stdout
+
+
+def test_the_simulator_refuses_a_binary_profile_in_one_line(tmp_path: Path) -> None:
+    prof = tmp_path / "weights.toml"
+    prof.write_bytes(bytes(range(256)) * 4)
+    p = servescope("sim", "--profile", str(prof), "--port", "0", timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and str(prof) in lines[0] and "not UTF-8 text" in lines[0], p.stderr
+    assert "servescope sim --list" in lines[0]
