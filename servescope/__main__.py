@@ -9,6 +9,7 @@ import sys
 
 from servescope import __version__
 from servescope.cli import args as a
+from servescope.cli.common import check_paths
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.workloads.spec import COMPOSITE, PRESETS, context_sweep, load_toml
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(sim_main(argv[1:]) or 0)
     args = _parser().parse_args(argv)
     try:
+        check_paths(args)  # --save, --sessions-dir, -o: one check for every command
         return _command(args)
     except ServescopeError as e:
         print(f"servescope: error: {clean_text(e.message)}", file=sys.stderr)

@@ -101,10 +101,11 @@ def _file_path(flag: str, value: str) -> None:
 
 def resolve_session(ref: str, sessions_dir: Path | None = None) -> Any:
     """A session named by its directory, or by a prefix of its directory name under the sessions dir."""
-    from servescope.sessions.store import load_session, session_dirs, sessions_home  # polars: when it is needed
+    # polars is imported when a session is needed, not by every command's path check
+    from servescope.sessions.store import load_session, session_dirs, sessions_home
 
     p = Path(ref).expanduser()
-    if (p / "session.toml").is_file():
+    if (p / "session.toml").exists():  # not a file: load_session says it is damaged
         return load_session(p)
     if p.is_dir():
         raise ServescopeError(f"{ref}: not a servescope session (no session.toml in it); see `servescope sessions`")

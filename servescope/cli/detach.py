@@ -25,7 +25,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import wire as w
 from servescope.sessions.live import EVENTS, LOCK, EventLogReader, runner_state
-from servescope.sessions.store import sessions_home
+from servescope.sessions.store import load_session, sessions_home
 
 
 def runner_main() -> int:
@@ -140,9 +140,7 @@ def watch_command(args: argparse.Namespace, out: TextIO | None = None, poll_s: f
                 gone = gone + 1 if not st.running else 0  # twice in a row, with nothing new read between
                 if gone >= 2:
                     _clear(out, tty)
-                    print(f"the sweep is not running: {st.reason or 'no runner'}; continue it with "
-                          f"`servescope resume {path}`", file=out, flush=True)
-                    return 1
+                    return _ended(path, st.reason or "no runner", reader.bad_lines, out)
                 quiet_since = now
             time.sleep(poll_s)
     except KeyboardInterrupt:
@@ -151,6 +149,29 @@ def watch_command(args: argparse.Namespace, out: TextIO | None = None, poll_s: f
         return 130
     finally:
         reader.close()
+
+
+def _ended(path: Path, reason: str, bad_lines: int, out: TextIO) -> int:
+    """The runner is gone and its event log never said how the sweep ended: session.toml says (a completed
+    session is completed whatever its log holds); a damaged log is said as such. Exit 0 only when completed."""
+    log = (f"; its event log {path / EVENTS} is damaged ({bad_lines} unreadable line{'s' * (bad_lines != 1)}), "
+           "so the progress above is incomplete" if bad_lines else "")
+    status, message = "interrupted", ""
+    if (path / "session.toml").exists():
+        try:
+            s = load_session(path)
+            status, message = s.status, clean_text(str(s.meta.get("message") or ""))
+        except ServescopeError as e:
+            print(f"the sweep is not running and its session is broken: {clean_text(e.message)}{log}", file=out,
+                  flush=True)
+            return 1
+    if status in ("completed", "failed"):
+        print(f"sweep {status}" + (f": {message}" if message and message != status else "") + f"; session {path}"
+              + log, file=out, flush=True)
+        return 0 if status == "completed" else 1
+    print(f"the sweep is not running: {reason}; continue it with `servescope resume {path}`{log}", file=out,
+          flush=True)
+    return 1
 
 
 def _clear(out: TextIO, tty: bool) -> None:

@@ -9,6 +9,7 @@ recovery), `telemetry` (telemetryhub.Telemetry), `sink` (sink.SinkFactory: the s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -51,6 +52,7 @@ from servescope.engine.telemetryhub import (
     kv_budget_text,
     request_tokens,
 )
+from servescope.sessions.live import SessionWriteError
 from servescope.sessions.store import SessionWriter, new_session_dir
 from servescope.workloads.prompts import build_prompts
 from servescope.workloads.traces import trace_prompts, workload_trace
@@ -132,6 +134,7 @@ class _Sweep:
         self.minfo = ModelInfo("")
         self.tok: Tokenizer | None = None
         self.info: TargetInfo | None = None
+        self.close_error = ""  # why the telemetry's last samples could not be saved at the end, if so
 
     def _stopping(self) -> bool:
         return self.control.stopping
@@ -244,19 +247,28 @@ class _Sweep:
                 if self.control.stopping:
                     status = "interrupted"
         except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):
-            sink.finish("interrupted", "interrupted")
+            with contextlib.suppress(SessionWriteError):  # a full disk: the interruption is what is said
+                sink.finish("interrupted", "interrupted")
             await self._close()
             raise
         except ServescopeError as e:
-            sink.finish("failed", e.message)
+            err = _failed(sink, e)
             await self._close()
+            if err is not e:
+                raise err from None
             raise
-        sink.finish(status, message)
+        try:
+            sink.finish(status, message)
+        except SessionWriteError as e:
+            await self._close()
+            raise _failed(sink, e) from None
         try:
             await self._close()
         except Exception as e:  # noqa: BLE001 - the sweep is saved: a failure to close its connections is said,
             # and the event log still ends with the sweep's end (a viewer waits for it)
             yield Notice("warning", clean_text(f"closing the sweep's connections failed: {type(e).__name__}: {e}"))
+        if self.close_error:
+            yield Notice("warning", f"{self.close_error}: the server telemetry of the last cell is not saved")
         yield SweepFinished(path, status, message)
 
     async def _relaunch(self, cell: Cell, path: Path) -> AsyncIterator[Event]:
@@ -356,13 +368,34 @@ class _Sweep:
                             server_args=self.servers.server_args() if spec.launch else None)
 
     async def _close(self) -> None:
+        """Close the telemetry (its last samples saved), the target and the servers. Samples that cannot be written
+        (a full disk) never keep the rest open: the error is kept in `close_error`, for the caller to say."""
         try:
-            await self.telemetry.close(self.sink.path if self.sink is not None else None)
+            try:
+                await self.telemetry.close(self.sink.path if self.sink is not None else None)
+            except SessionWriteError as e:
+                self.close_error = e.message
             await self.target.close()
             await self.servers.close()
         finally:
             if self.bg is not None:
                 self.bg.close()
+
+
+def _failed(sink: SessionSink, e: ServescopeError) -> ServescopeError:
+    """Mark the session failed with `e`'s reason. A session file that could not be written (a full or read-only
+    disk) ends the run with one line that says so, that the cells finished before it are kept and how to go on;
+    when session.toml cannot take the reason either, the line says that too."""
+    message = e.message
+    if isinstance(e, SessionWriteError):
+        message = (f"{e.message}; the cells finished before are kept in {sink.path} (`servescope resume "
+                   f"{sink.path}` runs the rest)")
+    try:
+        sink.finish("failed", message)
+    except SessionWriteError as again:
+        return SessionWriteError(f"{message}; session.toml could not be marked failed either "
+                                 f"({again.message.partition(' (')[2].partition(')')[0] or again.message})")
+    return SessionWriteError(message) if message != e.message else e
 
 
 def _new_dir(ctx: RunContext, name: str) -> Path:

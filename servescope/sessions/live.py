@@ -17,6 +17,7 @@ Nothing here knows what the events mean (servescope.engine.wire does); items are
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -48,6 +49,28 @@ KEEP_KINDS = frozenset({"SweepStarted", "TelemetryMeta", "CellStarted", "CellFin
 SNAPSHOT_BATCHES = 2000  # at most this many of the running cell's batches go into a snapshot
 
 
+class SessionWriteError(ServescopeError):
+    """A session file could not be written (a full or read-only disk, a folder that vanished): one line naming
+    the file and the OS's reason. The file's earlier version, if any, is untouched. Exit status 1: the run
+    failed, as a sweep that fails does."""
+
+    exit_code = 1
+
+
+def write_failed(path: Path, e: OSError) -> SessionWriteError:
+    """The one line for a session file that could not be written, with what to do."""
+    why = clean_text(e.strerror or str(e)) or type(e).__name__
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        todo = "the disk is full: free space"
+    elif e.errno == errno.EFBIG:
+        todo = "a file-size limit (ulimit -f) stops it: raise the limit or free space"
+    elif e.errno == errno.EROFS:
+        todo = "the disk is read-only: save to a writable place (--save, --sessions-dir, or a copy of the session)"
+    else:
+        todo = "check the folder and its permissions"
+    return SessionWriteError(f"cannot write {path} ({why}); {todo}")
+
+
 # ---- the lock ------------------------------------------------------------------------------------------
 class RunnerLock:
     """The one writer of a session. `acquire` raises ServescopeError (one line, saying how to attach) when
@@ -59,9 +82,12 @@ class RunnerLock:
 
     @classmethod
     def acquire(cls, session_dir: Path) -> RunnerLock:
-        session_dir.mkdir(parents=True, exist_ok=True)
         p = session_dir / LOCK
-        fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            session_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:  # a read-only or full disk, a path that cannot be made: one line
+            raise write_failed(p if session_dir.is_dir() else session_dir, e) from None
         for attempt in range(10):  # a viewer checking the lock holds it shared for a moment
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -167,7 +193,10 @@ class EventLogWriter:
         self.path = self.dir / EVENTS
         self.max_bytes = max_bytes
         self.seq = self._last_seq()
-        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open for the sweep
+        try:
+            self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open for the sweep
+        except OSError as e:
+            raise write_failed(self.path, e) from None
         self._keep: list[str] = []  # lines of KEEP_KINDS, for a snapshot
         self._batches: list[str] = []  # the running cell's RequestsMeasured lines
         self._last_telemetry: str | None = None
@@ -255,6 +284,7 @@ class EventLogReader:
         self._ino: int | None = None
         self._buf = b""
         self.seq = 0
+        self.bad_lines = 0  # whole lines that are not an item (garbage, not a cut last line): the log is damaged
 
     def _open(self, path: Path) -> bool:
         try:
@@ -304,7 +334,8 @@ class EventLogReader:
                 obj = json.loads(raw)  # not msgspec: older logs hold NaN
                 seq, kind, fields, t = int(obj["seq"]), str(obj["kind"]), obj["fields"], obj.get("t")
             except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # a line cut short by a crash: skipped
+                self.bad_lines += bool(raw.strip())
+                continue  # a line cut short by a crash, or garbage: skipped (and counted)
             if seq <= self.seq or not isinstance(fields, dict):
                 continue
             self.seq = seq

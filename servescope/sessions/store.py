@@ -18,6 +18,8 @@ cell starts, so kill -9 loses at most the cell that was running (session.toml th
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import socket
@@ -34,7 +36,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.quality import QualityResult
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text, slug
-from servescope.sessions.live import BUS_FILES, RunnerState, runner_state
+from servescope.sessions.live import BUS_FILES, RunnerState, runner_state, write_failed
 from servescope.sessions.meta import PLAN_COLUMNS, SessionMeta
 from servescope.workloads.spec import parse_toml
 
@@ -42,6 +44,22 @@ from servescope.workloads.spec import parse_toml
 # 3: each distribution's `n` in the cells' summaries; 2: the [sweep] table; older ones read as they are
 SCHEMA_VERSION = 4
 QUALITY_FILE = "quality.json"
+# what session.toml's `status` may say (a runner that died while `running` reads as interrupted; "done" is
+# read as written: sessions made by hand, the tests' among them, say it for completed)
+SESSION_STATUSES = ("running", "completed", "interrupted", "failed", "done")
+# [[cells]] statuses whose cell has its row in cells.parquet (written by write_cell), and of those, the ones
+# whose requests are in requests/cell-NNNN.parquet (a skipped cell ran none; a lost one's are in -lostN)
+ROW_STATUSES = frozenset({"done", "stopped", "skipped", "server_lost"})
+REQUEST_STATUSES = frozenset({"done", "stopped"})
+# the columns every requests/cell-NNNN.parquet has held since the first schema, with their types: what reading a
+# session's requests needs (its warmup flag, statuses, stamps, counts); checked on the file's schema (its footer)
+REQUEST_COLUMNS: dict[str, pl.DataType] = {
+    "index": pl.Int64(), "user": pl.Int64(), "warmup": pl.Boolean(), "status": pl.String(),
+    "http_status": pl.Int64(), "error": pl.String(), "input_tokens_requested": pl.Int64(),
+    "output_tokens_requested": pl.Int64(), "prompt_tokens": pl.Int64(), "output_tokens": pl.Int64(),
+    "reasoning_tokens": pl.Int64(), "usage_reported": pl.Boolean(), "scheduled_ns": pl.Int64(),
+    "sent_ns": pl.Int64(), "first_token_ns": pl.Int64(), "first_content_ns": pl.Int64(), "end_ns": pl.Int64(),
+    "chunk_ns": pl.List(pl.Int64()), "chunk_tokens": pl.List(pl.Int64())}
 _SECRET_KEYS = frozenset({"api_key", "api_key_env", "token", "password", "secret", "authorization", "headers"})
 
 
@@ -69,13 +87,20 @@ def _drop_none(obj: object) -> object:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` whole or not at all (a temporary file, fsynced, then renamed over it)."""
+    """Write `data` to `path` whole or not at all (a temporary file, fsynced, then renamed over it). A write that
+    fails (a full or read-only disk) leaves the file as it was, removes the temporary one (its space is freed)
+    and is the one-line SessionWriteError."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise write_failed(path, e) from None
 
 
 def write_parquet_atomic(path: Path, df: pl.DataFrame) -> None:
@@ -83,11 +108,11 @@ def write_parquet_atomic(path: Path, df: pl.DataFrame) -> None:
 
 
 def _atomic_parquet(path: Path, df: pl.DataFrame) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    df.write_parquet(tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """The frame as Parquet, encoded in memory and written with atomic_write: polars' own file writer reports a
+    full disk as a Parquet ComputeError ("Invalid thrift"), this way it is the OS's error, said as such."""
+    buf = io.BytesIO()
+    df.write_parquet(buf)
+    atomic_write(path, buf.getvalue())
 
 
 def new_session_dir(base: Path | None, name: str) -> Path:
@@ -206,7 +231,10 @@ class SessionWriter:
         if "summary_json" in s.cells.columns:
             for r, js in zip(rows, s.cells["summary_json"].to_list(), strict=True):
                 r["summary_json"] = js
-        (s.path / "requests").mkdir(exist_ok=True)
+        try:
+            (s.path / "requests").mkdir(exist_ok=True)
+        except OSError as e:
+            raise write_failed(s.path / "requests", e) from None
         w = cls(s.path, s.meta, [])
         upgrade = s.meta.get("schema_version") != SCHEMA_VERSION
         if upgrade:
@@ -302,6 +330,9 @@ class SessionWriter:
         self.save_meta()
 
     def finish(self, status: str, message: str = "") -> None:
+        """End the session as `status` (one of SESSION_STATUSES)."""
+        if status not in SESSION_STATUSES:
+            raise ValueError(f"{status!r} is not a session status ({', '.join(SESSION_STATUSES)})")
         self.meta["status"] = status
         self.meta["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         if message:
@@ -425,15 +456,20 @@ def load_session(path: str | Path) -> Session:
     cells.parquet, and the footer of each requests/cell-NNNN.parquet. Any decode error is a ServescopeError
     naming the file and what to do; nothing is written (loading never changes a session)."""
     p = Path(path)
-    if not (p / "session.toml").is_file():
+    if not (p / "session.toml").exists():
         cand = sessions_home() / str(path)
-        if (cand / "session.toml").is_file():
+        if (cand / "session.toml").exists():
             p = cand
         else:
             raise ServescopeError(f"{path}: not a servescope session (no session.toml); see `servescope sessions`")
     toml_path = p / "session.toml"
     meta = read_meta(toml_path)
     SessionMeta.from_dict(meta, str(toml_path))  # every key of the right type before anything reads it
+    status = meta.get("status")
+    if status is not None and status not in SESSION_STATUSES:
+        raise ServescopeError(f"{toml_path}: status {clean_text(repr(status))[:60]} is not a session status "
+                              f"({', '.join(SESSION_STATUSES)}); the file is damaged: restore it from a copy, or "
+                              "move its session directory out of the sessions folder")
     cells_path = p / "cells.parquet"
     try:
         cells = pl.read_parquet(cells_path) if cells_path.exists() else pl.DataFrame()
@@ -447,16 +483,63 @@ def load_session(path: str | Path) -> Session:
         if lost:
             raise damaged(toml_path, ValueError(f"cell {lost[0]} of cells.parquet has no [[cells]] entry (its plan)"))
         cells = join_plan(cells, _array(meta.get("cells")))
+    _check_rows_promised(p, meta, cells)
     for f in request_files(p):
         check_parquet_ends(f)
+        check_request_columns(f)
     s = Session(p, meta, cells)
-    s.summaries()
+    _check_requests_promised(s, s.summaries())
     return s
+
+
+def _check_rows_promised(p: Path, meta: Mapping[str, object], cells: pl.DataFrame) -> None:
+    """Every [[cells]] entry that says its cell was measured (or skipped) has its row in cells.parquet."""
+    rows = set(cells["index"].to_list()) if cells.height else set()
+    for c in _array(meta.get("cells")):
+        if isinstance(c, Mapping) and c.get("status") in ROW_STATUSES and c.get("index") not in rows:
+            what = "is missing" if not (p / "cells.parquet").exists() else f"has no row for cell {c.get('index')}"
+            raise damaged(p / "cells.parquet", FileNotFoundError(
+                f"session.toml says cell {c.get('index')} is {c.get('status')}, but cells.parquet {what}"))
+
+
+def _check_requests_promised(s: Session, summaries: list[CellResult | None]) -> None:
+    """Every cell that ran requests has its requests/cell-NNNN.parquet. Cells imported from another tool's
+    aggregates (their summary's `source` set, the session's [import] not `detailed`) legitimately have none."""
+    if not s.cells.height or "status" not in s.cells.columns:
+        return
+    detailed = _table(s.meta.get("import")).get("detailed") is True
+    for idx, status, summary in zip(s.cells["index"].to_list(), s.cells["status"].to_list(), summaries,
+                                    strict=False):
+        if status not in REQUEST_STATUSES or summary is None or (summary.source is not None and not detailed):
+            continue
+        f = s.path / "requests" / f"cell-{idx:04d}.parquet"
+        if not f.exists():
+            missing = f if f.parent.is_dir() else f.parent
+            raise damaged(missing, FileNotFoundError(f"it is missing: cell {idx} is {status} and its requests "
+                                                     "were saved there"))
+
+
+def check_request_columns(f: Path) -> None:
+    """A requests file holds the columns reading it needs, of their types (its schema, read from its footer:
+    no data is read). A valid Parquet file of other columns is damaged like a cut one."""
+    try:
+        schema = pl.read_parquet_schema(f)
+    except _DECODE_ERRORS as e:
+        raise damaged(f, e) from None
+    for name, dtype in REQUEST_COLUMNS.items():
+        got = schema.get(name)
+        if got is None:
+            raise damaged(f, ValueError(f"no {name!r} column: not a servescope requests file"))
+        if got != dtype:
+            raise damaged(f, ValueError(f"column {name!r} is {got}, not {dtype}"))
 
 
 def read_meta(toml_path: Path) -> dict[str, object]:
     """session.toml as a dict (schema 1 migrated to 2); a file that is empty, not TOML, not a session's or
     from a newer servescope is a ServescopeError saying so."""
+    if toml_path.exists() and not toml_path.is_file():
+        raise ServescopeError(f"{toml_path}: a directory, not a file: the session is damaged; restore "
+                              "session.toml from a copy, or move its session directory out of the sessions folder")
     try:
         text = toml_path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -484,11 +567,12 @@ def read_meta(toml_path: Path) -> dict[str, object]:
 
 
 def session_dirs(base: Path) -> list[Path]:
-    """The session directories under `base` (those holding a session.toml), by name."""
+    """The session directories under `base` (those holding a session.toml, whatever it is: one that is not a file
+    is listed to be said broken), by name."""
     if not base.is_dir():
         return []
     try:
-        return sorted(p for p in base.iterdir() if (p / "session.toml").is_file())
+        return sorted(p for p in base.iterdir() if (p / "session.toml").exists())
     except OSError as e:
         raise ServescopeError(f"{base}: cannot list it ({clean_text(e.strerror or str(e))}); "
                               "check --sessions-dir") from None

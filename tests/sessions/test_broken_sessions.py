@@ -166,3 +166,98 @@ async def test_the_app_lists_a_broken_session_and_keeps_running(two: tuple[Path,
         await pilot.press("enter")  # opening it says why, in a notice, and the app stays
         await pilot.pause()
         assert app.is_running
+
+
+# ---- issue 32, item 2: a session is broken unless every file its session.toml promises is there ---------------
+def wrong_columns(p: Path) -> None:
+    import polars as pl
+
+    pl.DataFrame({"a": [1, 2], "b": ["x", "y"]}).write_parquet(p / "requests" / "cell-0000.parquet")
+
+
+PROMISED = {
+    "cells.parquet deleted": (lambda p: (p / "cells.parquet").unlink(), "cells.parquet: cannot be read",
+                              "cells.parquet is missing"),
+    "requests file deleted": (lambda p: (p / "requests" / "cell-0000.parquet").unlink(),
+                              "cell-0000.parquet: cannot be read", "it is missing: cell 0 is done"),
+    "requests folder deleted": (lambda p: shutil.rmtree(p / "requests"), "requests: cannot be read",
+                                "it is missing: cell 0 is done"),
+    "requests of other columns": (wrong_columns, "cell-0000.parquet: cannot be read",
+                                  "no 'index' column: not a servescope requests file"),
+}
+
+
+@pytest.mark.parametrize("damage", list(PROMISED))
+def test_a_missing_or_foreign_file_is_broken_everywhere(two: tuple[Path, Path], damage: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """cells.parquet deleted read as `completed 2/2` with 0 cells; a deleted requests file or folder was not
+    flagged; a requests file of other columns crashed the app and `twin fit` (ColumnNotFoundError)."""
+    a, b = two
+    act, where, why = PROMISED[damage]
+    act(a)
+    with pytest.raises(ServescopeError) as e:
+        load_session(a)
+    assert where in e.value.message and why in e.value.message and "\n" not in e.value.message
+    assert main(["sessions", "--sessions-dir", str(a.parent)]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if "broken:" in x]
+    assert line.startswith(a.name[:15]) and where in line
+    gate = ["--fail-on", "output_tok_s:-5%"]
+    for argv in (["report", str(a)], ["twin", "fit", str(a)], ["gate", str(b), str(a), *gate],
+                 ["gate", str(a), str(b), *gate]):
+        assert main(argv) == 2, argv  # gate passed with the cell `not judged`
+        err = one_line(capsys.readouterr().err)
+        assert where in err and why in err, (argv, err)
+
+
+def test_a_requests_file_of_a_wrong_type_is_broken(two: tuple[Path, Path]) -> None:
+    import polars as pl
+
+    a, _ = two
+    f = a / "requests" / "cell-0001.parquet"
+    pl.read_parquet(f).with_columns(pl.col("warmup").cast(pl.Int64)).write_parquet(f)
+    with pytest.raises(ServescopeError, match=r"cell-0001.parquet: cannot be read \(column 'warmup' is Int64, "
+                                              r"not Boolean\)"):
+        load_session(a)
+
+
+def test_an_aggregate_import_needs_no_requests_file(tmp_path: Path) -> None:
+    from servescope.sessions.importers import import_files
+
+    data = json.loads((Path(__file__).parent / "data" / "vllm-bench-c1-detailed.json").read_text())
+    for k in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+        data.pop(k, None)
+    f = tmp_path / "agg.json"
+    f.write_text(json.dumps(data))
+    s = load_session(import_files([str(f)], save=tmp_path / "imp"))
+    assert s.meta["import"]["detailed"] is False and s.cells.height == 1
+    assert not list((s.path / "requests").glob("*.parquet"))
+
+
+def test_session_toml_that_is_a_directory_is_listed_broken(two: tuple[Path, Path],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 7: the session vanished from `sessions`."""
+    a, _ = two
+    (a / "session.toml").unlink()
+    (a / "session.toml").mkdir()
+    assert {e.path.name: e.broken is not None for e in scan_sessions(a.parent)} == {a.name: True, _.name: False}
+    assert main(["sessions", "--sessions-dir", str(a.parent)]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if "broken:" in x]
+    assert "session.toml: a directory, not a file" in line
+    assert main(["report", str(a)]) == 2
+    assert "session.toml: a directory, not a file" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("cmd", ["sessions", "report", "resume"])
+def test_an_unknown_session_status_is_a_damaged_file(two: tuple[Path, Path], cmd: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 7: `status = "exploded"` was shown as is and `resume` took it."""
+    a, _ = two
+    toml = a / "session.toml"
+    toml.write_text(toml.read_text().replace('status = "completed"', 'status = "exploded"', 1))
+    argv = {"sessions": ["sessions", "--sessions-dir", str(a.parent)], "report": ["report", str(a)],
+            "resume": ["resume", str(a)]}[cmd]
+    rc = main(argv)
+    cap = capsys.readouterr()
+    text = [x for x in cap.out.splitlines() if "broken:" in x][0] if cmd == "sessions" else one_line(cap.err)
+    assert rc == (0 if cmd == "sessions" else 2)
+    assert "status 'exploded' is not a session status (running, completed, interrupted, failed" in text

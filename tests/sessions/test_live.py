@@ -175,3 +175,30 @@ def test_a_reader_behind_by_two_rotations_still_gets_every_item(tmp_path: Path) 
     for _ in range(6):
         got += r.poll()
     assert [f["i"] for k, f in got if k == "RequestsMeasured"] == list(range(n))
+
+
+# ---- issue 32, item 7: `watch` of a session whose event log is garbage ------------------------------------------
+@pytest.mark.parametrize("status", ["completed", "failed", "running"])
+def test_watch_trusts_session_toml_over_a_garbage_log_and_says_the_log_is_damaged(tmp_path: Path,
+                                                                                   status: str) -> None:
+    """A garbage events.jsonl made `watch` of a completed session advise `resume`."""
+    import argparse
+    import io
+
+    from servescope.cli.detach import watch_command
+    from tests.sessions.conftest import build_session, gptq_spec
+
+    s = build_session(tmp_path / "sessions", gptq_spec())
+    toml = s / "session.toml"
+    toml.write_text(toml.read_text().replace('status = "completed"', f'status = "{status}"', 1))
+    (s / EVENTS).write_bytes(b"\x00garbage\n{not json}\n" + os.urandom(200).replace(b"\n", b" ") + b"\n")
+    out = io.StringIO()
+    rc = watch_command(argparse.Namespace(session=str(s), sessions_dir=None), out=out, poll_s=0.01)
+    last = out.getvalue().splitlines()[-1]
+    assert f"its event log {s / EVENTS} is damaged (3 unreadable lines)" in last, last
+    if status == "completed":
+        assert rc == 0 and last.startswith(f"sweep completed; session {s}") and "resume" not in last
+    elif status == "failed":
+        assert rc == 1 and last.startswith("sweep failed") and "resume" not in last
+    else:  # running without a runner: interrupted, and resume is the advice
+        assert rc == 1 and last.startswith("the sweep is not running") and f"servescope resume {s}" in last
