@@ -261,3 +261,23 @@ def test_an_unknown_session_status_is_a_damaged_file(two: tuple[Path, Path], cmd
     text = [x for x in cap.out.splitlines() if "broken:" in x][0] if cmd == "sessions" else one_line(cap.err)
     assert rc == (0 if cmd == "sessions" else 2)
     assert "status 'exploded' is not a session status (running, completed, interrupted, failed" in text
+
+
+async def test_the_app_lists_a_session_with_foreign_requests_broken_and_keeps_running(
+        two: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 2: a requests file of other columns made the app exit (ColumnNotFoundError: "warmup" not found)."""
+    from servescope.tui.app import make_app
+
+    a, b = two
+    monkeypatch.setenv("SERVESCOPE_HOME", str(a.parent.parent))
+    wrong_columns(a)
+    app = make_app(sessions_dir=str(a.parent))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        rows = {str(k): v for k, v in getattr(app.screen, "rows", {}).items()}
+        assert any("cell-0000.parquet: cannot be read" in str(x) for x in rows[str(a)])
+        assert "broken" not in rows[str(b)]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.is_running
