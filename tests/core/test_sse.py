@@ -54,3 +54,38 @@ def test_final_line_without_newline() -> None:
 def test_data_without_space() -> None:
     p = SSEParser()
     assert p.feed(b"data:{}\n\n") == [b"{}"]
+
+
+# ---- line ends as the SSE specification says: CRLF, LF or a lone CR (issue 32) ------------------------------------
+CR_ONLY = STREAM.replace(b"\r\n", b"\n").replace(b"\n", b"\r")
+
+
+def test_lone_cr_line_ends_read_as_lf_ones() -> None:
+    p = SSEParser()
+    assert p.feed(CR_ONLY) + p.flush() == EXPECTED
+    for i in range(len(CR_ONLY) + 1):
+        p = SSEParser()
+        assert p.feed(CR_ONLY[:i]) + p.feed(CR_ONLY[i:]) + p.flush() == EXPECTED, f"split at {i}"
+
+
+def test_a_crlf_split_between_two_pieces_is_one_line_end() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: a\r") == [b"a"]
+    assert p.feed(b"\ndata: b\r") == [b"b"]  # the LF ends no line of its own: "data: b" is whole
+    assert p.feed(b"\n\r\n") == [] and p.pending == 0
+    assert p.feed(b"data: c\r\r") == [b"c"] and p.flush() == []
+
+
+def test_cr_then_cr_is_two_line_ends_and_lf_after_other_bytes_still_ends_a_line() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: a\r") == [b"a"]
+    assert p.feed(b"\rdata: b") == []  # a CR first: a blank line, not a CRLF
+    assert p.feed(b"\n") == [b"b"]
+
+
+def test_the_one_event_shortcut_stands_aside_for_a_cr() -> None:
+    p = SSEParser()
+    assert p.one(b"data: a\rdata: b\n\n") is None  # two lines: the general parse reads both
+    assert p.feed(b"data: a\rdata: b\n\n") == [b"a", b"b"]
+    p.feed(b"data: c\r")
+    assert p.one(b"\n\n") is None
