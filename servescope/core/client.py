@@ -341,8 +341,8 @@ class _Stream:
     record `bad_usage` (the raw value in its error) and is ignored from then on, while the chunks' content
     and timing are still measured (a chunk that msgspec's typed decoder refuses is decoded again leniently)."""
 
-    __slots__ = ("rec", "parser", "last_completion", "counted", "reasoning_counted", "done", "bound", "secret",
-                 "bad", "events", "head", "heading", "overflow", "reply")
+    __slots__ = ("rec", "parser", "last_completion", "counted", "reasoning_counted", "done", "done_ns", "after_done",
+                 "bound", "secret", "bad", "events", "head", "heading", "overflow", "reply")
 
     def __init__(self, rec: RequestRecord, bound: int = USAGE_BOUND, secret: str | None = None,
                  reply: list[str] | None = None) -> None:
@@ -352,6 +352,8 @@ class _Stream:
         self.counted = 0
         self.reasoning_counted = 0
         self.done = False
+        self.done_ns = 0  # when [DONE] arrived
+        self.after_done = 0  # events the server sent after [DONE]: never counted, and the stream is not read further
         self.bound = bound
         self.secret = secret
         self.bad = False  # usage was not plausible: ignore it from then on
@@ -423,9 +425,14 @@ class _Stream:
         return None
 
     def _event(self, data: bytes, now: int) -> None:
+        if self.done:  # the stream ended at [DONE]: nothing after it counts (tokens, usage, errors, time)
+            self.after_done += 1
+            self.overflow = True  # stop reading (this connection is not reused)
+            return
         self.events += 1
         if data == b"[DONE]":
             self.done = True
+            self.done_ns = now
             return
         try:
             ch = _decode_chunk(data)
@@ -547,10 +554,21 @@ class _Stream:
         """The response ended: counts the server never reported (or reported wrongly) are the counted chunks,
         and a 200 stream without [DONE] is `cut`, or `error` when it was no event stream at all (HTML)."""
         rec = self.rec
+        if self.after_done and self.done_ns:
+            # the request ended at [DONE]; what came after is said in the record (an ok one keeps it as a note)
+            rec.end_ns = self.done_ns
+            if rec.status == "ok":
+                rec.error = (f"ignored {self.after_done} event{'s' if self.after_done > 1 else ''} the server sent "
+                             "after [DONE] (the stream ends there)")
         if not rec.usage_reported or self.bad:
             rec.output_tokens = self.counted
         if not rec.reasoning_tokens and self.reasoning_counted:
             rec.reasoning_tokens = self.reasoning_counted
+        if rec.status == "ok" and self.done and not rec.chunk_ns:
+            # a 200 stream with no token before [DONE]: nothing was served, so it is no measured request
+            rec.status = "error"
+            rec.error = ("empty stream: no token before [DONE] (the server answered with no output; "
+                         "check --model and that the server generates)")
         if rec.status == "ok" and not self.done:
             why = self.not_a_stream(content_type) if http_status == 200 else ""
             if why:

@@ -127,6 +127,9 @@ class _Conn(asyncio.Protocol):
                     end = 0
                 if end > nl + 2 and len(data) == end + 2 and data.endswith(b"\r\n") \
                         and self.whole.whole(data[nl + 2:end], now):
+                    if self.sink is not None and self.sink.overflow:  # the sink wants no more (e.g. past [DONE])
+                        self.keep = False
+                        self._finish()
                     return
         if self.state == HEAD:
             data = self._head(self.buf + data if self.buf else data)

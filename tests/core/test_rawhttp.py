@@ -325,3 +325,14 @@ async def test_tokens_before_the_request_times_out_count(raw_server) -> None:
     async with make_http_client(opts, 1) as h:
         r = await stream_request(h, opts, SPEC, rec)
     assert r.status == "timeout" and len(r.chunk_ns) == 3 and r.output_tokens == 3
+
+
+def test_a_chunk_after_done_is_not_counted_and_ends_the_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32: one whole chunk after [DONE] (the shortcut's read) counts nowhere, and the connection stops
+    reading (it is not reused) instead of waiting for whatever else the server sends."""
+    extra = b'data: {"choices":[{"text":"x"}],"usage":{"completion_tokens":21}}\n\n'
+    chunks = one_event_chunks(16)
+    reads = [HEAD_CHUNKED, *chunks[:-1], b"%x\r\n" % len(extra) + extra + b"\r\n"]  # and no end of the body
+    rec, conn, took = read_stream(reads, monkeypatch, 16)
+    assert conn.state == DONE and not conn.keep and took
+    assert rec.output_tokens == 16 and len(rec.chunk_ns) == 16

@@ -39,6 +39,10 @@ BAD_USAGE = {
     "wrong_type": '{"prompt_tokens": 7, "completion_tokens": "n"}',
 }
 FAILING = ("html", "echo_401", "escapes_500", "cut")
+# issue 32: streams that end oddly. after_done: 16 tokens, [DONE], then one more chunk (its usage says 21); only_done:
+# a 200 stream of `data: [DONE]` alone; cr_only: lines ending in a lone CR (valid SSE); cr_split: CRLF line ends
+# with each CR the last byte of one write and its LF the first of the next
+ODD_ENDS = ("after_done", "only_done", "cr_only", "cr_split")
 
 
 def _chunk(chat: bool, i: int, usage: str) -> bytes:
@@ -115,6 +119,9 @@ class HostileServer:
                                      status=500)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        if kind in ODD_ENDS:
+            await self._odd_end(resp, kind, chat)
+            return resp
         for i in range(3):
             usage = BAD_USAGE[kind] if kind in BAD_USAGE and i == 1 else \
                 json.dumps({"prompt_tokens": 7, "completion_tokens": i + 1})
@@ -123,6 +130,33 @@ class HostileServer:
                 return resp  # ends without [DONE]
         await resp.write(b"data: [DONE]\n\n")
         return resp
+
+
+    @staticmethod
+    async def _odd_end(resp: web.StreamResponse, kind: str, chat: bool) -> None:
+        def usage(n: int) -> str:
+            return json.dumps({"prompt_tokens": 7, "completion_tokens": n})
+
+        if kind == "only_done":
+            await resp.write(b"data: [DONE]\n\n")
+        elif kind == "after_done":
+            for i in range(16):
+                await resp.write(_chunk(chat, i, usage(i + 1)))
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write(_chunk(chat, 16, usage(21)))
+        elif kind == "cr_only":
+            for i in range(3):
+                await resp.write(_chunk(chat, i, usage(i + 1)).replace(b"\n", b"\r"))
+            await resp.write(b"data: [DONE]\r\r")
+        else:  # cr_split
+            for i in range(3):
+                head, _, _ = _chunk(chat, i, usage(i + 1)).partition(b"\n")
+                await resp.write(head + b"\r")
+                await asyncio.sleep(0.005)  # its own read, most likely: the LF arrives apart from its CR
+                await resp.write(b"\n\r\n")
+            await resp.write(b"data: [DONE]\r")
+            await asyncio.sleep(0.005)
+            await resp.write(b"\n\r\n")
 
 
 def _plan(seed: int) -> list[str]:
@@ -350,3 +384,51 @@ def test_wide_numbers_in_the_cli_table_stay_separated() -> None:
     row = next(x for x in text.splitlines() if x.strip().startswith("TTFT ms"))
     assert row.split()[-5:] == ["149,971.83", "181,907.92", "246,017.73", "12,345,678.90", "99,999,999.99"]
     assert "1 ok, 0 failed (2 with bad usage)" in text
+
+
+# ---- issue 32: streams that end oddly, through every transport and through the CLI ------------------------------
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
+async def test_odd_stream_ends_through_each_transport(transport: str) -> None:
+    from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
+    from servescope.core.records import RequestRecord
+
+    got: dict[str, RequestRecord] = {}
+    with HostileServer(list(ODD_ENDS)) as srv:
+        opts = ClientOptions(base_url=srv.url, model=MODEL, timeout_s=20, transport=transport)
+        async with make_http_client(opts, 1) as http:
+            for kind in ODD_ENDS:
+                rec = RequestRecord(0, 0, False, 7, 16, scheduled_ns=time.perf_counter_ns())
+                got[kind] = await stream_request(http, opts, RequestSpec("completions", "hi", 7, 16), rec)
+            after = RequestRecord(0, 0, False, 7, 3, scheduled_ns=time.perf_counter_ns())
+            await stream_request(http, opts, RequestSpec("completions", "hi", 7, 3), after)  # an ok one next
+    a = got["after_done"]
+    assert (a.status, a.output_tokens, len(a.chunk_ns)) == ("ok", 16, 16)  # not 21 tokens and 17 chunks
+    assert a.error == "ignored 1 event the server sent after [DONE] (the stream ends there)"
+    assert a.chunk_ns[-1] <= a.end_ns
+    e = got["only_done"]
+    assert e.status == "error" and e.error.startswith("empty stream: no token before [DONE]")
+    assert e.output_tokens == 0 and not e.chunk_ns
+    for kind in ("cr_only", "cr_split"):
+        r = got[kind]
+        assert (r.status, r.error, r.output_tokens, len(r.chunk_ns)) == ("ok", "", 3, 3), kind
+    assert after.status == "ok" and after.output_tokens == 3  # the connection after a stream cut at [DONE]
+
+
+def test_odd_stream_ends_in_a_run_count_only_what_came_before_done(tmp_path: Path) -> None:
+    plan = [x for k in ODD_ENDS for x in (k, "ok")]
+    save = tmp_path / "s"
+    with HostileServer(plan) as srv:
+        p = servescope("run", "--url", srv.url, "--model", MODEL, "-w", "sharegpt", "-c", "1", "-n", str(len(plan)),
+                       "--telemetry-interval", "off", "--save", str(save), "--json", timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (cell,) = json.loads(p.stdout.strip().splitlines()[-1])["cells"]
+    assert cell["requests_ok"] == len(plan) - 1 and cell["requests_failed"] == 1  # only_done is the one failure
+    # 16 + 3 + 3 tokens and four ok requests of 3: the chunk after [DONE] (usage 21) counts nowhere
+    assert cell["output_tokens_mean"] == pytest.approx((16 + 3 + 3 + 4 * 3) / cell["requests_ok"])
+    assert cell["request_s"] == pytest.approx(cell["requests_ok"] / cell["wall_s"])
+    req = load_session(save).requests(0)
+    by = {k: req.filter(pl.col("index") == i).row(0, named=True) for i, k in enumerate(plan) if k != "ok"}
+    assert by["only_done"]["status"] == "error" and "empty stream" in by["only_done"]["error"]
+    assert by["after_done"]["output_tokens"] == 16 and len(by["after_done"]["chunk_ns"]) == 16
+    assert "after [DONE]" in by["after_done"]["error"]
+    assert by["cr_only"]["status"] == by["cr_split"]["status"] == "ok"
