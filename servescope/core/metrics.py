@@ -226,6 +226,42 @@ def slo_mask(df: pl.DataFrame, slos: Mapping[str, float]) -> pl.Expr:
     return expr
 
 
+STAMP_FAULT = "impossible time stamps"  # the start of a damaged record's error text (summarize)
+
+
+def stamp_fault() -> pl.Expr:
+    """Why a row's perf_counter_ns stamps cannot be real (null when they can): a negative stamp, an ok request
+    without an end, the end, the first token or the first content before the send, the first token after the
+    end, the first content before the first token, or token stamps out of order. A stamp of 0 is one that was never
+    taken (a request that never got so far)."""
+    q, s, f, c, e = (pl.col(k) for k in ("scheduled_ns", "sent_ns", "first_token_ns", "first_content_ns", "end_ns"))
+    chunks = pl.col("chunk_ns")
+    gaps = chunks.list.eval(pl.element().diff().min()).list.first()  # the smallest gap (min skips the null)
+    return (pl.when((pl.min_horizontal(q, s, f, c, e) < 0) | (chunks.list.min() < 0)).then(pl.lit("a negative stamp"))
+            .when((pl.col("status") == "ok") & (e == 0)).then(pl.lit("an ok request without an end"))
+            .when((s > 0) & (e > 0) & (e < s)).then(pl.lit("end before send"))
+            .when((s > 0) & (f > 0) & (f < s)).then(pl.lit("first token before send"))
+            .when((s > 0) & (c > 0) & (c < s)).then(pl.lit("first content before send"))
+            .when((f > 0) & (e > 0) & (f > e)).then(pl.lit("first token after the end"))
+            .when((c > 0) & (f > 0) & (c < f)).then(pl.lit("first content before the first token"))
+            .when(gaps < 0).then(pl.lit("token stamps out of order"))
+            .otherwise(pl.lit(None, dtype=pl.Utf8)))
+
+
+def _flag_damaged(df: pl.DataFrame) -> pl.DataFrame:
+    """Rows whose stamps cannot be real (`stamp_fault`) become failed requests saying why: they are counted and
+    listed among the cell's errors, never measured (a negative end once made goodput 0 without a word). A
+    request cancelled by a stop is left as it is: it never counts."""
+    why = stamp_fault()
+    bad = why.is_not_null() & (pl.col("status") != "cancelled")
+    return df.with_columns(
+        status=pl.when(bad).then(pl.lit("error")).otherwise(pl.col("status")),
+        error=pl.when(bad).then(pl.format(STAMP_FAULT + " ({}): the request's record is damaged and counts as failed "
+                                          "(run the cell again)", why)).otherwise(pl.col("error")),
+        damaged=bad.fill_null(False),
+    )
+
+
 def _with_turn_columns(df: pl.DataFrame) -> pl.DataFrame:
     """Rows written before servescope measured conversations and cached tokens: single-turn, cached unknown."""
     missing = {"cached_tokens": None, "conversation": -1, "turn": 0, "turns": 0}
@@ -313,7 +349,7 @@ def summarize(
     usage's cached tokens where the server sends them, else from `server_prefix_hit_rate` (its /metrics). The
     runner adds the server's, the telemetry's, the client's and the quality figures (msgspec.structs.replace)."""
     slos = dict(slos or {})
-    df = _with_turn_columns(df.filter(~pl.col("warmup")))
+    df = _flag_damaged(_with_turn_columns(df.filter(~pl.col("warmup"))))
     pr = per_request(df)
     ok = pr.filter(pl.col("status") == "ok")
     itl = itl_frame(pr)
@@ -368,7 +404,7 @@ def summarize(
         e2e_ms=describe(ok["e2e_ms"]),
         per_user_tok_s=describe(ok["per_user_tok_s"]),
         prefill_tok_s=describe(ok["prefill_tok_s"]),
-        client_queue_ms=describe(pr["client_queue_ms"]),
+        client_queue_ms=describe(pr.filter(~pl.col("damaged"))["client_queue_ms"]),
         itl_ms=describe(itl["itl_ms"]),
         itl_token_ms=describe(itl["itl_token_ms"]),
         prefix_cache_hit_rate=hit_rate,
