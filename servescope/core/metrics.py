@@ -32,7 +32,6 @@ from typing import NamedTuple
 
 import polars as pl
 
-from servescope.core.errors import ServescopeError
 from servescope.core.records import RequestRecord
 from servescope.core.results import (
     METRICS,
@@ -46,7 +45,7 @@ from servescope.core.results import (
 )
 
 __all__ = ["DIST_METRICS", "client_figures", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellResult",
-           "describe", "itl_frame", "meets_slos", "parse_slos", "per_conversation", "per_request", "per_turn",
+           "describe", "itl_frame", "meets_slos", "per_conversation", "per_request", "per_turn",
            "records_frame", "request_figures", "slo_mask", "summarize"]
 
 PERCENTILES = (50, 90, 95, 99)
@@ -190,28 +189,6 @@ def describe(s: pl.Series) -> Dist:
     q = {f"p{p}": float(s.quantile(p / 100, interpolation="linear")) for p in PERCENTILES}  # type: ignore[arg-type]
     return Dist(mean=float(s.mean()), std=float(s.std()) if s.len() > 1 else 0.0,  # type: ignore[arg-type]
                 min=float(s.min()), max=float(s.max()), n=s.len(), **q)  # type: ignore[arg-type]
-
-
-def parse_slos(text: str | None) -> dict[str, float]:
-    """'ttft_ms=3000,tpot_ms=50' -> {...}. Latency SLOs are upper bounds; per_user_tok_s a lower bound."""
-    if not text:
-        return {}
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        key, sep, val = part.partition("=")
-        key = key.strip()
-        if not sep or key not in SLO_KEYS:
-            raise ServescopeError(
-                f"bad SLO {part!r}; use KEY=VALUE with KEY one of {', '.join(sorted(SLO_KEYS))} (e.g. ttft_ms=3000,tpot_ms=50)"
-            )
-        try:
-            out[key] = float(val)
-        except ValueError:
-            raise ServescopeError(f"bad SLO value in {part!r}: {val!r} is not a number") from None
-    return out
 
 
 def slo_mask(df: pl.DataFrame, slos: Mapping[str, float]) -> pl.Expr:

@@ -9,7 +9,6 @@ from servescope.core.errors import ServescopeError
 from servescope.core.metrics import (
     itl_frame,
     meets_slos,
-    parse_slos,
     per_request,
     records_frame,
     request_figures,
@@ -118,7 +117,7 @@ def test_percentiles() -> None:
 def test_goodput_and_slos() -> None:
     fast = [rec(i, 0, [(100, 1), (110, 1)]) for i in range(3)]
     slow = [rec(10 + i, 0, [(5000, 1), (5010, 1)]) for i in range(1)]
-    slos = parse_slos("ttft_ms=3000,tpot_ms=50")
+    slos = {"ttft_ms": 3000.0, "tpot_ms": 50.0}
     s = summarize(records_frame(fast + slow), wall_s=1.0, slos=slos)
     assert s.goodput_req_s == pytest.approx(3.0)
     assert s.slo_met_fraction == pytest.approx(0.75)
@@ -137,9 +136,11 @@ def test_warmup_rows_excluded() -> None:
 
 
 def test_bad_slo_strings() -> None:
+    from servescope.engine.fields import slos  # the one SLO parser, every command's
+
     for bad in ("ttft=3", "ttft_ms", "tpot_ms=fast"):
         with pytest.raises(ServescopeError):
-            parse_slos(bad)
+            slos(bad, "--slo")
 
 
 def test_frame_schema_roundtrip(tmp_path) -> None:
