@@ -101,7 +101,12 @@ def request_failed(where: str, e: httpx.HTTPError, detail: str, timeout_text: st
                                "check --url")
     if isinstance(e, httpx.TimeoutException):
         return ServescopeError(f"{where} {timeout_text}")
-    return ServescopeError(f"cannot talk to {where}: {detail}; check --url")
+    if isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        # the server was reached and then dropped the connection: the URL is right, the server is not well
+        why = detail if detail and detail != type(e).__name__ else "the connection was closed mid-answer"
+        return ServescopeError(f"{where} dropped the connection ({why}, {type(e).__name__}); is the server "
+                               "restarting or overloaded? check its log, then run again")
+    return ServescopeError(f"cannot talk to {where}: {detail or type(e).__name__}; check --url")
 
 
 def key_refused(where: str, status: int) -> ServescopeError:

@@ -428,4 +428,21 @@ def test_a_connection_dropped_before_the_answer_is_asked_once_more() -> None:
 
     assert _asyncio.run(ask(1)) == (" 42", "", 2)
     text, err, n = _asyncio.run(ask(2))
-    assert text is None and n == 2 and err.startswith("cannot talk to http://127.0.0.1:9/v1/completions: Server")
+    assert text is None and n == 2 and err.startswith(
+        "http://127.0.0.1:9/v1/completions dropped the connection (Server disconnected without sending a response., "
+        "RemoteProtocolError); is the server restarting or overloaded?"), err
+
+
+def test_a_connection_dropped_mid_answer_says_so_not_check_the_url() -> None:
+    """A reset mid-stream said `cannot talk to ...: ; check --url` (an empty reason, and the URL was right)."""
+    import httpx as _httpx
+
+    from servescope.core.target import request_failed
+
+    req = _httpx.Request("POST", "http://h:1/v1/completions")
+    for exc in (_httpx.ReadError("", request=req), _httpx.RemoteProtocolError("", request=req)):
+        msg = request_failed("http://h:1/v1/completions", exc, "", "").message
+        assert ": ;" not in msg and "check --url" not in msg, msg
+        assert "dropped the connection (the connection was closed mid-answer" in msg and "\n" not in msg, msg
+    other = request_failed("http://h:1/x", _httpx.UnsupportedProtocol("", request=req), "", "").message
+    assert other == "cannot talk to http://h:1/x: UnsupportedProtocol; check --url"
