@@ -534,23 +534,26 @@ def resume_command(args: argparse.Namespace) -> int:
     sweep = s.meta.get("sweep")
     if not isinstance(sweep, dict):
         raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
-    if args.launch:
-        if args.url:
+    # a flag given empty ("") is an error, as in run: tested for None, never for truth
+    if getattr(args, "api_key", None) is not None:
+        fields.nonempty_text(args.api_key, "--api-key")
+    if args.launch is not None:
+        if args.url is not None:
             raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
         server = sweep["server"] if isinstance(sweep.get("server"), dict) else {}
         target = sweep["target"] if isinstance(sweep.get("target"), dict) else {}
         sweep = {**sweep, "server": {**server, "launch": fields.nonempty_text(args.launch, "--launch")},
                  "target": {k: v for k, v in target.items() if k != "url"}}
     spec = SweepSpec.from_table(sweep, f"{s.path / 'session.toml'}: [sweep]", s.path)
-    if args.recover_timeout:
+    if args.recover_timeout is not None:
         spec = spec.replace(recover_timeout_s=fields.duration(args.recover_timeout, "--recover-timeout"))
-    if args.api_key_env:
+    if args.api_key_env is not None:
         spec = spec.replace(api_key_env=fields.nonempty_text(args.api_key_env, "--api-key-env"))
-    if args.url:
+    if args.url is not None:
         if spec.variants:
             raise ServescopeError(f"{s.path}: this sweep relaunches its server per variant; resume it without "
                                   "--url (servescope starts the server again)")
-        spec = spec.replace(url=fields.nonempty_text(args.url, "--url"), launch=None)
+        spec = spec.replace(url=fields.url(args.url, "--url"), launch=None)
     _refuse_redacted_launch(spec, f"servescope resume {s.path} --launch \"...\"")
     check_open_files(spec)
     cells = s.meta.get("cells", [])
