@@ -344,6 +344,9 @@ def load_baseline(path: Path, workdir: Path) -> Session:
                               "write it again with --save-baseline")
     src = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(doc.get("source") or "session"))[:80]
     d = workdir / f"baseline-{src}"  # never `..` or an absolute path
+    for c in meta.get("cells") or []:  # the file holds the requests of the cells that had any: those are promised
+        if isinstance(c, dict) and "requests_file" in c:
+            c["requests_file"] = str(c.get("index")) in requests
     try:
         (d / "requests").mkdir(parents=True)
         (d / "session.toml").write_text(tomli_w.dumps(toml_clean(meta)), encoding="utf-8")

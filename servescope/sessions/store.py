@@ -51,11 +51,15 @@ SESSION_STATUSES = ("running", "completed", "interrupted", "failed", "done")
 # whose requests are in requests/cell-NNNN.parquet (a skipped cell ran none; a lost one's are in -lostN)
 ROW_STATUSES = frozenset({"done", "stopped", "skipped", "server_lost"})
 REQUEST_STATUSES = frozenset({"done", "stopped"})
+# a [[cells]] entry's key saying whether the cell's requests/cell-NNNN.parquet was written (sessions written
+# before it: a done or stopped cell measured by servescope has one)
+REQUESTS_KEY = "requests_file"
 # the columns every requests/cell-NNNN.parquet has held since the first schema, with their types: what reading a
-# session's requests needs (its warmup flag, statuses, stamps, counts); checked on the file's schema (its footer)
+# session's requests needs (its warmup flag, statuses, stamps, counts; not the error texts, which a baseline file
+# leaves out); checked on the file's schema (its footer)
 REQUEST_COLUMNS: dict[str, pl.DataType] = {
     "index": pl.Int64(), "user": pl.Int64(), "warmup": pl.Boolean(), "status": pl.String(),
-    "http_status": pl.Int64(), "error": pl.String(), "input_tokens_requested": pl.Int64(),
+    "http_status": pl.Int64(), "input_tokens_requested": pl.Int64(),
     "output_tokens_requested": pl.Int64(), "prompt_tokens": pl.Int64(), "output_tokens": pl.Int64(),
     "reasoning_tokens": pl.Int64(), "usage_reported": pl.Boolean(), "scheduled_ns": pl.Int64(),
     "sent_ns": pl.Int64(), "first_token_ns": pl.Int64(), "first_content_ns": pl.Int64(), "end_ns": pl.Int64(),
@@ -306,7 +310,9 @@ class SessionWriter:
         if requests is not None:
             _atomic_parquet(self.path / "requests" / f"cell-{idx:04d}{suffix}.parquet",
                             requests.with_columns(cell=pl.lit(idx)))
-        self._plan_entry(idx).update({k: v for k, v in _plan_part(plan_row).items() if v is not None})
+        entry = self._plan_entry(idx)
+        entry.update({k: v for k, v in _plan_part(plan_row).items() if v is not None})
+        entry[REQUESTS_KEY] = requests is not None and not suffix  # session.toml promises the file (load checks)
         row = _measured_part(plan_row)
         if summary is not None:
             d = summary.to_dict()
@@ -503,14 +509,21 @@ def _check_rows_promised(p: Path, meta: Mapping[str, object], cells: pl.DataFram
 
 
 def _check_requests_promised(s: Session, summaries: list[CellResult | None]) -> None:
-    """Every cell that ran requests has its requests/cell-NNNN.parquet. Cells imported from another tool's
-    aggregates (their summary's `source` set, the session's [import] not `detailed`) legitimately have none."""
+    """Every cell whose [[cells]] entry says its requests were written (`requests_file`) has its
+    requests/cell-NNNN.parquet. An entry without the key (written before it) promises one when its cell is done
+    or stopped and was measured by servescope: cells imported from another tool's aggregates (their summary's
+    `source` set, the session's [import] not `detailed`) legitimately have none."""
     if not s.cells.height or "status" not in s.cells.columns:
         return
     detailed = _table(s.meta.get("import")).get("detailed") is True
+    promised = {c.get("index"): c.get(REQUESTS_KEY) for c in _array(s.meta.get("cells")) if isinstance(c, Mapping)}
     for idx, status, summary in zip(s.cells["index"].to_list(), s.cells["status"].to_list(), summaries,
                                     strict=False):
-        if status not in REQUEST_STATUSES or summary is None or (summary.source is not None and not detailed):
+        said = promised.get(idx)
+        if isinstance(said, bool):
+            if not said:
+                continue
+        elif status not in REQUEST_STATUSES or summary is None or (summary.source is not None and not detailed):
             continue
         f = s.path / "requests" / f"cell-{idx:04d}.parquet"
         if not f.exists():

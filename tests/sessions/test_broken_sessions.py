@@ -281,3 +281,20 @@ async def test_the_app_lists_a_session_with_foreign_requests_broken_and_keeps_ru
         await pilot.press("enter")
         await pilot.pause()
         assert app.is_running
+
+
+def test_session_toml_says_which_cells_have_requests_files(two: tuple[Path, Path]) -> None:
+    """Each written cell's [[cells]] entry says whether its requests file was written (`requests_file`); a
+    session written before that key promises one for each done or stopped cell that servescope measured."""
+    import re
+
+    a, _ = two
+    toml = a / "session.toml"
+    text = toml.read_text()
+    assert "requests_file = true" in text
+    (a / "requests" / "cell-0000.parquet").unlink()
+    toml.write_text(re.sub(r"requests_file = true\n", "", text))  # an older session: still promised
+    with pytest.raises(ServescopeError, match=r"cell-0000.parquet: cannot be read \(it is missing"):
+        load_session(a)
+    toml.write_text(text.replace("requests_file = true", "requests_file = false", 1))  # not written: not promised
+    assert load_session(a).requests(0).height == 0
