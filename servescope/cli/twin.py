@@ -18,8 +18,8 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields as f
 from servescope.engine.spec import RunContext, SweepSpec
-from servescope.engine.twin import fit_session, load_twin, twin_dir
-from servescope.engine.twinpredict import Load, predict, requests_for, session_workloads
+from servescope.engine.twin import fit_session, fit_time_estimate, load_twin, twin_dir
+from servescope.engine.twinpredict import BAND_NOTE, Load, predict, requests_for, session_workloads
 from servescope.engine.twinshape import Knobs
 from servescope.engine.whatif import (
     USABLE_SLOS,
@@ -70,7 +70,7 @@ def _fit(session: Any, args: argparse.Namespace, err: Any) -> Any:
                     ("--server-max-num-batched-tokens", args.fit_max_num_batched_tokens)):
         if v is not None and v < 1:
             raise ServescopeError(f"{flag} {v}: must be 1 or more")
-    print(f"fitting the twin to {session.path} ...", file=err, flush=True)
+    print(f"fitting the twin to {session.path} ({fit_time_estimate(session)}) ...", file=err, flush=True)
     r = fit_session(session, Path(args.model_config) if args.model_config else None, args.fit_max_num_seqs,
                     args.fit_max_num_batched_tokens, progress=lambda s: print(f"  {s}", file=err, flush=True))
     for w in r.warnings:
@@ -241,7 +241,7 @@ def whatif_command(args: argparse.Namespace) -> int:
                   f"{_banded(c['output_tok_s'], p.band, 'output_tok_s'):<26} "
                   f"{_banded(c['ttft_ms']['p50'], p.band, 'ttft_ms'):<23} {_banded(c['tpot_ms']['p50'], p.band, 'tpot_ms')}"
                   f"{'  extrapolated: ' + clean_text('; '.join(p.why)) if p.extrapolated else ''}")
-        print("  bands: the fit's residual for each figure, widened by each doubling outside the measured range")
+        print(f"  bands: {BAND_NOTE}")
     if args.capacity:
         slo_text = ", ".join(f"{k} {'>=' if k == 'per_user_tok_s' else '<='} {v:g}" for k, v in slos.items())
         print(f"capacity at the SLOs ({slo_text}; >= 90% of requests), predicted:")
@@ -272,7 +272,7 @@ def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: What
         ps = [preds[i] for i in idx]
         closed = [p.load.concurrency for p in ps if p.load.concurrency]
         rates = [p.load.rate for p in ps if p.load.rate]
-        n = args.requests or max(requests_for(p.load, None) for p in ps)
+        n = args.requests or max(p.requests or requests_for(p.load, None) for p in ps)  # as predicted
         spec = base.replace(name=f"{session.info.name or session.path.name}-confirm", workloads=(by_name[name],),
                             concurrency=tuple(closed) if closed else None, rates=tuple(rates) if rates else None,
                             requests=n, duration_s=None, warmup=0, repeat=1, variants=())

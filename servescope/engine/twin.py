@@ -12,15 +12,21 @@ and a fourth from the lowest load's prefill, with a weak pull towards neutral pr
 cannot see stays plausible: attention_eff is tied to gemm_eff unless the measured prompts span 3x or more).
 Where the shape does not say whether host and device time overlap (async scheduling), both are fitted.
 
+The starts' searches are independent: each runs in its own process where there are CPUs for it (spawned, as
+the app fits from a thread), with the same numbers as one after another. `fit_time_estimate` says beforehand what
+a fit will take, from the session's cells (each virtual run replays them all; `fit_seconds`).
+
 The prediction (`servescope.engine.twinpredict`): the fitted profile runs the asked cells on the virtual clock
 and the same `summarize` as a real run turns its requests into the same figures; each figure gets a band from
-the fit's residual for that figure, widened by how far the question lies outside the measured range.
+the twin's error for that figure (the fit's residual, or the fitted cell's own error at a measured load), widened
+by how far the question lies outside the measured range, combined with the prediction's own sampling spread.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import os
 import random
 import statistics
 from array import array
@@ -57,6 +63,12 @@ FIT_FIGURES = (("output_tok_s", 1.0), ("ttft_ms.p50", 1.0), ("tpot_ms.p50", 1.0)
 # admitted in lockstep forever, as on a real server (an idle engine starts a step on the first arrival)
 CLIENT_GAP_S = (0.0002, 0.0008)
 MIN_BAND = 0.03  # a band is never narrower than +-3%: run-to-run noise on a quiet server
+# the fit's search budget, in virtual runs of every measured cell: each start's, then the best one's polish (a
+# shorter search per start, then only the best start searched on, ended 3x worse on tok/s on a 2-cell session:
+# there the best start after 200 runs was the worst after 60)
+START_EVALS = 200
+POLISH_EVALS = 120
+MIN_FIT_CPUS = 4  # the starts run side by side on machines with this many CPUs or more (fit_workers)
 
 
 @dataclass(frozen=True)
@@ -256,7 +268,8 @@ class FitResult:
     shape: Shape
     free: list[str]
     residuals: dict[str, float]  # per figure: root mean square of ln(twin / measured) over the fitted cells
-    cells: list[dict[str, int | str | list[float]]]  # per fitted cell: its index, label and [measured, twin] figures
+    cells: list[dict[str, int | float | str | list[float]]]  # per fitted cell: index, label, workload, load, requests
+    # and each figure's [measured, twin]
     data_range: dict[str, list[float]]
     evaluations: int
     warnings: list[str] = field(default_factory=list)
@@ -357,27 +370,112 @@ def _prefill_start(shape: Shape, c1: MeasuredCell, tpot_ms: float, cost: CostMod
 
 
 def fit(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int = 200,
-        progress: Callable[[str], None] | None = None) -> FitResult:
+        progress: Callable[[str], None] | None = None, workers: int | None = None) -> FitResult:
     """Fit the shape's efficiencies to the measured cells. Where the shape does not know whether the server
     schedules asynchronously (its host work hidden behind the device's step) or not (host and device time add
     up: a CPU build, or a GPU server without async scheduling), both are fitted and the closer one kept."""
     if shape.async_known:
-        return _fit_efficiencies(shape, cells, max_requests, progress)[0]
+        return _fit_efficiencies(shape, cells, max_requests, progress, workers)[0]
     best: tuple[FitResult, float] | None = None
     for mode in (True, False):
         if progress is not None:
             progress(f"async scheduling {'on' if mode else 'off'}")
         eff = replace(shape.profile.efficiency, async_scheduling=mode)
         got = _fit_efficiencies(replace(shape, profile=replace(shape.profile, efficiency=eff)), cells, max_requests,
-                                progress)
+                                progress, workers)
         if best is None or got[1] < best[1]:
             best = got
     assert best is not None
     return best[0]
 
 
+@dataclass
+class FitLoss:
+    """The fit's objective over x (ln of the free efficiencies): a plain object, so that a worker process can run
+    a start's search with it."""
+
+    profile: Profile
+    cells: list[MeasuredCell]
+    trimmed: list[MeasuredCell]  # the cells as replayed (their first requests)
+    free: list[Param]
+    fit_attention: bool
+
+    def values(self, x: Sequence[float]) -> dict[str, float]:
+        v = {p.name: min(max(math.exp(x[i]), p.lo), p.hi) for i, p in enumerate(self.free)}
+        if not self.fit_attention:
+            v["attention_eff"] = v["gemm_eff"] * ATTENTION_TIE
+        return v
+
+    def figures(self, prof: Profile) -> list[dict[str, float]]:
+        cost = CostModel(prof)
+        return [quick_figures(run_virtual(cost, c.prompts, c.outputs, c.concurrency,
+                                          None if c.concurrency else c.send_s), prof.efficiency.frontend_ms)
+                for c in self.trimmed]
+
+    def __call__(self, x: list[float]) -> float:
+        try:
+            sims = self.figures(_with(self.profile, self.values(x)))
+        except ServescopeError:
+            return 1e9
+        total = 0.0
+        for c, sim in zip(self.cells, sims, strict=True):
+            for key, w in FIT_FIGURES:
+                m, s = c.figures.get(key), sim.get(key)
+                if m and s is not None and math.isfinite(s):
+                    total += w * robust(_ln_error(s, m))
+        total += PRIOR_WEIGHT * sum((x[i] - math.log(p.prior)) ** 2 for i, p in enumerate(self.free))
+        return total
+
+
+def _search(job: tuple[FitLoss, list[float]]) -> tuple[list[float], float, int]:
+    loss, x0 = job
+    return nelder_mead(loss, x0, max_evals=START_EVALS)
+
+
+def _search_at(job: tuple[int, FitLoss, list[float]]) -> tuple[int, tuple[list[float], float, int]]:
+    i, loss, x0 = job
+    return i, _search((loss, x0))
+
+
+def fit_workers(starts: int = 4) -> int:
+    """Processes for the fit's starts: one per start, at most one per CPU this process may use; none below
+    MIN_FIT_CPUS (on 2 busy cores, 2 workers took 41 s where one after another took 24 s: each spawned worker
+    imports servescope anew, some 3 s of CPU, and the cores were not free anyway)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(starts, cpus)) if cpus >= MIN_FIT_CPUS else 1
+
+
+def _searches(loss: FitLoss, starts: list[list[float]], workers: int | None,
+              progress: Callable[[str], None] | None) -> list[tuple[list[float], float, int]]:
+    """Each start's search, in its order: the starts are independent, so each runs in a worker process where
+    there are CPUs for them (the same numbers as one after the other: a search is deterministic)."""
+    n = fit_workers(len(starts)) if workers is None else max(1, min(workers, len(starts)))
+    out: list[tuple[list[float], float, int] | None] = [None] * len(starts)
+
+    def done(i: int, r: tuple[list[float], float, int]) -> None:
+        out[i] = r
+        if progress is not None:
+            progress(f"start {i + 1}/{len(starts)}: loss {r[1]:.4f} after {r[2]} runs")
+
+    if n <= 1:
+        for i, x0 in enumerate(starts):
+            done(i, _search((loss, x0)))
+    else:
+        import multiprocessing
+
+        # spawn, not fork: the app fits from a thread, and a forked child of a threaded process can deadlock. The
+        # pool's exit terminates its workers: a progress callback that raises (the app quits) leaves none behind
+        with multiprocessing.get_context("spawn").Pool(n) as pool:
+            for i, r in pool.imap_unordered(_search_at, [(i, loss, x0) for i, x0 in enumerate(starts)]):
+                done(i, r)
+    return [r for r in out if r is not None]
+
+
 def _fit_efficiencies(shape: Shape, cells: Sequence[MeasuredCell], max_requests: int,
-                      progress: Callable[[str], None] | None) -> tuple[FitResult, float]:
+                      progress: Callable[[str], None] | None, workers: int | None = None) -> tuple[FitResult, float]:
     prompts_all = [p for c in cells for p in c.prompts]
     fit_attention = _span(prompts_all) >= 3.0
     free = [p for p in PARAMS if p.name != "attention_eff" or fit_attention]
@@ -385,36 +483,13 @@ def _fit_efficiencies(shape: Shape, cells: Sequence[MeasuredCell], max_requests:
     # long cells are replayed on their first requests only (a closed loop's steady state is the same after a few
     # rounds of its users; an open loop keeps its first max_requests sends)
     def keep(c: MeasuredCell) -> int:
-        return min(max_requests, max(16, 4 * c.concurrency)) if c.concurrency else max_requests
+        return _keep(c.concurrency, max_requests)
 
     trimmed = [replace(c, prompts=c.prompts[:keep(c)], outputs=c.outputs[:keep(c)], send_s=c.send_s[:keep(c)])
                for c in cells]
 
-    def values(x: Sequence[float]) -> dict[str, float]:
-        v = {p.name: min(max(math.exp(x[i]), p.lo), p.hi) for i, p in enumerate(free)}
-        if not fit_attention:
-            v["attention_eff"] = v["gemm_eff"] * ATTENTION_TIE
-        return v
-
-    def twin_figures(prof: Profile) -> list[dict[str, float]]:
-        cost = CostModel(prof)
-        return [quick_figures(run_virtual(cost, c.prompts, c.outputs, c.concurrency,
-                                          None if c.concurrency else c.send_s), prof.efficiency.frontend_ms)
-                for c in trimmed]
-
-    def loss(x: list[float]) -> float:
-        try:
-            sims = twin_figures(_with(shape.profile, values(x)))
-        except ServescopeError:
-            return 1e9
-        total = 0.0
-        for c, sim in zip(cells, sims, strict=True):
-            for key, w in FIT_FIGURES:
-                m, s = c.figures.get(key), sim.get(key)
-                if m and s is not None and math.isfinite(s):
-                    total += w * robust(_ln_error(s, m))
-        total += PRIOR_WEIGHT * sum((x[i] - math.log(p.prior)) ** 2 for i, p in enumerate(free))
-        return total
+    loss = FitLoss(shape.profile, list(cells), trimmed, free, fit_attention)
+    values, twin_figures = loss.values, loss.figures
 
     starts = [[math.log(p.prior) for p in free]]
     c1 = min(cells, key=lambda c: c.concurrency or 10**9)
@@ -435,22 +510,24 @@ def _fit_efficiencies(shape: Shape, cells: Sequence[MeasuredCell], max_requests:
             starts.append([math.log(prefill.get(p.name, p.prior)) for p in free])
     best: tuple[list[float], float] | None = None
     evals = 0
-    for i, x0 in enumerate(starts):
-        x, v, n = nelder_mead(loss, x0, max_evals=200)
+    for x, v, n in _searches(loss, starts, workers, progress):
         evals += n
-        if progress is not None:
-            progress(f"start {i + 1}/{len(starts)}: loss {v:.4f} after {n} runs")
         if best is None or v < best[1]:
             best = (x, v)
     assert best is not None
-    x, final_loss, n = nelder_mead(loss, best[0], step=0.15, max_evals=120)  # polish the best
+    x, final_loss, n = nelder_mead(loss, best[0], step=0.15, max_evals=POLISH_EVALS)  # polish the best
     evals += n
     fitted = _with(shape.profile, {k: round(v, 6) for k, v in values(x).items()})
     sims = twin_figures(fitted)
     per: dict[str, list[float]] = {}
     rows = []
     for c, sim in zip(cells, sims, strict=True):
-        row: dict[str, int | str | list[float]] = {"cell": c.index, "label": c.label}
+        row: dict[str, int | float | str | list[float]] = {"cell": c.index, "label": c.label, "workload": c.workload,
+                                                             "requests": len(c.prompts)}
+        if c.concurrency:
+            row["concurrency"] = c.concurrency
+        if c.rate:
+            row["rate"] = c.rate
         for key, _ in FIT_FIGURES:
             m, s = c.figures.get(key), sim.get(key)
             if m and s is not None and math.isfinite(s):
@@ -511,6 +588,79 @@ def load_twin(session: Session) -> Twin | None:
     rng = {k: [float(x) for x in v] for k, v in (info.get("range") or {}).items()}
     memory_known = prof.gpu.name != NOMINAL_GPU.name  # a sim profile's GPU, or the memory NVML reported
     return Twin(prof, res, rng, memory_known, info)
+
+
+# the fit's CPU time, per virtual step and per request in a step's batch (benchmarks/twin_fit_time.py on the 2-core
+# dev machine: 2.7 us and 1.9 us); a busy machine's wall time runs up to twice the CPU time
+STEP_CPU_S = 2.7e-6
+TOKEN_CPU_S = 1.9e-6
+
+
+def _run_cpu_s(requests: int, output_mean: float, users: float) -> float:
+    """A virtual run's CPU seconds for one cell of `requests` requests (trimmed as the fit replays them)."""
+    tokens = requests * max(output_mean, 1.0)
+    return (tokens / max(1.0, min(users, requests)) + requests) * STEP_CPU_S + tokens * TOKEN_CPU_S
+
+
+def _keep(concurrency: int | None, max_requests: int = 200) -> int:
+    """How many of a cell's first requests the fit replays: a closed loop's steady state is the same after a few
+    rounds of its users; an open loop keeps its first max_requests sends."""
+    return min(max_requests, max(16, 4 * concurrency)) if concurrency else max_requests
+
+
+def _fit_cpu_s(per_run: float, async_known: bool, workers: int = 1) -> float:
+    """The fit's seconds from one virtual run of all cells: each start's search (side by side on `workers`), then
+    the polish; twice over where the fit tries async scheduling on and off."""
+    rounds = -(-4 // max(1, workers))
+    return per_run * (rounds * START_EVALS + POLISH_EVALS) * (1 if async_known else 2)
+
+
+def fit_seconds(cells: Sequence[MeasuredCell], async_known: bool = True, workers: int = 1) -> float:
+    """The fit's expected seconds on an idle machine (calibrated by benchmarks/twin_fit_time.py)."""
+    per_run = 0.0
+    for c in cells:
+        outs = c.outputs[:_keep(c.concurrency)]
+        if not outs:
+            continue
+        if c.concurrency:
+            users = float(c.concurrency)
+        else:  # an open loop: the requests in flight (Little's law, from its TPOT)
+            tpot_s = (c.figures.get("tpot_ms.p50") or 10.0) / 1e3
+            users = (c.rate or 1.0) * statistics.fmean(outs) * tpot_s
+        per_run += _run_cpu_s(len(outs), statistics.fmean(outs), users)
+    return _fit_cpu_s(per_run, async_known, workers)
+
+
+def fit_time_estimate(session: Session) -> str:
+    """What fitting this session's twin will take, for the line shown while it fits: `27-54 s`, `6-12 min`. From
+    the session's cells table alone (no request is read): each cell's requests, mean output and load. The range
+    runs from an idle machine (the starts side by side where there are CPUs for them) to twice the time of one
+    after another (a busy machine)."""
+    per_run = 0.0
+    for row in session.cells.to_dicts() if session.cells.height else []:
+        n, out = row.get("requests_ok"), row.get("output_tokens_mean")
+        if row.get("status") != "done" or not isinstance(n, int) or n < 1 or not isinstance(out, (int, float)):
+            continue
+        conc, rate = row.get("concurrency"), row.get("rate")
+        if isinstance(conc, int) and conc > 0:
+            users = float(conc)
+            kept = min(n, _keep(conc))
+        else:
+            tpot = row.get("tpot_ms_p50")
+            users = float(rate or 1.0) * out * (float(tpot) if isinstance(tpot, (int, float)) else 10.0) / 1e3
+            kept = min(n, _keep(None))
+        per_run += _run_cpu_s(kept, float(out), users)
+    if per_run <= 0:
+        return "a while"
+    try:
+        async_known = session_shape(session).async_known
+    except ServescopeError:
+        async_known = False
+    lo = _fit_cpu_s(per_run, async_known, fit_workers())
+    hi = 2 * _fit_cpu_s(per_run, async_known)
+    if hi < 300:
+        return f"{max(1, round(lo))}-{max(2, round(hi))} s"
+    return f"{max(1, round(lo / 60))}-{max(2, round(hi / 60))} min"
 
 
 def fit_session(session: Session, model_config: Path | None = None, max_num_seqs: int | None = None,

@@ -1,7 +1,12 @@
 """The capacity twin's predictions: a fitted twin (`servescope.engine.twin`) runs the asked cells on the
 simulator's virtual clock, and the same `summarize` as a real run turns its requests into the same figures; each
-figure gets a band from the fit's residual for that figure, widened by how far the question lies outside the
-measured range (in doublings) and by a changed server setting."""
+figure gets a band: the twin's error for that figure (the fit's residual, or the fitted cell's own error at a
+measured load when larger), widened by how far the question lies outside the measured range (in doublings) and by
+a changed server setting, and combined with the sampling spread of the prediction and of a run (the same cell run
+on the virtual clock with other draws of its requests); the band is BAND_Z times that combination.
+
+At a load the session measured (same workload, as-measured server), the prediction runs as many requests as the
+measured cell did: a closed loop of 64 users over 32 requests is another cell than one over 256."""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from dataclasses import dataclass
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult
-from servescope.engine.twin import FIGURES, MIN_BAND, Twin, run_virtual, virtual_summary
+from servescope.engine.twin import FIGURES, MIN_BAND, Twin, quick_figures, run_virtual, virtual_summary
 from servescope.engine.twinshape import AS_MEASURED, Knobs, apply_knobs
 from servescope.sessions.store import Session
 from servescope.sim.profile import CostModel
@@ -76,6 +81,47 @@ class Prediction:
     band: dict[str, list[float]]
     extrapolated: bool
     why: list[str]
+    requests: int = 0  # the requests the prediction ran (a measured load: as many as the measured cell)
+
+
+# a band is BAND_Z x the combined spread (the twin's error and the sampling spreads of the prediction and of a
+# run), in ln units: about 95% of runs of the cell land inside it where the errors are roughly normal
+BAND_Z = 2.0
+# what a band is, in words for the CLI and the app
+BAND_NOTE = ("2x the twin's error for each figure (the fit's residual, or the measured cell's own where larger), "
+             "widened by each doubling outside the measured range, with the sampling spread of the prediction and "
+             "of a run")
+SPREAD_RUNS = 8  # extra virtual runs with other requests (other seeds) that measure the prediction's spread
+
+
+def fitted_cell(twin: Twin, workload: str, load: Load) -> dict[str, object] | None:
+    """The fit's row for the measured cell of `workload` at `load` (twins fitted before the rows named their
+    workload and load have none)."""
+    rows = twin.fit_info.get("cells")
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict) or row.get("workload") != workload:
+            continue
+        if load.concurrency and row.get("concurrency") == load.concurrency:
+            return row
+        if not load.concurrency and load.rate and row.get("rate") == load.rate:
+            return row
+    return None
+
+
+def _cell_error(row: Mapping[str, object] | None, key: str) -> float:
+    """|ln(twin / measured)| of the fitted cell's figure (0 when unknown)."""
+    pair = row.get(key) if row is not None else None
+    if isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, (int, float)) and x > 0 for x in pair):
+        return abs(math.log(float(pair[1]) / float(pair[0])))
+    return 0.0
+
+
+def _ln_spread(values: Sequence[float]) -> float:
+    logs = [math.log(v) for v in values if v > 0 and math.isfinite(v)]
+    if len(logs) < 2:
+        return 0.0
+    m = sum(logs) / len(logs)
+    return math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1))
 
 
 RANGE_SLACK = 1.1  # a sample of the same distribution reaches a little past the measured sample's extremes
@@ -94,12 +140,16 @@ def _outside(v: float, rng: Sequence[float] | None, slack: float = 1.0001) -> fl
 
 
 def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs = AS_MEASURED, requests: int | None = None,
-            slos: Mapping[str, float] | None = None, seed: int = 0) -> list[Prediction]:
+            slos: Mapping[str, float] | None = None, seed: int = 0, bands: bool = True) -> list[Prediction]:
+    """The twin's cells at `loads`, each with its band (`bands=False`: without the spread's extra runs, for
+    callers that read the figures only)."""
     prof = apply_knobs(twin.profile, knobs, twin.memory_known)
     cost = CostModel(prof)
     out = []
     for load in loads:
-        n = requests_for(load, requests)
+        row = None if knobs.any else fitted_cell(twin, workload.name, load)
+        measured_n = row.get("requests") if row is not None else None
+        n = requests or (measured_n if isinstance(measured_n, int) and measured_n > 0 else requests_for(load, None))
         prompts, outputs = sample_lengths(workload, n, seed)
         longest = max(p + o for p, o in zip(prompts, outputs, strict=True))
         if longest > prof.model.max_model_len:
@@ -136,13 +186,34 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
         if knobs.any:
             why.append(f"server settings changed ({knobs.label()})")
             dist += 1.0
+        spread = _spreads(cost, workload, load, n, seed, summary) if bands else {}
         band = {}
         for key in FIGURES:
             name = key.partition(".")[0]
             val = summary.value(key)
             if val is None:
                 continue
-            rel = max(twin.residuals.get(key, 0.1), MIN_BAND) * (1.0 + dist)
+            model = max(twin.residuals.get(key, 0.1), _cell_error(row, key), MIN_BAND) * (1.0 + dist)
+            # the prediction and a run of the cell each draw their own requests: each has the spread once
+            rel = BAND_Z * math.sqrt(model * model + 2.0 * spread.get(key, 0.0) ** 2)
             band[name] = [val * math.exp(-rel), val * math.exp(rel)]
-        out.append(Prediction(workload.name, load, summary, band, bool(why), why))
+        out.append(Prediction(workload.name, load, summary, band, bool(why), why, n))
     return out
+
+
+def _spreads(cost: CostModel, workload: Workload, load: Load, n: int, seed: int, first: CellResult) -> dict[str, float]:
+    """The prediction's own sampling spread per figure: the standard deviation of ln(figure) over the predicted
+    cell and SPREAD_RUNS more runs of it with other draws of its requests (lengths, and an open loop's sends)."""
+    runs: dict[str, list[float]] = {}
+    for k in FIGURES:
+        v = first.value(k)
+        runs[k] = [float(v)] if isinstance(v, (int, float)) else []
+    for i in range(1, SPREAD_RUNS + 1):
+        other = seed + 7919 * i
+        prompts, outputs = sample_lengths(workload, n, other)
+        sends = None if load.concurrency else poisson_sends(float(load.rate or 1.0), n, other)
+        figs = quick_figures(run_virtual(cost, prompts, outputs, load.concurrency, sends), cost.profile.efficiency.frontend_ms)
+        for k in FIGURES:
+            if k in figs:
+                runs[k].append(figs[k])
+    return {k: _ln_spread(v) for k, v in runs.items()}

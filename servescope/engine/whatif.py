@@ -103,7 +103,7 @@ def capacity_row(twin: Twin, w: Workload, slos: Mapping[str, float], knobs: Knob
 
     def at(c: int) -> Prediction:
         if c not in preds:
-            preds[c] = predict(twin, w, [Load(concurrency=c)], knobs, slos=slos)[0]
+            preds[c] = predict(twin, w, [Load(concurrency=c)], knobs, slos=slos, bands=False)[0]
         return preds[c]
 
     def ok(c: int) -> bool:
