@@ -38,7 +38,14 @@ from servescope.engine.events import (
     SweepStarted,
     TelemetrySample,
 )
-from servescope.engine.plan import DEFAULT_CONCURRENCY, DEFAULT_REQUESTS, Cell, fits, plan_cells, pool_size
+from servescope.engine.plan import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_REQUESTS,
+    Cell,
+    fits,
+    plan_cells,
+    prompts_to_build,
+)
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, Servers
 from servescope.engine.sessionmeta import NewSessionMeta, ran_with, session_meta
@@ -303,8 +310,7 @@ class _Sweep:
                     prompts = await trace_prompts(workload_trace(cell.workload), self.tok, cell.seed,
                                                   chat=cell.workload.api == "chat")
                 else:
-                    prompts = await build_prompts(cell.workload, pool_size(cell) + cell.warmup, cell.prompt_key,
-                                                  self.tok)
+                    prompts = await build_prompts(cell.workload, prompts_to_build(cell), cell.prompt_key, self.tok)
             except httpx.HTTPError as e:
                 raise ServescopeError(f"lost {self.label} while building prompts: "
                                       f"{clean_text(str(e)) or type(e).__name__}") from None

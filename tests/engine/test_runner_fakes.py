@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from servescope.core.client import ClientOptions, RequestSpec
+from servescope.core.errors import ServescopeError
 from servescope.core.kvbudget import KVBudget
 from servescope.core.load import CellControl, CellRun, Limits, Load
 from servescope.core.records import RequestRecord
@@ -336,3 +337,26 @@ async def test_a_sweep_without_cells_raises_before_anything(tmp_path: Path, bad:
     with pytest.raises(ServescopeError, match="no cells"):
         await _run(_spec(workloads=()), _ctx(tmp_path / "s"), server, FakeTarget(server))
     assert not (tmp_path / "s").exists()
+
+
+async def test_the_runner_builds_prompts_bounded_by_the_load_not_the_warmup(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A huge --warmup built one prompt per warmup request before the cell started (issue 32): the runner asks
+    for `prompts_to_build(cell)`, at most 1,024 warmup prompts (cycled) beside the measured pool."""
+    import servescope.engine.runner as runner_mod
+    from servescope.core.load import WARM_POOL
+    from servescope.engine.plan import plan_cells, prompts_to_build
+
+    asked: list[int] = []
+
+    async def counting(workload: Any, n: int, *args: Any, **kw: Any) -> Any:
+        asked.append(n)
+        raise ServescopeError("enough: the count asked for is what this test reads")
+
+    monkeypatch.setattr(runner_mod, "build_prompts", counting)
+    spec = _spec(concurrency=(1,), requests=2, warmup=100_000_000)
+    server = FakeServer()
+    with pytest.raises(ServescopeError, match="enough"):
+        await _run(spec, _ctx(tmp_path / "s"), server, FakeTarget(server))
+    [cell] = plan_cells(spec)
+    assert asked and asked[0] == prompts_to_build(cell) <= WARM_POOL + 2, asked
