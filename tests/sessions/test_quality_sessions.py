@@ -57,7 +57,7 @@ def quality_session(base: Path, name: str, res: QualityResult, model: str = "Qwe
             "target": {"url": "http://127.0.0.1:8000", "version": "0.11.0", "engine": "vllm"}}
     w = SessionWriter.create(base / name, meta)
     w.write_quality(res, settings if settings is not None else SETTINGS)
-    w.finish("done")
+    w.finish("completed")
     return base / name
 
 
@@ -72,7 +72,7 @@ def test_quality_round_trip_and_settings(tmp_path: Path) -> None:
     res = result({"arithmetic": ts(19, 20), "retrieval@16K": ts(20, 20)})
     p = quality_session(tmp_path, "q", res)
     s = load_session(p)
-    assert s.info.kind == "quality" and s.status == "done" and s.cells.height == 0
+    assert s.info.kind == "quality" and s.status == "completed" and s.cells.height == 0
     assert s.quality() == res and s.has_quality
     assert s.info.quality is not None and s.info.quality["contexts"] == [1024, 16384]
     toml = tomllib.loads((p / "session.toml").read_text())
@@ -127,7 +127,7 @@ def test_sessions_list_shows_quality_sessions(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     lines = {x[:15]: x for x in out.splitlines()}
     line = lines["20261202-100000"]
-    assert "Qwen3-8B-FP8" in line and " -     quality: ppl 6.30, 2 task…" in line and " done " in line
+    assert "Qwen3-8B-FP8" in line and " -     quality: ppl 6.30, 2 task…" in line and " completed " in line
     assert "+quality longin,sharegpt," in lines["20261201-120000"]
     assert "quality: damaged" in lines["20261203-100000"]
     assert run(["sessions", "--sessions-dir", str(base), "--json"]) == 0

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -335,7 +337,11 @@ def test_no_per_request_data_no_interval_no_winner(tmp_path: Path) -> None:
     a = write_session(tmp_path, "a", cells(1)[:1])
     b = write_session(tmp_path, "b", cells(2, SLOWER)[:1])
     for f in (b / "requests").glob("*.parquet"):
-        f.unlink()  # as an import without --save-detailed: summaries only
+        f.unlink()  # as an import without --save-detailed: summaries only, and its plan says so
+    meta = tomllib.loads((b / "session.toml").read_text())
+    for c in meta["cells"]:
+        c["requests_file"] = False
+    (b / "session.toml").write_text(tomli_w.dumps(meta))
     comp = compare_sessions([load_session(a), load_session(b)])
     (c,) = comp.cells
     assert c.repeats == [1, 0] and c.winners["output_tok_s"] is None and c.no_winner["output_tok_s"] == "no interval"

@@ -34,7 +34,7 @@ def quality_session(base: Path, dirname: str, quant: str, res: QualityResult) ->
     w = SessionWriter.create(base / dirname, {"kind": "quality", "name": f"quality {quant}", "model": "tiny",
                                               "tags": {"quant": quant}, "target": {"url": "sim://tiny"}})
     w.write_quality(res, {"tasks": ["retrieval", "arithmetic"], "n": 100})
-    w.finish("done")
+    w.finish("completed")
     return base / dirname
 
 
