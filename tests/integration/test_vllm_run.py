@@ -110,7 +110,7 @@ def test_not_an_openai_server(tmp_path: Path) -> None:
         (["-w", "nosuch"], "unknown workload 'nosuch'"),
         (["-c", "1,x,4"], "--concurrency: bad value 'x'"),
         (["--slo", "ttft=3"], "bad SLO"),
-        (["--url", "localhost:8000"], "bad URL"),
+        (["--url", "localhost:8000"], "is not an http(s) URL with a host"),
     ],
 )
 def test_bad_flags_one_line(args: list[str], needle: str) -> None:
