@@ -41,7 +41,7 @@ def _spec(url: str, wl: Workload = FAST, conc: tuple[int, ...] = (1,), requests:
 
 def _log(app: Any) -> str:
     """The event log's text with its wrapped lines joined (one space between words)."""
-    return " ".join("".join(ln.text for ln in app.screen.query_one(EventLog).lines).split())
+    return " ".join(" ".join(ln.text for ln in app.screen.query_one(EventLog).lines).split())
 
 
 async def test_the_sweep_runs_in_a_runner_process_of_its_own(home: Path, sim_url: str,
@@ -252,12 +252,12 @@ async def test_the_probe_result_and_the_estimate_follow_the_target(home: Path, s
         await wait_until(pilot, lambda: text_of(res).startswith(("✓", "✗")), 30, "the probe")
         assert text_of(res).startswith("✓") and "TPOT" in text_of(res), text_of(res)
         preview = app.screen.query_one("#preview", Static)
-        assert "the probe measured" in text_of(preview), text_of(preview)
+        assert "ms/token, probed" in text_of(preview), text_of(preview)
         await pilot.press("f6")
         await set_input(pilot, "#url", "http://127.0.0.1:9")
         assert app.screen.query_one("#url", Input).value == "http://127.0.0.1:9"
         assert "✓" not in text_of(res) and "not probed yet" in text_of(res), text_of(res)
-        assert "a guess" in text_of(preview), text_of(preview)
+        assert "guess: F5 measures" in text_of(preview), text_of(preview)
 
 
 async def test_a_on_a_running_session_attaches_and_s_skips_its_cell(home: Path, sim_url: str) -> None:

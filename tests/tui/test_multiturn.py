@@ -148,7 +148,7 @@ async def test_a_trace_workload_previews_its_file_and_saves_it(home: Path) -> No
         await pilot.pause()
         text = text_of(app.screen.query_one("#preview", Static))
         # one cell at the trace's own times (scaled): about its 5 s, whatever the load levels say
-        assert "grid: 1 trace replay = 1 cells, 4 requests, roughly 5 s" in text, text
+        assert "1 trace replay = 1 cells, 4 requests, ~5 s" in text, text
 
 
 def test_rough_durations_of_trace_and_conversation_cells(tmp_path: Path) -> None:

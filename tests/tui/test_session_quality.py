@@ -155,7 +155,7 @@ async def test_a_sweep_with_quality_shows_it_on_q(home: Path) -> None:
         assert cells.row_count == 4 and cells.display and not panel.display
         assert "+quality (q): ppl 6.30" in text_of(scr.query_one("#session-head"))
         shown = screen_text(app)
-        assert "q Quality/cells" in shown and "t Telemetry/cells" in shown  # the footer offers it
+        assert "q Quality" in shown and "t Panel" in shown  # the footer offers it
         assert "KL mean" not in shown
         await pilot.press("q")
         await pilot.pause()
@@ -163,7 +163,7 @@ async def test_a_sweep_with_quality_shows_it_on_q(home: Path) -> None:
         assert not scr.query_one("#session-hists").display
         shown = screen_text(app)
         assert "6.300 over 40,960 tokens" in shown and "0.012 nats" in shown and "85.0-95.9%" in shown
-        assert "t Telemetry/cells" not in shown  # the cells' panels are not on screen
+        assert "t Panel" not in shown  # the cells' panels are not on screen
         await pilot.press("q")
         await pilot.pause()
         assert not panel.display and scr.query_one("#session-top").display and cells.has_focus
@@ -175,7 +175,7 @@ async def test_a_sweep_without_quality_offers_no_q(home: Path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         scr = await open_session(pilot)
         assert not scr.query(QualityPanel) and not scr.check_action("toggle_quality", ())
-        assert "Quality/cells" not in screen_text(app)
+        assert "q Quality" not in screen_text(app)
         await pilot.press("q")
         assert isinstance(app.screen, SessionScreen)
 

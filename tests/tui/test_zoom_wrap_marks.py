@@ -181,7 +181,7 @@ async def test_without_colour_the_chart_tells_its_marks_apart_by_glyph(home: Pat
     legend, plot = lines[1], lines[2:-1]
     # each series' key is its marker and its line's glyph; knee ┊ and SLO capacity ┃ differ
     assert "■· tok/s (left)" in legend and "◆- tok/s/user (right)" in legend, legend
-    assert "┊knee c=4" in legend and "┃SLO capacity c=8" in legend, legend
+    assert "┊ knee c=4" in legend and "┃ SLO capacity c=8" in legend, legend
     assert "□◇ running" in legend
     body = "".join(plot)
     for glyph in "■◆·-┊┃□◇":
@@ -194,7 +194,7 @@ async def test_without_colour_the_chart_tells_its_marks_apart_by_glyph(home: Pat
 async def test_in_colour_the_chart_is_unchanged(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lines, text = await curve_lines(monkeypatch, home, no_color=False)
     legend = lines[1]
-    assert "■ tok/s (left)" in legend and "◆ tok/s/user (right)" in legend and "┊SLO capacity c=8" in legend
+    assert "■ tok/s (left)" in legend and "◆ tok/s/user (right)" in legend and "┊ SLO capacity c=8" in legend
     assert "-" not in "".join(lines[2:-1]) and "┃" not in "".join(lines)
     assert any("magenta" in str(sp.style) for sp in text.spans)
 

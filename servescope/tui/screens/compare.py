@@ -1,5 +1,5 @@
 """The Compare screen: two or more saved sessions side by side. The delta table (each metric's values per
-session, the signed delta against the first with its interval and verdict, `+13.2% ±2.1 better`, the winner
+session, the signed delta against the first with its interval and verdict, `+13.2% [+11.1, +15.3] better`, the winner
 marked with ★ only when it is better than the runner-up beyond noise, knowing which direction is better),
 then, when the sessions hold quality results, their quality rows in the same table (perplexity, each task's
 accuracy with its delta in points and verdict, KL from the reference, accuracy under load: `quality_rows`),
@@ -140,13 +140,14 @@ def load_kind(sessions: list[Any], workload: str) -> str:
     return "users"
 
 
-def session_curve(session: Any, workload: str, metric: str) -> tuple[tuple[float, float], ...]:
-    """(load, value) over one session's completed cells of `workload` (for the overlaid curves)."""
+def session_curve(session: Any, workload: str, metric: str) -> tuple[tuple[float, float, bool], ...]:
+    """(load, value, client_bound) over one session's completed cells of `workload` (for the overlaid curves): a
+    client-bound cell measured the load generator, so the chart draws it hollow, apart from the line."""
     pts = []
     for v in cell_views(session):
         y = v.summary.value(metric)
         if v.workload == workload and v.x is not None and y is not None and is_completed(v):  # completed only
-            pts.append((float(v.x), y))
+            pts.append((float(v.x), y, v.summary.client_bound))
     return tuple(sorted(pts))
 
 
@@ -156,7 +157,7 @@ class CompareScreen(Screen[None]):
     BINDINGS = [
         Binding("escape,b", "back", "Back"),
         Binding("l", "next_label", "Label by", show=False),  # the "label by" field is on screen; F1 lists it
-        Binding("B", "next_baseline", "Baseline"),
+        Binding("B", "next_baseline", "Base", tooltip="Baseline"),  # a short word: F2 and F3 fit at 80 columns
         Binding("w", "next_workload", "Workload"),
         Binding("e", "export", "Export"),
     ]
@@ -223,8 +224,8 @@ class CompareScreen(Screen[None]):
             answers.append("quality Δ: accuracy in points, beyond noise by a two-proportion test at 95%; "
                            "perplexity and KL not judged")
         if cmp_.cells:
-            answers.append(f"Δ ±: 95% {cmp_.interval or 'bootstrap interval'}; within noise: it holds 0, or "
-                           f"under {cmp_.min_effect:g}%")
+            answers.append(f"Δ [low, high]: its 95% {cmp_.interval or 'bootstrap interval'}; within noise: it holds 0,"
+                           f" or under {cmp_.min_effect:g}%")
         self.query_one("#compare-answers", Static).update("\n".join(clean_text(a) for a in answers))
         self._plot()
 

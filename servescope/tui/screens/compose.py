@@ -629,8 +629,8 @@ def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | N
 
 def preview_text(spec: Any, speed: dict[str, float] | None = None) -> str:
     """The grid, its requests and a duration estimate: from the TPOT the probe measured on this target
-    (`speed`), else a guess that says so. A trace is one cell (its own times, not the load levels); a
-    conversation's requests are its turns; a quality share adds its probe questions."""
+    (`speed`), else a guess (at ASSUMED_TPOT_MS) that says so. A trace is one cell (its own times, not the load
+    levels); a conversation's requests are its turns; a quality share adds its probe questions."""
     from servescope.engine.runner import plan_cells
 
     try:
@@ -642,8 +642,7 @@ def preview_text(spec: Any, speed: dict[str, float] | None = None) -> str:
     secs = sum(rough_cell_s(c.workload, c.load.concurrency, c.load.rate, c.requests, c.duration_s, c.warmup,
                             tpot if tpot is not None else ASSUMED_TPOT_MS, tuple(c.load.times or ()))
                for c in cells)
-    basis = (f"at the {tpot:.3g} ms/token the probe measured" if tpot is not None
-             else f"a guess at ~{ASSUMED_TPOT_MS:g} ms/token: F5 measures the server")
+    basis = f"at {tpot:.3g} ms/token, probed" if tpot is not None else "guess: F5 measures"
     nv = max(1, len({c.variant for c in cells}))
     traces = {c.workload.name for c in cells if c.workload.kind == "trace"}
     grid_cells = [c for c in cells if c.workload.kind != "trace"]
@@ -659,9 +658,9 @@ def preview_text(spec: Any, speed: dict[str, float] | None = None) -> str:
     if traces:
         replay = f"{len(traces)} trace replay{'s' if len(traces) != 1 else ''}"
         grid = f"{grid} + {replay}" if grid else replay
-    return (f"grid: {grid}"
-            + (f" x {nv} server variants" if nv > 1 else "") + " = "
-            f"{len(cells)} cells, {req_text}, roughly {dur} ({basis})\n"
+    # two lines: the grid, its requests and time (two rows beside the Run button at 80 columns), then the target
+    return (grid + (f" x {nv} server variants" if nv > 1 else "") + " = "
+            f"{len(cells)} cells, {req_text}, ~{dur} ({basis})\n"
             + (f"launch {spec.target_text}" if spec.launch else f"target {spec.url}")
             + (f", SLOs {slo}" if slo else "")
             + (f", tags {', '.join(f'{k}={v}' for k, v in spec.tags.items())}" if spec.tags else ""))

@@ -43,7 +43,7 @@ def sections(app_bindings: Iterable[Any]) -> list[tuple[str, type | None, list[t
         out = []
         for b in bindings:
             bb = b if isinstance(b, Binding) else Binding(*b)
-            out.append((_keys(bb), bb.description))
+            out.append((_keys(bb), bb.tooltip or bb.description))  # the footer word, or what F1 says in full
         return out
 
     return [

@@ -34,26 +34,16 @@ from servescope.tui.widgets.panels import (
     SweepProgress,
     TelemetryPanel,
     budget_line,
+    budget_short_forms,
     fnum,
     gpu_reading,
     short_path,
 )
-from servescope.tui.widgets.table import prioritized
 from servescope.tui.widgets.turns import TurnChart, live_turn_rows
 
 LIVE_SAMPLES = 240  # telemetry samples kept for the sparklines (a minute or more)
 
 
-def short_status(status: str) -> str:
-    """A cell's status where the pane has no room for it whole: a completed cell whose client was the limit reads
-    `bound` (the pane's title explains it; zoomed, `done, client BOUND`), not `done,…`."""
-    return "bound" if status.endswith("client BOUND") else status
-
-
-# The finished-cells pane exists for each cell's output tok/s (never left out), then which cell it is and its TTFT
-# p50; at 80x24 its status takes what is left (`bound` for `done, client BOUND`, which zoom shows), the rest zooms.
-RUN_CELL_COLS = prioritized(CELL_COLS, ("out tok/s", "#", "load", "TTFT p50", "status", "workload"),
-                            keep="out tok/s", narrow={"status": 4, "workload": 8}, short={"status": short_status})
 CELLS_TITLE = "finished cells"
 BOUND_TITLE = "finished (bound: client-limited)"  # a client-bound cell is in the table: its status says `bound`
 LIVE_TITLE = "server live (/metrics)"
@@ -235,7 +225,7 @@ class RunScreen(Screen[None]):
         self.query_one("#log", EventLog).border_title = "events"
         cells = self.query_one("#cells", CellTable)
         cells.border_title = CELLS_TITLE
-        cells.set_columns(RUN_CELL_COLS)
+        cells.set_columns(CELL_COLS)
         self.query_one(ServerPanel).display = False  # `t` swaps the live panel for the per-cell one
         self.query_one(TurnChart).display = False  # in E2E's place while a multi-turn cell runs
         self.set_interval(1.0, self._tick)
@@ -427,7 +417,9 @@ class RunScreen(Screen[None]):
         else:
             panel.gpu_lines = ()
         cur = self._cur
-        panel.budget = budget_line(self._kv_budget, cur.workload if cur else None, cur.concurrency if cur else None)
+        wl, conc = (cur.workload, cur.concurrency) if cur else (None, None)
+        panel.budget = budget_line(self._kv_budget, wl, conc)
+        panel.budget_short = budget_short_forms(self._kv_budget, wl, conc)
 
     def flush_charts(self) -> None:
         """Redraw the histograms, the live curve point and the live panel from what arrived since the last

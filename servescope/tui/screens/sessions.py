@@ -25,21 +25,22 @@ from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
-from servescope.tui.screens.run import short_status
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
     CELL_COLS,
+    CELL_COLS_MULTI,
     CellTable,
     ServerPanel,
     TelemetryPanel,
     budget_line,
+    budget_short_forms,
     fnum,
     gpu_cell_line,
     short_path,
 )
 from servescope.tui.widgets.quality import QualityFigures, QualityPanel, QualityView, quality_view
-from servescope.tui.widgets.table import Col, FitTable, prioritized
+from servescope.tui.widgets.table import Col, FitTable
 from servescope.tui.widgets.turns import TurnChart, summary_turn_rows
 
 # per-cell telemetry rows of a saved session: (label, key in the cell's `telemetry` summary, scale, format)
@@ -65,11 +66,8 @@ SESSION_COLUMNS = (
     Col("model", "model", 5, min_width=8, max_width=32), Col("cells", "cells", 6, right=True),
     Col("tags", "tags", 7, min_width=8, max_width=48), Col("workloads", "workloads", 8, min_width=8, max_width=40),
 )
-# A saved session's cells pane exists for each cell's output tok/s (never left out); which cell it is comes next:
-# its workload when the session has several (`c=1` alone is then ambiguous), its load, TTFT p50, then its status
-# (cut to what is left); the rest zooms.
-SESSION_CELL_ORDER = ("out tok/s", "load", "TTFT p50", "status", "#", "workload")
-SESSION_CELL_ORDER_MULTI = ("out tok/s", "workload", "load", "TTFT p50", "status", "#")
+# A saved session's cells pane: widgets/panels.py's CELL_COLS, or CELL_COLS_MULTI when the session has several
+# workloads (its workload right after its output tok/s: `c=1` alone is then ambiguous).
 TRASH = ".trash"  # deleted sessions are moved here, inside the sessions folder (not listed)
 
 
@@ -324,10 +322,13 @@ class SessionScreen(Screen[None]):
     (quality.json, the cells' quality under load) behind `q`. A quality probe session (no cells) shows its quality
     alone."""
 
-    # "Back": the footer has room for the keys and the app's at 80 columns (F1 says where it goes back to)
+    # short words ("Back", "Panel"): the footer has room for the keys and the app's F1-F3 at 80 columns (F1 says
+    # what each does in full: a binding's tooltip)
     BINDINGS = [Binding("escape,b", "back", "Back"), Binding("e", "export", "Export"),
-                Binding("t", "toggle_server", "Telemetry/cells"), Binding("q", "toggle_quality", "Quality/cells"),
-                Binding("w", "whatif", "What if")]
+                Binding("t", "toggle_server", "Panel", tooltip="Telemetry/cells panel"),
+                Binding("q", "toggle_quality", "Quality", tooltip="Quality/cells"),
+                Binding("w", "whatif", "What if"),
+                Binding("ctrl+q", "app.quit", "Quit", show=False)]  # left out of this footer only (F1 lists it)
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -406,9 +407,7 @@ class SessionScreen(Screen[None]):
         cells = self.session.cells
         rows = cells.sort("index").to_dicts() if cells.height else []
         several = len({series_of(r) for r in rows}) > 1
-        table.set_columns(prioritized(CELL_COLS, SESSION_CELL_ORDER_MULTI if several else SESSION_CELL_ORDER,
-                                      keep="out tok/s", narrow={"status": 4}, whole_after={"workload": "TTFT p50"},
-                                      short={"status": short_status}))
+        table.set_columns(CELL_COLS_MULTI if several else CELL_COLS)
         for r in rows:
             table.set_cell(int(r["index"]), series_of(r), str(r.get("load_label")), str(r.get("status")),
                            self.summaries.get(int(r["index"])))
@@ -544,8 +543,9 @@ class SessionScreen(Screen[None]):
             sp.at = server_cells.index(idx) if idx in server_cells else len(server_cells)
             sp.at_label = name if idx in server_cells else f"{name} (none stored)"
         conc = row.get("concurrency")
-        live.budget = budget_line(info.kv_budget, str(row.get("workload")),
-                                  int(conc) if isinstance(conc, (int, float)) else None)
+        c = int(conc) if isinstance(conc, (int, float)) else None
+        live.budget = budget_line(info.kv_budget, str(row.get("workload")), c)
+        live.budget_short = budget_short_forms(info.kv_budget, str(row.get("workload")), c)
 
     def action_toggle_server(self) -> None:
         """Swap the stored telemetry panel and the per-cell /metrics panel."""

@@ -189,7 +189,8 @@ def _draw_chart(spec: ChartSpec, width: int, height: int, mono: bool) -> Text:
     width = max(20, width)
     out = Text()
     out.append(ellipsize(spec.title, width), style="bold")
-    # legend items: marker + label, then the notes; wrapped onto at most two lines
+    # legend items: marker + label, then the notes; wrapped onto two lines (a short chart: one, the series' short
+    # labels if that makes them fit), and one line more rather than leave an item out
     max_lines = 2 if height >= 10 else 1  # a short chart keeps its rows for the data
 
     def legend_items(short: bool) -> list[list[tuple[str, str]]]:
@@ -202,29 +203,37 @@ def _draw_chart(spec: ChartSpec, width: int, height: int, mono: bool) -> Text:
                 items.append([(SHADE, band_style(s)), (" " + s.band_label, "")])
         return items + [[(text, style)] for text, style in spec.notes]
 
-    def length(items: list[list[tuple[str, str]]]) -> int:
-        return sum(len(t) for it in items for t, _ in it) + 2 * (len(items) - 1)
-
-    items = legend_items(False)
-    if max_lines == 1 and length(items) > width:
-        items = legend_items(True)
-    lines: list[list[tuple[str, str]]] = [[]]
-    used = 0
-    dropped = False
-    for it in items:
-        n = sum(len(t) for t, _ in it)
-        if used and used + 2 + n > width:
-            if len(lines) < max_lines:
+    def pack(items: list[list[tuple[str, str]]], limit: int) -> tuple[list[list[tuple[str, str]]], bool]:
+        """The items on lines of `width`, each on the first line with room for it (in order), at most `limit`
+        lines; whether an item was left out."""
+        lines: list[list[tuple[str, str]]] = [[]]
+        used = [0]
+        dropped = False
+        for it in items:
+            n = sum(len(t) for t, _ in it)
+            k = next((k for k in range(len(lines)) if not used[k] or used[k] + 2 + n <= width), None)
+            if k is None and len(lines) < limit:
                 lines.append([])
-                used = 0
-            else:
+                used.append(0)
+                k = len(lines) - 1
+            if k is None:
                 dropped = True
                 continue
-        if used:
-            lines[-1].append(("  ", ""))
-            used += 2
-        lines[-1].extend(it)
-        used += n
+            if used[k]:
+                lines[k].append(("  ", ""))
+                used[k] += 2
+            lines[k].extend(it)
+            used[k] += n
+        return lines, dropped
+
+    # the series' short labels when the whole ones take more lines than the chart's share; one line more than that
+    # rather than leave an item out, so that a mark drawn on the plot (┊ knee, ┃ SLO capacity, a hollow point) is
+    # always explained
+    lines, dropped = pack(legend_items(False), max_lines + 1)
+    if len(lines) > max_lines or dropped:
+        short_lines, short_dropped = pack(legend_items(True), max_lines + 1)
+        if (short_dropped, len(short_lines)) < (dropped, len(lines)):
+            lines, dropped = short_lines, short_dropped
     for k, ln in enumerate(lines):
         t = Text()
         for txt, style in ln:
@@ -382,10 +391,10 @@ class ThroughputCurve(Chart):
         mono = self.is_attached and self.mono
         cap_glyph = CAPACITY if mono else KNEE  # in colour, yellow and green tell them apart
         if knee:
-            notes.append((f"{KNEE}knee {knee.label}", "yellow"))
+            notes.append((f"{KNEE} knee {knee.label}", "yellow"))
             vlines.append((pos[knee.x], "yellow", KNEE))
         if cap:
-            notes.append((f"{cap_glyph}SLO capacity {cap.label}", "green"))
+            notes.append((f"{cap_glyph} SLO capacity {cap.label}", "green"))
             if not knee or cap.x != knee.x:
                 vlines.append((pos[cap.x], "green", cap_glyph))
         elif any(p.meets_slo is not None for p in pts):

@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 
 from rich.text import Text
 from textual import events
+from textual.binding import Binding
 from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -274,23 +276,31 @@ class ServerPanel(Zoomable):
         return t
 
 
-CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "per-user tok/s (mean)", "TTFT p50", "TTFT p99",
-                "TPOT p50", "E2E p50", "client")
+CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "per-user tok/s (mean)", "TTFT p50",
+                "TTFT p99", "TPOT p50", "E2E p50", "client")
+CLIENT_BOUND_STATUS = "client BOUND"  # the end of a cell's status when the load generator, not the server, was the limit
 
 
 def cell_row(index: int, workload: str, load: str, status: str,
              summary: CellResult | Mapping[str, Any] | None) -> tuple[str, ...]:
-    """A cell's table row; "-" where the cell has no summary (a dict is read as a stored summary)."""
+    """A cell's table row; "-" where the cell has no summary (a dict is read as a stored summary). A client-bound
+    cell's status is `done, client BOUND`, shown as `bound` where the pane has no room for it whole (short_status)."""
     s = CellResult.from_dict(summary) if isinstance(summary, Mapping) and summary else summary
     if not isinstance(s, CellResult):
         return (str(index + 1), workload, load, status, *["-"] * (len(CELL_COLUMNS) - 4))
     if s.client_bound:  # the load generator, not the server, limited it (core/health.py)
-        status = f"{status}, client BOUND"
+        status = f"{status}, {CLIENT_BOUND_STATUS}"
     return (
         str(index + 1), workload, load, status, f"{s.requests_ok}/{s.requests_failed}",
         fnum(s.output_tok_s, 1), fnum(s.per_user_tok_s.mean), fnum(s.ttft_ms.p50), fnum(s.ttft_ms.p99),
         fnum(s.tpot_ms.p50, 2), fnum(s.e2e_ms.p50, 0), _verdict(s),
     )
+
+
+def short_status(status: str) -> str:
+    """A cell's status where the pane has no room for it whole: a completed cell whose client was the limit reads
+    `bound` (the pane's title explains it; zoomed, `done, client BOUND`), not `done,…`."""
+    return "bound" if status.endswith(CLIENT_BOUND_STATUS) else status
 
 
 def _verdict(s: CellResult) -> str:
@@ -301,18 +311,32 @@ def _verdict(s: CellResult) -> str:
     return "BOUND" if c.verdict == "bound" else c.verdict
 
 
-# (priority: lower stays longest when the table is narrow, min width when it may be cut, right-aligned)
+# The cell table's columns, declared once for the Run and Session screens. The pane exists for each cell's output
+# tok/s (`keep`: never left out); then which cell it is (#, load), its TTFT p50, its status (cut to `done…` or its
+# short form `bound`, which zoom shows whole) and its workload, each widened back to whole once placed when there is
+# room; the rest zooms (lower priority stays longest).
+# Each latency header names its statistic and unit.
 CELL_COLS = (
-    Col("#", "#", 0, right=True), Col("workload", "workload", 5, min_width=8, max_width=28), Col("load", "load", 1, min_width=6, max_width=20),
-    Col("status", "status", 2), Col("ok/fail", "ok/fail", 6, right=True), Col("out tok/s", "out tok/s", 3, right=True),
-    Col("per-user tok/s (mean)", "per-user tok/s (mean)", 7, right=True), Col("TTFT p50", "TTFT p50", 4, right=True),
-    Col("TTFT p99", "TTFT p99", 8, right=True), Col("TPOT p50", "TPOT p50", 9, right=True),
-    Col("E2E p50", "E2E p50", 10, right=True), Col("client", "client", 11),
+    Col("#", "#", 1, right=True), Col("workload", "workload", 5, min_width=8, max_width=28, grow_at=5),
+    Col("load", "load", 2, min_width=6, max_width=20),
+    Col("status", "status", 4, min_width=4, grow_at=4, short=short_status),
+    Col("ok/fail", "ok/fail", 6, right=True), Col("out tok/s", "out tok/s", 0, right=True, keep=True),
+    Col("per-user tok/s (mean)", "per-user tok/s (mean)", 7, right=True), Col("TTFT p50", "TTFT p50 ms", 3, right=True),
+    Col("TTFT p99", "TTFT p99 ms", 8, right=True), Col("TPOT p50", "TPOT p50 ms", 9, right=True),
+    Col("E2E p50", "E2E p50 ms", 10, right=True), Col("client", "client", 11),
 )
+# A saved session of several workloads: which workload a cell ran comes right after its figure (a cut name
+# widens back to whole once TTFT p50 is placed), and the cell number last.
+_MULTI = {"out tok/s": 0, "workload": 1, "load": 2, "TTFT p50": 3, "status": 4, "#": 5}
+CELL_COLS_MULTI = tuple(replace(c, priority=_MULTI.get(c.key, c.priority),
+                                grow_at=_MULTI["TTFT p50"] if c.key == "workload" else c.grow_at) for c in CELL_COLS)
 
 
 class CellTable(FitTable):
-    """One row per finished (or skipped) cell; the columns that fit (`z` zooms to see them all)."""
+    """One row per finished (or skipped) cell; the columns that fit (`z` zooms to see them all). Its sort key is
+    left out of the footer (F1 lists it), so that the screen's keys and the app's F1-F3 fit at 80 columns."""
+
+    BINDINGS = [Binding("o", "sort_next", "Sort", show=False), Binding("O", "sort_reverse", "Reverse sort", show=False)]
 
     DEFAULT_CSS = """
     CellTable { height: 1fr; }
@@ -366,29 +390,53 @@ def gpu_cell_line(gpu: GpuWindow | Mapping[str, object] | None) -> str:
     return "GPU: " + (", ".join(parts) if parts else "no samples in this cell")
 
 
-def budget_line(kv: Mapping[str, object] | None, workload: str | None, concurrency: int | None) -> str:
-    """'KV cache 12,752 tokens: sharegpt fits 16.6x; c=32 is over it (queueing, preemptions)'. `kv` is the KV
-    budget as the engine states it (core.kvbudget.KvBudgetMeta, the sweep's max_concurrency_by_workload)."""
+def _tokens(n: int) -> str:
+    """A token count in few characters: 6,506,660 -> '6.5M', 12,752 -> '12.8k', 373,296 -> '373k', 900 -> '900'."""
+    for size, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if n >= size:
+            v = n / size
+            return f"{v:.1f}{suffix}" if v < 100 else f"{v:.0f}{suffix}"
+    return str(n)
+
+
+def budget_line(kv: Mapping[str, object] | None, workload: str | None, concurrency: int | None,
+                short: bool = False, named: bool = True) -> str:
+    """'KV cache 12,752 tokens: sharegpt fits 16.6 at once, c=32 is over it: expect queueing'. `kv` is the KV
+    budget as the engine states it (core.kvbudget.KvBudgetMeta, the sweep's max_concurrency_by_workload). `short`:
+    the same in about 38 columns, for a half-width pane ('KV 12.8k tok: sharegpt fits 16.6; c=32 over');
+    `named=False` leaves the workload's name out of it (the running cell's: 'KV 12.8k tok: fits 16.6; c=32 over')."""
     def count(key: str) -> int:
         v = kv.get(key) if kv else None
         return int(v) if isinstance(v, (int, float)) else 0
 
     if not kv or kv.get("kv_cache_tokens") is None:
         return ""
-    line = f"KV cache {count('kv_cache_tokens'):,} tokens"
+    line = f"KV {_tokens(count('kv_cache_tokens'))} tok" if short else f"KV cache {count('kv_cache_tokens'):,} tokens"
     if kv.get("slots"):  # llama.cpp: the context is shared by its parallel slots
-        line = f"KV {count('slots')} slots x {count('slot_tokens'):,} tokens"
+        line = (f"KV {count('slots')} slots x {_tokens(count('slot_tokens'))} tok" if short
+                else f"KV {count('slots')} slots x {count('slot_tokens'):,} tokens")
     by = kv.get("max_concurrency_by_workload") or {}
     if not isinstance(by, dict):
         by = {}
     mc = by.get(workload) if workload else None
     if isinstance(mc, (int, float)):
-        line += f": {workload} fits {fmt_concurrency(mc)} at once"
-        if concurrency is not None:
+        line += (f": {workload} fits " if named or not short else ": fits ") + fmt_concurrency(mc) + (
+            "" if short else " at once")
+        if concurrency is not None and short:
+            line += f"; c={concurrency} " + ("ok" if concurrency <= mc else "over")
+        elif concurrency is not None:
             line += f", c={concurrency} " + ("fits" if concurrency <= mc else "is over it: expect queueing")
     elif by:
-        line += ": max concurrency " + ", ".join(f"{k} {fmt_concurrency(v)}" for k, v in by.items())
+        line += (": fits " if short else ": max concurrency ") + ", ".join(
+            f"{k} {fmt_concurrency(v)}" for k, v in by.items())
     return line
+
+
+def budget_short_forms(kv: Mapping[str, object] | None, workload: str | None,
+                       concurrency: int | None) -> tuple[str, str]:
+    """The KV budget's shorter lines, longest first (TelemetryPanel.budget_short): named, then without the name."""
+    return (budget_line(kv, workload, concurrency, short=True),
+            budget_line(kv, workload, concurrency, short=True, named=False))
 
 
 class TelemetryPanel(Zoomable):
@@ -407,6 +455,8 @@ class TelemetryPanel(Zoomable):
     note: reactive[str] = reactive("", layout=True)  # e.g. "no /metrics: client-side numbers only"
     gpu_lines: reactive[tuple[str, ...]] = reactive(tuple, layout=True)
     budget: reactive[str] = reactive("", layout=True)
+    # shorter forms of the budget, longest first (budget_line's short ones), for a pane too narrow for it whole
+    budget_short: reactive[tuple[str, ...]] = reactive(tuple, layout=True)
 
     def render(self) -> Text:
         return fit_lines(self._text(), self.content_size.width, self.content_size.height)
@@ -446,5 +496,7 @@ class TelemetryPanel(Zoomable):
             t.append("\n" + (line if len(line) <= width else line[: width - 1] + "…"),
                      style="dim" if "NVML" in line or "not" in line else "")
         if self.budget:
-            t.append("\n" + self.budget, style="yellow" if "over it" in self.budget else "")
+            forms = (self.budget, *self.budget_short) if compact else (self.budget,)
+            budget = next((f for f in forms if len(f) <= width), forms[-1])
+            t.append("\n" + budget, style="yellow" if "over it" in self.budget else "")
         return t
