@@ -178,4 +178,5 @@ async def test_compare_draws_a_client_bound_point_hollow(home: Path, monkeypatch
         drawn = curve.render().plain
         assert "□ client-bound" in drawn, drawn
         answers = text_of(scr.query_one("#compare-answers", Static))
-        assert "Δ [low, high]: its 95%" in answers and "±" not in answers, answers
+        assert "Δ [low, high]: 95% request-level interval (1 repeat); noise: holds 0 or < 2%" in answers, answers
+        assert "±" not in answers

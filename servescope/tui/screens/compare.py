@@ -224,8 +224,9 @@ class CompareScreen(Screen[None]):
             answers.append("quality Δ: accuracy in points, beyond noise by a two-proportion test at 95%; "
                            "perplexity and KL not judged")
         if cmp_.cells:
-            answers.append(f"Δ [low, high]: its 95% {cmp_.interval or 'bootstrap interval'}; within noise: it holds 0,"
-                           f" or under {cmp_.min_effect:g}%")
+            # one line at 80 columns: `Δ [low, high]: 95% request-level interval (1 repeat); noise: holds 0 or < 2%`
+            answers.append(f"Δ [low, high]: 95% {cmp_.interval or 'bootstrap interval'}; noise: holds 0 or < "
+                           f"{cmp_.min_effect:g}%")
         self.query_one("#compare-answers", Static).update("\n".join(clean_text(a) for a in answers))
         self._plot()
 
