@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from textual.widgets import Input, Select, Static
 
-from servescope.engine.twin import fit_session, load_twin
+from servescope.engine.twin import fit_session, fit_time_estimate, load_twin
 from servescope.engine.twinpredict import Load, predict
 from servescope.engine.twinshape import Knobs
 from servescope.sessions.store import load_session
@@ -132,7 +132,7 @@ async def test_predict_fits_the_twin_first_then_matches_predict(home: Path, meas
 
         scr._status = record  # type: ignore[method-assign]
         await pilot.press("ctrl+r")
-        assert said and said[0].startswith("fitting the twin") and "(5-20 s)" in said[0]
+        assert said and said[0].startswith("fitting the twin") and f"({fit_time_estimate(load_session(path))})" in said[0]
         await wait_until(pilot, lambda: bool(scr.predictions) or "-error" in scr.query_one("#wi-status").classes,
                          240, "the fit and the prediction")
         assert scr.predictions, status(scr)
@@ -182,6 +182,13 @@ async def test_predict_fits_the_twin_first_then_matches_predict(home: Path, meas
         plot = "\n".join(lines[2:])
         assert "□" in plot and "╌" in plot
         assert ("■" in plot) == bool(server_bound)
+        # a load beyond what the twin can hold is one line on the screen, not a run that eats the machine
+        scr.query_one("#wi-loads", Input).value = "99999999999999"
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: "-error" in scr.query_one("#wi-status").classes, 60, "the cap's message")
+        assert "give at most" in status(scr), status(scr)
+        scr.query_one("#wi-loads", Input).value = ",".join(map(str, LOADS))
+
         # esc goes back to the session
         await pilot.press("escape")
         await pilot.pause()

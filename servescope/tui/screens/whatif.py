@@ -1,7 +1,7 @@
 """The what-if pane of a saved session (`w` on its detail screen): the capacity twin (servescope/engine/twin.py)
 predicts cells that were not run. Pick a workload (the session's own, or a preset or TOML file typed in), the
 loads (concurrencies) and the server's KV settings, press enter (or ctrl+r): the twin is fitted first when the
-session has none (a worker: 5-20 s of CPU), then the predicted curve is drawn over the measured one (hollow
+session has none (a worker; its time estimated from the session's cells), then the predicted curve is drawn over the measured one (hollow
 markers on dashed lines, the output tok/s band shaded) and a table lists each load's predicted figures with
 their bands, marking the loads that lie outside what was measured. Bad input is one line under the form."""
 
@@ -26,17 +26,20 @@ from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields as f
-from servescope.engine.twin import Twin, fit_session, load_twin
+from servescope.engine.twin import Twin, fit_session, fit_time_estimate, load_twin
 from servescope.engine.twinpredict import Load, Prediction, predict, session_workloads
 from servescope.engine.twinshape import Knobs
+from servescope.engine.whatifcap import check_whatif_loads
 from servescope.sessions.store import Session
 from servescope.tui.safe import plain
 from servescope.tui.widgets.curve import CurvePoint, PredictedPoint, PredictionCurve
 from servescope.tui.widgets.table import Col, FitTable
 from servescope.workloads.spec import PRESETS, Workload, resolve
 
-BAND_NOTE = "band: the fit's residual for that figure, widened for each doubling outside the measured range"
-FIT_NOTE = "fitting the twin to the session's cells ... (5-20 s)"
+# what a band is (the CLI's longer wording: twinpredict.BAND_NOTE), in two lines of an 80-column screen
+BAND_NOTE = ("band: where ~95% of runs land: 2x the twin's error (fit residual, or the cell's own) and a run's "
+             "spread, wider off the measured range")
+FIT_NOTE = "fitting the twin to the session's cells ..."
 KV_AS_MEASURED = "auto"
 KV_OPTIONS = [("as measured", KV_AS_MEASURED), ("fp8", "fp8")]
 RESIDUALS = (("output_tok_s", "tok/s"), ("ttft_ms.p50", "TTFT p50"), ("tpot_ms.p50", "TPOT p50"))
@@ -193,6 +196,7 @@ class WhatIfScreen(Screen[None]):
         self.measured: dict[int, CurvePoint] = {}  # concurrency -> the measured cell of the shown workload
         self.left = threading.Event()  # the screen is gone: a fit in progress stops at its next step
         self.summaries = session.summaries()  # one per cell row, in the rows' order
+        self.fit_time = fit_time_estimate(session)  # e.g. "22-54 s": the fit's time on this machine, estimated
         try:
             self.twin = load_twin(session)
         except ServescopeError as e:
@@ -228,7 +232,7 @@ class WhatIfScreen(Screen[None]):
         if self.twin_error:
             return self.twin_error
         if self.twin is None:
-            return "no twin yet: enter (ctrl+r) fits it to the session and predicts (5-20 s)"
+            return f"no twin yet: enter (ctrl+r) fits it to the session and predicts ({self.fit_time})"
         return residual_text(self.twin)
 
     def _measured_text(self, what: str) -> str:
@@ -245,7 +249,7 @@ class WhatIfScreen(Screen[None]):
         t.border_title = "predicted cells"
         curve = self.query_one(PredictionCurve)
         curve.empty = ("nothing predicted yet: enter (or ctrl+r) predicts" if self.twin is not None else
-                       "nothing predicted yet: enter (or ctrl+r) fits the twin (5-20 s) and predicts")
+                       f"nothing predicted yet: enter (or ctrl+r) fits the twin ({self.fit_time}) and predicts")
         self.query_one("#wi-why", Static).display = False
         self._show_measured(self.query_one("#wi-workload", Input).value.strip())
         self.query_one("#wi-loads", Input).focus()
@@ -299,7 +303,7 @@ class WhatIfScreen(Screen[None]):
         self.asked += 1
         self.busy = True
         self._show_measured(q.workload.name)
-        self._status(FIT_NOTE if self.twin is None else
+        self._status(f"{FIT_NOTE} ({self.fit_time})" if self.twin is None else
                      f"predicting {len(q.loads)} load{'s' if len(q.loads) != 1 else ''} of {q.workload.name} ...")
         self._work(self.asked, q)
 
@@ -314,7 +318,7 @@ class WhatIfScreen(Screen[None]):
                 def progress(step: str) -> None:
                     if self.left.is_set():  # the app quits (or the pane closed): do not hold the process for the rest
                         raise Abandoned
-                    self.post_message(TwinProgress(ask, f"{FIT_NOTE}: {step}"))
+                    self.post_message(TwinProgress(ask, f"{FIT_NOTE} ({self.fit_time}): {step}"))
 
                 fit_session(self.session, progress=progress)
                 twin = load_twin(self.session)
@@ -323,6 +327,7 @@ class WhatIfScreen(Screen[None]):
                 self.post_message(TwinFitted(ask, twin, time.monotonic() - t0))
                 self.post_message(TwinProgress(ask, f"predicting {len(q.loads)} loads of {q.workload.name} ..."))
             t0 = time.monotonic()
+            check_whatif_loads(twin, q.loads, q.knobs, where="loads: concurrency")  # a load the twin can hold
             preds = predict(twin, q.workload, list(q.loads), q.knobs)
             self.post_message(WhatIfPredicted(ask, q, preds, time.monotonic() - t0))
         except Abandoned:
