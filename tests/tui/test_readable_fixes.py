@@ -63,9 +63,9 @@ def test_a_client_bound_cell_reads_bound_where_its_status_does_not_fit() -> None
 
 
 def test_the_kv_budget_has_a_short_form_for_a_half_width_pane() -> None:
-    assert budget_line(KV, "sharegpt", 1, short=True) == "KV 6.5M tok: sharegpt fits 8,472; c=1 ok"
-    assert budget_line(KV, "sharegpt", 9000, short=True) == "KV 6.5M tok: sharegpt fits 8,472; c=9000 over"
-    assert budget_line(KV, "sharegpt", 1, short=True, named=False) == "KV 6.5M tok: fits 8,472; c=1 ok"
+    assert budget_line(KV, "sharegpt", 1, short=True) == "KV 6.5M tok: sharegpt fits c=8,472; c=1 ok"
+    assert budget_line(KV, "sharegpt", 9000, short=True) == "KV 6.5M tok: sharegpt fits c=8,472; c=9000 over"
+    assert budget_line(KV, "sharegpt", 1, short=True, named=False) == "KV 6.5M tok: fits c=8,472; c=1 ok"
     assert budget_line(KV, None, None, short=True) == "KV 6.5M tok: fits sharegpt 8,472"
     assert budget_line(KV, "sharegpt", 1) == "KV cache 6,506,660 tokens: sharegpt fits 8,472 at once, c=1 fits"
 

@@ -403,8 +403,9 @@ def budget_line(kv: Mapping[str, object] | None, workload: str | None, concurren
                 short: bool = False, named: bool = True) -> str:
     """'KV cache 12,752 tokens: sharegpt fits 16.6 at once, c=32 is over it: expect queueing'. `kv` is the KV
     budget as the engine states it (core.kvbudget.KvBudgetMeta, the sweep's max_concurrency_by_workload). `short`:
-    the same in about 38 columns, for a half-width pane ('KV 12.8k tok: sharegpt fits 16.6; c=32 over');
-    `named=False` leaves the workload's name out of it (the running cell's: 'KV 12.8k tok: fits 16.6; c=32 over')."""
+    the same in about 38 columns, for a half-width pane ('KV 12.8k tok: sharegpt fits c=16.6; c=32 over');
+    `named=False` leaves the workload's name out of it (the running cell's: 'KV 12.8k tok: fits c=16.6; c=32 over':
+    up to 16.6 users at once)."""
     def count(key: str) -> int:
         v = kv.get(key) if kv else None
         return int(v) if isinstance(v, (int, float)) else 0
@@ -420,8 +421,8 @@ def budget_line(kv: Mapping[str, object] | None, workload: str | None, concurren
         by = {}
     mc = by.get(workload) if workload else None
     if isinstance(mc, (int, float)):
-        line += (f": {workload} fits " if named or not short else ": fits ") + fmt_concurrency(mc) + (
-            "" if short else " at once")
+        line += (f": {workload} fits " if named or not short else ": fits ") + (
+            f"c={fmt_concurrency(mc)}" if short else f"{fmt_concurrency(mc)} at once")
         if concurrency is not None and short:
             line += f"; c={concurrency} " + ("ok" if concurrency <= mc else "over")
         elif concurrency is not None:
