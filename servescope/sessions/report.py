@@ -69,7 +69,7 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
     s = rep.session
     notes: list[str] = []
     status = s.status
-    if status != "completed" and not (not rep.speed and status == "done"):
+    if status != "completed":
         msg = clean_text(s.info.message)
         what = "sweep" if rep.speed else "quality probe"
         notes.append(f"the {what} did not complete (status {status})" + (f": {msg}" if msg else ""))

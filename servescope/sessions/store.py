@@ -44,9 +44,8 @@ from servescope.workloads.spec import parse_toml
 # 3: each distribution's `n` in the cells' summaries; 2: the [sweep] table; older ones read as they are
 SCHEMA_VERSION = 4
 QUALITY_FILE = "quality.json"
-# what session.toml's `status` may say (a runner that died while `running` reads as interrupted; "done" is
-# read as written: sessions made by hand, the tests' among them, say it for completed)
-SESSION_STATUSES = ("running", "completed", "interrupted", "failed", "done")
+# what session.toml's `status` may say (a runner that died while `running` reads as interrupted)
+SESSION_STATUSES = ("running", "completed", "interrupted", "failed")
 # [[cells]] statuses whose cell has its row in cells.parquet (written by write_cell), and of those, the ones
 # whose requests are in requests/cell-NNNN.parquet (a skipped cell ran none; a lost one's are in -lostN)
 ROW_STATUSES = frozenset({"done", "stopped", "skipped", "server_lost"})

@@ -46,7 +46,7 @@ def quality_session(base: Path, dirname: str, res: QualityResult, name: str = "q
     w = SessionWriter.create(base / dirname, {"kind": "quality", "name": name, "model": "org/m[/x]",
                                               "target": {"url": "http://127.0.0.1:8000", "engine": "vllm"}})
     w.write_quality(res, SETTINGS)
-    w.finish("done")
+    w.finish("completed")
     return base / dirname
 
 

@@ -235,7 +235,7 @@ def sim_quality_session(base: Path) -> Path:
     w = SessionWriter.create(base / "20261201-100000-quality-sim", {
         "kind": "quality", "name": "quality sim", "model": "tiny", "target": {"url": "sim://tiny", "engine": "vllm"}})
     w.write_quality(sim_result(), QUALITY_SETTINGS)
-    w.finish("done")
+    w.finish("completed")
     return base
 
 
