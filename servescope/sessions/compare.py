@@ -91,6 +91,7 @@ from servescope.sessions.views import (
     DEFAULT_SLOS,
     CellView,
     LoadPlan,
+    ReadsPlan,
     apply_slos,
     cell_views,
     choose_slos,
@@ -210,7 +211,7 @@ class SessionRef:
 
 
 @dataclass
-class ComparedCell:
+class ComparedCell(ReadsPlan):
     """One cell the sessions share, as compared: each session's saved cells (its repeats) and what the comparison
     computed from them. Its workload, load and client verdicts are read from those cells, not copied."""
 
@@ -234,16 +235,8 @@ class ComparedCell:
         return self.cells[0][0].load
 
     @property
-    def plan(self) -> LoadPlan:
+    def plan(self) -> LoadPlan:  # type: ignore[override]  # read from the first session's cell, not stored
         return self.cells[0][0].plan
-
-    @property
-    def concurrency(self) -> int | None:
-        return self.plan.concurrency
-
-    @property
-    def rate(self) -> float | None:
-        return self.plan.rate
 
     @property
     def client(self) -> list[str | None]:

@@ -365,9 +365,6 @@ class Judgement:
     ci: tuple[float, float] | None
     verdict: Verdict | None
 
-    def half_width(self) -> float | None:
-        return (self.ci[1] - self.ci[0]) / 2 if self.ci is not None else None
-
     def significant(self, direction: str) -> bool:
         """The interval lies wholly on the `direction` ("up"/"down") side of 0."""
         if self.ci is None:

@@ -80,8 +80,22 @@ class LoadPlan(NamedTuple):
                    _opt_int(row.get("max_concurrency")) or None)
 
 
+class ReadsPlan:
+    """`concurrency` and `rate` read from a `plan` (a CellView's, a ComparedCell's), never stored beside it."""
+
+    plan: LoadPlan
+
+    @property
+    def concurrency(self) -> int | None:
+        return self.plan.concurrency
+
+    @property
+    def rate(self) -> float | None:
+        return self.plan.rate
+
+
 @dataclass
-class CellView:
+class CellView(ReadsPlan):
     """A saved cell as readers take it: its plan (`plan`, the load; `workload`, `load` the label people read)
     and its result (`summary`, the CellResult as stored). Everything else is a function of those two."""
 
@@ -100,14 +114,6 @@ class CellView:
     def __post_init__(self) -> None:
         if not self.base:
             self.base = self.workload
-
-    @property
-    def concurrency(self) -> int | None:
-        return self.plan.concurrency
-
-    @property
-    def rate(self) -> float | None:
-        return self.plan.rate
 
     @property
     def key(self) -> tuple[str, LoadPlan]:
