@@ -24,7 +24,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U "pip>=25.1"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[ray]' --group test --group lint
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[ray]' --group test --group lint --group docs
 if [ "$FAST" = 0 ]; then
   # the vLLM venv (mostly downloads and unpacking) and llama.cpp's build (compiling) at once, with ruff and mypy
   bash .ci/setup_vllm.sh >/dev/null & VLLM_SETUP=$!
