@@ -342,8 +342,18 @@ class CellQuality(_Base, frozen=True):
         return {k: v for k, v in super().to_dict().items() if v is not None or k == "accuracy"}
 
 
+class CellCost(_Base, frozen=True):
+    """What the cell's tokens cost, USD per 1M (core/cost.py cell_cost: a hosted API's list price over the
+    measured token mix, or a GPU's hourly price over the measured throughput, plus energy where measured);
+    `basis` says which, in a few words."""
+
+    usd_per_1m_output_tokens: float | None = None
+    usd_per_1m_total_tokens: float | None = None
+    basis: str = ""
+
+
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
-             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality")
+             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost")
 
 
 class CellResult(_Base, frozen=True):
@@ -393,6 +403,7 @@ class CellResult(_Base, frozen=True):
     client: ClientHealth | None = None  # the load generator's own health (None: not measured, left out)
     source: str | None = None  # the import format ("vllm-bench-serve") for cells imported from other tools
     quality: CellQuality | None = None  # --quality-share (None: no probe request, left out of to_dict())
+    cost: CellCost | None = None  # per 1M tokens, with --price/--gpu-hour/--electricity-price (core/cost.py)
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 
@@ -445,7 +456,7 @@ class CellResult(_Base, frozen=True):
             dist: Dist = getattr(self, metric)
             return dist.stat(stat or "mean")
         if stat is not None:
-            part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu", "client") else None
+            part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu", "client", "cost") else None
             return finite(getattr(part, stat, None)) if part is not None and stat in part.__struct_fields__ else None
         if metric not in _SCALARS:
             return None
