@@ -8,10 +8,13 @@ import argparse
 import asyncio
 import logging
 import math
+import os
 import signal
 import socket
+import ssl
 import sys
 
+from servescope.sim.hosted import DEFAULT_JITTER_MS, DEFAULT_LATENCY_MS, DEFAULT_TPM, Hosted
 from servescope.sim.profile import DEFAULT_PROFILE, ProfileError, describe, list_profiles, load_profile
 
 LISTENING = "servescope-sim listening on "
@@ -42,7 +45,44 @@ def check_args(args: argparse.Namespace) -> str | None:
         return "--served-model-name: empty; give a name (or leave it out for the profile's model)"
     if args.exit_with_parent < 0:
         return f"--exit-with-parent {args.exit_with_parent}: not a process id"
+    if args.tpm is not None and args.tpm < 0:
+        return f"--tpm {args.tpm}: must be 0 (no limit) or more tokens per minute"
+    for flag, ms in (("--net-latency-ms", args.net_latency_ms), ("--net-jitter-ms", args.net_jitter_ms)):
+        if ms is not None and not 0 <= ms < 600_000:  # NaN too
+            return f"{flag} {ms:g}: must be 0 or more milliseconds (and under 10 minutes)"
+    if args.api_key is not None and not args.api_key.strip():
+        return "--api-key: empty; give the key clients must send (or leave it out to accept any)"
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together: give both (the certificate chain and its private key)"
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path is not None and not os.path.isfile(path):
+            return f"{flag} {path}: no such file; give a PEM file"
     return None
+
+
+def hosted_config(args: argparse.Namespace) -> Hosted:
+    """The hosted-mode settings of the flags: --hosted's defaults (a tokens-per-minute limit, network latency and
+    jitter) unless a flag says otherwise; without --hosted, none unless asked."""
+    h = args.hosted
+
+    def given(v: float | None, hosted_default: float) -> float:
+        return v if v is not None else (hosted_default if h else 0.0)
+
+    return Hosted(hosted=h, tpm=int(given(args.tpm, DEFAULT_TPM)),
+                  latency_ms=given(args.net_latency_ms, DEFAULT_LATENCY_MS),
+                  jitter_ms=given(args.net_jitter_ms, DEFAULT_JITTER_MS),
+                  api_key=args.api_key, reject_vllm_fields=args.reject_vllm_fields, seed=args.seed)
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """The server's TLS context from a PEM certificate chain and its key; a bad pair raises ValueError (one line)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(f"--tls-cert {cert} --tls-key {key}: cannot load the certificate and key ({e}); give a "
+                         "PEM certificate chain and its private key") from None
+    return ctx
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +108,26 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--cut-stream-rate", type=_rate, default=0.0, metavar="P", help="cut this fraction of streams mid-way")
     f.add_argument("--slow-decode", type=_rate, default=0.0, metavar="F",
                    help="decode steps take (1 + F) times as long (0.08: 8%% slower), a regression to catch")
-    f.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
+    f.add_argument("--seed", type=int, default=0, help="seed of the fault draws (and of the network jitter)")
+    h = p.add_argument_group("hosted API (--hosted), API key and TLS")
+    h.add_argument("--hosted", action="store_true",
+                   help="act as a hosted API: no /tokenize, /metrics, /health or /version (404), a tokens-per-minute "
+                        f"limit (default {DEFAULT_TPM:,}) answered 429 with Retry-After, added network latency "
+                        f"(default {DEFAULT_LATENCY_MS:g} ms + up to {DEFAULT_JITTER_MS:g} ms of jitter)")
+    h.add_argument("--tpm", type=int, default=None, metavar="N",
+                   help="tokens per minute (prompt + max_tokens of each request) before requests get 429; 0: no "
+                        f"limit (default: {DEFAULT_TPM:,} with --hosted, else 0)")
+    h.add_argument("--net-latency-ms", type=float, default=None, metavar="MS",
+                   help=f"added network latency per request (default {DEFAULT_LATENCY_MS:g} with --hosted, else 0)")
+    h.add_argument("--net-jitter-ms", type=float, default=None, metavar="MS",
+                   help="up to this much more latency, drawn per request (default "
+                        f"{DEFAULT_JITTER_MS:g} with --hosted, else 0)")
+    h.add_argument("--reject-vllm-fields", action="store_true",
+                   help="answer 400 to vLLM's own request fields (ignore_eos, min_tokens, ...), as OpenAI's API does")
+    h.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' (default: any request is served)")
+    h.add_argument("--tls-cert", default=None, metavar="PATH", help="serve HTTPS with this PEM certificate (chain)")
+    h.add_argument("--tls-key", default=None, metavar="PATH", help="... and this PEM private key")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--exit-with-parent", type=int, default=0, metavar="PID", help=argparse.SUPPRESS)
     return p
@@ -129,13 +188,18 @@ def main(argv: list[str] | None = None) -> int:
 
     faults = Faults(args.exit_after_requests, args.exit_at, args.error_rate, args.cut_stream_rate, args.seed)
     try:
+        tls = tls_context(args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None
+    except ValueError as e:
+        print(f"servescope sim: error: {e}", file=sys.stderr)
+        return 2
+    try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
     try:
-        asyncio.run(_serve(profile, faults, args.host, args.port))
+        asyncio.run(_serve(profile, faults, args.host, args.port, hosted_config(args), tls))
     except KeyboardInterrupt:
         pass
     except OSError as e:
@@ -144,16 +208,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _serve(profile: object, faults: object, host: str, port: int) -> None:
+async def _serve(profile: object, faults: object, host: str, port: int, hosted: Hosted | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
     from aiohttp import web
 
     from servescope.sim.server import SimServer, startup_log_lines
 
-    server = SimServer(profile, faults)  # type: ignore[arg-type]
+    server = SimServer(profile, faults, hosted)  # type: ignore[arg-type]
     log = logging.getLogger("servescope.sim")
     runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024, ssl_context=tls)
     await site.start()
     bound = port
     srv = getattr(site, "_server", None)
@@ -162,7 +227,7 @@ async def _serve(profile: object, faults: object, host: str, port: int) -> None:
             bound = sock.getsockname()[1]
             break
     shown = f"[{host}]" if ":" in host else host
-    sys.stdout.write(f"{LISTENING}http://{shown}:{bound}\n")
+    sys.stdout.write(f"{LISTENING}{'https' if tls is not None else 'http'}://{shown}:{bound}\n")
     sys.stdout.flush()
     for line in startup_log_lines(server):
         log.info(line)

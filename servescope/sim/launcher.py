@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from servescope.sim.profile import ProfileError, load_profile
+from servescope.sim.profile import DEFAULT_PROFILE, ProfileError, load_profile
 from servescope.sim.profile import list_profiles as _list_profiles
 
 LISTENING = "servescope-sim listening on "
@@ -84,6 +84,38 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+# what a `sim://PROFILE?KEY=VALUE&...` URL may set: the simulator's hosted-mode flags (switches take 1/true/yes)
+URL_SWITCHES = {"hosted": "--hosted", "reject_vllm_fields": "--reject-vllm-fields"}
+URL_VALUES = {"tpm": "--tpm", "net_latency_ms": "--net-latency-ms", "net_jitter_ms": "--net-jitter-ms"}
+
+
+def url_args(profile: str) -> tuple[str, list[str]]:
+    """A profile as a sim:// URL gives it (`tiny?hosted=1&tpm=20000`) -> the profile and the simulator flags its
+    query asks for; an unknown key or a bad switch raises SimStartError naming the keys there are."""
+    from urllib.parse import parse_qsl
+
+    name, sep, query = profile.partition("?")
+    if not sep:
+        return profile, []
+    known = ", ".join([*URL_SWITCHES, *URL_VALUES])
+    args: list[str] = []
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise SimStartError(f"sim://{profile}: the part after ? is KEY=VALUE&...; keys: {known}") from None
+    for key, value in pairs:
+        if key in URL_SWITCHES:
+            if value.lower() not in ("", "1", "true", "yes", "0", "false", "no"):
+                raise SimStartError(f"sim://{profile}: {key}={value}: give {key}=1 (or leave it out)")
+            if value.lower() in ("", "1", "true", "yes"):
+                args.append(URL_SWITCHES[key])
+        elif key in URL_VALUES:
+            args += [URL_VALUES[key], value]
+        else:
+            raise SimStartError(f"sim://{profile}: unknown setting {key!r}; the simulator's URL takes {known}")
+    return name or str(DEFAULT_PROFILE), args
+
+
 def start_sim(
     profile: str = "tiny",
     extra_args: list[str] | None = None,
@@ -92,15 +124,18 @@ def start_sim(
 ) -> SimHandle:
     """Start `python -m servescope.sim` on a free port and wait until it listens. The simulator exits by itself
     when this process is gone (even after kill -9: it watches its parent pid). An unknown profile is one line
-    listing the profiles, before anything starts."""
+    listing the profiles, before anything starts. `profile` may carry a sim:// URL's query (`tiny?hosted=1`:
+    `url_args`), whose flags go before `extra_args`."""
     import os
 
+    profile, query_args = url_args(profile)
+    extra_args = [*query_args, *(extra_args or [])]
     try:
         load_profile(profile)
     except ProfileError as e:
         raise SimStartError(f"sim://{profile}: {e} (or give a path to a profile .toml)") from None
     cmd = [sys.executable, "-m", "servescope.sim", "--profile", profile, "--host", host, "--port", "0",
-           "--exit-with-parent", str(os.getpid()), *(extra_args or [])]
+           "--exit-with-parent", str(os.getpid()), *extra_args]
     err = tempfile.NamedTemporaryFile(prefix="servescope-sim-", suffix=".log", delete=False)  # noqa: SIM115
     stderr_path = Path(err.name)
     try:

@@ -30,6 +30,16 @@ from aiohttp import web
 
 from servescope.sim.engine import Scheduler
 from servescope.sim.engineloop import EngineLoop
+from servescope.sim.hosted import (
+    SERVER_ONLY_PATHS,
+    Hosted,
+    TokenBucket,
+    middlewares,
+    not_served,
+    openai_error,
+    rate_limited,
+    vllm_field,
+)
 from servescope.sim.metrics import Metrics
 from servescope.sim.model import ToyModel
 from servescope.sim.profile import CostModel, Profile
@@ -67,8 +77,10 @@ class _BadRequest(Exception):
 
 
 class SimServer:
-    def __init__(self, profile: Profile, faults: Faults | None = None) -> None:
+    def __init__(self, profile: Profile, faults: Faults | None = None, hosted: Hosted | None = None) -> None:
         self.profile = profile
+        self.hosted = hosted or Hosted()
+        self.bucket: TokenBucket | None = None  # the tokens-per-minute limit, from the engine's start
         self.cost = CostModel(profile)
         self.faults = faults or Faults()
         self.model_name = profile.model.served_name
@@ -99,14 +111,18 @@ class SimServer:
 
     # --- app ---------------------------------------------------------------------------------------------
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/ping", self.health)
-        app.router.add_get("/version", self.version)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares(self.hosted))
+        if self.hosted.hosted:  # a hosted API serves none of a vLLM server's own paths
+            for path in SERVER_ONLY_PATHS:
+                app.router.add_route("*", path, self.not_served)
+        else:
+            app.router.add_get("/health", self.health)
+            app.router.add_get("/ping", self.health)
+            app.router.add_get("/version", self.version)
+            app.router.add_get("/metrics", self.metrics_endpoint)
+            app.router.add_post("/tokenize", self.tokenize)
+            app.router.add_post("/detokenize", self.detokenize)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/metrics", self.metrics_endpoint)
-        app.router.add_post("/tokenize", self.tokenize)
-        app.router.add_post("/detokenize", self.detokenize)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.on_startup.append(self._start_engine)
@@ -116,6 +132,8 @@ class SimServer:
     async def _start_engine(self, app: web.Application) -> None:
         self.engine = EngineLoop(self.cost, self.metrics)
         self._engine_task = asyncio.create_task(self.engine.run())
+        if self.hosted.tpm > 0:
+            self.bucket = TokenBucket(self.hosted.tpm, asyncio.get_running_loop().time())
         if self.faults.exit_at > 0:
             asyncio.get_running_loop().call_later(self.faults.exit_at, self._crash, "--exit-at")
 
@@ -132,10 +150,16 @@ class SimServer:
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
+    async def not_served(self, request: web.Request) -> web.Response:
+        return not_served(request)
+
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": "0.32.0-sim"})
 
     async def models(self, request: web.Request) -> web.Response:
+        if self.hosted.hosted:  # a hosted API's model card: no max_model_len, no root
+            short = {"id": self.model_name, "object": "model", "created": int(time.time()), "owned_by": "servescope-sim"}
+            return web.Response(body=_json_encode({"object": "list", "data": [short]}), content_type="application/json")
         card = {
             "id": self.model_name,
             "object": "model",
@@ -264,6 +288,8 @@ class SimServer:
             bad = self._check_model(body)
             if bad is not None:
                 return bad
+            if self.hosted.reject_vllm_fields and (name := vllm_field(body)) is not None:
+                return openai_error(400, f"Unrecognized request argument supplied: {name}", "invalid_request_error")
             prompt_len, phash, prompt_ids, prompt_text = self._prompt(body, chat)
             mml = self.max_model_len
             max_tokens = body.get("max_completion_tokens") if chat else None
@@ -313,6 +339,11 @@ class SimServer:
         except (TypeError, ValueError) as e:
             return error_response(400, f"Invalid request: {e}", "BadRequestError")
 
+        if self.bucket is not None:
+            now = loop.time()
+            wait_s = self.bucket.take(prompt_len + max_tokens, now)
+            if wait_s is not None:
+                return rate_limited(self.model_name, self.bucket, wait_s, prompt_len + max_tokens, now)
         if self.faults.error_rate > 0 and self.rng.random() < self.faults.error_rate:
             return error_response(500, "Simulated internal server error (servescope-sim --error-rate)", "InternalServerError")
         cut_at = 0
@@ -443,4 +474,19 @@ def startup_log_lines(server: SimServer) -> list[str]:
         f"Model loading took {cost.weights_gib():.2f} GiB of weights",
         f"GPU KV cache size: {cost.kv_cache_tokens:,} tokens",
         f"Maximum concurrency for {mml:,} tokens per request: {cost.max_concurrency(mml):.2f}x",
+        *hosted_log_lines(server.hosted),
     ]
+
+
+def hosted_log_lines(h: Hosted) -> list[str]:
+    """What the simulator does beyond vLLM's behaviour, one line, when it does anything."""
+    parts = ["hosted API (no /tokenize, /metrics, /health, /version)"] if h.hosted else []
+    if h.tpm > 0:
+        parts.append(f"{h.tpm:,} tokens per minute, then 429 with Retry-After")
+    if h.delays:
+        parts.append(f"network latency {h.latency_ms:g} ms + up to {h.jitter_ms:g} ms of jitter per request")
+    if h.reject_vllm_fields:
+        parts.append("vLLM's own request fields answered 400")
+    if h.api_key is not None:
+        parts.append("an API key required")
+    return ["servescope-sim: " + "; ".join(parts)] if parts else []
