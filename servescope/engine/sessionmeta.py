@@ -47,6 +47,9 @@ class NewSessionMeta(TypedDict):
     cells: list[Mapping[str, object]]  # Cell.row() and its status
     server: NotRequired[ServerTable]  # a launched server's command and arguments
     electricity_usd_per_kwh: NotRequired[float]
+    price_usd_per_1m_input_tokens: NotRequired[float]  # --price (read back by core/prices.py prices_of_meta)
+    price_usd_per_1m_output_tokens: NotRequired[float]
+    gpu_usd_per_hour: NotRequired[float]  # --gpu-hour
 
 
 def session_meta(spec: SweepSpec, cells: Sequence[Cell], *, name: str, label: str, target: TargetInfo,
@@ -73,6 +76,11 @@ def session_meta(spec: SweepSpec, cells: Sequence[Cell], *, name: str, label: st
                           "args": server_args}
     if spec.electricity_price is not None:
         meta["electricity_usd_per_kwh"] = spec.electricity_price
+    if spec.price is not None:
+        meta["price_usd_per_1m_input_tokens"] = spec.price.input
+        meta["price_usd_per_1m_output_tokens"] = spec.price.output
+    if spec.gpu_hour is not None:
+        meta["gpu_usd_per_hour"] = spec.gpu_hour
     return meta
 
 

@@ -33,6 +33,7 @@ from typing import Generic, NamedTuple, TypeVar, overload
 
 from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
+from servescope.core.prices import ApiPrice, dump_price, parse_gpu_hour, parse_price
 from servescope.core.secrets import is_redacted, redact_command
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.engine import fields as f
@@ -236,6 +237,14 @@ class SweepSpec:
     electricity_price: float | None = option(None, "telemetry", "electricity_price", ["--electricity-price"],
                                              parse=f.opt_price, metavar="USD_PER_KWH",
                                              help="electricity price, for cost per 1M output tokens (needs NVML)")
+    price: ApiPrice | None = option(
+        None, "target", "price", ["--price"], parse=parse_price, dump=dump_price, metavar="input=USD,output=USD",
+        help="a hosted API's list price per 1M tokens, e.g. input=2.50,output=10: each cell's cost per 1M tokens "
+             "from its measured input/output mix (docs/hosted.md)")
+    gpu_hour: float | None = option(
+        None, "target", "gpu_hour", ["--gpu-hour"], parse=parse_gpu_hour, metavar="USD",
+        help="what the GPU box costs per hour (purchase amortised, or rental), e.g. 2.50: each cell's cost per 1M "
+             "tokens from its measured throughput, plus energy with --electricity-price (docs/hosted.md)")
 
     # ---- derived ------------------------------------------------------------------------------------
     def check(self, where: str = "sweep") -> SweepSpec:
@@ -255,6 +264,9 @@ class SweepSpec:
         if self.ray_nodes and not self.ray:
             raise SweepConflict(where, "ray nodes place Ray workers; add ray = \"auto\" (--ray auto, or the "
                                 "cluster's ADDRESS) or drop the nodes", ("ray_nodes", "ray"))
+        if self.price is not None and self.gpu_hour is not None:
+            raise SweepConflict(where, "give price (a hosted API's, per 1M tokens) or gpu_hour (your GPU's), not "
+                                "both: a session measures one of them; compare the two sessions", ("gpu_hour", "price"))
         if self.variants and not self.launch:
             raise SweepConflict(where, "server variants need a launch command: servescope can only relaunch a "
                                 "server it started", ("variants", "launch"))

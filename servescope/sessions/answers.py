@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from servescope.core.cost import is_api, is_gpu
 from servescope.core.metrics import SLO_ATTAINMENT
 from servescope.core.results import finite
 from servescope.core.textsafe import md_escape
@@ -316,3 +317,102 @@ def thinking_markdown(thinking: Sequence[ThinkingCost], level: int) -> list[str]
                        f"{fmt_num(t.reasoning_tokens_on)} |")
         out.append("")
     return out
+
+
+# ---- cost at capacity: your GPU against a hosted API ---------------------------------------------------
+@dataclass
+class CostAtCapacity:
+    """One workload of a GPU session (its cells priced by `--gpu-hour`) against an API session (priced by
+    `--price`): what a million output tokens cost at the GPU's capacity at the SLOs, on each side (core/cost.py
+    has the formulas). The API's figure is its cell at the same load; without one, the median over its cells."""
+
+    workload: str
+    gpu: str  # the GPU session's label
+    api: str  # the API session's label
+    capacity: Capacity  # the GPU's, at the SLOs
+    gpu_usd: float | None = None  # per 1M output tokens, the GPU's cell at its capacity
+    gpu_usd_total: float | None = None  # per 1M tokens (input and output)
+    api_usd: float | None = None
+    api_usd_total: float | None = None
+    api_same_load: bool = True  # the API's figure is from its cell at the same load
+    api_slo_met: float | None = None  # the share of the API cell's requests within the SLOs
+
+    def text(self, slos: Mapping[str, float]) -> str:
+        """`at these SLOs (...), 16 users cost $0.79 per 1M output tokens on this GPU (gpu) vs $10.85 on the API
+        (api)`, with what the API's cell at that load says about the SLOs."""
+        at = f"at these SLOs ({slo_text(slos)})"
+        cap = self.capacity
+        if cap.unknown or cap.level is None:
+            why = cap.text() if cap.unknown else "no load meets them on this GPU"
+            return f"{at}: {why} ({self.gpu}); the API ({self.api}) costs {_usd(self.api_usd)} per 1M output tokens"
+        n = f"{int(cap.level)} users" if cap.unit == "concurrency" else f"{cap.level:g} req/s"
+        if cap.not_reached:
+            n = f"{n} (the most measured; more may meet them)"
+        api = f"{_usd(self.api_usd)} on the API ({self.api})"
+        if not self.api_same_load:
+            api += " (the median of its cells: it has none at this load)"
+        elif self.api_slo_met is not None:
+            meets = self.api_slo_met >= SLO_ATTAINMENT
+            api += (f", which {'meets' if meets else 'misses'} them at this load ({self.api_slo_met:.0%} of its "
+                    "requests within them)")
+        both = (f"; per 1M tokens in all (input and output) {_usd(self.gpu_usd_total)} vs {_usd(self.api_usd_total)}"
+                if self.gpu_usd_total is not None and self.api_usd_total is not None else "")
+        return (f"{at}, {n} cost {_usd(self.gpu_usd)} per 1M output tokens on this GPU ({self.gpu}) vs {api}"
+                + both)
+
+
+def _usd(v: float | None) -> str:
+    if v is None:
+        return "an unknown amount"
+    return f"${v:,.2f}" if v >= 0.1 else f"${v:.3g}"
+
+
+def cost_at_capacity(labels: Sequence[str], views: Sequence[Sequence[CellView]],
+                     include_bound: bool = False) -> list[CostAtCapacity]:
+    """For each GPU session (its cells' cost from `--gpu-hour`) and each API session (from `--price`) among
+    `labels`, per workload both ran: the cost per 1M output tokens at the GPU's capacity at the SLOs (the views
+    carry the SLOs the comparison applied), on each side."""
+    gpus = [i for i, vs in enumerate(views) if any(is_gpu(v.summary.cost) for v in vs if v.has_summary)]
+    apis = [i for i, vs in enumerate(views) if any(is_api(v.summary.cost) for v in vs if v.has_summary)]
+    out = []
+    for g in gpus:
+        for a in apis:
+            for w in dict.fromkeys(v.workload for v in views[g]):
+                gv = [v for v in views[g] if v.workload == w]
+                av = answering([v for v in views[a] if v.workload == w], include_bound)
+                if not av:
+                    continue
+                cap = capacity(gv, include_bound)
+                row = CostAtCapacity(w, labels[g], labels[a], cap)
+                at = next((v for v in answering(gv, include_bound) if v.x == cap.level), None) \
+                    if cap.level is not None else None
+                if at is not None and at.summary.cost is not None:
+                    row.gpu_usd = finite(at.summary.cost.usd_per_1m_output_tokens)
+                    row.gpu_usd_total = finite(at.summary.cost.usd_per_1m_total_tokens)
+                same = next((v for v in av if at is not None and v.plan == at.plan), None)
+                if same is not None and same.summary.cost is not None:
+                    row.api_usd = finite(same.summary.cost.usd_per_1m_output_tokens)
+                    row.api_usd_total = finite(same.summary.cost.usd_per_1m_total_tokens)
+                    row.api_slo_met = finite(same.summary.slo_met_fraction)
+                else:
+                    row.api_same_load = False  # the API's median over its cells is all there is
+                    outs = [x for v in av if v.summary.cost is not None
+                            and (x := finite(v.summary.cost.usd_per_1m_output_tokens)) is not None]
+                    tots = [x for v in av if v.summary.cost is not None
+                            and (x := finite(v.summary.cost.usd_per_1m_total_tokens)) is not None]
+                    row.api_usd = statistics.median(outs) if outs else None
+                    row.api_usd_total = statistics.median(tots) if tots else None
+                out.append(row)
+    return out
+
+
+def cost_markdown(costs: Sequence[CostAtCapacity], level: int, slos: Mapping[str, float]) -> list[str]:
+    """The cost-at-capacity sentences, one per workload and pair of sessions ([] when none)."""
+    if not costs:
+        return []
+    h = "#" * level
+    out = [f"{h} Cost at capacity: GPU vs API", ""]
+    out += [f"- {md_escape(c.workload)}: {md_escape(c.text(slos))}" for c in costs]
+    return out + ["", "Cost per 1M output tokens: on the GPU, its hourly price over the cell's measured output "
+                      "tok/s (plus energy where measured); on the API, its list price over the cell's measured "
+                      "input and output tokens (docs/hosted.md).", ""]

@@ -61,11 +61,14 @@ from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.answers import (
     Capacity,
+    CostAtCapacity,
     Knee,
     ThinkingCost,
     WorkloadAnswers,
     answers_markdown,
     capacity,
+    cost_at_capacity,
+    cost_markdown,
     derive,
     knee,
     peak,
@@ -107,10 +110,10 @@ from servescope.sessions.views import (
 CellKey = tuple[str, LoadPlan]  # a cell as comparisons join it: (workload with its variant, planned load)
 
 __all__ = [
-    "COMPARE_METRICS", "DEFAULT_SLOS", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView", "ComparedCell",
-    "Comparison", "Judgement", "Knee", "MetricSpec", "SessionRef", "ThinkingCost", "WorkloadAnswers",
-    "answers_markdown", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions", "config_diff",
-    "delta_pct", "delta_text", "derive", "interval_pct", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
+    "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
+    "ComparedCell", "Comparison", "CostAtCapacity", "Judgement", "Knee", "MetricSpec", "SessionRef", "ThinkingCost",
+    "WorkloadAnswers", "answers_markdown", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions",
+    "config_diff", "delta_pct", "delta_text", "derive", "interval_pct", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
     "session_label", "session_slos", "slo_text", "thinking_costs", "thinking_markdown", "winner", "workload_order",
 ]
 
@@ -147,6 +150,8 @@ COMPARE_METRICS: tuple[MetricSpec, ...] = tuple(MetricSpec.of(k) for k in (
     "output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "ttft_ms.p99", "ttfo_ms.p50", "tpot_ms.p50", "itl_ms.p99",
     "e2e_ms.p50", "goodput_req_s", "prefix_cache_hit_rate", "input_tokens_mean", "output_tokens_mean",
 ))
+# what a million output tokens cost (core/cost.py): with the default figures, a row when some session has it
+COST_METRIC = MetricSpec("cost.usd_per_1m_output_tokens", "cost $/1M out tok", "lower")
 
 
 def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL) -> int | None:
@@ -275,6 +280,7 @@ class Comparison:
     config_note: str = ""  # when no argument was recorded, or all are equal
     quality: QualityComparison | None = None  # when some session holds quality results
     no_common: str = ""  # why there is no speed table: the sessions share no cell (compared for quality only)
+    costs: list[CostAtCapacity] = field(default_factory=list)  # a GPU session's cost at capacity vs an API's
 
     @property
     def labels(self) -> list[str]:
@@ -369,6 +375,14 @@ class Comparison:
                  "reasoning_tokens_on": t.reasoning_tokens_on}
                 for t in self.thinking
             ],
+            "cost_at_capacity": [
+                {"workload": c.workload, "gpu": c.gpu, "api": c.api, "capacity": c.capacity.level,
+                 "capacity_unit": c.capacity.unit, "capacity_not_reached": c.capacity.not_reached,
+                 "gpu_usd_per_1m_output_tokens": c.gpu_usd, "api_usd_per_1m_output_tokens": c.api_usd,
+                 "gpu_usd_per_1m_total_tokens": c.gpu_usd_total, "api_usd_per_1m_total_tokens": c.api_usd_total,
+                 "api_same_load": c.api_same_load, "api_slo_met": c.api_slo_met, "text": c.text(self.slos)}
+                for c in self.costs
+            ],
             "notes": self.notes,
             **({"no_common_cells": self.no_common} if self.no_common else {}),
             **({"quality": self.quality.to_dict()} if self.quality is not None else {}),
@@ -448,6 +462,7 @@ class Comparison:
             out += self._speed_markdown(level)
         if self.answers or self.thinking or not self.no_common:
             out += answers_markdown(self.answers, self.thinking, level + 1, self.slos)
+        out += cost_markdown(self.costs, level + 1, self.slos)
         for n in self.notes:
             out.append(f"- {md_escape(n)}")
         if self.notes:
@@ -684,8 +699,12 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
         no_common = (f"No speed figures to compare: the sessions share no cell (same workload and load): {desc}. "
                      "Only their quality is compared.")
     lines, every, per_wl = mismatches(sessions, labels, groups, common) if common else ([], {}, {})
-    # a descriptive figure no session measured (the prefix-cache hit rate of a server without it) is left out
-    metrics = tuple(m for m in metrics if m.better != "neutral" or m.key.endswith("tokens_mean")
+    if metrics == COMPARE_METRICS:
+        metrics = (*metrics, COST_METRIC)
+    # a descriptive figure no session measured (the prefix-cache hit rate of a server without it) is left out, and
+    # so is the cost when no session was given a price
+    metrics = tuple(m for m in metrics if (m.better != "neutral" and not m.key.startswith("cost."))
+                    or m.key.endswith("tokens_mean")
                     or any(m.value(rv.summary) is not None for g in groups for k in common for rv in g[k]))
     judged = tuple(m.key for m in metrics if figure_problem(m.key) is None)
     cells = []
@@ -742,8 +761,9 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
         notes.append("some cells have no per-request data (an import without --save-detailed): their deltas "
                      "have no interval and no winner")
     config, config_note = config_diff(sessions)
+    costs = cost_at_capacity(labels, views, include_bound) if common else []
     return Comparison(refs, metrics, cells, only, answers, thinking, used, source, notes, min_effect, resamples,
-                      interval_label(max_repeats), lines, config, config_note, quality, no_common)
+                      interval_label(max_repeats), lines, config, config_note, quality, no_common, costs)
 
 
 # a session, its request files' (name, mtime, size), the SLOs, the figures, resamples, seed, closed-loop users

@@ -307,6 +307,17 @@ def _turn_tables(views: Sequence[CellView]) -> list[str]:
     return out
 
 
+def _cost_note(views: Sequence[CellView]) -> list[str]:
+    """What the cost column is, with each distinct basis (a GPU's names its throughput: one per cell)."""
+    bases = list(dict.fromkeys(c.basis for v in views if (c := v.summary.cost) is not None))
+    what = ("Cost: USD per 1M output tokens (all the cell's spend over its output tokens; the formulas are in "
+            "docs/hosted.md). ")
+    if len(bases) == 1:
+        return [md_escape(what + f"Basis: {bases[0]}."), ""]
+    return [md_escape(what + "Basis, by cell:"), "",
+            *[f"- {md_escape(v.load)}: {md_escape(c.basis)}" for v in views if (c := v.summary.cost) is not None], ""]
+
+
 def gpu_text(gpu: Mapping[str, object] | None) -> str:
     """session.toml's [gpu] as a person writes it: `no GPU telemetry: NVML is not available (...)`,
     `2 GPUs sampled`, or `not recorded`."""
@@ -333,6 +344,9 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
     client = any(v.summary.client is not None for v in views)
     if client:
         head.append("client")
+    cost = any(v.summary.cost is not None for v in views)
+    if cost:
+        head.append("cost $/1M out tok")
     out += [_row(head), _sep(len(head), numeric_from=6)]
     for v in views:
         sm = v.summary
@@ -346,6 +360,7 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
             fmt_num(finite(sm.goodput_req_s)), f"{frac:.0%}" if frac is not None else "-",
             *([f"{hit:.1%}" if hit is not None else "-"] if cache else []),
             *([_client_cell(sm)] if client else []),
+            *([fmt_num(sm.value("cost", "usd_per_1m_output_tokens"))] if cost else []),
         ]))
     out.append("")
     if client:
@@ -356,6 +371,8 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
         out += ["Prefix cache hit: cached / prompt tokens of the cell's successful requests, from the usage's "
                 "`prompt_tokens_details.cached_tokens` when the server sent it, else from its `/metrics` prefix-cache "
                 "counters over the cell.", ""]
+    if cost:
+        out += _cost_note(views)
     out += _turn_tables(views)
     quality_rows = load_quality_rows(views)
     if quality_rows and (synthetic := synthetic_note(rep.session.info.target.url)):
@@ -368,6 +385,13 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
         if ans.peak_output_tok_s is not None:
             out.append(f"- **Peak aggregate throughput:** {fmt_num(ans.peak_output_tok_s)} output tok/s at "
                        f"{md_escape(ans.peak_load)}")
+        at = next((v for v in completed(views) if ans.capacity.level is not None and v.x == ans.capacity.level
+                   and v.summary.cost is not None), None)
+        if at is not None and at.summary.cost is not None:
+            c = at.summary.cost
+            out.append(f"- **Cost at capacity:** ${fmt_num(finite(c.usd_per_1m_output_tokens))} per 1M output tokens "
+                       f"(${fmt_num(finite(c.usd_per_1m_total_tokens))} per 1M tokens in all) at "
+                       f"{md_escape(at.load)}: {md_escape(c.basis)}")
         if ans.left_out:
             out.append(f"- **Left out of these answers and the charts** (not completed): "
                        f"{md_escape(', '.join(ans.left_out))}")

@@ -32,7 +32,9 @@ import polars as pl
 import tomli_w
 
 from servescope import __version__
+from servescope.core.cost import with_cost
 from servescope.core.errors import ServescopeError
+from servescope.core.prices import prices_of_meta
 from servescope.core.quality import QualityResult
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text, slug
@@ -314,6 +316,7 @@ class SessionWriter:
         entry[REQUESTS_KEY] = requests is not None and not suffix  # session.toml promises the file (load checks)
         row = _measured_part(plan_row)
         if summary is not None:
+            summary = with_cost(summary, prices_of_meta(self.meta))  # --price / --gpu-hour (core/cost.py)
             d = summary.to_dict()
             row.update(_flatten(d))
             row["summary_json"] = json.dumps(d, default=str)
