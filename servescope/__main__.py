@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_twin_args(sub.add_parser("twin", help="fit the simulator to a measured session (the capacity twin)"))
     a.add_whatif_args(sub.add_parser("whatif", help="predict cells that were not run from a session's twin: other "
                                                     "loads, workloads, KV budgets; capacity at the SLOs"))
+    a.add_tune_args(sub.add_parser("tune", help="search server flags and load for the best goodput or capacity at "
+                                                "the SLOs, measuring few cells (a model picks each next one)"))
     a.add_watch_args(sub.add_parser("watch", help="print a running sweep's progress and finished cells until it ends"))
     a.add_attach_args(sub.add_parser("attach", help="open the app on a running sweep's live view"))
     a.add_target_args(sub.add_parser("tui", help="open the terminal app"))
@@ -84,6 +86,10 @@ def _command(args: argparse.Namespace) -> int:
         from servescope.cli import twin as tw
 
         return int(tw.twin_command(args) if cmd == "twin" else tw.whatif_command(args))
+    if cmd == "tune":
+        from servescope.cli.tune import tune_command
+
+        return tune_command(args)
     if cmd in ("watch", "attach"):
         from servescope.cli import detach as dt
 

@@ -231,3 +231,27 @@ def add_watch_args(p: argparse.ArgumentParser) -> None:
 
 def add_attach_args(p: argparse.ArgumentParser) -> None:
     add_watch_args(p)
+
+
+# ---- tune --------------------------------------------------------------------------------------------------
+
+
+def add_tune_args(p: argparse.ArgumentParser) -> None:
+    """`servescope tune`: the sweep's target, workload and SLO flags (SweepSpec), and the search's own."""
+    add_workload_flag(p)
+    add_flags(p, only=("url", "model", "api_key_env", "launch", "launch_timeout", "slos", "requests", "repeat",
+                       "seed", "warmup", "tags", "name", "timeout_s"))
+    p.add_argument("--search", action="append", default=[], metavar="FLAG=LOW..HIGH|A|B",
+                   help='a server flag to search, repeatable: "max-num-seqs=16..512" (a range: doubling, log scale) '
+                        'or "max-num-batched-tokens=2048|8192|16384" (a list); needs --launch')
+    p.add_argument("--concurrency", "-c", dest="tune_loads", default="1..256", metavar="LEVELS",
+                   help="the load levels searched: closed-loop users, e.g. 4,8,16 or 4..256 (doubling; default 1..256)")
+    p.add_argument("--objective", choices=["goodput", "capacity"], default="goodput",
+                   help="goodput: requests/s meeting every SLO (default); capacity: the most users meeting them")
+    p.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="cells to measure at most (default: a third of the grid, at least the design and 2 more)")
+    p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
+    p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+    p.add_argument("--json", action="store_true", help='print one JSON object at the end: {"session", "best": '
+                   '{"server_args", "objective", "ci"}, "cells_measured", "relaunches", "confirmed"}')

@@ -104,8 +104,10 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
     electricity_usd_per_kwh: float | None = None
     import_: dict[str, object] | None = msgspec.field(default=None, name="import")
     sweep: dict[str, object] | None = None  # the sweep-file table; SweepSpec.from_table validates it
-    kind: str = "sweep"  # "sweep" | "quality" (a quality probe alone: no cells, quality.json); older: "sweep"
+    kind: str = "sweep"  # "sweep" | "quality" (a quality probe alone: no cells, quality.json) | "tune" (a search:
+    # its cells are sessions under cells/, its answer the [tune] table); older: "sweep"
     quality: dict[str, object] | None = None  # the quality probe's settings when the session holds quality.json
+    tune: dict[str, object] | None = None  # servescope tune's search and answer (kind "tune")
 
     @classmethod
     def from_dict(cls, meta: Mapping[str, object], where: str) -> SessionMeta:

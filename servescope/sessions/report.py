@@ -43,6 +43,7 @@ from servescope.sessions.report_sections import (
 )
 from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
 from servescope.sessions.store import Session, summary_columns
+from servescope.sessions.tunereport import tune_section
 from servescope.sessions.twin import twin_record, twin_section
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
@@ -176,13 +177,14 @@ def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
                     comparison: Comparison | None = None) -> str:
     m = rep.session.info
     model = clean_text(m.model).rstrip("/").split("/")[-1]
+    speed = rep.speed and m.kind != "tune"  # a tune session's cells are sessions of their own (its section)
     what = (f"{_plural(len(rep.views), 'cell')} over {_plural(len({v.workload for v in rep.views}), 'workload')}"
-            if rep.speed else "quality probe")
+            if speed else ("tune search" if m.kind == "tune" else "quality probe"))
     out = [f"# servescope report: {md_escape(rep.label)}", "",
            f"{md_escape(model)} on {md_escape(clean_text(m.target.url))}: {what} "
            f"(session `{md_escape(rep.session.path.name).replace('`', '')}`).", ""]
     out += _setup(rep)
-    if rep.speed:
+    if speed:
         out += _workloads(rep)
         out += _definitions(with_client=any(v.summary.client is not None for v in rep.views))
         for w in dict.fromkeys(v.workload for v in rep.views):
@@ -193,10 +195,12 @@ def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
         out += quality_section(rep.session, rep.quality, 2)
     if rep.twin is not None:
         out += twin_section(rep.twin, 2)
+    if m.kind == "tune":
+        out += tune_section(rep.session.meta.get("tune"), 2)
     out += ["## Notes", ""]
     if rep.notes:
         out += [f"- {md_escape(n)}" for n in rep.notes]
-    elif rep.speed:
+    elif speed:
         out.append("Nothing abnormal: no failed requests, preemptions, KV cache saturation, length mismatches "
                    "or server restarts.")
     else:
@@ -314,6 +318,7 @@ def _rep_dict(r: SessionReport) -> dict[str, object]:
                      for t in r.thinking],
         "notes": r.notes,
         **({"kind": r.session.info.kind} if r.session.info.kind != "sweep" else {}),
+        **({"tune": m.get("tune")} if r.session.info.kind == "tune" else {}),
         **({"quality": {**result_dict(r.quality), "settings": m.get("quality")}} if r.quality is not None else {}),
         **({"twin": {"fit": r.twin.fit, "efficiency": r.twin.efficiency, "confirmations": r.twin.confirmations}}
            if r.twin is not None else {}),

@@ -1,0 +1,152 @@
+"""`servescope tune` against the full grid, on simulator profiles where the grid can be run.
+
+For each profile: measure every cell of the grid (each --max-num-seqs value x each concurrency, a launched
+`servescope sim` relaunched per setting), pick SLOs from the grid's own middle setting at its lowest load (TTFT
+within 3x and TPOT within 1.5x of it, so that the optimum lies inside the grid), and take the grid's optimum:
+the cell with the highest goodput (requests/s meeting every SLO). Then run `tune` live with a budget of a third
+of the grid's cells (fresh measurements, its own model and path) and read its pick's goodput in the grid; and a
+random search with the same budget (cells drawn from the grid's measurements, 200 draws): its pick's goodput.
+Every cell goes through the same code (servescope.engine.tunerun.LiveMeasurer).
+
+Usage: nice -n 19 .venv/bin/python benchmarks/tune_vs_grid.py [--profiles dense,moe,kv] [--runs 1]
+       [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from servescope.engine.spec import RunContext, SweepSpec  # noqa: E402
+from servescope.engine.tune import Dim, Space, Tuner  # noqa: E402
+from servescope.engine.tunemodel import TwinModel  # noqa: E402
+from servescope.engine.tunerun import LiveMeasurer, measured_from, requests_for  # noqa: E402
+from servescope.sessions.store import load_session  # noqa: E402
+from servescope.workloads.spec import Workload  # noqa: E402
+
+PROFILES = {
+    "dense": "rtx-pro-6000/qwen3.5-27b-gptq-int4",  # dense 27B, RTX Pro 6000
+    "moe": "dgx-spark/qwen3-coder-30b-a3b-awq",  # MoE 30B-A3B, DGX Spark
+    "kv": "dgx-spark/gemma-4-31b-awq",  # dense 31B, DGX Spark, KV cache 12,752 tokens: the knee is memory
+}
+SEQS = ("4", "8", "16", "32", "64")
+LOADS = (2, 4, 8, 16, 32, 64)
+MIN_REQUESTS = 8
+RANDOM_DRAWS = 200
+
+
+def workload(d: Path) -> Workload:
+    from servescope.workloads.spec import load_toml
+
+    p = d / "bench.toml"
+    p.write_text('[workload]\nname = "bench"\ninput_tokens = 256\noutput_tokens = 32\n')
+    return load_toml(p)[0]
+
+
+def base_spec(profile: str, w: Workload, slos: dict[str, float]) -> SweepSpec:
+    return SweepSpec(launch=f"servescope sim --profile {profile}", workloads=(w,), slos=slos,
+                     requests=MIN_REQUESTS, telemetry_interval_s=None)
+
+
+def run_grid(profile: str, w: Workload, root: Path, space: Space) -> tuple[dict[tuple[int, int], str], float]:
+    spec = base_spec(profile, w, {"ttft_ms": 1e9})
+    m = LiveMeasurer(spec, RunContext(), root, "goodput", MIN_REQUESTS)
+    paths: dict[tuple[int, int], str] = {}
+    t0 = time.monotonic()
+    try:
+        for s, setting in enumerate(space.settings):
+            for ld, c in enumerate(space.loads):
+                got = m.measure(setting, c)
+                paths[(s, ld)] = got.session
+                print(f"  grid {setting.label} c={c}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    finally:
+        m.close()
+    return paths, time.monotonic() - t0
+
+
+def pick_slos(paths: dict[tuple[int, int], str], space: Space) -> dict[str, float]:
+    mid = len(space.settings) // 2
+    s = load_session(paths[(mid, 0)]).summaries()[0]
+    assert s is not None
+    ttft, tpot = s.ttft_ms.p50, s.tpot_ms.p50
+    assert ttft and tpot
+    return {"ttft_ms": round(3 * ttft, 1), "tpot_ms": round(1.5 * tpot, 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profiles", default="dense,moe,kv")
+    ap.add_argument("--runs", type=int, default=1, help="live tune runs per profile")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    rows = []
+    for key in a.profiles.split(","):
+        profile = PROFILES[key]
+        with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
+            root = Path(tmp)
+            w = workload(root)
+            space = Space((Dim("--max-num-seqs", SEQS, log_scale=True),), LOADS)
+            print(f"{key} ({profile}): grid of {space.cells} cells", file=sys.stderr, flush=True)
+            paths, grid_s = run_grid(profile, w, root / "grid", space)
+            slos = pick_slos(paths, space)
+            values = {c: measured_from(p, "goodput", slos, space.loads[c[1]]).value for c, p in paths.items()}
+            opt_cell = max(values, key=lambda c: values[c])
+            opt = values[opt_cell]
+            budget = space.cells // 3
+            runs = []
+            for r in range(a.runs):
+                spec = base_spec(profile, w, slos)
+                m = LiveMeasurer(spec, RunContext(), root / f"tune{r}", "goodput", MIN_REQUESTS)
+                model = TwinModel(space, w, slos, requests_for(MIN_REQUESTS), seed=r)
+                t0 = time.monotonic()
+                try:
+                    res = Tuner(space, "goodput", budget, model, m).run()
+                finally:
+                    m.close()
+                wall = time.monotonic() - t0
+                assert res.best is not None
+                runs.append({"pick": f"{space.settings[res.best[0]].label} c={space.loads[res.best[1]]}",
+                             "tune_value": res.best_value, "grid_value_at_pick": values[res.best],
+                             "ratio": values[res.best] / opt, "cells": res.cells_measured,
+                             "relaunches": res.relaunches, "confirmed": res.confirmed, "wall_s": round(wall, 1),
+                             "fit_s": round(sum(f.seconds for f in model.fits), 1),
+                             "path": [f"{space.settings[st.setting].label} c={st.concurrency}" for st in res.steps]})
+                print(f"  tune run {r + 1}: {runs[-1]}", file=sys.stderr, flush=True)
+            rng = random.Random(0)
+            cells = list(values)
+            rand = []
+            for _ in range(RANDOM_DRAWS):
+                pick = max(rng.sample(cells, budget), key=lambda c: values[c])
+                rand.append(values[pick] / opt)
+            rows.append({"profile": key, "name": profile, "grid_cells": space.cells, "slos": slos,
+                         "grid_optimum": f"{space.settings[opt_cell[0]].label} c={space.loads[opt_cell[1]]}",
+                         "grid_value": opt, "grid_wall_s": round(grid_s, 1), "budget": budget, "tune": runs,
+                         "random_median_ratio": statistics.median(rand),
+                         "random_within_5pct": sum(x >= 0.95 for x in rand) / len(rand)})
+            print(json.dumps(rows[-1]), flush=True)
+    print()
+    print("| profile | grid: cells, wall | grid optimum (goodput) | tune pick: its goodput in the grid "
+          "| tune: cells, relaunches, wall | random search, same budget: median, share within 5% |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        for t in r["tune"]:
+            print(f"| {r['profile']} ({r['name']}) | {r['grid_cells']}, {r['grid_wall_s']:.0f} s | "
+                  f"{r['grid_optimum']}: {r['grid_value']:.2f} req/s | {t['pick']}: {t['grid_value_at_pick']:.2f} "
+                  f"req/s ({t['ratio']:.1%}) | {t['cells']}, {t['relaunches']}, {t['wall_s']:.0f} s | "
+                  f"{r['random_median_ratio']:.1%}, {r['random_within_5pct']:.0%} |")
+    if a.out:
+        Path(a.out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

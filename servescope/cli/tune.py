@@ -1,0 +1,165 @@
+"""`servescope tune`: the best server flags (and load) for an objective at the SLOs, measuring few cells. The
+search is servescope.engine.tune, its model servescope.engine.tunemodel, the measuring and the session
+servescope.engine.tunerun; this module reads the flags, prints the progress and the answer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+from servescope.cli.common import api_key_from
+from servescope.cli.run import open_target
+from servescope.core.errors import ServescopeError
+from servescope.core.launchspec import INTERESTING, parse_launch
+from servescope.core.textsafe import clean_text
+from servescope.engine.spec import RunContext, SweepSpec
+from servescope.engine.tune import Space, Step, Tuner, check_dims, design, parse_loads, parse_search
+from servescope.engine.tunemodel import TwinModel, fit_summary
+from servescope.engine.tunerun import LiveMeasurer, requests_for, result_json, tune_table
+from servescope.sessions.store import SessionWriter, new_session_dir
+from servescope.sessions.views import DEFAULT_SLOS
+from servescope.sim.cli import build_parser
+
+DEFAULT_REQUESTS = 32  # a cell's requests at least (and two rounds of its users)
+
+
+def _known_flags(launch: str) -> tuple[str, object]:
+    """The launch command's kind, and a test of whether its server takes a flag."""
+    ls = parse_launch(launch)
+    if ls.kind == "sim":
+        flags = {o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")}
+        flags -= {"--help", "--list", "--port", "--host", "--profile", "--log-level", "--exit-with-parent"}
+        return ls.kind, flags
+    return ls.kind, {"--" + k.replace("_", "-") for k in INTERESTING} - {"--served-model-name"}
+
+
+def tune_command(args: argparse.Namespace) -> int:
+    out = sys.stderr if args.json else sys.stdout
+    spec = SweepSpec.from_args(args)
+    dims = [parse_search(x) for x in args.search]
+    if dims and not spec.launch:
+        raise ServescopeError("--search changes server flags: give --launch \"vllm serve MODEL ...\" (servescope "
+                              "relaunches it per setting); without --launch tune searches the load only")
+    if spec.launch:
+        kind, flags = _known_flags(spec.launch)
+        check_dims(dims, lambda f: f in flags)  # type: ignore[operator]
+        for d in dims:
+            if d.flag in ("--host", "--port", "--model", "--profile"):
+                raise ServescopeError(f"--search: {d.flag} is not a setting to tune; search a server flag such as "
+                                      "max-num-seqs")
+    if len(spec.workloads) != 1:
+        raise ServescopeError(f"tune optimises one workload; give one (-w NAME or FILE.toml), not "
+                              f"{len(spec.workloads)}")
+    w = spec.workloads[0]
+    if w.kind != "single" or w.dataset:
+        raise ServescopeError(f"workload {w.name!r}: tune predicts single-request workloads with token-length "
+                              "distributions; give a preset such as sharegpt or a [workload] TOML file")
+    loads = parse_loads(args.tune_loads)
+    if not spec.slos:
+        spec = spec.replace(slos=dict(DEFAULT_SLOS))
+    if spec.requests is None:
+        spec = spec.replace(requests=DEFAULT_REQUESTS)
+    space = Space(tuple(dims), loads)
+    first = design(space)
+    budget = args.budget if args.budget is not None else max(len(first) + 2, math.ceil(space.cells / 3))
+    if budget < len(first) + 1:
+        raise ServescopeError(f"--budget {budget}: the first design alone takes {len(first)} cells; give "
+                              f"--budget {len(first) + 1} or more (the full grid is {space.cells} cells)")
+    if budget > space.cells:
+        budget = space.cells
+    objective = args.objective
+    ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
+                     sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
+    name = spec.name or f"tune-{w.name}"
+    root = Path(args.save) if args.save else new_session_dir(ctx.sessions_dir, name)
+    started = time.monotonic()
+    print(f"tune: {space.cells} cells in the grid ({len(space.settings)} settings x {len(loads)} loads), budget "
+          f"{budget}, design {len(first)}; objective {objective} at {_slo_text(spec.slos)}; session {root}",
+          file=out, flush=True)
+    with ExitStack() as stack:
+        label = spec.target_text
+        if not spec.launch:
+            url, sim_label = open_target(spec.url, stack, out)
+            ctx = replace(ctx, url=url, target_label=sim_label)
+            label = sim_label or spec.url
+        writer = SessionWriter.create(root, {
+            "kind": "tune", "name": name, "model": spec.model or "?",
+            "target": {"url": label}, "slos": dict(spec.slos), "workloads": [w.to_dict()],
+            "sweep": spec.to_table(inline_workloads=True),
+            **({"server": {"launch": spec.target_text}} if spec.launch else {}),
+        })
+        mins = int(spec.requests or DEFAULT_REQUESTS)
+        measurer = LiveMeasurer(spec, ctx, root, objective, mins)
+        stack.callback(measurer.close)
+        model = TwinModel(space, w, spec.slos, requests_for(mins), spec.seed,
+                          progress=lambda t: print(f"  model: {t}", file=out, flush=True))
+        unit = "req/s" if objective == "goodput" else "users"
+
+        def on_step(st: Step) -> None:
+            band = f" (predicted [{_f(st.band[0])}, {_f(st.band[1])}])" if st.band else ""
+            print(clean_text(f"step {st.n}/{budget}: c={st.concurrency} {space.settings[st.setting].label}"
+                             f"{' [relaunched]' if st.relaunch else ''}: {objective} {_f(st.value)} {unit}{band}"
+                             f" - {st.why}"), file=out, flush=True)
+
+        tuner = Tuner(space, objective, budget, model, measurer, on_step=on_step)
+        try:
+            result = tuner.run()
+        except KeyboardInterrupt:
+            writer.finish("interrupted", "interrupted")
+            print(f"tune: interrupted; the cells measured are in {root / 'cells'}", file=sys.stderr)
+            return 130
+        except ServescopeError as e:
+            writer.finish("failed", e.message)
+            raise
+        writer.meta["tune"] = tune_table(result, spec.launch, root, started, fit_summary(model.fits))
+        writer.finish("completed")
+    print(format_result(writer.meta["tune"], spec.launch), file=out)  # type: ignore[arg-type]
+    if args.json:
+        print(json.dumps(result_json(str(root), result)))
+    return 0
+
+
+def _f(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def _slo_text(slos: dict[str, float]) -> str:
+    return ", ".join(f"{k} {'>=' if k == 'per_user_tok_s' else '<='} {v:g}" for k, v in slos.items())
+
+
+def format_result(t: dict[str, object], launch: str | None, out: TextIO | None = None) -> str:
+    """The answer, as `servescope tune` prints it (and the report's tune section reads the same table)."""
+    del out
+    unit = str(t.get("unit", ""))
+    lines = []
+    best = t.get("best")
+    if isinstance(best, dict):
+        ci = best.get("ci") or []
+        ci_text = f" [95% interval {_f(ci[0])}, {_f(ci[1])}]" if len(ci) == 2 else ""
+        lines.append(f"best: {best.get('server_args') or 'as launched'} at c={best.get('concurrency')}: "
+                     f"{t.get('objective')} {_f(float(best.get('objective') or 0))} {unit}{ci_text}")
+        if best.get("serve"):
+            lines.append(f"  serve it: {best['serve']}")
+    else:
+        lines.append("best: none (no cell measured)")
+    ru = t.get("runner_up")
+    if isinstance(ru, dict):
+        lines.append(f"runner-up: {ru.get('server_args') or 'as launched'}: {ru.get('why')}")
+    lines.append(f"cells: {t.get('cells_measured')} measured of {t.get('grid_cells')} in the grid (budget "
+                 f"{t.get('budget')}), {t.get('relaunches')} relaunches, confirmed: "
+                 f"{'yes' if t.get('confirmed') else 'no'}; stopped: {t.get('stop')}; {t.get('seconds')} s")
+    lines.append("path:")
+    for st in t.get("path") or []:  # type: ignore[attr-defined]
+        band = st.get("band") or []
+        pred = f" (predicted {_f(band[0])}-{_f(band[1])})" if len(band) == 2 else ""
+        lines.append(f"  {st['step']}. c={st['concurrency']} {st['server_args'] or 'as launched'}"
+                     f"{' [relaunch]' if st.get('relaunch') else ''}: {_f(float(st['objective']))} {unit}{pred}"
+                     f" - {st['why']}")
+    return "\n".join(clean_text(x) for x in lines)

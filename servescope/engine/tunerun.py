@@ -1,0 +1,259 @@
+"""`servescope tune` against a real server: each cell is a one-cell sweep (`run_sweep`) saved under the tune
+session (`cells/NNN-.../`, a full session each, so its requests are there for the model and for `report`); a
+launched server is kept running between cells of the same setting and relaunched only when the setting changes
+(`KeptServers`). The tune session's own session.toml has `kind = "tune"` and a [tune] table: the search space,
+the recommendation, the runner-up, the path (`tune_table`)."""
+
+from __future__ import annotations
+
+import math
+import shlex
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from servescope.core.kvbudget import KVBudget
+from servescope.core.launchspec import ArgValue
+from servescope.core.metrics import HIGHER_IS_BETTER, SLO_ATTAINMENT
+from servescope.core.secrets import redact_command
+from servescope.engine.aio import run_loop
+from servescope.engine.background import Background
+from servescope.engine.events import Event, Notice, SweepControl
+from servescope.engine.runner import run_sweep
+from servescope.engine.server import Servers
+from servescope.engine.spec import RunContext, SweepSpec
+from servescope.engine.tune import Measured, Objective, Setting, TuneResult, margins_of
+from servescope.engine.tunemodel import request_rows
+from servescope.sessions.store import load_session
+
+
+def serve_line(launch: str, setting: Setting) -> str:
+    """The launch command with the setting's flags set (replaced where given, else added), secrets as ••••: a
+    line to copy and paste."""
+    return redact_command(_with_setting(launch, setting))
+
+
+def requests_for(minimum: int) -> Callable[[int], int]:
+    """A cell's requests: at least `minimum`, and two rounds of its users (a closed loop's steady state)."""
+    return lambda c: max(minimum, 2 * c)
+
+
+class KeptServers:
+    """A ServerManager (servescope.engine.server) that keeps the launched server between sweeps: `want(spec)`
+    names the setting the next sweep runs; `launch` starts it only when another one runs (or none); `close`
+    leaves it running until `shutdown`."""
+
+    def __init__(self, api_key: str | None, log_dir: Path) -> None:
+        self.api_key = api_key
+        self.log_dir = log_dir
+        self.bg = Background()
+        self.inner: Servers | None = None
+        self.key: str | None = None
+        self.pending: SweepSpec | None = None
+        self.launches = 0
+
+    def want(self, spec: SweepSpec) -> None:
+        self.pending = spec
+
+    @property
+    def url(self) -> str:
+        return self.inner.url if self.inner is not None else ""
+
+    @property
+    def variant(self) -> int:
+        return 0 if self.inner is not None else -1
+
+    async def launch(self, variant: int, log_dir: Path) -> None:
+        spec = self.pending
+        assert spec is not None and spec.launch
+        alive = self.inner is not None and self.inner.proc is not None and self.inner.proc.alive
+        if alive and self.key == spec.launch:
+            return
+        if self.inner is not None:
+            await self.inner.close()
+        self.inner = Servers(spec, "", self.api_key, self.bg)
+        await self.inner.launch(0, self.log_dir / f"launch-{self.launches + 1:02d}")
+        self.key = spec.launch
+        self.launches += 1
+
+    async def healthy(self, timeout_s: float = 5.0) -> bool:
+        return self.inner is not None and await self.inner.healthy(timeout_s)
+
+    async def recover(self, timeout_s: float, stopping: Callable[[], bool]) -> bool:
+        return self.inner is not None and await self.inner.recover(timeout_s, stopping)
+
+    def server_args(self) -> dict[str, ArgValue] | None:
+        return self.inner.server_args() if self.inner is not None else None
+
+    def kv_budget(self) -> KVBudget | None:
+        return self.inner.kv_budget() if self.inner is not None else None
+
+    async def close(self) -> None:
+        """Kept running: the next cell of the same setting uses it (`shutdown` stops it)."""
+
+    def shutdown(self) -> None:
+        if self.inner is not None:
+            run_loop(self.inner.close())
+            self.inner = None
+        self.bg.close()
+
+
+@dataclass
+class LiveMeasurer:
+    """Measures a cell with a one-cell sweep of `base` (its workload, requests, repeat, SLOs, seed) at the
+    setting and concurrency asked."""
+
+    base: SweepSpec
+    ctx: RunContext
+    root: Path
+    objective: Objective
+    minimum_requests: int
+    on_event: Callable[[Event], None] | None = None
+    servers: KeptServers | None = None
+    count: int = 0
+    control: SweepControl | None = None
+
+    def __post_init__(self) -> None:
+        if self.base.launch:
+            self.servers = KeptServers(self.ctx.api_key, self.root / "servers")
+
+    @property
+    def relaunches(self) -> int:
+        return max(0, self.servers.launches - 1) if self.servers is not None else 0
+
+    @property
+    def launches(self) -> int:
+        return self.servers.launches if self.servers is not None else 0
+
+    def measure(self, setting: Setting, concurrency: int) -> Measured:
+        self.count += 1
+        n = requests_for(self.minimum_requests)(concurrency)
+        spec = self.base.replace(concurrency=(concurrency,), rates=None, requests=n, variants=(),
+                                 name=f"{self.base.name or 'tune'} cell {self.count}")
+        if self.base.launch:
+            spec = spec.replace(launch=_with_setting(self.base.launch, setting))
+        slug = "-".join(f"{f.lstrip('-')}{v}" for f, v in setting.args)[:60]
+        save = self.root / "cells" / f"{self.count:03d}-c{concurrency}{'-' + slug if slug else ''}"
+        ctx = replace(self.ctx, save_dir=save)
+        if self.servers is not None:
+            self.servers.want(spec)
+        control = self.control or SweepControl()
+
+        async def go() -> None:
+            async for ev in run_sweep(spec, ctx, control, servers=self.servers):
+                if self.on_event is not None:
+                    self.on_event(ev)
+
+        run_loop(go())
+        if control.stopping:
+            raise KeyboardInterrupt
+        return measured_from(str(save), self.objective, dict(self.base.slos), concurrency)
+
+    def close(self) -> None:
+        if self.servers is not None:
+            self.servers.shutdown()
+
+
+def _with_setting(launch: str, setting: Setting) -> str:
+    words = shlex.split(launch)
+    for flag, value in setting.args:
+        for i, w in enumerate(words):
+            if w == flag and i + 1 < len(words):
+                words[i + 1] = value
+                break
+            if w.startswith(flag + "="):
+                words[i] = f"{flag}={value}"
+                break
+        else:
+            words += [flag, value]
+    return shlex.join(words)
+
+
+def measured_from(path: str, objective: Objective, slos: dict[str, float], concurrency: int) -> Measured:
+    """A measured cell from its one-cell session: the median of its repeats, and a 95% interval (goodput: a
+    Poisson interval on the count of requests within the SLOs over the cells' wall time, widened to the repeats'
+    range; capacity: none here, the search gives it)."""
+    s = load_session(path)
+    summaries = [x for x, row in zip(s.summaries(), s.cells.to_dicts(), strict=False)
+                 if x is not None and row.get("status") == "done"]
+    rows, wall = request_rows(path)
+    margins = margins_of(rows, slos, HIGHER_IS_BETTER)
+    if not summaries:
+        return Measured(0.0, margins, wall, False, 0.0, 0.0, path, (0.0, 0.0))
+    goodputs = [float(x.goodput_req_s or 0.0) for x in summaries]
+    attain = [float(x.slo_met_fraction or 0.0) for x in summaries]
+    gp, at = statistics.median(goodputs), statistics.median(attain)
+    meets = at >= SLO_ATTAINMENT
+    if objective == "capacity":
+        return Measured(float(concurrency) if meets else 0.0, margins, wall, meets, gp, at, path, None)
+    walls = sum(float(x.wall_s or 0.0) for x in summaries)
+    good = sum(g * float(x.wall_s or 0.0) for g, x in zip(goodputs, summaries, strict=True))
+    half = 1.96 * math.sqrt(max(good, 1.0))
+    lo, hi = max(0.0, good - half) / max(walls, 1e-9), (good + half) / max(walls, 1e-9)
+    if len(goodputs) > 1:
+        lo, hi = min(lo, min(goodputs)), max(hi, max(goodputs))
+    return Measured(gp, margins, wall, meets, gp, at, path, (lo, hi))
+
+
+# ---- the session ----------------------------------------------------------------------------------------
+def tune_table(result: TuneResult, launch: str | None, root: Path, started: float,
+               fits: str) -> dict[str, object]:
+    """The [tune] table of the tune session's session.toml (TOML-ready: no None)."""
+    sp = result.space
+    best = result.best_setting
+    unit = "req/s" if result.objective == "goodput" else "users"
+    out: dict[str, object] = {
+        "objective": result.objective,
+        "unit": unit,
+        "search": [{"flag": d.flag, "values": list(d.values), "scale": "log" if d.log_scale else "list"}
+                   for d in sp.dims],
+        "loads": list(sp.loads),
+        "grid_cells": sp.cells,
+        "budget": result.budget,
+        "cells_measured": result.cells_measured,
+        "relaunches": result.relaunches,
+        "confirmed": result.confirmed,
+        "stop": result.stop_reason,
+        "seconds": round(time.monotonic() - started, 1),
+        "fits": fits,
+    }
+    if best is not None and result.best is not None:
+        out["best"] = {"server_args": best.text, "concurrency": sp.loads[result.best[1]],
+                       "objective": round(result.best_value, 6),
+                       "ci": [round(x, 6) for x in result.best_ci] if result.best_ci else [],
+                       "serve": serve_line(launch, best) if launch else ""}
+    if result.runner_up is not None:
+        rs = sp.settings[result.runner_up[0]]
+        out["runner_up"] = {"server_args": rs.text, "concurrency": sp.loads[result.runner_up[1]],
+                            "objective": round(result.runner_up_value or 0.0, 6),
+                            "measured": result.runner_up_measured, "why": result.runner_up_why}
+    out["path"] = [{"step": st.n, "server_args": sp.settings[st.setting].text, "concurrency": st.concurrency,
+                    "why": st.why, "objective": round(st.value, 6), "relaunch": st.relaunch,
+                    "band": [round(x, 6) for x in st.band] if st.band else [],
+                    "cell": str(Path(st.session).relative_to(root)) if st.session else ""}
+                   for st in result.steps]
+    out["predicted"] = [{"server_args": sp.settings[s].text, "concurrency": sp.loads[ld],
+                         "low": round(lo, 6), "mid": round(mid, 6), "high": round(hi, 6)}
+                        for (s, ld), (lo, mid, hi) in sorted(result.predictions.items())]
+    return out
+
+
+def result_json(session: str, result: TuneResult) -> dict[str, object]:
+    """What `tune --json` prints: exactly these keys."""
+    best = result.best_setting
+    return {"session": session,
+            "best": {"server_args": best.text if best is not None else None,
+                     "objective": result.best_value if best is not None else None,
+                     "ci": list(result.best_ci) if result.best_ci else None},
+            "cells_measured": result.cells_measured, "relaunches": result.relaunches,
+            "confirmed": result.confirmed}
+
+
+def check_notices(ev: Event) -> str | None:
+    """A sweep's warning or error notice, as one line (None for anything else)."""
+    if isinstance(ev, Notice) and ev.level in ("warning", "error"):
+        return f"{ev.level}: {ev.text}"
+    return None
+

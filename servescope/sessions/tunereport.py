@@ -1,0 +1,62 @@
+"""The tune section of a report: a `kind = "tune"` session's [tune] table (written by servescope tune:
+servescope.engine.tunerun.tune_table) as Markdown: the recommendation, the runner-up and why it lost, the cost of
+the search and its path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from servescope.core.textsafe import md_escape
+
+
+def _f(v: object) -> str:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return "-"
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def tune_section(table: object, level: int) -> list[str]:
+    """The tune section, or [] when the table is missing (a search that did not finish)."""
+    if not isinstance(table, Mapping):
+        return []
+    h = "#" * level
+    unit = str(table.get("unit", ""))
+    objective = str(table.get("objective", ""))
+    what = ("goodput: requests/s meeting every SLO" if objective == "goodput" else
+            "capacity: the most concurrent users whose cell meets the SLOs (90% of requests within them)")
+    out = [f"{h} Tune: the best server setting", "", f"Objective: {md_escape(what)}.", ""]
+    best = table.get("best")
+    if isinstance(best, Mapping):
+        ci = best.get("ci")
+        ci_text = (f" (95% interval {_f(ci[0])}-{_f(ci[1])} {unit})" if isinstance(ci, list) and len(ci) == 2
+                   else "")
+        out += [f"- Best: `{md_escape(str(best.get('server_args') or 'as launched'))}` at "
+                f"c={best.get('concurrency')}: {objective} {_f(best.get('objective'))} {unit}{ci_text}"]
+        if best.get("serve"):
+            out += [f"- Serve it: `{str(best['serve']).replace('`', '')}`"]
+    else:
+        out += ["- Best: none (the search measured no cell)"]
+    ru = table.get("runner_up")
+    if isinstance(ru, Mapping):
+        out += [f"- Runner-up: `{md_escape(str(ru.get('server_args') or 'as launched'))}`: "
+                f"{md_escape(str(ru.get('why', '')))}"]
+    out += [f"- Cost: {table.get('cells_measured')} cells measured of {table.get('grid_cells')} in the grid "
+            f"(budget {table.get('budget')}), {table.get('relaunches')} relaunches, {_f(table.get('seconds'))} s; "
+            f"confirmed: {'yes' if table.get('confirmed') else 'no'}; stopped: {md_escape(str(table.get('stop')))}",
+            ""]
+    path = table.get("path")
+    if isinstance(path, list) and path:
+        out += [f"{h}# Search path", "", f"| step | server args | users | {md_escape(objective)} {unit} | "
+                f"predicted before | why |", "|---:|---|---:|---:|---|---|"]
+        for st in path:
+            if not isinstance(st, Mapping):
+                continue
+            band = st.get("band")
+            pred = f"{_f(band[0])}-{_f(band[1])}" if isinstance(band, list) and len(band) == 2 else "-"
+            relaunch = " (relaunched)" if st.get("relaunch") else ""
+            out.append(f"| {st.get('step')} | `{md_escape(str(st.get('server_args') or 'as launched'))}`"
+                       f"{relaunch} | {st.get('concurrency')} | {_f(st.get('objective'))} | {pred} | "
+                       f"{md_escape(str(st.get('why', '')))} |")
+        out += ["", "Each step's cell is a session of its own under `cells/` in this session's directory "
+                "(`servescope report` on it shows its figures).", ""]
+    return out

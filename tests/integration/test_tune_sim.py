@@ -1,0 +1,77 @@
+"""`servescope tune` end to end against the simulator, as a user runs it: a small budget-bounded search over
+--max-num-seqs and the load (a launched `servescope sim`, relaunched per setting), its --json contract, its
+session (kind "tune") and the report's tune section; and bad input, each a one-line error before anything
+starts."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import servescope
+
+
+def _workload(d: Path) -> str:
+    p = d / "short.toml"
+    p.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 16\n')
+    return str(p)
+
+
+@pytest.mark.slow
+def test_small_tune_against_the_simulator(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    p = servescope("tune", "--launch", "servescope sim --profile tiny", "--search", "max-num-seqs=2|16",
+                   "-w", wl, "-c", "2..16", "-n", "8", "--slo", "ttft_ms=2000,tpot_ms=100", "--budget", "5",
+                   "--sessions-dir", str(tmp_path / "sessions"), "--json", timeout=110)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert set(out) == {"session", "best", "cells_measured", "relaunches", "confirmed"}
+    assert set(out["best"]) == {"server_args", "objective", "ci"}
+    assert out["best"]["server_args"] in ("--max-num-seqs 2", "--max-num-seqs 16")
+    assert out["best"]["objective"] > 0
+    lo, hi = out["best"]["ci"]
+    assert lo <= hi
+    assert 3 <= out["cells_measured"] <= 5
+    assert 1 <= out["relaunches"] < out["cells_measured"]  # two settings; cells of one setting share a launch
+    assert isinstance(out["confirmed"], bool)
+    session = Path(out["session"])
+    meta = tomllib.loads((session / "session.toml").read_text())
+    assert meta["kind"] == "tune" and meta["status"] == "completed"
+    tune = meta["tune"]
+    assert len(tune["path"]) == out["cells_measured"]
+    assert tune["best"]["serve"].startswith("servescope sim --profile tiny --max-num-seqs ")
+    assert all((session / st["cell"] / "session.toml").is_file() for st in tune["path"])
+    assert "serve it: servescope sim --profile tiny --max-num-seqs" in p.stderr  # the text goes to stderr with --json
+    rep = servescope("report", str(session))
+    assert rep.returncode == 0, rep.stderr
+    assert "## Tune: the best server setting" in rep.stdout
+    assert "### Search path" in rep.stdout
+    assert "Serve it: `servescope sim --profile tiny --max-num-seqs" in rep.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--search", "max-num-seqs=64..16"], "0 < LOW < HIGH"),
+    (["--search", "max-num-seqs"], "give FLAG=LOW..HIGH"),
+    (["--search", "no-such-flag=1|2"], "the server takes no --no-such-flag flag"),
+    (["--search", "max-num-seqs=2|4", "--budget", "2"], "--budget 2: the first design alone takes"),
+    (["--search", "max-num-seqs=2|4", "-c", "0,4"], "give levels of 1 or more"),
+])
+def test_bad_tune_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> None:
+    p = servescope("tune", "--launch", "servescope sim --profile tiny", *args,
+                   "--sessions-dir", str(tmp_path / "sessions"), timeout=60)
+    assert p.returncode != 0
+    err = p.stderr.strip()
+    assert says in err, err
+    assert len(err.splitlines()) == 1, err
+    assert not (tmp_path / "sessions").exists() or not any((tmp_path / "sessions").iterdir())
+
+
+def test_search_without_launch_is_refused(tmp_path: Path) -> None:
+    p = servescope("tune", "--url", "http://127.0.0.1:9", "--search", "max-num-seqs=2|4",
+                   "--sessions-dir", str(tmp_path / "sessions"), timeout=60)
+    assert p.returncode != 0
+    assert "--search changes server flags: give --launch" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
