@@ -19,7 +19,7 @@ from servescope.cli.common import api_key_from, check_writable_session, resolve_
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, CellQuality, Dist
+from servescope.core.results import METRICS, CellQuality, Dist, rate_limit_line
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
@@ -63,6 +63,11 @@ class CellRow(TypedDict, total=False):
     requests_ok: int
     requests_failed: int
     requests_bad_usage: int | None
+    requests_rate_limited: int | None  # HTTP 429s, apart from ok and failed
+    rate_limit_retries: int | None  # --retry-after: 429s sent again, and the seconds waited before them
+    retry_wait_s: float | None
+    retry_after_s_max: float | None
+    input_lengths: str | None  # "calibrated" (no /tokenize), "estimated", or None: exact
     wall_s: float | None
     input_tokens_requested: float | None
     input_tokens_mean: float | None
@@ -151,6 +156,9 @@ def add_figures(row: CellRow, s: CellResult) -> None:
 
     row["requests_ok"], row["requests_failed"] = s.requests_ok, s.requests_failed
     row["requests_bad_usage"], row["wall_s"] = s.requests_bad_usage, s.wall_s
+    row["requests_rate_limited"], row["rate_limit_retries"] = s.requests_rate_limited, s.rate_limit_retries
+    row["retry_wait_s"], row["retry_after_s_max"] = s.retry_wait_s, s.retry_after_s_max
+    row["input_lengths"] = s.input_lengths
     row["input_tokens_requested"], row["input_tokens_mean"] = s.input_tokens_requested, s.input_tokens_mean
     row["output_tokens_requested"], row["output_tokens_mean"] = s.output_tokens_requested, s.output_tokens_mean
     row["reasoning_tokens_mean"], row["request_s"] = s.reasoning_tokens_mean, s.request_s
@@ -271,8 +279,10 @@ def format_cell(ev: Any, total: int) -> str:
         f"cell {c.index + 1}/{total}  {clean_text(c.label)}  [{ev.status}]  {s.requests_ok} ok, "
         f"{s.requests_failed} failed"
         + (f" ({s.requests_bad_usage} with bad usage)" if s.requests_bad_usage else "")
+        + (f", {s.requests_rate_limited} rate-limited (HTTP 429)" if s.requests_rate_limited else "")
         + f", wall {_f(s.wall_s, 2)} s"
         + (f"  ({clean_text(ev.reason)})" if ev.reason else ""),
+        *([f"  {rate_limit_line(s)}"] if s.mostly_rate_limited else []),
         f"  aggregate: output {_f(s.output_tok_s)} tok/s, total {_f(s.total_tok_s)} tok/s, "
         f"{_f(s.request_s, 2)} req/s, goodput {_f(s.goodput_req_s, 2)} req/s",
         f"  {'metric':<18}" + "".join(f" {h:>11}" for h in ("mean", "p50", "p90", "p99", "max")),
@@ -282,12 +292,17 @@ def format_cell(ev: Any, total: int) -> str:
         # every column starts with a space: a value wider than its column (1,234,567.89) never runs into the next
         lines.append(f"  {_label(key):<18}" + "".join(f" {_f(d.stat(k), 2):>11}" for k in ("mean", "p50", "p90", "p99", "max")))
     mm = s.input_tokens_mismatch
+    sized = f", {s.input_lengths} lengths: no /tokenize" if s.input_lengths else ""
     lines.append(
         f"  tokens: input requested {_f(s.input_tokens_requested)}, measured {_f(s.input_tokens_mean)}"
-        f" (max mismatch {_f(mm.max_abs) if mm is not None else '-'}); output requested "
+        f" (max mismatch {_f(mm.max_abs) if mm is not None else '-'}{sized}); output requested "
         f"{_f(s.output_tokens_requested)}, measured {_f(s.output_tokens_mean)}"
         + (f" (reasoning {_f(s.reasoning_tokens_mean)})" if s.reasoning_tokens_mean else "")
     )
+    if s.rate_limit_retries:
+        lines.append(f"  rate limits: {s.rate_limit_retries} HTTP 429s sent again (--retry-after) after waiting "
+                     f"{_f(s.retry_wait_s, 1)} s in all; latencies are the served attempts', the waits are in "
+                     "client queue")
     if s.client is not None:
         lines.append(f"  client: {client_text(s.client)}")
     srv = s.server

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import ssl
 import sys
 import time
@@ -25,7 +26,7 @@ import httpx
 import msgspec
 
 from servescope.core.rawhttp import RawClient, RawHTTPError, StaleConnection
-from servescope.core.records import RequestRecord
+from servescope.core.records import RETRY_STATUS, RequestRecord
 from servescope.core.sse import SSEParser
 from servescope.core.textsafe import clean_secret_text, clean_text
 
@@ -119,6 +120,11 @@ class ClientOptions:
     extra_body: dict[str, object] | None = None  # JSON merged into every request's body, as the user gave it
     transport: str = "raw"  # or "aiohttp", "httpx"
     max_model_len: int | None = None  # bounds the token counts a server's usage may plausibly say
+    # --retry-after: a 429 is sent again after its Retry-After, waiting at most this long (s) each time (core/load.py);
+    # None: a 429 is recorded as `rate_limited` and never sent again (that would change the load's schedule)
+    retry_after_max_s: float | None = None
+    # why the server refused `ignore_eos` (its 400's text), once it did: the field is then dropped (ignore_eos False)
+    ignore_eos_refused: str = ""
 
 
 def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
@@ -245,6 +251,48 @@ def _request_errors() -> tuple[type[BaseException], ...]:
 def _rejects_usage_stats(error: str) -> bool:
     e = error.lower()
     return "continuous_usage_stats" in e or "stream_options" in e
+
+
+def _rejects_ignore_eos(error: str) -> bool:
+    """A 400/422 that names the fields `ignore_eos` sends (vLLM's extensions an OpenAI API does not know)."""
+    e = error.lower()
+    return "ignore_eos" in e or "min_tokens" in e
+
+
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header's wait in seconds: delta-seconds ("20", "1.5") or an HTTP date; None when absent or
+    unreadable. Never negative (a date in the past is 0)."""
+    if not value:
+        return None
+    v = value.strip()
+    try:
+        f = float(v)
+    except ValueError:
+        import email.utils
+
+        try:
+            when = email.utils.parsedate_to_datetime(v)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        f = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, f) if f == f and f != float("inf") else None
+
+
+# a wait named in a 429's text: "Please try again in 20s", "retry after 350ms", "try again in 1.5 seconds"
+_RETRY_HINT = re.compile(r"(?:try again|retry)(?: (?:in|after))? (\d+(?:\.\d+)?)\s*(ms\b|milliseconds?|s\b|secs?\b|"
+                         r"seconds?|m\b|min\b|minutes?)?", re.IGNORECASE)
+
+
+def retry_hint_s(text: str) -> float | None:
+    """The wait a 429's error text names ("Please try again in 20s", "retry after 350ms"), for a server whose
+    Retry-After header the transport did not keep; None when it names none."""
+    m = _RETRY_HINT.search(text)
+    if m is None:
+        return None
+    n, unit = float(m.group(1)), (m.group(2) or "s").lower()
+    return n / 1000 if unit.startswith("ms") or unit.startswith("milli") else n * 60 if unit.startswith("m") else n
 
 
 def _copy_into(dst: RequestRecord, src: RequestRecord) -> RequestRecord:
@@ -619,11 +667,14 @@ async def stream_request(
     or an httpx.AsyncClient. With `reply` (a list),
     the reply's content text is appended to it piece by piece (a conversation resends it next turn)."""
     body = build_body(spec, opts)
+    sent_eos, sent_usage = opts.ignore_eos, opts.continuous_usage  # what this body carries (another request may
+    # drop a field from `opts` while this one is in flight: its 400 is then sent again all the same)
     secret = opts.api_key
     st = _Stream(rec, usage_bound(opts.max_model_len), secret, reply)
     status = 0
     ctype = ""
     raw_error = b""
+    retry_after = ""  # the response's Retry-After header (a 429's)
     try:
         async with asyncio.timeout(opts.timeout_s):
             if isinstance(http, RawClient):
@@ -635,6 +686,7 @@ async def stream_request(
                 async with http.stream("POST", endpoint(spec.api), content=body) as resp:
                     status = rec.http_status = resp.status_code
                     ctype = resp.headers.get("content-type", "")
+                    retry_after = resp.headers.get("retry-after", "")
                     if status != 200:
                         raw_error = await _read_capped(resp.aiter_bytes())
                     else:
@@ -647,6 +699,7 @@ async def stream_request(
                 async with http.post(endpoint(spec.api), data=body) as resp:
                     status = rec.http_status = resp.status
                     ctype = resp.headers.get("Content-Type", "")
+                    retry_after = resp.headers.get("Retry-After", "")
                     if status != 200:
                         raw_error = await _read_capped(resp.content.iter_any())
                     else:
@@ -656,10 +709,25 @@ async def stream_request(
                                 break
             rec.end_ns = _perf()
             st.close(rec.end_ns)
+            if status == RETRY_STATUS:  # a rate limit: the server's policy, not a failure (core/records.py)
+                rec.status = "rate_limited"
+                rec.error = f"HTTP {status}: {_error_text(raw_error, secret)}"
+                rec.retry_after_s = retry_after_s(retry_after)
+                if rec.retry_after_s is None:
+                    rec.retry_after_s = retry_hint_s(rec.error)
+                return rec
             if status != 200:
                 rec.status = "error"
                 rec.error = f"HTTP {status}: {_error_text(raw_error, secret)}"
-                if status in (400, 422) and opts.continuous_usage and _rejects_usage_stats(rec.error):
+                if status in (400, 422) and sent_eos and _rejects_ignore_eos(rec.error):
+                    # a server (an OpenAI API) that refuses vLLM's ignore_eos/min_tokens: drop them and send again
+                    opts.ignore_eos = False
+                    opts.ignore_eos_refused = opts.ignore_eos_refused or rec.error
+                    fresh = RequestRecord(rec.index, rec.user, rec.warmup, rec.input_tokens_requested,
+                                          rec.output_tokens_requested, rec.scheduled_ns,
+                                          conversation=rec.conversation, turn=rec.turn, turns=rec.turns)
+                    return _copy_into(rec, await stream_request(http, opts, spec, fresh, reply))
+                if status in (400, 422) and sent_usage and _rejects_usage_stats(rec.error):
                     # a server that does not know continuous_usage_stats: drop it and send again
                     opts.continuous_usage = False
                     fresh = RequestRecord(rec.index, rec.user, rec.warmup, rec.input_tokens_requested,

@@ -260,6 +260,7 @@ class _Tracker:
     def __init__(self, load: Load, control: CellControl, on_record: Callable[[RequestRecord], None] | None):
         self.records: list[RequestRecord] = []
         self.consecutive_fail = 0
+        self.consecutive_limited = 0  # of those, rate-limited ones (HTTP 429)
         self.limit = failure_limit(load)
         self.control = control
         self.on_record = on_record
@@ -268,21 +269,62 @@ class _Tracker:
         self.records.append(rec)
         if rec.status == "ok":
             self.consecutive_fail = 0
+            self.consecutive_limited = 0
         elif rec.status != "cancelled":
             self.consecutive_fail += 1
+            self.consecutive_limited = self.consecutive_limited + 1 if rec.status == "rate_limited" else 0
             if self.consecutive_fail >= self.limit and not self.control.stop.is_set():
-                self.control.request_stop(f"{self.consecutive_fail} requests in a row failed, last: {rec.error}")
+                if self.consecutive_limited == self.consecutive_fail:  # a closed loop would only collect 429s
+                    after = f" (Retry-After {rec.retry_after_s:g} s)" if rec.retry_after_s is not None else ""
+                    self.control.request_stop(f"{self.consecutive_limited} requests in a row were rate-limited "
+                                              f"(HTTP 429){after}: lower the load, or pass --retry-after MAX_WAIT "
+                                              "to wait and send them again")
+                else:
+                    self.control.request_stop(f"{self.consecutive_fail} requests in a row failed, last: {rec.error}")
         if self.on_record is not None:
             self.on_record(rec)
+
+
+RETRY_LIMIT = 5  # with --retry-after: 429s of one request sent again, at most
+RETRY_DEFAULT_S = 1.0  # the wait after a 429 that named none (no Retry-After)
+
+
+async def _stream_retrying(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec, rec: RequestRecord,
+                           control: CellControl | None, reply: list[str] | None) -> None:
+    """Send the request; with --retry-after (`opts.retry_after_max_s`), a 429 is sent again after the server's
+    Retry-After (at most `retry_after_max_s`; `RETRY_DEFAULT_S` when it named none), up to `RETRY_LIMIT` times,
+    unless the cell ends meanwhile. The record then holds the last attempt (its send stamp: TTFT and E2E are the
+    served attempt's) with `retries` and `retry_wait_s`; its client queueing (sent - scheduled) includes the waits."""
+    cap = opts.retry_after_max_s
+    await (stream_request(http, opts, spec, rec) if reply is None else stream_request(http, opts, spec, rec, reply))
+    waited, tries = 0.0, 0
+    while rec.status == "rate_limited" and cap is not None and tries < RETRY_LIMIT and control is not None:
+        wait = min(cap, rec.retry_after_s if rec.retry_after_s is not None else RETRY_DEFAULT_S)
+        t0 = _perf()
+        if not await _until(t0 + int(wait * 1e9), control):  # the cell ended: the 429 stays the record
+            rec.retries, rec.retry_wait_s = tries, waited
+            return
+        waited += (_perf() - t0) / 1e9
+        tries += 1
+        if reply is not None:
+            reply.clear()
+        fresh = RequestRecord(rec.index, rec.user, rec.warmup, rec.input_tokens_requested,
+                              rec.output_tokens_requested, rec.scheduled_ns, conversation=rec.conversation,
+                              turn=rec.turn, turns=rec.turns)
+        await (stream_request(http, opts, spec, fresh) if reply is None
+               else stream_request(http, opts, spec, fresh, reply))
+        seen = rec.retry_after_s
+        for name in RequestRecord.__slots__:
+            setattr(rec, name, getattr(fresh, name))
+        if rec.retry_after_s is None:  # served at last: the record keeps the Retry-After it waited on
+            rec.retry_after_s = seen
+    rec.retries, rec.retry_wait_s = tries, waited
 
 
 async def _send(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec, rec: RequestRecord,
                 tracker: _Tracker | None, reply: list[str] | None = None) -> None:
     try:
-        if reply is None:
-            await stream_request(http, opts, spec, rec)
-        else:
-            await stream_request(http, opts, spec, rec, reply)
+        await _stream_retrying(http, opts, spec, rec, tracker.control if tracker is not None else None, reply)
     except asyncio.CancelledError:
         rec.end_ns = _perf()
         rec.status = "cancelled"

@@ -20,6 +20,10 @@ Definitions (also in the README and in every report):
 - client health (core/health.py judge_client): bunched_share = the share of successful requests' token events
   after their first that carry the same perf_counter_ns stamp as the request's previous one (read in one
   piece: the client read late); send_late_p99_ms = client_queue_ms p99 of an uncapped open loop.
+- rate limits: a request answered HTTP 429 is `rate_limited`, counted apart from ok and failed
+  (requests_rate_limited) and measured in no latency figure. With --retry-after it is sent again after the
+  server's Retry-After: TTFT, TPOT and E2E are then the served attempt's (from its own send), and the wait shows
+  in client_queue_ms (actual send of the served attempt - scheduled send) and in retry_wait_s (all waits, s).
 - multi-turn cells: per turn index, TTFT p50/p90 and mean input/output tokens; per complete conversation,
   duration_s (first turn sent -> last reply's end, think times included) and its turns' prompt/output tokens.
 """
@@ -65,7 +69,8 @@ REQUEST_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "usage_reported": pl.Boolean, "scheduled_ns": pl.Int64, "sent_ns": pl.Int64, "first_token_ns": pl.Int64,
     "first_content_ns": pl.Int64, "end_ns": pl.Int64, "chunk_ns": pl.List(pl.Int64),
     "chunk_tokens": pl.List(pl.Int64), "cached_tokens": pl.Int64, "conversation": pl.Int64, "turn": pl.Int64,
-    "turns": pl.Int64, "server_prompt_ms": pl.Float64,
+    "turns": pl.Int64, "server_prompt_ms": pl.Float64, "retry_after_s": pl.Float64, "retries": pl.Int64,
+    "retry_wait_s": pl.Float64,
 }
 
 
@@ -97,6 +102,9 @@ def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
         cols["turn"].append(r.turn)
         cols["turns"].append(r.turns)
         cols["server_prompt_ms"].append(r.server_prompt_ms)
+        cols["retry_after_s"].append(r.retry_after_s)
+        cols["retries"].append(r.retries)
+        cols["retry_wait_s"].append(r.retry_wait_s)
     return pl.DataFrame(cols, schema=REQUEST_SCHEMA)
 
 
@@ -240,9 +248,12 @@ def _flag_damaged(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _with_turn_columns(df: pl.DataFrame) -> pl.DataFrame:
-    """Rows written before servescope measured conversations and cached tokens: single-turn, cached unknown."""
-    missing = {"cached_tokens": None, "conversation": -1, "turn": 0, "turns": 0}
-    return df.with_columns(pl.lit(v, dtype=pl.Int64).alias(k) for k, v in missing.items() if k not in df.columns)
+    """Rows written before servescope measured conversations, cached tokens and rate limits: single-turn, cached
+    unknown, never retried."""
+    missing = {"cached_tokens": None, "conversation": -1, "turn": 0, "turns": 0, "retries": 0}
+    df = df.with_columns(pl.lit(v, dtype=pl.Int64).alias(k) for k, v in missing.items() if k not in df.columns)
+    floats = {"retry_after_s": None, "retry_wait_s": 0.0}
+    return df.with_columns(pl.lit(v, dtype=pl.Float64).alias(k) for k, v in floats.items() if k not in df.columns)
 
 
 class CacheFigures(NamedTuple):
@@ -331,6 +342,9 @@ def summarize(
     ok = pr.filter(pl.col("status") == "ok")
     itl = itl_frame(pr)
     n_ok = ok.height
+    n_limited = int((pr["status"] == "rate_limited").sum())
+    retries = int(pr["retries"].sum() or 0)
+    after = pr["retry_after_s"].drop_nulls()
     out_tok = int(ok["output_tokens"].sum() or 0)
     in_tok = int(ok.filter(pl.col("prompt_tokens") >= 0)["prompt_tokens"].sum() or 0)
     wall = max(wall_s, 1e-9)
@@ -358,8 +372,12 @@ def summarize(
     multi_turn = bool((pr["turn"] > 0).any())
     return CellResult(
         requests_ok=n_ok,
-        requests_failed=pr.height - n_ok,
+        requests_failed=pr.height - n_ok - n_limited,  # HTTP 429s are counted apart (the server's policy)
         requests_bad_usage=int((pr["status"] == "bad_usage").sum()),  # among the failed: usage not a count
+        requests_rate_limited=n_limited,
+        rate_limit_retries=retries or None,
+        retry_wait_s=float(pr["retry_wait_s"].sum() or 0.0) if retries else None,
+        retry_after_s_max=float(after.max()) if after.len() else None,  # type: ignore[arg-type]
         wall_s=wall_s,
         input_tokens_requested=float(req_in.mean()) if req_in.len() else None,  # type: ignore[arg-type]
         input_tokens_mean=float(known_prompt["prompt_tokens"].mean()) if known_prompt.height else None,  # type: ignore[arg-type]

@@ -7,10 +7,13 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Literal
 
-Status = Literal["ok", "error", "timeout", "cut", "cancelled", "bad_usage"]
+Status = Literal["ok", "error", "timeout", "cut", "cancelled", "bad_usage", "rate_limited"]
 # bad_usage: the stream was measured, but the server's token counts (usage) were not plausible counts; the
 # raw value is in `error`, and the request never counts as ok (nor as goodput)
-STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cut", "cancelled", "bad_usage")
+# rate_limited: the server answered HTTP 429 (its Retry-After in `retry_after_s`): the server refused the request
+# by policy, not by failing; counted apart from the failures (`requests_rate_limited`)
+STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "cut", "cancelled", "bad_usage", "rate_limited")
+RETRY_STATUS = 429  # the HTTP status of a rate limit
 
 
 @dataclass(slots=True)
@@ -44,3 +47,8 @@ class RequestRecord:
     conversation: int = -1
     turn: int = 0
     turns: int = 0
+    # rate limits: the Retry-After (s) of the last HTTP 429 the request got (None: no 429, or none said), and with
+    # --retry-after the 429s it got before the answer recorded here and the time it waited after them (s)
+    retry_after_s: float | None = None
+    retries: int = 0
+    retry_wait_s: float = 0.0

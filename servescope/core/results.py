@@ -365,6 +365,16 @@ class CellResult(_Base, frozen=True):
     requests_failed: int = 0
     requests_bad_usage: int | None = None  # of the failed, how many had usage that was not a token count (None:
     # written before servescope counted them, and left out of to_dict())
+    # HTTP 429s: requests the server refused by its rate limit, apart from requests_ok and requests_failed (None:
+    # written before servescope counted them); with --retry-after, the 429s sent again, the time waited before
+    # them (s, all the cell's requests together) and the longest Retry-After the server named (s)
+    requests_rate_limited: int | None = None
+    rate_limit_retries: int | None = None
+    retry_wait_s: float | None = None
+    retry_after_s_max: float | None = None
+    # how the prompts were sized: "calibrated" (no /tokenize: on the server's usage, workloads/prompts.py),
+    # "estimated" (1 token per word); None: exact (the server's or a local tokenizer), left out of to_dict()
+    input_lengths: str | None = None
     wall_s: float | None = None
     input_tokens_requested: float | None = None
     input_tokens_mean: float | None = None
@@ -426,7 +436,7 @@ class CellResult(_Base, frozen=True):
             out["client"] = self.client.to_dict()
         if self.quality is not None:
             out["quality"] = self.quality.to_dict()
-        for k in (*_OPTIONAL, "requests_bad_usage"):
+        for k in (*_OPTIONAL, "requests_bad_usage", "requests_rate_limited", *LEFT_OUT_WHEN_NONE):
             if out.get(k) is None:
                 out.pop(k, None)
         if not out.get("turns"):
@@ -435,7 +445,12 @@ class CellResult(_Base, frozen=True):
 
     @property
     def requests(self) -> int:
-        return self.requests_ok + self.requests_failed
+        return self.requests_ok + self.requests_failed + (self.requests_rate_limited or 0)
+
+    @property
+    def mostly_rate_limited(self) -> bool:
+        """More than half of the cell's requests were refused by the server's rate limit (HTTP 429)."""
+        return bool(self.requests_rate_limited) and (self.requests_rate_limited or 0) * 2 > self.requests
 
     @property
     def client_bound(self) -> bool:
@@ -461,6 +476,19 @@ class CellResult(_Base, frozen=True):
         if metric not in _SCALARS:
             return None
         return finite(getattr(self, metric))
+
+
+LEFT_OUT_WHEN_NONE = ("rate_limit_retries", "retry_wait_s", "retry_after_s_max", "input_lengths")
+
+
+def rate_limit_line(s: CellResult) -> str:
+    """The one line a mostly rate-limited cell gets (CLI, app, report); "" for any other cell."""
+    if not s.mostly_rate_limited:
+        return ""
+    n, total = s.requests_rate_limited or 0, s.requests
+    after = f", Retry-After up to {s.retry_after_s_max:g} s" if s.retry_after_s_max is not None else ""
+    return (f"rate-limited: {n} of {total} requests ({100 * n / max(total, 1):.0f}%) got HTTP 429{after}; "
+            "its figures are of the few served: lower the load or raise the API's limit")
 
 
 _SCALARS = frozenset(f for f in CellResult.__struct_fields__
@@ -520,6 +548,7 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("reasoning_tokens_mean", "reasoning tokens (mean)", "tokens", None),
     Metric("requests_ok", "ok", "requests", None),
     Metric("requests_failed", "failed", "requests", None),
+    Metric("requests_rate_limited", "rate-limited (HTTP 429)", "requests", None),
     Metric("wall_s", "wall", "s", None),
 )}
 

@@ -31,6 +31,7 @@ __all__ = ["CellAttempt"]
 # how often finished requests and the latest telemetry sample go to the live views during a cell: each batch
 # wakes the load's loop and the bus's writer thread and writes to the event log, CPU taken from the load
 LIVE_BATCH_S = 0.5
+CALIBRATED_TOLERANCE = 0.03  # calibrated input lengths (no /tokenize) this far from the request, on average, are said
 
 
 class CellAttempt:
@@ -61,6 +62,7 @@ class CellAttempt:
         self.lost = False  # the server stopped answering during the cell
         self.ok = 0  # measured requests so far
         self.failed = 0
+        self.rate_limited = 0  # answered HTTP 429 (not among the failed)
         self.pending: list[RequestRecord] = []  # finished, not yet yielded
         self.t0_ns = 0  # the measured window (perf_counter_ns), set around the boundary samples
         self.t1_ns = 0
@@ -73,6 +75,8 @@ class CellAttempt:
         self.pending.append(r)
         if r.status == "ok":
             self.ok += 1
+        elif r.status == "rate_limited":
+            self.rate_limited += 1
         else:
             self.failed += 1
 
@@ -86,7 +90,7 @@ class CellAttempt:
 
     def _batch(self, t0: float) -> RequestsDone:
         batch, self.pending = self.pending, []
-        return RequestsDone(self.cell, batch, self.ok, self.failed, time.monotonic() - t0)
+        return RequestsDone(self.cell, batch, self.ok, self.failed, time.monotonic() - t0, self.rate_limited)
 
     async def events(self) -> AsyncIterator[Event]:
         cell, control = self.cell, self.control
@@ -99,7 +103,8 @@ class CellAttempt:
         task.add_done_callback(lambda _t: self.wake.set())
         dog = asyncio.create_task(watchdog(self.servers, self.health_interval_s, self.cc.stop, self._on_lost,
                                            progress=lambda: self.ok + reads()))
-        mix = asyncio.create_task(self.mixer.during(lambda: self.ok + self.failed)) if self.mixer else None
+        mix = (asyncio.create_task(self.mixer.during(lambda: self.ok + self.failed + self.rate_limited))
+               if self.mixer else None)
         try:
             while not task.done():
                 try:
@@ -155,12 +160,20 @@ class CellAttempt:
         control.cell = None
         yield CellFinished(cell, summary or CellResult(), status or ("stopped" if run.stopped else "done"),
                            run.stopped)
-        if cell.requests is not None and cell.requests > (pool := pool_size(cell)) and self.ok + self.failed > pool:
-            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {self.ok + self.failed:,} requests cycled "
+        sent = self.ok + self.failed + self.rate_limited
+        if cell.requests is not None and cell.requests > (pool := pool_size(cell)) and sent > pool:
+            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {sent:,} requests cycled "
                                     f"{pool:,} distinct prompts (at most {pool:,} are built for a cell); a repeat may "
                                     "be served from the server's prefix cache")
         mm = summary.input_tokens_mismatch if summary is not None else None
-        if mm is not None and mm.max_abs:
+        if summary is not None and summary.input_lengths == "calibrated":
+            # sized on the server's usage: a few tokens off each is expected; the mean is what is said when it is far
+            req, got = summary.input_tokens_requested, summary.input_tokens_mean
+            if req and got is not None and abs(got - req) > CALIBRATED_TOLERANCE * req:
+                yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): calibrated input lengths averaged "
+                                        f"{got:,.0f} tokens for {req:,.0f} requested ({(got - req) / req:+.1%}); "
+                                        "later cells are sized with the corrected calibration")
+        elif mm is not None and mm.max_abs:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): input tokens differ from the request by "
                                     f"up to {mm.max_abs} (mean {mm.mean or 0:+.1f})")
 
@@ -193,8 +206,12 @@ class CellAttempt:
             figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
             client = judge_client(run.client, **figs)
         windows = windows or CellWindows()
+        tokenizer = self.ran_with.get("tokenizer", "")
+        lengths = "calibrated" if tokenizer.startswith("calibrated") else "estimated" if tokenizer.startswith(
+            "estimate") else None
         summary = msgspec.structs.replace(  # the one shape from here on: saved, sent, shown
-            figures, server=server, telemetry=windows.telemetry, gpu=windows.gpu, client=client, quality=quality)
+            figures, server=server, telemetry=windows.telemetry, gpu=windows.gpu, client=client, quality=quality,
+            input_lengths=lengths)
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped
         self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(reason)},

@@ -40,8 +40,9 @@ class RequestsDone:
     cell: Cell
     records: list[RequestRecord]
     done: int
-    failed: int
+    failed: int  # rate-limited requests (HTTP 429) not among them: `rate_limited`
     elapsed_s: float
+    rate_limited: int = 0
 
 
 @dataclass

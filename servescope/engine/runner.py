@@ -18,6 +18,8 @@ import httpx
 
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.errors import ServescopeError
+from servescope.core.load import CellControl, Limits, Load, warm_prompts
+from servescope.core.records import RequestRecord
 from servescope.core.secrets import redact_command
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 from servescope.core.textsafe import clean_text
@@ -61,7 +63,7 @@ from servescope.engine.telemetryhub import (
 )
 from servescope.sessions.live import SessionWriteError
 from servescope.sessions.store import SessionWriter, new_session_dir
-from servescope.workloads.prompts import build_prompts
+from servescope.workloads.prompts import CalibratedTokenizer, build_prompts, calibration_texts
 from servescope.workloads.traces import trace_prompts, workload_trace
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "FINISHED", "Cell", "CellFinished", "CellSkipped",
@@ -69,6 +71,7 @@ __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "FINISHED", "Cell", "CellF
            "SweepStarted", "TelemetrySample", "plan_cells", "run_sweep"]
 
 MAX_ATTEMPTS = 3  # runs of one cell, lost ones included
+CALIBRATION_RETRY_S = 30.0  # a calibration probe rate-limited (HTTP 429) waits at most this long to be sent again
 
 
 async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | None = None, *,
@@ -142,6 +145,10 @@ class _Sweep:
         self.tok: Tokenizer | None = None
         self.info: TargetInfo | None = None
         self.close_error = ""  # why the telemetry's last samples could not be saved at the end, if so
+        self.calibrated: CalibratedTokenizer | None = None  # no /tokenize nor --tokenizer: lengths from usage
+        self.calibration_note = ""  # what the calibration found (or why it could not calibrate)
+        self.eos_refused = ""  # the server refused ignore_eos (its 400's text): dropped for the rest of the sweep
+        self.no_usage_stats = False  # the server refused continuous_usage_stats: not sent again
 
     def _stopping(self) -> bool:
         return self.control.stopping
@@ -200,7 +207,7 @@ class _Sweep:
                 await self.servers.launch(self.cells[0].variant, path)
             target = await self._connect()
             self.model = self.minfo.id
-            self.tok = await self.target.tokenizer(self.model)
+            self.tok = await self._tokenizer()
             name = spec.name or (f"{self.model.rstrip('/').split('/')[-1]}-"
                                  f"{'-'.join(sorted({w.name.split('/')[0] for w in spec.workloads}))}")
             path = path or _new_dir(ctx, name)
@@ -211,6 +218,7 @@ class _Sweep:
                 self.sink.add_event("resumed", "the sweep was resumed")
             else:
                 self.sink = self.sinks.create(path, self._meta(name, target, self.tok), exist_ok=bool(spec.launch))
+            self._note_lengths()
             tele = await self._start_telemetry()
         except BaseException:
             await self._close()
@@ -224,9 +232,14 @@ class _Sweep:
             line = await self.mixer.prepare(self.tok)
             sink.add_event("quality", line)
             yield Notice("info", line)
-        if not self.tok.exact:
-            yield Notice("warning", f"{self.label} has no /tokenize: input lengths are estimated (1 token per word); "
-                                    "pass --tokenizer PATH for exact lengths. Each cell shows requested vs measured.")
+        if self.calibrated is not None and self.calibrated.samples():
+            yield Notice("info", self.calibration_note)
+        elif not self.tok.exact:
+            yield Notice("warning", f"{self.label} has no /tokenize: input lengths are estimated (1 token per word)"
+                                    + (f" ({self.calibration_note})" if self.calibration_note else "")
+                                    + "; pass --tokenizer PATH for exact lengths. Each cell shows requested vs measured.")
+        if self.eos_refused:
+            yield Notice("warning", self._eos_text())
         done_before = ({i for i, st in sink.cell_statuses().items() if st in FINISHED}
                        if ctx.resume is not None else set())
         status, message = "completed", ""
@@ -286,7 +299,7 @@ class _Sweep:
                              f"{redact_command(cell.variant_args)}")
         await self.servers.launch(cell.variant, path)
         await self._connect()
-        self.tok = await self.target.tokenizer(self.model)
+        self.tok = await self._tokenizer()
         if self.mixer is not None:  # another server: its own answers at idle
             self.mixer = QualityMixer(self.servers.url, self.minfo, self.ctx.api_key, self.spec.quality_share,
                                       self.spec.seed)
@@ -317,15 +330,19 @@ class _Sweep:
             specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
                      for p in prompts]
             yield CellStarted(cell, len(self.cells))
-            opts = ClientOptions(base_url=self.servers.url, model=self.model, api_key=self.ctx.api_key,
-                                 timeout_s=spec.timeout_s, ignore_eos=spec.ignore_eos, transport=spec.transport,
-                                 max_model_len=self.minfo.max_model_len)
+            opts = self._options()
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
                               sink=sink, target=self.target, servers=self.servers, telemetry=self.telemetry,
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
                               ran_with=self._ran_with(), mixer=self.mixer)
             lost = False
+            measured = specs[warm_prompts(cell.warmup):] or specs
             async for ev in run.events():
+                if isinstance(ev, RequestsDone) and self.calibrated is not None:
+                    self._observe(measured, ev.records)
+                if opts.ignore_eos_refused and not self.eos_refused:
+                    yield self._eos_dropped(opts.ignore_eos_refused)
+                self.no_usage_stats = self.no_usage_stats or not opts.continuous_usage
                 yield ev
                 if isinstance(ev, CellFinished) and ev.status in ("stopped", "server_lost"):
                     lost = ev.status == "server_lost" or (not self.control.stopping
@@ -343,7 +360,7 @@ class _Sweep:
                 yield Notice("info", f"{self.label} is back after {waited:.0f} s: re-running cell "
                                      f"{cell.index + 1} ({cell.label})")
                 await self._connect()
-                self.tok = await self.target.tokenizer(self.model)
+                self.tok = await self._tokenizer()
                 continue
             waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
             if self.control.stopping:
@@ -362,6 +379,97 @@ class _Sweep:
             self.control.stopping = True
             failed.append(message)
             return
+
+    def _options(self, retry_after_s: float | None = None) -> ClientOptions:
+        """The load's client options: the sweep's, ignore_eos dropped once the server refused it."""
+        spec = self.spec
+        return ClientOptions(base_url=self.servers.url, model=self.model, api_key=self.ctx.api_key,
+                             timeout_s=spec.timeout_s, ignore_eos=spec.ignore_eos and not self.eos_refused,
+                             continuous_usage=not self.no_usage_stats,
+                             transport=spec.transport, max_model_len=self.minfo.max_model_len,
+                             retry_after_max_s=spec.retry_after_s if retry_after_s is None else retry_after_s)
+
+    # ---- what the server accepts and how it counts --------------------------------------------------
+    async def _tokenizer(self) -> Tokenizer:
+        """The target's tokenizer; a server with neither /tokenize nor --tokenizer is calibrated on its usage
+        (once: a relaunched or recovered server keeps the calibration)."""
+        tok = await self.target.tokenizer(self.model)
+        if tok.exact or not isinstance(self.target, HttpTarget):  # a target in memory (tests' fakes) has no usage
+            return tok
+        if self.calibrated is None:
+            self.calibrated = CalibratedTokenizer()
+            await self._calibrate(self.calibrated)
+        return self.calibrated if self.calibrated.samples() else tok
+
+    async def _calibrate(self, tok: CalibratedTokenizer) -> None:
+        """Send the calibration's probe texts (one output token each, one at a time) with each API the sweep
+        uses and fit the tokenizer on the prompt tokens the server's usage says. A probe's 429 is waited out
+        (at most CALIBRATION_RETRY_S); a refused ignore_eos is found here, before any cell."""
+        apis = sorted({w.api for w in self.spec.workloads}) or ["completions"]
+        longest = self.minfo.max_model_len // 2 if self.minfo.max_model_len else None
+        texts = calibration_texts(self.spec.seed, longest)
+        specs = [RequestSpec(api, t, len(t.split()), 1) for api in apis for t in texts]
+        opts = self._options(retry_after_s=CALIBRATION_RETRY_S)
+        opts.timeout_s = min(opts.timeout_s, 120.0)
+        got: list[RequestRecord] = []
+        run = await self.target.run_cell(opts, specs, Load(concurrency=1), Limits(requests=len(specs)), got.append,
+                                         CellControl(), 0, _nothing)
+        for r in run.records:
+            spec = specs[r.index % len(specs)]
+            if r.status == "ok" and r.prompt_tokens > 0:
+                tok.observe(spec.api == "chat", spec.prompt, r.prompt_tokens)
+        if opts.ignore_eos_refused:
+            self.eos_refused = opts.ignore_eos_refused
+        self.no_usage_stats = not opts.continuous_usage
+        n = tok.samples()
+        if n:
+            self.calibration_note = (f"{self.label} has no /tokenize: input lengths are calibrated on the server's "
+                                     f"own usage.prompt_tokens ({n} probe requests: {tok.tokens_per_word:.3f} tokens "
+                                     "per word) and corrected as answers arrive; they are calibrated, not exact "
+                                     "(pass --tokenizer PATH for exact lengths)")
+        else:
+            bad = [r for r in run.records if r.status != "ok"]
+            why = (clean_text(bad[0].error)[:160] if bad else "its answers carried no usage.prompt_tokens")
+            self.calibration_note = f"calibrating on the server's usage failed: {why}"
+
+    def _observe(self, measured: list[RequestSpec], records: list[RequestRecord]) -> None:
+        """Correct the calibration with what the server counted for the cell's answered prompts (single-turn ones:
+        a conversation's turn carries its history)."""
+        tok = self.calibrated
+        if tok is None:
+            return
+        for r in records:
+            if r.status == "ok" and r.prompt_tokens > 0 and not r.warmup and r.conversation < 0 and r.index >= 0:
+                spec = measured[r.index % len(measured)]
+                if spec.messages is None and spec.input_tokens == r.input_tokens_requested:  # its own prompt
+                    tok.observe(spec.api == "chat", spec.prompt, r.prompt_tokens)
+
+    def _note_lengths(self) -> None:
+        """Say in session.toml how input lengths were sized (calibrated) and whether ignore_eos was dropped."""
+        sink = self.sink
+        if sink is None:
+            return
+        if self.calibrated is not None and self.calibrated.samples():
+            sink.meta["input_lengths"] = {"method": "calibrated", "probes": self.calibrated.samples(),
+                                          "tokens_per_word": round(self.calibrated.tokens_per_word, 4)}
+            sink.add_event("calibrated", self.calibration_note)
+        if self.eos_refused:
+            sink.meta["ignore_eos_dropped"] = self.eos_refused
+            sink.add_event("ignore_eos_dropped", self._eos_text())
+        sink.save_meta()
+
+    def _eos_text(self) -> str:
+        return (f"{self.label} refused ignore_eos ({clean_text(self.eos_refused)[:160]}): it is dropped for the rest "
+                "of the session, so outputs may end before max_tokens")
+
+    def _eos_dropped(self, why: str) -> Notice:
+        """The server refused ignore_eos during a cell: said once, recorded in the session, dropped from here on."""
+        self.eos_refused = why
+        if self.sink is not None:
+            self.sink.meta["ignore_eos_dropped"] = why
+            self.sink.add_event("ignore_eos_dropped", self._eos_text())
+            self.sink.save_meta()
+        return Notice("warning", self._eos_text())
 
     def _ran_with(self) -> dict[str, str]:
         """What a cell really runs with beyond its plan (a resumed sweep may differ from its first part)."""
@@ -386,6 +494,10 @@ class _Sweep:
         finally:
             if self.bg is not None:
                 self.bg.close()
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _failed(sink: SessionSink, e: ServescopeError) -> ServescopeError:

@@ -193,6 +193,13 @@ class SweepSpec:
                               help="per-request timeout (default 600s)")
     ignore_eos: bool = option(True, "load", "ignore_eos", ["--no-ignore-eos"], parse=f.boolean, negate=True,
                               help="let the model stop early (output lengths then vary; default sends ignore_eos)")
+    retry_after_s: float | None = option(
+        None, "load", "retry_after", ["--retry-after"], parse=f.opt_duration, dump=f.fmt_duration,
+        metavar="MAX_WAIT",
+        help="send a request the server rate-limited (HTTP 429) again after its Retry-After, waiting at most MAX_WAIT "
+             "each time (e.g. 30s; 1 s when it names no wait), up to 5 times; each request's waits are recorded "
+             "(retry_wait_s) and its latency is the served attempt's. Default: no retry, a 429 is recorded as "
+             "rate_limited (retrying would change the load's schedule)")
     seed: int = option(0, "load", "seed", ["--seed"], parse=f.any_int,
                        help="seed of the whole sweep: the prompts, lengths and arrival times of every cell derive "
                             "from it (default 0); the same seed sends the same requests")

@@ -131,6 +131,14 @@ class RequestsMeasured(ItemBase, frozen=True):
     errors: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (status, error text)
     turns: list[int] = msgspec.field(default_factory=list)
     cached: list[list[int | None]] = msgspec.field(default_factory=list)
+    rate_limited: int = 0  # of the cell's requests so far, answered HTTP 429 (not among `failed`)
+
+    def fields(self) -> dict[str, object]:
+        """As logged: `rate_limited` only when a request was (a log's lines keep the shape readers know)."""
+        out = super().fields()
+        if not self.rate_limited:
+            out.pop("rate_limited", None)
+        return out
 
 
 class CellFinished(ItemBase, frozen=True):
@@ -311,7 +319,7 @@ def translate(ev: Event, target_label: str | None) -> list[Item]:
     if isinstance(ev, r.RequestsDone):
         ttft, tpot, e2e, per_user, out_tok, errors, turns, cached = reduce_batch(ev.records)
         return [RequestsMeasured(CellInfo.from_cell(ev.cell), ttft, tpot, e2e, per_user, out_tok, ev.done, ev.failed,
-                                 ev.elapsed_s, errors, turns, cached)]
+                                 ev.elapsed_s, errors, turns, cached, ev.rate_limited)]
     if isinstance(ev, r.TelemetrySample):
         gpus: list[GpuReading] | None = [{**g} for g in ev.gpus] if ev.gpus else None
         return [TelemetryUpdated(live_server(ev.server), gpus)]

@@ -127,6 +127,10 @@ class RequestsMeasured(Message):
         return self.item.failed
 
     @property
+    def rate_limited(self) -> int:
+        return self.item.rate_limited
+
+    @property
     def elapsed_s(self) -> float:
         return self.item.elapsed_s
 

@@ -4,6 +4,10 @@ For each prompt of N tokens: take a window of a seeded word corpus already token
 detokenize it, count the result as the server will (`/tokenize`, chat template included for chat) and
 trim or extend until the count is N. Each cell gets its own seed so cells do not hit each other's prefix
 cache; a workload's shared prefix (`prefix_tokens`) is the same for every prompt of every cell.
+
+A server with neither `/tokenize` nor `--tokenizer` (a hosted API) is counted by `CalibratedTokenizer`: tokens per
+word of this corpus fitted on the server's own `usage.prompt_tokens`, for a few probe requests first
+(`calibration_texts`), then for every answer as they arrive; lengths are then calibrated, not exact.
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import random
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from servescope.core.target import Tokenizer, counted_text, not_counting
+from servescope.core.target import EstimateTokenizer, Tokenizer, counted_text, not_counting
 from servescope.workloads.conversation import dataset_picks, layout
 from servescope.workloads.spec import Workload, read_sharegpt, read_sharegpt_conversations
 
@@ -26,6 +31,90 @@ class Prompt:
     text: str
     input_tokens: int  # what the tokenizer counted for this text (the server's own count when exact)
     output_tokens: int
+
+
+CALIBRATION_WORDS = (32, 128, 512)  # the probe texts' lengths (words): ~1k tokens per API, spread for the fit
+CALIBRATION_KEEP = 4096  # the most recent (words, tokens) pairs the fit keeps per API
+
+
+def calibration_texts(seed: int = 0, longest: int | None = None) -> list[str]:
+    """The probe texts a calibration sends (`CALIBRATION_WORDS` words of the prompts' corpus, at most `longest`)."""
+    rng = random.Random(f"servescope-calibration:{seed}")
+    sizes = sorted({max(8, min(n, longest)) if longest else n for n in CALIBRATION_WORDS})
+    return [_corpus(rng, n) for n in sizes]
+
+
+class CalibratedTokenizer:
+    """Counts a text as `overhead + per_word x words`, the two fitted (least squares) on what the server's
+    `usage.prompt_tokens` said for texts it was sent (`observe`): the calibration's probes, then every answer. One
+    fit per API (a chat's template adds its own overhead). Its ids are words (as EstimateTokenizer's), so prompts
+    are cut by words to the count the fit predicts. Before any observation it counts 1 token per word."""
+
+    exact = False
+    calibrated = True
+    name = "calibrated on the server's usage (no /tokenize)"
+
+    def __init__(self) -> None:
+        self._words = EstimateTokenizer()
+        self._seen: dict[bool, deque[tuple[int, int]]] = {False: deque(maxlen=CALIBRATION_KEEP),
+                                                          True: deque(maxlen=CALIBRATION_KEEP)}
+        self._fits: dict[bool, tuple[float, float]] = {}
+
+    def observe(self, chat: bool, text: str, prompt_tokens: int) -> None:
+        """The server counted `prompt_tokens` for `text` (sent as a chat's one message when `chat`)."""
+        if prompt_tokens > 0:
+            self._seen[chat].append((len(text.split()), prompt_tokens))
+            self._fits.pop(chat, None)
+
+    def samples(self, chat: bool | None = None) -> int:
+        return sum(len(v) for k, v in self._seen.items() if chat is None or k == chat)
+
+    def fit(self, chat: bool) -> tuple[float, float]:
+        """(overhead, tokens per word) for the API; the other API's per-word figure when this one has no
+        observation yet (the corpus is the same), and (0, 1) when neither has any."""
+        got = self._fits.get(chat)
+        if got is None:
+            got = self._fits[chat] = _least_squares(self._seen[chat]) or _least_squares(self._seen[not chat]) \
+                or (0.0, 1.0)
+        return got
+
+    @property
+    def tokens_per_word(self) -> float:
+        """The fitted tokens per word (the completions API's, else the chat API's)."""
+        return self.fit(not self._seen[False] and bool(self._seen[True]))[1]
+
+    async def encode(self, text: str) -> list[int]:
+        return await self._words.encode(text)
+
+    async def decode(self, ids: list[int]) -> str:
+        return await self._words.decode(ids)
+
+    def _count(self, chat: bool, text: str) -> int:
+        a, b = self.fit(chat)
+        return max(0, round(a + b * len(text.split())))
+
+    async def count_prompt(self, text: str) -> int:
+        return self._count(False, text)
+
+    async def count_chat(self, text: str) -> int:
+        return self._count(True, text)
+
+
+def _least_squares(pairs: deque[tuple[int, int]]) -> tuple[float, float] | None:
+    """(intercept, slope) of tokens over words; with one distinct length, the slope through the origin; None
+    without any pair."""
+    n = len(pairs)
+    if not n:
+        return None
+    mx = sum(w for w, _ in pairs) / n
+    my = sum(t for _, t in pairs) / n
+    sxx = sum((w - mx) ** 2 for w, _ in pairs)
+    if sxx <= 0 or n < 2:
+        return (0.0, my / mx) if mx > 0 else None
+    b = sum((w - mx) * (t - my) for w, t in pairs) / sxx
+    if b <= 0:  # counts that do not grow with the text: no fit (one token per word until they do)
+        return None
+    return my - b * mx, b
 
 
 def cell_rng(workload: Workload, cell_key: str) -> random.Random:
@@ -89,6 +178,8 @@ async def _fit(tok: Tokenizer, count: Any, corpus: list[int], offset: int, head:
     """The text of `head` + a window of `corpus` from `offset`, its window length adjusted (up to 6 tries) until
     `count` says `target` tokens; the closest (text, count) found."""
     best_text, best_count = "", -1
+    fitted = tok.exact or getattr(tok, "calibrated", False)  # a count worth fitting to (else one try)
+    per_id = getattr(tok, "tokens_per_word", 1.0) if not tok.exact else 1.0  # a calibrated id is a word
     for _ in range(6):
         window = corpus[offset : offset + k]
         if len(window) < k:  # extend from the start of the corpus
@@ -97,9 +188,9 @@ async def _fit(tok: Tokenizer, count: Any, corpus: list[int], offset: int, head:
         c = await count(text)
         if best_count < 0 or abs(c - target) < abs(best_count - target):
             best_text, best_count = text, c
-        if c == target or not tok.exact:
+        if c == target or not fitted:
             break
-        k = max(1, k + (target - c))
+        k = max(1, k + round((target - c) / max(per_id, 0.05)) or (1 if target > c else -1))
     return best_text, best_count
 
 

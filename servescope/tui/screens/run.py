@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from servescope.core.health import client_text
-from servescope.core.results import CellResult, ServerWindow
+from servescope.core.results import CellResult, ServerWindow, rate_limit_line
 from servescope.engine.wire import GpuReading
 from servescope.tui import messages as m
 from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
@@ -454,7 +454,9 @@ class RunScreen(Screen[None]):
             self._left_out.setdefault(c.series, []).append(f"{c.load_label} client-bound")
         else:
             self._left_out.setdefault(c.series, []).append(f"{c.load_label} {msg.status}")
-        self.query_one(CellTable).set_cell(c.index, c.series, c.load_label, msg.status, s)
+        # a cell the server's rate limit refused for the most part says so in its status (its figures are the few served)
+        status = f"{msg.status}, rate-limited" if s.mostly_rate_limited else msg.status
+        self.query_one(CellTable).set_cell(c.index, c.series, c.load_label, status, s)
         if s.server is not None:
             self._servers.append(s.server)
             self._client_ttft.append(s.ttft_ms.mean)
@@ -466,9 +468,13 @@ class RunScreen(Screen[None]):
         self.log_view.event(
             "ok" if msg.status == "done" else "warning",
             f"cell {c.index + 1}/{self.total} {c.label} {msg.status}{why}: {s.requests_ok} ok, "
-            f"{s.requests_failed} failed, {fnum(s.output_tok_s)} tok/s, TTFT p50 "
+            f"{s.requests_failed} failed, "
+            + (f"{s.requests_rate_limited} rate-limited (HTTP 429), " if s.requests_rate_limited else "")
+            + f"{fnum(s.output_tok_s)} tok/s, TTFT p50 "
             f"{fnum(s.ttft_ms.stat('p50'))} ms, p99 {fnum(s.ttft_ms.stat('p99'))} ms",
         )
+        if s.mostly_rate_limited:
+            self.log_view.event("warning", f"cell {c.index + 1} {rate_limit_line(s)}")
         if is_trace(c):
             late = lateness_text(s)
             p99 = s.client_queue_ms.stat("p99")
