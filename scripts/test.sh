@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need (a venv with servescope and its
-# test tools, tmux, the vLLM CPU build, llama.cpp's server and the tiny test models, all cached outside the
+# test tools, tmux, Chromium, the vLLM CPU build, llama.cpp's server and the tiny test models, all cached outside the
 # clone), then runs ruff, mypy and pytest (real vLLM, real llama.cpp, tmux, Ray and simulator tests included),
 # printing the 30 slowest tests.
 #   ./scripts/test.sh              everything (what CI's .ci/run calls)
@@ -20,11 +20,16 @@ if [ "$FAST" = 0 ] && ! command -v tmux >/dev/null 2>&1; then
   echo "test.sh: installing tmux (needed by the TUI end-to-end tests)" >&2
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq tmux >/dev/null; else sudo apt-get install -y -qq tmux >/dev/null; fi
 fi
+if [ "$FAST" = 0 ] && ! command -v chromium >/dev/null 2>&1; then
+  # Debian's headless Chromium opens the HTML report by file:// with networking blocked (tests/sessions/test_html_browser.py)
+  echo "test.sh: installing chromium (needed by the HTML report's browser test)" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; else sudo apt-get install -y -qq chromium >/dev/null; fi
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U "pip>=25.1"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[ray]' --group test --group lint --group docs
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[ray,plots]' --group test --group lint --group docs
 if [ "$FAST" = 0 ]; then
   # the vLLM venv (mostly downloads and unpacking) and llama.cpp's build (compiling) at once, with ruff and mypy
   bash .ci/setup_vllm.sh >/dev/null & VLLM_SETUP=$!

@@ -97,12 +97,21 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo", help="judge capacity and goodput by these SLOs, e.g. ttft_ms=3000,per_user_tok_s=20 "
                    "(default: the first session's, else TTFT <= 3 s and >= 20 tok/s per user)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--format", choices=["md", "json", "html"], default=None,
+                   help="md (default), json (as --json), or html: one self-contained file with the figures inline "
+                        "(needs the plots extra: pip install 'servescope[plots]')")
+    add_figures_arg(p)
     p.add_argument("-o", "--output", metavar="FILE.md", help="write the Markdown (or JSON) to FILE")
     p.add_argument("--include-bound", action="store_true",
                    help="count cells whose client was bound (the load generator, not the server, limited them) in "
                         "capacity, knee and peak; by default they are left out and named")
     _add_min_effect(p)
     p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+def add_figures_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--figures", metavar="DIR", help="Markdown: write the figures to DIR as SVG and PNG files and link "
+                   "them (relative paths) in place of the Mermaid charts (needs the plots extra)")
 
 
 # ---- gate -------------------------------------------------------------------------------------------
@@ -138,7 +147,10 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", metavar="TAGKEY", help="label sessions by this tag (e.g. quant), else by name")
     p.add_argument("--slo", help="judge capacity and goodput by these SLOs (default: the session's, else "
                    "TTFT <= 3 s and >= 20 tok/s per user)")
-    p.add_argument("--format", choices=["md", "csv", "json"], default="md", help="output format (default md)")
+    p.add_argument("--format", choices=["md", "csv", "json", "html"], default="md",
+                   help="output format (default md); html: one self-contained file with the figures inline (needs the "
+                        "plots extra: pip install 'servescope[plots]')")
+    add_figures_arg(p)
     p.add_argument("--include-bound", action="store_true",
                    help="count cells whose client was bound (the load generator, not the server, limited them) in "
                         "capacity, knee and peak; by default they are left out and named")

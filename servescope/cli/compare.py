@@ -15,6 +15,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
 from servescope.sessions.compare import compare_sessions
+from servescope.sessions.figures_svg import require_plots
 from servescope.sessions.gate import (
     gate,
     is_baseline_file,
@@ -22,6 +23,14 @@ from servescope.sessions.gate import (
     parse_allow_mismatch,
     parse_fail_on,
     save_baseline,
+)
+from servescope.sessions.htmlreport import (
+    compare_html,
+    compare_markdown,
+    compare_parts,
+    report_html,
+    report_markdown,
+    report_parts,
 )
 from servescope.sessions.importers import import_files, lacks
 from servescope.sessions.quality import quality_brief
@@ -187,11 +196,39 @@ def compare_command(args: argparse.Namespace) -> int:
     slos = _slos(args)
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     sessions = [resolve_session(r, base) for r in args.sessions]
+    fmt = getattr(args, "format", None) or ("json" if args.json else "md")
+    if args.json and fmt != "json":
+        raise ServescopeError(f"--json and --format {fmt} ask for two formats: give one of them")
+    figures = _figures_dir(args, fmt)
+    if fmt == "html" or figures is not None:
+        require_plots()  # before the work: one line on how to install matplotlib
+        comp, reps = compare_parts(sessions, label_key=args.label, slos=slos, min_effect=args.min_effect,
+                                   include_bound=args.include_bound)
+        text = (compare_html(comp, reps) if fmt == "html" else
+                compare_markdown(comp, figures or Path("."), _out_path(args.output), reps))
+        _write(text, args.output, "comparison")
+        return 0
     comp = compare_sessions(sessions, label_key=args.label, slos=slos, min_effect=args.min_effect,
                             include_bound=args.include_bound)
-    text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if args.json else comp.to_markdown(level=1)
+    text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if fmt == "json" else comp.to_markdown(level=1)
     _write(text, args.output, "comparison")
     return 0
+
+
+def _figures_dir(args: argparse.Namespace, fmt: str) -> Path | None:
+    """--figures DIR (Markdown only: the HTML has its figures inline)."""
+    d = getattr(args, "figures", None)
+    if not d:
+        return None
+    if fmt != "md":
+        raise ServescopeError(f"--figures writes figure files for a Markdown report; --format {fmt} "
+                              + ("has its figures inline: leave --figures out" if fmt == "html" else
+                                 "has no figures: use --format md or html"))
+    return Path(d).expanduser()
+
+
+def _out_path(out: str | None) -> Path | None:
+    return Path(out).expanduser() if out and out != "-" else None
 
 
 def gate_command(args: argparse.Namespace) -> int:
@@ -244,6 +281,14 @@ def report_command(args: argparse.Namespace) -> int:
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     main = resolve_session(args.session, base)
     others = [resolve_session(r, base) for r in args.compare]
+    figures = _figures_dir(args, args.format)
+    if args.format == "html" or figures is not None:
+        require_plots()
+        parts = report_parts(main, others, slos=slos, label_key=args.label, include_bound=args.include_bound)
+        text = (report_html(parts) if args.format == "html" else
+                report_markdown(parts, figures or Path("."), _out_path(args.output)))
+        _write(text, args.output, "report")
+        return 0
     text = render_report(main, others, fmt=args.format, slos=slos, label_key=args.label,
                          include_bound=args.include_bound)
     _write(text, args.output, "report")
