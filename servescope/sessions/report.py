@@ -14,7 +14,7 @@ import polars as pl
 from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
-from servescope.core.results import CellResult, ServerWindow, finite
+from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.compare import (
@@ -76,6 +76,10 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
         notes.append(f"the {what} did not complete (status {status})" + (f": {msg}" if msg else ""))
     for v in rep.skipped:
         notes.append(f"{v.workload} {v.load}: {v.status}" + (f" ({v.reason})" if v.reason else ""))
+    refused = s.meta.get("ignore_eos_dropped")
+    if isinstance(refused, str) and refused:  # the server refused ignore_eos (engine/runner.py): outputs may be short
+        notes.append(f"the server refused ignore_eos ({clean_text(refused)[:120]}): it was dropped for the session, "
+                     "so outputs may end before max_tokens")
     kv = None
     for v in rep.views:
         cell = f"{v.workload} {v.load}"
@@ -83,12 +87,21 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
         if v.status not in ("done", ""):
             notes.append(f"{cell}: cell {v.status}" + (f" ({v.reason})" if v.reason else ""))
         failed = sm.requests_failed
-        total = failed + sm.requests_ok
+        total = sm.requests
         if failed:
             what = "; ".join(f"{e.status if e.status is not None else '?'} x{e.len}"
                              + (f" ({clean_text(e.error)[:80]})" if e.error else "")
-                             for e in sm.errors)
+                             for e in sm.errors if e.status != "rate_limited")
             notes.append(f"{cell}: {failed} of {total} requests failed" + (f": {what}" if what else ""))
+        if sm.mostly_rate_limited:
+            notes.append(f"{cell}: {rate_limit_line(sm)}")
+        elif sm.requests_rate_limited:
+            notes.append(f"{cell}: {sm.requests_rate_limited} of {total} requests were rate-limited (HTTP 429), "
+                         "counted apart from the failures")
+        if sm.rate_limit_retries:
+            notes.append(f"{cell}: {sm.rate_limit_retries} rate-limited requests were sent again (--retry-after) "
+                         f"after {finite(sm.retry_wait_s) or 0:,.1f} s of waits in all; latencies are the served "
+                         "attempts', the waits are in client queueing")
         server = sm.server or ServerWindow()
         pre = finite(server.preemptions)
         if pre and pre > 0:
@@ -115,7 +128,12 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                          f"({q / ttft:.0%} of TTFT): the server is saturated (KV cache or batch slots)")
         mm = sm.input_tokens_mismatch
         req = finite(sm.input_tokens_requested)
-        if mm is not None and req:
+        if sm.input_lengths == "calibrated" and req:  # no /tokenize: sized on the server's usage, a few tokens off each
+            got = finite(sm.input_tokens_mean)
+            off = f" ({(got - req) / req:+.1%} on average)" if got is not None else ""
+            notes.append(f"{cell}: input lengths are calibrated on the server's usage, not exact (no /tokenize): "
+                         f"{got or 0:,.0f} tokens measured for {req:,.0f} requested{off}")
+        elif mm is not None and req:
             worst = finite(mm.max_abs) or 0
             if worst > max(2.0, 0.01 * req):
                 notes.append(f"{cell}: prompts differ from the requested length by up to {worst:.0f} tokens "
