@@ -335,6 +335,7 @@ class CostAtCapacity:
     api_usd: float | None = None
     api_usd_total: float | None = None
     api_same_load: bool = True  # the API's figure is from its cell at the same load
+    api_left_out: str = ""  # why the API's cell at that load is not used (client bound, not completed)
     api_slo_met: float | None = None  # the share of the API cell's requests within the SLOs
 
     def text(self, slos: Mapping[str, float]) -> str:
@@ -350,7 +351,9 @@ class CostAtCapacity:
             n = f"{n} (the most measured; more may meet them)"
         api = f"{_usd(self.api_usd)} on the API ({self.api})"
         if not self.api_same_load:
-            api += " (the median of its cells: it has none at this load)"
+            why = f"its cell at this load is left out: {self.api_left_out}" if self.api_left_out else \
+                "it has no cell at this load"
+            api += f" (the median of its cells: {why})"
         elif self.api_slo_met is not None:
             meets = self.api_slo_met >= SLO_ATTAINMENT
             api += (f", which {'meets' if meets else 'misses'} them at this load ({self.api_slo_met:.0%} of its "
@@ -396,6 +399,10 @@ def cost_at_capacity(labels: Sequence[str], views: Sequence[Sequence[CellView]],
                     row.api_slo_met = finite(same.summary.slo_met_fraction)
                 else:
                     row.api_same_load = False  # the API's median over its cells is all there is
+                    there = next((v for v in views[a] if at is not None and v.plan == at.plan), None)
+                    if there is not None:
+                        row.api_left_out = ("client bound" if client_bound(there) and is_completed(there)
+                                            else there.status or "not completed")
                     outs = [x for v in av if v.summary.cost is not None
                             and (x := finite(v.summary.cost.usd_per_1m_output_tokens)) is not None]
                     tots = [x for v in av if v.summary.cost is not None

@@ -20,7 +20,14 @@ Definitions (also in the README's "Reports and comparisons" and in every report)
   comparable.
 - Not comparable: sessions that differ in what was measured (the mean measured input or output tokens of a
   workload by more than 2%, servescope version, warmup, max model length, tokenizer, client host) get no
-  winner; the comparison says which facts differ, and each delta's verdict reads `not comparable (...)`.
+  winner; the comparison says which facts differ, and each delta's verdict reads `not comparable (...)`. A
+  session whose input lengths were calibrated on its server's usage (a hosted API, without /tokenize) is
+  not held to the tokenizer: its measured lengths are compared instead, so a GPU session and an API session
+  of the same workload compare as they are (their models and servers differ: the configuration diff says so).
+- Cost (core/cost.py): the cells' USD per 1M output tokens, a row when some session was given a price
+  (`--price` for an API, `--gpu-hour` for a GPU); no interval, so no winner is called from it. With a GPU
+  session and an API session, "Cost at capacity" puts the GPU's cost at its capacity at the SLOs beside the
+  API's at the same load (servescope.sessions.answers.cost_at_capacity).
 - Configuration diff: the recorded server arguments (and model, server version, launch command) that differ
   between the sessions head the comparison.
 - Capacity at the SLOs: the highest load level (concurrency; request rate for open-loop workloads) whose
@@ -416,7 +423,7 @@ class Comparison:
         noise)' (each quality figure as this session's vs the first's)."""
         lines = []
         base = self.labels[0]
-        keys = ("output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50")
+        keys = ("output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50", COST_METRIC.key)
         specs = {m.key: m for m in self.metrics}
         for i, lb in enumerate(self.labels[1:], start=1):
             parts = []
@@ -528,10 +535,16 @@ def _client_verdict(views: Sequence[CellView]) -> str | None:
 def _facts(session: Session) -> dict[str, str]:
     """What a session measured with, beyond its workloads: the facts two sessions must share to be judged."""
     i = session.info
+    tokenizer = clean_text(i.target.tokenizer or "")
+    if tokenizer.startswith(CALIBRATED):
+        # sized on its own server's counts (a hosted API: no /tokenize), its prompts hit the lengths asked in that
+        # server's tokens, as a /tokenize session's do in its own: the measured lengths are compared instead
+        # (LENGTH_TOLERANCE), so a GPU session and an API session compare with no special flag
+        tokenizer = ""
     return {"servescope version": clean_text(i.servescope_version),
             "warmup": ", ".join(map(str, planned_load(session).warmups)) or "0",
             "max model length": str(i.max_model_len) if i.max_model_len is not None else "",
-            "tokenizer": clean_text(i.target.tokenizer or ""),
+            "tokenizer": tokenizer,
             "client host": clean_text(i.host if i.host != "?" else "")}
 
 
@@ -551,6 +564,7 @@ def _lengths(groups: Sequence[Sequence[CellView]]) -> tuple[float | None, float 
 
 
 LENGTH_TOLERANCE = 0.02
+CALIBRATED = "calibrated"  # how the tokenizer of a session whose lengths were calibrated on its server's usage starts
 
 
 def mismatches(sessions: Sequence[Session], labels: Sequence[str],
