@@ -29,6 +29,8 @@ from servescope.core.rawhttp import RawClient, RawHTTPError, StaleConnection
 from servescope.core.records import RETRY_STATUS, RequestRecord
 from servescope.core.sse import SSEParser
 from servescope.core.textsafe import clean_secret_text, clean_text
+from servescope.core.tls import CONNECTIONS, ConnSample, TlsSettings
+from servescope.core.tls import ssl_context as tls_context
 
 if TYPE_CHECKING:
     import aiohttp
@@ -120,6 +122,7 @@ class ClientOptions:
     extra_body: dict[str, object] | None = None  # JSON merged into every request's body, as the user gave it
     transport: str = "raw"  # or "aiohttp", "httpx"
     max_model_len: int | None = None  # bounds the token counts a server's usage may plausibly say
+    tls: TlsSettings | None = None  # --ca-cert / --insecure (core/tls.py); None: this process's setting
     # --retry-after: a 429 is sent again after its Retry-After, waiting at most this long (s) each time (core/load.py);
     # None: a 429 is recorded as `rate_limited` and never sent again (that would change the load's schedule)
     retry_after_max_s: float | None = None
@@ -155,22 +158,52 @@ def endpoint(api: str) -> str:
     return "v1/chat/completions" if api == "chat" else "v1/completions"
 
 
-@functools.cache
-def ssl_context() -> ssl.SSLContext:
-    """One verifying SSL context for every client: building one loads the CA bundle (~0.1 s of CPU),
-    too much to pay per health check."""
-    return ssl.create_default_context()
+def ssl_context(settings: TlsSettings | None = None) -> ssl.SSLContext:
+    """The SSL context every client shares (one per TLS setting, core/tls.py: --ca-cert, --insecure, else the
+    system's CAs): building one loads the CA bundle (~0.1 s of CPU), too much to pay per health check."""
+    return tls_context(settings)
 
 
 def async_client(*, base_url: str = "", headers: Mapping[str, str] | None = None,
                  timeout: float | httpx.Timeout = 5.0, limits: httpx.Limits | None = None,
-                 http2: bool = False) -> httpx.AsyncClient:
-    """An httpx.AsyncClient sharing the one SSL context, ignoring proxy variables (targets are direct), closing
-    idle connections before the server does (`KEEPALIVE_S`, unless `limits` say otherwise). A plain-HTTP base
-    URL loads no CA bundle at all. `timeout`: httpx's default (5 s) unless given."""
+                 http2: bool = False, tls: TlsSettings | None = None) -> httpx.AsyncClient:
+    """An httpx.AsyncClient sharing the one SSL context (`tls`'s, else this process's setting), ignoring proxy
+    variables (targets are direct), closing idle connections before the server does (`KEEPALIVE_S`, unless
+    `limits` say otherwise). A plain-HTTP base URL loads no CA bundle at all. `timeout`: httpx's default (5 s)
+    unless given."""
     return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, http2=http2, trust_env=False,
-                             verify=False if base_url.startswith("http://") else ssl_context(),
+                             verify=False if base_url.startswith("http://") else ssl_context(tls),
                              limits=limits or httpx.Limits(keepalive_expiry=KEEPALIVE_S))
+
+
+async def _log_aiohttp_connection(session: object, ctx: object, params: object) -> None:
+    """aiohttp's trace: a connection made (TCP and TLS handshake together: aiohttp times them as one)."""
+    t0 = getattr(ctx, "servescope_t0", None)
+    if t0 is not None:
+        CONNECTIONS.add(ConnSample((_perf() - t0) / 1e6))
+
+
+async def _start_aiohttp_connection(session: object, ctx: object, params: object) -> None:
+    ctx.servescope_t0 = _perf()  # type: ignore[attr-defined]  # aiohttp's trace context takes attributes
+
+
+async def _trace_httpx(request: httpx.Request) -> None:
+    """httpx's request hook: time the connection the request opens, if it opens one (TCP, TLS apart)."""
+    stamps: dict[str, int] = {}
+
+    async def trace(event: str, info: Mapping[str, object]) -> None:
+        if event.startswith("connection.") and event.endswith((".started", ".complete")):
+            stamps[event] = _perf()
+            tcp0, tcp1 = stamps.get("connection.connect_tcp.started"), stamps.get("connection.connect_tcp.complete")
+            if tcp0 is None or tcp1 is None:
+                return
+            if event == "connection.connect_tcp.complete" and request.url.scheme == "http":
+                CONNECTIONS.add(ConnSample((tcp1 - tcp0) / 1e6))
+            elif event == "connection.start_tls.complete":
+                t0 = stamps.get("connection.start_tls.started", tcp1)
+                CONNECTIONS.add(ConnSample((tcp1 - tcp0) / 1e6, (stamps[event] - t0) / 1e6))
+
+    request.extensions["trace"] = trace
 
 
 
@@ -196,15 +229,20 @@ def make_http_client(opts: ClientOptions, connections: int, transport: str | Non
     httpx (benchmarks/client_transport.py). aiohttp and httpx stay selectable (`--transport`)."""
     if (transport or opts.transport) == "raw":
         headers = _headers(opts)
-        return RawClient(opts.base_url, headers, max(1, connections), KEEPALIVE_S, ssl_context=ssl_context)
+        return RawClient(opts.base_url, headers, max(1, connections), KEEPALIVE_S,
+                         ssl_context=functools.partial(ssl_context, opts.tls))
     if (transport or opts.transport) == "aiohttp":
         import aiohttp  # only when chosen: its import and SSL contexts cost ~0.2 s of start-up
 
         headers = _headers(opts)
         n = max(1, connections)
         conn = aiohttp.TCPConnector(limit=n, limit_per_host=n, keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=300,
-                                    ssl=ssl_context() if opts.base_url.startswith("https") else False)
+                                    ssl=ssl_context(opts.tls) if opts.base_url.startswith("https") else False)
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_start.append(_start_aiohttp_connection)
+        trace.on_connection_create_end.append(_log_aiohttp_connection)
         return aiohttp.ClientSession(base_url=opts.base_url.rstrip("/") + "/", connector=conn, headers=headers,
+                                     trace_configs=[trace],
                                      timeout=aiohttp.ClientTimeout(total=None, sock_connect=15),
                                      trust_env=False)
     return _make_httpx_client(opts, connections)
@@ -213,13 +251,16 @@ def make_http_client(opts: ClientOptions, connections: int, transport: str | Non
 def _make_httpx_client(opts: ClientOptions, connections: int) -> httpx.AsyncClient:
     headers = _headers(opts)
     n = max(1, connections)
-    return async_client(
+    client = async_client(
         base_url=opts.base_url,
         headers=headers,
         limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=KEEPALIVE_S),
         timeout=httpx.Timeout(opts.timeout_s, connect=15.0),
         http2=False,
+        tls=opts.tls,
     )
+    client.event_hooks = {"request": [_trace_httpx], "response": []}  # the connections it opens, timed
+    return client
 
 
 STALE_RETRIES = 2  # sends of one request into pooled connections the server had closed, before it is an error

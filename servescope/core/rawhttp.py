@@ -20,6 +20,8 @@ from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from servescope.core.tls import CONNECTIONS, ConnSample
+
 _perf = time.perf_counter_ns
 MAX_HEAD = 64 * 1024  # bytes of status line and headers before the response is refused
 
@@ -300,7 +302,9 @@ class RawClient:
             raise ValueError(f"bad base URL {base_url!r}")
         self.host = u.hostname
         self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.ssl = ssl_context() if u.scheme == "https" and ssl_context else (True if u.scheme == "https" else None)
+        self.ssl: ssl.SSLContext | None = None
+        if u.scheme == "https":
+            self.ssl = ssl_context() if ssl_context else ssl.create_default_context()
         self.prefix = u.path.rstrip("/") + "/"
         hostport = self.host if u.port is None else f"{self.host}:{u.port}"
         self._head_lines = "".join(f"{k}: {v}\r\n" for k, v in {"Host": hostport, **headers}.items())
@@ -310,6 +314,7 @@ class RawClient:
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
         self._slots = asyncio.Semaphore(self.limit)
+        self.opened = 0  # connections this client opened (keep-alive: one per user, not one per request)
 
     async def __aenter__(self) -> RawClient:
         return self
@@ -324,12 +329,27 @@ class RawClient:
         self._idle.clear()
 
     async def _connect(self) -> _Conn:
+        """A new connection: TCP, then (https) the TLS handshake, each timed into `tls.CONNECTIONS` (the handshake
+        apart from the TTFT of the request that waits for it)."""
         loop = asyncio.get_running_loop()
+        t0 = _perf()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, proto = await loop.create_connection(lambda: _Conn(loop), self.host, self.port, ssl=self.ssl)
+                transport, proto = await loop.create_connection(lambda: _Conn(loop), self.host, self.port)
+                t1 = _perf()
+                if self.ssl is not None:
+                    try:
+                        tls = await loop.start_tls(transport, proto, self.ssl, server_hostname=self.host)
+                    except BaseException:
+                        transport.close()
+                        raise
+                    assert tls is not None
+                    proto.transport = tls
         except TimeoutError:
             raise RawHTTPError(f"could not connect to {self.host}:{self.port} within {self.connect_timeout_s:g} s") from None
+        t2 = _perf()
+        CONNECTIONS.add(ConnSample((t1 - t0) / 1e6, (t2 - t1) / 1e6 if self.ssl is not None else None))
+        self.opened += 1
         self._all.add(proto)
         return proto
 
@@ -343,8 +363,10 @@ class RawClient:
             self._all.discard(c)
         return None
 
-    async def post_stream(self, path: str, body: bytes, sink: Sink, error_limit: int) -> tuple[int, str, bytes]:
-        """POST `body`; a 200 body goes to `sink` read by read; returns (status, content type, error body)."""
+    async def post_stream(self, path: str, body: bytes, sink: Sink, error_limit: int,
+                          headers_out: dict[str, str] | None = None) -> tuple[int, str, bytes]:
+        """POST `body`; a 200 body goes to `sink` read by read; returns (status, content type, error body).
+        `headers_out`, when given, gets the response's headers (names in lower case), e.g. a 429's Retry-After."""
         async with self._slots:
             conn = self._take_idle() or await self._connect()
             ok = False
@@ -361,6 +383,8 @@ class RawClient:
                 await conn.head_fut
                 await conn.done_fut
                 conn.used += 1
+                if headers_out is not None:
+                    headers_out.update(conn.headers)
                 ok = conn.keep and not conn.closed
                 return conn.status, conn.headers.get("content-type", ""), bytes(errors.data)
             finally:

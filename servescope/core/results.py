@@ -352,8 +352,18 @@ class CellCost(_Base, frozen=True):
     basis: str = ""
 
 
+class CellConnections(_Base, frozen=True):
+    """The connections a cell's load opened (core/tls.py; engine/connection.py HttpTarget.cell_connections): with
+    keep-alive about one per user, not one per request; the TCP connect and TLS handshake p50 of those (ms),
+    apart from the TTFT (the handshake None over plain HTTP, and with aiohttp, which times both as the connect)."""
+
+    opened: int = 0
+    connect_ms_p50: float | None = None
+    tls_handshake_ms_p50: float | None = None
+
+
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
-             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost")
+             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost", "connections")
 
 
 class CellResult(_Base, frozen=True):
@@ -414,6 +424,7 @@ class CellResult(_Base, frozen=True):
     source: str | None = None  # the import format ("vllm-bench-serve") for cells imported from other tools
     quality: CellQuality | None = None  # --quality-share (None: no probe request, left out of to_dict())
     cost: CellCost | None = None  # per 1M tokens, with --price/--gpu-hour/--electricity-price (core/cost.py)
+    connections: CellConnections | None = None  # the connections its load opened (None: not counted, left out)
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 

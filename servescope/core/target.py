@@ -15,6 +15,7 @@ from servescope.core import llamacpp
 from servescope.core.client import async_client
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_secret_text, clean_text, redact
+from servescope.core.tls import TlsSettings, cert_problem, current, measure_handshakes
 
 
 def redact_url(url: str) -> str:
@@ -54,6 +55,12 @@ class TargetInfo:
     raw_models: object = None  # /v1/models' `data` as the server sent it (session.toml keeps it as JSON)
     engine: str = "openai"  # "vllm" | "llamacpp" | "openai" (any other OpenAI-compatible server)
     slots: int | None = None  # llama.cpp: parallel slots (`--parallel`), each with max_model_len of context
+    # how a new connection costs, measured apart from any request (core/tls.py measure_handshakes): TCP connect
+    # and, over https, the TLS handshake, p50 of a few fresh connections in ms (None: not measured)
+    connect_ms: float | None = None
+    tls_handshake_ms: float | None = None
+    tls_verify: bool | None = None  # https: whether the certificate was checked (False: --insecure); None: http
+    tls_ca: str | None = None  # https with --ca-cert: the CA file's name
 
     @property
     def engine_text(self) -> str:
@@ -95,7 +102,11 @@ def _short_id(model_id: str) -> str:
 
 
 def request_failed(where: str, e: httpx.HTTPError, detail: str, timeout_text: str) -> ServescopeError:
-    """One line for a request to `where` that got no answer (`detail`: the error's text, already cleaned)."""
+    """One line for a request to `where` that got no answer (`detail`: the error's text, already cleaned); a
+    certificate the client does not trust names the problem and --ca-cert / --insecure."""
+    bad_cert = cert_problem(where, e)
+    if bad_cert is not None:
+        return bad_cert
     if isinstance(e, httpx.ConnectError):
         return ServescopeError(f"cannot connect to {where} ({detail or 'connection refused'}); is the server running? "
                                "check --url")
@@ -117,11 +128,15 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, engine: str = "auto") -> TargetInfo:
-    """What the server at `url` serves, and which engine it is (`engine` "auto": recognised from its answers)."""
+async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, engine: str = "auto",
+                tls: TlsSettings | None = None) -> TargetInfo:
+    """What the server at `url` serves, and which engine it is (`engine` "auto": recognised from its answers);
+    over https with `tls` (else this process's setting: core/tls.py), whose new connections' cost (TCP connect,
+    TLS handshake) is measured apart."""
     url = normalize_url(url)
     info = TargetInfo(url=redact_url(url))
-    async with async_client(base_url=url, headers=_headers(api_key), timeout=timeout_s) as c:
+    settings = tls or current()
+    async with async_client(base_url=url, headers=_headers(api_key), timeout=timeout_s, tls=settings) as c:
         try:
             r = await c.get("/v1/models")
         except httpx.HTTPError as e:
@@ -138,6 +153,11 @@ async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, e
                 f"{info.url} is not an OpenAI-compatible server (GET /v1/models gave HTTP {r.status_code}); check --url"
             ) from None
         info.raw_models = data
+        if url.startswith("https://"):
+            info.tls_verify, info.tls_ca = settings.verify, settings.ca_cert and settings.ca_cert.rsplit("/", 1)[-1]
+        hs = await measure_handshakes(url, settings)
+        if hs is not None:
+            info.connect_ms, info.tls_handshake_ms = hs.connect_ms_p50, hs.tls_handshake_ms_p50
         for m in data:
             if isinstance(m, dict) and "id" in m:
                 mml = m.get("max_model_len")

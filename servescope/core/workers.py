@@ -48,6 +48,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.health import ClientPart, add_placement, merge_client
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell, warm_prompts
 from servescope.core.records import RequestRecord
+from servescope.core.tls import CONNECTIONS, ConnSample
 from servescope.core.workercount import Workers, cores, too_many_workers
 
 if TYPE_CHECKING:
@@ -277,6 +278,7 @@ class Done:
     records: int
     start_late_ns: int | None  # its measured part began this long after t0 (None: it never got `Go`)
     client: ClientPart | None
+    conns: tuple[ConnSample, ...] = ()  # the connections its load opened (core/tls.py), logged again by the driver
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +373,7 @@ class WorkerLoop:
         flusher = asyncio.create_task(self._flush_every())
         watcher = asyncio.create_task(self._watch())
         s = self.share
+        mark = CONNECTIONS.mark()
         try:
             run = await run_cell(self.opts, list(s.specs), s.load, s.limits, self._on_record, self.control,
                                  seed=self.seed, before_measured=self._before_measured)
@@ -384,7 +387,7 @@ class WorkerLoop:
         self._flush()
         self.send(Done(start_ns=run.start_ns, end_ns=run.end_ns, stopped=run.stopped, ramp_end_ns=run.ramp_end_ns,
                        records=len(run.records), start_late_ns=run.start_ns - self.t0 if self.t0 else None,
-                       client=run.client))
+                       client=run.client, conns=tuple(CONNECTIONS.take(mark))))
 
     async def _before_measured(self) -> None:
         assert self.control is not None and self.go is not None
@@ -511,6 +514,7 @@ async def drive(
         elif isinstance(msg, Done):
             done[k] = msg
             finished.add(k)
+            CONNECTIONS.extend(msg.conns)  # the cell's connections, as if this process had opened them
         else:
             why = msg.text if isinstance(msg, Failed) else msg.why
             failure = f"load worker {k + 1} of {n} ({channels[k].label}) " \

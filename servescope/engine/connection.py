@@ -15,6 +15,7 @@ from servescope.core.llamacpp import LlamaCppTokenizer
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell
 from servescope.core.rayworkers import run_cell_ray
 from servescope.core.records import RequestRecord
+from servescope.core.results import CellConnections
 from servescope.core.target import (
     EstimateTokenizer,
     LocalTokenizer,
@@ -25,6 +26,7 @@ from servescope.core.target import (
     has_tokenize,
     probe,
 )
+from servescope.core.tls import CONNECTIONS, TlsSettings, current, handshake_figures
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.core.workers import resolve_workers, run_cell_workers
 
@@ -52,10 +54,15 @@ class Target(Protocol):
 class HttpTarget:
     """The real Target: `core.target.probe`, a small HTTP client for /tokenize, `core.load.run_cell`.
     `workers` ("auto" or N), `ray` (an address, "auto", or None) and `ray_nodes` say where a cell's load runs
-    (the sweep's `--workers`, `--ray`, `--ray-nodes`); the defaults run it in this process."""
+    (the sweep's `--workers`, `--ray`, `--ray-nodes`); the defaults run it in this process. `tls` (--ca-cert,
+    --insecure: core/tls.py; None: this process's setting) reaches every request: the probe, /tokenize, and the
+    load's transports in this process, in worker processes and in Ray actors. After each cell,
+    `cell_connections` says how many connections its load opened and what they cost (TCP connect and TLS
+    handshake p50, apart from the TTFT): with keep-alive, one per user, not one per request."""
 
     def __init__(self, api_key: str | None, tokenizer_path: str | None = None, engine: str = "auto",
-                 workers: Workers = DEFAULT_WORKERS, ray: str | None = None, ray_nodes: tuple[str, ...] = ()) -> None:
+                 workers: Workers = DEFAULT_WORKERS, ray: str | None = None, ray_nodes: tuple[str, ...] = (),
+                 tls: TlsSettings | None = None) -> None:
         self.api_key = api_key
         self.tokenizer_path = tokenizer_path
         self.engine = engine  # "auto": recognised from the server's answers
@@ -64,9 +71,15 @@ class HttpTarget:
         self.ray_nodes = ray_nodes
         self.http: httpx.AsyncClient | None = None
         self.info: TargetInfo | None = None
+        self.tls = tls
+        self.cell_connections: CellConnections | None = None  # the last cell's (its summary's `connections`)
+
+    @property
+    def tls_settings(self) -> TlsSettings:
+        return self.tls or current()
 
     async def connect(self, url: str, model: str | None) -> tuple[TargetInfo, ModelInfo]:
-        target = await probe(url, self.api_key, engine=self.engine)
+        target = await probe(url, self.api_key, engine=self.engine, tls=self.tls_settings)
         self.info = target
         minfo = target.model(model)
         if self.http is not None:
@@ -76,6 +89,7 @@ class HttpTarget:
             headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else None,
             timeout=httpx.Timeout(120.0, connect=10.0),
             limits=httpx.Limits(max_connections=16),
+            tls=self.tls_settings,
         )
         return target, minfo
 
@@ -91,6 +105,20 @@ class HttpTarget:
     async def run_cell(self, opts: ClientOptions, specs: Sequence[RequestSpec], load: Load, limits: Limits,
                        on_record: Callable[[RequestRecord], None], control: CellControl, seed: int,
                        before_measured: Callable[[], Awaitable[None]]) -> CellRun:
+        if opts.tls is None:  # the load's transports, here and in workers, check the server as the probe did
+            opts.tls = self.tls_settings  # in place: the caller's options are the cell's (what it learns lands there)
+        mark = CONNECTIONS.mark()
+        try:
+            return await self._run_cell(opts, specs, load, limits, on_record, control, seed, before_measured)
+        finally:
+            hs = handshake_figures(CONNECTIONS.since(mark))
+            self.cell_connections = CellConnections(opened=hs.opened, connect_ms_p50=hs.connect_ms_p50,
+                                                    tls_handshake_ms_p50=hs.tls_handshake_ms_p50)
+            CONNECTIONS.forget(CONNECTIONS.mark())
+
+    async def _run_cell(self, opts: ClientOptions, specs: Sequence[RequestSpec], load: Load, limits: Limits,
+                        on_record: Callable[[RequestRecord], None], control: CellControl, seed: int,
+                        before_measured: Callable[[], Awaitable[None]]) -> CellRun:
         if self.ray:
             # Ray: one actor per node unless a count is given (auto's sizing is for this machine's cores)
             n = 1 if self.workers == "auto" else resolve_workers(self.workers, load, specs, limits.warmup)

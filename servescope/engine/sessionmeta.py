@@ -23,6 +23,12 @@ class TargetTable(TypedDict):
     metrics: bool
     tokenizer: str
     engine: str
+    # how a new connection cost, measured apart from any request (core/tls.py measure_handshakes: ms, p50); and
+    # for an https target whether its certificate was verified (false: --insecure) and the --ca-cert file's name
+    connect_ms: NotRequired[float]
+    tls_handshake_ms: NotRequired[float]
+    tls_verify: NotRequired[bool]
+    tls_ca: NotRequired[str]
 
 
 class ServerTable(TypedDict):
@@ -74,6 +80,14 @@ def session_meta(spec: SweepSpec, cells: Sequence[Cell], *, name: str, label: st
     if spec.launch:
         meta["server"] = {"launch": redact_command(spec.launch), "variants": [redact_command(v) for v in spec.variants],
                           "args": server_args}
+    if target.connect_ms is not None:
+        meta["target"]["connect_ms"] = target.connect_ms
+    if target.tls_handshake_ms is not None:
+        meta["target"]["tls_handshake_ms"] = target.tls_handshake_ms
+    if target.tls_verify is not None:
+        meta["target"]["tls_verify"] = target.tls_verify
+    if target.tls_ca:
+        meta["target"]["tls_ca"] = target.tls_ca
     if spec.electricity_price is not None:
         meta["electricity_usd_per_kwh"] = spec.electricity_price
     if spec.price is not None:

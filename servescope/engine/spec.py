@@ -35,6 +35,7 @@ from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
 from servescope.core.prices import ApiPrice, dump_price, parse_gpu_hour, parse_price
 from servescope.core.secrets import is_redacted, redact_command
+from servescope.core.tls import TlsSettings, ca_cert_path
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.engine import fields as f
 from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
@@ -143,6 +144,12 @@ class SweepSpec:
     transport: str = option("raw", "target", "transport", ["--transport"], parse=f.choice(f.TRANSPORTS),
                             help="HTTP client for the load: raw (default: HTTP/1.1 on an asyncio protocol, the least "
                                  "CPU per streamed token), aiohttp (proxies, anything raw cannot read) or httpx")
+    ca_cert: str | None = option(None, "target", "ca_cert", ["--ca-cert"], parse=ca_cert_path, metavar="PATH",
+                                 help="an https server's CA certificate (PEM), for a private or self-signed CA "
+                                      "(default: the system's trusted CAs)")
+    tls_verify: bool | None = option(None, "target", "tls_verify", ["--insecure"], parse=f.boolean, negate=True,
+                                     help="do not verify an https server's certificate (said on stderr, and recorded "
+                                          "in the session as tls_verify = false)")
     workloads: tuple[Workload, ...] = field(default_factory=_workloads_default)
     concurrency: tuple[int, ...] | None = option(
         None, "load", "concurrency", ["--concurrency", "-c"], parse=f.int_list, dump=list,
@@ -274,6 +281,9 @@ class SweepSpec:
         if self.price is not None and self.gpu_hour is not None:
             raise SweepConflict(where, "give price (a hosted API's, per 1M tokens) or gpu_hour (your GPU's), not "
                                 "both: a session measures one of them; compare the two sessions", ("gpu_hour", "price"))
+        if self.ca_cert is not None and self.tls_verify is False:
+            raise SweepConflict(where, "give ca_cert (--ca-cert: verify the server with this CA) or tls_verify = false "
+                                "(--insecure: verify nothing), not both", ("tls_verify", "ca_cert"))
         if self.variants and not self.launch:
             raise SweepConflict(where, "server variants need a launch command: servescope can only relaunch a "
                                 "server it started", ("variants", "launch"))
@@ -307,6 +317,10 @@ class SweepSpec:
 
     def replace(self, **changes: object) -> SweepSpec:
         return _replaced(self, changes)
+
+    def tls_settings(self) -> TlsSettings:
+        """How an https target is checked (--ca-cert, --insecure: core/tls.py), the CA file read now."""
+        return TlsSettings.load(self.ca_cert, self.tls_verify is not False)
 
     @property
     def target_text(self) -> str:

@@ -17,6 +17,7 @@ from servescope.core.health import client_text
 from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
+from servescope.core.tls import target_tls_text
 from servescope.sessions.compare import (
     CellView,
     Comparison,
@@ -191,6 +192,12 @@ def stability_notes(session: Session, v: CellView) -> list[str]:
     return out
 
 
+def _tls_part(rep: SessionReport) -> str:
+    """An https target's TLS handshake and connect time (measured apart from the TTFT) and how it was verified."""
+    text = target_tls_text(rep.session.meta.get("target"))
+    return f" ({md_escape(clean_text(text))})" if text else ""
+
+
 def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
                     comparison: Comparison | None = None) -> str:
     m = rep.session.info
@@ -199,7 +206,7 @@ def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
     what = (f"{_plural(len(rep.views), 'cell')} over {_plural(len({v.workload for v in rep.views}), 'workload')}"
             if speed else ("tune search" if m.kind == "tune" else "quality probe"))
     out = [f"# servescope report: {md_escape(rep.label)}", "",
-           f"{md_escape(model)} on {md_escape(clean_text(m.target.url))}: {what} "
+           f"{md_escape(model)} on {md_escape(clean_text(m.target.url))}{_tls_part(rep)}: {what} "
            f"(session `{md_escape(rep.session.path.name).replace('`', '')}`).", ""]
     out += _setup(rep)
     if speed:
