@@ -110,9 +110,6 @@ async def test_each_transport_verifies_and_reuses_connections(hosted: SimHandle,
         assert conns.tls_handshake_ms_p50 is None
     else:
         assert conns.tls_handshake_ms_p50 is not None and conns.tls_handshake_ms_p50 > 0
-    # the handshake is no part of a request's TTFT: the first request on each connection is timed from its send
-    ttft = sorted((r.first_token_ns - r.sent_ns) / 1e6 for r in records)
-    assert ttft[0] > 0
 
 
 @pytest.mark.slow

@@ -1,0 +1,60 @@
+"""HTTPS through Ray actors (`--ray`): the load's options carry the TLS setting, the CA as its text, so an actor
+on any node checks the server's certificate without a file there, and sends back the connections it opened.
+Needs the `ray` extra; skipped without it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from servescope.core.client import ClientOptions, RequestSpec
+from servescope.core.load import CellControl, Limits, Load
+from servescope.core.tls import TlsSettings
+from servescope.engine.connection import HttpTarget
+from servescope.sim.launcher import SimHandle, start_sim
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'servescope[ray]'")
+
+SPECS = [RequestSpec("completions", f"request {i}: " + "lorem ipsum " * 30, 64, 8) for i in range(24)]
+
+
+@pytest.fixture(scope="module")
+def tls_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimHandle, Path]]:
+    d = tmp_path_factory.mktemp("tls")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    cert.private_key_pem.write_to_path(str(d / "key.pem"))
+    (d / "cert.pem").write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
+    with start_sim("tiny", ["--hosted", "--tpm", "0", "--net-latency-ms", "0", "--net-jitter-ms", "0",
+                            "--tls-cert", str(d / "cert.pem"), "--tls-key", str(d / "key.pem")]) as h:
+        yield h, d / "ca.pem"
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.slow
+async def test_ray_actors_check_the_certificate_with_the_ca_text(tls_sim: tuple[SimHandle, Path],
+                                                                 local_ray: None) -> None:
+    sim, ca = tls_sim
+
+    async def before() -> None:
+        pass
+
+    target = HttpTarget(None, tls=TlsSettings.load(str(ca)), workers=2, ray="auto")
+    opts = ClientOptions(base_url=sim.url, model="tiny", timeout_s=60)
+    run = await target.run_cell(opts, SPECS, Load(concurrency=4), Limits(requests=16), lambda r: None,
+                                CellControl(), 0, before)
+    assert [r.status for r in run.records] == ["ok"] * 16, {r.error for r in run.records}
+    conns = target.cell_connections
+    assert conns is not None and conns.opened == 4 and conns.tls_handshake_ms_p50 is not None
