@@ -275,9 +275,9 @@ class _Tracker:
             self.consecutive_limited = self.consecutive_limited + 1 if rec.status == "rate_limited" else 0
             if self.consecutive_fail >= self.limit and not self.control.stop.is_set():
                 if self.consecutive_limited == self.consecutive_fail:  # a closed loop would only collect 429s
-                    after = f" (Retry-After {rec.retry_after_s:g} s)" if rec.retry_after_s is not None else ""
+                    after = f", Retry-After {rec.retry_after_s:g} s" if rec.retry_after_s is not None else ""
                     self.control.request_stop(f"{self.consecutive_limited} requests in a row were rate-limited "
-                                              f"(HTTP 429){after}: lower the load, or pass --retry-after MAX_WAIT "
+                                              f"(HTTP 429{after}): lower the load, or pass --retry-after MAX_WAIT "
                                               "to wait and send them again")
                 else:
                     self.control.request_stop(f"{self.consecutive_fail} requests in a row failed, last: {rec.error}")
