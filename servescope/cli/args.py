@@ -13,6 +13,35 @@ MIN_EFFECT_PCT = 2.0
 FAIL_ON_EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
 MISMATCH_NAMES = ("servescope_version", "warmup", "max_model_len", "tokenizer", "host", "lengths")
 
+# The docs page that covers each command (paths in the repository's docs/ folder): every `--help` ends with it.
+DOCS_PAGES = {
+    "": "docs/getting-started.md; every command's flags: docs/reference/cli.md",
+    "run": "docs/measuring.md", "resume": "docs/telemetry.md#a-server-that-dies-mid-sweep-and-servescope-resume",
+    "workloads": "docs/measuring.md#workloads", "sim": "docs/simulator.md", "demo": "docs/getting-started.md",
+    "sessions": "docs/sessions.md", "compare": "docs/compare.md",
+    "gate": "docs/compare.md#gate-a-pull-request-servescope-gate", "report": "docs/compare.md#reports",
+    "import": "docs/sessions.md#import-vllm-bench-serve-results", "quality": "docs/quality.md",
+    "twin": "docs/twin.md", "whatif": "docs/twin.md", "tune": "docs/tune.md",
+    "watch": "docs/measuring.md#sweeps-that-outlive-the-terminal-detach-watch-attach",
+    "attach": "docs/measuring.md#sweeps-that-outlive-the-terminal-detach-watch-attach", "tui": "docs/app.md",
+}
+
+
+def docs_epilog(p: argparse.ArgumentParser, command: str) -> None:
+    """End `p`'s help with the docs page for `command` and its entry in the CLI reference."""
+    ref = f"; every flag: docs/reference/cli.md#{command}" if command else ""
+    p.epilog = f"docs: {DOCS_PAGES.get(command, 'docs/reference/cli.md')}{ref}"
+
+
+def add_docs_epilogs(p: argparse.ArgumentParser, command: str = "") -> None:
+    """The docs line for `servescope --help` and for every subcommand (twin's own included) that has none yet."""
+    if not p.epilog:
+        docs_epilog(p, command)
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sp in action.choices.items():
+                add_docs_epilogs(sp, command or name)
+
 
 def _add_min_effect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-effect", type=_percent, default=MIN_EFFECT_PCT, metavar="PCT",
@@ -47,6 +76,7 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     """--url, --model, --api-key-env (declared by SweepSpec) and --api-key (never stored)."""
     add_flags(p, only=("url", "model", "api_key_env"))
     p.add_argument("--api-key", help="API key (prefer --api-key-env: flags show up in `ps`)")
+    docs_epilog(p, "tui")  # `servescope tui`; quality sets its own after
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -63,6 +93,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--detach", action="store_true",
                    help="run the sweep in the background (it survives a closed terminal or SSH connection): print "
                         "the session directory and return; follow it with `servescope watch` or `servescope attach`")
+    docs_epilog(p, "run")
 
 
 def add_resume_args(p: argparse.ArgumentParser) -> None:
@@ -77,6 +108,7 @@ def add_resume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launch", metavar='"vllm serve MODEL ..."',
                    help="the server command in full, when the session stored it with its secrets as ••••")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
+    docs_epilog(p, "resume")
 
 
 # ---- sessions ---------------------------------------------------------------------------------------
@@ -85,6 +117,7 @@ def add_resume_args(p: argparse.ArgumentParser) -> None:
 def add_sessions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    docs_epilog(p, "sessions")
 
 
 # ---- compare ----------------------------------------------------------------------------------------
@@ -97,6 +130,7 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo", help="judge capacity and goodput by these SLOs, e.g. ttft_ms=3000,per_user_tok_s=20 "
                    "(default: the first session's, else TTFT <= 3 s and >= 20 tok/s per user)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    docs_epilog(p, "compare")
     p.add_argument("--format", choices=["md", "json", "html"], default=None,
                    help="md (default), json (as --json), or html: one self-contained file with the figures inline "
                         "(needs the plots extra: pip install 'servescope[plots]')")
@@ -125,6 +159,7 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
                    f'"{FAIL_ON_EXAMPLE.replace("%", "%%")}": -5%% fails on a drop of more than 5%%, '
                    "+10%% on a rise of more than 10%%")
     p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary for a pull-request comment")
+    docs_epilog(p, "gate")
     p.add_argument("--json", action="store_true", help="print the result as JSON (the one-line verdict goes "
                    "to stderr)")
     p.add_argument("--save-baseline", metavar="FILE", help="write the candidate (or the one SESSION) as a "
@@ -151,6 +186,7 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
                    help="output format (default md); html: one self-contained file with the figures inline (needs the "
                         "plots extra: pip install 'servescope[plots]')")
     add_figures_arg(p)
+    docs_epilog(p, "report")
     p.add_argument("--include-bound", action="store_true",
                    help="count cells whose client was bound (the load generator, not the server, limited them) in "
                         "capacity, knee and peak; by default they are left out and named")
@@ -167,6 +203,7 @@ def add_import_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", help="workload name for the cells, e.g. sharegpt, to align them with a "
                    "servescope session (default vllm-bench-inN-outM)")
     p.add_argument("--name", default="", help="session name")
+    docs_epilog(p, "import")
     p.add_argument("--tag", action="append", default=[], help="KEY=VALUE label for the session, repeatable")
     p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
     p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
@@ -174,6 +211,7 @@ def add_import_args(p: argparse.ArgumentParser) -> None:
 
 def add_quality_args(p: argparse.ArgumentParser) -> None:
     add_target_args(p)
+    docs_epilog(p, "quality")
     p.add_argument("--reference", metavar="SESSION",
                    help="a quality session of the reference server (e.g. BF16 or FP8): report KL divergence, top-1 "
                         "agreement and where the greedy outputs first part")
@@ -200,9 +238,11 @@ def add_quality_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_twin_args(p: argparse.ArgumentParser) -> None:
+    docs_epilog(p, "twin")
     sub = p.add_subparsers(dest="twin_command", metavar="fit")
     f = sub.add_parser("fit", help="fit the simulator to a measured session and store the profile in it")
     values_may_start_with_minus(f)
+    docs_epilog(f, "twin")
     f.add_argument("session", help="session directory or id")
     _fit_flags(f)
     f.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -210,6 +250,7 @@ def add_twin_args(p: argparse.ArgumentParser) -> None:
 
 def add_whatif_args(p: argparse.ArgumentParser) -> None:
     values_may_start_with_minus(p)
+    docs_epilog(p, "whatif")
     p.add_argument("session", help="session directory or id (fitted first when it has no twin yet)")
     p.add_argument("--workload", "-w", help="preset name(s) or TOML file(s), comma-separated (default: the "
                    "session's own; with --capacity, a table of task types from 1K code completion to a 96K coding "
@@ -237,12 +278,14 @@ def add_whatif_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_watch_args(p: argparse.ArgumentParser) -> None:
+    docs_epilog(p, "watch")  # attach sets its own after
     p.add_argument("session", nargs="?", help="session directory or id (default: the most recent running sweep)")
     p.add_argument("--sessions-dir", help="where sessions are (default $SERVESCOPE_HOME/sessions or the user data dir)")
 
 
 def add_attach_args(p: argparse.ArgumentParser) -> None:
     add_watch_args(p)
+    docs_epilog(p, "attach")
 
 
 # ---- tune --------------------------------------------------------------------------------------------------
