@@ -1,6 +1,7 @@
-"""The README's text captures of the app (```text blocks after a `<!-- capture: NAME -->` line) are what
-the app draws at 80x24 with the fixed data of tests/tui/fixtures.py. When a screen changes on purpose, run
-`pytest tests/tui/test_readme_captures.py -s`: a capture that differs is printed, ready to paste."""
+"""The docs' text captures of the app (```text blocks after a `<!-- capture: NAME -->` line in docs/app.md; they
+were the README's) are what the app draws at 80x24 with the fixed data of tests/tui/fixtures.py. When a screen
+changes on purpose, run `pytest tests/tui/test_docs_captures.py -s`: a capture that differs is printed, ready to
+paste."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from servescope.tui.screens.run import RunScreen
 
 from .test_snapshots import _feed_run
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+APP_PAGE = Path(__file__).resolve().parents[2] / "docs" / "app.md"
 
 
 def captures() -> dict[str, list[str]]:
-    text = README.read_text(encoding="utf-8")
+    text = APP_PAGE.read_text(encoding="utf-8")
     out = {}
     for m in re.finditer(r"<!-- capture: ([\w-]+) -->\n```text\n(.*?)\n```", text, re.S):
         out[m.group(1)] = [ln.rstrip() for ln in m.group(2).split("\n")]
@@ -39,7 +40,7 @@ class Clock:
         return 1000.0 if self.calls == 1 else 1095.0
 
 
-async def test_readme_run_screen_capture_matches_the_app(home: Path) -> None:
+async def test_docs_run_screen_capture_matches_the_app(home: Path) -> None:
     """The Run screen mid-sweep: three finished cells of sharegpt, the fourth (c=32) running."""
     app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"), workloads_dir=home / "workloads",
                    clock=Clock())
@@ -52,5 +53,5 @@ async def test_readme_run_screen_capture_matches_the_app(home: Path) -> None:
     want = captures().get("run-80x24")
     if want != got:
         print("\n".join(got))
-    assert want is not None, "README.md has no `<!-- capture: run-80x24 -->` block"
+    assert want is not None, "docs/app.md has no `<!-- capture: run-80x24 -->` block"
     assert got == want
