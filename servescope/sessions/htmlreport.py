@@ -323,9 +323,10 @@ def _table(rows: list[str]) -> str:
         names = [x for x in ("num" if i < len(aligns) and aligns[i] else "", "nw" if 0 < len(text) <= 28 else "") if x]
         return f' class="{" ".join(names)}"' if names else ""
 
-    out = ['<div class="table-wrap"><table><thead><tr>']
-    out += [f"<th{cls(i)}>{_inline(c)}</th>" for i, c in enumerate(head)]
-    out.append("</tr></thead><tbody>")
+    out = ['<div class="table-wrap"><table>']
+    if any(head):  # a key-value table (`| | |`) has no header worth a row
+        out += ["<thead><tr>", *(f"<th{cls(i)}>{_inline(c)}</th>" for i, c in enumerate(head)), "</tr></thead>"]
+    out.append("<tbody>")
     for r in rows[2:]:
         out.append("<tr>" + "".join(f"<td{cls(i, c)}>{_inline(c)}</td>" for i, c in enumerate(_cells(r))) + "</tr>")
     out.append("</tbody></table></div>")
