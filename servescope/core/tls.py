@@ -306,3 +306,15 @@ def target_tls_text(target: object) -> str:
     else:
         parts.append(f"CA {ca}" if isinstance(ca, str) and ca else "system CAs")
     return ", ".join(parts)
+
+
+def reuse_problem(opened: int, users: int, requests: int) -> str:
+    """A closed-loop cell whose load opened many more connections than it had users (`opened` for `requests`
+    from `users`): one line saying keep-alive did not hold; '' when it did (about one connection per user, a few
+    more for connections the server closed while idle)."""
+    users = max(1, min(users, requests)) if requests else max(1, users)
+    if opened <= 2 * users + 2:
+        return ""
+    return (f"opened {opened:,} connections for {requests:,} requests from {users:,} users: the server did not keep "
+            "them alive, so many requests' TTFT includes a new TCP and TLS handshake (see the target line's "
+            "handshake time)")

@@ -17,7 +17,7 @@ from servescope.core.health import client_text
 from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
-from servescope.core.tls import target_tls_text
+from servescope.core.tls import reuse_problem, target_tls_text
 from servescope.sessions.compare import (
     CellView,
     Comparison,
@@ -94,6 +94,10 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                              + (f" ({clean_text(e.error)[:80]})" if e.error else "")
                              for e in sm.errors if e.status != "rate_limited")
             notes.append(f"{cell}: {failed} of {total} requests failed" + (f": {what}" if what else ""))
+        if sm.connections is not None and v.concurrency:  # keep-alive held? (core/tls.py)
+            reuse = reuse_problem(sm.connections.opened, v.concurrency, total)
+            if reuse:
+                notes.append(f"{cell}: {reuse}")
         if sm.mostly_rate_limited:
             notes.append(f"{cell}: {rate_limit_line(sm)}")
         elif sm.requests_rate_limited:

@@ -71,7 +71,8 @@ def hosted_config(args: argparse.Namespace) -> Hosted:
     return Hosted(hosted=h, tpm=int(given(args.tpm, DEFAULT_TPM)),
                   latency_ms=given(args.net_latency_ms, DEFAULT_LATENCY_MS),
                   jitter_ms=given(args.net_jitter_ms, DEFAULT_JITTER_MS),
-                  api_key=args.api_key, reject_vllm_fields=args.reject_vllm_fields, seed=args.seed)
+                  api_key=args.api_key, reject_vllm_fields=args.reject_vllm_fields, seed=args.seed,
+                  close_connections=args.close_connections)
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
@@ -124,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{DEFAULT_JITTER_MS:g} with --hosted, else 0)")
     h.add_argument("--reject-vllm-fields", action="store_true",
                    help="answer 400 to vLLM's own request fields (ignore_eos, min_tokens, ...), as OpenAI's API does")
+    h.add_argument("--close-connections", action="store_true",
+                   help="close every connection after its response (a server or proxy without keep-alive)")
     h.add_argument("--api-key", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' (default: any request is served)")
     h.add_argument("--tls-cert", default=None, metavar="PATH", help="serve HTTPS with this PEM certificate (chain)")

@@ -44,7 +44,8 @@ class Hosted:
     """What the simulator does beyond vLLM's behaviour: `hosted` drops the server-only paths; `tpm` (0: no
     limit) limits tokens per minute; each request waits `latency_ms` plus a uniform draw in [0, `jitter_ms`]
     (seeded by `seed`); `api_key` (None: any) is required as `Authorization: Bearer KEY`;
-    `reject_vllm_fields` refuses vLLM's own request fields."""
+    `reject_vllm_fields` refuses vLLM's own request fields; `close_connections` closes each connection after its
+    response."""
 
     hosted: bool = False
     tpm: int = 0
@@ -53,10 +54,16 @@ class Hosted:
     api_key: str | None = None
     reject_vllm_fields: bool = False
     seed: int = 0
+    close_connections: bool = False  # every response closes its connection (a server or proxy without keep-alive)
 
     @property
     def delays(self) -> bool:
         return self.latency_ms > 0 or self.jitter_ms > 0
+
+
+async def close_after(request: web.Request, response: web.StreamResponse) -> None:
+    """`on_response_prepare`: this response closes its connection (`Connection: close`)."""
+    response.force_close()
 
 
 def openai_error(status: int, message: str, etype: str, code: str | None = None, param: str | None = None,

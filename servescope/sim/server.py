@@ -34,6 +34,7 @@ from servescope.sim.hosted import (
     SERVER_ONLY_PATHS,
     Hosted,
     TokenBucket,
+    close_after,
     middlewares,
     not_served,
     openai_error,
@@ -125,6 +126,8 @@ class SimServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
+        if self.hosted.close_connections:
+            app.on_response_prepare.append(close_after)
         app.on_startup.append(self._start_engine)
         app.on_cleanup.append(self._stop_engine)
         return app
@@ -489,4 +492,6 @@ def hosted_log_lines(h: Hosted) -> list[str]:
         parts.append("vLLM's own request fields answered 400")
     if h.api_key is not None:
         parts.append("an API key required")
+    if h.close_connections:
+        parts.append("every connection closed after its response")
     return ["servescope-sim: " + "; ".join(parts)] if parts else []

@@ -175,3 +175,11 @@ def test_session_meta_records_tls() -> None:
     plain = session_meta(spec, plan_cells(spec), name="n", label="x", target=TargetInfo("http://x", [ModelInfo("m")]),
                          model=ModelInfo("m"), tokenizer="t")
     assert "tls_verify" not in plain["target"] and "tls_handshake_ms" not in plain["target"]
+
+
+def test_reuse_problem() -> None:
+    assert tls.reuse_problem(4, 4, 100) == ""
+    assert tls.reuse_problem(10, 4, 100) == ""  # a few more: connections the server closed while idle
+    assert tls.reuse_problem(2, 100, 2) == ""  # -c 100 -n 2 runs 2 users
+    line = tls.reuse_problem(100, 4, 100)
+    assert line.startswith("opened 100 connections for 100 requests from 4 users: the server did not keep them alive")

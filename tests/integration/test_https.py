@@ -123,6 +123,20 @@ async def test_each_transport_refuses_an_untrusted_certificate(hosted: SimHandle
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
+async def test_a_server_that_closes_every_connection_is_seen(certs: tuple[Path, Path, Path], transport: str) -> None:
+    ca, cert, key = certs
+    with start_sim("tiny", ["--hosted", "--tpm", "0", "--net-latency-ms", "0", "--net-jitter-ms", "0",
+                            "--close-connections", "--tls-cert", str(cert), "--tls-key", str(key)]) as h:
+        target = HttpTarget(None, tls=TlsSettings.load(str(ca)), workers=1)
+        records, _ = await _cell(target, h.url, 2, 10, transport)
+    assert [r.status for r in records] == ["ok"] * 10, {r.error for r in records}
+    conns = target.cell_connections
+    assert conns is not None and conns.opened == 10  # a new connection, and handshake, for every request
+    assert tls.reuse_problem(conns.opened, 2, 10).startswith("opened 10 connections for 10 requests from 2 users")
+
+
+@pytest.mark.slow
 async def test_worker_processes_get_the_ca_and_send_their_connections_back(
         hosted: SimHandle, certs: tuple[Path, Path, Path]) -> None:
     # the CA travels as its text in the load's options: the worker processes read no file

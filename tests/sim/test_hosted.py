@@ -197,3 +197,24 @@ def test_sim_url_query_starts_a_hosted_simulator() -> None:
     with start_sim("tiny?hosted=1&net_latency_ms=0&net_jitter_ms=0") as h, httpx.Client(base_url=h.url) as c:
         assert c.post("/tokenize", json={"prompt": "hi"}).status_code == 404
         assert c.get("/v1/models").status_code == 200
+
+
+def _connections(args: list[str]) -> int:
+    """How many connections three requests on one keep-alive client needed."""
+    opened: list[str] = []
+
+    def trace(event: str, info: object) -> None:
+        if event == "connection.connect_tcp.complete":
+            opened.append(event)
+
+    with start_sim("tiny", args) as h, httpx.Client(base_url=h.url) as c:
+        for _ in range(3):
+            r = c.post("/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 4, "stream": True},
+                       extensions={"trace": trace})
+            assert r.status_code == 200
+    return len(opened)
+
+
+def test_close_connections() -> None:
+    assert _connections(["--close-connections"]) == 3
+    assert _connections([]) == 1
