@@ -151,6 +151,6 @@ def test_the_commands_args_py_declares_end_with_their_docs_page() -> None:
 
     subs = gen_docs._subcommands(_parser())
     for name in ("run", "resume", "sessions", "compare", "gate", "report", "import", "quality", "twin", "whatif",
-                 "watch", "attach", "tui"):
+                 "tune", "watch", "attach", "tui"):
         sp = subs[name]
         assert sp.epilog and sp.epilog.startswith("docs: docs/"), f"servescope {name} --help has no docs line"

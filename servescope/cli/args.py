@@ -293,6 +293,7 @@ def add_attach_args(p: argparse.ArgumentParser) -> None:
 
 def add_tune_args(p: argparse.ArgumentParser) -> None:
     """`servescope tune`: the sweep's target, workload and SLO flags (SweepSpec), and the search's own."""
+    docs_epilog(p, "tune")
     add_workload_flag(p)
     add_flags(p, only=("url", "model", "api_key_env", "launch", "launch_timeout", "slos", "requests", "repeat",
                        "seed", "warmup", "tags", "name", "timeout_s"))
