@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from servescope.engine.spec import RunContext, SweepSpec  # noqa: E402
-from servescope.engine.tune import Dim, Space, Tuner  # noqa: E402
+from servescope.engine.tune import Dim, Measured, Setting, Space, Tuner  # noqa: E402
 from servescope.engine.tunemodel import TwinModel  # noqa: E402
 from servescope.engine.tunerun import LiveMeasurer, measured_from, requests_for  # noqa: E402
 from servescope.sessions.store import load_session  # noqa: E402
@@ -58,6 +58,11 @@ def base_spec(profile: str, w: Workload, slos: dict[str, float]) -> SweepSpec:
 
 
 def run_grid(profile: str, w: Workload, root: Path, space: Space) -> tuple[dict[tuple[int, int], str], float]:
+    """Every cell of the grid, measured (or read back from `root`/grid.json when a run before kept it)."""
+    index = root / "grid.json"
+    if index.is_file():
+        data = json.loads(index.read_text())
+        return {(int(k.split(",")[0]), int(k.split(",")[1])): v for k, v in data["cells"].items()}, data["wall_s"]
     spec = base_spec(profile, w, {"ttft_ms": 1e9})
     m = LiveMeasurer(spec, RunContext(), root, "goodput", MIN_REQUESTS)
     paths: dict[tuple[int, int], str] = {}
@@ -70,7 +75,29 @@ def run_grid(profile: str, w: Workload, root: Path, space: Space) -> tuple[dict[
                 print(f"  grid {setting.label} c={c}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     finally:
         m.close()
-    return paths, time.monotonic() - t0
+    wall = time.monotonic() - t0
+    index.write_text(json.dumps({"cells": {f"{s},{ld}": p for (s, ld), p in paths.items()}, "wall_s": wall}))
+    return paths, wall
+
+
+class Replay:
+    """A measurer that reads each cell from the grid's measurement (the same code reads it as a live cell)."""
+
+    def __init__(self, paths: dict[tuple[int, int], str], space: Space, slos: dict[str, float]) -> None:
+        self.paths, self.space, self.slos = paths, space, slos
+        self.running: str | None = None
+        self.launches = 0
+
+    def measure(self, setting: Setting, concurrency: int) -> Measured:
+        if setting.text != self.running:
+            self.running = setting.text
+            self.launches += 1
+        cell = (self.space.settings.index(setting), self.space.loads.index(concurrency))
+        return measured_from(self.paths[cell], "goodput", self.slos, concurrency)
+
+    @property
+    def relaunches(self) -> int:
+        return max(0, self.launches - 1)
 
 
 def pick_slos(paths: dict[tuple[int, int], str], space: Space) -> dict[str, float]:
@@ -87,12 +114,15 @@ def main() -> int:
     ap.add_argument("--profiles", default="dense,moe,kv")
     ap.add_argument("--runs", type=int, default=1, help="live tune runs per profile")
     ap.add_argument("--out", default="")
+    ap.add_argument("--keep", default="", help="keep the grids' sessions here (and reuse them when there)")
+    ap.add_argument("--replays", type=int, default=0, help="tune runs reading the grid's cells instead of measuring")
     a = ap.parse_args()
     rows = []
     for key in a.profiles.split(","):
         profile = PROFILES[key]
         with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
-            root = Path(tmp)
+            root = Path(a.keep) / key if a.keep else Path(tmp)
+            root.mkdir(parents=True, exist_ok=True)
             w = workload(root)
             space = Space((Dim("--max-num-seqs", SEQS, log_scale=True),), LOADS)
             print(f"{key} ({profile}): grid of {space.cells} cells", file=sys.stderr, flush=True)
@@ -103,18 +133,23 @@ def main() -> int:
             opt = values[opt_cell]
             budget = space.cells // 3
             runs = []
-            for r in range(a.runs):
+            for r in range(a.runs + a.replays):
+                live = r < a.runs
                 spec = base_spec(profile, w, slos)
-                m = LiveMeasurer(spec, RunContext(), root / f"tune{r}", "goodput", MIN_REQUESTS)
+                m: LiveMeasurer | Replay = (LiveMeasurer(spec, RunContext(), root / f"tune-{int(time.time())}-{r}", "goodput",
+                                                         MIN_REQUESTS)
+                                            if live else Replay(paths, space, slos))
                 model = TwinModel(space, w, slos, requests_for(MIN_REQUESTS), seed=r)
                 t0 = time.monotonic()
                 try:
                     res = Tuner(space, "goodput", budget, model, m).run()
                 finally:
-                    m.close()
+                    if isinstance(m, LiveMeasurer):
+                        m.close()
                 wall = time.monotonic() - t0
                 assert res.best is not None
-                runs.append({"pick": f"{space.settings[res.best[0]].label} c={space.loads[res.best[1]]}",
+                runs.append({"mode": "live" if live else "replay",
+                             "pick": f"{space.settings[res.best[0]].label} c={space.loads[res.best[1]]}",
                              "tune_value": res.best_value, "grid_value_at_pick": values[res.best],
                              "ratio": values[res.best] / opt, "cells": res.cells_measured,
                              "relaunches": res.relaunches, "confirmed": res.confirmed, "wall_s": round(wall, 1),
@@ -140,7 +175,7 @@ def main() -> int:
     for r in rows:
         for t in r["tune"]:
             print(f"| {r['profile']} ({r['name']}) | {r['grid_cells']}, {r['grid_wall_s']:.0f} s | "
-                  f"{r['grid_optimum']}: {r['grid_value']:.2f} req/s | {t['pick']}: {t['grid_value_at_pick']:.2f} "
+                  f"{r['grid_optimum']}: {r['grid_value']:.2f} req/s | {t['mode']}: {t['pick']}: {t['grid_value_at_pick']:.2f} "
                   f"req/s ({t['ratio']:.1%}) | {t['cells']}, {t['relaunches']}, {t['wall_s']:.0f} s | "
                   f"{r['random_median_ratio']:.1%}, {r['random_within_5pct']:.0%} |")
     if a.out:

@@ -7,7 +7,7 @@ setting's objective is its best cell's, and the search looks for the best cell.
 
 The loop (`Tuner.run`):
 1. measure a small design (`design`): the middle setting at two loads, and for each searched flag the setting
-   with that flag at its far value, at a middle load; grouped by setting, so each setting is launched once;
+   with that flag at its far value, at the highest load; grouped by setting, so each setting is launched once;
 2. a model (`Model`: in `servescope tune`, `servescope.engine.tunemodel.TwinModel`, the capacity twin fitted to
    the design with the setting as an input, corrected by each measured cell's residual) predicts every cell: its
    requests' SLO margins (`CellPred.margins`, ln of how far each request is from its tightest SLO) and an error
@@ -38,7 +38,7 @@ Objective = Literal["goodput", "capacity"]
 OBJECTIVES: tuple[Objective, ...] = ("goodput", "capacity")
 ATTAINMENT = 0.9  # servescope.core.metrics.SLO_ATTAINMENT: a cell meets the SLOs when 90% of its requests do
 MIN_GAIN = 0.02  # goodput: beating the best means by 2% or more (less is within a run's noise)
-P_STOP = 0.10  # stop when no unmeasured cell has this chance of beating the best
+P_STOP = 0.05  # stop when no unmeasured cell has this chance of beating the best
 STAY = 0.7  # take a cell on the running setting when its chance is at least this share of the best chance
 CONFIRM_REL = 0.10  # a second measurement of the best cell confirms it within this relative difference
 BAND_Z = 2.0  # a band is mu +- 2 sigma (about 95%)
@@ -192,8 +192,9 @@ def parse_loads(text: str) -> tuple[int, ...]:
 
 def design(space: Space) -> list[tuple[int, int]]:
     """The first cells: the middle setting at two loads (a third and two thirds up the load range), then for
-    each searched flag the middle setting with that flag at its largest value, at the middle load. Grouped by
-    setting: each is launched once."""
+    each searched flag the middle setting with that flag at its largest value, at the highest load (the twin then
+    interpolates the largest batches instead of extrapolating to them). Grouped by setting: each is launched
+    once."""
     settings = space.settings
     nl = len(space.loads)
     mid_vals = {d.flag: d.values[(len(d.values) - 1) // 2] for d in space.dims}
@@ -209,7 +210,7 @@ def design(space: Space) -> list[tuple[int, int]]:
             continue
         far = d.values[-1] if mid_vals[d.flag] != d.values[-1] else d.values[0]
         s = index_of({**mid_vals, d.flag: far})
-        cell = (s, nl // 2)
+        cell = (s, nl - 1)
         if cell not in cells:
             cells.append(cell)
     return cells
@@ -304,6 +305,30 @@ def margins_of(rows: Sequence[dict[str, float | None]], slos: dict[str, float],
             m = -math.inf
         out.append(m if m != math.inf else 50.0)
     return sorted(out)
+
+
+def value_residual(pred: CellPred, measured: float, objective: Objective) -> float | None:
+    """The error eps at which the predicted cell's value is the measured one (goodput: the middle of the eps range
+    that gives it, found by bisection); None where no eps gives it (a measured 0, or more than the cell can
+    reach) or for capacity, whose value is a step."""
+    if objective != "goodput" or measured <= 0 or not pred.margins:
+        return None
+    lo, hi = -2.0, 2.0
+    if not pred.value(lo, objective) >= measured >= pred.value(hi, objective):
+        return None
+
+    def edge(strict: bool) -> float:  # the largest eps whose value is >= (strict: >) measured
+        a, b = lo, hi
+        for _ in range(40):
+            mid = (a + b) / 2
+            v = pred.value(mid, objective)
+            if v > measured or (not strict and v >= measured * (1 - 1e-9)):
+                a = mid
+            else:
+                b = mid
+        return a
+
+    return (edge(True) + edge(False)) / 2
 
 
 def residual(pred: Sequence[float], measured: Sequence[float]) -> float | None:

@@ -13,8 +13,12 @@ correction learnt from each measured cell.
   machine, and a search refits several times (docs/tune.md has the measurement).
 - Each measured cell's residual (`tune.residual`: how far its latencies are from the twin's, in ln units) corrects
   the cells near it: mu is a kernel-weighted mean of the residuals (distance over the flags' positions and the
-  load, length `LENGTH`), shrunk towards 0 with weight `PRIOR_W`; sigma is the run-to-run noise combined with the
-  twin's error scale (the residuals' RMS, at least `MIN_MODEL_ERR`), shrinking as measured cells come near."""
+  load, length `LENGTH`), shrunk towards 0 with weight `PRIOR_W`; sigma combines the run-to-run noise, the twin's
+  error scale (the residuals' RMS or half the largest, at least `MIN_MODEL_ERR`) shrinking as measured cells come
+  near, the kernel-weighted spread of the near residuals around mu (where they disagree, the twin's error changes
+  there), and mu itself (a correction is as uncertain as it is large).
+  A goodput residual is the eps at which the predicted cell's goodput is the measured one
+  (`tune.value_residual`), else the shift of the margins' quantiles (`tune.residual`)."""
 
 from __future__ import annotations
 
@@ -25,7 +29,16 @@ from dataclasses import dataclass, replace
 
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import HIGHER_IS_BETTER, per_request
-from servescope.engine.tune import CellPred, Measured, Setting, Space, margins_of, residual
+from servescope.engine.tune import (
+    CellPred,
+    Measured,
+    Objective,
+    Setting,
+    Space,
+    margins_of,
+    residual,
+    value_residual,
+)
 from servescope.engine.twin import (
     PARAMS,
     FitLoss,
@@ -47,7 +60,7 @@ FIT_REQUESTS = 64  # a cell is replayed on its first requests (at least 4 rounds
 NOISE = 0.04  # ln units: run-to-run spread of a short cell's latencies on the simulator
 MIN_MODEL_ERR = 0.08  # the twin's error scale before any residual says otherwise
 LENGTH = 0.35  # kernel length over the space's 0..1 coordinates
-PRIOR_W = 0.5  # weight of "the twin is right" (mu = 0) against the measured residuals
+PRIOR_W = 2.0  # weight of "the twin is right" (mu = 0) against the measured residuals
 MODELLED = {"--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-tokens", "--num-gpu-blocks-override",
             "--gpu-memory-utilization", "--kv-cache-dtype", "--max-model-len"}
 
@@ -83,20 +96,21 @@ def apply_setting(p: Profile, setting: Setting, memory_known: bool = True) -> tu
     return out, unknown
 
 
-def request_rows(session_path: str) -> tuple[list[dict[str, float | None]], float]:
-    """A measured cell's requests (every repeat's, warmup left out) as rows of their figures, and its mean wall
-    time."""
+def request_rows(session_path: str, cell: int | None = None) -> tuple[list[dict[str, float | None]], float]:
+    """A measured cell's requests (every repeat's, or cell `cell`'s; warmup left out) as rows of their figures,
+    and the mean wall time of those cells."""
     s = load_session(session_path)
     rows: list[dict[str, float | None]] = []
     walls = []
     for row, summ in zip(s.cells.to_dicts(), s.summaries(), strict=False):
-        if summ is None:
+        if summ is None or (cell is not None and int(row["index"]) != cell):
             continue
         walls.append(float(summ.wall_s or 0.0))
         df = s.requests(int(row["index"]))
         if df.is_empty():
             continue
         pr = per_request(df.filter(~df["warmup"]))
+        pr = pr.filter(pr["status"] != "cancelled")  # as summarize: a request a stop cancelled is not judged
         for r in pr.select("status", "ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "per_user_tok_s").to_dicts():
             rows.append({k: (float(v) if isinstance(v, (int, float)) else None) for k, v in r.items()
                          if k != "status"} | {"failed": 0.0 if r["status"] == "ok" else 1.0})
@@ -115,11 +129,12 @@ class TwinModel:
     """The twin fitted to the measured cells, with the setting as an input (see the module's text)."""
 
     def __init__(self, space: Space, workload: Workload, slos: Mapping[str, float], requests: Callable[[int], int],
-                 seed: int = 0, progress: Callable[[str], None] | None = None) -> None:
+                 seed: int = 0, progress: Callable[[str], None] | None = None, objective: Objective = "goodput") -> None:
         if workload.kind != "single" or workload.dataset:
             raise ServescopeError(f"workload {workload.name!r}: tune's model predicts single-request workloads with "
                                   "token-length distributions (no dataset, conversation, agent or trace workloads)")
         self.space = space
+        self.objective = objective
         self.workload = workload
         self.slos = dict(slos)
         self.requests = requests
@@ -140,7 +155,10 @@ class TwinModel:
             self._fit(observed)
         self.residuals = {}
         for cell, m in observed.items():
-            r = residual(self._pred(*cell).margins, m.margins)
+            pred = self._pred(*cell)
+            r = value_residual(pred, m.value, self.objective) if self.objective == "goodput" else None
+            if r is None:
+                r = residual(pred.margins, m.margins)
             if r is not None:
                 self.residuals[cell] = max(-2.0, min(2.0, r))
 
@@ -226,18 +244,18 @@ class TwinModel:
     def predict(self, setting: int, load: int) -> CellPred:
         p = self._pred(setting, load)
         here = (setting, load)
-        err = math.sqrt(sum(r * r for r in self.residuals.values()) / len(self.residuals)) if self.residuals else 0.0
+        rs = list(self.residuals.values())
+        err = max(math.sqrt(sum(r * r for r in rs) / len(rs)), 0.5 * max(abs(r) for r in rs)) if rs else 0.0
         scale = max(MIN_MODEL_ERR, err)
         if self.unknown.get(setting):
             scale *= 2.0
-        wsum, wr = 0.0, 0.0
-        for cell, r in self.residuals.items():
-            d = self.space.distance(here, cell)
-            w = math.exp(-0.5 * (d / LENGTH) ** 2)
-            wsum += w
-            wr += w * r
-        mu = wr / (wsum + PRIOR_W)
-        sigma = math.sqrt(NOISE ** 2 + scale ** 2 * PRIOR_W / (wsum + PRIOR_W))
+        weights = [(math.exp(-0.5 * (self.space.distance(here, cell) / LENGTH) ** 2), r)
+                   for cell, r in self.residuals.items()]
+        wsum = sum(w for w, _ in weights)
+        mu = sum(w * r for w, r in weights) / (wsum + PRIOR_W)
+        # the neighbours' disagreement: residuals that differ near the cell say the twin's error changes there
+        spread = sum(w * (r - mu) ** 2 for w, r in weights) / wsum if wsum > 0 else 0.0
+        sigma = math.sqrt(NOISE ** 2 + scale ** 2 * PRIOR_W / (wsum + PRIOR_W) + spread + mu ** 2)
         notes = p.notes + ((f"the twin does not model {', '.join(self.unknown[setting])}",)
                            if self.unknown.get(setting) else ())
         return replace(p, mu=mu, sigma=sigma, notes=notes)

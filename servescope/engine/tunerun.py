@@ -6,8 +6,10 @@ the recommendation, the runner-up, the path (`tune_table`)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import shlex
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -142,9 +144,21 @@ class LiveMeasurer:
         control = self.control or SweepControl()
 
         async def go() -> None:
-            async for ev in run_sweep(spec, ctx, control, servers=self.servers):
-                if self.on_event is not None:
-                    self.on_event(ev)
+            loop = asyncio.get_running_loop()
+            hooked = []
+            for sig in (signal.SIGINT, signal.SIGTERM):  # as `servescope run`: end the cell, keep what it measured
+                try:
+                    loop.add_signal_handler(sig, control.stop, "stopped by Ctrl-C or SIGTERM")
+                    hooked.append(sig)
+                except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                    pass
+            try:
+                async for ev in run_sweep(spec, ctx, control, servers=self.servers):
+                    if self.on_event is not None:
+                        self.on_event(ev)
+            finally:
+                for sig in hooked:
+                    loop.remove_signal_handler(sig)
 
         run_loop(go())
         if control.stopping:
@@ -172,29 +186,35 @@ def _with_setting(launch: str, setting: Setting) -> str:
 
 
 def measured_from(path: str, objective: Objective, slos: dict[str, float], concurrency: int) -> Measured:
-    """A measured cell from its one-cell session: the median of its repeats, and a 95% interval (goodput: a
-    Poisson interval on the count of requests within the SLOs over the cells' wall time, widened to the repeats'
-    range; capacity: none here, the search gives it)."""
+    """A measured cell from its one-cell session, judged by `slos` (from its requests, whatever SLOs it ran with):
+    the median of its repeats, and a 95% interval (goodput: a Poisson interval on the count of requests within the
+    SLOs over the cells' wall time, widened to the repeats' range; capacity: none here, the search gives it)."""
     s = load_session(path)
-    summaries = [x for x, row in zip(s.summaries(), s.cells.to_dicts(), strict=False)
-                 if x is not None and row.get("status") == "done"]
-    rows, wall = request_rows(path)
-    margins = margins_of(rows, slos, HIGHER_IS_BETTER)
-    if not summaries:
-        return Measured(0.0, margins, wall, False, 0.0, 0.0, path, (0.0, 0.0))
-    goodputs = [float(x.goodput_req_s or 0.0) for x in summaries]
-    attain = [float(x.slo_met_fraction or 0.0) for x in summaries]
+    goodputs, attain, walls, goods, pooled = [], [], [], [], []
+    for row, summ in zip(s.cells.to_dicts(), s.summaries(), strict=False):
+        if summ is None or row.get("status") != "done":
+            continue
+        rows, wall = request_rows(path, int(row["index"]))
+        m = margins_of(rows, slos, HIGHER_IS_BETTER)
+        good = sum(1 for x in m if x >= 0)
+        wall = max(wall, 1e-9)
+        goodputs.append(good / wall)
+        attain.append(good / len(m) if m else 0.0)
+        walls.append(wall)
+        goods.append(good)
+        pooled += m
+    if not goodputs:
+        return Measured(0.0, [], 0.0, False, 0.0, 0.0, path, (0.0, 0.0))
     gp, at = statistics.median(goodputs), statistics.median(attain)
     meets = at >= SLO_ATTAINMENT
+    wall_mean = sum(walls) / len(walls)
     if objective == "capacity":
-        return Measured(float(concurrency) if meets else 0.0, margins, wall, meets, gp, at, path, None)
-    walls = sum(float(x.wall_s or 0.0) for x in summaries)
-    good = sum(g * float(x.wall_s or 0.0) for g, x in zip(goodputs, summaries, strict=True))
-    half = 1.96 * math.sqrt(max(good, 1.0))
-    lo, hi = max(0.0, good - half) / max(walls, 1e-9), (good + half) / max(walls, 1e-9)
+        return Measured(float(concurrency) if meets else 0.0, sorted(pooled), wall_mean, meets, gp, at, path, None)
+    half = 1.96 * math.sqrt(max(sum(goods), 1.0))
+    lo, hi = max(0.0, sum(goods) - half) / sum(walls), (sum(goods) + half) / sum(walls)
     if len(goodputs) > 1:
         lo, hi = min(lo, min(goodputs)), max(hi, max(goodputs))
-    return Measured(gp, margins, wall, meets, gp, at, path, (lo, hi))
+    return Measured(gp, sorted(pooled), wall_mean, meets, gp, at, path, (lo, hi))
 
 
 # ---- the session ----------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from servescope.engine.tune import (
     parse_search,
     relaunch_order,
     residual,
+    value_residual,
 )
 
 
@@ -146,6 +147,17 @@ def test_margins_and_residual() -> None:
     assert residual(m, slower) == pytest.approx(0.3)
 
 
+def test_value_residual_finds_the_error_that_gives_the_measured_goodput() -> None:
+    p = CellPred(0, 0, 4, [0.1, 0.2, 0.3, 0.4], 1.0)
+    assert p.value(0.0, "goodput") == 4
+    eps = value_residual(p, 2.0, "goodput")  # half the requests met: the latencies were ~exp(0.25) longer
+    assert eps is not None and 0.15 < eps < 0.35
+    assert p.value(eps, "goodput") == pytest.approx(2.0, rel=0.3)
+    assert value_residual(p, 0.0, "goodput") is None  # a measured 0 says no eps
+    assert value_residual(p, 100.0, "goodput") is None  # more than the cell can reach
+    assert value_residual(p, 2.0, "capacity") is None
+
+
 # ---- the loop, with fakes ---------------------------------------------------------------------------------
 SEQS = ("4", "8", "16", "32", "64")
 LOADS = (2, 4, 8, 16, 32, 64)
@@ -241,7 +253,7 @@ def test_choice_stays_on_the_running_setting_when_nearly_as_good() -> None:
     t.current = 0
     assert t.choose([((3, 2), b, 0.8), ((0, 1), a, 0.6)])[0] == (0, 1)  # type: ignore[index]
     assert t.choose([((3, 2), b, 0.9), ((0, 1), a, 0.3)])[0] == (3, 2)  # type: ignore[index]
-    assert t.choose([((3, 2), b, 0.05)]) is None  # below P_STOP: nothing worth measuring
+    assert t.choose([((3, 2), b, 0.04)]) is None  # below P_STOP: nothing worth measuring
 
 
 def test_load_only_search_without_server_flags() -> None:

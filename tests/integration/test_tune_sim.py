@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from servescope.engine.tunerun import measured_from
 from tests.integration.helpers import servescope
 
 
@@ -45,6 +46,12 @@ def test_small_tune_against_the_simulator(tmp_path: Path) -> None:
     assert tune["best"]["serve"].startswith("servescope sim --profile tiny --max-num-seqs ")
     assert all((session / st["cell"] / "session.toml").is_file() for st in tune["path"])
     assert "serve it: servescope sim --profile tiny --max-num-seqs" in p.stderr  # the text goes to stderr with --json
+    # a cell is judged by the SLOs asked, from its requests, not by those it ran with (the benchmark re-judges a grid)
+    first = str(session / tune["path"][0]["cell"])
+    c = tune["path"][0]["concurrency"]
+    assert measured_from(first, "goodput", {"ttft_ms": 2000.0, "tpot_ms": 100.0}, c).value > 0
+    assert measured_from(first, "goodput", {"ttft_ms": 0.001}, c).value == 0
+    assert measured_from(first, "capacity", {"ttft_ms": 0.001}, c).meets is False
     rep = servescope("report", str(session))
     assert rep.returncode == 0, rep.stderr
     assert "## Tune: the best server setting" in rep.stdout
