@@ -300,6 +300,12 @@ async def shot_compare(pilot: Any) -> None:
     await _to_screen(pilot, "CompareScreen")
 
 
+async def shot_whatif(pilot: Any) -> None:
+    await shot_session(pilot)
+    await pilot.press("w")
+    await _to_screen(pilot, "WhatIfScreen")
+
+
 async def shot_help(pilot: Any) -> None:
     await pilot.press("f1")
     await _to_screen(pilot, "HelpScreen")
@@ -319,6 +325,7 @@ SHOTS: dict[str, tuple[tuple[int, int], Callable[[Any], Awaitable[None]]]] = {
     "app-sessions": ((80, 24), shot_sessions),
     "app-session": ((100, 30), shot_session),
     "app-compare": ((100, 30), shot_compare),
+    "app-whatif": ((100, 30), shot_whatif),
     "app-help": ((80, 24), shot_help),
     "app-export": ((80, 24), shot_export),
 }
@@ -336,13 +343,22 @@ async def _shoot(name: str, home: Path) -> str:
     return svg
 
 
+def _one_worker(starts: int = 4) -> int:
+    return 1
+
+
 def screenshots(names: list[str] | None = None) -> dict[str, str]:
     """Each screenshot's SVG, from the app opened on a copy of docs/data/sessions in a scratch home."""
     import os
 
     out: dict[str, str] = {}
+    import servescope.engine.twin as twin
+
     keep = {k: os.environ.get(k) for k in ("SERVESCOPE_HOME", "NO_COLOR", "OPENAI_API_KEY")}
     cwd = Path.cwd()
+    fit_workers = twin.fit_workers
+    # the What-if screen's fit-time estimate counts this machine's CPUs: the pictures are taken as on 2 CPUs
+    twin.fit_workers = _one_worker
     with tempfile.TemporaryDirectory(prefix="servescope-docs-") as tmp:
         home = Path(tmp)
         shutil.copytree(DATA, home / "sessions")
@@ -355,6 +371,7 @@ def screenshots(names: list[str] | None = None) -> dict[str, str]:
             for name in names or list(SHOTS):
                 out[name] = asyncio.run(_shoot(name, home))
         finally:
+            twin.fit_workers = fit_workers
             os.chdir(cwd)
             for k, v in keep.items():
                 if v is None:

@@ -100,7 +100,7 @@ def test_the_preset_and_metric_tables_name_every_preset_and_metric() -> None:
         assert f"| `{key}` |" in metrics
 
 
-@pytest.mark.slow  # the app opened 8 times, one screen each: ~20 s on 2 cores
+@pytest.mark.slow  # the app opened 9 times, one screen each: ~25 s on 2 cores
 def test_the_screenshots_show_what_the_app_draws_today() -> None:
     """Each docs/img/app-*.svg says what the app says today on the recorded sessions (text compared, not pixels)."""
     stale = []
