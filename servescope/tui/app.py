@@ -30,8 +30,9 @@ from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.dialogs import ChoiceScreen
 from servescope.tui.screens.help import HelpScreen
 from servescope.tui.screens.run import RunScreen
-from servescope.tui.screens.sessions import SessionsScreen
+from servescope.tui.screens.sessions import SessionScreen, SessionsScreen, sessions_folder
 from servescope.tui.sweepworker import CANCEL_GRACE_S, SimPool, SweepDriver, default_sim_profile
+from servescope.tui.widgets.panels import short_path
 from servescope.workloads.spec import resolve
 
 
@@ -58,6 +59,8 @@ class ServescopeApp(App[int]):
         Binding("f3", "switch_mode('run')", "Live"),
         Binding("f4", "switch_mode('sessions')", "Sessions"),
         Binding("ctrl+q", "quit", "Quit"),
+        Binding("f12", "save_screen", "Screenshot", show=False,
+                tooltip="Save this screen as SVG into the session's folder (the sessions folder when none)"),
     ]
     MODES = {"compose": "compose", "run": "run", "sessions": "sessions"}
     DEFAULT_MODE = "compose"
@@ -188,6 +191,33 @@ class ServescopeApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # hide "go to this screen" while on it: the footer keeps room for the screen's own keys at 80 columns
         return not (action == "switch_mode" and bool(parameters) and parameters[0] == self.current_mode)
+
+    def screenshot_folder(self) -> Path:
+        """Where F12 saves the screen: the session shown (a saved one, or the sweep running or last run), else
+        the sessions folder."""
+        scr = self.screen
+        if isinstance(scr, SessionScreen):
+            return scr.session.path
+        driver = self.driver
+        if isinstance(scr, RunScreen) and driver is not None and driver.session_dir is not None:
+            return Path(driver.session_dir)
+        if isinstance(scr, RunScreen) and self.last_session is not None:
+            return self.last_session
+        return sessions_folder(self.sessions_dir)
+
+    def action_save_screen(self) -> None:
+        """Save the screen as SVG (Textual's screenshot) and say where, in a toast."""
+        folder = self.screenshot_folder()
+        name = f"screen-{type(self.screen).__name__.removesuffix('Screen').lower() or 'app'}-" \
+               f"{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = self.save_screenshot(filename=name, path=str(folder))
+        except OSError as e:
+            self.notify(f"cannot save the screenshot in {short_path(folder)}: {e.strerror or e}", title="screenshot",
+                        severity="error", timeout=10, markup=False)
+            return
+        self.notify(f"saved the screen as {short_path(path)}", title="screenshot", timeout=8, markup=False)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -8,6 +8,7 @@ figures)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rich.text import Text
@@ -89,6 +90,13 @@ def session_row(path: Path) -> tuple[str, ...]:
             clean_text(info.target.url), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
 
 
+def sessions_folder(sessions_dir: Path | None) -> Path:
+    """Where the sessions are: the folder given, else $SERVESCOPE_HOME/sessions or the user data dir."""
+    from servescope.sessions.store import sessions_home
+
+    return sessions_dir or sessions_home()
+
+
 def series_of(row: Mapping[str, object]) -> str:
     """A cell row's workload, with its server variant in a server-config sweep (one curve per series)."""
     return series_name(str(row.get("workload")), clean_text(str(row.get("server_variant") or "")))
@@ -119,9 +127,7 @@ class SessionsScreen(Screen[None]):
 
     @property
     def base(self) -> Path:
-        from servescope.sessions.store import sessions_home
-
-        return self.sessions_dir or sessions_home()
+        return sessions_folder(self.sessions_dir)
 
     @property
     def table(self) -> FitTable:
@@ -328,6 +334,8 @@ class SessionScreen(Screen[None]):
                 Binding("t", "toggle_server", "Panel", tooltip="Telemetry/cells panel"),
                 Binding("q", "toggle_quality", "Quality", tooltip="Quality/cells"),
                 Binding("w", "whatif", "What if"),
+                Binding("h", "open_report", "Report", tooltip="Write report.html (figures inline) and report.md into "
+                        "the session's folder and show their paths"),
                 Binding("ctrl+q", "app.quit", "Quit", show=False)]  # left out of this footer only (F1 lists it)
 
     def __init__(self, path: Path) -> None:
@@ -347,6 +355,10 @@ class SessionScreen(Screen[None]):
         self.quality: QualityView | None = None
         if self.probe_only or self.session.has_quality or any(s.quality for s in self.summaries.values()):
             self.quality = quality_view(self.session)
+            # the footer has no room for `h Report` beside `q Quality` and the app's F1-F3 at 80 columns: the key
+            # works and F1 lists it
+            keys = self._bindings.key_to_bindings
+            keys["h"] = [replace(b, show=False) for b in keys.get("h", [])]
 
     def _quality_head(self) -> str:
         """What the head says of the session's quality: `quality probe: ppl 6.30, 4 tasks 96%, KL 0.012`."""
@@ -594,6 +606,29 @@ class SessionScreen(Screen[None]):
     def _exported(self, path: Path | None) -> None:
         if path is not None:
             self.notify(f"wrote the report to {short_path(path)}", title="export", timeout=8, markup=False)
+
+    def action_open_report(self) -> None:
+        """Write report.html and report.md into the session's folder (in a thread: the figures take a few
+        seconds) and say where they are; without matplotlib, report.md alone and how to get the HTML."""
+        self.notify(f"writing report.html and report.md into {short_path(self.session.path)}…", title="report",
+                    timeout=4, markup=False)
+        self.run_worker(self._write_reports, thread=True, group="report", exclusive=True, exit_on_error=False)
+
+    def _write_reports(self) -> None:
+        from servescope.sessions.htmlreport import write_report_files
+
+        try:
+            html, md, note = write_report_files(self.session)
+        except (ServescopeError, OSError) as e:
+            msg = getattr(e, "message", None) or str(e)
+            self.app.call_from_thread(self.notify, f"cannot write the report: {clean_text(msg)}", title="report",
+                                      severity="error", timeout=10, markup=False)
+            return
+        lines = ([f"report.html: {html}"] if html else []) + [f"report.md: {md}"]
+        if note:
+            lines.append(f"no report.html: {note}")
+        self.app.call_from_thread(self.notify, "\n".join(lines), title="report (open the HTML in any browser)",
+                                  severity="information" if html else "warning", timeout=15, markup=False)
 
     def action_whatif(self) -> None:
         """The what-if pane: the capacity twin fitted to this session predicts cells that were not run."""
