@@ -232,7 +232,7 @@ class _Sweep:
             line = await self.mixer.prepare(self.tok)
             sink.add_event("quality", line)
             yield Notice("info", line)
-        if self.calibrated is not None and self.calibrated.samples():
+        if self.calibrated is not None and self.calibrated.fitted:
             yield Notice("info", self.calibration_note)
         elif not self.tok.exact:
             yield Notice("warning", f"{self.label} has no /tokenize: input lengths are estimated (1 token per word)"
@@ -399,7 +399,7 @@ class _Sweep:
         if self.calibrated is None:
             self.calibrated = CalibratedTokenizer()
             await self._calibrate(self.calibrated)
-        return self.calibrated if self.calibrated.samples() else tok
+        return self.calibrated if self.calibrated.fitted else tok
 
     async def _calibrate(self, tok: CalibratedTokenizer) -> None:
         """Send the calibration's probe texts (one output token each, one at a time) with each API the sweep
@@ -422,11 +422,17 @@ class _Sweep:
             self.eos_refused = opts.ignore_eos_refused
         self.no_usage_stats = not opts.continuous_usage
         n = tok.samples()
-        if n:
+        if n and tok.fitted:
             self.calibration_note = (f"{self.label} has no /tokenize: input lengths are calibrated on the server's "
                                      f"own usage.prompt_tokens ({n} probe requests: {tok.tokens_per_word:.3f} tokens "
                                      "per word) and corrected as answers arrive; they are calibrated, not exact "
                                      "(pass --tokenizer PATH for exact lengths)")
+        elif n:
+            counts = sorted({r.prompt_tokens for r in run.records if r.status == "ok" and r.prompt_tokens > 0})
+            self.calibration_note = (f"calibrating on the server's usage failed: its usage.prompt_tokens did not grow "
+                                     f"with the prompt ({', '.join(map(str, counts[:6]))} for "
+                                     f"{min(len(t.split()) for t in texts)} to {max(len(t.split()) for t in texts)} "
+                                     "words)")
         else:
             bad = [r for r in run.records if r.status != "ok"]
             why = (clean_text(bad[0].error)[:160] if bad else "its answers carried no usage.prompt_tokens")
@@ -449,7 +455,7 @@ class _Sweep:
         sink = self.sink
         if sink is None:
             return
-        if self.calibrated is not None and self.calibrated.samples():
+        if self.calibrated is not None and self.calibrated.fitted:
             sink.meta["input_lengths"] = {"method": "calibrated", "probes": self.calibrated.samples(),
                                           "tokens_per_word": round(self.calibrated.tokens_per_word, 4)}
             sink.add_event("calibrated", self.calibration_note)

@@ -69,6 +69,11 @@ class CalibratedTokenizer:
     def samples(self, chat: bool | None = None) -> int:
         return sum(len(v) for k, v in self._seen.items() if chat is None or k == chat)
 
+    @property
+    def fitted(self) -> bool:
+        """The server's counts grew with the text for some API: there is a fit to size prompts with."""
+        return any(_least_squares(v) is not None for v in self._seen.values())
+
     def fit(self, chat: bool) -> tuple[float, float]:
         """(overhead, tokens per word) for the API; the other API's per-word figure when this one has no
         observation yet (the corpus is the same), and (0, 1) when neither has any."""

@@ -26,6 +26,7 @@ def test_the_fit_finds_the_servers_overhead_and_tokens_per_word() -> None:
         tok.observe(False, text, server_count(text, False))
     a, b = tok.fit(False)
     assert abs(b - 1.3) < 0.01 and abs(a - 1) < 1.5, (a, b)
+    assert tok.fitted
     assert abs(tok.tokens_per_word - 1.3) < 0.01
     # chat: nothing seen yet, the completions' per-word figure stands in; once seen, its own overhead
     assert tok.fit(True)[1] == b
@@ -40,7 +41,7 @@ def test_a_count_that_does_not_grow_is_no_fit() -> None:
     tok = CalibratedTokenizer()
     for text in calibration_texts():
         tok.observe(False, text, 3)
-    assert tok.fit(False) == (0.0, 1.0)
+    assert tok.fit(False) == (0.0, 1.0) and not tok.fitted  # nothing to size prompts with: the runner estimates
     tok.observe(False, "ignored", 0)  # no usage: nothing learnt
     assert tok.samples() == len(CALIBRATION_WORDS)
 
