@@ -261,6 +261,7 @@ class _Tracker:
         self.records: list[RequestRecord] = []
         self.consecutive_fail = 0
         self.consecutive_limited = 0  # of those, rate-limited ones (HTTP 429)
+        self.open_loop = load.rate is not None
         self.limit = failure_limit(load)
         self.control = control
         self.on_record = on_record
@@ -270,6 +271,8 @@ class _Tracker:
         if rec.status == "ok":
             self.consecutive_fail = 0
             self.consecutive_limited = 0
+        elif rec.status == "rate_limited" and self.open_loop:
+            pass  # an open loop's sends keep their schedule whatever the answers: its 429s are data, not a stop
         elif rec.status != "cancelled":
             self.consecutive_fail += 1
             self.consecutive_limited = self.consecutive_limited + 1 if rec.status == "rate_limited" else 0

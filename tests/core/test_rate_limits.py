@@ -179,7 +179,7 @@ async def test_a_closed_loop_of_429s_stops_saying_so(serve) -> None:  # type: ig
     srv = Counter(limited=10_000)
     opts = ClientOptions(base_url=await serve(srv.handler), model="m", timeout_s=10)
     run = await run_cell(opts, [SPEC], Load(concurrency=2), Limits(requests=None, duration_s=30), control=CellControl())
-    assert "rate-limited (HTTP 429)" in run.stopped and "--retry-after" in run.stopped, run.stopped
+    assert "in a row were rate-limited (HTTP 429" in run.stopped and "--retry-after" in run.stopped, run.stopped
     s = summarize(records_frame(run.records), 1.0)
     assert s.mostly_rate_limited and s.requests_ok == 0
     assert rate_limit_line(s).startswith(f"rate-limited: {s.requests_rate_limited} of {s.requests} requests")
@@ -221,3 +221,12 @@ async def test_a_refused_ignore_eos_is_dropped_once_for_every_request(serve, tra
     refused = [b for b in srv.bodies if "ignore_eos" in b]
     assert 1 <= len(refused) <= 4 and len(srv.bodies) == 12 + len(refused)  # each refused once, then never sent
     assert all("ignore_eos" not in b and "min_tokens" not in b for b in srv.bodies[len(refused):])
+
+
+async def test_an_open_loop_of_429s_keeps_its_schedule(serve) -> None:  # type: ignore[no-untyped-def]
+    srv = Counter(limited=10_000)
+    opts = ClientOptions(base_url=await serve(srv.handler), model="m", timeout_s=10, transport="aiohttp")
+    # its sends do not wait on answers: 429s are what the rate met, never a reason to end the cell early
+    run = await run_cell(opts, [SPEC], Load(rate=200.0, arrival="constant"), Limits(requests=40))
+    assert run.stopped == "" and srv.seen == 40
+    assert [r.status for r in run.records] == ["rate_limited"] * 40
