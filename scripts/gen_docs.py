@@ -52,6 +52,14 @@ def record_sweeps() -> None:
         print("$ servescope " + " ".join(cmd[3:]), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT)
         (DATA / name / "runner.lock").unlink(missing_ok=True)  # the recording machine's pid: nothing to show
+        _relative_paths(DATA / name)
+
+
+def _relative_paths(session: Path) -> None:
+    """The event log names the session by its path on the recording machine: name it from the clone's root."""
+    log = session / "events.jsonl"
+    log.write_text(log.read_text(encoding="utf-8").replace(str(session), str(session.relative_to(ROOT))),
+                   encoding="utf-8")
 
 
 # ---- the CLI reference -------------------------------------------------------------------------------------
