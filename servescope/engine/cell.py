@@ -211,7 +211,7 @@ class CellAttempt:
             "estimate") else None
         summary = msgspec.structs.replace(  # the one shape from here on: saved, sent, shown
             figures, server=server, telemetry=windows.telemetry, gpu=windows.gpu, client=client, quality=quality,
-            input_lengths=lengths)
+            input_lengths=lengths, connections=self.target.cell_connections)
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped
         self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(reason)},

@@ -34,6 +34,9 @@ __all__ = ["HttpTarget", "Target"]
 
 
 class Target(Protocol):
+    # how many connections the last cell's load opened, and what they cost (None: not counted)
+    cell_connections: CellConnections | None
+
     async def connect(self, url: str, model: str | None) -> tuple[TargetInfo, ModelInfo]:
         """Probe the server at `url` (again after a relaunch or recovery) and pick the model."""
         ...

@@ -23,6 +23,7 @@ from servescope.core.records import RequestRecord
 from servescope.core.secrets import redact_command
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 from servescope.core.textsafe import clean_text
+from servescope.core.tls import configure as configure_tls
 from servescope.engine.background import Background
 from servescope.engine.bus import Bus, BusFactory, SweepBus
 from servescope.engine.cell import CellAttempt
@@ -89,9 +90,11 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
     bg = Background() if servers is None or telemetry is None else None
     if sink is None:
         sink = SessionWriter
+    tls = spec.tls_settings()  # --ca-cert / --insecure: every client of the run checks the server so (core/tls.py)
+    configure_tls(tls)
     run = _Sweep(spec, ctx, control, cells,
                  target or HttpTarget(ctx.api_key, spec.tokenizer, spec.engine, workers=spec.workers, ray=spec.ray,
-                                      ray_nodes=spec.ray_nodes),
+                                      ray_nodes=spec.ray_nodes, tls=tls),
                  servers or Servers(spec, ctx.url, ctx.api_key, _need(bg)),
                  telemetry or TelemetryHub(_need(bg), spec.telemetry_interval_s, ctx.api_key,
                                            spec.electricity_price),

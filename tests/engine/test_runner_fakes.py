@@ -89,6 +89,7 @@ class FakeTarget:
     die_in: dict[tuple[int, int], int] = field(default_factory=dict)  # (cell, run) -> die after N requests
     runs: list[tuple[int, str]] = field(default_factory=list)  # (seed = cell index, base URL) per run
     closed: bool = False
+    cell_connections: None = None  # the fake load opens no connections
 
     async def connect(self, url: str, model: str | None) -> tuple[TargetInfo, ModelInfo]:
         assert url == self.server.url, "the runner connects to the server it launched"
