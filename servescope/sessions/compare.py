@@ -382,14 +382,14 @@ class Comparison:
                  "reasoning_tokens_on": t.reasoning_tokens_on}
                 for t in self.thinking
             ],
-            "cost_at_capacity": [
+            **({"cost_at_capacity": [
                 {"workload": c.workload, "gpu": c.gpu, "api": c.api, "capacity": c.capacity.level,
                  "capacity_unit": c.capacity.unit, "capacity_not_reached": c.capacity.not_reached,
                  "gpu_usd_per_1m_output_tokens": c.gpu_usd, "api_usd_per_1m_output_tokens": c.api_usd,
                  "gpu_usd_per_1m_total_tokens": c.gpu_usd_total, "api_usd_per_1m_total_tokens": c.api_usd_total,
                  "api_same_load": c.api_same_load, "api_slo_met": c.api_slo_met, "text": c.text(self.slos)}
                 for c in self.costs
-            ],
+            ]} if self.costs else {}),  # a GPU session and an API session, both priced
             "notes": self.notes,
             **({"no_common_cells": self.no_common} if self.no_common else {}),
             **({"quality": self.quality.to_dict()} if self.quality is not None else {}),

@@ -90,7 +90,7 @@ def test_no_price_no_cost(tmp_path: Path) -> None:
     a = _session(tmp_path, "a", {}, _cells())
     b = _session(tmp_path, "b", {}, _cells())
     comp = compare_sessions([a, b])
-    assert COST_METRIC not in comp.metrics and not comp.costs
+    assert COST_METRIC not in comp.metrics and not comp.costs and "cost_at_capacity" not in comp.to_dict()
     assert all("cost" not in v.summary.to_dict() for v in cell_views(a))
     assert "Cost at capacity" not in comp.to_markdown() and "cost $/1M" not in render_report(a)
     # two API sessions (or two GPUs): a cost row, but no GPU-vs-API sentence
