@@ -19,7 +19,8 @@ Definitions (also in the README and in every report):
   hits / queries over the cell (`prefix_cache_source` says which); per turn only from the usage.
 - client health (core/health.py judge_client): bunched_share = the share of successful requests' token events
   after their first that carry the same perf_counter_ns stamp as the request's previous one (read in one
-  piece: the client read late); send_late_p99_ms = client_queue_ms p99 of an uncapped open loop.
+  piece: the client read late); send_late_p99_ms = client_queue_ms p99 of an uncapped open loop (requests
+  sent again after a 429 left out: the server asked for that wait).
 - rate limits: a request answered HTTP 429 is `rate_limited`, counted apart from ok and failed
   (requests_rate_limited) and measured in no latency figure. With --retry-after it is sent again after the
   server's Retry-After: TTFT, TPOT and E2E are then the served attempt's (from its own send), and the wait shows
@@ -179,12 +180,15 @@ def bunched_share(df: pl.DataFrame) -> float | None:
 
 def client_figures(df: pl.DataFrame, open_loop: bool) -> dict[str, float | None]:
     """The two figures of the client's health that come from a cell's measured request rows: `bunched_share`
-    and, for an uncapped open loop (`open_loop`), `send_late_p99_ms` (client_queue_ms p99); a closed or capped
-    loop's sends wait for a user or a slot by design, so it has none."""
+    and, for an uncapped open loop (`open_loop`), `send_late_p99_ms` (client_queue_ms p99 of the requests sent once:
+    one sent again after a 429 waited as the server asked); a closed or capped loop's sends wait for a user or a
+    slot by design, so it has none."""
     rows = df.filter(~pl.col("warmup"))
     late = None
     if open_loop:
-        q = per_request(rows)["client_queue_ms"].drop_nulls()
+        # a request sent again after a 429 (--retry-after) left late by the server's asking, not the client's lag
+        sent_once = rows.filter(pl.col("retries") == 0) if "retries" in rows.columns else rows
+        q = per_request(sent_once)["client_queue_ms"].drop_nulls()
         late = float(q.quantile(0.99, interpolation="linear")) if q.len() else None  # type: ignore[arg-type]
     return {"send_late_p99_ms": late, "bunched_share": bunched_share(rows)}
 

@@ -148,7 +148,7 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
             notes.append(f"{cell}: outputs averaged {omean:,.0f} tokens of {oreq:,.0f} requested "
                          "(the model stopped early: EOS honoured, or the context ran out)")
         cq = finite(sm.client_queue_ms.p99)
-        if cq is not None and cq > 10 and v.rate is not None:
+        if cq is not None and cq > 10 and v.rate is not None and not sm.rate_limit_retries:  # retries: said above
             notes.append(f"{cell}: p99 client queueing {cq:,.1f} ms: requests left later than scheduled "
                          "(the client or its connection cap fell behind; latencies exclude that wait)")
         if v.slo_unknown:

@@ -230,3 +230,19 @@ async def test_an_open_loop_of_429s_keeps_its_schedule(serve) -> None:  # type: 
     run = await run_cell(opts, [SPEC], Load(rate=200.0, arrival="constant"), Limits(requests=40))
     assert run.stopped == "" and srv.seen == 40
     assert [r.status for r in run.records] == ["rate_limited"] * 40
+
+
+def test_a_retried_request_is_no_sign_of_a_late_client() -> None:
+    from servescope.core.metrics import client_figures
+
+    def rec(i: int, late_ms: float, retries: int) -> RequestRecord:
+        t = 1_000_000_000 + i * 10_000_000
+        sent = t + int(late_ms * 1e6)
+        return RequestRecord(i, -1, False, 7, 3, t, sent_ns=sent, first_token_ns=sent + 1_000_000,
+                             first_content_ns=sent + 1_000_000, end_ns=sent + 3_000_000, retries=retries,
+                             retry_wait_s=late_ms / 1000 if retries else 0.0)
+
+    df = records_frame([rec(i, 0.5, 0) for i in range(20)] + [rec(20 + i, 4000.0, 2) for i in range(20)])
+    late = client_figures(df, open_loop=True)["send_late_p99_ms"]
+    assert late is not None and late < 1.0  # the retried half waited as the server asked: not the client's lag
+    assert summarize(df, 1.0).client_queue_ms.max == 4000.0  # and that wait is in its client queueing
