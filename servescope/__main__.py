@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_watch_args(sub.add_parser("watch", help="print a running sweep's progress and finished cells until it ends"))
     a.add_attach_args(sub.add_parser("attach", help="open the app on a running sweep's live view"))
     a.add_target_args(sub.add_parser("tui", help="open the terminal app"))
+    a.add_docs_epilogs(p)
     return p
 
 

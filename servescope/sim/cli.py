@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="servescope sim",
         description="Simulate a vLLM 0.32 server serving a model on a GPU, in real time (OpenAI-compatible API).",
+        epilog="docs: docs/simulator.md; every flag: docs/reference/cli.md#sim",
     )
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"profile name or path to a .toml (default {DEFAULT_PROFILE})")
     p.add_argument("--host", default="127.0.0.1")
