@@ -12,6 +12,7 @@ import pytest
 
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.results import CellResult
+from servescope.sessions.answers import Capacity, CostAtCapacity
 from servescope.sessions.compare import COST_METRIC, compare_sessions
 from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
@@ -110,3 +111,13 @@ def test_report_shows_the_cost_column_and_the_cost_at_capacity(tmp_path: Path) -
     head = next(ln for ln in md.splitlines() if ln.startswith("| load | ok / failed |"))
     assert head.endswith("| cost $/1M out tok |")
     assert "- **Cost at capacity:** $" in md and "at c=4: gpu-hour $3.60 at " in md
+
+
+def test_the_sentence_when_the_gpu_meets_no_load_and_for_open_loops() -> None:
+    none = CostAtCapacity("chat", "g", "a", Capacity(None, "concurrency", False), api_usd=2.0)
+    assert none.text({}) == ("at these SLOs (none): no load meets them on this GPU (g); the API (a) costs $2.00 per "
+                             "1M output tokens")
+    rate = CostAtCapacity("chat", "g", "a", Capacity(5.0, "req/s", False), gpu_usd=0.05, api_usd=2.0,
+                          api_slo_met=0.5)
+    assert rate.text({}) == ("at these SLOs (none), 5 req/s cost $0.05 per 1M output tokens on this GPU (g) vs $2.00 on "
+                             "the API (a), which misses them at this load (50% of its requests within them)")
