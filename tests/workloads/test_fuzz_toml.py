@@ -90,6 +90,7 @@ KEY_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "interval": DURATIONS | st.just("off"), "max_concurrency": COUNTS, "requests": COUNTS,
     "warmup": st.integers(0, 2**40), "repeat": st.integers(1, 100), "seed": st.integers(-(2**63), 2**63 - 1),
     "quality_share": st.floats(0, 1), "ignore_eos": st.booleans(), "electricity_price": st.floats(0, 1e6),
+    "retry_after": DURATIONS,
     "burstiness": st.floats(0.01, 100), "pattern": st.sampled_from(["1x for 2s, 3x", "0x for 1ms, 2.5x"]),
     "variants": st.lists(st.fixed_dictionaries({"args": TEXT}), max_size=2),
 }
