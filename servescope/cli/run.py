@@ -78,6 +78,7 @@ class CellRow(TypedDict, total=False):
     output_tok_s: float | None
     total_tok_s: float | None
     goodput_req_s: float | None
+    cost: dict[str, object]  # --price / --gpu-hour: {"usd_per_1m_output_tokens", "usd_per_1m_total_tokens", "basis"}
     prefix_cache_hit_rate: float | None
     ttft_ms: dict[str, float | None]  # {JSON_STATS: value}
     ttfo_ms: dict[str, float | None]
@@ -146,6 +147,8 @@ def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
         row["conversations"] = s.conversations.to_dict()
     if s.quality is not None:
         row["quality"] = s.quality.to_dict()
+    if s.cost is not None:
+        row["cost"] = s.cost.to_dict()
     return row
 
 

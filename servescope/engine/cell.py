@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator, Mapping
 import msgspec
 
 from servescope.core.client import ClientOptions, RequestSpec, reads
+from servescope.core.cost import with_cost
 from servescope.core.health import judge_client
 from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
+from servescope.core.prices import Prices
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellQuality, CellResult, ServerWindow
 from servescope.core.telemetry import server_delta
@@ -44,8 +46,10 @@ class CellAttempt:
     def __init__(self, cell: Cell, specs: list[RequestSpec], attempt: int, *, opts: ClientOptions,
                  slos: dict[str, float], control: SweepControl, sink: SessionSink, target: Target,
                  servers: ServerManager, telemetry: Telemetry, health_interval_s: float, label: str,
-                 ran_with: Mapping[str, str] | None = None, mixer: QualityMixer | None = None) -> None:
+                 ran_with: Mapping[str, str] | None = None, mixer: QualityMixer | None = None,
+                 prices: Prices | None = None) -> None:
         self.cell = cell
+        self.prices = prices or Prices()  # --price / --gpu-hour / --electricity-price: each cell's cost
         self.specs = mark_turns(cell.workload, cell.prompt_key, specs)  # a multi-turn cell's requests are turns
         self.attempt = attempt
         self.opts = opts
@@ -212,6 +216,7 @@ class CellAttempt:
         summary = msgspec.structs.replace(  # the one shape from here on: saved, sent, shown
             figures, server=server, telemetry=windows.telemetry, gpu=windows.gpu, client=client, quality=quality,
             input_lengths=lengths, connections=self.target.cell_connections)
+        summary = with_cost(summary, self.prices)  # what its tokens cost (core/cost.py), sent with the summary
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped
         self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(reason)},

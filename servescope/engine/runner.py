@@ -19,6 +19,7 @@ import httpx
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.errors import ServescopeError
 from servescope.core.load import CellControl, Limits, Load, warm_prompts
+from servescope.core.prices import Prices
 from servescope.core.records import RequestRecord
 from servescope.core.secrets import redact_command
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
@@ -337,7 +338,8 @@ class _Sweep:
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
                               sink=sink, target=self.target, servers=self.servers, telemetry=self.telemetry,
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
-                              ran_with=self._ran_with(), mixer=self.mixer)
+                              ran_with=self._ran_with(), mixer=self.mixer,
+                              prices=Prices(spec.price, spec.gpu_hour, spec.electricity_price))
             lost = False
             measured = specs[warm_prompts(cell.warmup):] or specs
             async for ev in run.events():

@@ -18,6 +18,7 @@ from tests.integration.helpers import run_json, servescope
 WL = '[workload]\nname = "chat"\ninput_tokens = 256\noutput_tokens = 32\n'
 GPU_HOUR = 2.5
 PRICE_IN, PRICE_OUT = 2.5, 10.0
+RUN_JSON: dict[str, dict[str, object]] = {}  # each sweep's `run --json`, by side
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]
     gpu = run_json("--url", "sim://tiny", "--name", "gpu", "--gpu-hour", str(GPU_HOUR), *common)
     api = run_json("--url", "sim://tiny?hosted=1&tpm=10000000", "--name", "api",
                    "--price", f"input={PRICE_IN},output={PRICE_OUT}", *common)
+    RUN_JSON.update(gpu=gpu, api=api)
     yield Path(gpu["session"]), Path(api["session"])
 
 
@@ -89,3 +91,19 @@ def test_each_sessions_report_shows_its_cost(pair: tuple[Path, Path]) -> None:
         assert "**Cost at capacity:** $" in p.stdout and basis in p.stdout
     toml = (gpu / "session.toml").read_text()
     assert "gpu_usd_per_hour = 2.5" in toml  # prices are stored (not secrets)
+
+
+@pytest.mark.slow
+def test_run_json_gives_each_cell_its_cost(pair: tuple[Path, Path]) -> None:
+    """`run --json` cells carry `cost` (the issue's contract), the same figures the session stored."""
+    import polars as pl
+
+    for side, session in zip(("gpu", "api"), pair, strict=True):
+        cells = RUN_JSON[side]["cells"]
+        assert isinstance(cells, list) and len(cells) == 2
+        stored = {r["index"]: json.loads(r["summary_json"])["cost"]
+                  for r in pl.read_parquet(session / "cells.parquet").iter_rows(named=True)}
+        for cell in cells:
+            cost = cell["cost"]
+            assert set(cost) == {"usd_per_1m_output_tokens", "usd_per_1m_total_tokens", "basis"}
+            assert cost == stored[cell["index"]]
