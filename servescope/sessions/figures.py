@@ -165,14 +165,15 @@ def _log_x(xs: Sequence[float]) -> bool:
 
 
 def _series(label: str, views: Sequence[CellView], key: str, what: str, unit: str, color: int,
-            axis: Literal["left", "right"] = "left", marker: str = "o") -> Series:
+            axis: Literal["left", "right"] = "left", marker: str = "o", who: str = "") -> Series:
+    """`who` names the points in their tooltips (the workload; the series' label by default)."""
     pts = []
     for v in views:
         y = _val(v, key)
         if y is None or v.x is None:
             continue
         bound = v.summary.client_bound
-        tip = _tip(label, v.load, what, y, unit) + (" (client bound: the load generator, not the server, limited "
+        tip = _tip(who or label, v.load, what, y, unit) + (" (client bound: the load generator, not the server, limited "
                                                      "this cell; not the server's figure)" if bound else "")
         pts.append(Point(v.x, y, tip, bound=bound))
     return Series(f"{label}", pts, color, axis, marker=marker)
@@ -270,9 +271,9 @@ def session_figures(rep: SessionReport) -> list[FigureSpec]:
 
 def _throughput(rep: SessionReport, w: str, pts: list[CellView], x_label: str, kind: str,
                 ans: WorkloadAnswers | None) -> FigureSpec:
-    agg = _series("aggregate output tok/s", pts, "output_tok_s", "aggregate output tok/s", "tok/s", 0)
+    agg = _series("aggregate output tok/s", pts, "output_tok_s", "aggregate output tok/s", "tok/s", 0, who=w)
     user = _series("per-user tok/s (mean)", pts, "per_user_tok_s.mean", "per-user tok/s (mean)", "tok/s", 1,
-                   axis="right", marker="s")
+                   axis="right", marker="s", who=w)
     series = [agg, user]
     tw = twin_series(rep, w, "output_tok_s", "aggregate output tok/s", "tok/s", 0)
     if tw is not None:
@@ -316,8 +317,8 @@ def _latency(rep: SessionReport, w: str, pts: list[CellView], x_label: str, kind
              ans: WorkloadAnswers | None) -> FigureSpec:
     panels = []
     for metric, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
-        series = [_series(f"{name} p50", pts, f"{metric}.p50", f"{name} p50", "ms", 0),
-                  _series(f"{name} p99", pts, f"{metric}.p99", f"{name} p99", "ms", 3, marker="^")]
+        series = [_series(f"{name} p50", pts, f"{metric}.p50", f"{name} p50", "ms", 0, who=w),
+                  _series(f"{name} p99", pts, f"{metric}.p99", f"{name} p99", "ms", 3, marker="^", who=w)]
         tw = twin_series(rep, w, f"{metric}.p50", f"{name} p50", "ms", 0)
         if tw is not None:
             series.append(tw)

@@ -88,7 +88,7 @@ def test_each_point_carries_the_tables_number(tmp_path: Path) -> None:
             for (x, y, title), (wx, wy) in zip(pts, want, strict=True):
                 assert wy is not None
                 assert (x, y) == (wx, wy)  # the exact stored figure, not a rounded copy
-                assert f"= {fmt_num(wy)} " in title and f"c={int(wx)}" in title  # as the table prints it
+                assert title.startswith(f"{w}, c={int(wx)}: ") and f"= {fmt_num(wy)} " in title  # as the table prints it
     # the context figure: TTFT p50 against each workload's measured input length
     pts = points_of(render(specs["ttft-vs-context"]).svg)
     by_cell = {(v.workload, v.load): v for v in rep.views}

@@ -12,6 +12,7 @@ from textual.widgets import Footer
 
 from servescope.tui.app import make_app
 from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
+from servescope.tui.widgets.panels import short_path
 
 from .fixtures import write_session
 
@@ -65,7 +66,7 @@ async def test_h_writes_the_reports_and_shows_their_paths(home: Path) -> None:
         assert html.is_file() and md.is_file()
         assert "<svg" in html.read_text() and md.read_text().startswith("# servescope report: qwen")
         shown = "\n".join(toasts(app))
-        assert f"report.html: {html}" in shown and f"report.md: {md}" in shown
+        assert f"report.html: {short_path(html)}" in shown and f"report.md: {short_path(md)}" in shown
         # the footer lists the new key beside the app's F1-F3
         shown = {k for k, ab in scr.active_bindings.items() if ab.binding.show}
         assert {"f1", "f2", "f3", "h"} <= shown

@@ -624,7 +624,7 @@ class SessionScreen(Screen[None]):
             self.app.call_from_thread(self.notify, f"cannot write the report: {clean_text(msg)}", title="report",
                                       severity="error", timeout=10, markup=False)
             return
-        lines = ([f"report.html: {html}"] if html else []) + [f"report.md: {md}"]
+        lines = ([f"report.html: {short_path(html)}"] if html else []) + [f"report.md: {short_path(md)}"]
         if note:
             lines.append(f"no report.html: {note}")
         self.app.call_from_thread(self.notify, "\n".join(lines), title="report (open the HTML in any browser)",
