@@ -23,7 +23,7 @@ from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.tune import Space, Step, Tuner, check_dims, design, parse_loads, parse_search
 from servescope.engine.tunemodel import TwinModel, fit_summary
 from servescope.engine.tunerun import LiveMeasurer, requests_for, result_json, tune_table
-from servescope.sessions.store import SessionWriter, new_session_dir
+from servescope.sessions.store import SessionWriter, load_session, new_session_dir
 from servescope.sessions.views import DEFAULT_SLOS
 from servescope.sim.cli import build_parser
 
@@ -103,6 +103,12 @@ def tune_command(args: argparse.Namespace) -> int:
         unit = "req/s" if objective == "goodput" else "users"
 
         def on_step(st: Step) -> None:
+            if writer.meta.get("model") == "?" and st.session:  # the served model, as the first cell found it
+                info = load_session(st.session).info
+                writer.meta["model"], writer.meta["models_json"] = info.model, info.models_json or ""
+                if info.max_model_len:
+                    writer.meta["max_model_len"] = info.max_model_len
+                writer.save_meta()
             band = f" (predicted [{_f(st.band[0])}, {_f(st.band[1])}])" if st.band else ""
             print(clean_text(f"step {st.n}/{budget}: c={st.concurrency} {space.settings[st.setting].label}"
                              f"{' [relaunched]' if st.relaunch else ''}: {objective} {_f(st.value)} {unit}{band}"

@@ -246,10 +246,6 @@ class CellPred:
             return float(self.concurrency) if good >= ATTAINMENT * n - 1e-9 else 0.0
         return good / (max(self.wall_s, 1e-9) * math.exp(eps))
 
-    @property
-    def predicted(self) -> float:
-        return self.mu
-
     def expected(self, objective: Objective) -> float:
         return self.value(self.mu, objective)
 

@@ -22,7 +22,7 @@ from servescope.core.metrics import HIGHER_IS_BETTER, SLO_ATTAINMENT
 from servescope.core.secrets import redact_command
 from servescope.engine.aio import run_loop
 from servescope.engine.background import Background
-from servescope.engine.events import Event, Notice, SweepControl
+from servescope.engine.events import Event, SweepControl
 from servescope.engine.runner import run_sweep
 from servescope.engine.server import Servers
 from servescope.engine.spec import RunContext, SweepSpec
@@ -269,11 +269,4 @@ def result_json(session: str, result: TuneResult) -> dict[str, object]:
                      "ci": list(result.best_ci) if result.best_ci else None},
             "cells_measured": result.cells_measured, "relaunches": result.relaunches,
             "confirmed": result.confirmed}
-
-
-def check_notices(ev: Event) -> str | None:
-    """A sweep's warning or error notice, as one line (None for anything else)."""
-    if isinstance(ev, Notice) and ev.level in ("warning", "error"):
-        return f"{ev.level}: {ev.text}"
-    return None
 
