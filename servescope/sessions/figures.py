@@ -24,6 +24,7 @@ left out of the lines: they are not the server's figures."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,7 +221,7 @@ def twin_series(rep: SessionReport, workload: str, key: str, what: str, unit: st
     res_t = rep.twin.fit.get("residual_rms_ln")
     res = res_t.get(key) if isinstance(res_t, dict) else None
     resid = float(res) if isinstance(res, (int, float)) and math.isfinite(res) else 0.0
-    pts, xs, lo, hi = [], [], [], []
+    per_x: dict[float, list[tuple[float, float, str]]] = {}  # x -> (twin, |ln error|, load) per fitted cell
     for r in _twin_rows(rep, workload):
         pair = r.get(key)
         x = r.get("concurrency") or r.get("rate")
@@ -229,20 +230,22 @@ def twin_series(rep: SessionReport, workload: str, key: str, what: str, unit: st
         m, t = pair
         if not (isinstance(m, (int, float)) and isinstance(t, (int, float)) and m > 0 and t > 0):
             continue
-        err = max(resid, abs(math.log(t / m)))
-        rel = TWIN_BAND_Z * err
         load = clean_text(str(r.get("label") or (f"c={x}" if r.get("concurrency") else f"{x} req/s")))
-        pts.append(Point(float(x), float(t), f"twin, {load}: {what} = {fmt_num(float(t))} {unit} (band "
-                                             f"{fmt_num(t * math.exp(-rel))}-{fmt_num(t * math.exp(rel))})"))
-        xs.append(float(x))
+        per_x.setdefault(float(x), []).append((float(t), abs(math.log(t / m)), load))
+    pts, xs, lo, hi = [], [], [], []
+    for x in sorted(per_x):  # a load fitted several times (its repeats): the median, the largest error
+        rows = per_x[x]
+        t = statistics.median(r[0] for r in rows)
+        rel = TWIN_BAND_Z * max(resid, *(r[1] for r in rows))
+        pts.append(Point(x, t, f"twin, {rows[0][2]}: {what} = {fmt_num(t)} {unit} (band "
+                               f"{fmt_num(t * math.exp(-rel))}-{fmt_num(t * math.exp(rel))})"))
+        xs.append(x)
         lo.append(t * math.exp(-rel))
         hi.append(t * math.exp(rel))
     if not pts:
         return None
-    order = sorted(range(len(pts)), key=lambda i: pts[i].x)
-    band = Band([xs[i] for i in order], [lo[i] for i in order], [hi[i] for i in order],
-                f"twin band ({what}): 2x the fit's error for this figure")
-    return Series(f"twin ({what})", [pts[i] for i in order], color, axis, dashed=True, marker="D", band=band)
+    band = Band(xs, lo, hi, f"twin band ({what}): 2x the fit's error for this figure")
+    return Series(f"twin ({what})", pts, color, axis, dashed=True, marker="D", band=band)
 
 
 # ---- the session's figures --------------------------------------------------------------------------
@@ -323,7 +326,7 @@ def _latency(rep: SessionReport, w: str, pts: list[CellView], x_label: str, kind
         if tw is not None:
             series.append(tw)
         marks = _slo_marks(rep.slos, metric) + _answer_marks(ans, kind)
-        ys = [p.y for s in series for p in s.points] + [m.at for m in marks if m.orient == "h"]
+        ys = [p.y for s in series for p in s.points]
         panels.append(Panel(f"{w}: {name} vs {kind}", x_label, f"{name} ms", series, marks, log_y=_log_y(ys),
                             log_x=_log_x([p.x for p in series[0].points])))
     return FigureSpec(f"{slug(w)}-latency", f"{w}: TTFT and TPOT against load", (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import statistics
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ VERDICT_COLOURS = {"better": "#009E73", "worse": "#D55E00", "within noise": "#8c
 MARK_STYLES = {  # kind -> (colour, line style)
     "slo": ("#D55E00", (0, (5, 3))), "capacity": ("#009E73", (0, (1, 2))), "knee": ("#CC79A7", (0, (6, 2, 1, 2))),
 }
+OFF_SCALE = 4.0  # an SLO line more than this many times the panel's highest value is named, not drawn
 PERCENTILE_STYLES = {"p50": ("#000000", "-"), "p90": ("#555555", "--"), "p99": ("#D55E00", "--")}
 
 
@@ -158,6 +160,14 @@ def _panel(ax: Axes, panel: Panel, tips: _Tips, legend: bool) -> None:
         bound_labelled = _series(target, s, tips, bound_labelled)
     for m in panel.marks:
         target = ax2 if (m.axis == "right" and ax2 is not None) else ax
+        side_ys = [p.y for s in panel.series for p in s.points if (s.axis == m.axis or ax2 is None)]
+        if m.orient == "h" and side_ys and m.at > OFF_SCALE * max(side_ys):  # far above the data: said, not drawn
+            txt = target.annotate(_t(f"{m.label} (above the axis)"), xy=(0.5, 0.99), xycoords="axes fraction",
+                                  ha="center", va="top", fontsize=7, color=MARK_STYLES["slo"][0])
+            g = tips.gid("mark")
+            txt.set_gid(g)
+            tips.ones[g] = m.tip
+            continue
         colour: str
         style: str | tuple[int, tuple[int, ...]]
         if m.kind == "percentile":
@@ -191,7 +201,8 @@ def _panel(ax: Axes, panel: Panel, tips: _Tips, legend: bool) -> None:
         if a is None:
             continue
         ys = [p.y for s in panel.series if (s.axis == side or (side == "left" and ax2 is None)) for p in s.points]
-        ys += [m.at for m in panel.marks if m.orient == "h" and m.axis == side]
+        ys += [m.at for m in panel.marks if m.orient == "h" and m.axis == side
+               and not (ys and m.at > OFF_SCALE * max(ys))]
         ys += [y for s in panel.series if s.band is not None and (s.axis == side or (side == "left" and ax2 is None))
                for y in (*s.band.lo, *s.band.hi)]
         if panel.log_y and ys and min(ys) > 0 and side == "left":
@@ -227,8 +238,11 @@ def _series(ax: Axes, s: Series, tips: _Tips, bound_labelled: bool) -> bool:
         tips.ones[g] = band.tip + ": " + "; ".join(
             f"{band.xs[i]:g}: {fmt_num(band.lo[i])}-{fmt_num(band.hi[i])}" for i in order)
     style = (0, (4, 2)) if s.dashed else "-"
-    if s.connect and len(data) >= 2:
-        ax.plot([p.x for p in data], [p.y for p in data], color=colour, linestyle=style,
+    by_x: dict[float, list[float]] = {}
+    for p in data:  # a load measured several times (--repeat): the line runs through the median of its repeats
+        by_x.setdefault(p.x, []).append(p.y)
+    if s.connect and len(by_x) >= 2:
+        ax.plot(list(by_x), [statistics.median(v) for v in by_x.values()], color=colour, linestyle=style,
                 linewidth=1.4 if s.marker else 1.1, label=_t(s.label) if not s.marker else None)
     if data:
         ms = 5.0 if s.marker else 1.6

@@ -238,3 +238,53 @@ def test_a_broken_marker_count_is_an_error_not_a_wrong_tooltip(tmp_path: Path) -
     tips = _Tips(points={"pts1": [Point(1, 2, "a"), Point(2, 3, "b")]})
     with pytest.raises(ServescopeError, match="1 markers drawn for 2 points"):
         _annotate(svg, tips, "f", "F")
+
+
+def test_telemetry_timeline_draws_kv_running_waiting_and_gpu_power(tmp_path: Path) -> None:
+    """telemetry.parquet and gpu.parquet as the engine writes them (core/telemetry.py, core/gpu.py frames): every
+    sample on the timeline, the cells as spans."""
+    import polars as pl
+
+    s = two_workloads(tmp_path, loads=(1, 4), workloads=("sharegpt",))
+    t0 = min(int(s.requests(v.index)["sent_ns"].min()) for v in build(s).views)
+    ts = [t0 + i * 500_000_000 for i in range(6)]
+    pl.DataFrame({"t_ns": ts, "kv_cache_usage_perc": [0.0, 0.1, 0.25, 0.5, 0.2, 0.0],
+                  "num_requests_running": [0.0, 1.0, 4.0, 4.0, 2.0, 0.0],
+                  "num_requests_waiting": [0.0, 0.0, 0.0, 3.0, 0.0, 0.0]}).write_parquet(s.path / "telemetry.parquet")
+    pl.DataFrame({"t_ns": ts * 2, "gpu": [0] * 6 + [1] * 6, "gpu_index": [0] * 6 + [1] * 6, "name": ["H100"] * 12,
+                  "power_w": [100.0, 300.0, 450.0, 500.0, 320.0, 90.0] * 2}).write_parquet(s.path / "gpu.parquet")
+    spec = _by_name(session_figures(build(s)))["server-telemetry"]
+    assert [p.title for p in spec.panels] == ["server KV cache in use (/metrics)",
+                                              "server requests running and waiting (/metrics)", "GPU power (NVML)"]
+    pts = points_of(render(spec).svg)
+    kv = [(x, y) for x, y, t in pts if "KV cache used" in t]
+    assert kv == [(i * 0.5, v) for i, v in enumerate([0.0, 10.0, 25.0, 50.0, 20.0, 0.0])]  # percent of the cache
+    assert [t for _, _, t in pts if "waiting" in t][3] == "t = 1.5 s: waiting = 3.00 requests"
+    assert len([t for _, _, t in pts if "GPU 1 power" in t]) == 6
+    assert len(spec.panels[0].spans) == 2  # the two cells
+
+
+def test_a_twin_is_drawn_dashed_with_its_band(tmp_path: Path) -> None:
+    """SESSION/twin/profile.toml's [fit] as servescope.engine.twin.FitResult.to_toml_dict writes it: each fitted
+    cell's [measured, twin] per figure (repeats of a load: their median), the band 2x the larger of the residual
+    and the cell's own error."""
+    import math
+
+    import tomli_w
+
+    s = two_workloads(tmp_path, loads=(1, 4), workloads=("sharegpt",), repeats=2)
+    cells = [{"cell": i, "label": f"sharegpt c={c}", "workload": "sharegpt", "requests": 12, "concurrency": c,
+              "output_tok_s": [100.0 * c, t], "tpot_ms.p50": [6.0, 6.1]}
+             for i, (c, t) in enumerate([(1, 110.0), (1, 100.0), (4, 380.0), (4, 400.0)])]
+    (s.path / "twin").mkdir()
+    (s.path / "twin" / "profile.toml").write_text(tomli_w.dumps(
+        {"fit": {"shape_from": "test", "fitted": [], "residual_rms_ln": {"output_tok_s": 0.02}, "cells": cells}}))
+    rep = build(s)
+    thr = _by_name(session_figures(rep))["sharegpt-throughput"]
+    twin = next(x for x in thr.panels[0].series if x.dashed)
+    assert [(p.x, p.y) for p in twin.points] == [(1, 105.0), (4, 390.0)]
+    assert twin.band is not None
+    rel = 2 * abs(math.log(110 / 100))  # c=1's own error (10%) is above the residual (2%)
+    assert twin.band.hi[0] == pytest.approx(105.0 * math.exp(rel))
+    titles = [t for _, _, t in points_of(render(thr).svg) if t.startswith("twin, ")]
+    assert titles[0].startswith("twin, sharegpt c=1: aggregate output tok/s = 105.0 tok/s (band ")
