@@ -295,8 +295,9 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
     """`servescope tune`: the sweep's target, workload and SLO flags (SweepSpec), and the search's own."""
     docs_epilog(p, "tune")
     add_workload_flag(p)
-    add_flags(p, only=("url", "model", "api_key_env", "launch", "launch_timeout", "slos", "requests", "repeat",
+    add_flags(p, only=("url", "model", "api_key_env", "launch", "launch_timeout_s", "slos", "requests", "repeat",
                        "seed", "warmup", "tags", "name", "timeout_s"))
+    p._option_string_actions["--requests"].help = "a cell's requests: at least N (default 32) and 2 x its users"
     p.add_argument("--search", action="append", default=[], metavar="FLAG=LOW..HIGH|A|B",
                    help='a server flag to search, repeatable: "max-num-seqs=16..512" (a range: doubling, log scale) '
                         'or "max-num-batched-tokens=2048|8192|16384" (a list); needs --launch')
