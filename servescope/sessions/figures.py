@@ -567,7 +567,7 @@ def comparison_figures(comp: Comparison, reps: Sequence[SessionReport] = ()) -> 
                     tw.label = f"{labels[i]} twin"
                     series.append(tw)
             ys = [p.y for s in series for p in s.points]
-            panels.append(Panel(f"{what} vs {kind}", x_label, f"{what} {unit}", series,
+            panels.append(Panel(f"{what} vs {kind}", x_label, what if unit in what else f"{what} {unit}", series,
                                 log_y=unit == "ms" and _log_y(ys),
                                 log_x=_log_x([p.x for s in series for p in s.points])))
         if not panels:

@@ -116,7 +116,8 @@ def render(spec: FigureSpec, png: bool = False) -> Rendered:
             if i >= len(spec.panels):
                 ax.set_visible(False)
                 continue
-            _panel(ax, spec.panels[i], tips, legend=(i == 0 or spec.kind != "compare"))
+            _panel(ax, spec.panels[i], tips, legend=(i == 0 or spec.kind != "compare"),
+                   also=_verdict_keys(spec) if i == 0 and spec.kind == "compare" else ())
         fig.suptitle(_t(spec.title), fontsize=10.5, fontweight="bold")
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
@@ -134,7 +135,20 @@ def render_all(specs: Sequence[FigureSpec], png: bool = False) -> list[Rendered]
 
 
 # ---- drawing ----------------------------------------------------------------------------------------
-def _panel(ax: Axes, panel: Panel, tips: _Tips, legend: bool) -> None:
+def _verdict_keys(spec: FigureSpec) -> list[tuple[str, str]]:
+    """(verdict, series label) of every ring the figure draws: the one legend (the first panel's) names them all."""
+    out: dict[tuple[str, str], None] = {}
+    for pan in spec.panels:
+        for s in pan.series:
+            for p in s.points:
+                if p.verdict and not p.bound:
+                    out[(p.verdict, s.label)] = None
+    return list(out)
+
+
+def _panel(ax: Axes, panel: Panel, tips: _Tips, legend: bool, also: Sequence[tuple[str, str]] = ()) -> None:
+    from matplotlib.lines import Line2D
+
     ax.set_title(_t(panel.title), loc="left")
     ax.set_xlabel(_t(panel.x_label))
     ax.set_ylabel(_t(panel.y_label))
@@ -217,6 +231,12 @@ def _panel(ax: Axes, panel: Panel, tips: _Tips, legend: bool) -> None:
         if ax2 is not None:
             h2, l2 = ax2.get_legend_handles_labels()
             handles, labels = handles + h2, labels + l2
+        for verdict, series in also:  # rings drawn only in other panels
+            lb = f"{verdict} ({_t(series)})"
+            if lb not in labels:
+                labels.append(lb)
+                handles.append(Line2D([], [], linestyle="none", marker="o", markersize=11, markerfacecolor="none",
+                                      markeredgecolor=VERDICT_COLOURS[verdict], markeredgewidth=1.4))
         if handles:
             ax.legend(handles, labels, loc="best", framealpha=0.85)
 
