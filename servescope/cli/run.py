@@ -496,8 +496,9 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
                 progress.update(f"cell {ev.cell.index + 1}/{total} {ev.cell.label}: starting")
             elif isinstance(ev, RequestsDone):
                 planned = ev.cell.requests or "?"
+                limited = f", {ev.rate_limited} rate-limited (HTTP 429)" if ev.rate_limited else ""
                 progress.update(f"cell {ev.cell.index + 1}/{total} {ev.cell.label}: {ev.done}/{planned} done, "
-                                f"{ev.failed} failed, {ev.elapsed_s:.1f} s")
+                                f"{ev.failed} failed{limited}, {ev.elapsed_s:.1f} s")
             elif isinstance(ev, CellFinished):
                 progress.clear()
                 print(format_cell(ev, total), file=table_out, flush=True)
