@@ -117,7 +117,7 @@ from servescope.sessions.views import (
 CellKey = tuple[str, LoadPlan]  # a cell as comparisons join it: (workload with its variant, planned load)
 
 __all__ = [
-    "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
+    "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "RATE_LIMITED_METRIC", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
     "ComparedCell", "Comparison", "CostAtCapacity", "Judgement", "Knee", "MetricSpec", "SessionRef", "ThinkingCost",
     "WorkloadAnswers", "answers_markdown", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions",
     "config_diff", "delta_pct", "delta_text", "derive", "interval_pct", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
@@ -159,6 +159,9 @@ COMPARE_METRICS: tuple[MetricSpec, ...] = tuple(MetricSpec.of(k) for k in (
 ))
 # what a million output tokens cost (core/cost.py): with the default figures, a row when some session has it
 COST_METRIC = MetricSpec("cost.usd_per_1m_output_tokens", "cost $/1M out tok", "lower")
+# the requests a server refused by its rate limit (HTTP 429; a count per cell, the median over its repeats): a row
+# only when some compared cell has any, not judged (a count of refusals, no interval)
+RATE_LIMITED_METRIC = MetricSpec("requests_rate_limited", "requests rate-limited (HTTP 429)", "neutral")
 
 
 def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL) -> int | None:
@@ -487,7 +490,10 @@ class Comparison:
                     f"(the interval includes 0, or the change is under {self.min_effect:g}%). The best value of "
                     f"a row is in bold only when it beats the runner-up beyond noise (lower is better for "
                     f"latencies, higher for tok/s and goodput; token counts are not judged). "
-                    f"SLOs: {slo_text(self.slos)} ({md_escape(self.slos_source)}).", ""]
+                    + ("Requests rate-limited (HTTP 429): the cell's requests the server refused by its rate limit "
+                       "(a count, the median over repeats; counted apart from the failed ones and not judged). "
+                       if any(m.key == RATE_LIMITED_METRIC.key for m in self.metrics) else "")
+                    + f"SLOs: {slo_text(self.slos)} ({md_escape(self.slos_source)}).", ""]
         for w in dict.fromkeys(c.workload for c in self.cells):
             out += [f"{h}# {md_escape(w)}", ""]
             head = ["load", "metric", *esc, *[f"Δ {e}" for e in esc[1:]], "best"]
@@ -496,7 +502,8 @@ class Comparison:
             for c in (c for c in self.cells if c.workload == w):
                 for j, m in enumerate(self.metrics):
                     wi = c.winners[m.key]
-                    vals = [f"**{fmt_num(v)}**" if i == wi else fmt_num(v) for i, v in enumerate(c.values[m.key])]
+                    vals = [f"**{_value_text(m, v)}**" if i == wi else _value_text(m, v)
+                            for i, v in enumerate(c.values[m.key])]
                     deltas = [delta_text(c, m, i) for i in range(1, len(L))]  # numbers and fixed words only
                     load = (md_escape(c.load) + _bound_mark(c, esc)) if j == 0 else ""
                     best = esc[wi] if wi is not None else md_escape(c.no_winner.get(m.key, "-"))
@@ -517,6 +524,14 @@ class Comparison:
                            f"{', '.join(md_escape(x) for x in miss)} |")
             out.append("")
         return out
+
+
+def _value_text(m: MetricSpec, v: float | None) -> str:
+    """A compared figure as the tables show it; a count of requests as a whole number (a median over an even number
+    of repeats may end in .5)."""
+    if m.key == RATE_LIMITED_METRIC.key and v is not None:
+        return f"{v:g}"
+    return fmt_num(v)
 
 
 def _bound_mark(c: ComparedCell, esc: Sequence[str]) -> str:
@@ -714,12 +729,17 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                      "Only their quality is compared.")
     lines, every, per_wl = mismatches(sessions, labels, groups, common) if common else ([], {}, {})
     if metrics == COMPARE_METRICS:
-        metrics = (*metrics, COST_METRIC)
+        metrics = (*metrics, COST_METRIC, RATE_LIMITED_METRIC)
     # a descriptive figure no session measured (the prefix-cache hit rate of a server without it) is left out, and
-    # so is the cost when no session was given a price
-    metrics = tuple(m for m in metrics if (m.better != "neutral" and not m.key.startswith("cost."))
-                    or m.key.endswith("tokens_mean")
-                    or any(m.value(rv.summary) is not None for g in groups for k in common for rv in g[k]))
+    # so is the cost when no session was given a price, and the 429s when no compared cell got any
+    def shown(m: MetricSpec) -> bool:
+        got = [m.value(rv.summary) for g in groups for k in common for rv in g[k]]
+        if m.key == RATE_LIMITED_METRIC.key:
+            return any(got)
+        return ((m.better != "neutral" and not m.key.startswith("cost.")) or m.key.endswith("tokens_mean")
+                or any(x is not None for x in got))
+
+    metrics = tuple(m for m in metrics if shown(m))
     judged = tuple(m.key for m in metrics if figure_problem(m.key) is None)
     cells = []
     max_repeats = 1

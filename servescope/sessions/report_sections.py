@@ -336,7 +336,8 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
                       others: Sequence[SessionReport]) -> list[str]:
     views = [v for v in rep.views if v.workload == workload]
     out = [f"## Results: {md_escape(workload)}", ""]
-    head = ["load", "ok / failed", "TTFT ms p50 / p90 / p99", "TPOT ms p50 / p90 / p99", "ITL ms p50 / p90 / p99",
+    limited = any(v.summary.requests_rate_limited for v in views)
+    head = ["load", "ok / failed / 429" if limited else "ok / failed", "TTFT ms p50 / p90 / p99", "TPOT ms p50 / p90 / p99", "ITL ms p50 / p90 / p99",
             "E2E ms p50 / p90 / p99", "output tok/s", "per-user tok/s (mean)", "goodput req/s", "SLO met"]
     cache = any(finite(v.summary.prefix_cache_hit_rate) is not None for v in views)
     if cache:
@@ -354,7 +355,7 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
         hit = finite(sm.prefix_cache_hit_rate)
         out.append(_row([
             md_escape(v.load) + (f" **{md_escape(v.status)}**" if v.status not in ("done", "") else ""),
-            f"{sm.requests_ok} / {sm.requests_failed}",
+            f"{sm.requests_ok} / {sm.requests_failed}" + (f" / {sm.requests_rate_limited or 0}" if limited else ""),
             _trio(sm.ttft_ms), _trio(sm.tpot_ms), _trio(sm.itl_ms), _trio(sm.e2e_ms),
             fmt_num(finite(sm.output_tok_s)), fmt_num(finite(sm.per_user_tok_s.mean)),
             fmt_num(finite(sm.goodput_req_s)), f"{frac:.0%}" if frac is not None else "-",
@@ -363,6 +364,9 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
             *([fmt_num(sm.value("cost", "usd_per_1m_output_tokens"))] if cost else []),
         ]))
     out.append("")
+    if limited:
+        out += ["ok / failed / 429: the cell's requests that succeeded, that failed, and that the server refused by "
+                "its rate limit (HTTP 429: counted apart from the failed ones, and measured in no latency figure).", ""]
     if client:
         out += ["Client: the load generator's own health in the cell (see the definitions): `ok`, `strained`, or "
                 "**BOUND** when the client, not the server, limited the cell; CPU as a share of one core "
