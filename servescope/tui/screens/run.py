@@ -256,7 +256,7 @@ class RunScreen(Screen[None]):
         self._tele_dirty = True
         p = self.progress
         p.state, p.cell_no, p.total, p.label, p.shape, p.detail = "starting", 0, 0, "", "", title
-        p.done = p.failed = 0
+        p.done = p.failed = p.rate_limited = 0
         p.fraction, p.eta_s = 0.0, None
         p.cell_elapsed, p.sweep_elapsed, p.planned = 0.0, 0.0, None
         self.log_view.reset()
@@ -358,7 +358,7 @@ class RunScreen(Screen[None]):
         self._clear_cell()
         p = self.progress
         p.cell_no, p.total, p.label, p.shape = msg.cell.index + 1, msg.total, msg.cell.label, msg.cell.shape
-        p.done = p.failed = 0
+        p.done = p.failed = p.rate_limited = 0
         p.planned = msg.cell.requests
         p.cell_elapsed = 0.0
         self._cell_seen = self.clock()
@@ -386,6 +386,7 @@ class RunScreen(Screen[None]):
         self._dirty = True
         p = self.progress
         p.done, p.failed, p.cell_elapsed = msg.done, msg.failed, msg.elapsed_s
+        p.rate_limited = msg.rate_limited
         if msg.errors:
             self.log_view.request_errors(msg.cell.index + 1, msg.errors)
         self._update_eta()
@@ -502,7 +503,7 @@ class RunScreen(Screen[None]):
             self._cur_ended = True
             self._clear_cell()
             self._dirty = True
-            self.progress.done = self.progress.failed = 0
+            self.progress.done = self.progress.failed = self.progress.rate_limited = 0
         self.query_one(CellTable).set_cell(msg.cell.index, msg.cell.series, msg.cell.load_label, "skipped", {})
         self.log_view.event("warning", f"cell {msg.cell.index + 1}/{self.total} {msg.cell.label} skipped: {msg.reason}")
         self._update_eta()

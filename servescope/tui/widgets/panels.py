@@ -87,7 +87,8 @@ def fit_lines(t: Text, width: int, height: int) -> Text:
 
 
 class SweepProgress(Widget):
-    """Cell i of N with its workload and load, requests done/failed, elapsed and ETA."""
+    """Cell i of N with its workload and load, requests done/failed (and rate-limited, HTTP 429, when any), elapsed
+    and ETA."""
 
     DEFAULT_CSS = """
     SweepProgress { height: 3; padding: 0 1; }
@@ -102,6 +103,7 @@ class SweepProgress(Widget):
     shape: reactive[str] = reactive("")
     done: reactive[int] = reactive(0)
     failed: reactive[int] = reactive(0)
+    rate_limited: reactive[int] = reactive(0)  # the cell's requests answered HTTP 429 so far (not among `failed`)
     planned: reactive[int | None] = reactive(None)
     cell_elapsed: reactive[float] = reactive(0.0)
     sweep_elapsed: reactive[float] = reactive(0.0)
@@ -134,8 +136,19 @@ class SweepProgress(Widget):
             t.append_text(shape)
         t.append(state, style="bold")
         planned = f"/{self.planned}" if self.planned else ""
-        t.append(f"\nrequests {self.done}{planned} done, {self.failed} failed   cell {self.cell_elapsed:.1f} s"
-                 f"   sweep {fmt_s(self.sweep_elapsed)}  ETA {fmt_s(self.eta_s) if self.state == 'running' else '-'}")
+        cell = f"   cell {self.cell_elapsed:.1f} s"
+        sweep = f"   sweep {fmt_s(self.sweep_elapsed)}"
+        eta = f"  ETA {fmt_s(self.eta_s) if self.state == 'running' else '-'}"
+        line = f"requests {self.done}{planned} done, {self.failed} failed"
+        if self.rate_limited:  # counted apart from the failed: whole where the line has room, else shorter forms
+            n = self.rate_limited
+            room = self.content_size.width or 10_000
+            forms = [line + f", {n} rate-limited (HTTP 429)" + cell + sweep + eta,
+                     line + f", {n} HTTP 429" + cell + sweep + eta, line + f", {n} HTTP 429" + cell + eta]
+            line = next((f for f in forms if len(f) <= room), forms[-1])
+        else:
+            line += cell + sweep + eta
+        t.append("\n" + line)
         if self.detail:
             t.append(f"   {self.detail}", style="dim")
         width = max(10, self.content_size.width - 7)
@@ -281,20 +294,31 @@ CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "per-
 CLIENT_BOUND_STATUS = "client BOUND"  # the end of a cell's status when the load generator, not the server, was the limit
 
 
+OK_FAIL_429 = "ok/fail/429"  # the ok/fail column's header when some cell of the table got HTTP 429s
+
+
 def cell_row(index: int, workload: str, load: str, status: str,
-             summary: CellResult | Mapping[str, Any] | None) -> tuple[str, ...]:
+             summary: CellResult | Mapping[str, Any] | None, rate_limited: bool = False) -> tuple[str, ...]:
     """A cell's table row; "-" where the cell has no summary (a dict is read as a stored summary). A client-bound
-    cell's status is `done, client BOUND`, shown as `bound` where the pane has no room for it whole (short_status)."""
-    s = CellResult.from_dict(summary) if isinstance(summary, Mapping) and summary else summary
+    cell's status is `done, client BOUND`, shown as `bound` where the pane has no room for it whole (short_status).
+    `rate_limited`: the ok/fail column counts the requests answered HTTP 429 third (`5/1/14`; the table's header
+    then reads OK_FAIL_429)."""
+    s = _summary(summary)
     if not isinstance(s, CellResult):
         return (str(index + 1), workload, load, status, *["-"] * (len(CELL_COLUMNS) - 4))
     if s.client_bound:  # the load generator, not the server, limited it (core/health.py)
         status = f"{status}, {CLIENT_BOUND_STATUS}"
     return (
-        str(index + 1), workload, load, status, f"{s.requests_ok}/{s.requests_failed}",
+        str(index + 1), workload, load, status,
+        f"{s.requests_ok}/{s.requests_failed}" + (f"/{s.requests_rate_limited or 0}" if rate_limited else ""),
         fnum(s.output_tok_s, 1), fnum(s.per_user_tok_s.mean), fnum(s.ttft_ms.p50), fnum(s.ttft_ms.p99),
         fnum(s.tpot_ms.p50, 2), fnum(s.e2e_ms.p50, 0), _verdict(s),
     )
+
+
+def _summary(summary: CellResult | Mapping[str, Any] | None) -> CellResult | None:
+    s = CellResult.from_dict(summary) if isinstance(summary, Mapping) and summary else summary
+    return s if isinstance(s, CellResult) else None
 
 
 def short_status(status: str) -> str:
@@ -342,12 +366,49 @@ class CellTable(FitTable):
     CellTable { height: 1fr; }
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # each row's cell as given (its summary read), so that every row can count its 429s once one cell has any
+        self.cells: dict[str, tuple[int, str, str, str, CellResult | None]] = {}
+
     def on_mount(self) -> None:
         self.set_columns(CELL_COLS)
 
+    @property
+    def rate_limited(self) -> bool:
+        """Some cell of the table got HTTP 429s: the ok/fail column counts them third (`ok/fail/429`)."""
+        return any(s is not None and s.requests_rate_limited for *_, s in self.cells.values())
+
+    def set_columns(self, cols: Sequence[Col]) -> None:
+        super().set_columns(_ok_fail_header(cols, self.rate_limited))
+
     def set_cell(self, index: int, workload: str, load: str, status: str,
                  summary: CellResult | Mapping[str, Any] | None) -> None:
-        self.put_row(str(index), cell_row(index, workload, load, status, summary))
+        before = self.rate_limited
+        self.cells[str(index)] = (index, workload, load, status, _summary(summary))
+        limited = self.rate_limited
+        if limited == before:
+            self.put_row(str(index), cell_row(index, workload, load, status, summary, limited))
+            return
+        # the first cell with 429s (or the last one gone): every row and the header change together
+        self.cols = _ok_fail_header(self.cols, limited)
+        self.set_rows({k: cell_row(*cell, rate_limited=limited) for k, cell in self.cells.items()})
+
+    def remove_key(self, key: str) -> None:
+        self.cells.pop(key, None)
+        super().remove_key(key)
+
+    def clear(self, columns: bool = False) -> CellTable:
+        self.cells.clear()
+        if not columns:  # a new sweep's table starts without the 429 count
+            self.cols = _ok_fail_header(self.cols, False)
+        super().clear(columns=columns)
+        return self
+
+
+def _ok_fail_header(cols: Sequence[Col], rate_limited: bool) -> list[Col]:
+    """The cell table's columns with the ok/fail header that says whether its rows count 429s third."""
+    return [replace(c, label=OK_FAIL_429 if rate_limited else "ok/fail") if c.key == "ok/fail" else c for c in cols]
 
 
 def gpu_reading(g: Mapping[str, object]) -> str:
