@@ -211,6 +211,7 @@ def add_import_args(p: argparse.ArgumentParser) -> None:
 
 def add_quality_args(p: argparse.ArgumentParser) -> None:
     add_target_args(p)
+    add_flags(p, only=("ca_cert", "tls_verify"))  # --ca-cert, --insecure: an https target is checked as run checks it
     docs_epilog(p, "quality")
     p.add_argument("--reference", metavar="SESSION",
                    help="a quality session of the reference server (e.g. BF16 or FP8): report KL divergence, top-1 "

@@ -14,6 +14,7 @@ from servescope.cli.common import api_key_from, resolve_session
 from servescope.cli.run import open_target
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.core.tls import TlsSettings, configure
 from servescope.engine import fields
 from servescope.engine.quality import QualitySpec, parse_contexts, parse_tasks, run_quality
 from servescope.engine.spec import DEFAULT_URL
@@ -51,6 +52,17 @@ def spec_from_args(args: argparse.Namespace) -> Any:
                        concurrency=args.concurrency, perplexity=not args.no_perplexity)
 
 
+def tls_from_args(args: argparse.Namespace) -> TlsSettings:
+    """--ca-cert PATH (a private or self-signed CA, the file checked now) or --insecure (no verification), as `run`
+    reads them (engine/spec.py); the system's CAs when neither is given."""
+    insecure = getattr(args, "tls_verify", None) is True  # --insecure stores True in tls_verify (a negated option)
+    ca_cert = getattr(args, "ca_cert", None)
+    if ca_cert is not None and insecure:
+        raise ServescopeError("--ca-cert and --insecure: give --ca-cert PATH (verify the server with this CA) or "
+                              "--insecure (verify nothing), not both")
+    return TlsSettings.load(ca_cert, verify=not insecure)
+
+
 def quality_json(session: str, result: QualityResult) -> QualityJson:
     """The Contract's shape: {"session", "perplexity", "tasks": {NAME: {"accuracy", "n"}}, "reference"}."""
     return {"session": session, **result.summary()}
@@ -81,6 +93,8 @@ def format_result(path: Path, result: Any, model: str) -> str:
 
 def quality_command(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)  # every flag is checked before a simulator starts
+    tls = tls_from_args(args)
+    configure(tls)  # every client of the probe checks the server so; --insecure is said once on stderr
     err = sys.stderr
     with ExitStack() as stack:
         url, label = open_target(args.url or DEFAULT_URL, stack, err)
@@ -91,7 +105,7 @@ def quality_command(args: argparse.Namespace) -> int:
         run = asyncio.run(run_quality(url, label, args.model, spec, api_key_from(args, args.api_key_env),
                                       Path(args.save) if args.save else None,
                                       Path(args.sessions_dir) if args.sessions_dir else None, progress,
-                                      tokenizer_path=args.tokenizer))
+                                      tokenizer_path=args.tokenizer, tls=tls))
     if args.json:
         print(json.dumps(quality_json(str(run.path), run.result)))
     else:

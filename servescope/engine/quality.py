@@ -41,6 +41,7 @@ from servescope.core.quality import (
 )
 from servescope.core.results import CellQuality, TaskTally
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
+from servescope.core.tls import TlsSettings
 from servescope.engine.connection import HttpTarget
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
 from servescope.workloads.quality import DIVERGENCE_PROMPTS, build_tasks, corpus_text, load_user_tasks
@@ -245,19 +246,21 @@ class QualityRun:
 
 async def run_quality(url: str, label: str | None, model: str | None, spec: QualitySpec, api_key: str | None,
                       save: Path | None, sessions_dir: Path | None, progress: Progress,
-                      tokenizer_path: str | None = None) -> QualityRun:
+                      tokenizer_path: str | None = None, tls: TlsSettings | None = None) -> QualityRun:
     """Probe the target at `url`, then save: into `save` when it is an existing session (it then holds quality
-    results beside its speed), else as a new session of kind "quality"."""
+    results beside its speed), else as a new session of kind "quality". `tls` (--ca-cert, --insecure: core/tls.py;
+    None: this process's setting) checks an https target for every request, as a sweep's do; a new session records
+    it as a sweep's does (`[target] tls_verify`, `tls_ca`)."""
     if spec.reference:  # a bad reference fails before the probe runs
         _reference_traces(spec.reference)
-    conn = HttpTarget(api_key, tokenizer_path=tokenizer_path)
+    conn = HttpTarget(api_key, tokenizer_path=tokenizer_path, tls=tls)
     try:
         target, minfo = await conn.connect(url, model)
         tok = await conn.tokenizer(minfo.id)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         async with async_client(base_url=url, headers=headers, timeout=httpx.Timeout(300.0, connect=10.0),
                                 limits=httpx.Limits(max_connections=max(4, spec.concurrency),
-                                                    keepalive_expiry=KEEPALIVE_S)) as http:
+                                                    keepalive_expiry=KEEPALIVE_S), tls=conn.tls_settings) as http:
             result = await run_probe(http, url, minfo, spec, tok, progress)
     finally:
         await conn.close()
@@ -270,7 +273,9 @@ async def run_quality(url: str, label: str | None, model: str | None, spec: Qual
         meta = {"kind": "quality", "name": f"quality {minfo.id}", "model": minfo.id,
                 "max_model_len": minfo.max_model_len,
                 "target": {"url": label or target.url, "version": target.version,
-                           "metrics": target.metrics_available, "engine": target.engine}}
+                           "metrics": target.metrics_available, "engine": target.engine,
+                           **({"tls_verify": target.tls_verify} if target.tls_verify is not None else {}),
+                           **({"tls_ca": target.tls_ca} if target.tls_ca else {})}}
         writer = SessionWriter.create(path, meta)
     writer.write_quality(result, spec.settings())
     for note in spec.notes:
