@@ -17,7 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -85,11 +85,13 @@ class ServerProcess:
     # --- life cycle -----------------------------------------------------------------------------------
     @classmethod
     def start(cls, spec: LaunchSpec, log_path: Path | str, env: dict[str, str] | None = None,
-              health_timeout_s: float = 600, secrets: Iterable[str | None] = ()) -> ServerProcess:
+              health_timeout_s: float = 600, secrets: Iterable[str | None] = (),
+              stopping: Callable[[], bool] | None = None) -> ServerProcess:
         """Launch and wait until healthy. `secrets`: values the log must never hold besides those of the
-        command and of the environment (e.g. the API key the client sends)."""
+        command and of the environment (e.g. the API key the client sends); `stopping()` true (Ctrl-C, SIGTERM,
+        `q` while a model loads) ends the wait: the server is stopped and ServerStartError says so."""
         sp = cls(spec, Path(log_path), env, secrets)
-        sp._launch(health_timeout_s)
+        sp._launch(health_timeout_s, stopping)
         return sp
 
     def _child_env(self) -> dict[str, str]:
@@ -97,7 +99,7 @@ class ServerProcess:
         env.update(self.spec.env)
         return env
 
-    def _launch(self, health_timeout_s: float) -> None:
+    def _launch(self, health_timeout_s: float, stopping: Callable[[], bool] | None = None) -> None:
         spec = self.spec
         check_host = "127.0.0.1" if spec.host in ("0.0.0.0", "", "::") else spec.host.strip("[]")
         if _port_in_use(check_host, spec.port):
@@ -130,9 +132,9 @@ class ServerProcess:
         self._kv = None
         self.started_at = time.monotonic()
         self.healthy_after_s = None
-        self._wait_healthy(health_timeout_s)
+        self._wait_healthy(health_timeout_s, stopping)
 
-    def _wait_healthy(self, timeout_s: float) -> None:
+    def _wait_healthy(self, timeout_s: float, stopping: Callable[[], bool] | None = None) -> None:
         assert self.proc is not None
         deadline = self.started_at + timeout_s
         delay = 0.2
@@ -148,6 +150,11 @@ class ServerProcess:
             if _health(self.url, timeout=2.0):
                 self.healthy_after_s = time.monotonic() - self.started_at
                 return
+            if stopping is not None and stopping():
+                self.stop(grace_s=10)
+                raise ServerStartError(
+                    f"stopped while the server was starting ({time.monotonic() - self.started_at:.0f} s, before "
+                    f"/health answered); log: {self.log_path}", self.log_tail(30), self.log_path, None)
             if time.monotonic() > deadline:
                 self.stop(grace_s=10)
                 tail = self.log_tail(30)

@@ -96,7 +96,7 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
     run = _Sweep(spec, ctx, control, cells,
                  target or HttpTarget(ctx.api_key, spec.tokenizer, spec.engine, workers=spec.workers, ray=spec.ray,
                                       ray_nodes=spec.ray_nodes, tls=tls),
-                 servers or Servers(spec, ctx.url, ctx.api_key, _need(bg)),
+                 servers or Servers(spec, ctx.url, ctx.api_key, _need(bg), lambda: control.stopping),
                  telemetry or TelemetryHub(_need(bg), spec.telemetry_interval_s, ctx.api_key,
                                            spec.electricity_price),
                  sink, bg, bus or SweepBus)

@@ -81,8 +81,10 @@ class Servers:
     """The real ServerManager: `url` as given, or the server `spec.launch` starts (health checks run on the
     background loop, never on the load's)."""
 
-    def __init__(self, spec: SweepSpec, url: str, api_key: str | None, bg: Background) -> None:
+    def __init__(self, spec: SweepSpec, url: str, api_key: str | None, bg: Background,
+                 stopping: Callable[[], bool] | None = None) -> None:
         self.spec = spec
+        self.stopping = stopping  # the sweep is stopping: a launch still waiting for /health ends
         self._url = url
         self.api_key = api_key
         self.bg = bg
@@ -109,7 +111,7 @@ class Servers:
             ls = with_variant(ls, vargs)
         await asyncio.to_thread(log_dir.mkdir, parents=True, exist_ok=True)
         self.proc = await asyncio.to_thread(ServerProcess.start, ls, log_dir / f"server-{variant}.log", None,
-                                            self.spec.launch_timeout_s, (self.api_key,))
+                                            self.spec.launch_timeout_s, (self.api_key,), self.stopping)
         self._url = self.proc.url
         self._variant = variant
 

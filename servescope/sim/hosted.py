@@ -156,7 +156,7 @@ def middlewares(cfg: Hosted) -> list[Middleware]:
         @web.middleware
         async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             got = request.headers.get("Authorization")
-            if got != want:
+            if got != want and request.path.startswith("/v1"):  # as vLLM's --api-key: /health, /metrics stay open
                 msg = ("You didn't provide an API key. You need to provide your API key in an Authorization header "
                        "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)." if not got else
                        "Incorrect API key provided.")

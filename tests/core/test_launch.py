@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,20 @@ def test_health_timeout_stops_the_server(tmp_path: Path) -> None:
     assert time.monotonic() - t < 45  # its child sleeps 60 s: a stop that waited for it would take that long
     assert "did not answer /health within 1 s" in str(e.value) and "starting" in str(e.value)
     assert e.value.returncode is None
+
+
+def test_a_stop_ends_the_wait_for_health(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM while a model loads (`stopping()` true) ends the wait at once, not after the launch
+    timeout: the server is stopped and the error says so."""
+    script = tmp_path / "vllm"  # a server that never answers /health
+    script.write_text("#!/bin/sh\necho loading\nsleep 60 &\nwait\n")
+    script.chmod(0o755)
+    asked = threading.Event()
+    threading.Timer(0.5, asked.set).start()
+    with pytest.raises(ServerStartError) as e:
+        ServerProcess.start(parse_launch(f"{script} serve m"), tmp_path / "s.log", health_timeout_s=600,
+                            stopping=asked.is_set)
+    assert "stopped while the server was starting" in str(e.value) and e.value.returncode is None
 
 
 def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path: Path) -> None:

@@ -91,6 +91,9 @@ KEY_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "warmup": st.integers(0, 2**40), "repeat": st.integers(1, 100), "seed": st.integers(-(2**63), 2**63 - 1),
     "quality_share": st.floats(0, 1), "ignore_eos": st.booleans(), "electricity_price": st.floats(0, 1e6),
     "retry_after": DURATIONS,
+    "ca_cert": TEXT, "tls_verify": st.booleans(), "gpu_hour": st.floats(0, 1e6),
+    "price": st.fixed_dictionaries({}, optional={"input": st.floats(0, 1e6), "output": st.floats(0, 1e6)})
+    | TEXT | st.sampled_from(["input=2.5,output=10", "input=x"]),
     "burstiness": st.floats(0.01, 100), "pattern": st.sampled_from(["1x for 2s, 3x", "0x for 1ms, 2.5x"]),
     "variants": st.lists(st.fixed_dictionaries({"args": TEXT}), max_size=2),
 }
