@@ -720,8 +720,11 @@ async def stream_request(
         async with asyncio.timeout(opts.timeout_s):
             if isinstance(http, RawClient):
                 rec.sent_ns = _perf()
-                status, ctype, raw_error = await http.post_stream(endpoint(spec.api), body, st, ERROR_BODY_LIMIT)
+                heads: dict[str, str] = {}
+                status, ctype, raw_error = await http.post_stream(endpoint(spec.api), body, st, ERROR_BODY_LIMIT,
+                                                                  heads)
                 rec.http_status = status
+                retry_after = heads.get("retry-after", "")
             elif isinstance(http, httpx.AsyncClient):
                 rec.sent_ns = _perf()
                 async with http.stream("POST", endpoint(spec.api), content=body) as resp:

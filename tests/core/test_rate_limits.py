@@ -84,7 +84,7 @@ def test_rate_limited_is_a_status_of_its_own() -> None:
     assert "rate_limited" in STATUSES
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["raw", "aiohttp", "httpx"])
 async def test_a_429_is_rate_limited_with_its_retry_after(serve, transport: str) -> None:  # type: ignore[no-untyped-def]
     async def handler(request: web.Request) -> web.StreamResponse:
         return _limited("2")
