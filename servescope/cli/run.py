@@ -125,7 +125,7 @@ class RunResult(TypedDict, total=False):
 
 
 def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
-    """One cell of `--json` (its shape is in the README: scripts rely on it)."""
+    """One cell of `--json` (its shape is in docs/measuring.md: scripts rely on it)."""
     row: CellRow = {
         "index": cell.index,
         "workload": cell.workload.name,

@@ -1,6 +1,6 @@
 """Every metric servescope reports, defined once, computed with polars from raw request records.
 
-Definitions (also in the README and in every report):
+Definitions (also in docs/metrics.md and in every report):
 - ttft_ms: request sent -> first streamed chunk carrying a token (content or reasoning).
 - ttfo_ms: request sent -> first chunk carrying content (differs from TTFT only in thinking mode).
 - itl_ms: every gap between consecutive token-carrying chunks after the first, pooled over requests.

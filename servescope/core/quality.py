@@ -7,7 +7,7 @@ Who uses what:
     engine/quality.py     scores them here and builds a `QualityResult`
     sessions/             stores `QualityResult.to_dict()` as quality.json and compares two of them
 
-The formulas (also in the README):
+The formulas (also in docs/quality.md):
     perplexity      exp(-(1/N) * sum_i log p(x_i | x_<i)) over the corpus's tokens after the first
     KL(P || Q)      at one position, P = the reference's top-k distribution, Q = the candidate's, each with the
                     rest of the mass as one "other" outcome:

@@ -11,7 +11,7 @@ on its command line (where `ps` shows it) nor on disk; it runs `python -m serves
 the sweep as `servescope run` does.
 
 Imported inside functions, to keep polars off the app's start-up: sessions.store (benchmarks/import_cost.py; the
-README's Layout gives the figures)."""
+docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from and what to write instead. `where` is "file:line: [load] concurrency", "--c
 field's name.
 
 Imported inside functions, to keep polars off the app's start-up: core.metrics (benchmarks/import_cost.py; the
-README's Layout gives the figures)."""
+docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The quality probe against one target: exact-answer tasks, the perplexity of the shipped corpus, greedy traces
 for divergence from a reference session; saved as a session (kind "quality") or into an existing one.
 
-Three instruments (formulas in servescope/core/quality.py and the README):
+Three instruments (formulas in servescope/core/quality.py and docs/quality.md):
     tasks        arithmetic, key-value retrieval and needle-in-a-haystack at chosen context lengths, strict JSON,
                  and a user's JSONL; greedy (temperature 0), scored exactly, accuracy with a Wilson interval
     perplexity   of the corpus, from the server's prompt log-probabilities (vLLM's `prompt_logprobs`)

@@ -15,9 +15,9 @@ everything else is derived from that declaration:
   which `servescope resume` continues with every setting the sweep started with).
 
 Adding a sweep option is one `option(...)` field here plus the code that uses it. The file format,
-with every section, is in the README (*Sweep files*).
+with every section, is in docs/measuring.md (*Sweep files*).
 Imported inside functions, to keep httpx off the app's start-up; core.launch, which needs neither, takes 40 ms:
-core.launch, workloads.traces (benchmarks/import_cost.py; the README's Layout gives the figures)."""
+core.launch, workloads.traces (benchmarks/import_cost.py; docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -339,7 +339,7 @@ class SweepSpec:
                 raise ServescopeError(f"{p}: is a directory, not a sweep file; give FILE.toml (or a session "
                                       "directory, whose session.toml holds its sweep)")
         if not p.is_file():
-            raise ServescopeError(f"{p}: no such sweep file; save one from the app (ctrl+s) or see the README")
+            raise ServescopeError(f"{p}: no such sweep file; save one from the app (ctrl+s) or see docs/measuring.md#sweep-files")
         try:
             text = p.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:

@@ -7,7 +7,7 @@ union): an item's `fields()` are what is written, `decode_item` reads them back 
 log lacks takes its default).
 
 Imported inside functions, to keep httpx and polars off the app's start-up: core.metrics, engine.events,
-sessions.store (benchmarks/import_cost.py; the README's Layout gives the figures)."""
+sessions.store (benchmarks/import_cost.py; docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What a session answers on its own, per workload: capacity at the SLOs, the knee, the peak throughput, and
-the cost of thinking mode (definitions in servescope.sessions.compare and the README); and their Markdown.
+the cost of thinking mode (definitions in servescope.sessions.compare and docs/compare.md); and their Markdown.
 
 Only *completed* cells (status `done`) answer: a cell the user skipped or stopped, one that was interrupted or
 lost its server measured a partial load, so it is left out, and each answer says which cells it left out and

@@ -3,7 +3,7 @@
 Pure functions over `Session` objects: the CLI (`servescope compare`), the Markdown report and the TUI's
 Compare screen all call `compare_sessions()` / `derive()` and render the result their own way.
 
-Definitions (also in the README's "Reports and comparisons" and in every report):
+Definitions (also in docs/compare.md and in every report):
 
 - Cells are aligned by (workload name, load label), e.g. ("sharegpt", "c=4"). In a server-config sweep the
   server variant is part of the workload name ("sharegpt [--max-num-seqs 4]"): each variant gets its own

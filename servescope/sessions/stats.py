@@ -1,7 +1,7 @@
 """Is a difference real? Bootstrap confidence intervals for the figures compare, gate and report judge.
 
 Pure functions over per-request frames (a cell's `requests/cell-NNNN.parquet`, or `records_frame()`), with
-polars only. The method (also in the README's "Significance"):
+polars only. The method (also in docs/compare.md, "Is it a real difference?"):
 
 - A figure's interval comes from a seeded percentile bootstrap (`RESAMPLES` = 1000 replicates, 95%): each
   replicate resamples a cell's measured (non-warmup) requests with replacement and recomputes the figure.

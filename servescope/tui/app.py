@@ -6,7 +6,7 @@ worker (`servescope.tui.sweepworker`); its results reach the widgets as messages
 `servescope attach` opens the app on a sweep already running.
 
 The Compare screen is imported when it opens, to keep polars (sessions.compare) off the app's start-up
-(benchmarks/import_cost.py; the README's Layout gives the figures)."""
+(benchmarks/import_cost.py; docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ reference session named by directory or id, and the result said as lines and tab
 its unit and how it was computed.
 
 Imported inside functions, to keep httpx and polars off the app's start-up: engine.quality, sessions.store
-(benchmarks/import_cost.py; the README's Layout gives the figures)."""
+(benchmarks/import_cost.py; docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Either way results reach the app only through `post` (the app's thread-safe `pos
 engine's batches (a few per second).
 
 Imported inside functions, to keep httpx and polars off the app's start-up: core.client, core.gpu, core.target,
-engine.detached, engine.runner, engine.simtarget, sim.launcher (benchmarks/import_cost.py; the README's Layout gives
+engine.detached, engine.runner, engine.simtarget, sim.launcher (benchmarks/import_cost.py; docs/developer.md's Layout gives
 the figures)."""
 
 from __future__ import annotations

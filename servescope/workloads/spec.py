@@ -636,7 +636,7 @@ def load_toml(path: str | Path) -> list[Workload]:
     data = parse_toml(text, str(p))
     raw = data.get("workload")
     if raw is None:
-        raise ServescopeError(f"{p}: no [workload] table; see the README's workload TOML schema")
+        raise ServescopeError(f"{p}: no [workload] table; see docs/measuring.md#workloads for the workload TOML schema")
     items = raw if isinstance(raw, list) else [raw]
     out = []
     for i, item in enumerate(items):

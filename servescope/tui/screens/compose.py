@@ -8,7 +8,7 @@ from `servescope run`. The quality probe is its own widget, QualityProbePane (se
 
 Imported inside functions, to keep httpx and polars off the app's start-up; core.launch, which needs neither, takes
 40 ms: core.launch, core.target, engine.runner, sim.profile, workloads.traces (benchmarks/import_cost.py; the
-README's Layout gives the figures)."""
+docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 bindings themselves so they cannot drift; type in the search field to keep only the lines that match.
 
 The Compare and What-if screens are imported when the help is built, to keep polars off the app's start-up
-(benchmarks/import_cost.py; the README's Layout gives the figures)."""
+(benchmarks/import_cost.py; docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

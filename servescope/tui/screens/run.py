@@ -2,7 +2,7 @@
 over finished cells, the server panel, the event log and the table of finished cells.
 
 Imported inside functions, to keep polars off the app's start-up: core.metrics (benchmarks/import_cost.py; the
-README's Layout gives the figures)."""
+docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ TOML file in the workloads folder through `Workload.from_dict` / `to_dict`, the 
 `list_shape` is how the Compose list says a workload's shape (short enough for 80 columns).
 
 Imported inside functions, to keep httpx off the app's start-up: workloads.traces (benchmarks/import_cost.py; the
-README's Layout gives the figures)."""
+docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ those tables and lines back into rows, so the app and `servescope report` cannot
 format is written twice. Everything in them is data (model names, task names, notes): shown verbatim.
 
 Imported inside functions, to keep polars off the app's start-up: sessions.quality, sessions.views
-(benchmarks/import_cost.py; the README's Layout gives the figures)."""
+(benchmarks/import_cost.py; docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 
