@@ -17,7 +17,9 @@ The loop (`Tuner.run`):
    least `STAY` times the highest (a relaunch saved);
 4. it stops when no unmeasured cell has a chance of `P_STOP` or more (the predicted best is measured) and the
    best cell is confirmed: its value was inside the band predicted before it was measured, or a second
-   measurement agreed within `CONFIRM_REL`; or when the budget is spent.
+   measurement agreed within `CONFIRM_REL`; or when the budget is spent. Goodput: before it stops, a best
+   with measured rivals within the run-to-run spread (`spread`) is measured again with them (`rechecks`), and
+   the best is chosen on the pooled values: one lucky short cell does not decide the pick.
 
 The model and the measurer are Protocols, so the loop runs with fakes in unit tests."""
 
@@ -42,6 +44,8 @@ P_STOP = 0.05  # stop when no unmeasured cell has this chance of beating the bes
 STAY = 0.7  # take a cell on the running setting when its chance is at least this share of the best chance
 CONFIRM_REL = 0.10  # a second measurement of the best cell confirms it within this relative difference
 BAND_Z = 2.0  # a band is mu +- 2 sigma (about 95%)
+SPREAD_PRIOR = 0.25  # goodput's run-to-run spread (relative) until a cell measured twice says what it is here
+MAX_RIVALS = 1  # measured rivals within the spread of the best that are measured again beside it (the closest)
 MAX_VALUES = 12  # values of one searched flag at most
 
 
@@ -501,8 +505,19 @@ class Tuner:
                 break
             pick = self.choose(self.candidates())
             if pick is None:
-                top, _ = self.best()
+                top, best_now = self.best()
                 assert top is not None
+                again = self.rechecks()
+                if again:  # the best and its rivals lie within the noise: measure each again, decide on the pooled
+                    spread = self.spread()
+                    for cell in relaunch_order(again[:self.budget - used], self.current):
+                        self.confirmed_cells.add(cell)
+                        why = ("measure again: the best" if cell == top else
+                               f"measure again: within {spread:.0%} of the best {_fmt(best_now)}")
+                        m = self._measure(cell, why, self._band_of(cell), None)
+                        self.observed[cell] = _merged(self.observed[cell], m, self.values.setdefault(cell, []))
+                    self.model.update(self.observed)
+                    continue
                 if self._confirmed() or top in self.confirmed_cells:
                     stop = "no unmeasured cell has a chance of beating the best"
                     break
@@ -519,6 +534,26 @@ class Tuner:
             self.model.update(self.observed)
         return self._result(stop)
 
+    def spread(self) -> float:
+        """The run-to-run spread of a cell's value (relative): the largest difference between two measurements
+        of a cell measured more than once, over the larger (at least CONFIRM_REL); SPREAD_PRIOR before any was."""
+        diffs = [(max(v) - min(v)) / max(v) for v in self.values.values() if len(v) > 1 and max(v) > 0]
+        return max(CONFIRM_REL, max(diffs)) if diffs else SPREAD_PRIOR
+
+    def rechecks(self) -> list[tuple[int, int]]:
+        """Goodput: when measured cells lie within the run-to-run spread below the best, one lucky measurement may
+        have picked the best. The best and its closest rival (MAX_RIVALS), those not measured again yet,
+        best first: each is measured once more and the best is chosen on the pooled values (their means)."""
+        top, best = self.best()
+        if self.objective != "goodput" or top is None or best <= 0:
+            return []
+        floor = best * (1 - self.spread())
+        rivals = sorted((c for c, m in self.observed.items() if c != top and m.value >= floor),
+                        key=lambda c: (-self.observed[c].value, c[1], c[0]))[:MAX_RIVALS]
+        if not rivals:
+            return []
+        return [c for c in (top, *rivals) if c not in self.confirmed_cells]
+
     def _band_of(self, cell: tuple[int, int]) -> tuple[float, float] | None:
         return self.prior_band.get(cell)
 
@@ -531,7 +566,9 @@ class Tuner:
         if cell in self.confirmed_cells:
             vals = self.values.get(cell, [])
             lo, hi = min(vals), max(vals)
-            return hi <= 0 or (hi - lo) / hi <= CONFIRM_REL
+            # its measurements agree, or it still leads on the pooled values once every rival within the
+            # run-to-run spread was measured again too
+            return hi <= 0 or (hi - lo) / hi <= CONFIRM_REL or not self.rechecks()
         band = self.prior_band.get(cell)
         first = next((s.value for s in self.steps if (s.setting, s.load) == cell), value)
         return band is not None and band[0] * (1 - 1e-9) <= first <= band[1] * (1 + 1e-9)
