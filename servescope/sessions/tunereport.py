@@ -60,3 +60,54 @@ def tune_section(table: object, level: int) -> list[str]:
         out += ["", "Each step's cell is a session of its own under `cells/` in this session's directory "
                 "(`servescope report` on it shows its figures).", ""]
     return out
+
+
+# ---- plain text: the app's session screen and the HTML report share these ---------------------------------
+def tune_summary(table: object) -> list[str]:
+    """The answer as plain lines (no markup): the best with its interval, the serve line, the runner-up and why
+    it lost, the cost; [] when the table is missing (a search that did not finish)."""
+    if not isinstance(table, Mapping):
+        return []
+    unit = str(table.get("unit", ""))
+    objective = str(table.get("objective", ""))
+    out = []
+    best = table.get("best")
+    if isinstance(best, Mapping):
+        ci = best.get("ci")
+        ci_text = (f" (95% interval {_f(ci[0])}-{_f(ci[1])} {unit})" if isinstance(ci, list) and len(ci) == 2
+                   else "")
+        out.append(f"best: {best.get('server_args') or 'as launched'} at c={best.get('concurrency')}: "
+                   f"{objective} {_f(best.get('objective'))} {unit}{ci_text}")
+        if best.get("serve"):
+            out.append(f"serve it: {best['serve']}")
+    else:
+        out.append("best: none (the search measured no cell)")
+    ru = table.get("runner_up")
+    if isinstance(ru, Mapping):
+        out.append(f"runner-up: {ru.get('server_args') or 'as launched'}: {ru.get('why', '')}")
+    out.append(f"cells: {table.get('cells_measured')} measured of {table.get('grid_cells')} in the grid (budget "
+               f"{table.get('budget')}), {table.get('relaunches')} relaunches, {_f(table.get('seconds'))} s; "
+               f"confirmed: {'yes' if table.get('confirmed') else 'no'}; stopped: {table.get('stop')}")
+    return out
+
+
+PATH_HEADERS = ("step", "server args", "users", "{objective} {unit}", "predicted before {unit}", "why")
+
+
+def path_rows(table: object) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The search path as plain cells: its headers (units named) and one row a measured cell, in order."""
+    if not isinstance(table, Mapping):
+        return (), []
+    unit, objective = str(table.get("unit", "")), str(table.get("objective", ""))
+    heads = tuple(h.format(objective=objective, unit=unit) for h in PATH_HEADERS)
+    rows: list[tuple[str, ...]] = []
+    path = table.get("path")
+    for st in path if isinstance(path, list) else []:
+        if not isinstance(st, Mapping):
+            continue
+        band = st.get("band")
+        pred = f"{_f(band[0])}-{_f(band[1])}" if isinstance(band, list) and len(band) == 2 else "-"
+        args = str(st.get("server_args") or "as launched") + (" (relaunched)" if st.get("relaunch") else "")
+        rows.append((str(st.get("step")), args, str(st.get("concurrency")), _f(st.get("objective")), pred,
+                     str(st.get("why", ""))))
+    return heads, rows

@@ -326,7 +326,12 @@ class SessionsScreen(Screen[None]):
 class SessionScreen(Screen[None]):
     """One saved session: its cells, the throughput curve and the selected cell's histograms; its quality results
     (quality.json, the cells' quality under load) behind `q`. A quality probe session (no cells) shows its quality
-    alone."""
+    alone; a tune session its answer (best, runner-up, cost) and the path of its search."""
+
+    DEFAULT_CSS = """
+    #tune-summary { height: auto; max-height: 8; padding: 0 1; }
+    #tune-path { height: 1fr; border: round $primary-darken-1; }
+    """
 
     # short words ("Back", "Panel"): the footer has room for the keys and the app's F1-F3 at 80 columns (F1 says
     # what each does in full: a binding's tooltip)
@@ -352,6 +357,9 @@ class SessionScreen(Screen[None]):
                     self.summaries[int(idx)] = s
         # a probe session (`servescope quality`): its quality is all it has; a sweep may hold quality beside its cells
         self.probe_only = self.info.kind == "quality" and not cells.height
+        # a tune session (`servescope tune`): its answer and search path; its cells are sessions of their own
+        tune = self.session.meta.get("tune") if self.info.kind == "tune" else None
+        self.tune: Mapping[str, object] | None = tune if isinstance(tune, Mapping) else None
         self.quality: QualityView | None = None
         if self.probe_only or self.session.has_quality or any(s.quality for s in self.summaries.values()):
             self.quality = quality_view(self.session)
@@ -389,6 +397,15 @@ class SessionScreen(Screen[None]):
             f"target {tgt.url} ({ENGINE_NAMES.get(tgt.engine or 'vllm', 'OpenAI-compatible server')} {tgt.version or '?'}), "
             f"model {info.model}"
             + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head", markup=False)
+        if self.info.kind == "tune":  # the search's answer and path, not an empty cells table
+            from servescope.sessions.tunereport import tune_summary
+
+            lines = tune_summary(self.tune) or [f"no tune result: the search did not finish (session "
+                                                f"{self.session.status})"]
+            yield Static("\n".join(clean_text(x) for x in lines), id="tune-summary", markup=False)
+            yield DataTable(id="tune-path", cursor_type="row", zebra_stripes=True)
+            yield Footer(compact=True)
+            return
         if self.probe_only:  # no cells: no cells table, curve or histograms that could only be empty
             yield QualityPanel(self.quality, id="session-quality")
             yield Footer(compact=True)
@@ -409,6 +426,9 @@ class SessionScreen(Screen[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        if self.info.kind == "tune":
+            self._show_tune()
+            return
         if self.probe_only:
             self.query_one(QualityFigures).focus()
             return
@@ -448,6 +468,22 @@ class SessionScreen(Screen[None]):
         self._say_why_empty(bool(rows), bool(servers))
         if rows:
             self.show_cell(0)
+
+    def _show_tune(self) -> None:
+        """The search path, one row a measured cell in order (`servescope report` has the same table)."""
+        from servescope.sessions.tunereport import path_rows
+
+        table = self.query_one("#tune-path", DataTable)
+        table.border_title = "search path: each measured cell, in order"
+        heads, rows = path_rows(self.tune)
+        if not heads:
+            return
+        right = {0, 2, 3}
+        table.add_columns(*(Text(h, justify="right") if i in right else h for i, h in enumerate(heads)))
+        for row in rows:
+            table.add_row(*(Text(clean_text(v), justify="right" if i in right else "left")
+                            for i, v in enumerate(row)))
+        table.focus()
 
     def _say_why_empty(self, has_cells: bool, has_servers: bool) -> None:
         """A saved session is not updated on this screen: its empty charts say why they are empty, never
@@ -585,6 +621,8 @@ class SessionScreen(Screen[None]):
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.info.kind == "tune" and action in ("toggle_quality", "toggle_server", "whatif"):
+            return False  # a tune session has its path here, not cells with panels a twin could be fitted to
         if action == "toggle_quality":  # only where there is quality to show beside cells
             return self.quality is not None and not self.probe_only
         if action == "toggle_server":  # panels of the cells' view
