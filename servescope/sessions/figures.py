@@ -269,7 +269,51 @@ def session_figures(rep: SessionReport) -> list[FigureSpec]:
     tele = _telemetry(rep)
     if tele is not None:
         out.append(tele)
+    tune = _tune(rep)
+    if tune is not None:
+        out.append(tune)
     return out
+
+
+def _tune(rep: SessionReport) -> FigureSpec | None:
+    """A tune session's search: the objective each measured cell gave, in the order measured, the best cell's
+    measurements marked (a cell measured again appears at each of its steps)."""
+    from servescope.sessions.tunereport import TUNE_FIGURE_KEY
+    from servescope.sessions.tunereport import fmt_value as f3
+
+    table = rep.session.meta.get("tune") if rep.session.info.kind == "tune" else None
+    if not isinstance(table, dict):
+        return None
+    path = table.get("path")
+    steps = [st for st in (path if isinstance(path, list) else []) if isinstance(st, dict)
+             and isinstance(st.get("objective"), (int, float)) and isinstance(st.get("step"), int)]
+    if not steps:
+        return None
+    unit, objective = str(table.get("unit", "")), str(table.get("objective", ""))
+    best = table.get("best")
+    best_key = ((str(best.get("server_args", "")), best.get("concurrency")) if isinstance(best, dict) else None)
+    measured: list[Point] = []
+    top: list[Point] = []
+    for st in steps:
+        args = str(st.get("server_args") or "")
+        band = st.get("band")
+        pred = (f"; predicted before {f3(band[0])}-{f3(band[1])} {unit}"
+                if isinstance(band, list) and len(band) == 2 else "")
+        tip = clean_text(f"step {st['step']}: {args or 'as launched'} at c={st.get('concurrency')}: {objective} "
+                         f"{f3(st['objective'])} {unit}{pred} ({st.get('why', '')})")
+        pt = Point(float(st["step"]), float(st["objective"]), tip)
+        (top if (args, st.get("concurrency")) == best_key else measured).append(pt)
+    series = [Series("measured cell", measured, color=0, connect=False),
+              Series("the best cell (each measurement)", top, color=1, marker="*", connect=False)]
+    what = ("goodput (requests/s meeting every SLO)" if objective == "goodput" else
+            "capacity (the most users whose cell meets the SLOs)")
+    panel = Panel(f"tune: {objective} of each measured cell, in search order", "search step",
+                  f"{objective} {unit}", [s for s in series if s.points])
+    return FigureSpec("tune-search", "tune: the search", (
+        f"The {what} each measured cell gave, in the order the search measured them (the first steps are its "
+        "design); the stars are the best cell's measurements. Each point's tooltip names the setting, the load, "
+        "the band the model predicted before it was measured and why it was chosen."),
+        [panel], workload=TUNE_FIGURE_KEY, kind="tune")
 
 
 def _throughput(rep: SessionReport, w: str, pts: list[CellView], x_label: str, kind: str,

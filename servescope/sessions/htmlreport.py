@@ -30,6 +30,7 @@ from servescope.sessions.report import build, render_markdown
 from servescope.sessions.report_sections import SessionReport
 from servescope.sessions.stats import MIN_EFFECT_PCT
 from servescope.sessions.store import Session
+from servescope.sessions.tunereport import TUNE_TITLE
 
 __all__ = ["CSP", "ReportParts", "compare_html", "compare_markdown", "md_to_html", "report_html",
            "report_markdown", "write_report_files"]
@@ -163,8 +164,8 @@ def _place(md: str, specs: Sequence[FigureSpec], section_of: Mapping[str, str], 
 
 
 def _report_lines(parts: ReportParts, specs: Sequence[FigureSpec]) -> list[str]:
-    sections = {s.workload: f"## Results: {md_escape(s.workload)}" for s in specs if s.workload is not None
-                and s.kind != "compare"}
+    sections = {s.workload: (f"## {TUNE_TITLE}" if s.kind == "tune" else f"## Results: {md_escape(s.workload)}")
+                for s in specs if s.workload is not None and s.kind != "compare"}  # tune: in its own section
     return _place(parts.markdown(), [s for s in specs if s.kind != "compare"], sections, ["## Notes"],
                   "## Figures") + _compare_tail(specs)
 

@@ -8,11 +8,17 @@ from collections.abc import Mapping
 
 from servescope.core.textsafe import md_escape
 
+TUNE_TITLE = "Tune: the best server setting"  # the section's heading (the HTML report places its figure there)
+TUNE_FIGURE_KEY = "(tune search)"  # the tune figure's FigureSpec.workload: the section it belongs in
+
 
 def _f(v: object) -> str:
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return "-"
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+fmt_value = _f  # a tune figure's value as the section's tables print it (3 significant digits)
 
 
 def tune_section(table: object, level: int) -> list[str]:
@@ -24,7 +30,7 @@ def tune_section(table: object, level: int) -> list[str]:
     objective = str(table.get("objective", ""))
     what = ("goodput: requests/s meeting every SLO" if objective == "goodput" else
             "capacity: the most concurrent users whose cell meets the SLOs (90% of requests within them)")
-    out = [f"{h} Tune: the best server setting", "", f"Objective: {md_escape(what)}.", ""]
+    out = [f"{h} {TUNE_TITLE}", "", f"Objective: {md_escape(what)}.", ""]
     best = table.get("best")
     if isinstance(best, Mapping):
         ci = best.get("ci")
@@ -47,7 +53,7 @@ def tune_section(table: object, level: int) -> list[str]:
     path = table.get("path")
     if isinstance(path, list) and path:
         out += [f"{h}# Search path", "", f"| step | server args | users | {md_escape(objective)} {unit} | "
-                f"predicted before | why |", "|---:|---|---:|---:|---|---|"]
+                f"predicted before {unit} | why |", "|---:|---|---:|---:|---|---|"]
         for st in path:
             if not isinstance(st, Mapping):
                 continue
