@@ -360,10 +360,14 @@ def summarize(
     if whole.height:
         diff = whole["prompt_tokens"] - whole["input_tokens_requested"]
         mismatch = Mismatch(mean=float(diff.mean()), max_abs=int(diff.abs().max()))  # type: ignore[arg-type]
+    # one line per kind of error: messages that differ only in their numbers ("Used 7901, Requested 318", a
+    # request id) count together, the first one standing for them
     errors = [
         ErrorCount(status=r["status"], error=r["error"], len=int(r["len"])) for r in
-        pr.filter(pl.col("status") != "ok").group_by("status", "error").len().sort("len", descending=True)
-        .head(5).iter_rows(named=True)
+        pr.filter(pl.col("status") != "ok")
+        .with_columns(kind=pl.col("error").str.replace_all(r"[0-9]+", "#"))
+        .group_by("status", "kind", maintain_order=True).agg(pl.len().alias("len"), pl.col("error").first())
+        .sort("len", descending=True, maintain_order=True).head(5).iter_rows(named=True)
     ]
     # of the requests that ran to an outcome: one cancelled by a stop never counts against the SLOs
     judged = pr.height - int((pr["status"] == "cancelled").sum())

@@ -188,3 +188,18 @@ def test_reduce_batch_figures_and_errors() -> None:
     assert per_user == [pytest.approx(5 / 0.141)] and out_tok == 5
     assert len(errors) == 1 and errors[0][0] == "error" and "\x1b" not in errors[0][1]
     assert turns == [0] and cached == [[64, 100]]
+
+
+def test_errors_that_differ_only_in_their_numbers_count_as_one_kind() -> None:
+    """A rate limit's message names how much was used ("Used 7901, Requested 318"): 429s of one limit are one
+    line of the cell's errors, not one line per figure; different messages stay apart."""
+    recs = [rec(0, 0, [(100, 1)])]
+    for i, (used, asked) in enumerate([(7901, 318), (7904, 319), (7990, 320)]):
+        r = rec(i + 1, 0, [], status="rate_limited")
+        r.error = f"HTTP 429: Rate limit reached: Limit 8000, Used {used}, Requested {asked}."
+        recs.append(r)
+    other = rec(9, 0, [], status="error")
+    other.error = "HTTP 500: boom"
+    s = summarize(records_frame(recs + [other]), wall_s=1.0)
+    assert [(e.status, e.len) for e in s.errors] == [("rate_limited", 3), ("error", 1)]
+    assert s.errors[0].error == "HTTP 429: Rate limit reached: Limit 8000, Used 7901, Requested 318."
