@@ -97,6 +97,7 @@ from servescope.sessions.stats import (
     seed_for,
 )
 from servescope.sessions.store import Session
+from servescope.sessions.tunereport import compare_refusal
 from servescope.sessions.views import (
     DEFAULT_SLOS,
     CellView,
@@ -685,6 +686,8 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
     holds quality results (then `no_common` says why there is no speed table and only quality is compared)."""
     if len(sessions) < 2:
         raise ServescopeError("compare needs at least two sessions; see `servescope sessions` for their ids")
+    if (why := compare_refusal(sessions)) is not None:  # a tune session: compare its best cell
+        raise ServescopeError(why)
     labels = _unique([session_label(s, label_key) for s in sessions])
     notes: list[str] = []
     infos = [s.info for s in sessions]

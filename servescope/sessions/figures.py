@@ -39,6 +39,8 @@ from servescope.sessions.answers import WorkloadAnswers, completed
 from servescope.sessions.compare import CellView, ComparedCell, Comparison, fmt_num
 from servescope.sessions.report_sections import SessionReport
 from servescope.sessions.store import Session
+from servescope.sessions.tunereport import TUNE_FIGURE_KEY
+from servescope.sessions.tunereport import fmt_value as f3
 
 __all__ = ["Band", "FigureSpec", "Mark", "Panel", "Point", "Series", "comparison_figures", "session_figures"]
 
@@ -278,9 +280,6 @@ def session_figures(rep: SessionReport) -> list[FigureSpec]:
 def _tune(rep: SessionReport) -> FigureSpec | None:
     """A tune session's search: the objective each measured cell gave, in the order measured, the best cell's
     measurements marked (a cell measured again appears at each of its steps)."""
-    from servescope.sessions.tunereport import TUNE_FIGURE_KEY
-    from servescope.sessions.tunereport import fmt_value as f3
-
     table = rep.session.meta.get("tune") if rep.session.info.kind == "tune" else None
     if not isinstance(table, dict):
         return None

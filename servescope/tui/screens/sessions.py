@@ -24,6 +24,7 @@ from servescope.core.results import CellResult, GpuWindow, TelemetryWindow
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
+from servescope.sessions.tunereport import path_rows, tune_summary
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
@@ -398,8 +399,6 @@ class SessionScreen(Screen[None]):
             f"model {info.model}"
             + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head", markup=False)
         if self.info.kind == "tune":  # the search's answer and path, not an empty cells table
-            from servescope.sessions.tunereport import tune_summary
-
             lines = tune_summary(self.tune) or [f"no tune result: the search did not finish (session "
                                                 f"{self.session.status})"]
             yield Static("\n".join(clean_text(x) for x in lines), id="tune-summary", markup=False)
@@ -471,8 +470,6 @@ class SessionScreen(Screen[None]):
 
     def _show_tune(self) -> None:
         """The search path, one row a measured cell in order (`servescope report` has the same table)."""
-        from servescope.sessions.tunereport import path_rows
-
         table = self.query_one("#tune-path", DataTable)
         table.border_title = "search path: each measured cell, in order"
         heads, rows = path_rows(self.tune)
