@@ -515,7 +515,8 @@ class Tuner:
                         why = ("measure again: the best" if cell == top else
                                f"measure again: within {spread:.0%} of the best {_fmt(best_now)}")
                         m = self._measure(cell, why, self._band_of(cell), None)
-                        self.observed[cell] = _merged(self.observed[cell], m, self.values.setdefault(cell, []))
+                        self.observed[cell] = _merged(self.observed[cell], m, self.values.setdefault(cell, []),
+                                                      self.objective)
                     self.model.update(self.observed)
                     continue
                 if self._confirmed() or top in self.confirmed_cells:
@@ -523,7 +524,7 @@ class Tuner:
                     break
                 self.confirmed_cells.add(top)  # measured again once: a second look at a surprise
                 m = self._measure(top, "confirm the best", self._band_of(top), None)
-                self.observed[top] = _merged(self.observed[top], m, self.values.setdefault(top, []))
+                self.observed[top] = _merged(self.observed[top], m, self.values.setdefault(top, []), self.objective)
                 self.model.update(self.observed)
                 continue
             cell, pred, chance = pick
@@ -631,15 +632,15 @@ class Tuner:
                 f"c={self.space.loads[c2[1]]}, not measured: {chance:.0%} chance of beating the best")
 
 
-def _merged(first: Measured, again: Measured, values: list[float]) -> Measured:
+def _merged(first: Measured, again: Measured, values: list[float], objective: Objective = "goodput") -> Measured:
     """A cell measured twice: the mean of its values (goodput) or met when both met (capacity), its interval
     covering both; `values` collects each measurement."""
     if not values:
         values.append(first.value)
     values.append(again.value)
     value = sum(values) / len(values)
-    if first.value > 0 and first.meets != again.meets:
-        value = min(values)  # capacity: met once and missed once is not met
+    if objective == "capacity" and first.value > 0 and first.meets != again.meets:
+        value = min(values)  # capacity: met once and missed once is not met (goodput: the mean, met or not)
     lows = [x for x in (first.ci[0] if first.ci else None, again.ci[0] if again.ci else None, *values) if x is not None]
     highs = [x for x in (first.ci[1] if first.ci else None, again.ci[1] if again.ci else None, *values) if x is not None]
     return Measured(value, sorted(first.margins + again.margins), (first.wall_s + again.wall_s) / 2,

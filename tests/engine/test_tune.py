@@ -332,3 +332,13 @@ def test_no_recheck_when_the_best_leads_by_more_than_the_spread() -> None:
     assert t.rechecks() == [(0, 0), (2, 0)]  # 8 is within it: the best and that rival, best first
     t.objective = "capacity"
     assert t.rechecks() == []  # capacity is a level met or not: confirmed as before
+
+
+def test_a_goodput_cell_measured_twice_is_the_mean_even_when_one_measurement_missed_the_attainment() -> None:
+    from servescope.engine.tune import _merged
+
+    a = Measured(2.0, [0.1], 1.0, True, ci=(1.8, 2.2))
+    b = Measured(1.6, [0.1], 1.0, False, ci=(1.4, 1.8))
+    assert _merged(a, b, [], "goodput").value == pytest.approx(1.8)
+    cap_a, cap_b = Measured(16.0, [0.1], 1.0, True), Measured(0.0, [0.1], 1.0, False)
+    assert _merged(cap_a, cap_b, [], "capacity").value == 0.0  # capacity: met once and missed once is not met
