@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trustme
 
 from servescope.sim.launcher import SimHandle, start_sim
 from tests.integration.helpers import servescope
+from tests.support.tlscerts import make_certs
 
 WL = '[workload]\nname = "chat300"\napi = "chat"\ninput_tokens = 300\noutput_tokens = 16\n'
 
@@ -22,11 +22,7 @@ WL = '[workload]\nname = "chat300"\napi = "chat"\ninput_tokens = 300\noutput_tok
 @pytest.fixture(scope="module")
 def limited_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimHandle, Path]]:
     d = tmp_path_factory.mktemp("tls-limits")
-    ca = trustme.CA()  # self-signed: a CA of this test's own, trusted by nothing else
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    cert.private_key_pem.write_to_path(str(d / "key.pem"))
-    (d / "cert.pem").write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
+    make_certs(d)  # a CA of the test's own, and the server's certificate
     # 8,000 tokens a minute: the probes and the first ~20 requests of ~316 tokens fit, the rest get 429
     with start_sim("tiny", ["--hosted", "--tpm", "8000", "--net-latency-ms", "5", "--net-jitter-ms", "2",
                             "--tls-cert", str(d / "cert.pem"), "--tls-key", str(d / "key.pem")]) as h:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import trustme
 
 from servescope.core import tls
 from servescope.core.client import ClientOptions, RequestSpec
@@ -25,6 +24,7 @@ from servescope.core.tls import TlsSettings
 from servescope.engine.connection import HttpTarget
 from servescope.sim.launcher import SimHandle, start_sim
 from tests.integration.helpers import servescope
+from tests.support.tlscerts import make_certs
 
 SPECS = [RequestSpec("completions", f"request {i}: " + "lorem ipsum dolor " * 20, 64, 8) for i in range(40)]
 
@@ -33,12 +33,7 @@ SPECS = [RequestSpec("completions", f"request {i}: " + "lorem ipsum dolor " * 20
 def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(CA certificate, server certificate chain, server key) for 127.0.0.1 and localhost."""
     d = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    cert.private_key_pem.write_to_path(str(d / "key.pem"))
-    (d / "cert.pem").write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
-    return d / "ca.pem", d / "cert.pem", d / "key.pem"
+    return make_certs(d)
 
 
 @pytest.fixture(scope="module")

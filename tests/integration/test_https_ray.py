@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trustme
 
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.load import CellControl, Limits, Load
 from servescope.core.tls import TlsSettings
 from servescope.engine.connection import HttpTarget
 from servescope.sim.launcher import SimHandle, start_sim
+from tests.support.tlscerts import make_certs
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'servescope[ray]'")
 
@@ -24,11 +24,7 @@ SPECS = [RequestSpec("completions", f"request {i}: " + "lorem ipsum " * 30, 64, 
 @pytest.fixture(scope="module")
 def tls_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimHandle, Path]]:
     d = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    cert.private_key_pem.write_to_path(str(d / "key.pem"))
-    (d / "cert.pem").write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
+    make_certs(d)  # a CA of the test's own, and the server's certificate
     with start_sim("tiny", ["--hosted", "--tpm", "0", "--net-latency-ms", "0", "--net-jitter-ms", "0",
                             "--tls-cert", str(d / "cert.pem"), "--tls-key", str(d / "key.pem")]) as h:
         yield h, d / "ca.pem"

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 
 from servescope.sim.launcher import SimHandle, start_sim
 from tests.integration.helpers import servescope
+from tests.support.tlscerts import make_certs
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -25,12 +25,7 @@ FAST = ("--tasks", "arithmetic,json", "-n", "3", "--json")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(CA certificate, server certificate chain, server key) for 127.0.0.1 and localhost."""
     d = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    cert.private_key_pem.write_to_path(str(d / "key.pem"))
-    (d / "cert.pem").write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
-    return d / "ca.pem", d / "cert.pem", d / "key.pem"
+    return make_certs(d)
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import trustme
 
 from servescope.sim.cli import build_parser, check_args, main
 from servescope.sim.hosted import TokenBucket
 from servescope.sim.launcher import SimHandle, SimStartError, start_sim, url_args
+from tests.support.tlscerts import make_certs
 
 QUIET = ["--net-latency-ms", "0", "--net-jitter-ms", "0"]
 
@@ -29,12 +29,7 @@ def hosted() -> Iterator[SimHandle]:
 def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(CA certificate, server certificate chain, server key), PEM files made for 127.0.0.1 and localhost."""
     d = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    cert.private_key_pem.write_to_path(str(d / "key.pem"))
-    (d / "cert.pem").write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
-    return d / "ca.pem", d / "cert.pem", d / "key.pem"
+    return make_certs(d)
 
 
 def _complete(c: httpx.Client, max_tokens: int, prompt: str = "hello world", **extra: object) -> httpx.Response:

@@ -1,0 +1,19 @@
+"""Certificates the HTTPS tests make: a private CA of the test's own (trusted by nothing else, as a self-signed
+server's is) and a server certificate it issued for 127.0.0.1 and localhost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trustme
+
+
+def make_certs(d: Path) -> tuple[Path, Path, Path]:
+    """Write `ca.pem` (the CA: what --ca-cert takes), `cert.pem` (the server's chain) and `key.pem` into `d`;
+    returns the three paths in that order."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    cert.private_key_pem.write_to_path(str(d / "key.pem"))
+    (d / "cert.pem").write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
+    return d / "ca.pem", d / "cert.pem", d / "key.pem"
