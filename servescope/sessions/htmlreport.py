@@ -26,7 +26,7 @@ from servescope.core.textsafe import clean_text, md_escape
 from servescope.sessions.compare import Comparison, compare_sessions
 from servescope.sessions.figures import FigureSpec, comparison_figures, session_figures
 from servescope.sessions.figures_svg import Rendered, render, require_plots
-from servescope.sessions.report import build, render_markdown
+from servescope.sessions.report import build, build_all, render_markdown
 from servescope.sessions.report_sections import SessionReport
 from servescope.sessions.stats import MIN_EFFECT_PCT
 from servescope.sessions.store import Session
@@ -92,19 +92,7 @@ class ReportParts:
 def report_parts(session: Session, compare_with: Sequence[Session] = (), slos: Mapping[str, float] | None = None,
                  label_key: str | None = None, include_bound: bool = False) -> ReportParts:
     """What `render_report(..., fmt="md")` renders: the session's report, the others', and their comparison."""
-    comparison = None
-    if compare_with:
-        comparison = compare_sessions([session, *compare_with], label_key=label_key, slos=slos,
-                                      include_bound=include_bound)
-        slos = comparison.slos
-    rep = build(session, slos, label_key, include_bound)
-    others = [build(s, rep.slos, label_key, include_bound) for s in compare_with]
-    if comparison is not None:
-        rep.slos_source = comparison.slos_source
-        rep.label = comparison.labels[0]
-        for o, lb in zip(others, comparison.labels[1:], strict=True):
-            o.label = lb
-    return ReportParts(rep, others, comparison)
+    return ReportParts(*build_all(session, compare_with, slos, label_key, include_bound))
 
 
 # ---- placing the figures in the Markdown -------------------------------------------------------------

@@ -354,13 +354,11 @@ def _rep_dict(r: SessionReport) -> dict[str, object]:
     }
 
 
-def render_report(session: Session, compare_with: Sequence[Session] = (), fmt: str = "md",
-                  slos: Mapping[str, float] | None = None, label_key: str | None = None,
-                  include_bound: bool = False) -> str:
-    """The report of `session` (plus delta tables against `compare_with`) as md, csv or json text; client-bound
-    cells count in capacity, knee and peak only with `include_bound`."""
-    if fmt not in FORMATS:
-        raise ServescopeError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
+def build_all(session: Session, compare_with: Sequence[Session] = (), slos: Mapping[str, float] | None = None,
+              label_key: str | None = None, include_bound: bool = False,
+              ) -> tuple[SessionReport, list[SessionReport], Comparison | None]:
+    """The report of `session`, the others' (judged by the same SLOs) and, with others, their comparison, each
+    report labelled as the comparison labels it: what every report format renders."""
     comparison = None
     if compare_with:
         comparison = compare_sessions([session, *compare_with], label_key=label_key, slos=slos,
@@ -373,6 +371,17 @@ def render_report(session: Session, compare_with: Sequence[Session] = (), fmt: s
         rep.label = comparison.labels[0]
         for o, lb in zip(others, comparison.labels[1:], strict=True):
             o.label = lb
+    return rep, others, comparison
+
+
+def render_report(session: Session, compare_with: Sequence[Session] = (), fmt: str = "md",
+                  slos: Mapping[str, float] | None = None, label_key: str | None = None,
+                  include_bound: bool = False) -> str:
+    """The report of `session` (plus delta tables against `compare_with`) as md, csv or json text; client-bound
+    cells count in capacity, knee and peak only with `include_bound`."""
+    if fmt not in FORMATS:
+        raise ServescopeError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
+    rep, others, comparison = build_all(session, compare_with, slos, label_key, include_bound)
     if fmt == "md":
         return render_markdown(rep, others, comparison)
     if fmt == "csv":
