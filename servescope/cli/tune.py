@@ -24,6 +24,7 @@ from servescope.engine.tune import Space, Step, Tuner, check_dims, design, parse
 from servescope.engine.tunemodel import TwinModel, fit_summary
 from servescope.engine.tunerun import LiveMeasurer, requests_for, result_json, tune_table
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
+from servescope.sessions.tunereport import tune_summary
 from servescope.sessions.views import DEFAULT_SLOS
 from servescope.sim.cli import build_parser
 
@@ -144,23 +145,7 @@ def format_result(t: dict[str, object], launch: str | None, out: TextIO | None =
     """The answer, as `servescope tune` prints it (and the report's tune section reads the same table)."""
     del out
     unit = str(t.get("unit", ""))
-    lines = []
-    best = t.get("best")
-    if isinstance(best, dict):
-        ci = best.get("ci") or []
-        ci_text = f" [95% interval {_f(ci[0])}, {_f(ci[1])}]" if len(ci) == 2 else ""
-        lines.append(f"best: {best.get('server_args') or 'as launched'} at c={best.get('concurrency')}: "
-                     f"{t.get('objective')} {_f(float(best.get('objective') or 0))} {unit}{ci_text}")
-        if best.get("serve"):
-            lines.append(f"  serve it: {best['serve']}")
-    else:
-        lines.append("best: none (no cell measured)")
-    ru = t.get("runner_up")
-    if isinstance(ru, dict):
-        lines.append(f"runner-up: {ru.get('server_args') or 'as launched'}: {ru.get('why')}")
-    lines.append(f"cells: {t.get('cells_measured')} measured of {t.get('grid_cells')} in the grid (budget "
-                 f"{t.get('budget')}), {t.get('relaunches')} relaunches, confirmed: "
-                 f"{'yes' if t.get('confirmed') else 'no'}; stopped: {t.get('stop')}; {t.get('seconds')} s")
+    lines = tune_summary(t)  # the best, the serve line, the runner-up, the cells: as the report and the app say them
     lines.append("path:")
     for st in t.get("path") or []:  # type: ignore[attr-defined]
         band = st.get("band") or []
