@@ -40,6 +40,9 @@ FIXTURE_GROUPS = {"vllm_server": "vllm-pool", "vllm_server_perturbed": "vllm-poo
                   "llamacpp_f16": "llamacpp-pool"}
 # module name prefix -> marker
 MODULE_MARKERS = {"test_tmux_": "tmux", "test_llamacpp_": "llamacpp", "test_ray_": "ray"}
+# module name prefix -> one group of processes' tests: two Ray clusters on one host at once refuse each other's
+# nodes (a `ray start --address` then fails its GCS handshake), so every Ray test runs in one process
+MODULE_GROUPS = {"test_ray_": "ray-clusters"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -67,6 +70,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # every user of a shared real server to the process that starts it (one start per server, not per
         # process), every other test with its module (a module's fixtures are built once).
         pool = next((FIXTURE_GROUPS[f] for f in FIXTURE_GROUPS if f in names), None)
+        pool = pool or next((g for prefix, g in MODULE_GROUPS.items() if module.startswith(prefix)), None)
         item.add_marker(pytest.mark.xdist_group(pool or item.nodeid.split("::", 1)[0]))
 
 

@@ -34,10 +34,16 @@ RAY = str(Path(sys.executable).with_name("ray"))
 START_S = 120.0
 
 
+# Ray's token auth off, said explicitly: a local `ray.init()` elsewhere (tests/integration/test_ray_https.py, or
+# the user's own) writes ~/.ray/auth_token, and with the mode unset a later `ray start` then turns token auth on
+# for some processes of the cluster and not others, whose nodes cannot join
+NO_TOKEN_AUTH = "disabled"
+
+
 def _start(args: list[str], log: Path, guards: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
     """`ray start ... --block` in a process group of its own (its raylet, GCS and agents join it), with an
     orphan guard that ends the group should this test process die without its teardown (kill -9)."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": NO_TOKEN_AUTH}
     with log.open("wb") as out:
         proc = subprocess.Popen([RAY, "start", "--block", "--disable-usage-stats", "--num-cpus=1",
                                  "--object-store-memory=100000000", *args],
@@ -85,6 +91,8 @@ def cluster() -> Iterator[tuple[str, dict[str, str]]]:
     tmp = Path(tempfile.mkdtemp(prefix="ssray", dir="/tmp"))  # short: Ray's unix socket paths must fit 107 bytes
     procs: list[subprocess.Popen[bytes]] = []
     guards: list[subprocess.Popen[bytes]] = []
+    auth_before = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = NO_TOKEN_AUTH  # the driver's ray.init too
     try:
         procs.append(_start(["--head", "--port=0", '--resources={"node_a": 1}', f"--temp-dir={tmp / 't'}",
                              "--include-dashboard=false"], tmp / "head.log", guards))
@@ -109,6 +117,10 @@ def cluster() -> Iterator[tuple[str, dict[str, str]]]:
         for g in guards:
             stop_guard(g)
         shutil.rmtree(tmp, ignore_errors=True)
+        if auth_before is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth_before
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ Needs the `ray` extra; skipped without it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,11 +33,19 @@ def tls_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimHandl
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
+    """A local cluster with Ray's token auth off, said explicitly: with the mode unset, a new local cluster turns
+    it on and writes ~/.ray/auth_token, which a later `ray start` (tests/integration/test_ray_cluster.py) trips on."""
+    auth_before = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         yield
     finally:
         ray.shutdown()
+        if auth_before is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth_before
 
 
 @pytest.mark.slow
