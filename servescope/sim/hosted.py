@@ -62,8 +62,11 @@ class Hosted:
 
 
 async def close_after(request: web.Request, response: web.StreamResponse) -> None:
-    """`on_response_prepare`: this response closes its connection (`Connection: close`)."""
+    """`on_response_prepare`: this response closes its connection (`Connection: close`). aiohttp builds the
+    headers before this hook runs, so the header is set here: without it a client learns of the close only when
+    the socket's end arrives, and may send its next request on the closing connection."""
     response.force_close()
+    response.headers["Connection"] = "close"
 
 
 def openai_error(status: int, message: str, etype: str, code: str | None = None, param: str | None = None,

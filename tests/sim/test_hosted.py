@@ -207,6 +207,8 @@ def _connections(args: list[str]) -> int:
             r = c.post("/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 4, "stream": True},
                        extensions={"trace": trace})
             assert r.status_code == 200
+            closing = r.headers.get("connection") == "close"
+            assert closing == ("--close-connections" in args), r.headers
     return len(opened)
 
 
