@@ -8,12 +8,14 @@ of the grid's cells (fresh measurements, its own model and path) and read its pi
 random search with the same budget (cells drawn from the grid's measurements, 200 draws): its pick's goodput.
 Every cell goes through the same code (servescope.engine.tunerun.LiveMeasurer).
 
-A grid measures each cell once, and a short cell measured again differs by 10-40% on a shared machine: the grid's
-optimum can be a lucky measurement. So the table also judges each pick on the pooled measurements: every cell's
-mean over the grid's measurement and every live tune run's measurements of it (the optimum taken on those means).
+A short cell measured again differs from its first measurement (by 10-40% on a busy machine), so that a grid
+measured once can have a lucky optimum: `--grid-repeat R` measures the whole grid R times (R passes, each
+launching every setting once) and a cell's grid value is the mean of its R measurements; the script prints how
+far a cell's measurements lay apart (the run-to-run spread). The table also judges each pick on the pooled
+measurements: every cell's mean over the grid's measurements and every live tune run's measurements of it.
 
-Usage: nice -n 19 .venv/bin/python benchmarks/tune_vs_grid.py [--profiles dense,moe,kv] [--runs 1]
-       [--out results.json]
+Usage: .venv/bin/python benchmarks/tune_vs_grid.py [--profiles dense,moe,kv] [--runs 2] [--replays 1]
+       [--grid-repeat 2] [--keep DIR] [--out results.json]   (on a quiet machine: other work widens the spread)
 """
 
 from __future__ import annotations
@@ -61,33 +63,45 @@ def base_spec(profile: str, w: Workload, slos: dict[str, float]) -> SweepSpec:
                      requests=MIN_REQUESTS, telemetry_interval_s=None)
 
 
-def run_grid(profile: str, w: Workload, root: Path, space: Space) -> tuple[dict[tuple[int, int], str], float]:
-    """Every cell of the grid, measured (or read back from `root`/grid.json when a run before kept it)."""
+def run_grid(profile: str, w: Workload, root: Path, space: Space,
+             repeat: int) -> tuple[dict[tuple[int, int], list[str]], float]:
+    """Every cell of the grid, measured `repeat` times in as many passes (or read back from `root`/grid.json when
+    a run before kept it; a kept grid measured fewer times gets the passes it lacks). The wall time is one pass's
+    (the mean over the passes measured here)."""
     index = root / "grid.json"
+    paths: dict[tuple[int, int], list[str]] = {}
+    walls: list[float] = []
     if index.is_file():
         data = json.loads(index.read_text())
-        return {(int(k.split(",")[0]), int(k.split(",")[1])): v for k, v in data["cells"].items()}, data["wall_s"]
+        for k, v in data["cells"].items():
+            paths[(int(k.split(",")[0]), int(k.split(",")[1]))] = [v] if isinstance(v, str) else list(v)
+        walls = list(data.get("walls_s") or [data["wall_s"]])
+    have = min((len(v) for v in paths.values()), default=0)
+    if have >= repeat:
+        return paths, statistics.fmean(walls)
     spec = base_spec(profile, w, {"ttft_ms": 1e9})
-    m = LiveMeasurer(spec, RunContext(), root, "goodput", MIN_REQUESTS)
-    paths: dict[tuple[int, int], str] = {}
-    t0 = time.monotonic()
+    m = LiveMeasurer(spec, RunContext(), root / f"pass-{have + 1}", "goodput", MIN_REQUESTS)
     try:
-        for s, setting in enumerate(space.settings):
-            for ld, c in enumerate(space.loads):
-                got = m.measure(setting, c)
-                paths[(s, ld)] = got.session
-                print(f"  grid {setting.label} c={c}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        for r in range(have, repeat):
+            t0 = time.monotonic()
+            for s, setting in enumerate(space.settings):
+                for ld, c in enumerate(space.loads):
+                    got = m.measure(setting, c)
+                    paths.setdefault((s, ld), []).append(got.session)
+                    print(f"  grid pass {r + 1} {setting.label} c={c}: {time.monotonic() - t0:.0f} s", file=sys.stderr,
+                          flush=True)
+            walls.append(time.monotonic() - t0)
+            index.write_text(json.dumps({"cells": {f"{s},{ld}": p for (s, ld), p in paths.items()},
+                                         "wall_s": statistics.fmean(walls), "walls_s": walls}))
     finally:
         m.close()
-    wall = time.monotonic() - t0
-    index.write_text(json.dumps({"cells": {f"{s},{ld}": p for (s, ld), p in paths.items()}, "wall_s": wall}))
-    return paths, wall
+    return paths, statistics.fmean(walls)
 
 
 class Replay:
     """A measurer that reads each cell from the grid's measurement (the same code reads it as a live cell)."""
 
-    def __init__(self, paths: dict[tuple[int, int], str], space: Space, slos: dict[str, float]) -> None:
+    def __init__(self, paths: dict[tuple[int, int], list[str]], space: Space, slos: dict[str, float]) -> None:
         self.paths, self.space, self.slos = paths, space, slos
         self.running: str | None = None
         self.launches = 0
@@ -97,16 +111,16 @@ class Replay:
             self.running = setting.text
             self.launches += 1
         cell = (self.space.settings.index(setting), self.space.loads.index(concurrency))
-        return measured_from(self.paths[cell], "goodput", self.slos, concurrency)
+        return measured_from(self.paths[cell][0], "goodput", self.slos, concurrency)
 
     @property
     def relaunches(self) -> int:
         return max(0, self.launches - 1)
 
 
-def pick_slos(paths: dict[tuple[int, int], str], space: Space) -> dict[str, float]:
+def pick_slos(paths: dict[tuple[int, int], list[str]], space: Space) -> dict[str, float]:
     mid = len(space.settings) // 2
-    s = load_session(paths[(mid, 0)]).summaries()[0]
+    s = load_session(paths[(mid, 0)][0]).summaries()[0]
     assert s is not None
     ttft, tpot = s.ttft_ms.p50, s.tpot_ms.p50
     assert ttft and tpot
@@ -120,6 +134,8 @@ def main() -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--keep", default="", help="keep the grids' sessions here (and reuse them when there)")
     ap.add_argument("--replays", type=int, default=0, help="tune runs reading the grid's cells instead of measuring")
+    ap.add_argument("--grid-repeat", type=int, default=2, help="measure the grid this many times; a cell's value is "
+                    "the mean")
     a = ap.parse_args()
     rows = []
     for key in a.profiles.split(","):
@@ -130,14 +146,20 @@ def main() -> int:
             w = workload(root)
             space = Space((Dim("--max-num-seqs", SEQS, log_scale=True),), LOADS)
             print(f"{key} ({profile}): grid of {space.cells} cells", file=sys.stderr, flush=True)
-            paths, grid_s = run_grid(profile, w, root / "grid", space)
+            paths, grid_s = run_grid(profile, w, root / "grid", space, a.grid_repeat)
             slos = pick_slos(paths, space)
-            values = {c: measured_from(p, "goodput", slos, space.loads[c[1]]).value for c, p in paths.items()}
+            measured = {c: [measured_from(p, "goodput", slos, space.loads[c[1]]).value for p in ps[:a.grid_repeat]]
+                        for c, ps in paths.items()}
+            values = {c: statistics.fmean(v) for c, v in measured.items()}
+            # the run-to-run spread: how far apart one cell's measurements lay (relative to their mean), over the
+            # cells with a goodput above zero
+            spreads = sorted((max(v) - min(v)) / statistics.fmean(v) for v in measured.values()
+                             if len(v) > 1 and statistics.fmean(v) > 0)
             opt_cell = max(values, key=lambda c: values[c])
             opt = values[opt_cell]
             budget = space.cells // 3
             runs = []
-            pooled: dict[tuple[int, int], list[float]] = {c: [v] for c, v in values.items()}
+            pooled: dict[tuple[int, int], list[float]] = {c: list(v) for c, v in measured.items()}
             for r in range(a.runs + a.replays):
                 live = r < a.runs
                 spec = base_spec(profile, w, slos)
@@ -183,22 +205,33 @@ def main() -> int:
                          "pooled_value": means[pooled_opt], "pooled_n": len(pooled[pooled_opt]),
                          "pooled_cells": {f"{space.settings[c[0]].label} c={space.loads[c[1]]}": v
                                           for c, v in pooled.items() if len(v) > 1},
+                         "grid_repeat": a.grid_repeat,
+                         "spread_median": statistics.median(spreads) if spreads else None,
+                         "spread_p90": spreads[int(0.9 * (len(spreads) - 1))] if spreads else None,
+                         "spread_at_optimum": ((max(measured[opt_cell]) - min(measured[opt_cell])) / opt
+                                               if len(measured[opt_cell]) > 1 and opt > 0 else None),
                          "random_median_ratio": statistics.median(rand),
                          "random_within_5pct": sum(x >= 0.95 for x in rand) / len(rand)})
             print(json.dumps(rows[-1]), flush=True)
     print()
-    print("| profile | grid: cells, wall | grid optimum (goodput) | tune pick: its goodput in the grid "
-          "| optimum on pooled measurements | tune pick, pooled | tune: cells, relaunches, wall "
-          "| random search, same budget: median, share within 5% |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| profile | grid: cells, wall per pass | grid optimum (goodput, mean of the passes) "
+          "| tune pick: its goodput in the grid | optimum on pooled measurements | tune pick, pooled "
+          "| tune: cells, relaunches, wall | random search, same budget: median, share within 5% "
+          "| run-to-run spread: median, p90, at the optimum |")
+    print("|---|---|---|---|---|---|---|---|---|")
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0%}"
+
     for r in rows:
         for t in r["tune"]:
-            print(f"| {r['profile']} ({r['name']}) | {r['grid_cells']}, {r['grid_wall_s']:.0f} s | "
-                  f"{r['grid_optimum']}: {r['grid_value']:.2f} req/s | {t['mode']}: {t['pick']}: {t['grid_value_at_pick']:.2f} "
-                  f"req/s ({t['ratio']:.1%}) | {r['pooled_optimum']}: {r['pooled_value']:.2f} req/s (mean of "
-                  f"{r['pooled_n']}) | {t['pooled_at_pick']:.2f} req/s ({t['pooled_ratio']:.1%}) | "
-                  f"{t['cells']}, {t['relaunches']}, {t['wall_s']:.0f} s | "
-                  f"{r['random_median_ratio']:.1%}, {r['random_within_5pct']:.0%} |")
+            print(f"| {r['profile']} ({r['name']}) | {r['grid_cells']} x {r['grid_repeat']}, {r['grid_wall_s']:.0f} s | "
+                  f"{r['grid_optimum']}: {r['grid_value']:.2f} req/s | {t['mode']}: {t['pick']}: "
+                  f"{t['grid_value_at_pick']:.2f} req/s ({t['ratio']:.1%}) | {r['pooled_optimum']}: "
+                  f"{r['pooled_value']:.2f} req/s (mean of {r['pooled_n']}) | {t['pooled_at_pick']:.2f} req/s "
+                  f"({t['pooled_ratio']:.1%}) | {t['cells']}, {t['relaunches']}, {t['wall_s']:.0f} s | "
+                  f"{r['random_median_ratio']:.1%}, {r['random_within_5pct']:.0%} | {pct(r['spread_median'])}, "
+                  f"{pct(r['spread_p90'])}, {pct(r['spread_at_optimum'])} |")
     if a.out:
         Path(a.out).write_text(json.dumps(rows, indent=1))
     return 0
