@@ -20,9 +20,17 @@ from servescope.core.errors import ServescopeError
 from servescope.core.launchspec import INTERESTING, parse_launch
 from servescope.core.textsafe import clean_text
 from servescope.engine.spec import RunContext, SweepSpec
-from servescope.engine.tune import Space, Step, Tuner, check_dims, design, parse_loads, parse_search
+from servescope.engine.tune import Setting, Space, Step, Tuner, check_dims, design, parse_loads, parse_search
 from servescope.engine.tunemodel import TwinModel, fit_summary
-from servescope.engine.tunerun import LiveMeasurer, requests_for, result_json, tune_table
+from servescope.engine.tunerun import (
+    LiveMeasurer,
+    TuneLock,
+    progress_table,
+    requests_for,
+    result_json,
+    running_entry,
+    tune_table,
+)
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
 from servescope.sessions.tunereport import tune_summary
 from servescope.sessions.views import DEFAULT_SLOS
@@ -90,11 +98,14 @@ def tune_command(args: argparse.Namespace) -> int:
             url, sim_label = open_target(spec.url, stack, out)
             ctx = replace(ctx, url=url, target_label=sim_label)
             label = sim_label or spec.url
+        lock = TuneLock(root)  # held while the search runs: the app and `attach` tell a live tune from a dead one
+        stack.callback(lock.release)
         writer = SessionWriter.create(root, {
             "kind": "tune", "name": name, "model": spec.model or "?",
             "target": {"url": label}, "slos": dict(spec.slos), "workloads": [w.to_dict()],
             "sweep": spec.to_table(inline_workloads=True),
             **({"server": {"launch": spec.target_text}} if spec.launch else {}),
+            "tune": progress_table(space, objective, budget, [], root),
         })
         mins = int(spec.requests or DEFAULT_REQUESTS)
         measurer = LiveMeasurer(spec, ctx, root, objective, mins)
@@ -102,14 +113,24 @@ def tune_command(args: argparse.Namespace) -> int:
         model = TwinModel(space, w, spec.slos, requests_for(mins), spec.seed,
                           progress=lambda t: print(f"  model: {t}", file=out, flush=True))
         unit = "req/s" if objective == "goodput" else "users"
+        steps: list[Step] = []
+
+        def on_cell(n: int, setting: Setting, concurrency: int, cell: Path) -> None:
+            writer.meta["tune"] = progress_table(space, objective, budget, steps, root,
+                                                 running_entry(n, setting, concurrency, cell, root))
+            writer.save_meta()
+
+        measurer.on_cell = on_cell
 
         def on_step(st: Step) -> None:
+            steps.append(st)
+            writer.meta["tune"] = progress_table(space, objective, budget, steps, root)  # the path so far
             if writer.meta.get("model") == "?" and st.session:  # the served model, as the first cell found it
                 info = load_session(st.session).info
                 writer.meta["model"], writer.meta["models_json"] = info.model, info.models_json or ""
                 if info.max_model_len:
                     writer.meta["max_model_len"] = info.max_model_len
-                writer.save_meta()
+            writer.save_meta()
             band = f" (predicted [{_f(st.band[0])}, {_f(st.band[1])}])" if st.band else ""
             print(clean_text(f"step {st.n}/{budget}: c={st.concurrency} {space.settings[st.setting].label}"
                              f"{' [relaunched]' if st.relaunch else ''}: {objective} {_f(st.value)} {unit}{band}"
@@ -119,10 +140,12 @@ def tune_command(args: argparse.Namespace) -> int:
         try:
             result = tuner.run()
         except KeyboardInterrupt:
+            writer.meta["tune"] = progress_table(space, objective, budget, steps, root)  # no cell runs now
             writer.finish("interrupted", "interrupted")
             print(f"tune: interrupted; the cells measured are in {root / 'cells'}", file=sys.stderr)
             return 130
         except ServescopeError as e:
+            writer.meta["tune"] = progress_table(space, objective, budget, steps, root)
             writer.finish("failed", e.message)
             raise
         writer.meta["tune"] = tune_table(result, spec.launch, root, started, fit_summary(model.fits))

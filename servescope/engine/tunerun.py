@@ -11,8 +11,9 @@ import math
 import shlex
 import signal
 import statistics
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,8 +27,9 @@ from servescope.engine.events import Event, SweepControl
 from servescope.engine.runner import run_sweep
 from servescope.engine.server import Servers
 from servescope.engine.spec import RunContext, SweepSpec
-from servescope.engine.tune import Measured, Objective, Setting, TuneResult, margins_of
+from servescope.engine.tune import Measured, Objective, Setting, Space, Step, TuneResult, margins_of
 from servescope.engine.tunemodel import request_rows
+from servescope.sessions.live import HEARTBEAT_S, RunnerLock
 from servescope.sessions.store import load_session
 
 
@@ -113,6 +115,7 @@ class LiveMeasurer:
     objective: Objective
     minimum_requests: int
     on_event: Callable[[Event], None] | None = None
+    on_cell: Callable[[int, Setting, int, Path], None] | None = None  # (step, setting, concurrency, cell folder)
     servers: KeptServers | None = None
     count: int = 0
     control: SweepControl | None = None
@@ -139,6 +142,8 @@ class LiveMeasurer:
         slug = "-".join(f"{f.lstrip('-')}{v}" for f, v in setting.args)[:60]
         save = self.root / "cells" / f"{self.count:03d}-c{concurrency}{'-' + slug if slug else ''}"
         ctx = replace(self.ctx, save_dir=save)
+        if self.on_cell is not None:
+            self.on_cell(self.count, setting, concurrency, save)
         if self.servers is not None:
             self.servers.want(spec)
         control = self.control or SweepControl()
@@ -249,15 +254,73 @@ def tune_table(result: TuneResult, launch: str | None, root: Path, started: floa
         out["runner_up"] = {"server_args": rs.text, "concurrency": sp.loads[result.runner_up[1]],
                             "objective": round(result.runner_up_value or 0.0, 6),
                             "measured": result.runner_up_measured, "why": result.runner_up_why}
-    out["path"] = [{"step": st.n, "server_args": sp.settings[st.setting].text, "concurrency": st.concurrency,
-                    "why": st.why, "objective": round(st.value, 6), "relaunch": st.relaunch,
-                    "band": [round(x, 6) for x in st.band] if st.band else [],
-                    "cell": str(Path(st.session).relative_to(root)) if st.session else ""}
-                   for st in result.steps]
+    out["path"] = path_table(sp, result.steps, root)
     out["predicted"] = [{"server_args": sp.settings[s].text, "concurrency": sp.loads[ld],
                          "low": round(lo, 6), "mid": round(mid, 6), "high": round(hi, 6)}
                         for (s, ld), (lo, mid, hi) in sorted(result.predictions.items())]
     return out
+
+
+def path_table(sp: Space, steps: Sequence[Step], root: Path) -> list[dict[str, object]]:
+    """The [tune] table's `path`: one row a measured cell, in order."""
+    return [{"step": st.n, "server_args": sp.settings[st.setting].text, "concurrency": st.concurrency,
+             "why": st.why, "objective": round(st.value, 6), "relaunch": st.relaunch,
+             "band": [round(x, 6) for x in st.band] if st.band else [],
+             "cell": str(Path(st.session).relative_to(root)) if st.session else ""}
+            for st in steps]
+
+
+def progress_table(sp: Space, objective: Objective, budget: int, steps: Sequence[Step], root: Path,
+                   running: Mapping[str, object] | None = None) -> dict[str, object]:
+    """The [tune] table while the search runs (rewritten after every step and when a cell starts): the space, the
+    budget, the path so far, the best measured so far and, while a cell is measured, `running` ({step, server_args,
+    concurrency, cell: its folder under the session}). The finished search replaces it with `tune_table`, which
+    has no `running`."""
+    out: dict[str, object] = {
+        "objective": objective,
+        "unit": "req/s" if objective == "goodput" else "users",
+        "search": [{"flag": d.flag, "values": list(d.values), "scale": "log" if d.log_scale else "list"}
+                   for d in sp.dims],
+        "loads": list(sp.loads),
+        "grid_cells": sp.cells,
+        "budget": budget,
+        "cells_measured": len(steps),
+        "path": path_table(sp, steps, root),
+    }
+    if steps:  # the highest measured value; ties go to the lower load (as the search's own best)
+        top = max(steps, key=lambda st: (st.value, -st.concurrency, -st.n))
+        out["best"] = {"server_args": sp.settings[top.setting].text, "concurrency": top.concurrency,
+                       "objective": round(top.value, 6), "step": top.n}
+    if running is not None:
+        out["running"] = dict(running)
+    return out
+
+
+def running_entry(step: int, setting: Setting, concurrency: int, cell: Path, root: Path) -> dict[str, object]:
+    """The [tune] table's `running` while a cell is measured."""
+    return {"step": step, "server_args": setting.text, "concurrency": concurrency,
+            "cell": str(cell.relative_to(root)) if cell.is_relative_to(root) else str(cell)}
+
+
+class TuneLock:
+    """The tune session's runner lock (servescope.sessions.live.RunnerLock), held for as long as the search runs,
+    its heartbeat touched every HEARTBEAT_S by a thread: a viewer tells a live search from a dead one (kill -9
+    included: the flock goes with the process)."""
+
+    def __init__(self, session_dir: Path) -> None:
+        self.lock = RunnerLock.acquire(session_dir)
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._run, name="tune-heartbeat", daemon=True)
+        self._beat.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            self.lock.heartbeat()
+
+    def release(self) -> None:
+        self._stop.set()
+        self._beat.join(timeout=HEARTBEAT_S + 1)
+        self.lock.release()
 
 
 def result_json(session: str, result: TuneResult) -> dict[str, object]:

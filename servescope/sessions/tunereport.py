@@ -34,6 +34,9 @@ def tune_section(table: object, level: int) -> list[str]:
     h = "#" * level
     unit = str(table.get("unit", ""))
     objective = str(table.get("objective", ""))
+    if is_partial(table):  # written while the search ran: what it measured before it ended
+        out = [f"{h} {TUNE_TITLE}", "", f"- {md_escape(progress_lines(table, 'interrupted')[0])}", ""]
+        return out + _md_path(table, h, unit, objective)
     what = ("goodput: requests/s meeting every SLO" if objective == "goodput" else
             "capacity: the most concurrent users whose cell meets the SLOs (90% of requests within them)")
     out = [f"{h} {TUNE_TITLE}", "", f"Objective: {md_escape(what)}.", ""]
@@ -56,6 +59,11 @@ def tune_section(table: object, level: int) -> list[str]:
             f"(budget {table.get('budget')}), {table.get('relaunches')} relaunches, {_f(table.get('seconds'))} s; "
             f"confirmed: {'yes' if table.get('confirmed') else 'no'}; stopped: {md_escape(str(table.get('stop')))}",
             ""]
+    return out + _md_path(table, h, unit, objective)
+
+
+def _md_path(table: Mapping[str, object], h: str, unit: str, objective: str) -> list[str]:
+    out: list[str] = []
     path = table.get("path")
     if isinstance(path, list) and path:
         out += [f"{h}# Search path", "", f"| step | server args | users | {md_escape(objective)} {unit} | "
@@ -78,7 +86,7 @@ def tune_section(table: object, level: int) -> list[str]:
 def tune_summary(table: object) -> list[str]:
     """The answer as plain lines (no markup): the best with its interval, the serve line, the runner-up and why
     it lost, the cost; [] when the table is missing (a search that did not finish)."""
-    if not isinstance(table, Mapping):
+    if not isinstance(table, Mapping) or is_partial(table):
         return []
     unit = str(table.get("unit", ""))
     objective = str(table.get("objective", ""))
@@ -103,6 +111,43 @@ def tune_summary(table: object) -> list[str]:
     return out
 
 
+def is_partial(table: object) -> bool:
+    """A [tune] table written while the search ran (servescope.engine.tunerun.progress_table): it has no `stop`,
+    which the finished table always has."""
+    return isinstance(table, Mapping) and "stop" not in table
+
+
+def running_of(table: object) -> Mapping[str, object] | None:
+    """The cell being measured ({step, server_args, concurrency, cell}), None when none is."""
+    run = table.get("running") if isinstance(table, Mapping) else None
+    return run if isinstance(run, Mapping) else None
+
+
+def progress_lines(table: object, status: str = "running") -> list[str]:
+    """A search not finished, as plain lines: `searching: step k of budget N` (`status` running) or how far it got
+    (`the search did not finish: STATUS`), and the best measured so far with its unit."""
+    if not isinstance(table, Mapping):
+        return []
+    unit, objective = str(table.get("unit", "")), str(table.get("objective", ""))
+    path = table.get("path")
+    done = len(path) if isinstance(path, list) else 0
+    budget, grid = table.get("budget"), table.get("grid_cells")
+    run = running_of(table)
+    if status == "running":
+        k = run.get("step") if run is not None else done
+        head = (f"searching: step {k} of budget {budget} ({grid} cells in the grid), {done} measured"
+                + ("" if run is not None else ", choosing the next"))
+    else:
+        head = f"the search did not finish: {status}; {done} of budget {budget} cells measured ({grid} in the grid)"
+    best = table.get("best")
+    if isinstance(best, Mapping):
+        head += (f"; best so far: {best.get('server_args') or 'as launched'} at c={best.get('concurrency')}: "
+                 f"{objective} {_f(best.get('objective'))} {unit}")
+    elif not done:
+        head += "; no cell measured yet"
+    return [head]
+
+
 PATH_HEADERS = ("step", "server args", "users", "{objective} {unit}", "predicted before {unit}", "why")
 
 
@@ -125,10 +170,21 @@ def path_rows(table: object) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     return heads, rows
 
 
+def is_tune_session(path: Path) -> bool:
+    """Whether the session at `path` is a `servescope tune` search (`kind = "tune"` in its session.toml): cheap, no
+    Parquet read; False for anything unreadable."""
+    import tomllib
+
+    try:
+        return tomllib.loads((Path(path) / "session.toml").read_text(encoding="utf-8")).get("kind") == "tune"
+    except (OSError, ValueError):
+        return False
+
+
 # ---- compare ----------------------------------------------------------------------------------------------
 def best_cell_dir(session_dir: Path, table: object) -> Path | None:
     """The session directory of the tune's best cell (its first measurement), None when it has none."""
-    if not isinstance(table, Mapping):
+    if not isinstance(table, Mapping) or is_partial(table):
         return None
     best, path = table.get("best"), table.get("path")
     if not isinstance(best, Mapping) or not isinstance(path, list):
