@@ -26,6 +26,7 @@ from servescope.core.textsafe import clean_text
 from servescope.engine import wire as w
 from servescope.sessions.live import EVENTS, LOCK, EventLogReader, runner_state
 from servescope.sessions.store import load_session, sessions_home
+from servescope.sessions.tunereport import is_tune_session, running_of
 
 
 def runner_main() -> int:
@@ -61,12 +62,12 @@ def live_dirs(base: Path) -> list[Path]:
 
 
 def pick_session(ref: str | None, sessions_dir: Path | None) -> Path:
-    """SESSION (a directory or an id), else the most recent running sweep."""
+    """SESSION (a directory or an id), else the most recent running sweep or tune."""
     base = sessions_dir or sessions_home()
     if ref is None:
         running = live_dirs(base)
         if not running:
-            raise ServescopeError(f"no running sweep in {base}; name a session (see `servescope sessions`) or start "
+            raise ServescopeError(f"no running sweep or tune in {base}; name a session (see `servescope sessions`) or start "
                                   "one with `servescope run ... --detach`")
         return running[0]
     p = Path(ref).expanduser()
@@ -82,11 +83,30 @@ def attach_command(args: argparse.Namespace) -> int:
     return int(run_app(attach=path, sessions_dir=args.sessions_dir) or 0)
 
 
+def tune_watch_refusal(path: Path) -> str:
+    """Why `watch` does not follow a tune session, in one line with the commands that do: `attach` (the app's live
+    tune view) and, while a cell is measured, `watch` on that cell."""
+    import tomllib
+
+    cell = ""
+    try:
+        meta = tomllib.loads((path / "session.toml").read_text(encoding="utf-8"))
+        run = running_of(meta.get("tune"))
+        if run is not None and runner_state(path).running:
+            cell = f"; or the cell it measures now: servescope watch {path / str(run.get('cell'))}"
+    except (OSError, ValueError):
+        pass
+    return (f"{path.name} is a tune session: watch follows sweeps; follow the search (its path, best so far and "
+            f"the running cell) with servescope attach {path}{cell}")
+
+
 def watch_command(args: argparse.Namespace, out: TextIO | None = None, poll_s: float = 0.2) -> int:
     """Print a running sweep's progress and each finished cell's table until it ends: exit 0 when it completes,
     1 when it fails, is interrupted or its runner dies. A finished session's log is printed as it was."""
     out = out or sys.stdout
     path = pick_session(args.session, Path(args.sessions_dir) if args.sessions_dir else None)
+    if is_tune_session(path):
+        raise ServescopeError(tune_watch_refusal(path))
     reader = EventLogReader(path)
     tty = out.isatty()
     total, progress, last_line = 0, "", 0.0

@@ -25,6 +25,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
 from servescope.engine.spec import SweepSpec
+from servescope.sessions.tunereport import is_tune_session
 from servescope.tui import messages as m
 from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.dialogs import ChoiceScreen
@@ -132,13 +133,26 @@ class ServescopeApp(App[int]):
                                             name="sweep", group="sweep", exit_on_error=False)
 
     def attach(self, path: Path) -> bool:
-        """Open the Run screen on the sweep running in session `path`: what it did so far, then live."""
+        """Open the Run screen on the sweep running in session `path`: what it did so far, then live. A tune
+        session opens on its tune view instead (live while the tune runs)."""
+        if is_tune_session(Path(path)):
+            self.call_later(self._open_tune, Path(path))
+            return True
         if self.sweep_running:
             self.notify("this app already shows a running sweep: leave it first (ctrl+q, then l)", severity="warning",
                         markup=False)
             return False
         self.call_later(self._open_attached, Path(path))
         return True
+
+    async def _open_tune(self, path: Path) -> None:
+        await self.switch_mode("sessions")
+        try:
+            scr = SessionScreen(path)
+        except ServescopeError as e:
+            self.notify(e.message, severity="error", markup=False)
+            return
+        await self.push_screen(scr)
 
     async def _open_attached(self, path: Path) -> None:
         await self.switch_mode("run")

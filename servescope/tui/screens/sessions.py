@@ -24,9 +24,10 @@ from servescope.core.results import CellResult, GpuWindow, TelemetryWindow
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
-from servescope.sessions.tunereport import path_rows, tune_summary
+from servescope.sessions.tunereport import is_partial, path_rows, progress_lines, running_of, tune_summary
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
+from servescope.tui.screens.tunelive import Attaches, CellProgress, running_line
 from servescope.tui.widgets.curve import CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
@@ -87,6 +88,10 @@ def session_row(path: Path) -> tuple[str, ...]:
     tags = ",".join(f"{k}={v}" for k, v in info.tags.items())
     wls = sorted({str(w.get("name", "?")).split("/")[0] for w in info.workloads})
     done, planned = cell_counts(s)  # completed of planned, as `servescope sessions` counts them
+    tune = s.meta.get("tune") if info.kind == "tune" else None
+    if isinstance(tune, Mapping):  # a tune: its cells measured of its budget (each cell a session of its own)
+        steps = tune.get("path")
+        done, planned = len(steps) if isinstance(steps, list) else 0, int(str(tune.get("budget") or 0))
     return ("", started, clean_text(info.name if info.name is not None else path.name), s.status,
             clean_text(info.target.url), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
 
@@ -327,10 +332,14 @@ class SessionsScreen(Screen[None]):
 class SessionScreen(Screen[None]):
     """One saved session: its cells, the throughput curve and the selected cell's histograms; its quality results
     (quality.json, the cells' quality under load) behind `q`. A quality probe session (no cells) shows its quality
-    alone; a tune session its answer (best, runner-up, cost) and the path of its search."""
+    alone; a tune session its answer (best, runner-up, cost) and the path of its search, followed live while the
+    tune runs (session.toml re-read when it changes; `a` opens the cell being measured on the Run screen)."""
+
+    TUNE_POLL_S = 1.0  # how often a live tune's session.toml mtime (and its running cell's event log) is checked
 
     DEFAULT_CSS = """
     #tune-summary { height: auto; max-height: 8; padding: 0 1; }
+    #tune-running { height: auto; max-height: 2; padding: 0 1; color: $warning; }
     #tune-path { height: 1fr; border: round $primary-darken-1; }
     """
 
@@ -342,6 +351,8 @@ class SessionScreen(Screen[None]):
                 Binding("w", "whatif", "What if"),
                 Binding("h", "open_report", "Report", tooltip="Write report.html (figures inline) and report.md into "
                         "the session's folder and show their paths"),
+                Binding("a", "attach_cell", "Attach cell", tooltip="A running tune: open the cell it measures now on "
+                        "the Run screen (F4 comes back)"),
                 Binding("ctrl+q", "app.quit", "Quit", show=False)]  # left out of this footer only (F1 lists it)
 
     def __init__(self, path: Path) -> None:
@@ -349,6 +360,7 @@ class SessionScreen(Screen[None]):
         from servescope.sessions.store import load_session
 
         self.session = load_session(path)
+        self._load_session = load_session  # a live tune's session.toml is read again as it changes (_reload)
         self.info = self.session.info
         self.summaries: dict[int, CellResult] = {}
         cells = self.session.cells
@@ -361,6 +373,12 @@ class SessionScreen(Screen[None]):
         # a tune session (`servescope tune`): its answer and search path; its cells are sessions of their own
         tune = self.session.meta.get("tune") if self.info.kind == "tune" else None
         self.tune: Mapping[str, object] | None = tune if isinstance(tune, Mapping) else None
+        self.tune_live = self.info.kind == "tune" and self.session.status == "running"  # its runner holds the lock
+        self._tune_mtime = self._mtime()
+        self._progress: CellProgress | None = None
+        self._dead = ""  # why a tune that said running is not (its runner is gone)
+        if self.info.kind == "tune" and not self.tune_live and self.session.meta.get("status") == "running":
+            self._dead = runner_state(path).reason or "it ended without finishing"
         self.quality: QualityView | None = None
         if self.probe_only or self.session.has_quality or any(s.quality for s in self.summaries.values()):
             self.quality = quality_view(self.session)
@@ -386,22 +404,24 @@ class SessionScreen(Screen[None]):
             brief = quality_brief(res) if res is not None else "under load"
         return f"  quality probe: {brief}" if self.probe_only else f"  +quality (q): {brief}"
 
-    def compose(self) -> ComposeResult:
+    def _head_text(self) -> str:
         info = self.info
         tgt = info.target
         tags = ", ".join(f"{k}={v}" for k, v in info.tags.items())
         slos = ", ".join(f"{k}<={v:g}" for k, v in info.slos.items())
         name = info.name if info.name is not None else self.session.path.name
-        yield Static(clean_text(
+        return (clean_text(
             f"{name}  [{self.session.status}]  {(info.started_at or '')[:19]}") + self._quality_head()
             + "\n" + clean_text(
             f"target {tgt.url} ({ENGINE_NAMES.get(tgt.engine or 'vllm', 'OpenAI-compatible server')} {tgt.version or '?'}), "
             f"model {info.model}"
-            + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")), id="session-head", markup=False)
-        if self.info.kind == "tune":  # the search's answer and path, not an empty cells table
-            lines = tune_summary(self.tune) or [f"no tune result: the search did not finish (session "
-                                                f"{self.session.status})"]
-            yield Static("\n".join(clean_text(x) for x in lines), id="tune-summary", markup=False)
+            + (f", tags {tags}" if tags else "") + (f", SLOs {slos}" if slos else "")))
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._head_text(), id="session-head", markup=False)
+        if self.info.kind == "tune":  # the search's answer and path (live while it runs), not an empty cells table
+            yield Static("", id="tune-summary", markup=False)
+            yield Static("", id="tune-running", markup=False)
             yield DataTable(id="tune-path", cursor_type="row", zebra_stripes=True)
             yield Footer(compact=True)
             return
@@ -469,18 +489,116 @@ class SessionScreen(Screen[None]):
             self.show_cell(0)
 
     def _show_tune(self) -> None:
-        """The search path, one row a measured cell in order (`servescope report` has the same table)."""
+        """The answer (or, while the tune runs, how far it got) above the search path, one row a measured cell in
+        order (`servescope report` has the same table); a live tune is followed (`_poll_tune`)."""
         table = self.query_one("#tune-path", DataTable)
         table.border_title = "search path: each measured cell, in order"
+        self._render_tune()
+        table.focus()
+        if self.tune_live:
+            self._tune_timer = self.set_interval(self.TUNE_POLL_S, self._poll_tune)
+
+    def _tune_lines(self) -> tuple[list[str], str]:
+        """The summary's lines and the running cell's line, as the tune stands."""
+        t = self.tune
+        if self.tune_live:
+            run = running_of(t)
+            if run is not None and (self._progress is None or self._progress.dir != self.session.path / str(
+                    run.get("cell"))):
+                if self._progress is not None:
+                    self._progress.close()
+                self._progress = CellProgress(self.session.path / str(run.get("cell")))
+            if run is not None and self._progress is not None:
+                self._progress.poll()
+            lines = progress_lines(t, "running") or ["searching: the first cell is starting"]
+            return lines, running_line(run, self._progress) if run is not None else ""
+        if t is not None and not is_partial(t):
+            return tune_summary(t), ""
+        if self._dead:
+            return (progress_lines(t, self._dead) if t is not None else
+                    [f"no tune result: the search did not finish: {self._dead}"]), ""
+        status = f"session {self.session.status}"
+        return (progress_lines(t, status) if t is not None else
+                [f"no tune result: the search did not finish ({status})"]), ""
+
+    def _render_tune(self) -> None:
+        lines, running = self._tune_lines()
+        self.query_one("#session-head", Static).update(self._head_text())
+        self.query_one("#tune-summary", Static).update("\n".join(clean_text(x) for x in lines))
+        run = self.query_one("#tune-running", Static)
+        run.update(clean_text(running))
+        run.display = bool(running)
+        table = self.query_one("#tune-path", DataTable)
         heads, rows = path_rows(self.tune)
+        right = {0, 2, 3}
+        if heads and not table.columns:
+            table.add_columns(*(Text(h, justify="right") if i in right else h for i, h in enumerate(heads)))
         if not heads:
             return
-        right = {0, 2, 3}
-        table.add_columns(*(Text(h, justify="right") if i in right else h for i, h in enumerate(heads)))
-        for row in rows:
+        for row in rows[table.row_count:]:  # the path only grows: the rows not shown yet
             table.add_row(*(Text(clean_text(v), justify="right" if i in right else "left")
                             for i, v in enumerate(row)))
-        table.focus()
+        self.refresh_bindings()
+
+    def _mtime(self) -> float:
+        try:
+            return (self.session.path / "session.toml").stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def _reload(self) -> None:
+        try:
+            s = self._load_session(self.session.path)
+        except (ServescopeError, OSError):  # caught mid-write elsewhere (the writes are atomic): the next tick
+            return
+        self.session, self.info = s, s.info
+        tune = s.meta.get("tune")
+        self.tune = tune if isinstance(tune, Mapping) else None
+
+    def _poll_tune(self) -> None:
+        """A live tune, about once a second: session.toml re-read when its mtime moved, the running cell's requests
+        counted from its event log; once the runner is gone, the final answer (or why there is none)."""
+        mtime = self._mtime()
+        changed = mtime != self._tune_mtime
+        if changed:
+            self._tune_mtime = mtime
+            self._reload()
+        if self.session.meta.get("status") == "running":
+            state = runner_state(self.session.path)
+            if not state.running:  # gone without finishing (kill -9): the file says running, nobody writes it
+                self._reload()  # the last write may have landed between the two reads
+                if self.session.meta.get("status") == "running":
+                    self._dead = state.reason or "it ended without finishing"
+                self._end_live()
+        else:
+            self._end_live()
+        self._render_tune()
+
+    def _end_live(self) -> None:
+        self.tune_live = False
+        if (timer := getattr(self, "_tune_timer", None)) is not None:
+            timer.stop()
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+
+    def on_unmount(self) -> None:
+        if self._progress is not None:
+            self._progress.close()
+
+    def action_attach_cell(self) -> None:
+        """A running tune: open the cell it measures now on the Run screen (the app's attach)."""
+        run = running_of(self.tune) if self.tune_live else None
+        if run is None:
+            self.notify("no cell is being measured now", severity="warning", markup=False)
+            return
+        cell = self.session.path / str(run.get("cell"))
+        if not runner_state(cell).running:
+            self.notify(f"{cell.name} is starting or saving: press a again in a moment", severity="warning",
+                        markup=False)
+            return
+        if isinstance(self.app, Attaches):
+            self.app.attach(cell)
 
     def _say_why_empty(self, has_cells: bool, has_servers: bool) -> None:
         """A saved session is not updated on this screen: its empty charts say why they are empty, never
@@ -618,6 +736,8 @@ class SessionScreen(Screen[None]):
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "attach_cell":  # a running tune's cell being measured
+            return self.tune_live and running_of(self.tune) is not None
         if self.info.kind == "tune" and action in ("toggle_quality", "toggle_server", "whatif"):
             return False  # a tune session has its path here, not cells with panels a twin could be fitted to
         if action == "toggle_quality":  # only where there is quality to show beside cells
