@@ -408,7 +408,8 @@ class SessionScreen(Screen[None]):
         info = self.info
         tgt = info.target
         tags = ", ".join(f"{k}={v}" for k, v in info.tags.items())
-        slos = ", ".join(f"{k}<={v:g}" for k, v in info.slos.items())
+        slos = ", ".join(f"{k}{'>=' if k == 'per_user_tok_s' else '<='}{v:g}"  # the one floor (core.metrics)
+                         for k, v in info.slos.items())
         name = info.name if info.name is not None else self.session.path.name
         return (clean_text(
             f"{name}  [{self.session.status}]  {(info.started_at or '')[:19]}") + self._quality_head()
