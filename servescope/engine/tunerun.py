@@ -287,10 +287,15 @@ def progress_table(sp: Space, objective: Objective, budget: int, steps: Sequence
         "cells_measured": len(steps),
         "path": path_table(sp, steps, root),
     }
-    if steps:  # the highest measured value; ties go to the lower load (as the search's own best)
-        top = max(steps, key=lambda st: (st.value, -st.concurrency, -st.n))
-        out["best"] = {"server_args": sp.settings[top.setting].text, "concurrency": top.concurrency,
-                       "objective": round(top.value, 6), "step": top.n}
+    if steps:  # the best measured cell as the search judges it (servescope.engine.tune: Tuner.best, _merged)
+        values: dict[tuple[int, int], list[float]] = {}
+        for st in steps:
+            values.setdefault((st.setting, st.load), []).append(st.value)
+        # a cell measured again: the mean of its values (goodput); capacity: met once and missed once is not met
+        judged = {c: (min(v) if objective == "capacity" else sum(v) / len(v)) for c, v in values.items()}
+        top = max(judged, key=lambda c: (judged[c], -c[1], -c[0]))  # ties: the lower load, the earlier setting
+        out["best"] = {"server_args": sp.settings[top[0]].text, "concurrency": sp.loads[top[1]],
+                       "objective": round(judged[top], 6)}
     if running is not None:
         out["running"] = dict(running)
     return out

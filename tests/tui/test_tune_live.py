@@ -133,8 +133,14 @@ def test_the_tune_table_is_written_after_each_step_and_ends_without_running(home
     after = next(t for t in tables if "running" not in t and len(t.get("path", [])) == 1)
     assert after["path"] == path[:1]
     assert after["best"] == {"server_args": "", "concurrency": path[0]["concurrency"],
-                             "objective": path[0]["objective"], "step": 1}
+                             "objective": path[0]["objective"]}
     assert "stop" not in after  # a table written while the search ran
+    # the last table written before the final one: its best so far is the answer's (a cell measured again: its mean)
+    last = [t for t in tables if "stop" not in t][-1]
+    assert last["path"] == path
+    assert {k: last["best"][k] for k in ("server_args", "concurrency")} == \
+        {k: final["best"][k] for k in ("server_args", "concurrency")}
+    assert last["best"]["objective"] == pytest.approx(final["best"]["objective"], rel=1e-5)
 
 
 async def test_attach_opens_a_tune_session_on_its_tune_view(home: Path) -> None:
