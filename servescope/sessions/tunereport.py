@@ -134,9 +134,8 @@ def progress_lines(table: object, status: str = "running") -> list[str]:
     budget, grid = table.get("budget"), table.get("grid_cells")
     run = running_of(table)
     if status == "running":
-        k = run.get("step") if run is not None else done
-        head = (f"searching: step {k} of budget {budget} ({grid} cells in the grid), {done} measured"
-                + ("" if run is not None else ", choosing the next"))
+        head = (f"searching: step {run.get('step')} of budget {budget} ({grid} cells in the grid)" if run is not None
+                else f"searching: {done} of budget {budget} cells measured ({grid} in the grid), choosing the next")
     else:
         head = f"the search did not finish: {status}; {done} of budget {budget} cells measured ({grid} in the grid)"
     best = table.get("best")
