@@ -133,7 +133,8 @@ def tune_command(args: argparse.Namespace) -> int:
             writer.save_meta()
             band = f" (predicted [{_f(st.band[0])}, {_f(st.band[1])}])" if st.band else ""
             print(clean_text(f"step {st.n}/{budget}: c={st.concurrency} {space.settings[st.setting].label}"
-                             f"{' [relaunched]' if st.relaunch else ''}: {objective} {_f(st.value)} {unit}{band}"
+                             f"{' [relaunched]' if st.relaunch else ''}: "
+                             f"{'skipped' if st.skipped else f'{objective} {_f(st.value)} {unit}'}{band}"
                              f" - {st.why}"), file=out, flush=True)
 
         tuner = Tuner(space, objective, budget, model, measurer, on_step=on_step)
@@ -174,6 +175,7 @@ def format_result(t: dict[str, object], launch: str | None, out: TextIO | None =
         band = st.get("band") or []
         pred = f" (predicted {_f(band[0])}-{_f(band[1])})" if len(band) == 2 else ""
         lines.append(f"  {st['step']}. c={st['concurrency']} {st['server_args'] or 'as launched'}"
-                     f"{' [relaunch]' if st.get('relaunch') else ''}: {_f(float(st['objective']))} {unit}{pred}"
+                     f"{' [relaunch]' if st.get('relaunch') else ''}: "
+                     f"{'skipped' if st.get('skipped') else _f(float(st['objective'])) + ' ' + unit}{pred}"
                      f" - {st['why']}")
     return "\n".join(clean_text(x) for x in lines)

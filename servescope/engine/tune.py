@@ -357,6 +357,7 @@ class Measured:
     attainment: float | None = None
     session: str = ""  # where its requests are stored
     ci: tuple[float, float] | None = None  # the value's 95% interval
+    skipped: bool = False  # the user skipped the cell (the app's `s` on it): no value, not counted as data
 
 
 class Measurer(Protocol):
@@ -392,6 +393,7 @@ class Step:
     chance: float | None
     relaunch: bool
     session: str = ""
+    skipped: bool = False  # the user skipped it: its value is not data, and the search does not ask for it again
 
 
 @dataclass
@@ -437,6 +439,7 @@ class Tuner:
         self.current: int | None = None  # the setting running now
         self.confirmed_cells: set[tuple[int, int]] = set()  # cells measured a second time to confirm them
         self.values: dict[tuple[int, int], list[float]] = {}  # each measurement of a cell measured more than once
+        self.skipped: set[tuple[int, int]] = set()  # cells the user skipped: never data, never asked for again
 
     # -- measuring
     def _measure(self, cell: tuple[int, int], why: str, band: tuple[float, float] | None,
@@ -445,8 +448,11 @@ class Tuner:
         relaunch = self.current is not None and self.current != s
         m = self.measurer.measure(self.space.settings[s], self.space.loads[ld])
         self.current = s
+        if m.skipped:
+            self.skipped.add(cell)
+            why += " (skipped by the user: not counted)"
         step = Step(len(self.steps) + 1, s, ld, self.space.loads[ld], why, m.value, band, chance, relaunch,
-                    m.session)
+                    m.session, m.skipped)
         self.steps.append(step)
         if self.on_step is not None:
             self.on_step(step)
@@ -469,7 +475,7 @@ class Tuner:
         out = []
         for s in range(len(self.space.settings)):
             for ld in range(len(self.space.loads)):
-                if (s, ld) in self.observed:
+                if (s, ld) in self.observed or (s, ld) in self.skipped:
                     continue
                 p = self.model.predict(s, ld)
                 out.append(((s, ld), p, p.chance_to_beat(best, self.objective)))
@@ -495,7 +501,11 @@ class Tuner:
             raise ServescopeError(f"--budget {self.budget}: the first design alone takes {len(first)} cells; give "
                                   f"--budget {len(first) + 1} or more (the full grid is {self.space.cells} cells)")
         for cell in first:
-            self.observed[cell] = self._measure(cell, "design", None, None)
+            m = self._measure(cell, "design", None, None)
+            if not m.skipped:
+                self.observed[cell] = m
+        if not self.observed:
+            return self._result("every cell of the first design was skipped")
         self.model.update(self.observed)
         stop = ""
         while True:
@@ -515,8 +525,9 @@ class Tuner:
                         why = ("measure again: the best" if cell == top else
                                f"measure again: within {spread:.0%} of the best {_fmt(best_now)}")
                         m = self._measure(cell, why, self._band_of(cell), None)
-                        self.observed[cell] = _merged(self.observed[cell], m, self.values.setdefault(cell, []),
-                                                      self.objective)
+                        if not m.skipped:
+                            self.observed[cell] = _merged(self.observed[cell], m, self.values.setdefault(cell, []),
+                                                          self.objective)
                     self.model.update(self.observed)
                     continue
                 if self._confirmed() or top in self.confirmed_cells:
@@ -524,14 +535,19 @@ class Tuner:
                     break
                 self.confirmed_cells.add(top)  # measured again once: a second look at a surprise
                 m = self._measure(top, "confirm the best", self._band_of(top), None)
-                self.observed[top] = _merged(self.observed[top], m, self.values.setdefault(top, []), self.objective)
+                if not m.skipped:
+                    self.observed[top] = _merged(self.observed[top], m, self.values.setdefault(top, []),
+                                                 self.objective)
                 self.model.update(self.observed)
                 continue
             cell, pred, chance = pick
             band = pred.band(self.objective)
             self.prior_band[cell] = band
             _, best = self.best()
-            self.observed[cell] = self._measure(cell, f"chance {chance:.0%} to beat {_fmt(best)}", band, chance)
+            m = self._measure(cell, f"chance {chance:.0%} to beat {_fmt(best)}", band, chance)
+            if m.skipped:
+                continue
+            self.observed[cell] = m
             self.model.update(self.observed)
         return self._result(stop)
 
@@ -564,14 +580,14 @@ class Tuner:
         cell, value = self.best()
         if cell is None:
             return False
-        if cell in self.confirmed_cells:
-            vals = self.values.get(cell, [])
+        vals = self.values.get(cell, [])
+        if cell in self.confirmed_cells and len(vals) > 1:  # (a second measurement the user skipped: not one)
             lo, hi = min(vals), max(vals)
             # its measurements agree, or it still leads on the pooled values once every rival within the
             # run-to-run spread was measured again too
             return hi <= 0 or (hi - lo) / hi <= CONFIRM_REL or not self.rechecks()
         band = self.prior_band.get(cell)
-        first = next((s.value for s in self.steps if (s.setting, s.load) == cell), value)
+        first = next((s.value for s in self.steps if (s.setting, s.load) == cell and not s.skipped), value)
         return band is not None and band[0] * (1 - 1e-9) <= first <= band[1] * (1 + 1e-9)
 
     def _result(self, stop: str) -> TuneResult:

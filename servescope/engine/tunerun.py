@@ -209,7 +209,10 @@ def measured_from(path: str, objective: Objective, slos: dict[str, float], concu
         goods.append(good)
         pooled += m
     if not goodputs:
-        return Measured(0.0, [], 0.0, False, 0.0, 0.0, path, (0.0, 0.0))
+        # skipped by the user (the app's `s` on the running cell): no value; a failed cell is a 0 (a server that
+        # fails at this setting and load serves nothing there)
+        skipped = any(r.get("status") == "skipped" for r in s.cells.to_dicts())
+        return Measured(0.0, [], 0.0, False, 0.0, 0.0, path, (0.0, 0.0), skipped=skipped)
     gp, at = statistics.median(goodputs), statistics.median(attain)
     meets = at >= SLO_ATTAINMENT
     wall_mean = sum(walls) / len(walls)
@@ -264,7 +267,7 @@ def tune_table(result: TuneResult, launch: str | None, root: Path, started: floa
 def path_table(sp: Space, steps: Sequence[Step], root: Path) -> list[dict[str, object]]:
     """The [tune] table's `path`: one row a measured cell, in order."""
     return [{"step": st.n, "server_args": sp.settings[st.setting].text, "concurrency": st.concurrency,
-             "why": st.why, "objective": round(st.value, 6), "relaunch": st.relaunch,
+             "why": st.why, "objective": round(st.value, 6), "relaunch": st.relaunch, "skipped": st.skipped,
              "band": [round(x, 6) for x in st.band] if st.band else [],
              "cell": str(Path(st.session).relative_to(root)) if st.session else ""}
             for st in steps]
@@ -287,10 +290,11 @@ def progress_table(sp: Space, objective: Objective, budget: int, steps: Sequence
         "cells_measured": len(steps),
         "path": path_table(sp, steps, root),
     }
-    if steps:  # the best measured cell as the search judges it (servescope.engine.tune: Tuner.best, _merged)
+    if any(not st.skipped for st in steps):  # the best measured cell as the search judges it (servescope.engine.tune: Tuner.best, _merged)
         values: dict[tuple[int, int], list[float]] = {}
         for st in steps:
-            values.setdefault((st.setting, st.load), []).append(st.value)
+            if not st.skipped:
+                values.setdefault((st.setting, st.load), []).append(st.value)
         # a cell measured again: the mean of its values (goodput); capacity: met once and missed once is not met
         judged = {c: (min(v) if objective == "capacity" else sum(v) / len(v)) for c, v in values.items()}
         top = max(judged, key=lambda c: (judged[c], -c[1], -c[0]))  # ties: the lower load, the earlier setting

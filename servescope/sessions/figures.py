@@ -285,7 +285,8 @@ def _tune(rep: SessionReport) -> FigureSpec | None:
         return None
     path = table.get("path")
     steps = [st for st in (path if isinstance(path, list) else []) if isinstance(st, dict)
-             and isinstance(st.get("objective"), (int, float)) and isinstance(st.get("step"), int)]
+             and isinstance(st.get("objective"), (int, float)) and isinstance(st.get("step"), int)
+             and not st.get("skipped")]  # a cell the user skipped has no value to draw
     if not steps:
         return None
     unit, objective = str(table.get("unit", "")), str(table.get("objective", ""))

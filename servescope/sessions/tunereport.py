@@ -27,6 +27,11 @@ def _f(v: object) -> str:
 fmt_value = _f  # a tune figure's value as the section's tables print it (3 significant digits)
 
 
+def step_value(st: Mapping[str, object]) -> str:
+    """A path row's value as the tables print it: `skipped` for a cell the user skipped (it has none)."""
+    return "skipped" if st.get("skipped") else _f(st.get("objective"))
+
+
 def tune_section(table: object, level: int) -> list[str]:
     """The tune section, or [] when the table is missing (a search that did not finish)."""
     if not isinstance(table, Mapping):
@@ -75,7 +80,7 @@ def _md_path(table: Mapping[str, object], h: str, unit: str, objective: str) -> 
             pred = f"{_f(band[0])}-{_f(band[1])}" if isinstance(band, list) and len(band) == 2 else "-"
             relaunch = " (relaunched)" if st.get("relaunch") else ""
             out.append(f"| {st.get('step')} | `{md_escape(str(st.get('server_args') or 'as launched'))}`"
-                       f"{relaunch} | {st.get('concurrency')} | {_f(st.get('objective'))} | {pred} | "
+                       f"{relaunch} | {st.get('concurrency')} | {step_value(st)} | {pred} | "
                        f"{md_escape(str(st.get('why', '')))} |")
         out += ["", "Each step's cell is a session of its own under `cells/` in this session's directory "
                 "(`servescope report` on it shows its figures).", ""]
@@ -164,7 +169,7 @@ def path_rows(table: object) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
         band = st.get("band")
         pred = f"{_f(band[0])}-{_f(band[1])}" if isinstance(band, list) and len(band) == 2 else "-"
         args = str(st.get("server_args") or "as launched") + (" (relaunched)" if st.get("relaunch") else "")
-        rows.append((str(st.get("step")), args, str(st.get("concurrency")), _f(st.get("objective")), pred,
+        rows.append((str(st.get("step")), args, str(st.get("concurrency")), step_value(st), pred,
                      str(st.get("why", ""))))
     return heads, rows
 

@@ -342,3 +342,46 @@ def test_a_goodput_cell_measured_twice_is_the_mean_even_when_one_measurement_mis
     assert _merged(a, b, [], "goodput").value == pytest.approx(1.8)
     cap_a, cap_b = Measured(16.0, [0.1], 1.0, True), Measured(0.0, [0.1], 1.0, False)
     assert _merged(cap_a, cap_b, [], "capacity").value == 0.0  # capacity: met once and missed once is not met
+
+
+class SkippingServer(FakeServer):
+    """FakeServer on which the user skips the cells in `skip` (the app's `s` on the running cell): no value."""
+
+    def __init__(self, skip: set[tuple[str, int]]) -> None:
+        super().__init__("goodput")
+        self.skip = skip
+        self.measured: list[tuple[str, int]] = []
+
+    def measure(self, setting: Setting, concurrency: int) -> Measured:
+        m = super().measure(setting, concurrency)
+        key = (setting.value("--max-num-seqs") or "", concurrency)
+        self.measured.append(key)
+        if key in self.skip:
+            return Measured(0.0, [], 0.0, False, 0.0, 0.0, "", (0.0, 0.0), skipped=True)
+        return m
+
+
+def test_a_skipped_cell_is_not_data_and_is_not_asked_for_again() -> None:
+    # the grid's best (--max-num-seqs 16 at 8 users, 16.7 req/s) is skipped by the user when the search gets to
+    # it: it must not count as 0 req/s in the model or the best, and the search must not measure it again
+    space = Space((Dim("--max-num-seqs", SEQS, True),), LOADS)
+    first = Tuner(space, "goodput", space.cells // 3, FakeModel(space), FakeServer()).run()
+    assert first.best is not None
+    top = (space.settings[first.best[0]].value("--max-num-seqs") or "", space.loads[first.best[1]])
+    server = SkippingServer({top})
+    t = Tuner(space, "goodput", space.cells // 3, FakeModel(space), server)
+    res = t.run()
+    assert server.measured.count(top) == 1  # asked for once, skipped, never again
+    [skipped] = [st for st in res.steps if st.skipped]
+    assert "skipped by the user" in skipped.why
+    assert (skipped.setting, skipped.load) not in t.observed  # no 0 req/s in what the model learns from
+    assert res.best is not None and res.best != (skipped.setting, skipped.load)
+    assert res.best_value > 0
+
+
+def test_a_search_whose_design_was_all_skipped_ends_without_a_best() -> None:
+    space = Space((Dim("--max-num-seqs", SEQS, True),), LOADS)
+    skip = {(s.value("--max-num-seqs") or "", c) for s in space.settings for c in space.loads}
+    res = Tuner(space, "goodput", 10, FakeModel(space), SkippingServer(skip)).run()
+    assert res.best is None and res.stop_reason == "every cell of the first design was skipped"
+    assert res.cells_measured == 3
