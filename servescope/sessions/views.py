@@ -231,7 +231,12 @@ def cell_views(session: Session, include_skipped: bool = False) -> list[CellView
 def cell_counts(session: Session) -> tuple[int, int]:
     """(completed, planned): the cells saved as `done` and the cells the sweep planned, as every list of
     sessions shows them ("2/3": the app's Sessions screen and `servescope sessions` alike). A skipped,
-    stopped or interrupted cell is planned but not completed."""
+    stopped or interrupted cell is planned but not completed. A tune session (`servescope tune`): the cells its
+    search measured of its budget (each cell a session of its own under cells/)."""
+    tune = session.meta.get("tune") if session.info.kind == "tune" else None
+    if isinstance(tune, Mapping):
+        steps = tune.get("path")
+        return len(steps) if isinstance(steps, list) else 0, int(str(tune.get("budget") or 0))
     planned = session.info.cells
     if planned:
         return sum(1 for c in planned if c.status == "done"), len(planned)

@@ -45,3 +45,20 @@ def test_best_cell_is_its_first_measurement() -> None:
     t = tune_table()
     assert best_cell_dir(Path("/s"), t) == Path("/s/cells/004-c8-max-num-seqs32")  # step 5 measured it again
     assert best_cell_dir(Path("/s"), {}) is None
+
+
+def test_lists_count_a_tunes_cells_measured_of_its_budget(tmp_path: Path) -> None:
+    # `servescope sessions`, the app's Sessions screen and compare --json all count through cell_counts: a tune
+    # session has no cells of its own (they are sessions under cells/), so its count is the search's
+    from servescope.sessions.views import cell_counts
+
+    assert cell_counts(load_session(write_tune_session(tmp_path / "t"))) == (5, 6)
+
+
+def test_one_relaunch_is_singular() -> None:
+    from servescope.sessions.tunereport import tune_section, tune_summary
+
+    table = tune_table()
+    table["relaunches"] = 1
+    assert any("1 relaunch," in x for x in tune_summary(table)), tune_summary(table)
+    assert any("1 relaunch," in x for x in tune_section(table, 2))

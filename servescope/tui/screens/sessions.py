@@ -24,7 +24,14 @@ from servescope.core.results import CellResult, GpuWindow, TelemetryWindow
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
-from servescope.sessions.tunereport import is_partial, path_rows, progress_lines, running_of, tune_summary
+from servescope.sessions.tunereport import (
+    is_partial,
+    is_tune_session,
+    path_rows,
+    progress_lines,
+    running_of,
+    tune_summary,
+)
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
 from servescope.tui.screens.tunelive import Attaches, CellProgress, running_line
@@ -87,11 +94,7 @@ def session_row(path: Path) -> tuple[str, ...]:
     model = clean_text(info.model).rstrip("/").split("/")[-1]
     tags = ",".join(f"{k}={v}" for k, v in info.tags.items())
     wls = sorted({str(w.get("name", "?")).split("/")[0] for w in info.workloads})
-    done, planned = cell_counts(s)  # completed of planned, as `servescope sessions` counts them
-    tune = s.meta.get("tune") if info.kind == "tune" else None
-    if isinstance(tune, Mapping):  # a tune: its cells measured of its budget (each cell a session of its own)
-        steps = tune.get("path")
-        done, planned = len(steps) if isinstance(steps, list) else 0, int(str(tune.get("budget") or 0))
+    done, planned = cell_counts(s)  # completed of planned (a tune: measured of its budget), as `servescope sessions`
     return ("", started, clean_text(info.name if info.name is not None else path.name), s.status,
             clean_text(info.target.url), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
 
@@ -240,7 +243,9 @@ class SessionsScreen(Screen[None]):
             self.notify("no session to delete", severity="warning", markup=False)
             return
         if self._sweep_running(p):
-            self.notify(f"{p.name} is running: attach (a) and stop it (x) first", severity="warning", markup=False)
+            what = ("its search is running: stop `servescope tune` (Ctrl-C where it runs) first" if is_tune_session(p)
+                    else "attach (a) and stop it (x) first")
+            self.notify(f"{p.name} is running: {what}", severity="warning", markup=False)
             return
         trash = self.base / TRASH
 
