@@ -130,6 +130,15 @@ def tune_command(args: argparse.Namespace) -> int:
                 writer.meta["model"], writer.meta["models_json"] = info.model, info.models_json or ""
                 if info.max_model_len:
                     writer.meta["max_model_len"] = info.max_model_len
+                # the server as the cell met it: which engine and version answered (the search's own target line
+                # said only its command or URL)
+                was = writer.meta.get("target")
+                tgt: dict[str, object] = dict(was) if isinstance(was, dict) else {}
+                for key, value in (("engine", info.target.engine), ("version", info.target.version),
+                                   ("metrics", info.target.metrics)):
+                    if value is not None:
+                        tgt[key] = value
+                writer.meta["target"] = tgt
             writer.save_meta()
             band = f" (predicted [{_f(st.band[0])}, {_f(st.band[1])}])" if st.band else ""
             print(clean_text(f"step {st.n}/{budget}: c={st.concurrency} {space.settings[st.setting].label}"

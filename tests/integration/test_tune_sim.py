@@ -41,6 +41,8 @@ def test_small_tune_against_the_simulator(tmp_path: Path) -> None:
     session = Path(out["session"])
     meta = tomllib.loads((session / "session.toml").read_text())
     assert meta["kind"] == "tune" and meta["status"] == "completed"
+    # the server as its cells met it (the app's head says "vLLM <version>", not "vLLM ?")
+    assert meta["target"]["engine"] == "vllm" and meta["target"]["version"], meta["target"]
     tune = meta["tune"]
     assert len(tune["path"]) == out["cells_measured"]
     assert tune["best"]["serve"].startswith("servescope sim --profile tiny --max-num-seqs ")
