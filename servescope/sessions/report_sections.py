@@ -127,7 +127,7 @@ def _setup(rep: SessionReport) -> list[str]:
                               + f" {t.version or '(version not reported)'}")),
         ("server arguments", redact_command(clean_text(" ".join(map(str, args)) if isinstance(args, list)
                                                      else str(args)))
-         if args else "not known (servescope did not launch the server)"),
+         if args else _no_args_text(rep.session.info.kind, bool(server and server.launch))),
         *([("server variants", "; ".join(f"{i + 1}: {redact_command(clean_text(str(v)))}"
                                        for i, v in enumerate(server.variants))
             + " (the sweep ran once per variant, the server relaunched; each variant's results have their own "
@@ -149,6 +149,15 @@ def _setup(rep: SessionReport) -> list[str]:
     out = ["## Setup", "", "| | |", "|---|---|"]
     out += [f"| {k} | {md_escape(v)} |" for k, v in rows]
     return out + [""]
+
+
+def _no_args_text(kind: str | None, launched: bool) -> str:
+    """The setup's server arguments when the session has none recorded."""
+    if kind == "tune":
+        return "searched (see the tune section; each cell's own session holds the arguments it ran with)"
+    if launched:
+        return "not reported by the server servescope launched"
+    return "not known (servescope did not launch the server)"
 
 
 def _kv_text(kv: float | None, budget: Mapping[str, object] | None) -> str:

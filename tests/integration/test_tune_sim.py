@@ -64,6 +64,7 @@ def test_small_tune_against_the_simulator(tmp_path: Path) -> None:
     assert "## Tune: the best server setting" in rep.stdout
     assert "### Search path" in rep.stdout
     assert "Serve it: `servescope sim --profile tiny --max-num-seqs" in rep.stdout
+    assert "searched (see the tune section" in rep.stdout and "did not launch the server" not in rep.stdout
 
 
 @pytest.mark.parametrize("args, says", [
