@@ -90,3 +90,31 @@ def test_search_without_launch_is_refused(tmp_path: Path) -> None:
     assert p.returncode != 0
     assert "--search changes server flags: give --launch" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_each_measurement_of_a_search_sends_its_own_prompts(tmp_path: Path) -> None:
+    # every cell of a search is cell 0 of a one-cell sweep; with the search's seed alone, a cell measured after
+    # another on the same server sent that cell's prompts again and the server's prefix cache served them (goodput
+    # up to 1.6 times the same cell measured first): the second measurement here must find nothing cached
+    from servescope.engine.spec import RunContext, SweepSpec
+    from servescope.engine.tune import Setting
+    from servescope.engine.tunerun import LiveMeasurer
+    from servescope.sessions.store import load_session
+    from servescope.workloads.spec import load_toml
+
+    w = load_toml(Path(_workload(tmp_path)))[0]
+    spec = SweepSpec(launch="servescope sim --profile tiny", workloads=(w,), slos={"ttft_ms": 2000.0}, requests=8,
+                     telemetry_interval_s=None)
+    m = LiveMeasurer(spec, RunContext(), tmp_path / "tune", "goodput", 8)
+    try:
+        first = m.measure(Setting((("--max-num-seqs", "8"),)), 4)
+        again = m.measure(Setting((("--max-num-seqs", "8"),)), 4)
+    finally:
+        m.close()
+    assert m.relaunches == 0  # one server served both
+    rates = []
+    for got in (first, again):
+        [s] = load_session(got.session).summaries()
+        assert s is not None and s.prefix_cache_hit_rate is not None, got.session
+        rates.append(s.prefix_cache_hit_rate)
+    assert rates[1] < 0.05, rates  # nothing the first measurement sent was sent again
