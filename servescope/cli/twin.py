@@ -26,6 +26,7 @@ from servescope.engine.whatif import (
     capacity_row,
     capacity_tasks,
     confirm_pairs,
+    confirm_seed,
     record_confirmation,
 )
 from servescope.engine.whatifcap import check_whatif_loads
@@ -275,7 +276,8 @@ def _confirm(args: argparse.Namespace, session: Any, preds: list[Any], out: What
         n = args.requests or max(p.requests or requests_for(p.load, None) for p in ps)  # as predicted
         spec = base.replace(name=f"{session.info.name or session.path.name}-confirm", workloads=(by_name[name],),
                             concurrency=tuple(closed) if closed else None, rates=tuple(rates) if rates else None,
-                            requests=n, duration_s=None, warmup=0, repeat=1, variants=())
+                            requests=n, duration_s=None, warmup=0, repeat=1, variants=(),
+                            seed=confirm_seed(session, base.seed))
         ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
                          sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
         print(f"confirming {name}: running {len(ps)} cell(s) for real against {spec.target_text} ...", file=sys.stderr,

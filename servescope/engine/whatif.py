@@ -160,6 +160,25 @@ def confirm_pairs(preds: Sequence[Prediction], measured: Sequence[Mapping[str, o
     return out
 
 
+CONFIRM_SEED_STEP = 1_000  # confirming run k of a session runs with its seed + k x this: prompts of its own
+
+
+def confirm_seed(session: Session, base_seed: int) -> int:
+    """The seed of the next confirming run: the session's seed moved on by one step per confirming run recorded,
+    so that its prompts are neither the session's (a server's prefix cache would serve those again: a faster
+    TTFT than the twin's) nor an earlier confirming run's."""
+    runs: set[str] = set()
+    try:
+        for line in (twin_dir(session) / CONFIRM_FILE).read_text(encoding="utf-8").splitlines():
+            try:
+                runs.add(str(json.loads(line).get("confirm_session")))
+            except (ValueError, AttributeError):
+                continue
+    except OSError:
+        pass
+    return base_seed + CONFIRM_SEED_STEP * (len(runs) + 1)
+
+
 def record_confirmation(session: Session, pairs: Sequence[ConfirmPair], confirm_session: str,
                         knobs: Knobs) -> None:
     """Append the pairs to SESSION/twin/confirm.jsonl (the twin's track record, shown by reports)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from servescope.sessions.store import load_session
 from tests.integration.helpers import metrics, run_json, servescope
 
 TINY = Path(__file__).resolve().parents[2] / "servescope/sim/profiles/tiny.toml"
@@ -134,12 +135,13 @@ def test_capacity_confirm_and_the_track_record(tmp_path: Path) -> None:
     # tiny with a 30 ms API front end instead of 4 ms: its TTFT was a few ms, so a few ms of scheduling delay on a
     # busy machine moved the twin's error at c=2 from -3% to -20% run to run. The twin fits the front end like
     # any other cost, and recognises the model by its served name (tiny). One server for the fit and the confirming
-    # run (prefix caching off: the confirming run sends the fit's prompts again)
+    # run, its prefix cache on: the confirming run sends prompts of its own (it sent the session's again, and the
+    # cache served them)
     profile = tmp_path / "tiny-frontend.toml"
     profile.write_text(TINY.read_text().replace("\nfrontend_ms = 4\n", "\nfrontend_ms = 30\n", 1))
     assert "frontend_ms = 30" in profile.read_text()
     w = _workload(tmp_path, "short", 256, 32)
-    with start_sim(str(profile), ["--no-enable-prefix-caching"]) as sim:
+    with start_sim(str(profile)) as sim:
         run_json("--url", sim.url, "-w", w, "-c", "1,4", "-n", "16", "--save", str(tmp_path / "s"))
         out = _whatif(str(tmp_path / "s"), "-c", "2,8", "-n", "24", "--confirm")  # fits first: no twin yet
     assert (tmp_path / "s" / "twin" / "profile.toml").is_file()
@@ -157,6 +159,8 @@ def test_capacity_confirm_and_the_track_record(tmp_path: Path) -> None:
         assert c["error"]["output_tok_s"] == pytest.approx(got)
     (confirm_session,) = out["confirm"]["sessions"]
     assert Path(confirm_session, "session.toml").is_file()
+    hits = [s.prefix_cache_hit_rate for s in load_session(confirm_session).summaries() if s is not None]
+    assert hits and all(h is not None and h < 0.05 for h in hits), hits  # nothing the session sent was sent again
     record = [json.loads(x) for x in (tmp_path / "s" / "twin" / "confirm.jsonl").read_text().splitlines()]
     assert [r["concurrency"] for r in record] == [2, 8] and all(r["confirm_session"] == confirm_session for r in record)
     # the track record is in the session's report
