@@ -34,6 +34,7 @@ __all__ = ["CellAttempt"]
 # wakes the load's loop and the bus's writer thread and writes to the event log, CPU taken from the load
 LIVE_BATCH_S = 0.5
 CALIBRATED_TOLERANCE = 0.03  # calibrated input lengths (no /tokenize) this far from the request, on average, are said
+SEEN_BEFORE_HIT = 0.3  # a cell of distinct prompts whose prefix cache hits reach this share: the server saw them before
 
 
 class CellAttempt:
@@ -169,6 +170,14 @@ class CellAttempt:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {sent:,} requests cycled "
                                     f"{pool:,} distinct prompts (at most {pool:,} are built for a cell); a repeat may "
                                     "be served from the server's prefix cache")
+        elif (summary is not None and (hit := summary.prefix_cache_hit_rate) is not None and hit >= SEEN_BEFORE_HIT
+              and cell.workload.kind == "single" and not cell.workload.dataset and not cell.workload.shared_tokens):
+            # every prompt of this cell is its own window of the corpus, so its prefix cache hits mean the server has
+            # seen these prompts before: a session with the same seed against the same server
+            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): the server's prefix cache served "
+                                    f"{hit:.0%} of the prompt tokens, though no two of this cell's prompts share a "
+                                    "start: the server has seen these prompts before (a run with the same --seed "
+                                    "against it), so TTFT reads low; give another --seed or restart the server")
         mm = summary.input_tokens_mismatch if summary is not None else None
         if summary is not None and summary.input_lengths == "calibrated":
             # sized on the server's usage: a few tokens off each is expected; the mean is what is said when it is far
