@@ -14,8 +14,13 @@ launching every setting once) and a cell's grid value is the mean of its R measu
 far a cell's measurements lay apart (the run-to-run spread). The table also judges each pick on the pooled
 measurements: every cell's mean over the grid's measurements and every live tune run's measurements of it.
 
+Selection and judgement on the same measurements favour whatever measured high by chance (the grid's optimum is
+the highest of 30 noisy values; tune's pick, the highest of its own): `--verify K` then measures afresh, K times
+each, the grid's three best cells and every run's pick, and judges each pick by its fresh mean against the best
+fresh mean (`--verify-from results.json` does only this, for a run whose results were saved with `--out`).
+
 Usage: .venv/bin/python benchmarks/tune_vs_grid.py [--profiles dense,moe,kv] [--runs 2] [--replays 1]
-       [--grid-repeat 2] [--keep DIR] [--out results.json]   (on a quiet machine: other work widens the spread)
+       [--grid-repeat 2] [--keep DIR] [--out results.json] [--verify 4] [--verify-from results.json]   (on a quiet machine: other work widens the spread)
 """
 
 from __future__ import annotations
@@ -127,6 +132,60 @@ def pick_slos(paths: dict[tuple[int, int], list[str]], space: Space) -> dict[str
     return {"ttft_ms": round(10 * ttft, 1), "tpot_ms": round(1.5 * tpot, 2)}
 
 
+def parse_cell(label: str, space: Space) -> tuple[int, int]:
+    """`--max-num-seqs 64 c=16` -> (setting index, load index)."""
+    setting, c = label.rsplit(" c=", 1)
+    return [st.label for st in space.settings].index(setting), space.loads.index(int(c))
+
+
+def verify(row: dict, w: Workload, root: Path, k: int) -> None:  # type: ignore[type-arg]
+    """Measure the grid's three best cells and every run's pick K times afresh (rounds over the cells, each round
+    grouped by setting); add each cell's fresh values, the verified optimum and each pick's ratio to `row`."""
+    space = Space((Dim("--max-num-seqs", SEQS, log_scale=True),), LOADS)
+    slos = row["slos"]
+    grid_means: dict[str, float] = row.get("grid_means") or {}
+    if not grid_means:  # a results.json from before grid_means was saved: from the kept grid's sessions
+        paths, _ = run_grid(row["name"], w, root / "grid", space, row.get("grid_repeat", 1))
+        grid_means = {f"{space.settings[c[0]].label} c={space.loads[c[1]]}": statistics.fmean(
+            measured_from(x, "goodput", slos, space.loads[c[1]]).value for x in ps[:row.get("grid_repeat", 1)])
+            for c, ps in paths.items()}
+        row["grid_means"] = grid_means
+    cells = sorted(grid_means, key=lambda c: -grid_means[c])[:3]
+    cells += [t["pick"] for t in row["tune"] if t["pick"] not in cells]
+    order = sorted(cells, key=lambda c: parse_cell(c, space))
+    spec = base_spec(row["name"], w, slos)
+    m = LiveMeasurer(spec, RunContext(), root / f"verify-{int(time.time())}", "goodput", MIN_REQUESTS)
+    fresh: dict[str, list[float]] = {c: [] for c in cells}
+    try:
+        for r in range(k):
+            for c in (order if r % 2 == 0 else order[::-1]):  # the running setting first: a relaunch saved
+                s_i, l_i = parse_cell(c, space)
+                fresh[c].append(m.measure(space.settings[s_i], space.loads[l_i]).value)
+                print(f"  verify {r + 1}/{k} {c}: {fresh[c][-1]:.2f} req/s", file=sys.stderr, flush=True)
+    finally:
+        m.close()
+    means = {c: statistics.fmean(v) for c, v in fresh.items()}
+    best = max(means, key=lambda c: means[c])
+    row["verify"] = {"k": k, "fresh": fresh, "optimum": best, "optimum_value": means[best]}
+    for t in row["tune"]:
+        t["verified_at_pick"] = means[t["pick"]]
+        t["verified_ratio"] = means[t["pick"]] / means[best] if means[best] > 0 else 1.0
+
+
+def print_verify(rows: list) -> None:  # type: ignore[type-arg]
+    print()
+    print("| profile | cells measured afresh (mean of K, req/s) | verified optimum | tune pick: its fresh mean |")
+    print("|---|---|---|---|")
+    for r in rows:
+        v = r.get("verify")
+        if not v:
+            continue
+        cells = "; ".join(f"{c}: {statistics.fmean(x):.2f} ({min(x):.2f}-{max(x):.2f})" for c, x in v["fresh"].items())
+        for t in r["tune"]:
+            print(f"| {r['profile']} | {cells} | {v['optimum']}: {v['optimum_value']:.2f} req/s (K={v['k']}) | "
+                  f"{t['mode']}: {t['pick']}: {t['verified_at_pick']:.2f} req/s ({t['verified_ratio']:.1%}) |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profiles", default="dense,moe,kv")
@@ -134,9 +193,21 @@ def main() -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--keep", default="", help="keep the grids' sessions here (and reuse them when there)")
     ap.add_argument("--replays", type=int, default=0, help="tune runs reading the grid's cells instead of measuring")
+    ap.add_argument("--verify", type=int, default=0, help="measure the grid's best cells and the picks K times afresh")
+    ap.add_argument("--verify-from", default="", help="only verify: the results.json of a run (--out)")
     ap.add_argument("--grid-repeat", type=int, default=2, help="measure the grid this many times; a cell's value is "
                     "the mean")
     a = ap.parse_args()
+    if a.verify_from:
+        rows = json.loads(Path(a.verify_from).read_text())
+        with tempfile.TemporaryDirectory(prefix="tune-verify-") as tmp:
+            for row in rows:
+                if row["profile"] in a.profiles.split(","):
+                    verify(row, workload(Path(tmp)), Path(a.keep or tmp) / row["profile"], a.verify or 4)
+        print_verify(rows)
+        if a.out:
+            Path(a.out).write_text(json.dumps(rows, indent=1))
+        return 0
     rows = []
     for key in a.profiles.split(","):
         profile = PROFILES[key]
@@ -206,12 +277,16 @@ def main() -> int:
                          "pooled_cells": {f"{space.settings[c[0]].label} c={space.loads[c[1]]}": v
                                           for c, v in pooled.items() if len(v) > 1},
                          "grid_repeat": a.grid_repeat,
+                         "grid_means": {f"{space.settings[c[0]].label} c={space.loads[c[1]]}": v
+                                        for c, v in values.items()},
                          "spread_median": statistics.median(spreads) if spreads else None,
                          "spread_p90": spreads[int(0.9 * (len(spreads) - 1))] if spreads else None,
                          "spread_at_optimum": ((max(measured[opt_cell]) - min(measured[opt_cell])) / opt
                                                if len(measured[opt_cell]) > 1 and opt > 0 else None),
                          "random_median_ratio": statistics.median(rand),
                          "random_within_5pct": sum(x >= 0.95 for x in rand) / len(rand)})
+            if a.verify:
+                verify(rows[-1], w, root, a.verify)
             print(json.dumps(rows[-1]), flush=True)
     print()
     print("| profile | grid: cells, wall per pass | grid optimum (goodput, mean of the passes) "
@@ -232,6 +307,8 @@ def main() -> int:
                   f"({t['pooled_ratio']:.1%}) | {t['cells']}, {t['relaunches']}, {t['wall_s']:.0f} s | "
                   f"{r['random_median_ratio']:.1%}, {r['random_within_5pct']:.0%} | {pct(r['spread_median'])}, "
                   f"{pct(r['spread_p90'])}, {pct(r['spread_at_optimum'])} |")
+    if a.verify:
+        print_verify(rows)
     if a.out:
         Path(a.out).write_text(json.dumps(rows, indent=1))
     return 0
