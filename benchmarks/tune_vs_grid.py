@@ -16,8 +16,8 @@ measurements: every cell's mean over the grid's measurements and every live tune
 
 Selection and judgement on the same measurements favour whatever measured high by chance (the grid's optimum is
 the highest of 30 noisy values; tune's pick, the highest of its own): `--verify K` then measures afresh, K times
-each, the grid's three best cells and every run's pick, and judges each pick by its fresh mean against the best
-fresh mean (`--verify-from results.json` does only this, for a run whose results were saved with `--out`).
+each, the grid's optimum and every run's pick (each chosen before), and judges each pick by its fresh mean against
+the grid optimum's fresh mean (`--verify-from results.json` does only this, for a run saved with `--out`).
 
 Usage: .venv/bin/python benchmarks/tune_vs_grid.py [--profiles dense,moe,kv] [--runs 2] [--replays 1]
        [--grid-repeat 2] [--keep DIR] [--out results.json] [--verify 4] [--verify-from results.json]   (on a quiet machine: other work widens the spread)
@@ -139,42 +139,37 @@ def parse_cell(label: str, space: Space) -> tuple[int, int]:
 
 
 def verify(row: dict, w: Workload, root: Path, k: int) -> None:  # type: ignore[type-arg]
-    """Measure the grid's three best cells and every run's pick K times afresh (rounds over the cells, each round
-    grouped by setting); add each cell's fresh values, the verified optimum and each pick's ratio to `row`."""
+    """Measure the grid's optimum and every run's pick K times afresh (rounds over the cells, each round grouped by
+    setting, every other one reversed: the running setting first); add each cell's fresh values and each pick's
+    ratio (its fresh mean over the grid optimum's) to `row`. Both cells were chosen before these measurements, so
+    neither ratio's side is the highest of noisy values."""
     space = Space((Dim("--max-num-seqs", SEQS, log_scale=True),), LOADS)
     slos = row["slos"]
-    grid_means: dict[str, float] = row.get("grid_means") or {}
-    if not grid_means:  # a results.json from before grid_means was saved: from the kept grid's sessions
-        paths, _ = run_grid(row["name"], w, root / "grid", space, row.get("grid_repeat", 1))
-        grid_means = {f"{space.settings[c[0]].label} c={space.loads[c[1]]}": statistics.fmean(
-            measured_from(x, "goodput", slos, space.loads[c[1]]).value for x in ps[:row.get("grid_repeat", 1)])
-            for c, ps in paths.items()}
-        row["grid_means"] = grid_means
-    cells = sorted(grid_means, key=lambda c: -grid_means[c])[:3]
-    cells += [t["pick"] for t in row["tune"] if t["pick"] not in cells]
+    opt = row["grid_optimum"]
+    cells = [opt] + sorted({t["pick"] for t in row["tune"]} - {opt})
     order = sorted(cells, key=lambda c: parse_cell(c, space))
     spec = base_spec(row["name"], w, slos)
     m = LiveMeasurer(spec, RunContext(), root / f"verify-{int(time.time())}", "goodput", MIN_REQUESTS)
     fresh: dict[str, list[float]] = {c: [] for c in cells}
     try:
         for r in range(k):
-            for c in (order if r % 2 == 0 else order[::-1]):  # the running setting first: a relaunch saved
+            for c in (order if r % 2 == 0 else order[::-1]):
                 s_i, l_i = parse_cell(c, space)
                 fresh[c].append(m.measure(space.settings[s_i], space.loads[l_i]).value)
                 print(f"  verify {r + 1}/{k} {c}: {fresh[c][-1]:.2f} req/s", file=sys.stderr, flush=True)
     finally:
         m.close()
     means = {c: statistics.fmean(v) for c, v in fresh.items()}
-    best = max(means, key=lambda c: means[c])
-    row["verify"] = {"k": k, "fresh": fresh, "optimum": best, "optimum_value": means[best]}
+    row["verify"] = {"k": k, "fresh": fresh, "optimum": opt, "optimum_value": means[opt]}
     for t in row["tune"]:
         t["verified_at_pick"] = means[t["pick"]]
-        t["verified_ratio"] = means[t["pick"]] / means[best] if means[best] > 0 else 1.0
+        t["verified_ratio"] = means[t["pick"]] / means[opt] if means[opt] > 0 else 1.0
 
 
 def print_verify(rows: list) -> None:  # type: ignore[type-arg]
     print()
-    print("| profile | cells measured afresh (mean of K, req/s) | verified optimum | tune pick: its fresh mean |")
+    print("| profile | measured afresh: mean (range) of K, req/s | the grid's optimum, afresh | tune's pick, afresh: "
+          "its mean and the ratio to the grid optimum's |")
     print("|---|---|---|---|")
     for r in rows:
         v = r.get("verify")
