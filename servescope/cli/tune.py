@@ -126,19 +126,16 @@ def tune_command(args: argparse.Namespace) -> int:
             steps.append(st)
             writer.meta["tune"] = progress_table(space, objective, budget, steps, root)  # the path so far
             if writer.meta.get("model") == "?" and st.session:  # the served model, as the first cell found it
-                info = load_session(st.session).info
+                cell = load_session(st.session)
+                info = cell.info
                 writer.meta["model"], writer.meta["models_json"] = info.model, info.models_json or ""
                 if info.max_model_len:
                     writer.meta["max_model_len"] = info.max_model_len
-                # the server as the cell met it: which engine and version answered (the search's own target line
-                # said only its command or URL)
-                was = writer.meta.get("target")
-                tgt: dict[str, object] = dict(was) if isinstance(was, dict) else {}
-                for key, value in (("engine", info.target.engine), ("version", info.target.version),
-                                   ("metrics", info.target.metrics)):
-                    if value is not None:
-                        tgt[key] = value
-                writer.meta["target"] = tgt
+                # the server as the cell met it (engine, version, /metrics, tokenizer), under the search's own
+                # target line (its command or URL)
+                met = cell.meta.get("target")
+                if isinstance(met, dict):
+                    writer.meta["target"] = {**met, "url": label}
             writer.save_meta()
             band = f" (predicted [{_f(st.band[0])}, {_f(st.band[1])}])" if st.band else ""
             print(clean_text(f"step {st.n}/{budget}: c={st.concurrency} {space.settings[st.setting].label}"

@@ -466,7 +466,7 @@ class Tuner:
         """The best measured cell; ties go to the lower load, then the earlier setting."""
         if not self.observed:
             return None, 0.0
-        cell = max(self.observed, key=lambda c: (self.observed[c].value, -c[1], -c[0]))
+        cell = best_cell({c: m.value for c, m in self.observed.items()})
         return cell, self.observed[cell].value
 
     def candidates(self) -> list[tuple[tuple[int, int], CellPred, float]]:
@@ -648,15 +648,24 @@ class Tuner:
                 f"c={self.space.loads[c2[1]]}, not measured: {chance:.0%} chance of beating the best")
 
 
+def pooled_value(values: Sequence[float], objective: Objective) -> float:
+    """A cell measured more than once: goodput, the mean of its values (met or not); capacity, the lowest (a
+    capacity value is the load when the cell met the SLOs, else 0: met once and missed once is not met)."""
+    return min(values) if objective == "capacity" else sum(values) / len(values)
+
+
+def best_cell(values: dict[tuple[int, int], float]) -> tuple[int, int]:
+    """The cell with the highest value; ties go to the lower load, then the earlier setting."""
+    return max(values, key=lambda c: (values[c], -c[1], -c[0]))
+
+
 def _merged(first: Measured, again: Measured, values: list[float], objective: Objective = "goodput") -> Measured:
     """A cell measured twice: the mean of its values (goodput) or met when both met (capacity), its interval
     covering both; `values` collects each measurement."""
     if not values:
         values.append(first.value)
     values.append(again.value)
-    value = sum(values) / len(values)
-    if objective == "capacity" and first.value > 0 and first.meets != again.meets:
-        value = min(values)  # capacity: met once and missed once is not met (goodput: the mean, met or not)
+    value = pooled_value(values, objective)
     lows = [x for x in (first.ci[0] if first.ci else None, again.ci[0] if again.ci else None, *values) if x is not None]
     highs = [x for x in (first.ci[1] if first.ci else None, again.ci[1] if again.ci else None, *values) if x is not None]
     return Measured(value, sorted(first.margins + again.margins), (first.wall_s + again.wall_s) / 2,

@@ -27,7 +27,17 @@ from servescope.engine.events import Event, SweepControl
 from servescope.engine.runner import run_sweep
 from servescope.engine.server import Servers
 from servescope.engine.spec import RunContext, SweepSpec
-from servescope.engine.tune import Measured, Objective, Setting, Space, Step, TuneResult, margins_of
+from servescope.engine.tune import (
+    Measured,
+    Objective,
+    Setting,
+    Space,
+    Step,
+    TuneResult,
+    best_cell,
+    margins_of,
+    pooled_value,
+)
 from servescope.engine.tunemodel import request_rows
 from servescope.sessions.live import HEARTBEAT_S, RunnerLock
 from servescope.sessions.store import load_session
@@ -238,15 +248,8 @@ def tune_table(result: TuneResult, launch: str | None, root: Path, started: floa
     """The [tune] table of the tune session's session.toml (TOML-ready: no None)."""
     sp = result.space
     best = result.best_setting
-    unit = "req/s" if result.objective == "goodput" else "users"
     out: dict[str, object] = {
-        "objective": result.objective,
-        "unit": unit,
-        "search": [{"flag": d.flag, "values": list(d.values), "scale": "log" if d.log_scale else "list"}
-                   for d in sp.dims],
-        "loads": list(sp.loads),
-        "grid_cells": sp.cells,
-        "budget": result.budget,
+        **_space_table(sp, result.objective, result.budget),
         "cells_measured": result.cells_measured,
         "relaunches": result.relaunches,
         "confirmed": result.confirmed,
@@ -271,6 +274,14 @@ def tune_table(result: TuneResult, launch: str | None, root: Path, started: floa
     return out
 
 
+def _space_table(sp: Space, objective: Objective, budget: int) -> dict[str, object]:
+    """What the [tune] table says of the search itself, running or finished: objective, unit, space, budget."""
+    return {"objective": objective, "unit": "req/s" if objective == "goodput" else "users",
+            "search": [{"flag": d.flag, "values": list(d.values), "scale": "log" if d.log_scale else "list"}
+                       for d in sp.dims],
+            "loads": list(sp.loads), "grid_cells": sp.cells, "budget": budget}
+
+
 def path_table(sp: Space, steps: Sequence[Step], root: Path) -> list[dict[str, object]]:
     """The [tune] table's `path`: one row a measured cell, in order."""
     return [{"step": st.n, "server_args": sp.settings[st.setting].text, "concurrency": st.concurrency,
@@ -287,24 +298,17 @@ def progress_table(sp: Space, objective: Objective, budget: int, steps: Sequence
     concurrency, cell: its folder under the session}). The finished search replaces it with `tune_table`, which
     has no `running`."""
     out: dict[str, object] = {
-        "objective": objective,
-        "unit": "req/s" if objective == "goodput" else "users",
-        "search": [{"flag": d.flag, "values": list(d.values), "scale": "log" if d.log_scale else "list"}
-                   for d in sp.dims],
-        "loads": list(sp.loads),
-        "grid_cells": sp.cells,
-        "budget": budget,
+        **_space_table(sp, objective, budget),
         "cells_measured": len(steps),
         "path": path_table(sp, steps, root),
     }
-    if any(not st.skipped for st in steps):  # the best measured cell as the search judges it (servescope.engine.tune: Tuner.best, _merged)
-        values: dict[tuple[int, int], list[float]] = {}
-        for st in steps:
-            if not st.skipped:
-                values.setdefault((st.setting, st.load), []).append(st.value)
-        # a cell measured again: the mean of its values (goodput); capacity: met once and missed once is not met
-        judged = {c: (min(v) if objective == "capacity" else sum(v) / len(v)) for c, v in values.items()}
-        top = max(judged, key=lambda c: (judged[c], -c[1], -c[0]))  # ties: the lower load, the earlier setting
+    values: dict[tuple[int, int], list[float]] = {}
+    for st in steps:
+        if not st.skipped:
+            values.setdefault((st.setting, st.load), []).append(st.value)
+    if values:  # the best measured cell as the search judges it (a cell measured again: its pooled value)
+        judged = {c: pooled_value(v, objective) for c, v in values.items()}
+        top = best_cell(judged)
         out["best"] = {"server_args": sp.settings[top[0]].text, "concurrency": sp.loads[top[1]],
                        "objective": round(judged[top], 6)}
     if running is not None:

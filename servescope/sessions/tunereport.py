@@ -27,9 +27,9 @@ def _f(v: object) -> str:
 fmt_value = _f  # a tune figure's value as the section's tables print it (3 significant digits)
 
 
-def _count(n: object, noun: str) -> str:
+def _relaunches(n: object) -> str:
     """`1 relaunch`, `2 relaunches`."""
-    return f"{n} {noun}{'' if n == 1 else ('es' if noun.endswith('ch') else 's')}"
+    return f"{n} relaunch{'' if n == 1 else 'es'}"
 
 
 def step_value(st: Mapping[str, object]) -> str:
@@ -66,7 +66,7 @@ def tune_section(table: object, level: int) -> list[str]:
         out += [f"- Runner-up: `{md_escape(str(ru.get('server_args') or 'as launched'))}`: "
                 f"{md_escape(str(ru.get('why', '')))}"]
     out += [f"- Cost: {table.get('cells_measured')} cells measured of {table.get('grid_cells')} in the grid "
-            f"(budget {table.get('budget')}), {_count(table.get('relaunches'), 'relaunch')}, {_f(table.get('seconds'))} s; "
+            f"(budget {table.get('budget')}), {_relaunches(table.get('relaunches'))}, {_f(table.get('seconds'))} s; "
             f"confirmed: {'yes' if table.get('confirmed') else 'no'}; stopped: {md_escape(str(table.get('stop')))}",
             ""]
     return out + _md_path(table, h, unit, objective)
@@ -116,7 +116,7 @@ def tune_summary(table: object) -> list[str]:
     if isinstance(ru, Mapping):
         out.append(f"runner-up: {ru.get('server_args') or 'as launched'}: {ru.get('why', '')}")
     out.append(f"cells: {table.get('cells_measured')} measured of {table.get('grid_cells')} in the grid (budget "
-               f"{table.get('budget')}), {_count(table.get('relaunches'), 'relaunch')}, {_f(table.get('seconds'))} s; "
+               f"{table.get('budget')}), {_relaunches(table.get('relaunches'))}, {_f(table.get('seconds'))} s; "
                f"confirmed: {'yes' if table.get('confirmed') else 'no'}; stopped: {table.get('stop')}")
     return out
 

@@ -12,21 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from servescope.sim.launcher import SimHandle, start_sim
+from servescope.sim.launcher import SimHandle
 from tests.integration.helpers import servescope
-from tests.support.tlscerts import make_certs
+from tests.support.tlscerts import tls_simulator
 
 WL = '[workload]\nname = "chat300"\napi = "chat"\ninput_tokens = 300\noutput_tokens = 16\n'
 
 
 @pytest.fixture(scope="module")
 def limited_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimHandle, Path]]:
-    d = tmp_path_factory.mktemp("tls-limits")
-    make_certs(d)  # a CA of the test's own, and the server's certificate
-    # 8,000 tokens a minute: the probes and the first ~20 requests of ~316 tokens fit, the rest get 429
-    with start_sim("tiny", ["--hosted", "--tpm", "8000", "--net-latency-ms", "5", "--net-jitter-ms", "2",
-                            "--tls-cert", str(d / "cert.pem"), "--tls-key", str(d / "key.pem")]) as h:
-        yield h, d / "ca.pem"
+    # a CA of the test's own and the server's certificate; 8,000 tokens a minute: the probes and the first ~20
+    # requests of ~316 tokens fit, the rest get 429
+    with tls_simulator(tmp_path_factory.mktemp("tls-limits"), ["--hosted", "--tpm", "8000", "--net-latency-ms", "5",
+                                                                "--net-jitter-ms", "2"]) as served:
+        yield served
 
 
 @pytest.mark.slow

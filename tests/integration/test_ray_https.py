@@ -14,8 +14,8 @@ from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.load import CellControl, Limits, Load
 from servescope.core.tls import TlsSettings
 from servescope.engine.connection import HttpTarget
-from servescope.sim.launcher import SimHandle, start_sim
-from tests.support.tlscerts import make_certs
+from servescope.sim.launcher import SimHandle
+from tests.support.tlscerts import tls_simulator
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'servescope[ray]'")
 
@@ -24,11 +24,10 @@ SPECS = [RequestSpec("completions", f"request {i}: " + "lorem ipsum " * 30, 64, 
 
 @pytest.fixture(scope="module")
 def tls_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimHandle, Path]]:
-    d = tmp_path_factory.mktemp("tls")
-    make_certs(d)  # a CA of the test's own, and the server's certificate
-    with start_sim("tiny", ["--hosted", "--tpm", "0", "--net-latency-ms", "0", "--net-jitter-ms", "0",
-                            "--tls-cert", str(d / "cert.pem"), "--tls-key", str(d / "key.pem")]) as h:
-        yield h, d / "ca.pem"
+    # a CA of the test's own, and the server's certificate
+    with tls_simulator(tmp_path_factory.mktemp("tls"), ["--hosted", "--tpm", "0", "--net-latency-ms", "0",
+                                                         "--net-jitter-ms", "0"]) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

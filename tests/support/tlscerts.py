@@ -3,9 +3,13 @@ server's is) and a server certificate it issued for 127.0.0.1 and localhost."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import trustme
+
+from servescope.sim.launcher import SimHandle, start_sim
 
 
 def make_certs(d: Path) -> tuple[Path, Path, Path]:
@@ -17,3 +21,12 @@ def make_certs(d: Path) -> tuple[Path, Path, Path]:
     cert.private_key_pem.write_to_path(str(d / "key.pem"))
     (d / "cert.pem").write_bytes(b"".join(p.bytes() for p in cert.cert_chain_pems))
     return d / "ca.pem", d / "cert.pem", d / "key.pem"
+
+
+@contextlib.contextmanager
+def tls_simulator(d: Path, args: list[str]) -> Iterator[tuple[SimHandle, Path]]:
+    """Certificates made into `d`, then the tiny simulator with `args` serving HTTPS with them: it and the CA's path
+    (what --ca-cert takes)."""
+    ca, cert, key = make_certs(d)
+    with start_sim("tiny", [*args, "--tls-cert", str(cert), "--tls-key", str(key)]) as h:
+        yield h, ca
