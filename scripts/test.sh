@@ -21,7 +21,7 @@ if [ "$FAST" = 0 ] && ! command -v tmux >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq tmux >/dev/null; else sudo apt-get install -y -qq tmux >/dev/null; fi
 fi
 if [ "$FAST" = 0 ] && ! command -v chromium >/dev/null 2>&1; then
-  # Debian's headless Chromium opens the HTML report by file:// with networking blocked (tests/sessions/test_html_browser.py)
+  # Debian's headless Chromium opens the HTML report by file:// with networking blocked (tests/integration/test_figures_sim.py)
   echo "test.sh: installing chromium (needed by the HTML report's browser test)" >&2
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; else sudo apt-get install -y -qq chromium >/dev/null; fi
 fi
