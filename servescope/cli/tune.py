@@ -36,7 +36,7 @@ from servescope.sessions.tunereport import tune_summary
 from servescope.sessions.views import DEFAULT_SLOS
 from servescope.sim.cli import build_parser
 
-DEFAULT_REQUESTS = 32  # a cell's requests at least (and two rounds of its users)
+DEFAULT_REQUESTS = 32  # a cell's requests at least (and ROUNDS rounds of its users: engine.tunerun)
 
 
 def _known_flags(launch: str) -> tuple[str, object]:
@@ -111,7 +111,7 @@ def tune_command(args: argparse.Namespace) -> int:
         measurer = LiveMeasurer(spec, ctx, root, objective, mins)
         stack.callback(measurer.close)
         model = TwinModel(space, w, spec.slos, requests_for(mins), spec.seed,
-                          progress=lambda t: print(f"  model: {t}", file=out, flush=True))
+                          progress=lambda t: print(f"  model: {t}", file=out, flush=True), ramp_s=spec.ramp_s)
         unit = "req/s" if objective == "goodput" else "users"
         steps: list[Step] = []
 

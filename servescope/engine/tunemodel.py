@@ -65,6 +65,19 @@ MODELLED = {"--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-tokens", "
             "--gpu-memory-utilization", "--kv-cache-dtype", "--max-model-len"}
 
 
+def ramp_from_probe(e2e_s: float) -> float:
+    """A cell's ramp from its setting's probe (one request alone, its E2E in s), rounded as the session shows it.
+
+    A cell's users start one by one over about one request's time, not all at once: users started together stay
+    in lockstep round after round (every request of a round is admitted, prefilled and decoded with the others),
+    so where an SLO cuts through a round, whether a round's last requests meet it decides many at once, and the
+    same cell measured again gave 28, 60 and 56 of 64 requests within the SLOs (the KV-limited profile of
+    docs/tune.md, 16 users); started apart, their requests find the server in every state of a round, and the
+    same cell gave 9 of 64 three times of three. Over the unloaded E2E, since it is known before the cell: a
+    loaded request takes longer, so the users start in the first part of a round, still apart."""
+    return max(0.1, round(e2e_s, 1))
+
+
 def apply_setting(p: Profile, setting: Setting, memory_known: bool = True) -> tuple[Profile, list[str]]:
     """The profile the server runs with this setting, and the flags the twin does not model."""
     engine, model = p.engine, p.model
@@ -129,7 +142,8 @@ class TwinModel:
     """The twin fitted to the measured cells, with the setting as an input (see the module's text)."""
 
     def __init__(self, space: Space, workload: Workload, slos: Mapping[str, float], requests: Callable[[int], int],
-                 seed: int = 0, progress: Callable[[str], None] | None = None, objective: Objective = "goodput") -> None:
+                 seed: int = 0, progress: Callable[[str], None] | None = None, objective: Objective = "goodput",
+                 ramp_s: float | None = None) -> None:
         if workload.kind != "single" or workload.dataset:
             raise ServescopeError(f"workload {workload.name!r}: tune's model predicts single-request workloads with "
                                   "token-length distributions (no dataset, conversation, agent or trace workloads)")
@@ -148,9 +162,17 @@ class TwinModel:
         self.preds: dict[tuple[int, int], CellPred] = {}
         self.residuals: dict[tuple[int, int], float] = {}
         self.unknown: dict[int, list[str]] = {}
+        self.ramp_s = ramp_s  # the search's own --ramp, for every cell
+        self.ramps: dict[int, float] = {}  # setting -> the ramp its measured cells ran with (from its probe)
 
     # -- fitting
     def update(self, observed: dict[tuple[int, int], Measured]) -> None:
+        for (s, ld), m in observed.items():
+            if s not in self.ramps and self.space.loads[ld] > 1 and m.session:
+                ramp = _cell_ramp(m.session)
+                if ramp:  # the setting's cells are predicted with the ramp its cells ran with
+                    self.ramps[s] = ramp
+                    self.preds = {k: v for k, v in self.preds.items() if k[0] != s}
         if self.base is None or len(observed) >= 2 * max(self.fitted_n, 1):
             self._fit(observed)
         self.residuals = {}
@@ -228,7 +250,7 @@ class TwinModel:
         if longest > prof.model.max_model_len or cost.blocks_for(longest) > cost.num_blocks:
             pred = CellPred(s, ld, c, [-math.inf] * n, 1.0, notes=("the requests do not fit the server",))
         else:
-            v = run_virtual(cost, prompts, outputs, c)
+            v = run_virtual(cost, prompts, outputs, c, ramp_s=self._ramp(s, cost, prompts[0], outputs[0]) if c > 1 else 0.0)
             rows: list[dict[str, float | None]] = []
             for i, o in enumerate(outputs):
                 ttft = (v.first[i] - v.sent[i]) * 1e3
@@ -240,6 +262,16 @@ class TwinModel:
             pred = CellPred(s, ld, c, margins, max(v.wall - min(v.sent), 1e-9))
         self.preds[cell] = pred
         return pred
+
+    def _ramp(self, s: int, cost: CostModel, prompt: int, output: int) -> float:
+        """A cell's ramp as the measurer sets it: the search's --ramp, else the setting's probe (its measured
+        cells'), else the twin's E2E of the probe's one request alone."""
+        if self.ramp_s:
+            return self.ramp_s
+        if s not in self.ramps:
+            v = run_virtual(cost, [prompt], [output], 1)
+            return ramp_from_probe(v.done[0] - v.sent[0])
+        return self.ramps[s]
 
     def predict(self, setting: int, load: int) -> CellPred:
         p = self._pred(setting, load)
@@ -259,6 +291,16 @@ class TwinModel:
         notes = p.notes + ((f"the twin does not model {', '.join(self.unknown[setting])}",)
                            if self.unknown.get(setting) else ())
         return replace(p, mu=mu, sigma=sigma, notes=notes)
+
+
+def _cell_ramp(session_path: str) -> float | None:
+    """The ramp (s) a measured cell's users started over, as its session recorded it."""
+    try:
+        rows = load_session(session_path).cells.to_dicts()
+    except (ServescopeError, OSError):
+        return None
+    ramp = rows[0].get("ramp_s") if rows else None
+    return float(ramp) if isinstance(ramp, (int, float)) and ramp > 0 else None
 
 
 def fit_summary(fits: Sequence[FitInfo]) -> str:

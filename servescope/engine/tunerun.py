@@ -14,7 +14,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from servescope.core.kvbudget import KVBudget
@@ -38,7 +38,7 @@ from servescope.engine.tune import (
     margins_of,
     pooled_value,
 )
-from servescope.engine.tunemodel import request_rows
+from servescope.engine.tunemodel import ramp_from_probe, request_rows
 from servescope.sessions.live import HEARTBEAT_S, RunnerLock
 from servescope.sessions.store import load_session
 
@@ -49,9 +49,12 @@ def serve_line(launch: str, setting: Setting) -> str:
     return redact_command(_with_setting(launch, setting))
 
 
+ROUNDS = 3  # a cell sends at least this many requests per user: the first round ramps up, the rest are steady
+
+
 def requests_for(minimum: int) -> Callable[[int], int]:
-    """A cell's requests: at least `minimum`, and two rounds of its users (a closed loop's steady state)."""
-    return lambda c: max(minimum, 2 * c)
+    """A cell's requests: at least `minimum`, and `ROUNDS` rounds of its users."""
+    return lambda c: max(minimum, ROUNDS * c)
 
 
 class KeptServers:
@@ -115,6 +118,7 @@ class KeptServers:
 
 
 MEASUREMENT_SEED_STEP = 1_000  # measurement k of a search runs with the search's seed + k x this: its own prompts
+PROBE_SEED_OFFSET = 500  # probe k: the search's seed + this + k x MEASUREMENT_SEED_STEP (no measurement's seed)
 
 
 @dataclass
@@ -132,6 +136,18 @@ class LiveMeasurer:
     servers: KeptServers | None = None
     count: int = 0
     control: SweepControl | None = None
+    probes: dict[str, float | None] = field(default_factory=dict)  # setting -> its probe's ramp (s), None: failed
+
+    def ramp(self, setting: Setting, concurrency: int) -> float | None:
+        """The cell's ramp: the search's own `--ramp` where given, else from the setting's probe (measured the
+        first time the setting runs); none for one user."""
+        if self.base.ramp_s:
+            return self.base.ramp_s
+        if concurrency <= 1:
+            return None
+        if setting.text not in self.probes:
+            self.probes[setting.text] = self._probe(setting)
+        return self.probes[setting.text]
 
     def __post_init__(self) -> None:
         if self.base.launch:
@@ -145,22 +161,43 @@ class LiveMeasurer:
     def launches(self) -> int:
         return self.servers.launches if self.servers is not None else 0
 
+    def _probe(self, setting: Setting) -> float | None:
+        """One request alone at this setting (its own prompt, saved under probes/): its E2E sets the ramp."""
+        k = len(self.probes) + 1
+        spec = self.base.replace(concurrency=(1,), rates=None, requests=1, variants=(), warmup=0, repeat=1,
+                                 name=f"{self.base.name or 'tune'} probe {k}",
+                                 seed=self.base.seed + PROBE_SEED_OFFSET + MEASUREMENT_SEED_STEP * k)
+        if self.base.launch:
+            spec = spec.replace(launch=_with_setting(self.base.launch, setting))
+        save = self.root / "probes" / f"{k:02d}{'-' + _slug(setting) if setting.args else ''}"
+        self._sweep(spec, save)
+        e2e = [x for summ in load_session(str(save)).summaries() if summ is not None
+               and isinstance(x := summ.value("e2e_ms", "p50"), (int, float)) and math.isfinite(x) and x > 0]
+        return ramp_from_probe(e2e[0] / 1e3) if e2e else None
+
     def measure(self, setting: Setting, concurrency: int) -> Measured:
+        ramp = self.ramp(setting, concurrency)
         self.count += 1
         n = requests_for(self.minimum_requests)(concurrency)
         # each measurement its own prompts: a one-cell sweep's cell is always its cell 0, whose prompts derive from
         # the seed, so one seed would send every measurement the prompts of the one before, and a server's prefix
         # cache would serve them (a cell after a larger one on the same server measured up to 1.6 times its goodput)
-        spec = self.base.replace(concurrency=(concurrency,), rates=None, requests=n, variants=(),
+        spec = self.base.replace(concurrency=(concurrency,), rates=None, requests=n, variants=(), ramp_s=ramp,
                                  name=f"{self.base.name or 'tune'} cell {self.count}",
                                  seed=self.base.seed + MEASUREMENT_SEED_STEP * self.count)
         if self.base.launch:
             spec = spec.replace(launch=_with_setting(self.base.launch, setting))
-        slug = "-".join(f"{f.lstrip('-')}{v}" for f, v in setting.args)[:60]
+        slug = _slug(setting)
         save = self.root / "cells" / f"{self.count:03d}-c{concurrency}{'-' + slug if slug else ''}"
-        ctx = replace(self.ctx, save_dir=save)
         if self.on_cell is not None:
             self.on_cell(self.count, setting, concurrency, save)
+        self._sweep(spec, save)
+        return measured_from(str(save), self.objective, dict(self.base.slos), concurrency)
+
+    def _sweep(self, spec: SweepSpec, save: Path) -> None:
+        """Run the one-cell sweep `spec` into `save` on the setting's server (launched when another one runs);
+        KeyboardInterrupt when Ctrl-C, SIGTERM or the app stopped it."""
+        ctx = replace(self.ctx, save_dir=save)
         if self.servers is not None:
             self.servers.want(spec)
         control = self.control or SweepControl()
@@ -185,11 +222,14 @@ class LiveMeasurer:
         run_loop(go())
         if control.stopping:
             raise KeyboardInterrupt
-        return measured_from(str(save), self.objective, dict(self.base.slos), concurrency)
 
     def close(self) -> None:
         if self.servers is not None:
             self.servers.shutdown()
+
+
+def _slug(setting: Setting) -> str:
+    return "-".join(f"{f.lstrip('-')}{v}" for f, v in setting.args)[:60]
 
 
 def _with_setting(launch: str, setting: Setting) -> str:

@@ -118,6 +118,7 @@ class MeasuredCell:
     send_s: list[float]  # open loop: each request's scheduled send, from the cell's first
     figures: dict[str, float]
     client_bound: bool = False  # the client, not the server, limited the cell (core.health)
+    ramp_s: float = 0.0  # a closed loop's users started one by one over this long (`--ramp`)
 
     @property
     def label(self) -> str:
@@ -152,8 +153,10 @@ def measured_cells(session: Session) -> list[MeasuredCell]:
         figs = {k: v for k, _ in FIT_FIGURES if (v := _figure(s, k)) is not None}
         conc = row.get("concurrency")
         rate = row.get("rate")
+        ramp = row.get("ramp_s")
         out.append(MeasuredCell(int(row["index"]), str(row.get("workload")), int(conc) if conc else None,
-                                float(rate) if rate else None, prompts, outputs, sends, figs, s.client_bound))
+                                float(rate) if rate else None, prompts, outputs, sends, figs, s.client_bound,
+                                float(ramp) if isinstance(ramp, (int, float)) and ramp > 0 else 0.0))
     if not out:
         raise ServescopeError(f"{session.path}: no completed cell with measured requests to fit the twin to; run a "
                               "sweep first (e.g. -c 1,4,16)")
@@ -177,8 +180,9 @@ def _filler(n: int) -> list[int]:
 
 
 def run_virtual(cost: CostModel, prompts: Sequence[int], outputs: Sequence[int], concurrency: int | None,
-                send_s: Sequence[float] | None = None, tokens: bool = False) -> VirtualCell:
-    """One cell on the virtual clock: `concurrency` closed-loop users, or sends at `send_s` (open loop)."""
+                send_s: Sequence[float] | None = None, tokens: bool = False, ramp_s: float = 0.0) -> VirtualCell:
+    """One cell on the virtual clock: `concurrency` closed-loop users (user u of N starting at u/N x `ramp_s`, as
+    the load's ramp starts them), or sends at `send_s` (open loop)."""
     runner = VirtualRunner(cost)
     rng = random.Random(0)  # a real client's users never send at the very same instant: see CLIENT_GAP_S
     n = len(prompts)
@@ -209,8 +213,9 @@ def run_virtual(cost: CostModel, prompts: Sequence[int], outputs: Sequence[int],
 
     runner.on_done = on_done
     if concurrency:
-        for u in range(min(concurrency, n)):
-            make(nxt, u * CLIENT_GAP_S[0])
+        users = min(concurrency, n)
+        for u in range(users):
+            make(nxt, u * CLIENT_GAP_S[0] + ramp_s * u / users)
             nxt += 1
     else:
         for i, t in enumerate(send_s or [0.0] * n):
@@ -409,7 +414,8 @@ class FitLoss:
     def figures(self, prof: Profile) -> list[dict[str, float]]:
         cost = CostModel(prof)
         return [quick_figures(run_virtual(cost, c.prompts, c.outputs, c.concurrency,
-                                          None if c.concurrency else c.send_s), prof.efficiency.frontend_ms)
+                                          None if c.concurrency else c.send_s, ramp_s=c.ramp_s),
+                              prof.efficiency.frontend_ms)
                 for c in self.trimmed]
 
     def __call__(self, x: list[float]) -> float:

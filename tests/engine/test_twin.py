@@ -269,3 +269,15 @@ def test_bands_hold_other_runs_of_the_cell_when_lengths_vary() -> None:
                 if v is None or not lo <= v <= hi:
                     misses.append(f"c={c} run {seed} {key}: {v} outside [{lo:.4g}-{hi:.4g}]")
     assert len(misses) <= 0.05 * total, misses
+
+
+def test_a_ramped_closed_loop_starts_its_users_apart_in_the_virtual_run() -> None:
+    # the load's --ramp starts user u of N at u/N x ramp; the twin replays a ramped cell the same way, not as
+    # users sent together (whose requests stay in lockstep and meet an SLO or miss it round by round)
+    cost = CostModel(load_profile("tiny"))
+    together = run_virtual(cost, [128] * 8, [16] * 8, 4)
+    apart = run_virtual(cost, [128] * 8, [16] * 8, 4, ramp_s=2.0)
+    assert max(together.sent[:4]) < 0.01
+    assert [round(t, 2) for t in apart.sent[:4]] == [0.0, 0.5, 1.0, 1.5]
+    ttft = [f - s for f, s in zip(apart.first, apart.sent, strict=True)]
+    assert max(ttft[:4]) < max(f - s for f, s in zip(together.first[:4], together.sent[:4], strict=True))

@@ -118,3 +118,42 @@ def test_each_measurement_of_a_search_sends_its_own_prompts(tmp_path: Path) -> N
         assert s is not None and s.prefix_cache_hit_rate is not None, got.session
         rates.append(s.prefix_cache_hit_rate)
     assert rates[1] < 0.05, rates  # nothing the first measurement sent was sent again
+
+
+def test_a_search_starts_each_cells_users_apart_over_its_settings_probe(tmp_path: Path) -> None:
+    # users started together stay in lockstep, and where an SLO cuts through a round the same cell's goodput
+    # jumps between measurements: each setting's first cell is preceded by one request alone, whose E2E is the
+    # ramp its cells' users start over; the model replays and predicts the cells with the same ramp
+    from servescope.engine.spec import RunContext, SweepSpec
+    from servescope.engine.tune import Dim, Setting, Space
+    from servescope.engine.tunemodel import TwinModel
+    from servescope.engine.tunerun import LiveMeasurer, requests_for
+    from servescope.sessions.store import load_session
+    from servescope.workloads.spec import load_toml
+
+    w = load_toml(Path(_workload(tmp_path)))[0]
+    spec = SweepSpec(launch="servescope sim --profile tiny", workloads=(w,), slos={"ttft_ms": 2000.0}, requests=8,
+                     telemetry_interval_s=None)
+    a, b = Setting((("--max-num-seqs", "4"),)), Setting((("--max-num-seqs", "8"),))
+    m = LiveMeasurer(spec, RunContext(), tmp_path / "tune", "goodput", 8)
+    try:
+        got = {(a, 4): m.measure(a, 4), (a, 2): m.measure(a, 2), (b, 1): m.measure(b, 1), (b, 4): m.measure(b, 4)}
+    finally:
+        m.close()
+    probes = sorted((tmp_path / "tune" / "probes").iterdir())
+    assert len(probes) == 2, probes  # one per setting, not one per cell
+    for p in probes:
+        [s] = load_session(str(p)).summaries()
+        assert s is not None and s.requests_ok == 1
+    assert set(m.probes) == {a.text, b.text} and all(r and r > 0 for r in m.probes.values()), m.probes
+    for (setting, c), meas in got.items():
+        row = load_session(meas.session).cells.to_dicts()[0]
+        assert row["requests_planned"] == requests_for(8)(c)
+        if c == 1:
+            assert not row.get("ramp_s")  # one user: nothing to start apart
+        else:
+            assert row["ramp_s"] == m.probes[setting.text], (setting.text, c, row.get("ramp_s"))
+    space = Space((Dim("--max-num-seqs", ("4", "8")),), (1, 2, 4))
+    model = TwinModel(space, w, {"ttft_ms": 2000.0}, requests_for(8))
+    model.update({(0, 2): got[(a, 4)], (0, 1): got[(a, 2)], (1, 0): got[(b, 1)], (1, 2): got[(b, 4)]})
+    assert model.ramps == {0: m.probes[a.text], 1: m.probes[b.text]}
