@@ -73,7 +73,7 @@ def ramp_from_probe(e2e_s: float) -> float:
     so where an SLO cuts through a round, whether a round's last requests meet it decides many at once, and the
     same cell measured again gave 28, 60 and 56 of 64 requests within the SLOs (the KV-limited profile of
     docs/tune.md, 16 users); started apart, their requests find the server in every state of a round, and the
-    same cell gave 9 of 64 three times of three. Over the unloaded E2E, since it is known before the cell: a
+    same cell gave 5 of 64 three times of three. Over the unloaded E2E, since it is known before the cell: a
     loaded request takes longer, so the users start in the first part of a round, still apart."""
     return max(0.1, round(e2e_s, 1))
 
