@@ -88,7 +88,9 @@ def _md_path(table: Mapping[str, object], h: str, unit: str, objective: str) -> 
                        f"{relaunch} | {st.get('concurrency')} | {step_value(st)} | {pred} | "
                        f"{md_escape(str(st.get('why', '')))} |")
         out += ["", "Each step's cell is a session of its own under `cells/` in this session's directory "
-                "(`servescope report` on it shows its figures).", ""]
+                "(`servescope report` on it shows its figures). Its users started one by one, over the E2E of one "
+                "request sent alone at its setting (under `probes/`), not together, and sent three requests each "
+                "or more (docs/tune.md, How a cell is measured).", ""]
     return out
 
 
