@@ -6,9 +6,11 @@ within 10x and TPOT within 1.5x of it, so that the optimum lies inside the grid)
 the cell with the highest goodput (requests/s meeting every SLO). Then run `tune` live with a budget of a third
 of the grid's cells (fresh measurements, its own model and path) and read its pick's goodput in the grid; and a
 random search with the same budget (cells drawn from the grid's measurements, 200 draws): its pick's goodput.
-Every cell goes through the same code (servescope.engine.tunerun.LiveMeasurer).
+Every cell goes through the same code (servescope.engine.tunerun.LiveMeasurer: each setting's probe, the ramp
+over its E2E, three rounds of users).
 
-A short cell measured again differs from its first measurement (by 10-40% on a busy machine), so that a grid
+A cell measured again can differ from its first measurement (by 10-40% when users started together and a busy
+machine; within 0.1% started apart on a quiet one, docs/tune.md), so that a grid
 measured once can have a lucky optimum: `--grid-repeat R` measures the whole grid R times (R passes, each
 launching every setting once) and a cell's grid value is the mean of its R measurements; the script prints how
 far a cell's measurements lay apart (the run-to-run spread). The table also judges each pick on the pooled
