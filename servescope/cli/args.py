@@ -298,7 +298,8 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
     add_workload_flag(p)
     add_flags(p, only=("url", "model", "api_key_env", "launch", "launch_timeout_s", "slos", "requests", "repeat",
                        "seed", "warmup", "tags", "name", "timeout_s"))
-    p._option_string_actions["--requests"].help = "a cell's requests: at least N (default 32) and 2 x its users"
+    p._option_string_actions["--requests"].help = ("a cell's requests: at least N (default 32) and 3 x its users, who "
+                                                   "start one by one over one request's E2E (docs/tune.md)")
     p.add_argument("--search", action="append", default=[], metavar="FLAG=LOW..HIGH|A|B",
                    help='a server flag to search, repeatable: "max-num-seqs=16..512" (a range: doubling, log scale) '
                         'or "max-num-batched-tokens=2048|8192|16384" (a list); needs --launch')
