@@ -295,9 +295,9 @@ MIX_TOKENS = 16  # greedy tokens per divergence prompt under load
 
 
 class QualityMixer:
-    """Sends probe requests beside a cell's load, one at a time, keeping them near `share` of all the cell's
-    requests: exact-answer questions (arithmetic, retrieval at 1K, JSON) alternating with the divergence prompts,
-    whose greedy traces are compared with the same prompts' traces at idle (taken by `prepare` before the first
+    """Sends probe requests beside a cell's load, two at most at a time, keeping them near `share` of all the
+    cell's requests: exact-answer questions (arithmetic, retrieval at 1K, JSON) in one lane, and in another the
+    divergence prompts, whose greedy traces are compared with the same prompts' traces at idle (taken by `prepare` before the first
     cell). The probe requests are not part of the cell's speed figures."""
 
     def __init__(self, url: str, model: ModelInfo, api_key: str | None, share: float, seed: int = 0) -> None:
@@ -317,7 +317,7 @@ class QualityMixer:
         self.traces: list[Trace] = []
         self.failed = 0
         self.errors: list[str] = []  # why probes failed: the first few distinct one-line messages
-        self.ending = False  # the cell's load is done: send no new probe, let the one out finish
+        self.ending = False  # the cell's load is done: send no new probe, let the ones out finish
 
     def _client(self) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
@@ -345,26 +345,29 @@ class QualityMixer:
                 f"({', '.join(tasks)}) {how}")
 
     async def during(self, counted: Callable[[], int]) -> None:
-        """Run beside the load until cancelled; `counted()` is the cell's finished requests so far."""
+        """Run beside the load until cancelled; `counted()` is the cell's finished requests so far. The divergence
+        prompts and the questions go in two lanes, one probe out in each, sharing one pace: a greedy trace out
+        does not hold back the cell's first question (one lane of both, a trace first, left a short cell under a
+        busy host with its trace and no answer)."""
         ratio = self.share / (1 - self.share) if self.share < 1 else 1.0
         sent = 0
-        async with self._client() as http:
+
+        async def lane(http: httpx.AsyncClient, traces: bool) -> None:
+            nonlocal sent
             while not self.ending:
                 if sent >= ratio * counted():
                     await asyncio.sleep(0.05)
                     continue
+                if not traces and not self.items:
+                    return
                 sent += 1
                 try:
-                    # the first probe of a cell (then every other one) a greedy trace: a cell that ends while its
-                    # last probe is out (cancelled) still has its divergence
-                    if self.idle and sent % 2 == 1:
+                    if traces:
                         p = DIVERGENCE_PROMPTS[self.next_prompt % len(DIVERGENCE_PROMPTS)]
                         self.next_prompt += 1
                         if p in self.idle:
                             _, trace = await probe.greedy(http, self.url, self.model.id, p, MIX_TOKENS, 5)
                             self.traces.append(trace)
-                        continue
-                    if not self.items:
                         continue
                     it = self.items[self.next_item % len(self.items)]
                     self.next_item += 1
@@ -375,6 +378,9 @@ class QualityMixer:
                     why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                     if why not in self.errors and len(self.errors) < 3:
                         self.errors.append(why)
+
+        async with self._client() as http:
+            await asyncio.gather(*([lane(http, True)] if self.idle else []), lane(http, False))
 
     async def finish(self, task: asyncio.Task[None], limit_s: float = 120.0) -> None:
         """The cell's load is done: no new probe; the probe out (sent under the cell's load, so the cell's) may

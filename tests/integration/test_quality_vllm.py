@@ -70,7 +70,7 @@ def test_quality_share_on_the_real_vllm_reports_each_cells_accuracy_and_divergen
     for cell in out["cells"]:
         assert cell["status"] == "done" and cell["requests_ok"] == 24  # probe requests are not in the speed figures
         q = cell["quality"]
-        assert q["n"] >= 1 and sum(t["n"] for t in q["tasks"].values()) == q["n"]
+        assert q["n"] >= 1 and sum(t["n"] for t in q["tasks"].values()) == q["n"], (cell["concurrency"], q)
         assert q["failed"] == 0, q.get("errors")
         assert q.get("prompts", 0) >= 1 and q["positions"] >= q["prompts"], q
         assert q["kl_mean"] >= 0 and 0 <= q["top1_agreement"] <= 1
