@@ -110,8 +110,8 @@ def tune_command(args: argparse.Namespace) -> int:
         mins = int(spec.requests or DEFAULT_REQUESTS)
         measurer = LiveMeasurer(spec, ctx, root, objective, mins)
         stack.callback(measurer.close)
-        model = TwinModel(space, w, spec.slos, requests_for(mins), spec.seed,
-                          progress=lambda t: print(f"  model: {t}", file=out, flush=True), ramp_s=spec.ramp_s)
+        model = TwinModel(space, w, spec.slos, requests_for(mins), spec.seed, ramp_s=spec.ramp_s,
+                          progress=lambda t: print(f"  model: {t}", file=out, flush=True))
         unit = "req/s" if objective == "goodput" else "users"
         steps: list[Step] = []
 

@@ -297,8 +297,8 @@ MIX_TOKENS = 16  # greedy tokens per divergence prompt under load
 class QualityMixer:
     """Sends probe requests beside a cell's load, two at most at a time, keeping them near `share` of all the
     cell's requests: exact-answer questions (arithmetic, retrieval at 1K, JSON) in one lane, and in another the
-    divergence prompts, whose greedy traces are compared with the same prompts' traces at idle (taken by `prepare` before the first
-    cell). The probe requests are not part of the cell's speed figures."""
+    divergence prompts, whose greedy traces are compared with the same prompts' traces at idle (taken by
+    `prepare` before the first cell). The probe requests are not part of the cell's speed figures."""
 
     def __init__(self, url: str, model: ModelInfo, api_key: str | None, share: float, seed: int = 0) -> None:
         self.url = url
@@ -383,7 +383,7 @@ class QualityMixer:
             await asyncio.gather(*([lane(http, True)] if self.idle else []), lane(http, False))
 
     async def finish(self, task: asyncio.Task[None], limit_s: float = 120.0) -> None:
-        """The cell's load is done: no new probe; the probe out (sent under the cell's load, so the cell's) may
+        """The cell's load is done: no new probe; the probes out (sent under the cell's load, so the cell's) may
         finish, `limit_s` at most, then `task` (this mixer's `during`) is cancelled."""
         self.ending = True
         outer = False

@@ -164,11 +164,13 @@ class TwinModel:
         self.unknown: dict[int, list[str]] = {}
         self.ramp_s = ramp_s  # the search's own --ramp, for every cell
         self.ramps: dict[int, float] = {}  # setting -> the ramp its measured cells ran with (from its probe)
+        self.ramp_read: set[str] = set()
 
     # -- fitting
     def update(self, observed: dict[tuple[int, int], Measured]) -> None:
         for (s, ld), m in observed.items():
-            if s not in self.ramps and self.space.loads[ld] > 1 and m.session:
+            if s not in self.ramps and self.space.loads[ld] > 1 and m.session and m.session not in self.ramp_read:
+                self.ramp_read.add(m.session)  # each cell's session read once (a failed probe left it unramped)
                 ramp = _cell_ramp(m.session)
                 if ramp:  # the setting's cells are predicted with the ramp its cells ran with
                     self.ramps[s] = ramp
@@ -250,7 +252,8 @@ class TwinModel:
         if longest > prof.model.max_model_len or cost.blocks_for(longest) > cost.num_blocks:
             pred = CellPred(s, ld, c, [-math.inf] * n, 1.0, notes=("the requests do not fit the server",))
         else:
-            v = run_virtual(cost, prompts, outputs, c, ramp_s=self._ramp(s, cost, prompts[0], outputs[0]) if c > 1 else 0.0)
+            ramp = self._ramp(s, cost, prompts[0], outputs[0]) if c > 1 else 0.0
+            v = run_virtual(cost, prompts, outputs, c, ramp_s=ramp)
             rows: list[dict[str, float | None]] = []
             for i, o in enumerate(outputs):
                 ttft = (v.first[i] - v.sent[i]) * 1e3

@@ -1,8 +1,9 @@
 """`servescope tune` against a real server: each cell is a one-cell sweep (`run_sweep`) saved under the tune
 session (`cells/NNN-.../`, a full session each, so its requests are there for the model and for `report`); a
 launched server is kept running between cells of the same setting and relaunched only when the setting changes
-(`KeptServers`). The tune session's own session.toml has `kind = "tune"` and a [tune] table: the search space,
-the recommendation, the runner-up, the path (`tune_table`)."""
+(`KeptServers`). A setting's first cell is preceded by one request alone (`probes/NN-.../`), whose E2E is the ramp
+its cells' users start over (`LiveMeasurer.ramp`). The tune session's own session.toml has `kind = "tune"` and a
+[tune] table: the search space, the recommendation, the runner-up, the path (`tune_table`)."""
 
 from __future__ import annotations
 
@@ -138,17 +139,6 @@ class LiveMeasurer:
     control: SweepControl | None = None
     probes: dict[str, float | None] = field(default_factory=dict)  # setting -> its probe's ramp (s), None: failed
 
-    def ramp(self, setting: Setting, concurrency: int) -> float | None:
-        """The cell's ramp: the search's own `--ramp` where given, else from the setting's probe (measured the
-        first time the setting runs); none for one user."""
-        if self.base.ramp_s:
-            return self.base.ramp_s
-        if concurrency <= 1:
-            return None
-        if setting.text not in self.probes:
-            self.probes[setting.text] = self._probe(setting)
-        return self.probes[setting.text]
-
     def __post_init__(self) -> None:
         if self.base.launch:
             self.servers = KeptServers(self.ctx.api_key, self.root / "servers")
@@ -160,6 +150,17 @@ class LiveMeasurer:
     @property
     def launches(self) -> int:
         return self.servers.launches if self.servers is not None else 0
+
+    def ramp(self, setting: Setting, concurrency: int) -> float | None:
+        """The cell's ramp: the search's own `--ramp` where given, else from the setting's probe (measured the
+        first time the setting runs); none for one user."""
+        if self.base.ramp_s:
+            return self.base.ramp_s
+        if concurrency <= 1:
+            return None
+        if setting.text not in self.probes:
+            self.probes[setting.text] = self._probe(setting)
+        return self.probes[setting.text]
 
     def _probe(self, setting: Setting) -> float | None:
         """One request alone at this setting (its own prompt, saved under probes/): its E2E sets the ramp."""
