@@ -722,7 +722,7 @@ async def stream_request(
                 rec.sent_ns = _perf()
                 heads: dict[str, str] = {}
                 status, ctype, raw_error = await http.post_stream(endpoint(spec.api), body, st, ERROR_BODY_LIMIT,
-                                                                  heads)
+                                                                  heads, fresh=_retries > 0)
                 rec.http_status = status
                 retry_after = heads.get("retry-after", "")
             elif isinstance(http, httpx.AsyncClient):

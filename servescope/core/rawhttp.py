@@ -7,7 +7,8 @@ with one `perf_counter_ns()`. The awaiting request wakes twice: when the head ar
 
 It speaks only what an OpenAI-compatible server answers a streaming POST with: a status line, headers, and a
 chunked, Content-Length or close-delimited body; keep-alive connections are pooled per client (closed by us
-after `idle_s`, before the server drops them). Anything else (a proxy, HTTP/2, redirects) is for aiohttp
+after `idle_s`, before the server drops them; not pooled against a server that closes each one after a single
+response, and a request sent into a connection the server had just closed goes again on a new one). Anything else (a proxy, HTTP/2, redirects) is for aiohttp
 (`--transport aiohttp`).
 """
 
@@ -315,6 +316,12 @@ class RawClient:
         self._all: set[_Conn] = set()
         self._slots = asyncio.Semaphore(self.limit)
         self.opened = 0  # connections this client opened (keep-alive: one per user, not one per request)
+        # a server that closes every connection after one response (llama.cpp's server does, though its head
+        # says keep-alive) makes each pooled send a stale one: once two were and no connection ever served a
+        # second response, connections are not pooled any more (each request on its own, no send wasted)
+        self.stale = 0  # pooled connections the server had closed before answering
+        self.reused = 0  # responses read on a connection's second or later use
+        self.pool = True
 
     async def __aenter__(self) -> RawClient:
         return self
@@ -364,11 +371,12 @@ class RawClient:
         return None
 
     async def post_stream(self, path: str, body: bytes, sink: Sink, error_limit: int,
-                          headers_out: dict[str, str] | None = None) -> tuple[int, str, bytes]:
+                          headers_out: dict[str, str] | None = None, fresh: bool = False) -> tuple[int, str, bytes]:
         """POST `body`; a 200 body goes to `sink` read by read; returns (status, content type, error body).
-        `headers_out`, when given, gets the response's headers (names in lower case), e.g. a 429's Retry-After."""
+        `headers_out`, when given, gets the response's headers (names in lower case), e.g. a 429's Retry-After.
+        `fresh`: on a new connection, never a pooled one (a request sent again after a stale one)."""
         async with self._slots:
-            conn = self._take_idle() or await self._connect()
+            conn = (None if fresh or not self.pool else self._take_idle()) or await self._connect()
             ok = False
             try:
                 loop = conn.loop
@@ -380,9 +388,17 @@ class RawClient:
                 assert conn.transport is not None
                 conn.transport.write(f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head_lines}"
                                      f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
-                await conn.head_fut
+                try:
+                    await conn.head_fut
+                except StaleConnection:
+                    self.stale += 1
+                    if self.stale >= 2 and not self.reused:
+                        self.pool = False
+                    raise
                 await conn.done_fut
                 conn.used += 1
+                if conn.used > 1:
+                    self.reused += 1
                 if headers_out is not None:
                     headers_out.update(conn.headers)
                 ok = conn.keep and not conn.closed
@@ -393,7 +409,7 @@ class RawClient:
                     if f is not None and not f.done():
                         f.cancel()  # cancelled or failed midway: nothing awaits them any more
                 conn.head_fut = conn.done_fut = None
-                if ok:
+                if ok and self.pool:
                     conn.idle_since = time.monotonic()
                     self._idle.append(conn)
                 else:  # cancelled, failed, or a body not read to its end: never reused

@@ -169,7 +169,9 @@ def test_launch_two_variants_and_survive_a_kill_9(tmp_path: Path) -> None:
     kinds = [e["kind"] for e in s.meta["events"]]
     assert "server_lost" in kinds and "server_back" in kinds
     assert s.meta["server"]["args"]["parallel"] == 1 and s.meta["server"]["variant_args"]["1"]["parallel"] == 4
-    assert (s.requests()["output_tokens"] == 48).all() and s.requests().height == 80
+    reqs = s.requests()
+    short = reqs.filter(pl.col("output_tokens") != 48)
+    assert short.is_empty() and reqs.height == 80, (reqs.height, short.select("cell", "index", "status", "error").rows())
     assert not _llama_pids(port)  # servescope stopped what it launched
 
 
