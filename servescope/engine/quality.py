@@ -346,21 +346,32 @@ class QualityMixer:
 
     async def during(self, counted: Callable[[], int]) -> None:
         """Run beside the load until cancelled; `counted()` is the cell's finished requests so far. The divergence
-        prompts and the questions go in two lanes, one probe out in each, sharing one pace: a greedy trace out
-        does not hold back the cell's first question (one lane of both, a trace first, left a short cell under a
-        busy host with its trace and no answer)."""
+        prompts and the questions go in two lanes, one probe out in each, sharing one pace and taking turns: a
+        question first, then a trace; a lane goes out of turn only while the other's probe is out. A greedy trace
+        out does not hold back the cell's questions (one lane of both, a trace first, left a short cell under a
+        busy host with its trace and no answer), and a lane whose probe ends just as the pace allows one more
+        does not take every turn (the trace lane did, and a short cell had traces and no question)."""
         ratio = self.share / (1 - self.share) if self.share < 1 else 1.0
         sent = 0
+        count = {True: 0, False: 0}  # probes sent by the trace lane (True) and the question lane (False)
+        busy = {True: False, False: False}  # a lane's probe is out
+        both = bool(self.idle) and bool(self.items)  # two lanes to take turns
+
+        def turn(traces: bool) -> bool:
+            mine, other = count[traces], count[not traces]
+            return not both or busy[not traces] or (mine < other if traces else mine <= other)
 
         async def lane(http: httpx.AsyncClient, traces: bool) -> None:
             nonlocal sent
             while not self.ending:
-                if sent >= ratio * counted():
+                if sent >= ratio * counted() or not turn(traces):
                     await asyncio.sleep(0.05)
                     continue
                 if not traces and not self.items:
                     return
                 sent += 1
+                count[traces] += 1
+                busy[traces] = True
                 try:
                     if traces:
                         p = DIVERGENCE_PROMPTS[self.next_prompt % len(DIVERGENCE_PROMPTS)]
@@ -378,6 +389,8 @@ class QualityMixer:
                     why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                     if why not in self.errors and len(self.errors) < 3:
                         self.errors.append(why)
+                finally:
+                    busy[traces] = False
 
         async with self._client() as http:
             await asyncio.gather(*([lane(http, True)] if self.idle else []), lane(http, False))

@@ -158,3 +158,39 @@ def test_a_sweep_stopped_while_the_last_probe_finishes_is_still_stopped() -> Non
         assert task.done()  # and the probe task is cancelled too, not left running
 
     asyncio.run(go())
+
+
+def test_the_question_and_trace_lanes_take_turns() -> None:
+    """A trace lane whose probe ends just as the cell's pace allows one more probe does not take every turn:
+    the questions go out too (the trace lane took them all, and a short cell had traces and no question)."""
+    import json
+
+    from servescope.core.quality import TaskItem
+
+    sent = {"trace": 0, "question": 0}
+    done = [4]  # the cell's finished requests: room for one probe at share 0.2
+    five = asyncio.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        kind = "trace" if "logprobs" in json.loads(request.content) else "question"
+        sent[kind] += 1
+        if sum(sent.values()) <= 12:
+            done[0] += 4  # the load finishes 4 requests while each probe is out: one more probe is owed
+        if sent["trace"] >= 5:
+            five.set()
+        if kind == "trace":
+            return httpx.Response(200, json=_completion())
+        return httpx.Response(200, json={"choices": [{"text": "4"}]})
+
+    mixer = _mixer(handler, 0.2)
+    mixer.items = [TaskItem(task="arithmetic", prompt="2+2=", answer="4")]
+
+    async def go() -> None:
+        task = asyncio.create_task(mixer.during(lambda: done[0]))
+        await asyncio.wait_for(five.wait(), 30)
+        await mixer.finish(task, limit_s=30)
+
+    asyncio.run(go())
+    out = mixer.take()
+    assert out is not None and out.n >= 4 and out.correct == out.n, (sent, out)
+    assert sent["question"] >= sent["trace"] - 1, sent

@@ -122,7 +122,7 @@ def test_quality_share_puts_accuracy_and_divergence_in_each_cell(degraded: str, 
     out = run_json("--url", degraded, "-w", str(w), "-c", "1,4", "-n", "24", "--quality-share", "0.2")
     for cell in out["cells"]:
         q = cell["quality"]
-        assert q["n"] >= 1 and 0 <= q["accuracy"] <= 1 and q["correct"] <= q["n"]
+        assert q["n"] >= 1 and 0 <= q["accuracy"] <= 1 and q["correct"] <= q["n"], (cell["concurrency"], q)
         assert sum(t["n"] for t in q["tasks"].values()) == q["n"]
         assert q["prompts"] >= 1 and q["kl_mean"] >= 0 and 0 <= q["top1_agreement"] <= 1
         assert cell["requests_ok"] == 24  # the probe's requests are not in the cell's own figures
