@@ -139,42 +139,13 @@ async def test_keep_alive_connections_are_reused(raw_server) -> None:
     assert connections == 1
 
 
-async def test_a_pooled_connection_the_server_closed_is_sent_again(raw_server) -> None:
-    answered = 0
+def answer_once(answered: list[int]) -> Handler:
+    """A server that answers one streamed request per connection (appending to `answered`) and, keep-alive
+    promised, drops the connection at the next request without answering."""
 
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        nonlocal answered
         await read_request(r)
-        answered += 1
-        w.write(HEAD_CHUNKED + chunked(sse(3), [50]))
-        await w.drain()
-        # keep-alive promised, but the server drops the connection at the next request without answering
-        try:
-            await r.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        w.close()
-
-    url = await raw_server(handler)
-    opts = ClientOptions(base_url=url, model="m", transport="raw")
-    async with make_http_client(opts, 1) as http:
-        first = await send(url, http=http)
-        second = await send(url, http=http)
-    assert first.status == "ok" and second.status == "ok" and second.output_tokens == 3
-    assert answered == 2
-
-
-async def test_a_server_that_closes_each_connection_after_one_answer(raw_server) -> None:
-    """llama.cpp's server closes every connection after one streamed answer, its head saying keep-alive: a
-    request sent into a pooled connection it had closed goes again on a new connection (never into another
-    pooled one the server has closed too: three of those in a row failed a request), and after two such sends
-    the client stops pooling, so no later request is sent twice."""
-    answered = 0
-
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        nonlocal answered
-        await read_request(r)
-        answered += 1
+        answered.append(1)
         w.write(HEAD_CHUNKED + chunked(sse(3), [50]))
         await w.drain()
         try:  # the next request on this connection: read, never answered
@@ -183,7 +154,27 @@ async def test_a_server_that_closes_each_connection_after_one_answer(raw_server)
             pass
         w.close()
 
-    url = await raw_server(handler)
+    return handler
+
+
+async def test_a_pooled_connection_the_server_closed_is_sent_again(raw_server) -> None:
+    answered: list[int] = []
+    url = await raw_server(answer_once(answered))
+    opts = ClientOptions(base_url=url, model="m", transport="raw")
+    async with make_http_client(opts, 1) as http:
+        first = await send(url, http=http)
+        second = await send(url, http=http)
+    assert first.status == "ok" and second.status == "ok" and second.output_tokens == 3
+    assert len(answered) == 2
+
+
+async def test_a_server_that_closes_each_connection_after_one_answer(raw_server) -> None:
+    """llama.cpp's server closes every connection after one streamed answer, its head saying keep-alive: a
+    request sent into a pooled connection it had closed goes again on a new connection (never into another
+    pooled one the server has closed too: three of those in a row failed a request), and after two such sends
+    the client stops pooling, so no later request is sent twice."""
+    answered: list[int] = []
+    url = await raw_server(answer_once(answered))
     opts = ClientOptions(base_url=url, model="m", transport="raw")
     async with make_http_client(opts, 3) as http:
         assert isinstance(http, RawClient)
@@ -192,7 +183,7 @@ async def test_a_server_that_closes_each_connection_after_one_answer(raw_server)
         after = [await send(url, http=http) for _ in range(6)]
     assert [r.status for r in first + after] == ["ok"] * 9, [r.error for r in first + after]
     assert (http.stale, http.pool) == (2, False)
-    assert answered == 9 and http.opened == 9
+    assert len(answered) == 9 and http.opened == 9
 
 
 @pytest.mark.parametrize("framing", ["length", "close", "http10"])
