@@ -60,6 +60,9 @@ def test_a_client_bound_cell_reads_bound_where_its_status_does_not_fit() -> None
     assert row[3] == "done, client BOUND"
     assert status.shown_value(row[3], 6) == "bound" and status.shown_value(row[3], 30) == "done, client BOUND"
     assert status.shown_value("done", 6) == "done"
+    # a cell stopped early (`x`) whose client was also the limit reads stopped, not bound: that it ended early
+    stopped = cell_row(1, "sharegpt", "c=4", "stopped", CellResult.from_dict(s))[3]
+    assert stopped == "stopped, client BOUND" and status.shown_value(stopped, 7) == "stopped"
 
 
 def test_the_kv_budget_has_a_short_form_for_a_half_width_pane() -> None:

@@ -300,7 +300,8 @@ OK_FAIL_429 = "ok/fail/429"  # the ok/fail column's header when some cell of the
 def cell_row(index: int, workload: str, load: str, status: str,
              summary: CellResult | Mapping[str, Any] | None, rate_limited: bool = False) -> tuple[str, ...]:
     """A cell's table row; "-" where the cell has no summary (a dict is read as a stored summary). A client-bound
-    cell's status is `done, client BOUND`, shown as `bound` where the pane has no room for it whole (short_status).
+    cell's status is `done, client BOUND` (or `stopped, client BOUND`), shown as `bound` (`stopped`) where the pane
+    has no room for it whole (short_status).
     `rate_limited`: the ok/fail column counts the requests answered HTTP 429 third (`5/1/14`; the table's header
     then reads OK_FAIL_429)."""
     s = _summary(summary)
@@ -323,8 +324,12 @@ def _summary(summary: CellResult | Mapping[str, Any] | None) -> CellResult | Non
 
 def short_status(status: str) -> str:
     """A cell's status where the pane has no room for it whole: a completed cell whose client was the limit reads
-    `bound` (the pane's title explains it; zoomed, `done, client BOUND`), not `done,…`."""
-    return "bound" if status.endswith(CLIENT_BOUND_STATUS) else status
+    `bound` (the pane's title explains it; zoomed, `done, client BOUND`), not `done,…`; any other cell keeps its
+    own status (`stopped, client BOUND` reads `stopped`: that it ended early matters more)."""
+    if not status.endswith(CLIENT_BOUND_STATUS):
+        return status
+    own = status[: -len(CLIENT_BOUND_STATUS)].rstrip(", ")
+    return "bound" if own == "done" else own
 
 
 def _verdict(s: CellResult) -> str:
