@@ -16,21 +16,17 @@ import polars as pl
 import pytest
 
 from servescope.sessions.store import load_session
-from tests.integration.helpers import metrics, run_json
+from tests.integration.helpers import run_json
 from tests.support import vllm_server
 
 pytestmark = pytest.mark.vllm
 N_REQUESTS = 24  # per cell
 
 
-def _second_cell_started(save: Path) -> bool:
-    return _second_cell(save)[0]
-
-
-def _second_cell(save: Path) -> tuple[bool, bool]:
-    """(the second cell has started, its requests are in the server): the session's event log has a batch of
-    the second cell's finished requests with fewer than all of them done, and no end of that cell (a closed loop
-    keeps its users' next requests in the server meanwhile)."""
+def _second_cell(save: Path) -> tuple[bool, bool, bool]:
+    """(the second cell has started, its requests are in the server, it has ended), from the session's event log:
+    in the server once the log has a batch of the second cell's finished requests with fewer than all of them
+    done, and no end of that cell (a closed loop keeps its users' next requests in the server meanwhile)."""
     import json
 
     log = save / "events.jsonl"
@@ -51,7 +47,7 @@ def _second_cell(save: Path) -> tuple[bool, bool]:
             measuring = True
         elif kind in ("CellFinished", "CellSkipped"):
             ended = True
-    return started, started and measuring and not ended
+    return started, started and measuring and not ended, ended
 
 
 def _pids_listening_on(port: int) -> list[int]:
@@ -66,15 +62,6 @@ def _pids_listening_on(port: int) -> list[int]:
         if b"serve" in cmd and str(port).encode() in cmd and any(b"vllm" in c for c in cmd):
             pids.append(int(d.name))
     return pids
-
-
-def _running(port: int) -> float:
-    """vLLM's running-requests gauge, 0 while it does not answer (a busy CPU server may answer a scrape late: the
-    killer then looks again)."""
-    try:
-        return metrics(f"http://127.0.0.1:{port}").get("vllm:num_requests_running", 0.0)
-    except OSError:
-        return 0.0
 
 
 def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
@@ -100,21 +87,21 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
         deadline = time.monotonic() + 600
         seen_start: float | None = None
         while time.monotonic() < deadline:
-            # once the first cell is on disk and the second has started (the session's event log says so), kill
-            # -9 while its requests are in the server
-            # (not from the server's /metrics: a busy CPU server may answer a scrape only after the cell ended)
+            # once the first cell is on disk and the second has started and not ended (the session's event log says
+            # so), kill -9 while its requests are in the server: the log shows the cell part-way, or it started a
+            # moment ago (its prompts are built before it starts, and its closed loop sends at once; a fast server
+            # finished a 24-request cell between two looks at the log). Nothing slow is asked in between: a look at
+            # the server's /metrics, which a busy CPU server answers late, once let the cell end before the kill
             try:
-                ready = ((save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1
-                         and _second_cell_started(save))
+                started, measuring, ended = _second_cell(save)
+                ready = started and not ended and (save / "cells.parquet").exists() \
+                    and pl.read_parquet(save / "cells.parquet").height >= 1
             except Exception:  # noqa: BLE001 - a file being replaced: look again
-                ready = False
-            # the second cell's requests are in the server: its gauge says so, or (a busy CPU server may answer
-            # every scrape late) the session's log shows the cell part-way, or it started a moment ago (its closed
-            # loop sends at once; a fast server finished a 24-request cell between two looks at the log and gauge)
+                ready = measuring = False
             if ready and seen_start is None:
                 seen_start = time.monotonic()
             waited = time.monotonic() - seen_start if seen_start is not None else 0.0
-            if ready and (_second_cell(save)[1] or _running(port) > 0 or waited > 0.3):
+            if ready and (measuring or waited > 0.3):
                 for pid in _pids_listening_on(port):
                     try:
                         os.kill(pid, signal.SIGKILL)
