@@ -8,8 +8,8 @@ with one `perf_counter_ns()`. The awaiting request wakes twice: when the head ar
 It speaks only what an OpenAI-compatible server answers a streaming POST with: a status line, headers, and a
 chunked, Content-Length or close-delimited body; keep-alive connections are pooled per client (closed by us
 after `idle_s`, before the server drops them; not pooled against a server that closes each one after a single
-response, and a request sent into a connection the server had just closed goes again on a new one). Anything else (a proxy, HTTP/2, redirects) is for aiohttp
-(`--transport aiohttp`).
+response, and a request sent into a connection the server had just closed goes again on a new one). Anything
+else (a proxy, HTTP/2, redirects) is for aiohttp (`--transport aiohttp`).
 """
 
 from __future__ import annotations

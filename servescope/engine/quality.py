@@ -367,8 +367,6 @@ class QualityMixer:
                 if sent >= ratio * counted() or not turn(traces):
                     await asyncio.sleep(0.05)
                     continue
-                if not traces and not self.items:
-                    return
                 sent += 1
                 count[traces] += 1
                 busy[traces] = True
@@ -393,7 +391,8 @@ class QualityMixer:
                     busy[traces] = False
 
         async with self._client() as http:
-            await asyncio.gather(*([lane(http, True)] if self.idle else []), lane(http, False))
+            await asyncio.gather(*([lane(http, True)] if self.idle else []),
+                                 *([lane(http, False)] if self.items else []))
 
     async def finish(self, task: asyncio.Task[None], limit_s: float = 120.0) -> None:
         """The cell's load is done: no new probe; the probes out (sent under the cell's load, so the cell's) may
