@@ -23,11 +23,22 @@ def sweep(profile: str, quant: str, base: Path) -> Path:
     # each request's TPOT 63 gaps to average
     w = base / "chat.toml"
     w.write_text('[workload]\nname = "chat"\napi = "chat"\ninput_tokens = 256\noutput_tokens = 64\n')
-    r = subprocess.run([sys.executable, "-m", "servescope", "run", "--url", f"sim://{profile}", "-w", str(w),
-                        "-c", "1,4", "-n", "8", "--sessions-dir", str(base), "--tag", f"quant={quant}", "--json"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return Path(json.loads(r.stdout)["session"])
+    # A cell whose client was bound (a starved 2-core test machine: other tests' servers hold the CPUs) calls no
+    # winner, rightly: its figures measure the load generator. Such a sweep is run again, three runs at most; the
+    # last is kept either way, and the assertion then names the bound cell.
+    for attempt in range(3):
+        r = subprocess.run([sys.executable, "-m", "servescope", "run", "--url", f"sim://{profile}", "-w", str(w),
+                            "-c", "1,4", "-n", "8", "--sessions-dir", str(base), "--tag", f"quant={quant}",
+                            "--seed", str(attempt), "--json"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout)
+        bound = [(c["concurrency"], c["client"]["reasons"]) for c in out["cells"]
+                 if (c.get("client") or {}).get("verdict") == "bound"]
+        if not bound:
+            break
+        print(f"{quant} sweep #{attempt + 1}: client bound in {bound}")
+    return Path(out["session"])
 
 
 @pytest.mark.slow
