@@ -47,12 +47,11 @@ def fit_and_confirm(url: str, tmp_path: Path) -> None:
     for attempt in range(3):
         cell, info, save = _fit_and_confirm_once(url, tmp_path / f"try{attempt}", attempt)
         bound = _bound_cells(save, *(Path(p) for p in cell["confirm_sessions"]))
-        wild = {k: v for k, v in cell["error"].items() if v is None or not -1 < v < 10}
+        wild = {k: v for k, v in cell["error"].items() if v is None or not -1 < v < 10}  # predicted / measured - 1
         if not (bound or wild):
             break
         print(f"try {attempt + 1}: errors out of bounds {wild}; client-bound cells {bound}")
-    for k, v in cell["error"].items():
-        assert v is not None and -1 < v < 10, (k, v, cell, info, bound)  # a prediction, not a wild guess; accuracy: the benchmark
+    assert not wild, (wild, cell, info, bound)  # a prediction, not a wild guess; accuracy: the benchmark
     assert cell["error"]["output_tok_s"] == pytest.approx(cell["output_tok_s"] / cell["measured"]["output_tok_s"] - 1)
     record = (save / "twin" / "confirm.jsonl").read_text().splitlines()
     assert len(record) == 1 and json.loads(record[0])["measured"] == cell["measured"]
