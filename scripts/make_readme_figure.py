@@ -5,7 +5,7 @@ from a fresh simulator session, so the picture in the docs is what `servescope r
 
 It runs a short sweep against the built-in simulator (the RTX Pro 6000 GPTQ-Int4 profile, a chat workload of
 512 prompt and 128 output tokens, 1 to 64 users) into a temporary sessions folder (or DIR with --keep), then
-draws the session's throughput figure with servescope.sessions.figures. Needs the plots extra."""
+draws the session's throughput figure with servescope.reports.figures. Needs the plots extra."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="keep the session in this sessions folder")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from servescope.sessions.figures import session_figures
-    from servescope.sessions.figures_svg import render
-    from servescope.sessions.report import build
+    from servescope.reports.figures import session_figures
+    from servescope.reports.figures_svg import render
+    from servescope.reports.report import build
     from servescope.sessions.store import load_session
 
     with tempfile.TemporaryDirectory(prefix="servescope-figure-") as tmp:

@@ -14,8 +14,17 @@ from servescope.cli.common import parse_tags, resolve_session
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
+from servescope.reports.figures_svg import require_plots
+from servescope.reports.htmlreport import (
+    compare_html,
+    compare_markdown,
+    compare_parts,
+    report_html,
+    report_markdown,
+    report_parts,
+)
+from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
-from servescope.sessions.figures_svg import require_plots
 from servescope.sessions.gate import (
     gate,
     is_baseline_file,
@@ -24,17 +33,8 @@ from servescope.sessions.gate import (
     parse_fail_on,
     save_baseline,
 )
-from servescope.sessions.htmlreport import (
-    compare_html,
-    compare_markdown,
-    compare_parts,
-    report_html,
-    report_markdown,
-    report_parts,
-)
 from servescope.sessions.importers import import_files, lacks
 from servescope.sessions.quality import quality_brief
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session, scan_sessions, sessions_home
 from servescope.sessions.views import cell_counts, status_text
 

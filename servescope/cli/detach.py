@@ -24,9 +24,9 @@ from servescope.cli.run import format_cell, open_target, run_loop_for
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import wire as w
+from servescope.reports.tunereport import is_tune_session, running_of
 from servescope.sessions.live import EVENTS, LOCK, EventLogReader, runner_state
 from servescope.sessions.store import load_session, sessions_home
-from servescope.sessions.tunereport import is_tune_session, running_of
 
 
 def runner_main() -> int:

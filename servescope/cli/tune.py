@@ -31,8 +31,8 @@ from servescope.engine.tunerun import (
     running_entry,
     tune_table,
 )
+from servescope.reports.tunereport import tune_summary
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
-from servescope.sessions.tunereport import tune_summary
 from servescope.sessions.views import DEFAULT_SLOS
 from servescope.sim.cli import build_parser
 

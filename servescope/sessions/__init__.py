@@ -1,4 +1,5 @@
-"""Sessions: the sweep runner, the on-disk store, comparisons and reports."""
+"""Sessions: the on-disk store, the views every reader shares, statistics, comparisons and imports (documents made
+from sessions are servescope.reports)."""
 
 
 def series_name(name: str, variant: str) -> str:

@@ -97,7 +97,7 @@ from servescope.sessions.stats import (
     seed_for,
 )
 from servescope.sessions.store import Session
-from servescope.sessions.tunereport import compare_refusal
+from servescope.sessions.tunes import compare_refusal
 from servescope.sessions.views import (
     DEFAULT_SLOS,
     CellView,

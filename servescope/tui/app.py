@@ -25,7 +25,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
 from servescope.engine.spec import SweepSpec
-from servescope.sessions.tunereport import is_tune_session
+from servescope.reports.tunereport import is_tune_session
 from servescope.tui import messages as m
 from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.dialogs import ChoiceScreen

@@ -23,8 +23,8 @@ from servescope.engine.events import (
 )
 from servescope.engine.runner import run_sweep
 from servescope.engine.spec import RunContext, SweepSpec
+from servescope.reports.report import render_report
 from servescope.sessions.answers import derive
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 from servescope.sessions.views import cell_views
 from servescope.sim.launcher import SimHandle, start_sim

@@ -48,8 +48,8 @@ def test_small_tune_against_the_simulator(tmp_path: Path) -> None:
     assert tune["best"]["serve"].startswith("servescope sim --profile tiny --max-num-seqs ")
     assert all((session / st["cell"] / "session.toml").is_file() for st in tune["path"])
     assert "serve it: servescope sim --profile tiny --max-num-seqs" in p.stderr  # the text goes to stderr with --json
-    # the printed answer is the report's and the app's (sessions.tunereport.tune_summary), word for word
-    from servescope.sessions.tunereport import tune_summary
+    # the printed answer is the report's and the app's (reports.tunereport.tune_summary), word for word
+    from servescope.reports.tunereport import tune_summary
 
     for line in tune_summary(tune):
         assert line in p.stderr, line

@@ -9,9 +9,9 @@ from typing import Any
 
 from servescope.core.health import ClientPart, judge_client
 from servescope.core.results import LoopLag
+from servescope.reports.report import render_report
 from servescope.sessions.answers import capacity, derive, knee, peak
 from servescope.sessions.compare import cell_views, compare_sessions
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 from tests.integration.helpers import servescope
 

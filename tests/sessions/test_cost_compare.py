@@ -12,9 +12,9 @@ import pytest
 
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.results import CellResult
+from servescope.reports.report import render_report
 from servescope.sessions.answers import Capacity, CostAtCapacity
 from servescope.sessions.compare import COST_METRIC, compare_sessions
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 from servescope.sessions.views import cell_views
 from servescope.workloads.spec import PRESETS

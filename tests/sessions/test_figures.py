@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from servescope.core.errors import ServescopeError
-from servescope.sessions.answers import completed
-from servescope.sessions.figures import FigureSpec, comparison_figures, session_figures
-from servescope.sessions.figures_svg import SVG_NS, render
-from servescope.sessions.htmlreport import (
+from servescope.reports.figures import FigureSpec, comparison_figures, session_figures
+from servescope.reports.figures_svg import SVG_NS, render
+from servescope.reports.htmlreport import (
     CSP,
     compare_html,
     compare_parts,
@@ -26,7 +25,8 @@ from servescope.sessions.htmlreport import (
     report_markdown,
     report_parts,
 )
-from servescope.sessions.report import build
+from servescope.reports.report import build
+from servescope.sessions.answers import completed
 from servescope.sessions.store import load_session
 from servescope.sessions.views import fmt_num
 from tests.integration.helpers import servescope
@@ -223,17 +223,17 @@ def test_without_matplotlib_one_line_says_how_to_install(tmp_path: Path) -> None
 
 def test_matplotlib_stays_off_the_start_up_path() -> None:
     code = ("import sys; import servescope.cli.compare, servescope.cli.run, servescope.tui.app, "
-            "servescope.sessions.htmlreport; print('matplotlib' in sys.modules)")
+            "servescope.reports.htmlreport; print('matplotlib' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
 
 
 def test_a_broken_marker_count_is_an_error_not_a_wrong_tooltip(tmp_path: Path) -> None:
-    from servescope.sessions.figures_svg import _annotate, _Tips
+    from servescope.reports.figures_svg import _annotate, _Tips
 
     svg = ('<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink"><g id="pts1">'
            '<use xlink:href="#m"/></g></svg>')
-    from servescope.sessions.figures import Point
+    from servescope.reports.figures import Point
 
     tips = _Tips(points={"pts1": [Point(1, 2, "a"), Point(2, 3, "b")]})
     with pytest.raises(ServescopeError, match="1 markers drawn for 2 points"):

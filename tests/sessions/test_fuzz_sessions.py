@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from servescope.core.errors import ServescopeError
+from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session, scan_sessions
 from tests.sessions.conftest import CellSpec, SessionSpec, build_session
 

@@ -10,7 +10,7 @@ import msgspec
 
 from servescope.core.metrics import summarize
 from servescope.core.results import CellConnections
-from servescope.sessions.report import render_report
+from servescope.reports.report import render_report
 from servescope.sessions.store import load_session
 
 from .synth import WORKLOAD, cell_frame, plan, sweep_session

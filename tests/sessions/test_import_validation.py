@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from servescope.__main__ import main
 from servescope.core.errors import ServescopeError
+from servescope.reports.report import render_report
 from servescope.sessions.importers import import_files
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 
 DATA = Path(__file__).parent / "data"

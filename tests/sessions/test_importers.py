@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from servescope.core.errors import ServescopeError
+from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.importers import import_files
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 
 from .conftest import DATA

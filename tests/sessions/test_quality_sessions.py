@@ -20,10 +20,10 @@ from servescope.core.errors import ServescopeError
 from servescope.core.quality import Divergence, QualityResult, TaskScore, Trace, wilson
 from servescope.core.results import CellQuality, CellResult, TaskTally
 from servescope.core.textsafe import md_escape
+from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import gate, parse_fail_on
 from servescope.sessions.quality import load_quality, pct, split_task
-from servescope.sessions.report import render_report
 from servescope.sessions.store import SessionWriter, load_session
 
 from .conftest import GOLDEN, CellSpec, SessionSpec, build_session, fp8_spec, gptq_spec

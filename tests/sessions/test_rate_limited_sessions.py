@@ -11,8 +11,8 @@ from typing import Any
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
+from servescope.reports.report import render_report
 from servescope.sessions.compare import RATE_LIMITED_METRIC, compare_sessions
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 from servescope.workloads.spec import PRESETS
 from tests.sessions.conftest import CellSpec, _records

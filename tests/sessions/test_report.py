@@ -12,8 +12,8 @@ import pytest
 
 from servescope import __version__
 from servescope.core.errors import ServescopeError
+from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 
 from .conftest import GOLDEN, CellSpec, SessionSpec, build_session

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from servescope.__main__ import main
-from servescope.sessions.report import render_report
+from servescope.reports.report import render_report
 
 
 def rows(text: str) -> list[dict[str, str]]:

@@ -13,7 +13,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.launchspec import parse_launch, with_variant
 from servescope.core.secrets import REDACTED, command_secrets, redact_command, redact_text
 from servescope.engine.spec import SweepSpec
-from servescope.sessions.report import render_report
+from servescope.reports.report import render_report
 from servescope.sessions.store import load_session
 from tests.engine.test_runner_fakes import FakeServer, FakeTarget, _ctx, _run, _spec
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from servescope.__main__ import main
 from servescope.core.errors import ServescopeError
+from servescope.reports.report import build
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import load_baseline, parse_fail_on
-from servescope.sessions.report import build
 from servescope.sessions.stats import bootstrap, interval_label, judge, measured, small_k_widening, verdict_of
 from servescope.sessions.store import load_session
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 
 from .mdcheck import mermaid_charts, tables

@@ -11,7 +11,7 @@ import pytest
 from servescope.core.errors import ServescopeError
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.store import load_session
-from servescope.sessions.tunereport import best_cell_dir, compare_refusal
+from servescope.sessions.tunes import best_cell_dir, compare_refusal
 from tests.sessions.tune_synth import tune_table, write_tune_session
 
 
@@ -56,7 +56,7 @@ def test_lists_count_a_tunes_cells_measured_of_its_budget(tmp_path: Path) -> Non
 
 
 def test_one_relaunch_is_singular() -> None:
-    from servescope.sessions.tunereport import tune_section, tune_summary
+    from servescope.reports.tunereport import tune_section, tune_summary
 
     table = tune_table()
     table["relaunches"] = 1

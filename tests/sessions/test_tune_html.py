@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from servescope.sessions.figures import session_figures
-from servescope.sessions.htmlreport import report_html, report_parts
-from servescope.sessions.report import build
+from servescope.reports.figures import session_figures
+from servescope.reports.htmlreport import report_html, report_parts
+from servescope.reports.report import build
 from servescope.sessions.store import load_session
 from tests.sessions.tune_synth import write_tune_session
 

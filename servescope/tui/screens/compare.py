@@ -21,9 +21,9 @@ from textual.widgets import Footer, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text, slug
+from servescope.reports.report import render_report
 from servescope.sessions.answers import is_completed
 from servescope.sessions.compare import cell_views, compare_sessions, delta_text, fmt_num
-from servescope.sessions.report import render_report
 from servescope.sessions.store import load_session
 from servescope.tui.safe import esc, plain
 from servescope.tui.screens.export import ExportScreen

@@ -1,7 +1,7 @@
 """The Sessions screen: saved sessions in a table; open one to see its cells and charts; mark two or more
 to compare (`c` opens the Compare screen on them).
 
-Imported inside functions, to keep polars off the app's start-up: core.metrics, sessions.quality, sessions.report,
+Imported inside functions, to keep polars off the app's start-up: core.metrics, sessions.quality, reports.report,
 sessions.store, sessions.views, tui.screens.whatif (benchmarks/import_cost.py; the README's Layout gives the
 figures)."""
 
@@ -22,16 +22,16 @@ from textual.widgets import DataTable, Footer, Input, Static
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult, GpuWindow, TelemetryWindow
 from servescope.core.textsafe import clean_text
-from servescope.sessions import series_name
-from servescope.sessions.live import runner_state
-from servescope.sessions.tunereport import (
-    is_partial,
+from servescope.reports.tunereport import (
     is_tune_session,
     path_rows,
     progress_lines,
     running_of,
     tune_summary,
 )
+from servescope.sessions import series_name
+from servescope.sessions.live import runner_state
+from servescope.sessions.tunes import is_partial
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
 from servescope.tui.screens.tunelive import Attaches, CellProgress, running_line
@@ -753,7 +753,7 @@ class SessionScreen(Screen[None]):
         return True
 
     def action_export(self) -> None:
-        from servescope.sessions.report import render_report
+        from servescope.reports.report import render_report
         session = self.session
 
         def render() -> str:
@@ -776,7 +776,7 @@ class SessionScreen(Screen[None]):
         self.run_worker(self._write_reports, thread=True, group="report", exclusive=True, exit_on_error=False)
 
     def _write_reports(self) -> None:
-        from servescope.sessions.htmlreport import write_report_files
+        from servescope.reports.htmlreport import write_report_files
 
         try:
             html, md, note = write_report_files(self.session)

@@ -18,6 +18,18 @@ from servescope.core.results import CellResult, ServerWindow, finite, rate_limit
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text, md_escape
 from servescope.core.tls import reuse_problem, target_tls_text
+from servescope.reports.report_sections import (
+    CHARTS,
+    EXTRA_DEFINITIONS,
+    SessionReport,
+    _definitions,
+    _plural,
+    _setup,
+    _workload_section,
+    _workloads,
+    xychart,
+)
+from servescope.reports.tunereport import tune_section
 from servescope.sessions.compare import (
     CellView,
     Comparison,
@@ -31,20 +43,8 @@ from servescope.sessions.compare import (
     thinking_markdown,
 )
 from servescope.sessions.quality import quality_section, result_dict
-from servescope.sessions.report_sections import (
-    CHARTS,
-    EXTRA_DEFINITIONS,
-    SessionReport,
-    _definitions,
-    _plural,
-    _setup,
-    _workload_section,
-    _workloads,
-    xychart,
-)
 from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
 from servescope.sessions.store import Session, summary_columns
-from servescope.sessions.tunereport import tune_section
 from servescope.sessions.twin import twin_record, twin_section
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",

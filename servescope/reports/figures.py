@@ -1,7 +1,7 @@
 """The figures of a report, as data: what each figure draws (its panels, series, points, bands and reference
 lines), taken from the session's saved data only (the cells' summaries, their requests/cell-NNNN.parquet,
 telemetry.parquet, gpu.parquet and the twin's stored fit). No plotting library is imported here:
-servescope.sessions.figures_svg draws these specs (matplotlib, the optional `plots` extra) and writes every
+servescope.reports.figures_svg draws these specs (matplotlib, the optional `plots` extra) and writes every
 point's value into the SVG's `<title>` tooltips, so a figure carries the same numbers as the report's tables.
 
 Session figures, per workload (x = concurrency, or the request rate of open-loop cells):
@@ -35,12 +35,12 @@ import polars as pl
 from servescope.core.metrics import per_request
 from servescope.core.results import finite
 from servescope.core.textsafe import clean_text, slug
+from servescope.reports.report_sections import SessionReport
+from servescope.reports.tunereport import TUNE_FIGURE_KEY
+from servescope.reports.tunereport import fmt_value as f3
 from servescope.sessions.answers import WorkloadAnswers, completed
 from servescope.sessions.compare import CellView, ComparedCell, Comparison, fmt_num
-from servescope.sessions.report_sections import SessionReport
 from servescope.sessions.store import Session
-from servescope.sessions.tunereport import TUNE_FIGURE_KEY
-from servescope.sessions.tunereport import fmt_value as f3
 
 __all__ = ["Band", "FigureSpec", "Mark", "Panel", "Point", "Series", "comparison_figures", "session_figures"]
 

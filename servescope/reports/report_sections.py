@@ -1,5 +1,5 @@
 """The sections of a session's Markdown report: setup, workloads, metric definitions, each workload's results
-table with its Mermaid charts. `servescope.sessions.report` assembles them."""
+table with its Mermaid charts. `servescope.reports.report` assembles them."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from servescope.sessions.views import planned_load
 
 @dataclass
 class SessionReport:
-    """One session as a report reads it (sessions/report.py build())."""
+    """One session as a report reads it (servescope.reports.report.build())."""
 
     session: Session
     label: str

@@ -1,7 +1,7 @@
 """A report as one self-contained HTML file, and a Markdown report with its figures as files beside it.
 
-`report_html()` / `compare_html()`: the Markdown report (servescope.sessions.report, the same text `--format md`
-prints) turned into HTML, its Mermaid charts replaced by the figures (servescope.sessions.figures, drawn as
+`report_html()` / `compare_html()`: the Markdown report (servescope.reports.report, the same text `--format md`
+prints) turned into HTML, its Mermaid charts replaced by the figures (servescope.reports.figures, drawn as
 inline SVG with every point's value in a `<title>` tooltip), the styles inline. Nothing is loaded from anywhere:
 no script, no font, no image, no stylesheet, and a Content-Security-Policy that forbids the browser any fetch, so
 the file reads the same offline years later. Text from servers and users is escaped (a model named `<script>`
@@ -23,14 +23,14 @@ from pathlib import Path
 from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text, md_escape
+from servescope.reports.figures import FigureSpec, comparison_figures, session_figures
+from servescope.reports.figures_svg import Rendered, render, require_plots
+from servescope.reports.report import build, build_all, render_markdown
+from servescope.reports.report_sections import SessionReport
+from servescope.reports.tunereport import TUNE_TITLE
 from servescope.sessions.compare import Comparison, compare_sessions
-from servescope.sessions.figures import FigureSpec, comparison_figures, session_figures
-from servescope.sessions.figures_svg import Rendered, render, require_plots
-from servescope.sessions.report import build, build_all, render_markdown
-from servescope.sessions.report_sections import SessionReport
 from servescope.sessions.stats import MIN_EFFECT_PCT
 from servescope.sessions.store import Session
-from servescope.sessions.tunereport import TUNE_TITLE
 
 __all__ = ["CSP", "ReportParts", "compare_html", "compare_markdown", "md_to_html", "report_html",
            "report_markdown", "write_report_files"]

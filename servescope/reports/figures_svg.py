@@ -1,4 +1,4 @@
-"""servescope.sessions.figures' specs drawn as SVG (and PNG) with matplotlib's Agg backend: no display, no
+"""servescope.reports.figures' specs drawn as SVG (and PNG) with matplotlib's Agg backend: no display, no
 browser and no network. matplotlib is the optional `plots` extra (`pip install 'servescope[plots]'`), imported
 only inside the functions that draw, so nothing here costs the app or `servescope run` a thing at start-up.
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
-from servescope.sessions.figures import FigureSpec, Panel, Point, Series
+from servescope.reports.figures import FigureSpec, Panel, Point, Series
 from servescope.sessions.views import fmt_num
 
 if TYPE_CHECKING:
