@@ -2,32 +2,67 @@
 browser and no network. matplotlib is the optional `plots` extra (`pip install 'servescope[plots]'`), imported
 only inside the functions that draw, so nothing here costs the app or `servescope run` a thing at start-up.
 
+A figure is laid out once, by arithmetic rather than by matplotlib's layout engines: every panel's axes has a
+fixed size; the margins around it are what its tick labels, axis labels, title and legend measure. Above each
+panel, in this order, are its title, its legend (never over the data) and the names of the telemetry's cell
+spans; a comparison's legend is shared, under the figure's title. Labels drawn inside a panel (an SLO line's,
+the knee's and the capacity's, a point's `c=4`) go where their extents hit no other text, no data marker and,
+where possible, no line (servescope.reports.figlayout); a label with no such place moves into the legend.
+Ticks are numbers a person writes (figlayout: whole numbers on counts, plain numbers on logarithmic axes, as
+many decimals as the step needs).
+
 Every point a figure draws carries its value in an SVG `<title>` (a browser shows it on hover) and its exact
 coordinates in `data-x` / `data-y`: matplotlib draws a series' markers as `<use>` elements in point order, and
 they are matched to the spec's points one for one (a figure whose markers do not match its points is an error,
-never a silently wrong tooltip). Reference lines, bands, histogram bars and cell spans carry a `<title>` too.
-Every id in a figure is prefixed with its name, so several figures can share one HTML page."""
+never a silently wrong tooltip). Reference lines, bands, intervals, histogram bars, cell spans and legend
+entries for lines not drawn carry a `<title>` too. Every id in a figure is prefixed with its name, so several
+figures can share one HTML page.
+
+A figure whose spec names a `cache_dir` (a finished session's) is drawn once and kept there
+(servescope.reports.figcache), keyed by what it shows and by this code's version."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import math
 import re
 import statistics
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
-from servescope.reports.figures import FigureSpec, Panel, Point, Series
+from servescope.reports import figcache
+from servescope.reports.figlayout import (
+    Box,
+    Scene,
+    fmt_tick,
+    hline_spots,
+    linear_ticks,
+    log_ticks,
+    point_spots,
+    spread,
+    thin,
+    vline_spots,
+)
+from servescope.reports.figures import FigureSpec, Mark, Panel, Point, Series
 from servescope.sessions.views import fmt_num
 
 if TYPE_CHECKING:
+    from matplotlib.artist import Artist
     from matplotlib.axes import Axes
+    from matplotlib.backend_bases import RendererBase
+    from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
+    from matplotlib.lines import Line2D
+    from matplotlib.text import Text
+    from matplotlib.ticker import NullLocator
 
-__all__ = ["PLOTS_HINT", "Rendered", "plots_available", "render", "require_plots"]
+__all__ = ["PLOTS_HINT", "Rendered", "draw", "plots_available", "render", "render_all", "require_plots"]
 
 PLOTS_HINT = ("figures need matplotlib, the `plots` extra: pip install 'servescope[plots]' "
               "(or pip install 'matplotlib>=3.8')")
@@ -43,13 +78,25 @@ MARK_STYLES = {  # kind -> (colour, line style)
 OFF_SCALE = 4.0  # an SLO line more than this many times the panel's highest value is named, not drawn
 PERCENTILE_STYLES = {"p50": ("#000000", "-"), "p90": ("#555555", "--"), "p99": ("#D55E00", "--")}
 
+# the layout, in points (1/72 inch) unless named otherwise
+DPI = 100  # the layout's pixels; the SVG is written at 72 per inch, the PNG at png_dpi()
+PNG_MIN_PX = 1600  # a PNG is at least this wide
+WIDTH_IN = (7.5, 10.5)  # one column, several
+AXES_H_IN = 2.45  # a panel's plotting area
+HIST_AXES_H_IN = 1.3
+EDGE = 8.0  # around the figure
+GAP = 4.0  # between a panel's title, legend, span names and axes
+ROW_GAP = 12.0
+TICK_LEN, TICK_PAD, LABEL_PAD = 3.5, 3.5, 4.0
+SIZES = {"tick": 8.0, "label": 8.5, "title": 9.0, "legend": 7.5, "mark": 7.0, "span": 6.5, "suptitle": 10.5}
+PX = DPI / 72.0  # pixels per point
+
 
 def plots_available() -> bool:
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
         return False
-    return True
 
 
 def require_plots() -> None:
@@ -88,45 +135,45 @@ def _t(s: str) -> str:
     return clean_text(s).replace("$", r"\$")
 
 
-def render(spec: FigureSpec, png: bool = False) -> Rendered:
-    """The figure as SVG (its points' values in <title>s), and PNG when asked."""
-    require_plots()
+@contextmanager
+def _style() -> Iterator[None]:
     import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     with matplotlib.rc_context():  # these settings last for this figure only
         matplotlib.rc("svg", fonttype="none", hashsalt="servescope")  # text as text; ids that repeat run to run
         matplotlib.rc("font", size=9, family="sans-serif", **{"sans-serif": ["DejaVu Sans"]})
-        matplotlib.rc("axes", titlesize=9, labelsize=8.5)
+        matplotlib.rc("axes", titlesize=SIZES["title"], labelsize=SIZES["label"])
         matplotlib.rc("axes.spines", top=False, right=False)
-        matplotlib.rc("xtick", labelsize=8)
-        matplotlib.rc("ytick", labelsize=8)
-        matplotlib.rc("legend", fontsize=7.5)
-        cols = max(1, spec.columns)
-        rows = math.ceil(len(spec.panels) / cols)
-        hist = all(p.hist is not None for p in spec.panels)
-        width = 10.5 if cols > 1 else 7.5
-        height = (2.1 if hist else 3.6) * rows + 0.6
-        fig = Figure(figsize=(width, height), layout="constrained")
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(rows, cols, squeeze=False)
-        tips = _Tips()
-        for i, ax in enumerate(axes.flat):
-            if i >= len(spec.panels):
-                ax.set_visible(False)
-                continue
-            _panel(ax, spec.panels[i], tips, legend=(i == 0 or spec.kind != "compare"),
-                   also=_verdict_keys(spec) if i == 0 and spec.kind == "compare" else ())
-        fig.suptitle(_t(spec.title), fontsize=10.5, fontweight="bold")
+        matplotlib.rc("xtick", labelsize=SIZES["tick"])
+        matplotlib.rc("ytick", labelsize=SIZES["tick"])
+        matplotlib.rc("xtick.major", size=TICK_LEN, pad=TICK_PAD)
+        matplotlib.rc("ytick.major", size=TICK_LEN, pad=TICK_PAD)
+        matplotlib.rc("legend", fontsize=SIZES["legend"])
+        yield
+
+
+def png_dpi(width_in: float) -> int:
+    return math.ceil(PNG_MIN_PX / width_in)
+
+
+def render(spec: FigureSpec, png: bool = False) -> Rendered:
+    """The figure as SVG (its points' values in <title>s), and PNG when asked; a kept drawing when the spec's
+    folder has one for exactly this figure (and drawing code), else drawn now and kept there."""
+    require_plots()
+    kept = figcache.load(spec, png)
+    if kept is not None:
+        return Rendered(spec, kept[0], kept[1])
+    with _style():
+        fig, tips = _draw(spec)
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
         svg = _annotate(buf.getvalue(), tips, spec.name, spec.title)
         png_bytes = None
         if png:
             b = io.BytesIO()
-            fig.savefig(b, format="png", dpi=110)
+            fig.savefig(b, format="png", dpi=png_dpi(fig.get_figwidth()))
             png_bytes = b.getvalue()
+    figcache.store(spec, svg, png_bytes)
     return Rendered(spec, svg, png_bytes)
 
 
@@ -134,114 +181,131 @@ def render_all(specs: Sequence[FigureSpec], png: bool = False) -> list[Rendered]
     return [render(s, png) for s in specs]
 
 
+def draw(spec: FigureSpec) -> Figure:
+    """The figure as matplotlib holds it, laid out and ready to save (an Agg canvas attached): what `render`
+    writes, for a check that asks matplotlib for its texts' and markers' extents."""
+    require_plots()
+    with _style():
+        return _draw(spec)[0]
+
+
 # ---- drawing ----------------------------------------------------------------------------------------
-def _verdict_keys(spec: FigureSpec) -> list[tuple[str, str]]:
-    """(verdict, series label) of every ring the figure draws: the one legend (the first panel's) names them all."""
-    out: dict[tuple[str, str], None] = {}
-    for pan in spec.panels:
-        for s in pan.series:
-            for p in s.points:
-                if p.verdict and not p.bound:
-                    out[(p.verdict, s.label)] = None
-    return list(out)
+@dataclass
+class _Drawn:
+    """One panel as it is drawn: its axes, and what the layout and the label placement need to know of it."""
+
+    panel: Panel
+    ax: Axes
+    ax2: Axes | None = None
+    entries: list[tuple[Artist, str, str]] = field(default_factory=list)  # legend: handle, label, tooltip
+    labels: list[tuple[Mark, str, Artist]] = field(default_factory=list)  # mark labels to place: colour, line
+    point_labels: list[tuple[Axes, Point]] = field(default_factory=list)
+    markers: list[tuple[Axes, float, float, float, float]] = field(default_factory=list)  # x, y, half w/h (pt)
+    lines: list[tuple[Axes, list[float], list[float]]] = field(default_factory=list)
+    hlines: list[tuple[Axes, float]] = field(default_factory=list)
+    vlines: list[tuple[Axes, float]] = field(default_factory=list)
+    notes: list[Text] = field(default_factory=list)
+    span_names: list[tuple[float, str]] = field(default_factory=list)  # (centre x, name) above the axes
+    hist_range: tuple[float, float] | None = None
+    hist_top: float = 0.0
+    axes_h: float = AXES_H_IN * 72
+    ytick_w: float = 0.0  # widest tick label, points
+    y2tick_w: float = 0.0
+    top: float = 0.0  # title, legend and span names above the axes, points
+    legend_h: float = 0.0
+    span_h: float = 0.0
+    title_h: float = 0.0
+    title: Text | None = None
+
+    @property
+    def front(self) -> Axes:
+        """The axes drawn last (texts go there, over both axes' lines)."""
+        return self.ax2 if self.ax2 is not None else self.ax
 
 
-def _panel(ax: Axes, panel: Panel, tips: _Tips, legend: bool, also: Sequence[tuple[str, str]] = ()) -> None:
-    from matplotlib.lines import Line2D
+def _measure(fig: Figure, r: RendererBase, s: str, size: float, weight: str = "normal") -> tuple[float, float]:
+    """A text's width and height in points."""
+    from matplotlib.text import Text
 
-    ax.set_title(_t(panel.title), loc="left")
+    t = Text(0, 0, s, fontsize=size, fontweight=weight, ha="left", va="bottom")
+    t.set_figure(fig)
+    bb = t.get_window_extent(r)
+    return bb.width / PX, bb.height / PX
+
+
+def _wrap(fig: Figure, r: RendererBase, s: str, size: float, width: float, weight: str = "normal") -> str:
+    """`s` broken at spaces into lines at most `width` points wide (a word longer than that stands alone)."""
+    if _measure(fig, r, s, size, weight)[0] <= width:
+        return s
+    lines: list[str] = []
+    cur = ""
+    for word in s.split(" "):
+        cand = f"{cur} {word}" if cur else word
+        if cur and _measure(fig, r, cand, size, weight)[0] > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = cand
+    lines.append(cur)
+    return "\n".join(lines)
+
+
+def _draw(spec: FigureSpec) -> tuple[Figure, _Tips]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    n = max(1, len(spec.panels))
+    cols = max(1, min(spec.columns, n))
+    rows = math.ceil(n / cols)
+    width = WIDTH_IN[1] if cols > 1 else WIDTH_IN[0]
+    fig = Figure(figsize=(width, 8.0), dpi=DPI)
+    renderer: Callable[[], RendererBase] = FigureCanvasAgg(fig).get_renderer
+    r = renderer()
+    tips = _Tips()
+    drawn: list[_Drawn] = []
+    for panel in spec.panels:
+        d = _Drawn(panel, fig.add_axes((0.1, 0.1, 0.5, 0.5)))
+        d.axes_h = (HIST_AXES_H_IN if panel.hist is not None else AXES_H_IN) * 72
+        _panel(d, tips)
+        drawn.append(d)
+    _layout(fig, r, spec, drawn, cols, rows, width, tips)
+    return fig, tips
+
+
+def _panel(d: _Drawn, tips: _Tips) -> None:
+    panel, ax = d.panel, d.ax
     ax.set_xlabel(_t(panel.x_label))
     ax.set_ylabel(_t(panel.y_label))
     ax.grid(True, alpha=0.25, linewidth=0.6)
-    ax2 = None
     if panel.y2_label or any(s.axis == "right" for s in panel.series):
-        ax2 = ax.twinx()
-        ax2.set_ylabel(_t(panel.y2_label))
-        ax2.spines["right"].set_visible(True)
+        d.ax2 = ax.twinx()
+        d.ax2.set_ylabel(_t(panel.y2_label))
+        d.ax2.spines["right"].set_visible(True)
     if panel.hist is not None:
-        _histogram(ax, panel, tips)
+        _histogram(d, tips)
     for i, sp in enumerate(panel.spans):
-        r = ax.axvspan(sp.x0, sp.x1, color="#000000", alpha=0.09 if i % 2 else 0.04, linewidth=0)
+        rect = ax.axvspan(sp.x0, sp.x1, color="#000000", alpha=0.09 if i % 2 else 0.04, linewidth=0)
         g = tips.gid("span")
-        r.set_gid(g)
+        rect.set_gid(g)
         tips.ones[g] = sp.tip
-        if len(panel.spans) <= 24 and (sp.x1 - sp.x0) >= 0.035 * (panel.spans[-1].x1 - panel.spans[0].x0):
-            ax.annotate(_t(sp.label), xy=((sp.x0 + sp.x1) / 2, 1.0), xycoords=("data", "axes fraction"),
-                        ha="center", va="top", fontsize=6.5, color="#444444")
+        if len(panel.spans) <= 24:
+            d.span_names.append(((sp.x0 + sp.x1) / 2, sp.label))
     bound_labelled = False
     for s in panel.series:
-        target = ax2 if (s.axis == "right" and ax2 is not None) else ax
-        bound_labelled = _series(target, s, tips, bound_labelled)
+        target = d.ax2 if (s.axis == "right" and d.ax2 is not None) else ax
+        bound_labelled = _series(d, target, s, tips, bound_labelled)
     for m in panel.marks:
-        target = ax2 if (m.axis == "right" and ax2 is not None) else ax
-        side_ys = [p.y for s in panel.series for p in s.points if (s.axis == m.axis or ax2 is None)]
-        if m.orient == "h" and side_ys and m.at > OFF_SCALE * max(side_ys):  # far above the data: said, not drawn
-            txt = target.annotate(_t(f"{m.label} (above the axis)"), xy=(0.5, 0.99), xycoords="axes fraction",
-                                  ha="center", va="top", fontsize=7, color=MARK_STYLES["slo"][0])
-            g = tips.gid("mark")
-            txt.set_gid(g)
-            tips.ones[g] = m.tip
-            continue
-        colour: str
-        style: str | tuple[int, tuple[int, ...]]
-        if m.kind == "percentile":
-            colour, style = PERCENTILE_STYLES.get(m.label.split()[0], ("#000000", "-"))
-        else:
-            colour, style = MARK_STYLES.get(m.kind, ("#000000", "--"))
-        line = (target.axhline(m.at, color=colour, linestyle=style, linewidth=1.1) if m.orient == "h" else
-                target.axvline(m.at, color=colour, linestyle=style, linewidth=1.1))
-        g = tips.gid("mark")
-        line.set_gid(g)
-        tips.ones[g] = m.tip
-        if m.kind == "percentile":  # several close together: named in the legend, not beside the line
-            line.set_label(_t(m.label))
-        elif m.orient == "h":
-            target.annotate(_t(m.label), xy=(0.99, m.at), xycoords=("axes fraction", "data"), ha="right",
-                            va="bottom", fontsize=7, color=colour)
-        else:  # the knee's label left of its line, the capacity's right of it: they may share a level
-            target.annotate(_t(m.label), xy=(m.at, 0.98), xycoords=("data", "axes fraction"),
-                            ha="left" if m.kind == "capacity" else "right", va="top", fontsize=7, color=colour,
-                            rotation=90)
+        _mark(d, m, tips)
+    _limits(d)
     xs = [p.x for s in panel.series for p in s.points]
-    if panel.log_x and xs and min(xs) > 0:
-        ax.set_xscale("log")
-    if panel.x_label.startswith(("concurrency", "request rate")) and xs:
-        levels = sorted(set(xs))
-        if len(levels) <= 12:
-            ax.set_xticks(levels)
-            ax.set_xticklabels([f"{x:g}" for x in levels])
-            ax.minorticks_off()
-    for a, side in ((ax, "left"), (ax2, "right")):
-        if a is None:
-            continue
-        ys = [p.y for s in panel.series if (s.axis == side or (side == "left" and ax2 is None)) for p in s.points]
-        ys += [m.at for m in panel.marks if m.orient == "h" and m.axis == side
-               and not (ys and m.at > OFF_SCALE * max(ys))]
-        ys += [y for s in panel.series if s.band is not None and (s.axis == side or (side == "left" and ax2 is None))
-               for y in (*s.band.lo, *s.band.hi)]
-        if panel.log_y and ys and min(ys) > 0 and side == "left":
-            a.set_yscale("log")
-        elif ys and min(ys) >= 0 and panel.hist is None:
-            a.set_ylim(bottom=0, top=max(ys) * 1.12 if max(ys) > 0 else 1.0)
     if not panel.series and panel.hist is None or panel.note and not xs and not panel.hist:
-        ax.text(0.5, 0.5, _t(panel.note or "no data"), transform=ax.transAxes, ha="center", va="center",
-                color="#666666")
-    if legend:
-        handles, labels = ax.get_legend_handles_labels()
-        if ax2 is not None:
-            h2, l2 = ax2.get_legend_handles_labels()
-            handles, labels = handles + h2, labels + l2
-        for verdict, series in also:  # rings drawn only in other panels
-            lb = f"{verdict} ({_t(series)})"
-            if lb not in labels:
-                labels.append(lb)
-                handles.append(Line2D([], [], linestyle="none", marker="o", markersize=11, markerfacecolor="none",
-                                      markeredgecolor=VERDICT_COLOURS[verdict], markeredgewidth=1.4))
-        if handles:
-            ax.legend(handles, labels, loc="best", framealpha=0.85)
+        d.notes.append(ax.text(0.5, 0.5, _t(panel.note or "no data"), transform=ax.transAxes, ha="center",
+                               va="center", color="#666666"))
 
 
-def _series(ax: Axes, s: Series, tips: _Tips, bound_labelled: bool) -> bool:
+def _series(d: _Drawn, ax: Axes, s: Series, tips: _Tips, bound_labelled: bool) -> bool:
+    from matplotlib.lines import Line2D
+
     colour = PALETTE[s.color % len(PALETTE)]
     data = [p for p in s.points if not p.bound]
     bound = [p for p in s.points if p.bound]
@@ -262,60 +326,413 @@ def _series(ax: Axes, s: Series, tips: _Tips, bound_labelled: bool) -> bool:
     for p in data:  # a load measured several times (--repeat): the line runs through the median of its repeats
         by_x.setdefault(p.x, []).append(p.y)
     if s.connect and len(by_x) >= 2:
-        ax.plot(list(by_x), [statistics.median(v) for v in by_x.values()], color=colour, linestyle=style,
-                linewidth=1.4 if s.marker else 1.1, label=_t(s.label) if not s.marker else None)
+        lx, ly = list(by_x), [statistics.median(v) for v in by_x.values()]
+        (line,) = ax.plot(lx, ly, color=colour, linestyle=style, linewidth=1.4 if s.marker else 1.1)
+        d.lines.append((ax, lx, ly))
+        if not s.marker:
+            d.entries.append((line, _t(s.label), ""))
     if data:
         ms = 5.0 if s.marker else 1.6
         (art,) = ax.plot([p.x for p in data], [p.y for p in data], linestyle="none", marker=s.marker or "o",
-                         markersize=ms, color=colour, markerfacecolor="white" if s.dashed else colour,
-                         label=_t(s.label) if s.marker else None)
+                         markersize=ms, color=colour, markerfacecolor="white" if s.dashed else colour)
         g = tips.gid("pts")
         art.set_gid(g)
         tips.points[g] = data
+        d.markers += [(ax, p.x, p.y, ms / 2 + 0.5, ms / 2 + 0.5) for p in data]
+        if s.marker:
+            d.entries.append((art, _t(s.label), ""))
     if bound:
         (art,) = ax.plot([p.x for p in bound], [p.y for p in bound], linestyle="none", marker=s.marker or "o",
-                         markersize=6, markerfacecolor="none", markeredgecolor=BOUND_GREY,
-                         label=None if bound_labelled else "client bound (not the server's figure)")
+                         markersize=6, markerfacecolor="none", markeredgecolor=BOUND_GREY)
         g = tips.gid("pts")
         art.set_gid(g)
         tips.points[g] = bound
+        d.markers += [(ax, p.x, p.y, 3.5, 3.5) for p in bound]
+        if not bound_labelled:
+            d.entries.append((art, "client bound (not the server's figure)", ""))
         bound_labelled = True
     for verdict, colour_v in VERDICT_COLOURS.items():
         vp = [p for p in s.points if p.verdict == verdict and not p.bound]
         if not vp:
             continue
         (ring,) = ax.plot([p.x for p in vp], [p.y for p in vp], linestyle="none", marker="o", markersize=11,
-                          markerfacecolor="none", markeredgecolor=colour_v, markeredgewidth=1.4,
-                          label=f"{verdict} ({_t(s.label)})")
+                          markerfacecolor="none", markeredgecolor=colour_v, markeredgewidth=1.4)
         g = tips.gid("ring")
         ring.set_gid(g)
         tips.ones[g] = f"{s.label}: {verdict} at " + ", ".join(p.tip.split(":")[0].split(", ")[-1] for p in vp)
-    for p in s.points:
-        if p.label:
-            ax.annotate(_t(p.label), (p.x, p.y), textcoords="offset points", xytext=(5, 4), fontsize=7,
-                        color="#333333")
+        d.markers += [(ax, p.x, p.y, 6.2, 6.2) for p in vp]
+        d.entries.append((ring, f"{verdict} ({_t(s.label)})", ""))
+    floor = min((p.y for p in s.points if p.y > 0), default=1.0) / 2
+    for iv in s.intervals:
+        lo = iv.lo if iv.lo > 0 or not d.panel.log_y else floor  # a log axis: from below the lowest point
+        (bar,) = ax.plot([iv.x, iv.x], [lo, iv.hi], color=colour, linewidth=1.1, marker="_", markersize=7,
+                         markeredgewidth=1.1)
+        g = tips.gid("interval")
+        bar.set_gid(g)
+        tips.ones[g] = iv.tip
+        d.lines.append((ax, [iv.x, iv.x], [lo, iv.hi]))
+        d.markers += [(ax, iv.x, y, 3.5, 0.8) for y in (lo, iv.hi)]
+    if s.intervals:
+        d.entries.append((Line2D([], [], color=colour, linestyle="none", marker="|", markersize=9,
+                                 markeredgewidth=1.1), f"{_t(s.label)}: 95% interval of the difference", ""))
+    d.point_labels += [(ax, p) for p in s.points if p.label]
     return bound_labelled
 
 
-def _histogram(ax: Axes, panel: Panel, tips: _Tips) -> None:
-    vals = panel.hist or []
+def _mark(d: _Drawn, m: Mark, tips: _Tips) -> None:
+    from matplotlib.lines import Line2D
+
+    target = d.ax2 if (m.axis == "right" and d.ax2 is not None) else d.ax
+    side_ys = [p.y for s in d.panel.series for p in s.points if (s.axis == m.axis or d.ax2 is None)]
+    if m.orient == "h" and side_ys and m.at > OFF_SCALE * max(side_ys):  # far above the data: named, not drawn
+        slo_colour, slo_dash = MARK_STYLES["slo"]
+        d.entries.append((Line2D([], [], color=slo_colour, linestyle=slo_dash, linewidth=1.1),
+                          _t(f"{m.label} (above the axis)"), m.tip))
+        return
+    dash: str | tuple[int, tuple[int, ...]]
+    if m.kind == "percentile":
+        colour, dash = PERCENTILE_STYLES.get(m.label.split()[0].rstrip(","), ("#000000", "-"))
+    else:
+        colour, dash = MARK_STYLES.get(m.kind, ("#000000", "--"))
+    line: Line2D = (target.axhline(m.at, color=colour, linestyle=dash, linewidth=1.1) if m.orient == "h" else
+                    target.axvline(m.at, color=colour, linestyle=dash, linewidth=1.1))
+    g = tips.gid("mark")
+    line.set_gid(g)
+    tips.ones[g] = m.tip
+    (d.hlines if m.orient == "h" else d.vlines).append((target, m.at))
+    if m.kind == "percentile":  # several close together: named in the legend, not beside the line
+        d.entries.append((line, _t(m.label), ""))
+    else:
+        d.labels.append((m, colour, line))
+
+
+def _histogram(d: _Drawn, tips: _Tips) -> None:
+    vals = d.panel.hist or []
     if not vals:
         return
     from matplotlib.container import BarContainer
 
     lo, hi = min(vals), max(vals)
-    pad = max(abs(hi) * 0.01, 0.01)
-    # values all (nearly) equal: one bar around them (numpy cannot split a range of a few ulps into bins)
-    bins, rng = ((max(1, min(24, len(set(vals)))), (lo, hi)) if hi - lo > max(abs(hi), 1.0) * 1e-6 else
-                 (1, (lo - pad, hi + pad)))
-    counts, edges, patches = ax.hist(vals, bins=bins, range=rng, color=PALETTE[0], alpha=0.7, edgecolor="white",
-                                     linewidth=0.4)
+    wide = spread(lo, hi)
+    # values that barely vary: bins over an axis 1% of their size wide (they fill one or two of them)
+    bins, rng = ((max(1, min(24, len(set(vals)))), (lo, hi)) if wide == (lo, hi) else (24, wide))
+    counts, edges, patches = d.ax.hist(vals, bins=bins, range=rng, color=PALETTE[0], alpha=0.7, edgecolor="white",
+                                       linewidth=0.4)
+    d.hist_range = rng
+    d.hist_top = float(max(counts))
     g = tips.gid("bars")
     tips.bars[g] = []
     for i, patch in enumerate(patches if isinstance(patches, BarContainer) else []):
         patch.set_gid(f"{g}-{i}")
-        tips.bars[g].append(f"{panel.hist_tip} {fmt_num(float(edges[i]))}-{fmt_num(float(edges[i + 1]))} ms: "
+        tips.bars[g].append(f"{d.panel.hist_tip} {fmt_num(float(edges[i]))}-{fmt_num(float(edges[i + 1]))} ms: "
                             f"{int(counts[i])} requests")
+
+
+# ---- limits and ticks -----------------------------------------------------------------------------------
+def _limits(d: _Drawn) -> None:
+    """Each axis' range and its y ticks (the x ticks wait for the panel's width: `_x_ticks`)."""
+    panel, ax = d.panel, d.ax
+    xs = [p.x for s in panel.series for p in s.points]
+    xs += [x for s in panel.series if s.band is not None for x in s.band.xs]
+    xs += [sp for s in panel.spans for sp in (s.x0, s.x1)]
+    xs += [m.at for m in panel.marks if m.orient == "v" and m.kind != "percentile"]
+    if d.hist_range is not None:
+        xs += [*d.hist_range, *(m.at for m in panel.marks if m.orient == "v")]
+    xs = [x for x in xs if math.isfinite(x)]
+    log_x = panel.log_x and bool(xs) and min(xs) > 0
+    if log_x:
+        ax.set_xscale("log")
+    if xs:
+        lo, hi = min(xs), max(xs)
+        if log_x:
+            f = (hi / lo) ** 0.04 if hi > lo else 1.25
+            ax.set_xlim(lo / f, hi * f)
+        else:
+            lo, hi = spread(lo, hi) if d.hist_range is None and not panel.spans else (lo, hi)
+            pad = (hi - lo) * (0.02 if d.hist_range is not None else 0.04) if hi > lo else max(abs(lo) * 0.1, 0.5)
+            ax.set_xlim(lo - pad, hi + pad)
+    else:
+        ax.set_xlim(0, 1)
+    for a, side in ((ax, "left"), (d.ax2, "right")):
+        if a is None:
+            continue
+        mine = [s for s in panel.series if s.axis == side or (side == "left" and d.ax2 is None)]
+        ys = [p.y for s in mine for p in s.points]
+        drawn_ys = list(ys)
+        ys += [m.at for m in panel.marks if m.orient == "h" and m.axis == side
+               and not (drawn_ys and m.at > OFF_SCALE * max(drawn_ys))]
+        ys += [y for s in mine if s.band is not None for y in (*s.band.lo, *s.band.hi)]
+        ys += [y for s in mine for iv in s.intervals for y in (iv.lo, iv.hi)]
+        if d.hist_range is not None:
+            ys = [0.0, d.hist_top]
+        ys = [y for y in ys if math.isfinite(y)]
+        log = panel.log_y and side == "left" and bool(ys) and min(ys) > 0
+        target = max(4, round(d.axes_h / 36))
+        if log:
+            a.set_yscale("log")
+            lo, hi = min(ys), max(ys)
+            f = (hi / lo) ** 0.06 if hi > lo else 1.25
+            a.set_ylim(lo / f, hi * f)
+            ticks, dec = log_ticks(lo / f, hi * f)
+        else:
+            if not ys:
+                lo, hi = 0.0, 1.0
+            elif min(ys) >= 0:
+                lo, hi = 0.0, (max(ys) * 1.12 if max(ys) > 0 else 1.0)
+            else:
+                lo, hi = spread(min(ys), max(ys))
+                pad = (hi - lo) * 0.08
+                lo, hi = lo - pad, hi + pad
+            a.set_ylim(lo, hi)
+            ticks, dec = linear_ticks(lo, hi, target, integer=panel.y_integer or d.hist_range is not None)
+        a.set_yticks(ticks, [fmt_tick(t, dec) for t in ticks])
+        a.yaxis.set_minor_locator(_null())
+
+
+def _null() -> NullLocator:
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
+
+
+def _x_ticks(fig: Figure, r: RendererBase, d: _Drawn, bounds: tuple[float, float]) -> None:
+    """The x ticks for the panel's width: the load levels themselves (up to 12), else round steps; labels that
+    would overlap another or leave the panel's column are left unwritten."""
+    panel, ax = d.panel, d.ax
+    lo, hi = ax.get_xlim()
+    levels = sorted({p.x for s in panel.series for p in s.points})
+    aw = ax.bbox.width / PX
+    if panel.x_label.startswith(("concurrency", "request rate")) and 1 <= len(levels) <= 12:
+        ticks, labels = levels, [fmt_tick(x) for x in levels]
+    elif ax.get_xscale() == "log":
+        ticks, dec = log_ticks(lo, hi)
+        labels = [fmt_tick(t, dec) for t in ticks]
+    else:
+        ticks, dec = linear_ticks(lo, hi, max(3, round(aw / 70)), integer=panel.x_integer)
+        labels = [fmt_tick(t, dec) for t in ticks]
+    pos = [float(ax.transData.transform((t, 0))[0]) / PX for t in ticks]
+    widths = [_measure(fig, r, s, SIZES["tick"])[0] for s in labels]
+    keep = thin(pos, widths, 4.0)
+    labels = [s if k and bounds[0] <= p - w / 2 and p + w / 2 <= bounds[1] else ""
+              for s, k, p, w in zip(labels, keep, pos, widths, strict=True)]
+    ax.set_xticks(ticks, labels)
+    ax.xaxis.set_minor_locator(_null())
+
+
+# ---- layout -------------------------------------------------------------------------------------------
+def _tick_width(fig: Figure, r: RendererBase, a: Axes | None) -> float:
+    if a is None:
+        return 0.0
+    return max((_measure(fig, r, t.get_text(), SIZES["tick"])[0] for t in a.yaxis.get_majorticklabels()),
+               default=0.0)
+
+
+def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn], cols: int, rows: int,
+            width: float, tips: _Tips) -> None:
+    W = width * 72
+    tick_h = _measure(fig, r, "0123456789", SIZES["tick"])[1]
+    label_h = _measure(fig, r, "Ag", SIZES["label"])[1]
+    below = TICK_LEN + TICK_PAD + tick_h + LABEL_PAD + label_h  # under a panel's axes
+    # across: each column as wide as the widest tick labels and axis labels of its panels need
+    colw = W / cols
+    for d in drawn:
+        d.ytick_w = _tick_width(fig, r, d.ax)
+        d.y2tick_w = _tick_width(fig, r, d.ax2)
+    left: list[float] = []
+    right: list[float] = []
+    for c in range(cols):
+        mine = drawn[c::cols]
+        yl = max((d.ax.yaxis.label.get_window_extent(r).width / PX for d in mine if d.panel.y_label), default=0.0)
+        left.append(EDGE + yl + LABEL_PAD + max((d.ytick_w for d in mine), default=0.0) + TICK_PAD + TICK_LEN)
+        twins = [d for d in mine if d.ax2 is not None]
+        if twins:
+            y2 = max((d.ax2.yaxis.label.get_window_extent(r).width / PX for d in twins if d.ax2 is not None),
+                     default=0.0)
+            right.append(TICK_LEN + TICK_PAD + max(d.y2tick_w for d in twins) + LABEL_PAD + y2 + EDGE)
+        else:
+            right.append(2 * EDGE)
+    # a first, provisional stacking: only sizes matter to where labels go inside a panel
+    _stack(fig, spec, drawn, cols, rows, W, colw, left, right, below, sup_h=0.0, legend_h=0.0)
+    for i, d in enumerate(drawn):
+        c = i % cols
+        _x_ticks(fig, r, d, (c * colw / 1 + EDGE / 2 - 0.0, (c + 1) * colw - 2.0))
+    for d in drawn:
+        _place_labels(fig, r, d)
+    # above each panel: its title, its legend (or the figure's one legend), the names of its spans
+    shared = spec.kind == "compare"
+    fig_entries: list[tuple[Artist, str, str]] = []
+    if shared:
+        seen: set[str] = set()
+        for d in drawn:
+            for e in d.entries:
+                if e[1] not in seen:
+                    seen.add(e[1])
+                    fig_entries.append(e)
+    title_h = 0.0
+    for i, d in enumerate(drawn):
+        c = i % cols
+        avail = (c + 1) * colw - EDGE - (c * colw + left[c])
+        t = d.ax.set_title(_wrap(fig, r, _t(d.panel.title), SIZES["title"], avail), loc="left", pad=0, y=1.0,
+                           va="bottom", fontsize=SIZES["title"])
+        d.title = t
+        d.title_h = t.get_window_extent(r).height / PX
+        if not shared and d.entries:
+            d.legend_h = _legend(fig, r, d.ax, d.entries, avail, tips)
+        if d.span_names:
+            d.span_h = _measure(fig, r, "Ag", SIZES["span"])[1]
+        d.top = d.title_h + GAP + (d.legend_h + GAP if d.legend_h else 0.0) + (d.span_h + GAP if d.span_h else 0.0)
+        title_h = max(title_h, d.title_h)
+    sup = fig.suptitle(_wrap(fig, r, _t(spec.title), SIZES["suptitle"], W - 2 * EDGE, "bold"),
+                       fontsize=SIZES["suptitle"], fontweight="bold", va="top")
+    sup_h = sup.get_window_extent(r).height / PX
+    fig_legend_h = 0.0
+    if shared and fig_entries:
+        fig_legend_h = _legend(fig, r, None, fig_entries, W - 2 * EDGE, tips)
+    _stack(fig, spec, drawn, cols, rows, W, colw, left, right, below, sup_h=sup_h, legend_h=fig_legend_h)
+    # everything above and beside the axes, in the axes' own fractions (they keep their size from here on)
+    H = fig.get_figheight() * 72
+    sup.set_y(1 - EDGE / H)
+    for leg in fig.legends:
+        leg.set_bbox_to_anchor((0.5, 1 - (EDGE + sup_h + GAP) / H), transform=fig.transFigure)
+    for i, d in enumerate(drawn):
+        c = i % cols
+        aw, ah = d.ax.bbox.width / PX, d.ax.bbox.height / PX
+        d.ax.xaxis.set_label_coords(0.5, -(TICK_LEN + TICK_PAD + tick_h + LABEL_PAD) / ah)
+        ytw = max(dd.ytick_w for dd in drawn[c::cols])
+        d.ax.yaxis.set_label_coords(-(TICK_LEN + TICK_PAD + ytw + LABEL_PAD) / aw, 0.5)
+        if d.ax2 is not None:
+            y2w = max(dd.y2tick_w for dd in drawn[c::cols])
+            d.ax2.yaxis.set_label_coords(1 + (TICK_LEN + TICK_PAD + y2w + LABEL_PAD) / aw, 0.5)
+        y = 1 + GAP / ah
+        if d.span_names:
+            _span_names(fig, r, d, y)
+            y += (d.span_h + GAP) / ah
+        own = d.ax.get_legend()
+        if own is not None:
+            own.set_bbox_to_anchor((0.0, y), transform=d.ax.transAxes)
+            y += (d.legend_h + GAP) / ah
+        if d.title is not None:
+            d.title.set_y(y)
+
+
+def _stack(fig: Figure, spec: FigureSpec, drawn: list[_Drawn], cols: int, rows: int, W: float, colw: float,
+           left: list[float], right: list[float], below: float, sup_h: float, legend_h: float) -> None:
+    """Size the figure to its rows and put each panel's axes in place (points from the top, then fractions)."""
+    heights = []
+    for row in range(rows):
+        mine = drawn[row * cols:(row + 1) * cols]
+        heights.append((max((d.top for d in mine), default=0.0), max((d.axes_h for d in mine), default=0.0)))
+    head = EDGE + sup_h + GAP + (legend_h + GAP if legend_h else 0.0)
+    H = head + sum(top + ah + below for top, ah in heights) + ROW_GAP * (rows - 1) + EDGE
+    fig.set_size_inches(W / 72, H / 72)
+    y = head
+    for row, (top, ah) in enumerate(heights):
+        y += top
+        for c, d in enumerate(drawn[row * cols:(row + 1) * cols]):
+            x0 = c * colw + left[c]
+            aw = colw - left[c] - right[c]
+            box = (x0 / W, 1 - (y + d.axes_h) / H, aw / W, d.axes_h / H)
+            d.ax.set_position(box)
+            if d.ax2 is not None:
+                d.ax2.set_position(box)
+        y += ah + below + ROW_GAP
+
+
+def _legend(fig: Figure, r: RendererBase, ax: Axes | None, entries: Sequence[tuple[Artist, str, str]],
+            avail: float, tips: _Tips) -> float:
+    """A legend in as many columns as fit `avail` points (the panel's width, or the figure's); its height."""
+    handles = [e[0] for e in entries]
+    labels = [e[1] for e in entries]
+    kw = {"frameon": False, "borderpad": 0.0, "borderaxespad": 0.0, "handlelength": 1.8, "handletextpad": 0.5,
+          "columnspacing": 1.4, "labelspacing": 0.3, "fontsize": SIZES["legend"]}
+    leg: Legend | None = None
+    for ncol in range(len(entries), 0, -1):
+        if leg is not None:
+            leg.remove()
+        leg = (ax.legend(handles, labels, loc="lower left", bbox_to_anchor=(0, 1), ncols=ncol, **kw)
+               if ax is not None else
+               fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1), ncols=ncol, **kw))
+        if leg.get_window_extent(r).width / PX <= avail:
+            break
+    if leg is None:
+        return 0.0
+    for text, (_, _, tip) in zip(leg.get_texts(), entries, strict=True):
+        if tip:
+            g = tips.gid("entry")
+            text.set_gid(g)
+            tips.ones[g] = tip
+    return float(leg.get_window_extent(r).height) / PX
+
+
+def _span_names(fig: Figure, r: RendererBase, d: _Drawn, y: float) -> None:
+    """The cells' names over their spans, above the axes; a name that would overlap the last one, or leave the
+    axes' width, is left out (each span's tooltip names it)."""
+    ax = d.ax
+    x0, x1 = ax.bbox.x0 / PX, ax.bbox.x1 / PX
+    pos = [float(ax.transData.transform((x, 0))[0]) / PX for x, _ in d.span_names]
+    widths = [_measure(fig, r, _t(name), SIZES["span"])[0] for _, name in d.span_names]
+    keep = thin(pos, widths, 3.0)
+    for (x, name), k, p, w in zip(d.span_names, keep, pos, widths, strict=True):
+        if k and x0 <= p - w / 2 and p + w / 2 <= x1:
+            ax.annotate(_t(name), xy=(x, y), xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                        fontsize=SIZES["span"], color="#444444", annotation_clip=False)
+
+
+# ---- labels inside a panel ----------------------------------------------------------------------------
+def _scene(fig: Figure, r: RendererBase, d: _Drawn) -> Scene:
+    """What the panel shows, in display pixels: its markers and texts (never covered), its lines."""
+    b = d.ax.bbox
+    sc = Scene((b.x0 + 2, b.y0 + 2, b.x1 - 2, b.y1 - 2))
+    for a, x, y, hw, hh in d.markers:
+        X, Y = a.transData.transform((x, y))
+        if math.isfinite(X) and math.isfinite(Y):
+            sc.hard.append((X - hw * PX, Y - hh * PX, X + hw * PX, Y + hh * PX))
+    for t in d.notes:
+        sc.hard.append(tuple(t.get_window_extent(r).extents))  # type: ignore[arg-type]
+    for a, xs, ys in d.lines:
+        sc.add_polyline((float(p[0]), float(p[1])) for p in a.transData.transform(list(zip(xs, ys, strict=True))))
+    for a, at in d.hlines:
+        Y = float(a.transData.transform((1.0, at))[1])
+        sc.lines.append((b.x0, Y, b.x1, Y))
+    for a, at in d.vlines:
+        X = float(a.transData.transform((at, 1.0))[0])
+        sc.lines.append((X, b.y0, X, b.y1))
+    return sc
+
+
+def _place_labels(fig: Figure, r: RendererBase, d: _Drawn) -> None:
+    """The reference lines' labels, then the points' labels, each where it hits nothing; a line's label with no
+    such place goes into the legend (a point's is left to its tooltip)."""
+    if not d.labels and not d.point_labels:
+        return
+    sc = _scene(fig, r, d)
+    gap = 3.0 * PX
+    for m, colour, line in d.labels:
+        w, h = (v * PX for v in _measure(fig, r, _t(m.label), SIZES["mark"]))
+        a = d.ax2 if (m.axis == "right" and d.ax2 is not None) else d.ax
+        if m.orient == "h":
+            spots = hline_spots(float(a.transData.transform((1.0, m.at))[1]), sc.frame, w, h, gap)
+        else:
+            spots = vline_spots(float(a.transData.transform((m.at, 1.0))[0]), sc.frame, w, h, gap)
+        i = sc.choose(spots)
+        if i is None:
+            d.entries.append((line, _t(m.label), ""))
+            continue
+        _put(r, d, sc, spots[i], _t(m.label), colour)
+    for a, p in d.point_labels:
+        X, Y = (float(v) for v in a.transData.transform((p.x, p.y)))
+        w, h = (v * PX for v in _measure(fig, r, _t(p.label), SIZES["mark"]))
+        spots = point_spots(X, Y, w, h, 3.0 * PX)
+        i = sc.choose(spots)
+        if i is not None:
+            _put(r, d, sc, spots[i], _t(p.label), "#333333")
+
+
+def _put(r: RendererBase, d: _Drawn, sc: Scene, box: Box, text: str, colour: str) -> None:
+    fx, fy = d.ax.transAxes.inverted().transform((box[0], box[1]))
+    t = d.front.annotate(text, xy=(float(fx), float(fy)), xycoords="axes fraction", ha="left", va="bottom",
+                         fontsize=SIZES["mark"], color=colour, annotation_clip=False)
+    sc.hard.append(tuple(t.get_window_extent(r).extents))  # type: ignore[arg-type]
 
 
 # ---- tooltips into the SVG --------------------------------------------------------------------------
