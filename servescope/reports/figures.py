@@ -40,7 +40,6 @@ from servescope.reports.tunereport import TUNE_FIGURE_KEY
 from servescope.reports.tunereport import fmt_value as f3
 from servescope.sessions.answers import WorkloadAnswers, completed
 from servescope.sessions.compare import CellView, ComparedCell, Comparison, fmt_num
-from servescope.sessions.live import runner_state
 from servescope.sessions.store import Session
 
 __all__ = ["Band", "FigureSpec", "Interval", "Mark", "Panel", "Point", "Series", "comparison_figures",
@@ -600,12 +599,12 @@ COMPARE_PANELS = (("output_tok_s", "aggregate output tok/s", "tok/s"),
 MARKERS = ("o", "s", "^", "v", "D", "P")
 
 
-def _compare_cache(comp: Comparison) -> Path | None:
-    """A comparison's figures are kept in the first session's figures/ when no session is running."""
-    paths = [Path(s.path) for s in comp.sessions]
-    if not paths or any(runner_state(p).running for p in paths):
+def _compare_cache(reps: Sequence[SessionReport]) -> Path | None:
+    """A comparison's figures are kept in the first session's figures/ when no session of it is running (the
+    sessions are known by their reports; without them, the figures are drawn each time)."""
+    if not reps or any(r.session.status == "running" for r in reps):
         return None
-    return paths[0] / "figures"
+    return reps[0].session.path / "figures"
 
 
 def _verdict(c: ComparedCell, key: str, i: int) -> Verdict:
@@ -623,7 +622,7 @@ def comparison_figures(comp: Comparison, reps: Sequence[SessionReport] = ()) -> 
     one (`reps`: the sessions' reports, in the comparison's order, for their twins)."""
     out: list[FigureSpec] = []
     labels = comp.labels
-    cache = _compare_cache(comp)
+    cache = _compare_cache(reps)
     for w in dict.fromkeys(c.workload for c in comp.cells):
         cells = [c for c in comp.cells if c.workload == w]
         closed = [c for c in cells if c.concurrency is not None]

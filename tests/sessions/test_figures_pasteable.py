@@ -43,13 +43,14 @@ def _telemetry(s: Any) -> None:
                   "num_requests_waiting": [float(i % 3) for i in range(40)]}).write_parquet(s.path / "telemetry.parquet")
 
 
-def _compare(tmp_path: Path) -> list[FigureSpec]:
+def _compare(tmp_path: Path, loads: tuple[int, ...] = (1, 2, 4, 8, 16)) -> tuple[list[FigureSpec], Any]:
+    """A comparison's figures (FP8's TPOT 25% above GPTQ's), and the first session."""
     from servescope.reports.figures import comparison_figures
 
-    a = two_workloads(tmp_path, "GPTQ", workloads=("sharegpt",))
-    b = two_workloads(tmp_path, "FP8", tpot_ms=7.5, workloads=("sharegpt",))
+    a = two_workloads(tmp_path, "GPTQ", workloads=("sharegpt",), loads=loads)
+    b = two_workloads(tmp_path, "FP8", tpot_ms=7.5, workloads=("sharegpt",), loads=loads)
     comp, reps = compare_parts([a, b], label_key="quant")
-    return comparison_figures(comp, reps)
+    return comparison_figures(comp, reps), a
 
 
 def test_no_text_covers_another_text_or_a_data_point(tmp_path: Path) -> None:
@@ -57,7 +58,7 @@ def test_no_text_covers_another_text_or_a_data_point(tmp_path: Path) -> None:
     sessions, drawn: no text's extent meets another text's, and none (nor a legend) meets a data marker."""
     s = two_workloads(tmp_path / "one")
     _telemetry(s)
-    specs = session_figures(build(load_session(s.path))) + _compare(tmp_path / "two")
+    specs = session_figures(build(load_session(s.path))) + _compare(tmp_path / "two")[0]
     assert {f.kind for f in specs} >= {"throughput", "tradeoff", "latency", "histograms", "context", "telemetry",
                                        "compare"}
     found = {f.name: overlaps(draw(f)) for f in specs}
@@ -142,8 +143,7 @@ def test_equal_percentiles_are_one_legend_entry(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_compare_figures_draw_each_differences_interval(tmp_path: Path) -> None:
-    specs = _compare(tmp_path)
-    (spec,) = specs
+    (spec,), _ = _compare(tmp_path)
     root = ET.fromstring(render(spec).svg)
     titles = [t.text or "" for t in root.iter(f"{Q}title")]
     for pan in spec.panels:
@@ -217,6 +217,17 @@ def test_old_drawings_are_dropped_beyond_keep(tmp_path: Path) -> None:
     for k in range(figcache.KEEP + 2):
         render(replace(spec, caption=f"caption {k}"))
     assert len(list((s.path / "figures").glob("sharegpt-tradeoff-*.svg"))) == figcache.KEEP
+
+
+def test_a_comparisons_figures_are_kept_in_the_first_sessions_folder(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    (spec,), first = _compare(tmp_path / "s", loads=(1, 4))
+    assert spec.cache_dir == first.path / "figures"
+    render(spec)
+    assert [p.name for p in (first.path / "figures").iterdir()] == [f"{spec.name}-{figcache.key_of(spec)}.svg"]
+    assert not list((tmp_path / "elsewhere").iterdir())
 
 
 def test_a_running_sessions_figures_are_not_kept(tmp_path: Path) -> None:
