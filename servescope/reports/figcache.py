@@ -45,11 +45,16 @@ def code_version() -> str:
     return _version
 
 
+def _fields(o: object) -> object:
+    """A dataclass as its fields (the spec's folder left out: where a drawing is kept is not what it shows)."""
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return {f.name: getattr(o, f.name) for f in dataclasses.fields(o) if f.name != "cache_dir"}
+    return str(o)
+
+
 def key_of(spec: FigureSpec) -> str:
     """What the figure shows and who draws it, as 20 hex digits."""
-    data = dataclasses.asdict(spec)
-    data.pop("cache_dir", None)
-    blob = json.dumps(data, sort_keys=True, default=str, allow_nan=True).encode()
+    blob = json.dumps(spec, default=_fields, sort_keys=True, allow_nan=True).encode()
     return hashlib.sha256(code_version().encode() + b"\0" + blob).hexdigest()[:20]
 
 
@@ -58,11 +63,12 @@ def _paths(folder: Path, name: str, key: str) -> tuple[Path, Path]:
     return folder / f"{stem}.svg", folder / f"{stem}.png"
 
 
-def load(spec: FigureSpec, png: bool) -> tuple[str, bytes | None] | None:
-    """The kept drawing of this spec (its SVG element, and its PNG when `png`), or None."""
+def load(spec: FigureSpec, png: bool, key: str | None = None) -> tuple[str, bytes | None] | None:
+    """The kept drawing of this spec (its SVG element, and its PNG when `png`), or None. `key`: key_of(spec),
+    when the caller has it already."""
     if spec.cache_dir is None:
         return None
-    svg_p, png_p = _paths(spec.cache_dir, spec.name, key_of(spec))
+    svg_p, png_p = _paths(spec.cache_dir, spec.name, key or key_of(spec))
     try:
         svg = svg_p.read_text(encoding="utf-8")
         data = png_p.read_bytes() if png else None
@@ -85,11 +91,11 @@ def _write(path: Path, data: bytes) -> None:
         raise
 
 
-def store(spec: FigureSpec, svg: str, png: bytes | None) -> None:
+def store(spec: FigureSpec, svg: str, png: bytes | None, key: str | None = None) -> None:
     """Keep the drawing (PNG first: an SVG on disk means the drawing is whole); drop the oldest beyond KEEP."""
     if spec.cache_dir is None:
         return
-    key = key_of(spec)
+    key = key or key_of(spec)
     svg_p, png_p = _paths(spec.cache_dir, spec.name, key)
     try:
         spec.cache_dir.mkdir(parents=True, exist_ok=True)

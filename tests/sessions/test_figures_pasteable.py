@@ -73,18 +73,29 @@ def test_the_overlap_check_sees_a_label_on_a_point_and_on_a_text(tmp_path: Path)
     ax = fig.axes[0]
     p = spec.panels[0].series[0].points[0]
     ax.annotate("right here", (p.x, p.y), ha="center", va="center")
-    tick = next(t for t in ax.get_yticklabels() if t.get_text())
-    ax.annotate("over a tick", tick.get_position(), xycoords=("axes fraction", "data"), xytext=(-10, 0),
-                textcoords="offset points", ha="right", va="center", annotation_clip=False)
+    fig.canvas.draw()
+    tick = next(t for t in ax.texts if (t.get_gid() or "").startswith("tick-y-") and t.get_text())
+    bb = tick.get_window_extent()
+    ax.annotate("over a tick", ((bb.x0 + bb.x1) / 2, (bb.y0 + bb.y1) / 2), xycoords="figure pixels", ha="center",
+                va="center", annotation_clip=False)
     found = overlaps(fig)
     assert any("'right here' over a marker" in f for f in found), found
     assert any("'over a tick'" in f and "over text" in f for f in found), found
 
 
 def _ticks(fig: Any) -> list[tuple[Any, list[str], list[str]]]:
+    """Each axes' x and y tick labels as drawn (matplotlib's own tick labels, and the texts figures_svg draws as
+    ticks: their gid says which axis)."""
     fig.canvas.draw()
-    return [(ax, [t.get_text() for t in ax.get_xticklabels() if t.get_text()],
-             [t.get_text() for t in ax.get_yticklabels() if t.get_text()]) for ax in fig.axes]
+
+    def labels(ax: Any, which: str) -> list[str]:
+        own = ax.get_xticklabels() if which == "x" else ax.get_yticklabels()
+        drawn = [t for t in ax.texts if (t.get_gid() or "").startswith(f"tick-{which}-")]
+        if which == "y":
+            drawn += [t for t in ax.texts if (t.get_gid() or "").startswith("tick-y2-")]
+        return [t.get_text() for t in [*own, *drawn] if t.get_text()]
+
+    return [(ax, labels(ax, "x"), labels(ax, "y")) for ax in fig.axes]
 
 
 def test_counts_tick_whole_numbers_and_barely_varying_values_get_a_sane_axis(tmp_path: Path) -> None:
@@ -119,6 +130,7 @@ def test_log_axes_read_plain_numbers(tmp_path: Path) -> None:
     for label in xs + ys:
         assert PLAIN.match(label), label  # never 3x10^2
     assert not [t for t in ax.xaxis.get_minorticklabels() + ax.yaxis.get_minorticklabels() if t.get_text()]
+    assert len(set(xs)) == len(xs) and len(set(ys)) == len(ys)
 
 
 def test_legend_numbers_differ_where_the_lines_do() -> None:
