@@ -32,7 +32,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
@@ -89,6 +89,7 @@ ROW_GAP = 12.0
 TICK_LEN, TICK_PAD, LABEL_PAD = 3.5, 3.5, 4.0
 SIZES = {"tick": 8.0, "label": 8.5, "title": 9.0, "legend": 7.5, "mark": 7.0, "span": 6.5, "suptitle": 10.5}
 PX = DPI / 72.0  # pixels per point
+TICK_MARKS: dict[str, Literal[0, 1, 3]] = {"x": 3, "y": 0, "y2": 1}  # matplotlib's TICKDOWN, TICKLEFT, TICKRIGHT
 
 
 def plots_available() -> bool:
@@ -530,7 +531,6 @@ def _draw_ticks(fig: Figure, d: _Drawn, tips: _Tips) -> None:
     """Each axis' ticks drawn as three artists (its tick marks as one line of markers, its grid as one line, its
     labels as texts) instead of matplotlib's five artists per tick: the same picture, a third of the drawing."""
     from matplotlib.lines import Line2D
-    from matplotlib.markers import TICKDOWN, TICKLEFT, TICKRIGHT
     from matplotlib.ticker import NullLocator
     from matplotlib.transforms import blended_transform_factory, offset_copy
 
@@ -549,14 +549,14 @@ def _draw_ticks(fig: Figure, d: _Drawn, tips: _Tips) -> None:
             trans = blended_transform_factory(a.transData, a.transAxes)
             marks, grid = (vals, [0.0] * len(vals)), ([v for t in vals for v in (t, t, math.nan)],
                                                       [v for _ in vals for v in (0.0, 1.0, math.nan)])
-            marker, dx, dy, ha, va = TICKDOWN, 0.0, -off, "center", "top"
+            marker, dx, dy, ha, va = TICK_MARKS["x"], 0.0, -off, "center", "top"
         else:
             trans = blended_transform_factory(a.transAxes, a.transData)
             edge = 1.0 if which == "y2" else 0.0
             marks, grid = ([edge] * len(vals), vals), ([v for _ in vals for v in (0.0, 1.0, math.nan)],
                                                        [v for t in vals for v in (t, t, math.nan)])
-            marker, dx, dy, ha, va = ((TICKRIGHT, off, 0.0, "left", "center") if which == "y2" else
-                                      (TICKLEFT, -off, 0.0, "right", "center"))
+            marker, dx, dy, ha, va = ((TICK_MARKS["y2"], off, 0.0, "left", "center") if which == "y2" else
+                                      (TICK_MARKS["y"], -off, 0.0, "right", "center"))
         if which != "y2":
             a.add_artist(Line2D(*grid, transform=trans, color="#b0b0b0", alpha=0.25, linewidth=0.6, zorder=0.5))
         a.add_artist(Line2D(*marks, transform=trans, marker=marker, markersize=TICK_LEN, markeredgewidth=0.8,
