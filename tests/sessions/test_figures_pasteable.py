@@ -262,3 +262,21 @@ def test_a_folder_that_cannot_be_written_only_means_drawing_again(tmp_path: Path
     blocked.write_text("not a folder")
     r = render(replace(spec, cache_dir=blocked / "figures"))
     assert "<title>" in r.svg and blocked.read_text() == "not a folder"
+
+
+def test_a_second_report_of_a_finished_session_never_loads_matplotlib(tmp_path: Path) -> None:
+    """The second `report --format html` reads the kept drawings: the same page, and matplotlib never imported."""
+    import subprocess
+    import sys
+
+    s = two_workloads(tmp_path, loads=(1, 4), workloads=("sharegpt",))
+    runs = []
+    for name in ("first.html", "second.html"):
+        code = ("import sys; from servescope.__main__ import main; "
+                f"rc = main(['report', {str(s.path)!r}, '--format', 'html', '-o', {str(tmp_path / name)!r}]); "
+                "print(rc, 'matplotlib' in sys.modules)")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs.append(r.stdout.split())
+    assert runs == [["0", "True"], ["0", "False"]]
+    assert (tmp_path / "first.html").read_text() == (tmp_path / "second.html").read_text()
