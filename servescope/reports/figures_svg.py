@@ -57,9 +57,9 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.backend_bases import RendererBase
     from matplotlib.figure import Figure
-    from matplotlib.legend import Legend
     from matplotlib.lines import Line2D
     from matplotlib.text import Text
+    from matplotlib.transforms import ScaledTranslation
 
 __all__ = ["PLOTS_HINT", "Rendered", "draw", "plots_available", "render", "render_all", "require_plots"]
 
@@ -89,6 +89,7 @@ ROW_GAP = 12.0
 TICK_LEN, TICK_PAD, LABEL_PAD = 3.5, 3.5, 4.0
 SIZES = {"tick": 8.0, "label": 8.5, "title": 9.0, "legend": 7.5, "mark": 7.0, "span": 6.5, "suptitle": 10.5}
 PX = DPI / 72.0  # pixels per point
+LEGEND_HANDLE, LEGEND_PAD, LEGEND_COL_GAP, LEGEND_ROW_GAP = (k * SIZES["legend"] for k in (1.8, 0.5, 1.4, 0.3))
 TICK_MARKS: dict[str, Literal[0, 1, 3]] = {"x": 3, "y": 0, "y2": 1}  # matplotlib's TICKDOWN, TICKLEFT, TICKRIGHT
 
 
@@ -192,6 +193,21 @@ def draw(spec: FigureSpec) -> Figure:
 
 # ---- drawing ----------------------------------------------------------------------------------------
 @dataclass
+class _Legend:
+    """A legend laid out in rows as wide as the space it has: each entry a handle (a copy of the artist's line and
+    marker) and its label, drawn as plain figure artists (matplotlib's Legend costs a layout of boxes per draw)."""
+
+    entries: list[tuple[Artist, str, str]]  # handle, label, tooltip
+    rows: list[list[tuple[int, float]]]  # per row: (entry, its x in points from the legend's left)
+    row_h: float
+    width: float
+
+    @property
+    def height(self) -> float:
+        return len(self.rows) * self.row_h + (len(self.rows) - 1) * LEGEND_ROW_GAP
+
+
+@dataclass
 class _Drawn:
     """One panel as it is drawn: its axes, and what the layout and the label placement need to know of it."""
 
@@ -214,7 +230,7 @@ class _Drawn:
     ytick_w: float = 0.0  # widest tick label, points
     y2tick_w: float = 0.0
     top: float = 0.0  # title, legend and span names above the axes, points
-    legend_h: float = 0.0
+    legend: _Legend | None = None
     span_h: float = 0.0
     title_h: float = 0.0
     title: Text | None = None
@@ -570,6 +586,8 @@ def _draw_ticks(fig: Figure, d: _Drawn, tips: _Tips) -> None:
 
 def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn], cols: int, rows: int,
             width: float, tips: _Tips) -> None:
+    from matplotlib.transforms import BboxTransformTo, ScaledTranslation
+
     W = width * 72
     tick_h = _measure(fig, r, "0123456789", SIZES["tick"])[1]
     label_h = _measure(fig, r, "Ag", SIZES["label"])[1]
@@ -618,23 +636,25 @@ def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn],
         d.title = t
         d.title_h = t.get_window_extent(r).height / PX
         if not shared and d.entries:
-            d.legend_h = _legend(fig, r, d.ax, d.entries, avail, tips)
+            d.legend = _legend(fig, r, d.entries, avail)
         if d.span_names:
             d.span_h = _measure(fig, r, "Ag", SIZES["span"])[1]
-        d.top = d.title_h + GAP + (d.legend_h + GAP if d.legend_h else 0.0) + (d.span_h + GAP if d.span_h else 0.0)
+        d.top = (d.title_h + GAP + (d.legend.height + GAP if d.legend is not None else 0.0)
+                 + (d.span_h + GAP if d.span_h else 0.0))
         title_h = max(title_h, d.title_h)
     sup = fig.suptitle(_wrap(fig, r, _t(spec.title), SIZES["suptitle"], W - 2 * EDGE, "bold"),
                        fontsize=SIZES["suptitle"], fontweight="bold", va="top")
     sup_h = sup.get_window_extent(r).height / PX
-    fig_legend_h = 0.0
-    if shared and fig_entries:
-        fig_legend_h = _legend(fig, r, None, fig_entries, W - 2 * EDGE, tips)
-    _stack(fig, spec, drawn, cols, rows, W, colw, left, right, below, sup_h=sup_h, legend_h=fig_legend_h)
+    fig_legend = _legend(fig, r, fig_entries, W - 2 * EDGE) if shared and fig_entries else None
+    _stack(fig, spec, drawn, cols, rows, W, colw, left, right, below, sup_h=sup_h,
+           legend_h=fig_legend.height if fig_legend is not None else 0.0)
     # everything above and beside the axes, in the axes' own fractions (they keep their size from here on)
     H = fig.get_figheight() * 72
     sup.set_y(1 - EDGE / H)
-    for leg in fig.legends:
-        leg.set_bbox_to_anchor((0.5, 1 - (EDGE + sup_h + GAP) / H), transform=fig.transFigure)
+    if fig_legend is not None:
+        _draw_legend(fig, fig_legend, ScaledTranslation((W - fig_legend.width) / 2 / W,
+                                                        1 - (EDGE + sup_h + 2 * GAP) / H, BboxTransformTo(fig.bbox)),
+                     tips)
     for i, d in enumerate(drawn):
         c = i % cols
         aw, ah = d.ax.bbox.width / PX, d.ax.bbox.height / PX
@@ -648,10 +668,10 @@ def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn],
         if d.span_names:
             _span_names(fig, r, d, y)
             y += (d.span_h + GAP) / ah
-        own = d.ax.get_legend()
-        if own is not None:
-            own.set_bbox_to_anchor((0.0, y), transform=d.ax.transAxes)
-            y += (d.legend_h + GAP) / ah
+        if d.legend is not None:
+            y += d.legend.height / ah
+            _draw_legend(fig, d.legend, ScaledTranslation(0.0, y, BboxTransformTo(d.ax.bbox)), tips)
+            y += GAP / ah
         if d.title is not None:
             d.title.set_y(y)
         _draw_ticks(fig, d, tips)
@@ -664,7 +684,7 @@ def _stack(fig: Figure, spec: FigureSpec, drawn: list[_Drawn], cols: int, rows: 
     for row in range(rows):
         mine = drawn[row * cols:(row + 1) * cols]
         heights.append((max((d.top for d in mine), default=0.0), max((d.axes_h for d in mine), default=0.0)))
-    head = EDGE + sup_h + GAP + (legend_h + GAP if legend_h else 0.0)
+    head = EDGE + sup_h + GAP + (legend_h + 2 * GAP if legend_h else 0.0)
     H = head + sum(top + ah + below for top, ah in heights) + ROW_GAP * (rows - 1) + EDGE
     fig.set_size_inches(W / 72, H / 72)
     y = head
@@ -680,30 +700,55 @@ def _stack(fig: Figure, spec: FigureSpec, drawn: list[_Drawn], cols: int, rows: 
         y += ah + below + ROW_GAP
 
 
-def _legend(fig: Figure, r: RendererBase, ax: Axes | None, entries: Sequence[tuple[Artist, str, str]],
-            avail: float, tips: _Tips) -> float:
-    """A legend in as many columns as fit `avail` points (the panel's width, or the figure's); its height."""
-    handles = [e[0] for e in entries]
-    labels = [e[1] for e in entries]
-    kw = {"frameon": False, "borderpad": 0.0, "borderaxespad": 0.0, "handlelength": 1.8, "handletextpad": 0.5,
-          "columnspacing": 1.4, "labelspacing": 0.3, "fontsize": SIZES["legend"]}
-    leg: Legend | None = None
-    for ncol in range(len(entries), 0, -1):
-        if leg is not None:
-            leg.remove()
-        leg = (ax.legend(handles, labels, loc="lower left", bbox_to_anchor=(0, 1), ncols=ncol, **kw)
-               if ax is not None else
-               fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1), ncols=ncol, **kw))
-        if leg.get_window_extent(r).width / PX <= avail:
-            break
-    if leg is None:
-        return 0.0
-    for text, (_, _, tip) in zip(leg.get_texts(), entries, strict=True):
-        if tip:
-            g = tips.gid("entry")
-            text.set_gid(g)
-            tips.ones[g] = tip
-    return float(leg.get_window_extent(r).height) / PX
+def _legend(fig: Figure, r: RendererBase, entries: Sequence[tuple[Artist, str, str]], avail: float) -> _Legend:
+    """The entries in rows no wider than `avail` points (the panel's width, or the figure's)."""
+    size = SIZES["legend"]
+    rows: list[list[tuple[int, float]]] = [[]]
+    x = width = 0.0
+    for i, (_, label, _) in enumerate(entries):
+        w = LEGEND_HANDLE + LEGEND_PAD + _measure(fig, r, label, size)[0]
+        if rows[-1] and x + w > avail:
+            rows.append([])
+            x = 0.0
+        rows[-1].append((i, x))
+        width = max(width, x + w)
+        x += w + LEGEND_COL_GAP
+    return _Legend(list(entries), rows, _measure(fig, r, "Ag", size)[1], width)
+
+
+def _draw_legend(fig: Figure, leg: _Legend, top_left: ScaledTranslation, tips: _Tips) -> None:
+    """Draw the legend with its top left corner at `top_left` (positions below are in inches from there)."""
+    from matplotlib.lines import Line2D
+
+    at = fig.dpi_scale_trans + top_left
+    for k, row in enumerate(leg.rows):
+        y = -(k * (leg.row_h + LEGEND_ROW_GAP) + leg.row_h / 2) / 72
+        for i, x in row:
+            src, label, tip = leg.entries[i]
+            x0, x1 = x / 72, (x + LEGEND_HANDLE) / 72
+            if isinstance(src, Line2D):
+                for xs, line in (([x0, x1], True), ([(x0 + x1) / 2], False)):
+                    h = Line2D(xs, [y] * len(xs))
+                    h.update_from(src)
+                    if line and src.get_linestyle() in ("None", "none", "", " "):
+                        continue
+                    if line:
+                        h.set_marker("None")
+                    else:
+                        h.set_linestyle("None")
+                        if src.get_marker() in (None, "None", "none", "", " "):
+                            continue
+                    h.set_transform(at)
+                    h.set_clip_on(False)
+                    h.set_gid(None)
+                    h.set_label("")
+                    fig.add_artist(h)
+            t = fig.text(x1 + LEGEND_PAD / 72, y, label, transform=at, ha="left", va="center",
+                         fontsize=SIZES["legend"])
+            if tip:
+                g = tips.gid("entry")
+                t.set_gid(g)
+                tips.ones[g] = tip
 
 
 def _span_names(fig: Figure, r: RendererBase, d: _Drawn, y: float) -> None:

@@ -145,9 +145,8 @@ def test_equal_percentiles_are_one_legend_entry(tmp_path: Path) -> None:
     hist = next(f for f in session_figures(build(s)) if f.kind == "histograms")
     tpot = next(p for p in hist.panels if "TPOT" in p.title)
     assert [m.label for m in tpot.marks] == ["p50, p90, p99 6.00 ms"]
-    fig = draw(hist)
-    legend = fig.axes[1].get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == ["p50, p90, p99 6.00 ms"]
+    texts = [t.get_text() for t in draw(hist).texts]
+    assert texts.count("p50, p90, p99 6.00 ms") == 1 and not {"p50 6.00 ms", "p90 6.00 ms", "p99 6.00 ms"} & set(texts)
     ttft = next(p for p in hist.panels if "TTFT" in p.title)
     labels = [m.label.split()[-2] for m in ttft.marks]
     assert len(set(labels)) == len(labels)  # distinct values read distinct
