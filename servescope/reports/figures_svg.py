@@ -89,6 +89,7 @@ ROW_GAP = 12.0
 TICK_LEN, TICK_PAD, LABEL_PAD = 3.5, 3.5, 4.0
 SIZES = {"tick": 8.0, "label": 8.5, "title": 9.0, "legend": 7.5, "mark": 7.0, "span": 6.5, "suptitle": 10.5}
 PX = DPI / 72.0  # pixels per point
+INTERVAL_ENTRY = ": 95% interval of the difference"  # a compared series' intervals in the legend
 LEGEND_HANDLE, LEGEND_PAD, LEGEND_COL_GAP, LEGEND_ROW_GAP = (k * SIZES["legend"] for k in (1.8, 0.5, 1.4, 0.3))
 TICK_MARKS: dict[str, Literal[0, 1, 3]] = {"x": 3, "y": 0, "y2": 1}  # matplotlib's TICKDOWN, TICKLEFT, TICKRIGHT
 
@@ -398,7 +399,7 @@ def _series(d: _Drawn, ax: Axes, s: Series, tips: _Tips, bound_labelled: bool) -
         d.markers += [(ax, iv.x, y, 3.5, 0.8) for y in (lo, iv.hi)]
     if s.intervals:
         d.entries.append((Line2D([], [], color=colour, linestyle="none", marker="|", markersize=9,
-                                 markeredgewidth=1.1), f"{_t(s.label)}: 95% interval of the difference", ""))
+                                 markeredgewidth=1.1), f"{_t(s.label)}{INTERVAL_ENTRY}", ""))
     d.point_labels += [(ax, p) for p in s.points if p.label]
     return bound_labelled
 
@@ -614,19 +615,21 @@ def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn],
     _stack(fig, spec, drawn, cols, rows, W, colw, left, right, below, sup_h=0.0, legend_h=0.0)
     for i, d in enumerate(drawn):
         c = i % cols
-        _x_ticks(fig, r, d, (c * colw / 1 + EDGE / 2 - 0.0, (c + 1) * colw - 2.0))
+        _x_ticks(fig, r, d, (c * colw + EDGE / 2, (c + 1) * colw - 2.0))
     for d in drawn:
         _place_labels(fig, r, d)
     # above each panel: its title, its legend (or the figure's one legend), the names of its spans
     shared = spec.kind == "compare"
     fig_entries: list[tuple[Artist, str, str]] = []
-    if shared:
+    if shared:  # the sessions, then the verdicts' rings, then the intervals, then the rest
         seen: set[str] = set()
         for d in drawn:
             for e in d.entries:
                 if e[1] not in seen:
                     seen.add(e[1])
                     fig_entries.append(e)
+        fig_entries.sort(key=lambda e: 1 if e[1].startswith(tuple(f"{v} (" for v in VERDICT_COLOURS)) else
+                         2 if e[1].endswith(INTERVAL_ENTRY) else 3 if e[1].startswith("client bound") else 0)
     title_h = 0.0
     for i, d in enumerate(drawn):
         c = i % cols
@@ -684,7 +687,7 @@ def _stack(fig: Figure, spec: FigureSpec, drawn: list[_Drawn], cols: int, rows: 
     for row in range(rows):
         mine = drawn[row * cols:(row + 1) * cols]
         heights.append((max((d.top for d in mine), default=0.0), max((d.axes_h for d in mine), default=0.0)))
-    head = EDGE + sup_h + GAP + (legend_h + 2 * GAP if legend_h else 0.0)
+    head = EDGE + sup_h + GAP + (legend_h + 3 * GAP if legend_h else 0.0)
     H = head + sum(top + ah + below for top, ah in heights) + ROW_GAP * (rows - 1) + EDGE
     fig.set_size_inches(W / 72, H / 72)
     y = head
