@@ -255,6 +255,8 @@ def _measure(fig: Figure, r: RendererBase, s: str, size: float, weight: str = "n
         t = Text(0, 0, s, fontsize=size, fontweight=weight, ha="left", va="bottom")
         t.set_figure(fig)
         bb = t.get_window_extent(r)
+        if len(_SIZES) > 20_000:  # a long-lived process (the app) drawing report after report
+            _SIZES.clear()
         got = _SIZES[key] = (bb.width / PX, bb.height / PX)
     return got
 
@@ -612,7 +614,7 @@ def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn],
         else:
             right.append(2 * EDGE)
     # a first, provisional stacking: only sizes matter to where labels go inside a panel
-    _stack(fig, spec, drawn, cols, rows, W, colw, left, right, below, sup_h=0.0, legend_h=0.0)
+    _stack(fig, drawn, cols, rows, W, colw, left, right, below, sup_h=0.0, legend_h=0.0)
     for i, d in enumerate(drawn):
         c = i % cols
         _x_ticks(fig, r, d, (c * colw + EDGE / 2, (c + 1) * colw - 2.0))
@@ -630,7 +632,6 @@ def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn],
                     fig_entries.append(e)
         fig_entries.sort(key=lambda e: 1 if e[1].startswith(tuple(f"{v} (" for v in VERDICT_COLOURS)) else
                          2 if e[1].endswith(INTERVAL_ENTRY) else 3 if e[1].startswith("client bound") else 0)
-    title_h = 0.0
     for i, d in enumerate(drawn):
         c = i % cols
         avail = (c + 1) * colw - EDGE - (c * colw + left[c])
@@ -644,12 +645,11 @@ def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn],
             d.span_h = _measure(fig, r, "Ag", SIZES["span"])[1]
         d.top = (d.title_h + GAP + (d.legend.height + GAP if d.legend is not None else 0.0)
                  + (d.span_h + GAP if d.span_h else 0.0))
-        title_h = max(title_h, d.title_h)
     sup = fig.suptitle(_wrap(fig, r, _t(spec.title), SIZES["suptitle"], W - 2 * EDGE, "bold"),
                        fontsize=SIZES["suptitle"], fontweight="bold", va="top")
     sup_h = sup.get_window_extent(r).height / PX
     fig_legend = _legend(fig, r, fig_entries, W - 2 * EDGE) if shared and fig_entries else None
-    _stack(fig, spec, drawn, cols, rows, W, colw, left, right, below, sup_h=sup_h,
+    _stack(fig, drawn, cols, rows, W, colw, left, right, below, sup_h=sup_h,
            legend_h=fig_legend.height if fig_legend is not None else 0.0)
     # everything above and beside the axes, in the axes' own fractions (they keep their size from here on)
     H = fig.get_figheight() * 72
@@ -680,8 +680,8 @@ def _layout(fig: Figure, r: RendererBase, spec: FigureSpec, drawn: list[_Drawn],
         _draw_ticks(fig, d, tips)
 
 
-def _stack(fig: Figure, spec: FigureSpec, drawn: list[_Drawn], cols: int, rows: int, W: float, colw: float,
-           left: list[float], right: list[float], below: float, sup_h: float, legend_h: float) -> None:
+def _stack(fig: Figure, drawn: list[_Drawn], cols: int, rows: int, W: float, colw: float, left: list[float],
+           right: list[float], below: float, sup_h: float, legend_h: float) -> None:
     """Size the figure to its rows and put each panel's axes in place (points from the top, then fractions)."""
     heights = []
     for row in range(rows):
