@@ -136,7 +136,7 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
         ttft = finite(sm.ttft_ms.mean)
         if q is not None and ttft and q > 100 and q > 0.5 * ttft:
             notes.append(f"{cell}: requests waited {q:,.0f} ms on average in the server's queue "
-                         f"({q / ttft:.0%} of TTFT): the server is saturated (KV cache or batch slots)")
+                         f"({q / ttft:.0%} of TTFT): {queue_cause(v, waiting_samples(s, v))}")
         mm = sm.input_tokens_mismatch
         req = finite(sm.input_tokens_requested)
         if sm.input_lengths == "calibrated" and req:  # no /tokenize: sized on the server's usage, a few tokens off each
@@ -175,6 +175,70 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                                                " without per-request data (--save-detailed was not used)")
                      + "; it lacks: " + "; ".join(f"{k} ({clean_text(str(v))})" for k, v in lacks.items()))
     return notes
+
+
+KV_FULL = 0.90  # a KV cache used this much at its peak is full: requests wait for room (or are preempted)
+PINNED = 0.80  # batch slots: running sat at its peak in this share of the samples that caught requests waiting
+RUNNING_HELD = 0.90  # without the samples: running averaged this share of its peak over the cell
+
+
+def waiting_samples(session: Session, v: CellView) -> list[tuple[float, float]] | None:
+    """(running, waiting) of each telemetry.parquet sample inside the cell's measured window (its first request
+    sent to its last answer, on the same clock) that caught a request waiting; None without the samples."""
+    path = session.path / "telemetry.parquet"
+    df = session.requests(v.index)
+    if not path.is_file() or df.height == 0 or not {"sent_ns", "end_ns"} <= set(df.columns):
+        return None
+    if "warmup" in df.columns:
+        df = df.filter(~pl.col("warmup"))
+    t0, t1 = df["sent_ns"].min(), df["end_ns"].max()
+    try:
+        tele = pl.read_parquet(path, columns=["t_ns", "num_requests_running", "num_requests_waiting"])
+    except Exception:  # noqa: BLE001 - a damaged or older telemetry file: the window's figures decide
+        return None
+    if not isinstance(t0, int) or not isinstance(t1, int):
+        return None
+    inside = tele.filter(pl.col("t_ns").is_between(t0, t1)).drop_nulls()
+    return [(float(r), float(w)) for r, w in zip(inside["num_requests_running"], inside["num_requests_waiting"],
+                                                 strict=True) if w > 0]
+
+
+def queue_cause(v: CellView, samples: Sequence[tuple[float, float]] | None = None) -> str:
+    """Why a cell's requests waited in the server's queue, as its /metrics telemetry over the cell shows it:
+    - the KV cache: it filled (peak at or over 90%) or the server preempted requests;
+    - batch slots: running held at its peak while requests waited (in the `samples` that caught one waiting:
+      waiting_samples; without them, running averaged near its peak over the cell), the KV cache not full: the
+      server's cap on running requests;
+    - prefill: running climbed while requests waited, the KV cache not full: the server admitted waiting
+      requests only as fast as it prefilled their prompts;
+    - unknown, saying what is missing (no telemetry, or no sample caught a request waiting)."""
+    sm = v.summary
+    t = sm.telemetry
+    server = sm.server or ServerWindow()
+    pre = finite(server.preemptions) or (finite(t.preemptions) if t is not None else None)
+    kv = finite(t.kv_cache_usage_peak) if t is not None else None
+    kv_text = f"KV cache peak {kv:.0%}" if kv is not None else "KV cache use not reported"
+    if (pre is not None and pre > 0) or (kv is not None and kv >= KV_FULL):
+        what = ", ".join(x for x in (f"peak {kv:.0%}" if kv is not None else "",
+                                     f"{pre:.0f} requests preempted" if pre else "") if x)
+        return f"the KV cache was full ({what}): requests waited for room in it"
+    running, waiting = (finite(t.running_max), finite(t.waiting_max)) if t is not None else (None, None)
+    if t is None or not t.available or running is None or waiting is None:
+        return ("the cause is unknown: no /metrics samples of running and waiting requests in this cell "
+                f"({kv_text})")
+    if waiting <= 0 or samples == []:
+        return (f"the cause is unknown: no /metrics sample caught a request waiting (running up to {running:.0f}, "
+                f"{kv_text}; sample more often with --telemetry-interval)")
+    if samples:
+        held = sum(1 for r, _ in samples if r >= running - 0.5) >= PINNED * len(samples)
+    else:
+        mean = finite(t.running_mean)
+        held = mean is not None and mean >= RUNNING_HELD * running
+    if held:
+        return (f"the server's batch slots were full: at most {running:.0f} requests ran at once while up to "
+                f"{waiting:.0f} waited, {kv_text} (its cap on running requests: vLLM's --max-num-seqs)")
+    return (f"prefill-bound: running requests climbed to {running:.0f} while up to {waiting:.0f} waited, "
+            f"{kv_text}: the server admitted waiting requests only as fast as it prefilled their prompts")
 
 
 def stability_notes(session: Session, v: CellView) -> list[str]:
