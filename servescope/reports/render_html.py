@@ -55,25 +55,24 @@ h1 { font-size: 1.6rem; border-bottom: 2px solid var(--accent); padding-bottom: 
 h2 { font-size: 1.3rem; margin-top: 2.2rem; border-bottom: 1px solid var(--line); padding-bottom: .2rem;
   overflow-wrap: anywhere; }
 h3 { font-size: 1.1rem; margin-top: 1.6rem; overflow-wrap: anywhere; }
-p, li { overflow-wrap: anywhere; }
+p, li { overflow-wrap: break-word; }
 nav.toc { background: var(--head); border: 1px solid var(--line); border-radius: 6px; padding: .5rem 1rem;
   font-size: .9rem; }
 nav.toc a { color: var(--accent); text-decoration: none; margin-right: 1rem; white-space: nowrap; }
 .table-wrap { overflow-x: auto; margin: .8rem 0; max-width: 100%; }
 table { border-collapse: separate; border-spacing: 0; font-size: .82rem; }
 th, td { border: 1px solid var(--line); border-width: 0 1px 1px 0; padding: .25rem .45rem; vertical-align: top;
-  overflow-wrap: anywhere; min-width: 3.2rem; }
+  overflow-wrap: break-word; }
 tr > :first-child { border-left-width: 1px; }
 thead tr:first-child > *, tbody:first-child tr:first-child > * { border-top-width: 1px; }
 th { background: var(--head); text-align: left; font-weight: 600; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; overflow-wrap: normal; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.nw { white-space: nowrap; }
-th[title] { text-decoration: underline dotted var(--muted); text-underline-offset: 3px; }
 tbody tr:nth-child(even) td { background: #fafbfc; }
 tr > :first-child { position: sticky; left: 0; z-index: 1; background: #ffffff; }
 thead tr > :first-child { background: var(--head); }
 code { font: .85em/1.4 "DejaVu Sans Mono", Menlo, Consolas, monospace; background: var(--head); padding: .05rem .3rem;
-  border-radius: 3px; overflow-wrap: anywhere; }
+  border-radius: 3px; overflow-wrap: break-word; }
 blockquote.note { margin: 1rem 0; padding: .5rem 1rem; border-left: 4px solid var(--accent); background: var(--head); }
 figure { margin: 1.2rem 0 2rem; padding: .6rem; border: 1px solid var(--line); border-radius: 6px; }
 figure svg { width: 100%; height: auto; display: block; }
