@@ -2,12 +2,14 @@
 charts, or, given the figures' files, image links in their place.
 
 Escaping happens here and only here: text (`str` parts) has control characters removed and every character
-Markdown could read as markup escaped (`\\ | ` * _ [ ] < >`); a figure (`Num`) is written as it is when it is
-literal in Markdown, else escaped as text; a code span loses its backticks and, in a table cell, escapes its pipes
-(GFM splits cells on them even inside code). Link targets are percent-encoded (spaces, parentheses)."""
+Markdown could read as markup escaped (`\\ | ` * _ [ ] < >`, and the `&` of an entity reference); a figure (`Num`)
+is written as it is when it is literal in Markdown, else escaped as text; a code span loses its backticks and, in a
+table cell, escapes its pipes (GFM splits cells on them even inside code). Link targets are percent-encoded (spaces,
+parentheses)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -50,16 +52,24 @@ class FigureFiles:
     png: str | None = None
 
 
+_ENTITY = re.compile(r"&(?=#?[0-9A-Za-z]+;)")  # `&amp;` would be read as `&`
+
+
 def _text(s: str) -> str:
-    """Text escaped for Markdown; spaces at its edges kept (parts of one sentence meet there)."""
+    """Text escaped for Markdown (an entity reference's `&` too); spaces at its edges kept (parts of one sentence
+    meet there)."""
     t = tidy(s)
     core = t.strip()
-    return t.replace(core, md_escape(core), 1) if core else t
+    if not core:
+        return t
+    lead, trail = t[: t.index(core)], t[t.index(core) + len(core):]
+    return lead + _ENTITY.sub(r"\\&", md_escape(core)) + trail
 
 
 def _literal(s: str) -> bool:
     """Markdown shows `s` as it is: no character that starts markup, no link (`](`, `][`)."""
-    return not (_MARKUP & set(s)) and "](" not in s and "][" not in s and s == clean_text(s)
+    return (not (_MARKUP & set(s)) and "](" not in s and "][" not in s and not _ENTITY.search(s)
+            and s == clean_text(s))
 
 
 def href(path: str) -> str:
