@@ -1,14 +1,16 @@
 """A report, a compare page or a gate summary as one typed document: a list of blocks (heading, paragraph, list,
 note, table whose columns carry their unit and statistic, formulas, Mermaid charts, figures), each holding text
-as data. The renderers (servescope.reports.render_md, render_html, render_text) turn a document into Markdown,
-HTML or plain terminal text; each escapes for its own format, once, and none reads another's output.
+as data. The renderers (servescope.reports.render_md, render_html) turn a document into Markdown or HTML; each
+escapes for its own format, once, and none reads another's output. What the app shows of a report (its quality
+panes, the compare headline) takes the same rows and `plain_text()`: escape sequences removed, the terminal's
+escaping (Textual's widgets take it as text, never as markup).
 
 Inline text is a tuple of parts:
 - `str`: text (prose, or data from servers and users); every renderer escapes it for its format;
 - `Num(text)`: a figure as servescope formats it (`1,234.5`, `+6.4% [+5.5, +33.9] worse`, `c=4`): the Markdown
   renderer writes it as it is when it is literal in Markdown (no escaping character, no link syntax), else escapes
   it as text, so a figure reads the same in the Markdown source as on the page;
-- `Code(text)`, `Strong(text)`, `Link(text, href)`.
+- `Code(text)`, `Strong(text)`.
 
 Figures are placed by the block they belong to: a `Figure` carries a figure spec's name
 (servescope.reports.figures.FigureSpec.name) and a renderer that draws figures resolves it; one that does not (the
@@ -43,13 +45,7 @@ class Strong:
     text: str
 
 
-@dataclass(frozen=True)
-class Link:
-    text: str
-    href: str  # a URL or a relative path, as written (the renderer encodes it for its format)
-
-
-Inline = str | Num | Code | Strong | Link
+Inline = str | Num | Code | Strong
 Content = tuple[Inline, ...]
 
 

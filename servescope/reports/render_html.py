@@ -28,7 +28,6 @@ from servescope.reports.document import (
     FigureGroup,
     Formulas,
     Heading,
-    Link,
     Mermaid,
     Note,
     Num,
@@ -100,8 +99,6 @@ def inline(c: Content) -> str:
             out.append(f"<code>{_esc(p.text)}</code>")
         elif isinstance(p, Strong):
             out.append(f"<strong>{_esc(p.text)}</strong>")
-        elif isinstance(p, Link):
-            out.append(f'<a href="{html.escape(p.href)}">{_esc(p.text)}</a>')
     return "".join(out)
 
 

@@ -26,7 +26,6 @@ from servescope.reports.document import (
     FigureGroup,
     Formulas,
     Heading,
-    Link,
     Mermaid,
     Note,
     Num,
@@ -89,8 +88,6 @@ def inline(c: Content, in_table: bool = False) -> str:
             out.append(f"`{code.replace('|', chr(92) + '|') if in_table else code}`")
         elif isinstance(p, Strong):
             out.append(f"**{_text(p.text)}**")
-        elif isinstance(p, Link):
-            out.append(f"[{_text(p.text)}]({href(p.href)})")
     return "".join(out)
 
 
