@@ -14,7 +14,9 @@ from servescope.cli.common import parse_tags, resolve_session
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
+from servescope.reports.compare_doc import comparison_markdown
 from servescope.reports.figures_svg import require_plots
+from servescope.reports.gate_doc import gate_markdown
 from servescope.reports.htmlreport import (
     compare_html,
     compare_markdown,
@@ -40,6 +42,7 @@ from servescope.sessions.views import cell_counts, status_text
 
 if TYPE_CHECKING:
     from servescope.core.quality import QualitySummary
+    from servescope.reports.figures import FigureSpec
 
 
 def _base(args: argparse.Namespace) -> Path:
@@ -202,17 +205,45 @@ def compare_command(args: argparse.Namespace) -> int:
     figures = _figures_dir(args, fmt)
     if fmt == "html" or figures is not None:
         require_plots()  # before the work: one line on how to install matplotlib
+        progress = _Progress("compare")
         comp, reps = compare_parts(sessions, label_key=args.label, slos=slos, min_effect=args.min_effect,
                                    include_bound=args.include_bound)
-        text = (compare_html(comp, reps) if fmt == "html" else
-                compare_markdown(comp, figures or Path("."), _out_path(args.output), reps))
+        text = (compare_html(comp, reps, progress=progress) if fmt == "html" else
+                compare_markdown(comp, figures or Path("."), _out_path(args.output), reps, progress=progress))
+        progress.done()
         _write(text, args.output, "comparison")
         return 0
     comp = compare_sessions(sessions, label_key=args.label, slos=slos, min_effect=args.min_effect,
                             include_bound=args.include_bound)
-    text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if fmt == "json" else comp.to_markdown(level=1)
+    text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if fmt == "json" else comparison_markdown(comp)
     _write(text, args.output, "comparison")
     return 0
+
+
+class _Progress:
+    """What `report`/`compare` with figures is doing, on stderr (never stdout: the report may go there): one line
+    as the work starts, one per figure as it is drawn (`figure 3 of 12: chat latency`), and the time it took."""
+
+    def __init__(self, command: str) -> None:
+        import time
+
+        self.command = command
+        self.started = time.monotonic()
+        self.figures = 0
+        self._say("reading the sessions and building the report")
+
+    def _say(self, text: str) -> None:
+        print(f"servescope {self.command}: {text}", file=sys.stderr, flush=True)
+
+    def __call__(self, done: int, total: int, spec: FigureSpec) -> None:
+        self.figures = total
+        self._say(f"drawing figure {done + 1} of {total}: {clean_text(spec.title)}")
+
+    def done(self) -> None:
+        import time
+
+        self._say(f"{self.figures} figure{'s' if self.figures != 1 else ''} drawn; done in "
+                  f"{time.monotonic() - self.started:.1f} s")
 
 
 def _figures_dir(args: argparse.Namespace, fmt: str) -> Path | None:
@@ -263,7 +294,7 @@ def gate_command(args: argparse.Namespace) -> int:
                       names=(base_name, candidate.path.name))
         if args.save_baseline:
             save_baseline(candidate, Path(args.save_baseline).expanduser())
-    md = result.to_markdown()
+    md = gate_markdown(result)
     if args.markdown:
         _write(md, args.markdown, "gate summary")
     if args.json:
@@ -284,9 +315,11 @@ def report_command(args: argparse.Namespace) -> int:
     figures = _figures_dir(args, args.format)
     if args.format == "html" or figures is not None:
         require_plots()
+        progress = _Progress("report")
         parts = report_parts(main, others, slos=slos, label_key=args.label, include_bound=args.include_bound)
-        text = (report_html(parts) if args.format == "html" else
-                report_markdown(parts, figures or Path("."), _out_path(args.output)))
+        text = (report_html(parts, progress=progress) if args.format == "html" else
+                report_markdown(parts, figures or Path("."), _out_path(args.output), progress=progress))
+        progress.done()
         _write(text, args.output, "report")
         return 0
     text = render_report(main, others, fmt=args.format, slos=slos, label_key=args.label,

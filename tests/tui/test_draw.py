@@ -14,6 +14,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Input, Static, Tabs
 
 from servescope.engine import wire as w
+from servescope.reports.compare_doc import headline
 from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.compare import CompareScreen
@@ -362,8 +363,8 @@ async def test_compare_headline_is_whole_at_80x24(home: Path) -> None:
         scr = app.screen
         assert isinstance(scr, CompareScreen)
         head = " ".join(ln.strip() for ln in drawn(scr.query_one("#compare-head", Static)))
-        headline = scr.comparison.headline()[0]
-        assert " ".join(headline.split()) in " ".join(head.split()), (headline, head)
+        first = headline(scr.comparison)[0]
+        assert " ".join(first.split()) in " ".join(head.split()), (first, head)
 
 
 # ---- discoverability -----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from textual.widgets import Footer, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text, slug
+from servescope.reports.compare_doc import headline
 from servescope.reports.report import render_report
 from servescope.sessions.answers import is_completed
 from servescope.sessions.compare import cell_views, compare_sessions, delta_text, fmt_num
@@ -208,7 +209,7 @@ class CompareScreen(Screen[None]):
                 f" baseline {esc(labels[0])} (B changes it); ★ best beyond noise)"]
         if cmp_.mismatches:
             head.append("[b]not comparable[/b], no winner: " + esc("; ".join(cmp_.mismatches)))
-        head += [esc(h) for h in cmp_.headline()[:1]]  # whole: the header grows rather than cut a sentence
+        head += [esc(h) for h in headline(cmp_)[:1]]  # whole: the header grows rather than cut a sentence
         self.query_one("#compare-head", Static).update("\n".join(head))
         t = self.query_one("#compare-table", FitTable)
         t.clear(columns=True)
