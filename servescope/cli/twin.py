@@ -18,9 +18,9 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields as f
 from servescope.engine.spec import RunContext, SweepSpec
-from servescope.engine.twin import fit_session, fit_time_estimate, load_twin, twin_dir
+from servescope.engine.twin import fit, fit_time_estimate, load_twin, measured_cells, save_fit, twin_dir
 from servescope.engine.twinpredict import BAND_NOTE, Load, predict, requests_for, session_workloads
-from servescope.engine.twinshape import Knobs
+from servescope.engine.twinshape import Knobs, session_shape
 from servescope.engine.whatif import (
     USABLE_SLOS,
     capacity_row,
@@ -66,14 +66,29 @@ def _session(ref: str, sessions_dir: str | None) -> Any:
     return resolve_session(ref, Path(sessions_dir) if sessions_dir else None)
 
 
-def _fit(session: Any, args: argparse.Namespace, err: Any) -> Any:
+def _check_fit_args(args: argparse.Namespace) -> None:
+    """The fit's own flags, checked before the session is read."""
     for flag, v in (("--server-max-num-seqs", args.fit_max_num_seqs),
                     ("--server-max-num-batched-tokens", args.fit_max_num_batched_tokens)):
         if v is not None and v < 1:
             raise ServescopeError(f"{flag} {v}: must be 1 or more")
+    if args.model_config is not None:
+        cfg = Path(args.model_config).expanduser()
+        if not (cfg.is_file() or (cfg / "config.json").is_file()):
+            raise ServescopeError(f"--model-config {args.model_config}: no such file, nor a directory holding "
+                                  "config.json; give the model's Hugging Face config.json")
+
+
+def _fit(session: Any, args: argparse.Namespace, err: Any) -> Any:
+    _check_fit_args(args)
+    # what the fit starts from, read before the line saying it fits: a session with nothing to fit or an unreadable
+    # config.json is one line, never a "fitting ..." line and then the error
+    shape = session_shape(session, Path(args.model_config).expanduser() if args.model_config else None,
+                          args.fit_max_num_seqs, args.fit_max_num_batched_tokens)
+    cells = measured_cells(session)
     print(f"fitting the twin to {session.path} ({fit_time_estimate(session)}) ...", file=err, flush=True)
-    r = fit_session(session, Path(args.model_config) if args.model_config else None, args.fit_max_num_seqs,
-                    args.fit_max_num_batched_tokens, progress=lambda s: print(f"  {s}", file=err, flush=True))
+    r = fit(shape, cells, progress=lambda s: print(f"  {s}", file=err, flush=True))
+    save_fit(session, r)
     for w in r.warnings:
         print(f"warning: {clean_text(w)}", file=err)
     return r
@@ -107,6 +122,7 @@ def fit_text(r: Any, path: Path) -> str:
 def twin_command(args: argparse.Namespace) -> int:
     if args.twin_command != "fit":
         raise ServescopeError("usage: servescope twin fit SESSION (see `servescope twin fit --help`)")
+    _check_fit_args(args)
     session = _session(args.session, args.sessions_dir)
     check_writable_session(session.path, "twin fit")  # its profile goes in SESSION/twin/
     r = _fit(session, args, sys.stderr)
@@ -175,11 +191,7 @@ def _check_whatif_args(args: argparse.Namespace) -> dict[str, float] | None:
     if args.kv_cache_dtype is not None and args.kv_cache_dtype not in KV_DTYPE_BYTES:
         raise ServescopeError(f"--kv-cache-dtype {args.kv_cache_dtype!r}: unknown; use one of "
                               f"{', '.join(sorted(KV_DTYPE_BYTES))}")
-    if args.model_config is not None:
-        cfg = Path(args.model_config).expanduser()
-        if not (cfg.is_file() or (cfg / "config.json").is_file()):
-            raise ServescopeError(f"--model-config {args.model_config}: no such file, nor a directory holding "
-                                  "config.json; give the model's Hugging Face config.json")
+    _check_fit_args(args)
     for flag, v in (("--workload", args.workload), ("--concurrency", args.concurrency), ("--rate", args.rate),
                     ("--api-key", args.api_key)):
         if v is not None and not v.strip():
