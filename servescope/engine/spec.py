@@ -322,6 +322,11 @@ class SweepSpec:
         if not self.workloads:
             raise SweepConflict(where, "no workload; add workloads = [\"sharegpt\"] or a [[workload]] table",
                                 ("workloads",))
+        names = [w.name for w in self.workloads]
+        if (twice := next((n for i, n in enumerate(names) if n in names[:i]), None)) is not None:
+            raise SweepConflict(where, f"two workloads are named {twice!r}; give each its own name (cells, reports "
+                                "and compare tell workloads apart by it), or run one workload with --repeat",
+                                ("workloads",))
         for w in self.workloads:  # datasets and traces read now: a bad one stops the run before anything starts
             w.check(where)
             if w.kind == "trace":
