@@ -32,10 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="open the app on the simulator's default profile and run a short sweep")
     demo.add_argument("--profile", default=None, help="simulator profile (default: the default profile)")
     a.add_sessions_args(sub.add_parser("sessions", help="list saved sessions"))
-    a.add_compare_args(sub.add_parser("compare", help="compare sessions side by side (Markdown or JSON)"))
+    a.add_compare_args(sub.add_parser("compare", help="compare sessions side by side (Markdown, HTML or JSON)"))
     a.add_gate_args(sub.add_parser("gate", help="exit 1 when a candidate regresses beyond noise and a threshold "
                                    "(for CI)"))
-    a.add_report_args(sub.add_parser("report", help="a Markdown (or CSV/JSON) report of a session"))
+    a.add_report_args(sub.add_parser("report", help="a report of a session: Markdown, HTML with its figures, CSV or "
+                                                    "JSON"))
     a.add_import_args(sub.add_parser("import", help="import `vllm bench serve --save-result` JSON as a session"))
     a.add_quality_args(sub.add_parser("quality", help="probe answer quality (tasks, perplexity, divergence from a "
                                       "reference) and save it as a session"))

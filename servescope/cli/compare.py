@@ -118,6 +118,9 @@ def _add_quality(row: SessionRow, s: Any) -> None:
         row["quality"], row["quality_text"] = q.summary(), quality_brief(q)
 
 
+NAME_WIDTH = 24  # `servescope sessions` cuts a longer session name with an ellipsis
+
+
 def sessions_command(args: argparse.Namespace) -> int:
     """List the sessions; a damaged one is listed as `broken: <reason>` (it never hides the others). A quality
     probe's session (kind quality) has no cells: its quality in a few words stands in the workloads column."""
@@ -160,11 +163,15 @@ def sessions_command(args: argparse.Namespace) -> int:
         return 0
     w = max(len(r["id"]) for r in rows)
     sw = max([11] + [len(r["status_text"]) for r in rows if "status_text" in r])
-    print(f"{'id':<{w}}  {'status':<{sw}} {'model':<26} {'cells':>5}   {'workloads':<26} tags / target")
+    nw = min(NAME_WIDTH, max([4] + [len(r.get("name", "")) for r in rows]))  # `api` and `gpu-box` told apart
+    print(f"{'id':<{w}}  {'name':<{nw}}  {'status':<{sw}} {'model':<26} {'cells':>5}   {'workloads':<26} "
+          "tags / target")
     for r in rows:
         if "broken" in r:
-            print(f"{r['id']:<{w}}  broken: {r['broken']}")
+            print(f"{r['id']:<{w}}  {'':<{nw}}  broken: {r['broken']}")
             continue
+        name = r.get("name", "") or "-"
+        name = name if len(name) <= nw else name[:nw - 1] + "…"
         model = r["model"].rstrip("/").split("/")[-1][:26]
         tags = " ".join(f"{k}={v}" for k, v in r["tags"].items())
         wl = ",".join(r["workloads"])
@@ -174,7 +181,7 @@ def sessions_command(args: argparse.Namespace) -> int:
         else:
             cells, wl = f"{r['cells_done']:>3}/{r['cells_planned']:<3}", ("+quality " if q else "") + wl
         wl = wl if len(wl) <= 26 else wl[:25] + "…"
-        print(f"{r['id']:<{w}}  {r['status_text']:<{sw}} {model:<26} {cells} "
+        print(f"{r['id']:<{w}}  {name:<{nw}}  {r['status_text']:<{sw}} {model:<26} {cells} "
               f"{wl:<26} "
               f"{tags + '  ' if tags else ''}{r['target']}")
     broken = sum(1 for r in rows if "broken" in r)

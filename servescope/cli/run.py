@@ -19,7 +19,7 @@ from servescope.cli.common import api_key_from, check_writable_session, resolve_
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, CellQuality, Dist, rate_limit_line
+from servescope.core.results import METRICS, CellCost, CellQuality, Dist, rate_limit_line
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
@@ -43,6 +43,7 @@ from servescope.engine.spec import RunContext, SweepSpec
 from servescope.sessions import stats
 from servescope.sessions.live import BUS_FILES, refuse_second_writer
 from servescope.sessions.store import load_session
+from servescope.sessions.views import fmt_num
 
 if TYPE_CHECKING:
     from servescope.core.results import CellResult
@@ -289,6 +290,7 @@ def format_cell(ev: Any, total: int) -> str:
         *([f"  {rate_limit_line(s)}"] if s.mostly_rate_limited else []),
         f"  aggregate: output {_f(s.output_tok_s)} tok/s, total {_f(s.total_tok_s)} tok/s, "
         f"{_f(s.request_s, 2)} req/s, goodput {_f(s.goodput_req_s, 2)} req/s",
+        *([cost_line(s.cost)] if s.cost is not None else []),
         f"  {'metric':<18}" + "".join(f" {h:>11}" for h in ("mean", "p50", "p90", "p99", "max")),
     ]
     for key in TABLE_DISTS:
@@ -339,6 +341,13 @@ def format_cell(ev: Any, total: int) -> str:
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
+
+
+def cost_line(c: CellCost) -> str:
+    """--price / --gpu-hour: the cell's cost, the figure and column name report and compare show
+    ("cost $/1M out tok"), with what it is over and its basis."""
+    return (f"  cost $/1M out tok: {fmt_num(c.usd_per_1m_output_tokens)} (${fmt_num(c.usd_per_1m_total_tokens)} per "
+            f"1M tokens in all; {clean_text(c.basis)})")
 
 
 def quality_text(q: CellQuality) -> str:
