@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
-from servescope.engine.spec import add_flags, add_workload_flag, values_may_start_with_minus
+from servescope.engine.spec import add_flags, add_workload_flag, seed_value, values_may_start_with_minus
 
 _SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
 MIN_EFFECT_PCT = 2.0
@@ -154,6 +154,14 @@ def _percent(text: str) -> float:
     if not 0 <= v < 1000:
         raise argparse.ArgumentTypeError(f"{text!r}: give a percentage from 0 to 1000")
     return v
+
+
+def _seed(text: str) -> int:
+    """A seed, read as a sweep's is (engine/spec.py seed_value): a whole number TOML can store."""
+    try:
+        return seed_value(text, "--seed")
+    except ServescopeError as e:
+        raise argparse.ArgumentTypeError(e.message.removeprefix("--seed: ")) from None
 
 
 DEFAULT_TASKS = "arithmetic,retrieval,needle,json"  # core.quality.TASKS (not imported here: the CLI starts light)
@@ -324,7 +332,7 @@ def add_quality_args(p: argparse.ArgumentParser) -> None:
                         "(repeatable; the task is named after the file)")
     p.add_argument("-n", "--n", type=int, default=20, help="questions per task and context length (default 20)")
     p.add_argument("--top-k", type=int, default=5, help="log-probabilities per position for divergence (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated questions (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the generated questions (default 0)")
     p.add_argument("--concurrency", type=int, default=4, help="probe requests in flight (default 4)")
     p.add_argument("--no-perplexity", action="store_true", help="skip the corpus perplexity")
     p.add_argument("--tokenizer", metavar="PATH", help="a local tokenizer to size the long prompts (default: the "

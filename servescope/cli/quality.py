@@ -18,7 +18,7 @@ from servescope.core.tls import TlsSettings, configure
 from servescope.engine import fields
 from servescope.engine.quality import ANSWER_ROOM, QualitySpec, parse_contexts, parse_tasks, run_quality
 from servescope.engine.simtarget import sim_profile
-from servescope.engine.spec import DEFAULT_URL, seed_value, tls_without_https
+from servescope.engine.spec import DEFAULT_URL, tls_without_https
 from servescope.sessions.live import refuse_second_writer
 from servescope.sim.launcher import SimStartError, url_args
 from servescope.sim.profile import ProfileError, load_profile
@@ -43,7 +43,6 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     for flag, v, lo in (("-n", args.n, 1), ("--top-k", args.top_k, 1), ("--concurrency", args.concurrency, 1)):
         if v < lo:
             raise ServescopeError(f"{flag} {v}: must be {lo} or more")
-    seed_value(args.seed, "--seed")
     if args.top_k > 20:
         raise ServescopeError(f"--top-k {args.top_k}: servers return at most 20 log-probabilities; use 20 or less")
     tasks, contexts = parse_tasks(args.tasks), parse_contexts(args.context)
