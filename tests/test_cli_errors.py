@@ -123,13 +123,15 @@ def test_quality_reads_its_task_files_context_and_reference_before_the_simulator
     assert not (tmp_path / "s").exists()
 
 
-def test_run_save_into_a_session_folder_is_refused_before_the_simulator(tmp_path: Path,
+def test_run_or_tune_save_into_a_session_folder_is_refused_before_the_simulator(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     full = tmp_path / "full"
     full.mkdir()
     (full / "session.toml").write_text("x = 1\n")
-    line = error_line(capsys, ["run", "--url", "sim://tiny", "-n", "1", "-c", "1", "--save", str(full)])
-    assert line == f"servescope run: error: {full} already exists and is not empty; choose another --save directory"
+    for argv in (["run", "--url", "sim://tiny", "-n", "1", "-c", "1", "--save", str(full)],
+                 ["tune", "--url", "sim://tiny", "-c", "1,2", "--save", str(full)]):
+        assert error_line(capsys, argv) == (f"servescope {argv[0]}: error: {full} already exists and is not empty; "
+                                            "choose another --save directory")
 
 
 def test_a_second_writer_of_a_running_session_is_refused_before_anything_starts(
@@ -246,3 +248,11 @@ def test_the_app_checks_its_target_before_it_takes_the_terminal(capsys: pytest.C
     assert "--profile nope: unknown profile 'nope'" in error_line(capsys, ["demo", "--profile", "nope"])
     monkeypatch.setenv("SERVESCOPE_URL", "127.0.0.1:8000")
     assert "$SERVESCOPE_URL: '127.0.0.1:8000' is not an http(s) URL" in error_line(capsys, ["tui"])
+
+
+def test_the_top_level_help_says_compare_and_report_write_html() -> None:
+    """`servescope --help` said compare wrote "Markdown or JSON" and report "Markdown (or CSV/JSON)"."""
+    text = " ".join(_parser().format_help().split())
+    compare = text.split(" compare ", 1)[1].split(" gate ", 1)[0]
+    report = text.split(" report ", 1)[1].split(" import ", 1)[0]
+    assert "HTML" in compare and "HTML" in report, (compare, report)

@@ -28,6 +28,8 @@ def api_key_from(args: argparse.Namespace, env_name: str | None = None) -> str |
 
 # the commands that write into --sessions-dir (a new session) or into --save
 _WRITES_SESSIONS = frozenset({"run", "import", "quality", "tune"})
+# the commands whose --save is always a new session (run's is checked by cli/run.py: it also names a live runner)
+_NEW_SESSION_ONLY = frozenset({"tune", "import"})
 # the path flags: (flag, attribute); each is checked by check_paths in every command that has it
 _DIR_FLAGS = (("--sessions-dir", "sessions_dir"), ("--save", "save"))
 _FILE_FLAGS = (("-o", "output"), ("--save-baseline", "save_baseline"), ("--markdown", "markdown"))
@@ -53,6 +55,9 @@ def check_paths(args: argparse.Namespace) -> None:
         _dir_path("--sessions-dir", args.sessions_dir, writable=writes and not save)
     if save:
         _dir_path("--save", save, writable=True)
+        p = Path(save).expanduser()
+        if cmd in _NEW_SESSION_ONLY and p.is_dir() and any(p.iterdir()):
+            raise ServescopeError(f"{p} already exists and is not empty; choose another --save directory")
     for flag, attr in _FILE_FLAGS:
         if getattr(args, attr, None):
             _file_path(flag, getattr(args, attr))
