@@ -89,6 +89,19 @@ def test_twin_fit_of_a_session_without_cells_says_nothing_before_its_refusal(mad
     assert not (made / "20261207-100200-q" / "twin").exists()
 
 
+@pytest.mark.parametrize(("argv", "says"), [
+    (["-c", "100000"], "--concurrency 100,000: the twin's server runs at most 128 requests at once"),
+    (["-c", "1", "--gpu-memory-utilization", "0.01"], "--gpu-memory-utilization 0.01 leaves no memory for the KV cache"),
+])
+def test_whatif_refuses_what_the_twin_cannot_answer_before_fitting_it(made: Path, argv: list[str], says: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Both were found after `fitting the twin to ... ` and its progress lines, with the fit written to SESSION/twin."""
+    api = made / "20261207-100000-api"
+    line = one_line(capsys, ["whatif", str(api), *argv])
+    assert line.startswith(f"servescope whatif: error: {says}"), line
+    assert not (api / "twin").exists()
+
+
 def test_a_metrics_404_is_said_without_an_exception_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A hosted API has no /metrics: its reason read `ValueError: HTTP 404`."""
     (tmp_path / "small.toml").write_text(SMALL)
