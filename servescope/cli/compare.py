@@ -121,6 +121,9 @@ def _add_quality(row: SessionRow, s: Any) -> None:
         row["quality"], row["quality_text"] = q.summary(), quality_brief(q)
 
 
+NAME_WIDTH = 24  # `servescope sessions` cuts a longer session name with an ellipsis
+
+
 def sessions_command(args: argparse.Namespace) -> int:
     """List the sessions; a damaged one is listed as `broken: <reason>` (it never hides the others). A quality
     probe's session (kind quality) has no cells: its quality in a few words stands in the workloads column."""
@@ -163,11 +166,15 @@ def sessions_command(args: argparse.Namespace) -> int:
         return 0
     w = max(len(r["id"]) for r in rows)
     sw = max([11] + [len(r["status_text"]) for r in rows if "status_text" in r])
-    print(f"{'id':<{w}}  {'status':<{sw}} {'model':<26} {'cells':>5}   {'workloads':<26} tags / target")
+    nw = min(NAME_WIDTH, max([4] + [len(r.get("name", "")) for r in rows]))  # `api` and `gpu-box` told apart
+    print(f"{'id':<{w}}  {'name':<{nw}}  {'status':<{sw}} {'model':<26} {'cells':>5}   {'workloads':<26} "
+          "tags / target")
     for r in rows:
         if "broken" in r:
-            print(f"{r['id']:<{w}}  broken: {r['broken']}")
+            print(f"{r['id']:<{w}}  {'':<{nw}}  broken: {r['broken']}")
             continue
+        name = r.get("name", "") or "-"
+        name = name if len(name) <= nw else name[:nw - 1] + "…"
         model = r["model"].rstrip("/").split("/")[-1][:26]
         tags = " ".join(f"{k}={v}" for k, v in r["tags"].items())
         wl = ",".join(r["workloads"])
@@ -177,7 +184,7 @@ def sessions_command(args: argparse.Namespace) -> int:
         else:
             cells, wl = f"{r['cells_done']:>3}/{r['cells_planned']:<3}", ("+quality " if q else "") + wl
         wl = wl if len(wl) <= 26 else wl[:25] + "…"
-        print(f"{r['id']:<{w}}  {r['status_text']:<{sw}} {model:<26} {cells} "
+        print(f"{r['id']:<{w}}  {name:<{nw}}  {r['status_text']:<{sw}} {model:<26} {cells} "
               f"{wl:<26} "
               f"{tags + '  ' if tags else ''}{r['target']}")
     broken = sum(1 for r in rows if "broken" in r)
@@ -199,6 +206,8 @@ def compare_command(args: argparse.Namespace) -> int:
     slos = _slos(args)
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     sessions = [resolve_session(r, base) for r in args.sessions]
+    check_comparable(args.sessions, sessions)
+    _check_label(args)
     fmt = getattr(args, "format", None) or ("json" if args.json else "md")
     if args.json and fmt != "json":
         raise ServescopeError(f"--json and --format {fmt} ask for two formats: give one of them")
@@ -246,9 +255,44 @@ class _Progress:
                   f"{time.monotonic() - self.started:.1f} s")
 
 
+def check_comparable(refs: list[str], sessions: list[Any]) -> None:
+    """Sessions that can be compared, before any work: never one session twice (`compare A A` compared a session
+    with itself and called every figure within noise), and never a quality probe's session (quality results, no
+    speed cells) against one holding no quality results: they share nothing to compare."""
+    seen: dict[Path, str] = {}
+    for ref, s in zip(refs, sessions, strict=True):
+        p = Path(s.path).resolve()
+        if p in seen:
+            what = f"{ref} is given twice" if seen[p] == ref else f"{seen[p]} and {ref} are the same session ({s.path})"
+            raise ServescopeError(f"{what}; compare two different sessions (see `servescope sessions`)")
+        seen[p] = ref
+    probes = [s for s in sessions if s.cells.height == 0 and s.has_quality]
+    bare = [s for s in sessions if not _holds_quality(s)]
+    if probes and bare:
+        q, r = probes[0].path, bare[0].path
+        raise ServescopeError(f"{q.name} is a quality session (quality results, no speed cells) and {r.name} holds no "
+                              f"quality results: they have nothing in common to compare; compare {q.name} with "
+                              f"another quality session, or add quality results to the sweep's session with "
+                              f"`servescope quality --url URL --save {r}` (its server's URL) and compare again")
+
+
+def _holds_quality(s: Any) -> bool:
+    """Quality results of the probe (quality.json) or of cells that mixed probe questions in (--quality-share)."""
+    return bool(s.has_quality or any(c is not None and c.quality is not None for c in s.summaries()))
+
+
+def _check_label(args: argparse.Namespace) -> None:
+    if getattr(args, "label", None) is not None and not args.label.strip():
+        raise ServescopeError("--label: empty; give a tag key such as quant (or leave the flag out to label "
+                              "sessions by name)")
+
+
 def _figures_dir(args: argparse.Namespace, fmt: str) -> Path | None:
-    """--figures DIR (Markdown only: the HTML has its figures inline)."""
+    """--figures DIR (Markdown only: the HTML has its figures inline); given empty, it is an error."""
     d = getattr(args, "figures", None)
+    if d is not None and not d.strip():
+        raise ServescopeError("--figures: empty; give the directory the figure files go to (or leave the flag out "
+                              "for Mermaid charts)")
     if not d:
         return None
     if fmt != "md":
@@ -312,6 +356,9 @@ def report_command(args: argparse.Namespace) -> int:
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     main = resolve_session(args.session, base)
     others = [resolve_session(r, base) for r in args.compare]
+    if others:
+        check_comparable([args.session, *args.compare], [main, *others])
+    _check_label(args)
     figures = _figures_dir(args, args.format)
     if args.format == "html" or figures is not None:
         require_plots()

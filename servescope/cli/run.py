@@ -19,7 +19,7 @@ from servescope.cli.common import api_key_from, check_writable_session, resolve_
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, CellQuality, Dist, rate_limit_line
+from servescope.core.results import METRICS, CellCost, CellQuality, Dist, rate_limit_line
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
@@ -41,7 +41,9 @@ from servescope.engine.runner import (
 from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.sessions import stats
+from servescope.sessions.live import BUS_FILES, refuse_second_writer
 from servescope.sessions.store import load_session
+from servescope.sessions.views import fmt_num
 
 if TYPE_CHECKING:
     from servescope.core.results import CellResult
@@ -288,6 +290,7 @@ def format_cell(ev: Any, total: int) -> str:
         *([f"  {rate_limit_line(s)}"] if s.mostly_rate_limited else []),
         f"  aggregate: output {_f(s.output_tok_s)} tok/s, total {_f(s.total_tok_s)} tok/s, "
         f"{_f(s.request_s, 2)} req/s, goodput {_f(s.goodput_req_s, 2)} req/s",
+        *([cost_line(s.cost)] if s.cost is not None else []),
         f"  {'metric':<18}" + "".join(f" {h:>11}" for h in ("mean", "p50", "p90", "p99", "max")),
     ]
     for key in TABLE_DISTS:
@@ -338,6 +341,13 @@ def format_cell(ev: Any, total: int) -> str:
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
+
+
+def cost_line(c: CellCost) -> str:
+    """--price / --gpu-hour: the cell's cost, the figure and column name report and compare show
+    ("cost $/1M out tok"), with what it is over and its basis."""
+    return (f"  cost $/1M out tok: {fmt_num(c.usd_per_1m_output_tokens)} (${fmt_num(c.usd_per_1m_total_tokens)} per "
+            f"1M tokens in all; {clean_text(c.basis)})")
 
 
 def quality_text(q: CellQuality) -> str:
@@ -399,6 +409,7 @@ def run_command(args: argparse.Namespace) -> int:
     base = SweepSpec.from_toml(args.sweep) if args.sweep else None
     spec = SweepSpec.from_args(args, base)  # every flag is checked before a simulator starts
     _refuse_redacted_launch(spec, "servescope run --sweep FILE --launch \"...\"")
+    check_new_session(args.save)
     check_open_files(spec)  # before a simulator or a server starts
     ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
                      save_dir=Path(args.save) if args.save else None,
@@ -430,6 +441,18 @@ def detach_command(spec: Any, ctx: Any, out: TextIO) -> int:
     print(f"  stop it:   kill {proc.pid}   (finished cells stay saved; `servescope resume` continues)", file=out)
     print(path, file=out, flush=True)
     return 0
+
+
+def check_new_session(save: str | None) -> None:
+    """--save DIR of a new session, checked before a simulator or a server starts (the store found it only once the
+    sweep began): a directory a live runner writes is refused as its lock refuses a second writer, and one that
+    holds anything but a detached runner's files (a session, other files) as the store refuses it."""
+    if not save:
+        return
+    p = Path(save).expanduser()
+    refuse_second_writer(p)
+    if p.is_dir() and any(x.name not in BUS_FILES for x in p.iterdir()):
+        raise ServescopeError(f"{p} already exists and is not empty; choose another --save directory")
 
 
 def check_open_files(spec: Any) -> None:
@@ -543,6 +566,14 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
 def resume_command(args: argparse.Namespace) -> int:
     """Continue an interrupted sweep from its first unfinished cell, in the same session directory, with
     every setting it started with (its [sweep] table): tokenizer, transport and telemetry interval included."""
+    # every flag is checked before the session is read; a flag given empty ("") is an error, as in run
+    for flag, v in (("--api-key", args.api_key), ("--launch", args.launch), ("--api-key-env", args.api_key_env)):
+        if v is not None:
+            fields.nonempty_text(v, flag)
+    url = fields.url(args.url, "--url") if args.url is not None else None
+    recover = fields.duration(args.recover_timeout, "--recover-timeout") if args.recover_timeout is not None else None
+    if args.launch is not None and url is not None:
+        raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
     s = resolve_session(args.session, Path(args.sessions_dir) if args.sessions_dir else None)
     if s.status == "completed":
         raise ServescopeError(f"{s.path} is already completed; nothing to resume")
@@ -553,26 +584,21 @@ def resume_command(args: argparse.Namespace) -> int:
     sweep = s.meta.get("sweep")
     if not isinstance(sweep, dict):
         raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
-    # a flag given empty ("") is an error, as in run: tested for None, never for truth
-    if getattr(args, "api_key", None) is not None:
-        fields.nonempty_text(args.api_key, "--api-key")
     if args.launch is not None:
-        if args.url is not None:
-            raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
         server = sweep["server"] if isinstance(sweep.get("server"), dict) else {}
         target = sweep["target"] if isinstance(sweep.get("target"), dict) else {}
-        sweep = {**sweep, "server": {**server, "launch": fields.nonempty_text(args.launch, "--launch")},
+        sweep = {**sweep, "server": {**server, "launch": args.launch.strip()},
                  "target": {k: v for k, v in target.items() if k != "url"}}
     spec = SweepSpec.from_table(sweep, f"{s.path / 'session.toml'}: [sweep]", s.path)
-    if args.recover_timeout is not None:
-        spec = spec.replace(recover_timeout_s=fields.duration(args.recover_timeout, "--recover-timeout"))
+    if recover is not None:
+        spec = spec.replace(recover_timeout_s=recover)
     if args.api_key_env is not None:
-        spec = spec.replace(api_key_env=fields.nonempty_text(args.api_key_env, "--api-key-env"))
-    if args.url is not None:
+        spec = spec.replace(api_key_env=args.api_key_env.strip())
+    if url is not None:
         if spec.variants:
             raise ServescopeError(f"{s.path}: this sweep relaunches its server per variant; resume it without "
                                   "--url (servescope starts the server again)")
-        spec = spec.replace(url=fields.url(args.url, "--url"), launch=None)
+        spec = spec.replace(url=url, launch=None)
     _refuse_redacted_launch(spec, f"servescope resume {s.path} --launch \"...\"")
     check_open_files(spec)
     cells = s.meta.get("cells", [])

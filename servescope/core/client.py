@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import httpx
 import msgspec
 
+from servescope.core.errors import error_text
 from servescope.core.rawhttp import RawClient, RawHTTPError, StaleConnection
 from servescope.core.records import RETRY_STATUS, RequestRecord
 from servescope.core.sse import SSEParser
@@ -793,10 +794,10 @@ async def stream_request(
                                   conversation=rec.conversation, turn=rec.turn, turns=rec.turns)
             return _copy_into(rec, await stream_request(http, opts, spec, fresh, reply, _retries + 1))
         rec.status = "cut" if rec.chunk_ns else "error"
-        rec.error = clean_secret_text(_hint(f"{type(e).__name__}: {e}"), secret) or type(e).__name__
+        rec.error = clean_secret_text(_hint(error_text(e)), secret)
     except OSError as e:
         rec.end_ns = _perf()
         rec.status = "error"
-        rec.error = clean_secret_text(_hint(f"{type(e).__name__}: {e}"), secret)
+        rec.error = clean_secret_text(_hint(error_text(e)), secret)
     st.finish(status, ctype)
     return rec

@@ -13,7 +13,7 @@ import httpx
 
 from servescope.core import llamacpp
 from servescope.core.client import async_client
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.textsafe import clean_secret_text, clean_text, redact
 from servescope.core.tls import TlsSettings, cert_problem, current, measure_handshakes
 
@@ -114,10 +114,10 @@ def request_failed(where: str, e: httpx.HTTPError, detail: str, timeout_text: st
         return ServescopeError(f"{where} {timeout_text}")
     if isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         # the server was reached and then dropped the connection: the URL is right, the server is not well
-        why = detail if detail and detail != type(e).__name__ else "the connection was closed mid-answer"
-        return ServescopeError(f"{where} dropped the connection ({why}, {type(e).__name__}); is the server "
+        why = detail if detail and str(e).strip() else "the connection was closed mid-answer"
+        return ServescopeError(f"{where} dropped the connection ({why}); is the server "
                                "restarting or overloaded? check its log, then run again")
-    return ServescopeError(f"cannot talk to {where}: {detail or type(e).__name__}; check --url")
+    return ServescopeError(f"cannot talk to {where}: {detail or error_text(e)}; check --url")
 
 
 def key_refused(where: str, status: int) -> ServescopeError:

@@ -20,6 +20,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from servescope.core.errors import error_text
 from servescope.core.gpu import GPU_COLUMNS, GpuInfo, GpuSampler, describe_gpus, list_gpus
 from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_parsed
 from servescope.core.results import ServerWindow, TelemetryWindow
@@ -271,7 +272,7 @@ class MetricsSampler:
             except Exception as e:  # noqa: BLE001 - any failure is a missing sample
                 self.failures += 1
                 self.failure_t_ns.append(time.perf_counter_ns())
-                self.last_error = clean_text(f"{type(e).__name__}: {e}")[:200]
+                self.last_error = clean_text(error_text(e))[:200]
                 return None
             self.t_ns.append((t_a + t_b) // 2)
             for c, v in zip(COLUMNS, row, strict=True):

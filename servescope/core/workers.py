@@ -44,7 +44,7 @@ import msgspec
 from servescope.core.arrivals import send_times
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.conversation import is_multi_turn
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.health import ClientPart, add_placement, merge_client
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell, warm_prompts
 from servescope.core.records import RequestRecord
@@ -378,7 +378,7 @@ class WorkerLoop:
             run = await run_cell(self.opts, list(s.specs), s.load, s.limits, self._on_record, self.control,
                                  seed=self.seed, before_measured=self._before_measured)
         except Exception as e:  # one line for the driver; the traceback is of no use to a user
-            self.send(Failed(f"{type(e).__name__}: {e}" if not isinstance(e, ServescopeError) else str(e)))
+            self.send(Failed(error_text(e)))
             return
         finally:
             flusher.cancel()
@@ -606,7 +606,7 @@ def _reader(pipe: _Pipe, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[t
         except (EOFError, OSError):
             break
         except Exception as e:  # a message that does not unpickle
-            msg = Failed(f"a message did not arrive intact ({type(e).__name__}: {e})")
+            msg = Failed(f"a message did not arrive intact ({error_text(e)})")
         if isinstance(msg, (Done, Failed)):
             finished = True
         with contextlib.suppress(RuntimeError):

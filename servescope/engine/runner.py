@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from servescope.core.client import ClientOptions, RequestSpec
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.load import CellControl, Limits, Load, warm_prompts
 from servescope.core.prices import Prices
 from servescope.core.records import RequestRecord
@@ -290,7 +290,7 @@ class _Sweep:
             await self._close()
         except Exception as e:  # noqa: BLE001 - the sweep is saved: a failure to close its connections is said,
             # and the event log still ends with the sweep's end (a viewer waits for it)
-            yield Notice("warning", clean_text(f"closing the sweep's connections failed: {type(e).__name__}: {e}"))
+            yield Notice("warning", clean_text(f"closing the sweep's connections failed: {error_text(e)}"))
         if self.close_error:
             yield Notice("warning", f"{self.close_error}: the server telemetry of the last cell is not saved")
         yield SweepFinished(path, status, message)

@@ -119,6 +119,19 @@ def option(default: T | None, section: str, key: str, flags: Sequence[str] = (),
     return field(default=default, metadata=meta)
 
 
+SEED_BOUND = 2**63  # a seed is stored in session.toml, whose integers are 64-bit
+
+
+def seed_value(raw: object, where: str) -> int:
+    """A seed: a whole number that TOML can store (-2^63 to 2^63 - 1). `--seed 1e23` and 10^23 are one line each."""
+    if isinstance(raw, str) and not re.fullmatch(r"\s*[-+]?\d+\s*", raw):
+        raise ServescopeError(f"{where}: {raw!r} is not a whole number; give a seed such as 42")
+    n = f.any_int(raw.strip().lstrip("+") if isinstance(raw, str) else raw, where)
+    if not -SEED_BOUND <= n < SEED_BOUND:
+        raise ServescopeError(f"{where}: {n} is out of range; a seed is a whole number of at most 18 digits, e.g. 42")
+    return n
+
+
 def _workloads_default() -> tuple[Workload, ...]:
     return ()
 
@@ -207,7 +220,7 @@ class SweepSpec:
              "each time (e.g. 30s; 1 s when it names no wait), up to 5 times; each request's waits are recorded "
              "(retry_wait_s) and its latency is the served attempt's. Default: no retry, a 429 is recorded as "
              "rate_limited (retrying would change the load's schedule)")
-    seed: int = option(0, "load", "seed", ["--seed"], parse=f.any_int,
+    seed: int = option(0, "load", "seed", ["--seed"], parse=seed_value,
                        help="seed of the whole sweep: the prompts, lengths and arrival times of every cell derive "
                             "from it (default 0); the same seed sends the same requests")
     workers: Workers = option(DEFAULT_WORKERS, "client", "workers", ["--workers"], parse=f.workers,
@@ -284,6 +297,11 @@ class SweepSpec:
         if self.ca_cert is not None and self.tls_verify is False:
             raise SweepConflict(where, "give ca_cert (--ca-cert: verify the server with this CA) or tls_verify = false "
                                 "(--insecure: verify nothing), not both", ("tls_verify", "ca_cert"))
+        if (self.ca_cert is not None or self.tls_verify is False) and not self.launch:
+            said = "ca_cert (--ca-cert)" if self.ca_cert is not None else "tls_verify = false (--insecure)"
+            rule = tls_without_https(self.url, said)
+            if rule is not None:
+                raise SweepConflict(where, rule, ("ca_cert" if self.ca_cert is not None else "tls_verify", "url"))
         if self.variants and not self.launch:
             raise SweepConflict(where, "server variants need a launch command: servescope can only relaunch a "
                                 "server it started", ("variants", "launch"))
@@ -303,6 +321,11 @@ class SweepSpec:
                     raise SweepConflict(where, e.message, ("variants", "launch")) from None
         if not self.workloads:
             raise SweepConflict(where, "no workload; add workloads = [\"sharegpt\"] or a [[workload]] table",
+                                ("workloads",))
+        names = [w.name for w in self.workloads]
+        if (twice := next((n for i, n in enumerate(names) if n in names[:i]), None)) is not None:
+            raise SweepConflict(where, f"two workloads are named {twice!r}; give each its own name (cells, reports "
+                                "and compare tell workloads apart by it), or run one workload with --repeat",
                                 ("workloads",))
         for w in self.workloads:  # datasets and traces read now: a bad one stops the run before anything starts
             w.check(where)
@@ -465,6 +488,12 @@ class SweepSpec:
             if "workloads" not in given:
                 values["workloads"] = tuple(resolve("sharegpt"))
         else:  # a flag replaces its counterpart in the file (both flags given: check() says which to drop)
+            for fd, opt in _options():  # a table's flag (--tag, --slo) replaces only the keys it names
+                old = getattr(base, fd.name)
+                if fd.name in given and opt.section in ("slo", "tags") and isinstance(old, dict):
+                    new = values[fd.name]
+                    assert isinstance(new, dict)
+                    values[fd.name] = {**old, **new}
             if "concurrency" in given and "rates" not in given:
                 values["rates"] = None
             if "rates" in given and "concurrency" not in given:
@@ -508,6 +537,16 @@ class SweepSpec:
             return None, {next((n for n in e.fields if n in form), "sweep"): e.rule}
         except ServescopeError as e:
             return None, {"sweep": e.message.removeprefix("sweep: ")}
+
+
+def tls_without_https(url: str, said: str) -> str | None:
+    """The rule for --ca-cert and --insecure (`said`, as the caller names the one given): both say how an https
+    server's certificate is checked, so with an http:// or sim:// URL, which has none, they are a mistake (a user
+    who meant https would otherwise measure plain HTTP without a word). None when the URL is https://."""
+    if url.strip().lower().startswith("https://"):
+        return None
+    return (f"{said} says how an https:// server's certificate is checked, but the URL {url} has no TLS; give its "
+            "https:// URL, or leave it out")
 
 
 def form_fields() -> dict[str, str]:

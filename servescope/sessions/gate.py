@@ -27,7 +27,7 @@ from typing import TypedDict
 import polars as pl
 
 from servescope import __version__
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
 from servescope.core.textsafe import clean_text
 from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct
@@ -341,7 +341,7 @@ def load_baseline(path: Path, workdir: Path) -> Session:
     except ServescopeError:
         raise
     except Exception as e:  # noqa: BLE001 - any decoding problem of an outside file is one line
-        why = (clean_text(str(e)).splitlines() or [type(e).__name__])[0][:160]
+        why = (clean_text(str(e)).splitlines() or [error_text(e)])[0][:160]
         raise ServescopeError(f"{where}: the baseline file is damaged ({why}); write it again with "
                               "--save-baseline") from None
     return load_session(d)

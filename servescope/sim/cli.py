@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import math
 import os
@@ -86,8 +87,11 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return ctx
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The simulator's flags. `servescope sim` passes servescope's own parser class, whose errors are one line naming
+    the closest flag (servescope/cli/args.py); the simulator imports nothing of servescope's, so `python -m
+    servescope.sim` alone keeps argparse's."""
+    p = parser_class(
         prog="servescope sim",
         description="Simulate a vLLM 0.32 server serving a model on a GPU, in real time (OpenAI-compatible API).",
         epilog="docs: docs/simulator.md; every flag: docs/reference/cli.md#sim",
@@ -155,8 +159,8 @@ def exit_with_parent(pid: int, poll_s: float = 0.25) -> None:
     threading.Thread(target=watch, name="servescope-sim-parent-watch", daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> int:
+    args = build_parser(parser_class).parse_args(argv)
     bad = check_args(args)
     if bad is not None:
         print(f"servescope sim: error: {bad}", file=sys.stderr)
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile = load_profile(args.profile)
     except ProfileError as e:
-        print(f"servescope sim: {e}", file=sys.stderr)
+        print(f"servescope sim: error: {e}", file=sys.stderr)
         return 2
     engine_kw = {
         "max_num_seqs": args.max_num_seqs,
@@ -206,10 +210,21 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve(profile, faults, args.host, args.port, hosted_config(args), tls))
     except KeyboardInterrupt:
         pass
-    except OSError as e:
-        print(f"servescope sim: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
-        return 1
+    except OSError as e:  # the address the flags name: bad input, exit 2 as every other flag's
+        print(f"servescope sim: error: {listen_error(args.host, args.port, e)}", file=sys.stderr)
+        return 2
     return 0
+
+
+def listen_error(host: str, port: int, e: OSError) -> str:
+    """Why the simulator cannot listen on --host/--port, as one line saying which flag to change."""
+    why = e.strerror if isinstance(e, socket.gaierror) or not e.errno else os.strerror(e.errno)
+    why = " ".join(str(why or e).split())
+    if isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL:
+        return f"--host {host}: not an address of this machine ({why}); give e.g. 127.0.0.1 or 0.0.0.0"
+    if e.errno == errno.EADDRINUSE:
+        return f"--port {port}: already in use on {host} ({why}); give another port (0 picks a free one)"
+    return f"cannot listen on {host}:{port} ({why}); check --host and --port"
 
 
 async def _serve(profile: object, faults: object, host: str, port: int, hosted: Hosted | None = None,

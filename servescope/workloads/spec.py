@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Required, TypedDict
 
 from servescope.core.arrivals import parse_seconds
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
+from servescope.core.textsafe import clean_text
 
 
 class DistTable(TypedDict, total=False):
@@ -375,6 +376,9 @@ class Workload:
         name = d.get("name")
         if not isinstance(name, str) or not name.strip():
             raise ServescopeError(f"{where}: the workload needs a name = \"...\"")
+        if clean_text(name) != name.strip():  # a name is shown in every table and on the terminal: one printable line
+            raise ServescopeError(f"{where}: name {name!r} holds a line break, tab or control character (an escape "
+                                  "sequence); give a name of printable text on one line")
         kind = _kind(d, where)
         api = d.get("api", "chat" if kind in ("conversation", "agent") else "completions")
         if api not in ("completions", "chat"):
@@ -458,7 +462,7 @@ def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[tup
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        why = f"{type(e).__name__}: {e}" if not isinstance(e, json.JSONDecodeError) else str(e)
+        why = error_text(e)
         raise ServescopeError(f"dataset {path}: not valid JSON ({why[:120]}); it must be a ShareGPT-format "
                               "JSON list") from None
     except OSError as e:
@@ -638,7 +642,7 @@ def load_toml(path: str | Path) -> list[Workload]:
     if raw is None:
         raise ServescopeError(f"{p}: no [workload] table; see docs/measuring.md#workloads for the workload TOML schema")
     items = raw if isinstance(raw, list) else [raw]
-    out = []
+    out: list[Workload] = []
     for i, item in enumerate(items):
         where = f"{p}: workload {i + 1}" if len(items) > 1 else str(p)
         if not isinstance(item, dict):
@@ -648,6 +652,10 @@ def load_toml(path: str | Path) -> list[Workload]:
             w = replace(w, dataset=str((p.parent / w.dataset).resolve()))
         if w.trace and not Path(w.trace).is_absolute():  # a trace path is relative to its TOML file
             w = replace(w, trace=str((p.parent / w.trace).resolve()))
+        twin = next((j for j, o in enumerate(out) if o.name == w.name), None)
+        if twin is not None:
+            raise ServescopeError(f"{where}: named {w.name!r} as workload {twin + 1} is; give each "
+                                  "[[workload]] its own name (cells, reports and compare tell workloads apart by it)")
         out.append(w)
     return out
 
