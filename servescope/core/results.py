@@ -297,6 +297,9 @@ class ClientHealth(_Base, frozen=True):
     nodes: dict[str, int] | None = None  # Ray: node -> requests (left out of to_dict() when None)
     clock_error_ms: float | None = None  # several hosts: the bound on their clocks' offset (left out when None)
     start_skew_ms: float | None = None  # several workers: how far the last one started after t0 (left out when None)
+    # an open loop that did not reach its rate: its send schedule was this far behind when its duration ended (s;
+    # left out when None: it kept up, or it is no such cell)
+    rate_behind_s: float | None = None
 
     @property
     def bound(self) -> bool:
@@ -304,7 +307,7 @@ class ClientHealth(_Base, frozen=True):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for k in ("nodes", "clock_error_ms", "start_skew_ms"):
+        for k in ("nodes", "clock_error_ms", "start_skew_ms", "rate_behind_s"):
             if out.get(k) is None:
                 out.pop(k, None)
         return out

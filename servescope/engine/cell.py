@@ -11,7 +11,7 @@ import msgspec
 
 from servescope.core.client import ClientOptions, RequestSpec, reads
 from servescope.core.cost import with_cost
-from servescope.core.health import judge_client
+from servescope.core.health import RateShortfall, judge_client
 from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.prices import Prices
@@ -217,7 +217,9 @@ class CellAttempt:
         if run.client:  # is the client the bottleneck? (core/health.py)
             load = cell.load
             figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
-            client = judge_client(run.client, **figs)
+            short = (RateShortfall(run.behind_s, cell.duration_s, run.sent, load.rate)
+                     if load.rate is not None and cell.duration_s and run.behind_s > 0 else None)
+            client = judge_client(run.client, **figs, shortfall=short)
         windows = windows or CellWindows()
         tokenizer = self.ran_with.get("tokenizer", "")
         lengths = "calibrated" if tokenizer.startswith("calibrated") else "estimated" if tokenizer.startswith(
