@@ -125,7 +125,8 @@ class CellRun:
     # an open loop with a duration: how far its send schedule was behind the clock when the duration ended (s; 0
     # when it kept up), and how many requests it sent: past SEND_LATE_P99_MS's bound the rate was not reached
     behind_s: float = 0.0
-    sent: int = 0
+    sent: int = 0  # requests (an open loop of conversations: conversations) sent
+    warmup_note: str = ""  # the warmup was cut short by the cell's duration: how much of it was sent
 
 
 WARM_POOL = 1024  # distinct warmup prompts a cell has at most: a longer warmup cycles through them
@@ -235,16 +236,24 @@ async def run_cell(
         warm = list(specs[:wn])
         measured = list(specs[wn:]) or list(specs)
         talk = is_multi_turn(specs)
+        warmup_note = ""
         if warm:
             n_warm = limits.warmup
             warm_load = Load(concurrency=min(load.connections, n_warm))
+            # a duration-only cell's warmup lasts at most its duration (nothing else bounds `--warmup 100000000`)
+            warm_limits = Limits(requests=n_warm, duration_s=limits.duration_s if limits.requests is None else None)
+            t_warm = _perf()
             if talk:
-                await _talk(http, opts, Pool(conversations(warm), n_warm, warmup=True), warm_load,
-                            Limits(requests=n_warm), None, control, warmup=True)
+                wrun = await _talk(http, opts, Pool(conversations(warm), n_warm, warmup=True), warm_load,
+                                   warm_limits, None, control, warmup=True)
             else:
-                await _closed(http, opts, warm, warm_load, Limits(requests=n_warm), None, control, warmup=True)
+                wrun = await _closed(http, opts, warm, warm_load, warm_limits, None, control, warmup=True)
+            if warm_limits.duration_s is not None and not control.ended and wrun.sent < n_warm \
+                    and _perf() - t_warm >= warm_limits.duration_s * 1e9:
+                warmup_note = (f"the warmup ended with the cell's duration ({warm_limits.duration_s:g} s): "
+                               f"{wrun.sent:,} of its {n_warm:,} requests were sent")
         if control.ended:
-            return CellRun([], _perf(), _perf(), control.reason)
+            return CellRun([], _perf(), _perf(), control.reason, warmup_note=warmup_note)
         if before_measured is not None:
             await before_measured()
         with _quiet_gc():
@@ -265,6 +274,7 @@ async def run_cell(
                 probe.close()
                 raise
             run.client = await probe.stop()
+            run.warmup_note = warmup_note
             return run
 
 
@@ -404,7 +414,8 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
     await _wait_or_stop(tasks, control)
     recs = tracker.records if tracker else []
     end = max((r.end_ns for r in recs), default=_perf())
-    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0)
+    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0,
+                   sent=next_index)
 
 
 async def _until(when_ns: int, control: CellControl) -> bool:
@@ -574,7 +585,8 @@ async def _talk(http, opts, pool: Pool, load: Load, limits: Limits, on_record, c
     await _wait_or_stop([asyncio.create_task(user(u)) for u in range(n_users)], control)
     recs = tracker.records if tracker else []
     end = max((r.end_ns for r in recs), default=_perf())
-    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0)
+    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0,
+                   sent=pool.requests)
 
 
 async def _talk_open(http, opts, pool: Pool, load: Load, limits: Limits, on_record, control: CellControl,  # type: ignore[no-untyped-def]

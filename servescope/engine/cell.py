@@ -165,6 +165,9 @@ class CellAttempt:
         control.cell = None
         yield CellFinished(cell, summary or CellResult(), status or ("stopped" if run.stopped else "done"),
                            run.stopped)
+        if run.warmup_note:  # a duration-only cell's warmup lasts at most its duration
+            self.sink.add_event("warmup_cut", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
+            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
         sent = self.ok + self.failed + self.rate_limited
         if cell.requests is not None and cell.requests > (pool := pool_size(cell)) and sent > pool:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {sent:,} requests cycled "
