@@ -154,6 +154,22 @@ class Mismatch(_Base, frozen=True):
     max_abs: int | None = None
 
 
+class OutputCheck(_Base, frozen=True):
+    """Whether a cell's output token counts hold up (core/metrics.py output_check), over its successful requests:
+    `usage_vs_stream` whose usage.completion_tokens differ from the tokens counted in their stream (each
+    token-carrying piece one token, or the growth the server's running usage said), `said` and `streamed` their
+    totals; `over_max_tokens` whose usage says more than the max_tokens they were sent; `short` (ignore_eos sent)
+    that ended before max_tokens. `notes`: one line per finding, for people (CLI, app, report)."""
+
+    requests: int = 0
+    usage_vs_stream: int = 0
+    said: int = 0
+    streamed: int = 0
+    over_max_tokens: int = 0
+    short: int = 0
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
 class ErrorCount(_Base, frozen=True):
     """One of a cell's most frequent failures."""
 
@@ -366,7 +382,8 @@ class CellConnections(_Base, frozen=True):
 
 
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
-             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost", "connections")
+             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost", "connections",
+             "output_check")
 
 
 class CellResult(_Base, frozen=True):
@@ -428,6 +445,9 @@ class CellResult(_Base, frozen=True):
     quality: CellQuality | None = None  # --quality-share (None: no probe request, left out of to_dict())
     cost: CellCost | None = None  # per 1M tokens, with --price/--gpu-hour/--electricity-price (core/cost.py)
     connections: CellConnections | None = None  # the connections its load opened (None: not counted, left out)
+    # output counts that do not hold up: usage against the stream, above max_tokens, short despite ignore_eos (None:
+    # all held up, or written before servescope checked; left out of to_dict())
+    output_check: OutputCheck | None = None
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 

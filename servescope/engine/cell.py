@@ -165,6 +165,10 @@ class CellAttempt:
         control.cell = None
         yield CellFinished(cell, summary or CellResult(), status or ("stopped" if run.stopped else "done"),
                            run.stopped)
+        if summary is not None and summary.output_check is not None:  # output counts that do not hold up
+            for note in summary.output_check.notes:
+                self.sink.add_event("output_counts", f"cell {cell.index + 1} ({cell.label}): {note}")
+                yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {note}")
         if run.warmup_note:  # a duration-only cell's warmup lasts at most its duration
             self.sink.add_event("warmup_cut", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
@@ -215,7 +219,8 @@ class CellAttempt:
             # llama.cpp times each request's prompt itself (`timings`): the server's TTFT beside the client's
             server = msgspec.structs.replace(server or ServerWindow(), ttft_ms_mean=sum(own) / len(own))
         figures = summarize(df, wall, self.slos,
-                            server_prefix_hit_rate=server.prefix_cache_hit_rate if server is not None else None)
+                            server_prefix_hit_rate=server.prefix_cache_hit_rate if server is not None else None,
+                            ignore_eos=self.opts.ignore_eos)
         client = None
         if run.client:  # is the client the bottleneck? (core/health.py)
             load = cell.load
