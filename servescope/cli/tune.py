@@ -81,8 +81,8 @@ def tune_command(args: argparse.Namespace) -> int:
     if budget < len(first) + 1:
         raise ServescopeError(f"--budget {budget}: the first design alone takes {len(first)} cells; give "
                               f"--budget {len(first) + 1} or more (the full grid is {space.cells} cells)")
-    if budget > space.cells:
-        budget = space.cells
+    if budget > space.cells:  # never more cells than the grid, beyond the one measurement again a confirmation takes
+        budget = max(space.cells, len(first) + 1)
     objective = args.objective
     ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
                      sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)

@@ -158,7 +158,14 @@ class _Sweep:
         return self.control.stopping
 
     async def _connect(self) -> TargetInfo:
-        target, self.minfo = await self.target.connect(self.servers.url, self.spec.model)
+        try:
+            target, self.minfo = await self.target.connect(self.servers.url, self.spec.model)
+        except ServescopeError as e:
+            if not self.spec.launch or "check --url" not in e.message:
+                raise
+            # servescope launched this server: no --url to check, its log says what it did
+            raise ServescopeError(e.message.replace("check --url", "the server servescope launched stopped "
+                                                    "answering: see its log in the session folder")) from None
         self.info = target
         if self.ctx.target_label is None:
             self.label = target.url
@@ -315,8 +322,9 @@ class _Sweep:
             yield ev
 
     async def _run_cell(self, cell: Cell, path: Path, failed: list[str]) -> AsyncIterator[Event]:
-        """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs). When
-        the server does not come back, the failure message is appended to `failed`."""
+        """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs), whether it
+        was lost during the cell or before it (building its prompts asks the server's /tokenize). When the server
+        does not come back, the failure message is appended to `failed`."""
         spec, sink = self.spec, self.sink
         assert sink is not None and self.tok is not None
         attempt = 0
@@ -329,8 +337,16 @@ class _Sweep:
                 else:
                     prompts = await build_prompts(cell.workload, prompts_to_build(cell), cell.prompt_key, self.tok)
             except httpx.HTTPError as e:
-                raise ServescopeError(f"lost {self.label} while building prompts: "
-                                      f"{clean_text(str(e)) or type(e).__name__}") from None
+                # the server stopped answering between cells (its /tokenize): wait for it as during a cell
+                why = clean_text(str(e)) or type(e).__name__
+                outcome: list[str] = []
+                async for ev in self._recover(cell, path, attempt, f"before cell {cell.index + 1} ({cell.label}), "
+                                                                   f"while building its prompts ({why})", outcome):
+                    yield ev
+                if outcome == ["again"]:
+                    continue
+                failed.extend(outcome)
+                return
             specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
                      for p in prompts]
             yield CellStarted(cell, len(self.cells))
@@ -354,36 +370,57 @@ class _Sweep:
                                                           and not await self.servers.healthy())
             if not lost:
                 return
-            t_lost = time.monotonic()
-            sink.add_event("server_lost", f"cell {cell.index + 1} ({cell.label}), attempt {attempt}")
-            yield Notice("error", f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}); "
-                                  f"waiting up to {spec.recover_timeout_s:g} s for it to come back")
-            back = await self.servers.recover(spec.recover_timeout_s, self._stopping)
-            if back and attempt < MAX_ATTEMPTS and not self.control.stopping:
+            outcome = []
+            async for ev in self._recover(cell, path, attempt, f"during cell {cell.index + 1} ({cell.label})", outcome):
+                yield ev
+            if outcome == ["again"]:
+                continue
+            failed.extend(outcome)
+            return
+
+    async def _recover(self, cell: Cell, path: Path, attempt: int, when: str,
+                       outcome: list[str]) -> AsyncIterator[Event]:
+        """The server stopped answering `when` (during the cell, or before it): wait up to --recover-timeout for it
+        to come back (relaunched when servescope launched it). `outcome` gets "again" (it is back: run the cell
+        again), the failure message (it did not come back, or was lost MAX_ATTEMPTS times), or nothing (a stop
+        ended the wait: the sweep is interrupted, resumable)."""
+        spec, sink = self.spec, self.sink
+        assert sink is not None
+        t_lost = time.monotonic()
+        sink.add_event("server_lost", f"{when}, attempt {attempt}")
+        yield Notice("error", f"{self.label} stopped answering {when}; waiting up to {spec.recover_timeout_s:g} s for "
+                              "it to come back")
+        back = await self.servers.recover(spec.recover_timeout_s, self._stopping)
+        if back and attempt < MAX_ATTEMPTS and not self.control.stopping:
+            try:
+                await self._connect()
+                self.tok = await self._tokenizer()
+            except (ServescopeError, httpx.HTTPError) as e:  # back, and gone again: one more loss of the cell's
+                back = False
+                why = e.message if isinstance(e, ServescopeError) else clean_text(str(e)) or type(e).__name__
+                sink.add_event("server_lost", f"again after it came back: {why}")
+            else:
                 waited = time.monotonic() - t_lost
                 sink.add_event("server_back", f"after {waited:.0f} s; re-running cell {cell.index + 1}")
                 yield Notice("info", f"{self.label} is back after {waited:.0f} s: re-running cell "
                                      f"{cell.index + 1} ({cell.label})")
-                await self._connect()
-                self.tok = await self._tokenizer()
-                continue
-            waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
-            if self.control.stopping:
-                # stopped while waiting: the sweep is interrupted (resumable), not failed, and the wait it says is the
-                # one it made, not the one it was allowed
-                yield Notice("warning", f"stopped after waiting {waited:.0f} s (of up to {spec.recover_timeout_s:g} s)"
-                                        f" for {self.label} to come back during cell {cell.index + 1} ({cell.label}); "
-                                        f"finished cells are saved in {path} (continue later with "
-                                        f"`servescope resume {path}`)")
+                outcome.append("again")
                 return
-            within = (f"did not come back within {spec.recover_timeout_s:g} s" if not back else
-                      f"was lost {attempt} times (came back after {waited:.0f} s the last time)")
-            message = (f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}) and {within}; "
-                       f"finished cells are saved in {path} (continue later with `servescope resume {path}`)")
-            yield Notice("error", message)
-            self.control.stopping = True
-            failed.append(message)
+        waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
+        if self.control.stopping:
+            # stopped while waiting: the sweep is interrupted (resumable), not failed, and the wait it says is the
+            # one it made, not the one it was allowed
+            yield Notice("warning", f"stopped after waiting {waited:.0f} s (of up to {spec.recover_timeout_s:g} s)"
+                                    f" for {self.label} to come back {when}; finished cells are saved in {path} "
+                                    f"(continue later with `servescope resume {path}`)")
             return
+        within = (f"did not come back within {spec.recover_timeout_s:g} s" if not back else
+                  f"was lost {attempt} times (came back after {waited:.0f} s the last time)")
+        message = (f"{self.label} stopped answering {when} and {within}; finished cells are saved in {path} "
+                   f"(continue later with `servescope resume {path}`)")
+        yield Notice("error", message)
+        self.control.stopping = True
+        outcome.append(message)
 
     def _options(self, retry_after_s: float | None = None) -> ClientOptions:
         """The load's client options: the sweep's, ignore_eos dropped once the server refused it."""

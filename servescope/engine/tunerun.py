@@ -84,10 +84,12 @@ class KeptServers:
         return 0 if self.inner is not None else -1
 
     async def launch(self, variant: int, log_dir: Path) -> None:
+        """Start the setting's server, unless the one running is that setting's and still answers (a server that
+        died or stopped answering since the last cell is launched again, as `run --launch` relaunches one)."""
         spec = self.pending
         assert spec is not None and spec.launch
-        alive = self.inner is not None and self.inner.proc is not None and self.inner.proc.alive
-        if alive and self.key == spec.launch:
+        running = self.inner is not None and self.inner.proc is not None and self.inner.proc.alive()
+        if running and self.key == spec.launch and await self.healthy():
             return
         if self.inner is not None:
             await self.inner.close()
