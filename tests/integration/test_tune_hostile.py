@@ -41,3 +41,17 @@ def test_a_key_in_tunes_launch_command_reaches_no_file_of_the_session(tmp_path: 
     assert REDACTED in meta["tune"]["best"]["serve"]
     for s in secrets:
         assert s not in p.stdout + p.stderr
+
+
+@pytest.mark.slow
+def test_a_tune_sessions_report_states_the_loads_it_searched(tmp_path: Path) -> None:
+    # its setup's load row said "each workload's defaults" (issue 44, item 12): a tune searches its loads
+    (tmp_path / "w.toml").write_text(SHORT)
+    p = servescope("tune", "--url", "sim://tiny", "-w", str(tmp_path / "w.toml"), "-c", "2,4", "-n", "4",
+                   "--budget", "3", "--sessions-dir", str(tmp_path / "sessions"), "--json", timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    session = json.loads(p.stdout.strip().splitlines()[-1])["session"]
+    rep = servescope("report", session)
+    assert rep.returncode == 0, rep.stderr
+    [row] = [line for line in rep.stdout.splitlines() if line.startswith("| load |")]
+    assert row == "| load | searched: concurrency 2, 4 (the tune section's path says which cells ran) |", row
