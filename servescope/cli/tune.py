@@ -19,6 +19,7 @@ from servescope.cli.run import open_target
 from servescope.core.errors import ServescopeError
 from servescope.core.launchspec import INTERESTING, parse_launch
 from servescope.core.textsafe import clean_text
+from servescope.engine.runner import discard_unmeasured
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.tune import Setting, Space, Step, Tuner, check_dims, design, parse_loads, parse_search
 from servescope.engine.tunemodel import TwinModel, fit_summary
@@ -35,6 +36,7 @@ from servescope.reports.tunereport import tune_summary
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
 from servescope.sessions.views import DEFAULT_SLOS
 from servescope.sim.cli import build_parser
+from servescope.workloads.spec import Workload
 
 DEFAULT_REQUESTS = 32  # a cell's requests at least (and ROUNDS rounds of its users: engine.tunerun)
 
@@ -83,12 +85,31 @@ def tune_command(args: argparse.Namespace) -> int:
                               f"--budget {len(first) + 1} or more (the full grid is {space.cells} cells)")
     if budget > space.cells:  # never more cells than the grid, beyond the one measurement again a confirmation takes
         budget = max(space.cells, len(first) + 1)
-    objective = args.objective
     ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
                      sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
     name = spec.name or f"tune-{w.name}"
     root = Path(args.save) if args.save else new_session_dir(ctx.sessions_dir, name)
     started = time.monotonic()
+    made = not root.exists()  # a search that measures nothing removes the folder it made
+    try:
+        return _search(args, spec, space, first, budget, ctx, name, root, started, loads, w, out)
+    except ServescopeError as e:
+        if made and root.is_dir() and not _measured(root):
+            message = discard_unmeasured(root, e.message)
+            if message != e.message:
+                raise ServescopeError(message) from None
+        raise
+
+
+def _measured(root: Path) -> bool:
+    """Whether a tune session holds a measured cell or probe (a session of its own under cells/ or probes/)."""
+    return any(root.glob("cells/*/session.toml")) or any(root.glob("probes/*/session.toml"))
+
+
+def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list[tuple[int, int]], budget: int,
+            ctx: RunContext, name: str, root: Path, started: float, loads: tuple[int, ...], w: Workload,
+            out: TextIO) -> int:
+    objective = args.objective
     print(f"tune: {space.cells} cells in the grid ({len(space.settings)} settings x {len(loads)} loads), budget "
           f"{budget}, design {len(first)}; objective {objective} at {_slo_text(spec.slos)}; session {root}",
           file=out, flush=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -108,6 +110,13 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
     except ServescopeError as e:
         if run.bus is not None and run.path is not None:
             run.bus.publish(SweepFinished(run.path, "failed", e.message))
+        if run.made is not None and not run.measured():  # nothing measured: the folder this run made goes
+            if run.bus is not None:
+                run.bus.close()
+                run.bus = None
+            message = discard_unmeasured(run.made, e.message)
+            if message != e.message:
+                raise ServescopeError(message) from None
         raise
     except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):
         if run.bus is not None and run.path is not None:
@@ -116,6 +125,23 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
     finally:
         if run.bus is not None:
             run.bus.close()
+
+
+def discard_unmeasured(folder: Path, message: str) -> str:
+    """Remove `folder`, a session folder a run made and measured nothing in (a server that would not launch, a target
+    that would not answer): a failed run leaves no session behind. A launched server's log that `message` names
+    (`server-N.log`, at any depth: it says why the server did not start) is moved to a folder of its own under the
+    system's temporary directory first; returns `message` with its path changed to the new one."""
+    logs = [p for p in sorted(folder.rglob("server-*.log")) if str(p) in message] if folder.is_dir() else []
+    if logs:
+        keep = Path(tempfile.mkdtemp(prefix=f"servescope-{folder.name}-"))
+        for log in logs:
+            dest = keep / "-".join(log.relative_to(folder).parts)
+            with contextlib.suppress(OSError):
+                shutil.move(str(log), dest)
+                message = message.replace(str(log), str(dest))
+    shutil.rmtree(folder, ignore_errors=True)
+    return message
 
 
 def _need(bg: Background | None) -> Background:
@@ -153,6 +179,15 @@ class _Sweep:
         self.calibration_note = ""  # what the calibration found (or why it could not calibrate)
         self.eos_refused = ""  # the server refused ignore_eos (its 400's text): dropped for the rest of the sweep
         self.no_usage_stats = False  # the server refused continuous_usage_stats: not sent again
+        self.made: Path | None = None  # the session folder this run made (None: it was there, a resumed one)
+
+    def measured(self) -> bool:
+        """Whether the session holds anything measured (a cell finished or lost, or a quality result)."""
+        sink = self.sink
+        if sink is None:
+            return False
+        return any(st not in ("planned", "running") for st in sink.cell_statuses().values()) \
+            or bool(sink.meta.get("quality"))
 
     def _stopping(self) -> bool:
         return self.control.stopping
@@ -209,11 +244,14 @@ class _Sweep:
     async def events(self) -> AsyncIterator[Event]:
         spec, ctx = self.spec, self.ctx
         path = ctx.resume or ctx.save_dir
+        if ctx.save_dir is not None and ctx.resume is None and not ctx.save_dir.exists():
+            self.made = ctx.save_dir  # --save DIR made here: removed again when the run measures nothing
         try:
             if path is not None:
                 self._claim(path)
             if spec.launch:
-                path = path or _new_dir(ctx, spec.name or "launch")
+                if path is None:
+                    path = self.made = _new_dir(ctx, spec.name or "launch")
                 self._claim(path)
                 await self.servers.launch(self.cells[0].variant, path)
             target = await self._connect()
@@ -221,7 +259,8 @@ class _Sweep:
             self.tok = await self._tokenizer()
             name = spec.name or (f"{self.model.rstrip('/').split('/')[-1]}-"
                                  f"{'-'.join(sorted({w.name.split('/')[0] for w in spec.workloads}))}")
-            path = path or _new_dir(ctx, name)
+            if path is None:
+                path = self.made = _new_dir(ctx, name)
             self._claim(path)
             if ctx.resume is not None:
                 self.sink = self.sinks.open(path)

@@ -292,16 +292,22 @@ class SweepSpec:
             # a stored command whose secrets were redacted is read as it is; launching it is refused
             # (servescope.core.launchspec), and `resume --launch` / `run --launch` give it in full
             from servescope.core.launch import parse_launch, with_variant  # off the app's start-up: 40 ms
+            from servescope.engine.server import sim_launch_problem  # the simulator's own flags and checks
 
             try:
                 spec = parse_launch(self.launch)
             except ServescopeError as e:
                 raise SweepConflict(where, e.message, ("launch",)) from None
+            if (problem := sim_launch_problem(spec)) is not None:
+                raise SweepConflict(where, problem, ("launch",))
             for v in self.variants:  # each variant is read against the command it changes
                 try:
-                    with_variant(spec, v)
+                    problem = sim_launch_problem(with_variant(spec, v))
                 except ServescopeError as e:
                     raise SweepConflict(where, e.message, ("variants", "launch")) from None
+                if problem is not None:
+                    raise SweepConflict(where, f"the server variant {clean_text(v)!r}: {problem}",
+                                        ("variants", "launch"))
         if not self.workloads:
             raise SweepConflict(where, "no workload; add workloads = [\"sharegpt\"] or a [[workload]] table",
                                 ("workloads",))
