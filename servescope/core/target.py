@@ -13,7 +13,7 @@ import httpx
 from servescope.core import llamacpp
 from servescope.core.client import async_client
 from servescope.core.errors import ServescopeError
-from servescope.core.secrets import redact_url
+from servescope.core.secrets import redact_url as redact_url  # (re-exported: core.probe uses it from here)
 from servescope.core.textsafe import clean_secret_text, clean_text, redact
 from servescope.core.tls import TlsSettings, cert_problem, current, measure_handshakes
 
