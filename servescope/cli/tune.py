@@ -12,7 +12,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from servescope.cli.common import api_key_from
 from servescope.cli.run import open_target
@@ -31,11 +31,13 @@ from servescope.engine.tunerun import (
     result_json,
     running_entry,
     tune_table,
+    with_setting,
 )
 from servescope.reports.tunereport import tune_summary
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
 from servescope.sessions.views import DEFAULT_SLOS
-from servescope.sim.cli import build_parser
+from servescope.sim.cli import build_parser, check_args
+from servescope.sim.profile import ProfileError, profile_path
 from servescope.workloads.spec import Workload
 
 DEFAULT_REQUESTS = 32  # a cell's requests at least (and ROUNDS rounds of its users: engine.tunerun)
@@ -49,6 +51,35 @@ def _known_flags(launch: str) -> tuple[str, object]:
         flags -= {"--help", "--list", "--port", "--host", "--profile", "--log-level", "--exit-with-parent"}
         return ls.kind, flags
     return ls.kind, {"--" + k.replace("_", "-") for k in INTERESTING} - {"--served-model-name"}
+
+
+def _sim_problem(launch: str) -> str | None:
+    """Why a launch of the built-in simulator cannot start (a flag it does not take, a value it refuses, an unknown
+    profile), read with the simulator's own parser and checks; None when it can, or for another server."""
+    ls = parse_launch(launch)
+    if ls.kind != "sim":
+        return None
+    parser = build_parser()
+    parser.exit_on_error = False
+
+    def refuse(message: str) -> NoReturn:  # argparse's error() prints its usage and exits: one line instead
+        raise argparse.ArgumentError(None, message)
+
+    parser.error = refuse  # type: ignore[method-assign]
+    try:
+        args, extra = parser.parse_known_args(ls.argv[len(ls.head):])
+    except argparse.ArgumentError as e:
+        return f"the simulator's flags: {e}"
+    if extra:
+        return f"the simulator takes no {extra[0]!r} (see `servescope sim --help`)"
+    problem = check_args(args)
+    if problem:
+        return f"the simulator's {problem}"
+    try:
+        profile_path(args.profile)
+    except ProfileError as e:
+        return f"servescope sim: {e}"
+    return None
 
 
 def tune_command(args: argparse.Namespace) -> int:
@@ -65,6 +96,12 @@ def tune_command(args: argparse.Namespace) -> int:
             if d.flag in ("--host", "--port", "--model", "--profile"):
                 raise ServescopeError(f"--search: {d.flag} is not a setting to tune; search a server flag such as "
                                       "max-num-seqs")
+    if spec.launch:  # the simulator says now what it would refuse at each setting, before a session is made
+        for setting in Space(tuple(dims), (1,)).settings:
+            problem = _sim_problem(with_setting(spec.launch, setting))
+            if problem is not None:
+                at = f" with {setting.text}" if setting.args else ""
+                raise ServescopeError(f"--launch{at}: {problem}")
     if len(spec.workloads) != 1:
         raise ServescopeError(f"tune optimises one workload; give one (-w NAME or FILE.toml), not "
                               f"{len(spec.workloads)}")

@@ -26,7 +26,7 @@ from servescope.core.arrivals import RateShape, Step, pattern_label, send_times
 from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
 from servescope.core.conversation import Conversation, Pool, conversations, converse, is_multi_turn
 from servescope.core.errors import ServescopeError
-from servescope.core.health import ClientPart, ClientProbe
+from servescope.core.health import SEND_LATE_P99_MS, ClientPart, ClientProbe
 from servescope.core.records import RequestRecord
 
 _perf = time.perf_counter_ns
@@ -479,8 +479,6 @@ async def _finish_open(outstanding: _Outstanding, tracker: _Tracker, control: Ce
                        behind_ns: int, duration_s: float | None) -> None:
     """Wait for the requests still in flight. An open loop whose schedule was behind when its duration ended (the
     rate was not reached) waits `drain_grace_s` for them, then cancels the rest: its cell ends near its duration."""
-    from servescope.core.health import SEND_LATE_P99_MS  # the threshold a late send is judged by
-
     if deadline is None or duration_s is None or behind_ns <= SEND_LATE_P99_MS[1] * 1e6 or not outstanding.tasks:
         await _wait_or_stop(list(outstanding.tasks), control)
         return

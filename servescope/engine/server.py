@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
@@ -16,14 +16,14 @@ from servescope.core.client import async_client
 from servescope.core.errors import ServescopeError
 from servescope.core.kvbudget import KVBudget
 from servescope.core.launch import ServerProcess, parse_launch, with_variant
-from servescope.core.launchspec import ArgValue, LaunchSpec
+from servescope.core.launchspec import ArgValue
 from servescope.engine.background import Background
 from servescope.engine.spec import SweepSpec
 
 if TYPE_CHECKING:
     from servescope.core.launch import ServerProcess
 
-__all__ = ["ServerManager", "Servers", "health", "plain_args", "sim_launch_problem", "watchdog"]
+__all__ = ["ServerManager", "Servers", "health", "plain_args", "watchdog"]
 
 
 class ServerManager(Protocol):
@@ -59,40 +59,6 @@ class ServerManager(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def sim_launch_problem(ls: LaunchSpec) -> str | None:
-    """Why a launch of the built-in simulator cannot start (a flag it does not take, a value it refuses, an unknown
-    profile), read with the simulator's own parser and checks before anything starts; None when it can start, or
-    when the command launches another server (whose flags only that server knows)."""
-    if ls.kind != "sim":
-        return None
-    import argparse
-
-    from servescope.sim.cli import build_parser, check_args
-    from servescope.sim.profile import ProfileError, profile_path
-
-    parser = build_parser()
-    parser.exit_on_error = False
-
-    def refuse(message: str) -> NoReturn:  # argparse's own error() prints the usage and exits: a one-line reason
-        raise argparse.ArgumentError(None, message)
-
-    parser.error = refuse  # type: ignore[method-assign]
-    try:
-        args, extra = parser.parse_known_args(ls.argv[len(ls.head):])
-    except argparse.ArgumentError as e:
-        return f"the simulator's flags: {e}"
-    if extra:
-        return f"the simulator takes no {extra[0]!r} (see `servescope sim --help`)"
-    problem = check_args(args)
-    if problem:
-        return f"the simulator's {problem}"
-    try:
-        profile_path(args.profile)
-    except ProfileError as e:
-        return f"servescope sim: {e}"
-    return None
 
 
 def plain_args(args: Mapping[str, object]) -> dict[str, ArgValue]:

@@ -42,6 +42,8 @@ from servescope.engine import fields as f
 from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
 from servescope.workloads.spec import Workload, parse_toml, resolve
 
+DEFAULT_REQUESTS = 100  # measured requests per cell, when neither the sweep nor the workload says (and no duration)
+
 SWEEP_VERSION = 1
 DEFAULT_URL = "sim://"
 
@@ -292,29 +294,21 @@ class SweepSpec:
             # a stored command whose secrets were redacted is read as it is; launching it is refused
             # (servescope.core.launchspec), and `resume --launch` / `run --launch` give it in full
             from servescope.core.launch import parse_launch, with_variant  # off the app's start-up: 40 ms
-            from servescope.engine.server import sim_launch_problem  # the simulator's own flags and checks
 
             try:
                 spec = parse_launch(self.launch)
             except ServescopeError as e:
                 raise SweepConflict(where, e.message, ("launch",)) from None
-            if (problem := sim_launch_problem(spec)) is not None:
-                raise SweepConflict(where, problem, ("launch",))
             for v in self.variants:  # each variant is read against the command it changes
                 try:
-                    problem = sim_launch_problem(with_variant(spec, v))
+                    with_variant(spec, v)
                 except ServescopeError as e:
                     raise SweepConflict(where, e.message, ("variants", "launch")) from None
-                if problem is not None:
-                    raise SweepConflict(where, f"the server variant {clean_text(v)!r}: {problem}",
-                                        ("variants", "launch"))
         if not self.workloads:
             raise SweepConflict(where, "no workload; add workloads = [\"sharegpt\"] or a [[workload]] table",
                                 ("workloads",))
         if self.warmup:  # a warmup only readies the server: never more than the cell measures (a duration-only
             # cell's warmup ends with its duration: servescope.core.load.run_cell)
-            from servescope.engine.plan import DEFAULT_REQUESTS
-
             for w in self.workloads:
                 req = self.requests
                 if req is None and self.duration_s is None:
