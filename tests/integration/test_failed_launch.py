@@ -6,7 +6,9 @@ keeps them (tests/engine/test_runner_fakes.py)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,18 @@ sys.exit(3)
 
 def _empty(d: Path) -> bool:
     return not d.exists() or not any(d.iterdir())
+
+
+def _kept_log(line: str) -> Path | None:
+    """The server log an error line names (moved out of the removed session), after removing its folder from the
+    temporary directory (the test's own litter); None when the line names none."""
+    if "log: " not in line:
+        return None
+    log = Path(line.rsplit("log: ", 1)[1])
+    text = log.read_text() if log.is_file() else None
+    if log.parent.name.startswith("servescope-") and log.parent.parent == Path(tempfile.gettempdir()):
+        shutil.rmtree(log.parent, ignore_errors=True)
+    return log if text is not None else None
 
 
 @pytest.mark.parametrize("cmd, says, before", [
@@ -45,6 +59,8 @@ def test_a_simulator_launch_it_refuses_leaves_nothing(tmp_path: Path, cmd: list[
     assert len(lines) == 1 and says in lines[0], lines
     if before:
         assert p.stdout == ""  # nothing started: no `tune: ...` line either
+    else:
+        assert _kept_log(lines[0]) is not None  # the log that says why is kept where the line says
     assert _empty(tmp_path / "sessions")
 
 
@@ -69,6 +85,7 @@ def test_a_server_that_cannot_start_leaves_no_session_and_its_log_is_kept(tmp_pa
     assert _empty(sessions), list(sessions.rglob("*"))
     log = Path(err.rsplit("log: ", 1)[1])
     assert log.is_file() and "out of memory" in log.read_text() and sessions not in log.parents
+    _kept_log(err)
 
 
 def test_a_program_that_is_not_there_leaves_no_session(tmp_path: Path) -> None:

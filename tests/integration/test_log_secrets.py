@@ -91,6 +91,7 @@ def test_a_server_refusing_the_clients_key_leaves_no_key_in_its_log(tmp_path: Pa
     """`servescope sim --api-key KEY` (as `vllm serve --api-key`) refuses the client's other key: the run stops
     with one line and neither key is shown; it measured nothing, so it leaves no session (issue 44, item 20), and
     nothing of it under the system's temporary directory holds a key either."""
+    import shutil
     import tempfile
 
     session = tmp_path / "s"
@@ -102,6 +103,7 @@ def test_a_server_refusing_the_clients_key_leaves_no_key_in_its_log(tmp_path: Pa
     assert not session.exists()
     for kept in set(Path(tempfile.gettempdir()).glob("servescope-s-*")) - before:  # a log the error named, if any
         assert_no_secret_in(kept, SECRETS)
+        shutil.rmtree(kept)
 
 
 SITECUSTOMIZE = """
