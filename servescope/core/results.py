@@ -154,6 +154,22 @@ class Mismatch(_Base, frozen=True):
     max_abs: int | None = None
 
 
+class OutputCheck(_Base, frozen=True):
+    """Whether a cell's output token counts hold up (core/metrics.py output_check), over its successful requests:
+    `usage_vs_stream` whose usage.completion_tokens differ from the tokens counted in their stream (each
+    token-carrying piece one token, or the growth the server's running usage said), `said` and `streamed` their
+    totals; `over_max_tokens` whose usage says more than the max_tokens they were sent; `short` (ignore_eos sent)
+    that ended before max_tokens. `notes`: one line per finding, for people (CLI, app, report)."""
+
+    requests: int = 0
+    usage_vs_stream: int = 0
+    said: int = 0
+    streamed: int = 0
+    over_max_tokens: int = 0
+    short: int = 0
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
 class ErrorCount(_Base, frozen=True):
     """One of a cell's most frequent failures."""
 
@@ -297,6 +313,9 @@ class ClientHealth(_Base, frozen=True):
     nodes: dict[str, int] | None = None  # Ray: node -> requests (left out of to_dict() when None)
     clock_error_ms: float | None = None  # several hosts: the bound on their clocks' offset (left out when None)
     start_skew_ms: float | None = None  # several workers: how far the last one started after t0 (left out when None)
+    # an open loop that did not reach its rate: its send schedule was this far behind when its duration ended (s;
+    # left out when None: it kept up, or it is no such cell)
+    rate_behind_s: float | None = None
 
     @property
     def bound(self) -> bool:
@@ -304,7 +323,7 @@ class ClientHealth(_Base, frozen=True):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for k in ("nodes", "clock_error_ms", "start_skew_ms"):
+        for k in ("nodes", "clock_error_ms", "start_skew_ms", "rate_behind_s"):
             if out.get(k) is None:
                 out.pop(k, None)
         return out
@@ -363,7 +382,8 @@ class CellConnections(_Base, frozen=True):
 
 
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
-             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost", "connections")
+             "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost", "connections",
+             "output_check")
 
 
 class CellResult(_Base, frozen=True):
@@ -425,6 +445,9 @@ class CellResult(_Base, frozen=True):
     quality: CellQuality | None = None  # --quality-share (None: no probe request, left out of to_dict())
     cost: CellCost | None = None  # per 1M tokens, with --price/--gpu-hour/--electricity-price (core/cost.py)
     connections: CellConnections | None = None  # the connections its load opened (None: not counted, left out)
+    # output counts that do not hold up: usage against the stream, above max_tokens, short despite ignore_eos (None:
+    # all held up, or written before servescope checked; left out of to_dict())
+    output_check: OutputCheck | None = None
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 

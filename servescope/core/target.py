@@ -7,26 +7,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeGuard
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from servescope.core import llamacpp
 from servescope.core.client import async_client
 from servescope.core.errors import ServescopeError, error_text
+from servescope.core.secrets import redact_url as redact_url  # (re-exported: core.probe uses it from here)
 from servescope.core.textsafe import clean_secret_text, clean_text, redact
 from servescope.core.tls import TlsSettings, cert_problem, current, measure_handshakes
-
-
-def redact_url(url: str) -> str:
-    """Drop user:password@ from a URL (sessions and logs never hold credentials)."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        parts = parts._replace(netloc=host)
-    return urlunsplit(parts)
 
 
 def normalize_url(url: str) -> str:

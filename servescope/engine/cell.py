@@ -11,7 +11,7 @@ import msgspec
 
 from servescope.core.client import ClientOptions, RequestSpec, reads
 from servescope.core.cost import with_cost
-from servescope.core.health import judge_client
+from servescope.core.health import RateShortfall, judge_client
 from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.prices import Prices
@@ -165,6 +165,13 @@ class CellAttempt:
         control.cell = None
         yield CellFinished(cell, summary or CellResult(), status or ("stopped" if run.stopped else "done"),
                            run.stopped)
+        if summary is not None and summary.output_check is not None:  # output counts that do not hold up
+            for note in summary.output_check.notes:
+                self.sink.add_event("output_counts", f"cell {cell.index + 1} ({cell.label}): {note}")
+                yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {note}")
+        if run.warmup_note:  # a duration-only cell's warmup lasts at most its duration
+            self.sink.add_event("warmup_cut", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
+            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
         sent = self.ok + self.failed + self.rate_limited
         if cell.requests is not None and cell.requests > (pool := pool_size(cell)) and sent > pool:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {sent:,} requests cycled "
@@ -212,12 +219,15 @@ class CellAttempt:
             # llama.cpp times each request's prompt itself (`timings`): the server's TTFT beside the client's
             server = msgspec.structs.replace(server or ServerWindow(), ttft_ms_mean=sum(own) / len(own))
         figures = summarize(df, wall, self.slos,
-                            server_prefix_hit_rate=server.prefix_cache_hit_rate if server is not None else None)
+                            server_prefix_hit_rate=server.prefix_cache_hit_rate if server is not None else None,
+                            ignore_eos=self.opts.ignore_eos)
         client = None
         if run.client:  # is the client the bottleneck? (core/health.py)
             load = cell.load
             figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
-            client = judge_client(run.client, **figs)
+            short = (RateShortfall(run.behind_s, cell.duration_s, run.sent, load.rate)
+                     if load.rate is not None and cell.duration_s and run.behind_s > 0 else None)
+            client = judge_client(run.client, **figs, shortfall=short)
         windows = windows or CellWindows()
         tokenizer = self.ran_with.get("tokenizer", "")
         lengths = "calibrated" if tokenizer.startswith("calibrated") else "estimated" if tokenizer.startswith(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -108,6 +110,13 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
     except ServescopeError as e:
         if run.bus is not None and run.path is not None:
             run.bus.publish(SweepFinished(run.path, "failed", e.message))
+        if run.made is not None and not run.measured():  # nothing measured: the folder this run made goes
+            if run.bus is not None:
+                run.bus.close()
+                run.bus = None
+            message = discard_unmeasured(run.made, e.message)
+            if message != e.message:
+                raise ServescopeError(message) from None
         raise
     except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):
         if run.bus is not None and run.path is not None:
@@ -116,6 +125,23 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
     finally:
         if run.bus is not None:
             run.bus.close()
+
+
+def discard_unmeasured(folder: Path, message: str) -> str:
+    """Remove `folder`, a session folder a run made and measured nothing in (a server that would not launch, a target
+    that would not answer): a failed run leaves no session behind. A launched server's log that `message` names
+    (`server-N.log`, at any depth: it says why the server did not start) is moved to a folder of its own under the
+    system's temporary directory first; returns `message` with its path changed to the new one."""
+    logs = [p for p in sorted(folder.rglob("server-*.log")) if str(p) in message] if folder.is_dir() else []
+    if logs:
+        keep = Path(tempfile.mkdtemp(prefix=f"servescope-{folder.name}-"))
+        for log in logs:
+            dest = keep / "-".join(log.relative_to(folder).parts)
+            with contextlib.suppress(OSError):
+                shutil.move(str(log), dest)
+                message = message.replace(str(log), str(dest))
+    shutil.rmtree(folder, ignore_errors=True)
+    return message
 
 
 def _need(bg: Background | None) -> Background:
@@ -153,12 +179,28 @@ class _Sweep:
         self.calibration_note = ""  # what the calibration found (or why it could not calibrate)
         self.eos_refused = ""  # the server refused ignore_eos (its 400's text): dropped for the rest of the sweep
         self.no_usage_stats = False  # the server refused continuous_usage_stats: not sent again
+        self.made: Path | None = None  # the session folder this run made (None: it was there, a resumed one)
+
+    def measured(self) -> bool:
+        """Whether the session holds anything measured (a cell finished or lost, or a quality result)."""
+        sink = self.sink
+        if sink is None:
+            return False
+        return any(st not in ("planned", "running") for st in sink.cell_statuses().values()) \
+            or bool(sink.meta.get("quality"))
 
     def _stopping(self) -> bool:
         return self.control.stopping
 
     async def _connect(self) -> TargetInfo:
-        target, self.minfo = await self.target.connect(self.servers.url, self.spec.model)
+        try:
+            target, self.minfo = await self.target.connect(self.servers.url, self.spec.model)
+        except ServescopeError as e:
+            if not self.spec.launch or "check --url" not in e.message:
+                raise
+            # servescope launched this server: no --url to check, its log says what it did
+            raise ServescopeError(e.message.replace("check --url", "the server servescope launched stopped "
+                                                    "answering: see its log in the session folder")) from None
         self.info = target
         if self.ctx.target_label is None:
             self.label = target.url
@@ -202,11 +244,14 @@ class _Sweep:
     async def events(self) -> AsyncIterator[Event]:
         spec, ctx = self.spec, self.ctx
         path = ctx.resume or ctx.save_dir
+        if ctx.save_dir is not None and ctx.resume is None and not ctx.save_dir.exists():
+            self.made = ctx.save_dir  # --save DIR made here: removed again when the run measures nothing
         try:
             if path is not None:
                 self._claim(path)
             if spec.launch:
-                path = path or _new_dir(ctx, spec.name or "launch")
+                if path is None:
+                    path = self.made = _new_dir(ctx, spec.name or "launch")
                 self._claim(path)
                 await self.servers.launch(self.cells[0].variant, path)
             target = await self._connect()
@@ -214,7 +259,8 @@ class _Sweep:
             self.tok = await self._tokenizer()
             name = spec.name or (f"{self.model.rstrip('/').split('/')[-1]}-"
                                  f"{'-'.join(sorted({w.name.split('/')[0] for w in spec.workloads}))}")
-            path = path or _new_dir(ctx, name)
+            if path is None:
+                path = self.made = _new_dir(ctx, name)
             self._claim(path)
             if ctx.resume is not None:
                 self.sink = self.sinks.open(path)
@@ -315,8 +361,9 @@ class _Sweep:
             yield ev
 
     async def _run_cell(self, cell: Cell, path: Path, failed: list[str]) -> AsyncIterator[Event]:
-        """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs). When
-        the server does not come back, the failure message is appended to `failed`."""
+        """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs), whether it
+        was lost during the cell or before it (building its prompts asks the server's /tokenize). When the server
+        does not come back, the failure message is appended to `failed`."""
         spec, sink = self.spec, self.sink
         assert sink is not None and self.tok is not None
         attempt = 0
@@ -329,8 +376,16 @@ class _Sweep:
                 else:
                     prompts = await build_prompts(cell.workload, prompts_to_build(cell), cell.prompt_key, self.tok)
             except httpx.HTTPError as e:
-                raise ServescopeError(f"lost {self.label} while building prompts: "
-                                      f"{clean_text(str(e)) or type(e).__name__}") from None
+                # the server stopped answering between cells (its /tokenize): wait for it as during a cell
+                why = clean_text(str(e)) or type(e).__name__
+                outcome: list[str] = []
+                async for ev in self._recover(cell, path, attempt, f"before cell {cell.index + 1} ({cell.label}), "
+                                                                   f"while building its prompts ({why})", outcome):
+                    yield ev
+                if outcome == ["again"]:
+                    continue
+                failed.extend(outcome)
+                return
             specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
                      for p in prompts]
             yield CellStarted(cell, len(self.cells))
@@ -354,36 +409,57 @@ class _Sweep:
                                                           and not await self.servers.healthy())
             if not lost:
                 return
-            t_lost = time.monotonic()
-            sink.add_event("server_lost", f"cell {cell.index + 1} ({cell.label}), attempt {attempt}")
-            yield Notice("error", f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}); "
-                                  f"waiting up to {spec.recover_timeout_s:g} s for it to come back")
-            back = await self.servers.recover(spec.recover_timeout_s, self._stopping)
-            if back and attempt < MAX_ATTEMPTS and not self.control.stopping:
+            outcome = []
+            async for ev in self._recover(cell, path, attempt, f"during cell {cell.index + 1} ({cell.label})", outcome):
+                yield ev
+            if outcome == ["again"]:
+                continue
+            failed.extend(outcome)
+            return
+
+    async def _recover(self, cell: Cell, path: Path, attempt: int, when: str,
+                       outcome: list[str]) -> AsyncIterator[Event]:
+        """The server stopped answering `when` (during the cell, or before it): wait up to --recover-timeout for it
+        to come back (relaunched when servescope launched it). `outcome` gets "again" (it is back: run the cell
+        again), the failure message (it did not come back, or was lost MAX_ATTEMPTS times), or nothing (a stop
+        ended the wait: the sweep is interrupted, resumable)."""
+        spec, sink = self.spec, self.sink
+        assert sink is not None
+        t_lost = time.monotonic()
+        sink.add_event("server_lost", f"{when}, attempt {attempt}")
+        yield Notice("error", f"{self.label} stopped answering {when}; waiting up to {spec.recover_timeout_s:g} s for "
+                              "it to come back")
+        back = await self.servers.recover(spec.recover_timeout_s, self._stopping)
+        if back and attempt < MAX_ATTEMPTS and not self.control.stopping:
+            try:
+                await self._connect()
+                self.tok = await self._tokenizer()
+            except (ServescopeError, httpx.HTTPError) as e:  # back, and gone again: one more loss of the cell's
+                back = False
+                why = e.message if isinstance(e, ServescopeError) else clean_text(str(e)) or type(e).__name__
+                sink.add_event("server_lost", f"again after it came back: {why}")
+            else:
                 waited = time.monotonic() - t_lost
                 sink.add_event("server_back", f"after {waited:.0f} s; re-running cell {cell.index + 1}")
                 yield Notice("info", f"{self.label} is back after {waited:.0f} s: re-running cell "
                                      f"{cell.index + 1} ({cell.label})")
-                await self._connect()
-                self.tok = await self._tokenizer()
-                continue
-            waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
-            if self.control.stopping:
-                # stopped while waiting: the sweep is interrupted (resumable), not failed, and the wait it says is the
-                # one it made, not the one it was allowed
-                yield Notice("warning", f"stopped after waiting {waited:.0f} s (of up to {spec.recover_timeout_s:g} s)"
-                                        f" for {self.label} to come back during cell {cell.index + 1} ({cell.label}); "
-                                        f"finished cells are saved in {path} (continue later with "
-                                        f"`servescope resume {path}`)")
+                outcome.append("again")
                 return
-            within = (f"did not come back within {spec.recover_timeout_s:g} s" if not back else
-                      f"was lost {attempt} times (came back after {waited:.0f} s the last time)")
-            message = (f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}) and {within}; "
-                       f"finished cells are saved in {path} (continue later with `servescope resume {path}`)")
-            yield Notice("error", message)
-            self.control.stopping = True
-            failed.append(message)
+        waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
+        if self.control.stopping:
+            # stopped while waiting: the sweep is interrupted (resumable), not failed, and the wait it says is the
+            # one it made, not the one it was allowed
+            yield Notice("warning", f"stopped after waiting {waited:.0f} s (of up to {spec.recover_timeout_s:g} s)"
+                                    f" for {self.label} to come back {when}; finished cells are saved in {path} "
+                                    f"(continue later with `servescope resume {path}`)")
             return
+        within = (f"did not come back within {spec.recover_timeout_s:g} s" if not back else
+                  f"was lost {attempt} times (came back after {waited:.0f} s the last time)")
+        message = (f"{self.label} stopped answering {when} and {within}; finished cells are saved in {path} "
+                   f"(continue later with `servescope resume {path}`)")
+        yield Notice("error", message)
+        self.control.stopping = True
+        outcome.append(message)
 
     def _options(self, retry_after_s: float | None = None) -> ClientOptions:
         """The load's client options: the sweep's, ignore_eos dropped once the server refused it."""

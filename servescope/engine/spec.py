@@ -35,11 +35,14 @@ from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
 from servescope.core.prices import ApiPrice, dump_price, parse_gpu_hour, parse_price
 from servescope.core.secrets import is_redacted, redact_command
+from servescope.core.textsafe import clean_text
 from servescope.core.tls import TlsSettings, ca_cert_path
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.engine import fields as f
 from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
 from servescope.workloads.spec import Workload, parse_toml, resolve
+
+DEFAULT_REQUESTS = 100  # measured requests per cell, when neither the sweep nor the workload says (and no duration)
 
 SWEEP_VERSION = 1
 DEFAULT_URL = "sim://"
@@ -327,6 +330,17 @@ class SweepSpec:
             raise SweepConflict(where, f"two workloads are named {twice!r}; give each its own name (cells, reports "
                                 "and compare tell workloads apart by it), or run one workload with --repeat",
                                 ("workloads",))
+        if self.warmup:  # a warmup only readies the server: never more than the cell measures (a duration-only
+            # cell's warmup ends with its duration: servescope.core.load.run_cell)
+            for w in self.workloads:
+                req = self.requests
+                if req is None and self.duration_s is None:
+                    req = w.default_requests or DEFAULT_REQUESTS
+                if w.kind != "trace" and req is not None and self.warmup > req:
+                    raise SweepConflict(where, f"warmup {self.warmup:,} is more than the {req:,} measured requests of "
+                                        f"a cell of {clean_text(w.name)!r}, and a warmup only readies the server; give "
+                                        f"--warmup {req:,} or less (warmup = {req} in a sweep file), or more requests",
+                                        ("warmup", "requests"))
         for w in self.workloads:  # datasets and traces read now: a bad one stops the run before anything starts
             w.check(where)
             if w.kind == "trace":

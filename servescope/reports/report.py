@@ -150,7 +150,10 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                 notes.append(f"{cell}: prompts differ from the requested length by up to {worst:.0f} tokens "
                              f"(mean {finite(mm.mean) or 0:+.1f}); requested {req:,.0f} on average")
         oreq, omean = finite(sm.output_tokens_requested), finite(sm.output_tokens_mean)
-        if oreq and omean is not None and omean < 0.95 * oreq:
+        if sm.output_check is not None:  # usage against the stream, above max_tokens, short despite ignore_eos
+            notes += [f"{cell}: {clean_text(n)}" for n in sm.output_check.notes]
+        if (sm.output_check is None or not sm.output_check.short) and oreq and omean is not None \
+                and omean < 0.95 * oreq:
             notes.append(f"{cell}: outputs averaged {omean:,.0f} tokens of {oreq:,.0f} requested "
                          "(the model stopped early: EOS honoured, or the context ran out)")
         cq = finite(sm.client_queue_ms.p99)

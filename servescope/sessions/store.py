@@ -37,6 +37,7 @@ from servescope.core.errors import ServescopeError, error_text
 from servescope.core.prices import prices_of_meta
 from servescope.core.quality import QualityResult
 from servescope.core.results import CellResult
+from servescope.core.secrets import redact_meta
 from servescope.core.textsafe import clean_text, slug
 from servescope.sessions.live import BUS_FILES, RunnerState, runner_state, write_failed
 from servescope.sessions.meta import PLAN_COLUMNS, SessionMeta
@@ -261,7 +262,9 @@ class SessionWriter:
         self.save_meta()
 
     def save_meta(self) -> None:
-        atomic_write(self.path / "session.toml", tomli_w.dumps(toml_clean(self.meta)).encode())
+        # every string of the table through the one redaction (core.secrets.redact_meta): whatever filled it (a
+        # launch line, a tune's sweep table, a serve line, an event's text), no secret reaches the disk
+        atomic_write(self.path / "session.toml", tomli_w.dumps(toml_clean(redact_meta(self.meta))).encode())
 
     def _planned(self) -> list[dict[str, object]]:
         cells = self.meta.get("cells")

@@ -28,6 +28,13 @@ def _rate(text: str) -> float:
     return v
 
 
+def _factor(text: str) -> float:
+    v = float(text)
+    if not 0.0 <= v <= 1000.0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1000, got {text}")
+    return v
+
+
 def check_args(args: argparse.Namespace) -> str | None:
     """The first flag whose value cannot run, as one line naming it and what to give; None when all can. A
     port is 0..65535 (0: any free port; 99999 listened on 34463, -1 failed with exit 1); every engine limit is
@@ -114,6 +121,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     f.add_argument("--cut-stream-rate", type=_rate, default=0.0, metavar="P", help="cut this fraction of streams mid-way")
     f.add_argument("--slow-decode", type=_rate, default=0.0, metavar="F",
                    help="decode steps take (1 + F) times as long (0.08: 8%% slower), a regression to catch")
+    f.add_argument("--usage-factor", type=_factor, default=1.0, metavar="F",
+                   help="a streamed answer's final usage says F times the tokens it streamed (2: a server whose "
+                        "usage.completion_tokens doubles; default 1, the truth)")
     f.add_argument("--seed", type=int, default=0, help="seed of the fault draws (and of the network jitter)")
     h = p.add_argument_group("hosted API (--hosted), API key and TLS")
     h.add_argument("--hosted", action="store_true",
@@ -194,7 +204,8 @@ def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentPars
     )
     from servescope.sim.server import Faults
 
-    faults = Faults(args.exit_after_requests, args.exit_at, args.error_rate, args.cut_stream_rate, args.seed)
+    faults = Faults(args.exit_after_requests, args.exit_at, args.error_rate, args.cut_stream_rate, args.seed,
+                    args.usage_factor)
     try:
         tls = tls_context(args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None
     except ValueError as e:

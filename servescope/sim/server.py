@@ -64,6 +64,7 @@ class Faults:
     error_rate: float = 0.0
     cut_stream_rate: float = 0.0
     seed: int = 0
+    usage_factor: float = 1.0  # the final usage says this many times the tokens streamed (a server that miscounts)
 
 
 def _int(v: object) -> int:
@@ -418,7 +419,8 @@ class SimServer:
                 return await stream_response(request, req, chan, gen, self.tokenizer, self._model_bytes, chat, created,
                                              prompt_len, reasoning, include_usage, continuous, cut_at,
                                              self.prefix_caching,
-                                             None if plan is None else functools.partial(plan.piece, chat=chat))
+                                             None if plan is None else functools.partial(plan.piece, chat=chat),
+                                             self.faults.usage_factor)
             while not chan.finished:
                 await chan.event.wait()
                 chan.event.clear()
