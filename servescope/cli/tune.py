@@ -18,6 +18,7 @@ from servescope.cli.common import api_key_from
 from servescope.cli.run import open_target
 from servescope.core.errors import ServescopeError
 from servescope.core.launchspec import INTERESTING, parse_launch
+from servescope.core.slo import slo_terms
 from servescope.core.textsafe import clean_text
 from servescope.engine.runner import discard_unmeasured
 from servescope.engine.spec import RunContext, SweepSpec
@@ -148,7 +149,7 @@ def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list
             out: TextIO) -> int:
     objective = args.objective
     print(f"tune: {space.cells} cells in the grid ({len(space.settings)} settings x {len(loads)} loads), budget "
-          f"{budget}, design {len(first)}; objective {objective} at {_slo_text(spec.slos)}; session {root}",
+          f"{budget}, design {len(first)}; objective {objective} at {', '.join(slo_terms(spec.slos))}; session {root}",
           file=out, flush=True)
     with ExitStack() as stack:
         label = spec.target_text
@@ -223,10 +224,6 @@ def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list
 
 def _f(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-
-
-def _slo_text(slos: dict[str, float]) -> str:
-    return ", ".join(f"{k} {'>=' if k == 'per_user_tok_s' else '<='} {v:g}" for k, v in slos.items())
 
 
 def format_result(t: dict[str, object], launch: str | None, out: TextIO | None = None) -> str:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from servescope.core.kvbudget import KVBudget
 from servescope.core.launchspec import ArgValue
-from servescope.core.metrics import HIGHER_IS_BETTER, SLO_ATTAINMENT
 from servescope.core.secrets import redact_command
+from servescope.core.slo import attains
 from servescope.engine.aio import run_loop
 from servescope.engine.background import Background
 from servescope.engine.events import Event, SweepControl
@@ -260,7 +260,7 @@ def measured_from(path: str, objective: Objective, slos: dict[str, float], concu
         if summ is None or row.get("status") != "done":
             continue
         rows, wall = request_rows(path, int(row["index"]))
-        m = margins_of(rows, slos, HIGHER_IS_BETTER)
+        m = margins_of(rows, slos)
         good = sum(1 for x in m if x >= 0)
         wall = max(wall, 1e-9)
         goodputs.append(good / wall)
@@ -274,7 +274,7 @@ def measured_from(path: str, objective: Objective, slos: dict[str, float], concu
         skipped = any(r.get("status") == "skipped" for r in s.cells.to_dicts())
         return Measured(0.0, [], 0.0, False, 0.0, 0.0, path, (0.0, 0.0), skipped=skipped)
     gp, at = statistics.median(goodputs), statistics.median(attain)
-    meets = at >= SLO_ATTAINMENT
+    meets = attains(at)
     wall_mean = sum(walls) / len(walls)
     if objective == "capacity":
         return Measured(float(concurrency) if meets else 0.0, sorted(pooled), wall_mean, meets, gp, at, path, None)

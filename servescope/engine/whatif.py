@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from servescope.core.errors import ServescopeError
+from servescope.core.metrics import meets_slos
 from servescope.engine.twin import FIGURES, Twin, twin_dir
 from servescope.engine.twinpredict import Load, Prediction, predict
 from servescope.engine.twinshape import AS_MEASURED, Knobs
@@ -107,8 +108,7 @@ def capacity_row(twin: Twin, w: Workload, slos: Mapping[str, float], knobs: Knob
         return preds[c]
 
     def ok(c: int) -> bool:
-        f = at(c).summary.slo_met_fraction
-        return f is not None and f >= 0.9
+        return meets_slos(at(c).summary)
 
     try:
         at(1)

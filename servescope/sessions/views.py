@@ -11,9 +11,10 @@ from typing import NamedTuple, TypeVar
 import msgspec
 import polars as pl
 
-from servescope.core.metrics import SLO_ATTAINMENT, per_request, slo_mask
-from servescope.core.results import METRICS, CellResult
+from servescope.core.metrics import per_request
+from servescope.core.results import CellResult
 from servescope.core.secrets import redact_command
+from servescope.core.slo import SLO_ATTAINMENT, slo_met, slo_terms
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.sessions.store import Session
@@ -48,11 +49,7 @@ def fmt_pct(v: float | None) -> str:
 def slo_text(slos: Mapping[str, float]) -> str:
     if not slos:
         return "none"
-    parts = []
-    for k, v in slos.items():
-        op = ">=" if k in METRICS and METRICS[k].better == "higher" else "<="
-        parts.append(f"{k} {op} {v:g}")
-    return ", ".join(parts) + f" for at least {SLO_ATTAINMENT:.0%} of requests"
+    return ", ".join(slo_terms(slos)) + f" for at least {SLO_ATTAINMENT:.0%} of requests"
 
 
 class LoadPlan(NamedTuple):
@@ -290,7 +287,7 @@ def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float
         if "warmup" in df.columns:
             df = df.filter(~pl.col("warmup"))
         pr = per_request(df)
-        good = pr.filter(slo_mask(pr, slos)).height
+        good = pr.filter(slo_met(slos)).height
         wall = v.summary.value("wall_s") or 0.0
         judged = pr.filter(pl.col("status") != "cancelled").height  # a cancelled request is never judged
         v.summary = msgspec.structs.replace(v.summary, slo_met_fraction=good / judged if judged else None,

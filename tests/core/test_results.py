@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from servescope.core.metrics import FORMULAS, HIGHER_IS_BETTER, records_frame, summarize
+from servescope.core.metrics import FORMULAS, records_frame, summarize
+from servescope.core.slo import SLO_KEYS, lower_bound
 from servescope.core.results import (
     DIST_KEYS,
     METRICS,
@@ -131,6 +132,6 @@ def test_metrics_table_drives_labels_directions_formulas() -> None:
     assert metric_label("output_tok_s") == "output tok/s (aggregate)"
     assert metric_better("itl_ms.p99") == "lower" and metric_better("goodput_req_s") == "higher"
     assert metric_better("input_tokens_mean") is None
-    assert {"per_user_tok_s"} == HIGHER_IS_BETTER
+    assert {k for k in SLO_KEYS if lower_bound(k)} == {"per_user_tok_s"}
     assert {k: m.formula for k, m in METRICS.items() if m.formula} == FORMULAS
     assert set(DIST_KEYS) <= set(FORMULAS)

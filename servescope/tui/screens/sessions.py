@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult, GpuWindow, TelemetryWindow
+from servescope.core.slo import slo_terms
 from servescope.core.textsafe import clean_text
 from servescope.reports.tunereport import (
     is_tune_session,
@@ -413,8 +414,7 @@ class SessionScreen(Screen[None]):
         info = self.info
         tgt = info.target
         tags = ", ".join(f"{k}={v}" for k, v in info.tags.items())
-        slos = ", ".join(f"{k}{'>=' if k == 'per_user_tok_s' else '<='}{v:g}"  # the one floor (core.metrics)
-                         for k, v in info.slos.items())
+        slos = ", ".join(slo_terms(info.slos, sep=""))
         name = info.name if info.name is not None else self.session.path.name
         return (clean_text(
             f"{name}  [{self.session.status}]  {(info.started_at or '')[:19]}") + self._quality_head()
