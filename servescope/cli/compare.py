@@ -156,7 +156,7 @@ def sessions_command(args: argparse.Namespace) -> int:
         _add_quality(rows[-1], s)
         if s.status == "running":
             rows[-1]["pid"] = s.runner.pid
-        elif s.meta.get("status") == "running":  # it says running, but its runner is gone
+        elif s.info.status == "running":  # it says running, but its runner is gone
             rows[-1]["reason"] = clean_text(s.runner.reason)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -380,7 +380,7 @@ def import_command(args: argparse.Namespace) -> int:
                         save=Path(args.save).expanduser() if args.save else None, name=args.name,
                         workload=args.workload, tags=parse_tags(args.tag))
     s = load_session(path)
-    detailed = bool((s.info.import_ or {}).get("detailed"))
+    detailed = s.info.import_ is not None and s.info.import_.detailed
     print(f"imported {s.cells.height} cell(s) as session {path}")
     print("per-request data: " + ("yes (every metric recomputed with servescope's formulas)" if detailed else
                                   "no (vllm's aggregates only; rerun vllm bench serve with --save-detailed)"))

@@ -581,8 +581,8 @@ def resume_command(args: argparse.Namespace) -> int:
         raise ServescopeError(f"{s.path} is still running (pid {s.runner.pid or '?'}); watch it with "
                               f"`servescope attach {s.path}` or `servescope watch {s.path}`")
     check_writable_session(s.path, "resume")
-    sweep = s.meta.get("sweep")
-    if not isinstance(sweep, dict):
+    sweep = s.info.sweep
+    if sweep is None:
         raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
     if args.launch is not None:
         server = sweep["server"] if isinstance(sweep.get("server"), dict) else {}
@@ -601,7 +601,7 @@ def resume_command(args: argparse.Namespace) -> int:
         spec = spec.replace(url=url, launch=None)
     _refuse_redacted_launch(spec, f"servescope resume {s.path} --launch \"...\"")
     check_open_files(spec)
-    cells = s.meta.get("cells", [])
+    cells = s.info.cells
     if len(plan_cells(spec)) != len(cells):
         raise ServescopeError(f"{s.path}: its cells no longer match its workloads (a preset changed?); "
                               "start a new run instead")
@@ -610,6 +610,6 @@ def resume_command(args: argparse.Namespace) -> int:
         if not spec.launch:
             real, label = open_target(spec.url, stack, sys.stderr)
             ctx = replace(ctx, url=real, target_label=label)
-        todo = [c for c in cells if c.get("status") not in ("done", "skipped")]
+        todo = [c for c in cells if c.status not in ("done", "skipped")]
         print(f"resuming {s.path}: {len(todo)} of {len(cells)} cells left", file=sys.stderr)
         return run_loop_for(spec, ctx, sys.stdout, sys.stderr if args.json else sys.stdout, args.json)

@@ -213,7 +213,7 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
         else:
             model = model_from_config(GENERIC_CONFIG, info.model, max_len)
             source = "generic dense shape (32 layers, 8 KV heads x 128; no config.json: give --model-config)"
-        gpu_info = info.gpu or {}
+        gpu_info: Mapping[str, object] = info.gpu or {}
         gpu = NOMINAL_GPU
         mem = _gpu_memory_gib(session)
         names = gpu_info.get("names")
@@ -225,7 +225,7 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
             gpu = replace(NOMINAL_GPU, name=f"{label} (nominal rates)", memory_gib=mem)
     model = replace(model, max_model_len=max_len)
     # the KV budget the server reported
-    kv = info.kv_budget or {}
+    kv: Mapping[str, object] = info.kv_budget or {}
     kv_source = "profile"
     tokens = kv.get("kv_cache_tokens")
     if isinstance(tokens, (int, float)) and tokens > 0:

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Self
 
 import msgspec
 
+from servescope.core.kvbudget import KvBudgetMeta
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
+from servescope.sessions.meta import GpuTable
 
 if TYPE_CHECKING:
     from servescope.core.records import RequestRecord
@@ -187,8 +189,8 @@ class TelemetryMeta(ItemBase, frozen=True):
     """session.toml's `kv_budget` (kv_cache_tokens, source, max_concurrency_by_workload, ...) and `gpu`
     (available, count or reason) tables as the runner wrote them, at the start and after each relaunch."""
 
-    kv_budget: dict[str, object] | None
-    gpu: dict[str, object] | None
+    kv_budget: KvBudgetMeta | None
+    gpu: GpuTable | None
 
 
 Item = (SweepStarted | CellStarted | RequestsMeasured | CellFinished | CellSkipped | EngineNotice | SweepFinished
@@ -290,7 +292,7 @@ def telemetry_meta(session_dir: Path) -> TelemetryMeta | None:
     kv, gpu = meta.kv_budget, meta.gpu
     if kv is None and gpu is None:
         return None
-    return TelemetryMeta(dict(kv) if kv else None, dict(gpu) if gpu else None)
+    return TelemetryMeta(kv or None, gpu or None)
 
 
 class Translator:
@@ -308,7 +310,7 @@ class Translator:
             self.session_dir = ev.session_dir
         items = translate(ev, self.target_label)
         if isinstance(ev, r.KvBudgetKnown) and self.session_dir is not None:
-            items.append(telemetry_meta(self.session_dir) or TelemetryMeta(dict(ev.budget), None))
+            items.append(telemetry_meta(self.session_dir) or TelemetryMeta(ev.budget, None))
         return items
 
 

@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 
+import msgspec
 import polars as pl
 
 from servescope import __version__
@@ -50,7 +51,7 @@ from servescope.sessions.compare import (
 )
 from servescope.sessions.quality import result_dict
 from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
-from servescope.sessions.store import Session, summary_columns
+from servescope.sessions.store import Session, summary_columns, toml_clean
 from servescope.sessions.twin import twin_record
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
@@ -83,8 +84,8 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
         notes.append(f"the {what} did not complete (status {status})" + (f": {msg}" if msg else ""))
     for v in rep.skipped:
         notes.append(f"{v.workload} {v.load}: {v.status}" + (f" ({v.reason})" if v.reason else ""))
-    refused = s.meta.get("ignore_eos_dropped")
-    if isinstance(refused, str) and refused:  # the server refused ignore_eos (engine/runner.py): outputs may be short
+    refused = s.info.ignore_eos_dropped
+    if refused:  # the server refused ignore_eos (engine/runner.py): outputs may be short
         notes.append(f"the server refused ignore_eos ({clean_text(refused)[:120]}): it was dropped for the session, "
                      "so outputs may end before max_tokens")
     kv = None
@@ -171,10 +172,9 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
         notes += stability_notes(s, v)
     imp = s.info.import_
     if imp is not None:
-        fmt = clean_text(str(imp.get("format", "?")))
-        lacks = imp.get("lacks")
-        lacks = lacks if isinstance(lacks, Mapping) else {}
-        notes.append(f"imported from {fmt}" + (" with per-request data" if imp.get("detailed") else
+        fmt = clean_text(imp.format or "?")
+        lacks = imp.lacks
+        notes.append(f"imported from {fmt}" + (" with per-request data" if imp.detailed else
                                                " without per-request data (--save-detailed was not used)")
                      + "; it lacks: " + "; ".join(f"{k} ({clean_text(str(v))})" for k, v in lacks.items()))
     return notes
@@ -271,7 +271,8 @@ def stability_notes(session: Session, v: CellView) -> list[str]:
 
 def _tls_part(rep: SessionReport) -> str:
     """An https target's TLS handshake and connect time (measured apart from the TTFT) and how it was verified."""
-    text = target_tls_text(rep.session.meta.get("target"))
+    t = rep.session.info.target
+    text = target_tls_text(t.tls_verify, t.tls_handshake_ms, t.connect_ms, t.tls_ca)
     return f" ({clean_text(text)})" if text else ""
 
 
@@ -316,7 +317,7 @@ def report_document(rep: SessionReport, others: Sequence[SessionReport] = (), co
     if rep.twin is not None:
         blocks += twin_blocks(rep.twin, 2)
     if m.kind == "tune":
-        tune = tune_blocks(rep.session.meta.get("tune"), 2, by_section.get(TUNE_FIGURE_KEY, []))
+        tune = tune_blocks(m.tune, 2, by_section.get(TUNE_FIGURE_KEY, []))
         blocks += tune
         if not tune:
             rest += by_section.get(TUNE_FIGURE_KEY, [])
@@ -416,19 +417,24 @@ def render_csv(reps: Sequence[SessionReport]) -> str:
     return buf.getvalue()
 
 
+def _stored(table: msgspec.Struct | None) -> object:
+    """A session.toml table as the file holds it (None: the session has none)."""
+    return toml_clean(msgspec.to_builtins(table)) if table is not None else None
+
+
 def _rep_dict(r: SessionReport) -> dict[str, object]:
-    m = r.session.meta  # as stored: the json report passes these tables through unchanged
+    m = r.session.info  # its tables as stored
     return {
         "label": r.label,
         "session_dir": str(r.session.path),
-        "name": m.get("name"),
-        "model": m.get("model"),
-        "target": m.get("target"),
-        "tags": m.get("tags") or {},
+        "name": m.name,
+        "model": m.model,
+        "target": _stored(m.target),
+        "tags": m.tags,
         "status": r.session.status,
-        "started_at": m.get("started_at"),
-        "workloads": m.get("workloads"),
-        "import": m.get("import"),
+        "started_at": m.started_at,
+        "workloads": m.workloads,
+        "import": _stored(m.import_),
         "slos": r.slos,
         "slos_source": r.slos_source,
         "cells": [{"index": v.index, "workload": v.workload, "load": v.load, "concurrency": v.concurrency,
@@ -448,8 +454,8 @@ def _rep_dict(r: SessionReport) -> dict[str, object]:
                      for t in r.thinking],
         "notes": r.notes,
         **({"kind": r.session.info.kind} if r.session.info.kind != "sweep" else {}),
-        **({"tune": m.get("tune")} if r.session.info.kind == "tune" else {}),
-        **({"quality": {**result_dict(r.quality), "settings": m.get("quality")}} if r.quality is not None else {}),
+        **({"tune": _stored(m.tune)} if r.session.info.kind == "tune" else {}),
+        **({"quality": {**result_dict(r.quality), "settings": _stored(m.quality)}} if r.quality is not None else {}),
         **({"twin": {"fit": r.twin.fit, "efficiency": r.twin.efficiency, "confirmations": r.twin.confirmations}}
            if r.twin is not None else {}),
     }

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+import msgspec
 import polars as pl
 
 from servescope import __version__
@@ -31,6 +32,7 @@ from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
 from servescope.core.textsafe import clean_text
 from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct
+from servescope.sessions.meta import meta_of_table
 from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
 from servescope.sessions.store import Session, load_session, toml_clean
 
@@ -278,7 +280,7 @@ def save_baseline(session: Session, path: Path) -> int:
                 ((pl.col("chunk_ns") - pl.col("sent_ns")) // 1000).alias("c"))["c"].to_list()
         requests[str(int(i))] = cols
     doc = {"servescope_baseline": BASELINE_FORMAT, "servescope_version": __version__, "source": session.path.name,
-           "meta": session.meta, "cells": session.cells.to_dicts(), "requests": requests}
+           "meta": session.info.to_table(), "cells": session.cells.to_dicts(), "requests": requests}
     data = json.dumps(doc, default=str, separators=(",", ":")).encode()
     if path.name.endswith(".gz"):
         data = gzip.compress(data)
@@ -320,12 +322,14 @@ def load_baseline(path: Path, workdir: Path) -> Session:
                               "write it again with --save-baseline")
     src = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(doc.get("source") or "session"))[:80]
     d = workdir / f"baseline-{src}"  # never `..` or an absolute path
-    for c in meta.get("cells") or []:  # the file holds the requests of the cells that had any: those are promised
-        if isinstance(c, dict) and "requests_file" in c:
-            c["requests_file"] = str(c.get("index")) in requests
+    info = meta_of_table(meta, f"{where}: meta")
+    # the file holds the requests of the cells that had any: those are promised
+    info = msgspec.structs.replace(info, cells=[
+        msgspec.structs.replace(c, requests_file=str(c.index) in requests) if c.requests_file is not None else c
+        for c in info.cells])
     try:
         (d / "requests").mkdir(parents=True)
-        (d / "session.toml").write_text(tomli_w.dumps(toml_clean(meta)), encoding="utf-8")
+        (d / "session.toml").write_text(tomli_w.dumps(toml_clean(info.to_table())), encoding="utf-8")
         if cells:
             pl.DataFrame(cells, infer_schema_length=None).write_parquet(d / "cells.parquet")
         for i, cols in requests.items():

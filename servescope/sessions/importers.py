@@ -25,6 +25,7 @@ from servescope.core.metrics import DIST_METRICS, records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
+from servescope.sessions.meta import ImportMeta, PlannedCell, SessionMeta, TargetMeta
 from servescope.sessions.store import SessionWriter, new_session_dir
 from servescope.workloads.spec import DistTable, WorkloadTable
 
@@ -437,25 +438,17 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
             "requests_planned": c.summary.requests,
             "duration_s_planned": None, "warmup": 0, "load_label": c.load_label,
         })
-    meta: dict[str, object] = {
-        "name": name,
-        "target": {"url": "unknown (imported from vllm bench serve)", "version": None, "metrics": False,
-                   "tokenizer": "vllm bench serve"},
-        "model": model,
-        "workloads": list(workloads.values()),
-        "load": {"requests": None, "warmup": 0},
-        "slos": {},
-        "tags": all_tags,
-        "cells": [{**r, "status": "planned"} for r in plan_rows],
-        "import": {
-            "format": FORMAT_VLLM,
-            "files": [str(Path(f).resolve()) for f in files],
-            "detailed": detailed,
-            "dates": dates,
-            "lacks": lacks(detailed),
-            "vllm_reported": [{"cell": i, **c.vllm_reported} for i, c in enumerate(cells)],
-        },
-    }
+    meta = SessionMeta(
+        name=name,
+        target=TargetMeta(url="unknown (imported from vllm bench serve)", metrics=False, tokenizer="vllm bench serve"),
+        model=model,
+        workloads=list(workloads.values()),
+        tags=dict(all_tags),
+        cells=[msgspec.convert({k: v for k, v in r.items() if v is not None}, PlannedCell) for r in plan_rows],
+        import_=ImportMeta(format=FORMAT_VLLM, files=[str(Path(f).resolve()) for f in files], detailed=detailed,
+                           dates=dates, lacks=lacks(detailed),
+                           vllm_reported=[{"cell": i, **c.vllm_reported} for i, c in enumerate(cells)]),
+    )
     writer = SessionWriter.create(Path(path), meta)
     for row, c in zip(plan_rows, cells, strict=True):
         writer.write_cell({**row, "status": "done", "reason": ""}, c.requests,

@@ -27,7 +27,7 @@ Definitions (also printed under every table):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from servescope.core.quality import (
@@ -41,6 +41,7 @@ from servescope.core.quality import (
 )
 from servescope.core.results import CellResult, TaskTally, finite
 from servescope.core.textsafe import clean_text
+from servescope.sessions.meta import QualityMeta
 from servescope.sessions.store import Session
 from servescope.sessions.views import CellView, fmt_num, fmt_pct
 
@@ -180,15 +181,15 @@ def synthetic_note(url: str) -> str:
 
 
 # ---- one session: the report's Quality section --------------------------------------------------------------
-def settings_text(settings: Mapping[str, object] | None) -> str:
+def settings_text(settings: QualityMeta | None) -> str:
     """The probe's settings as session.toml records them, in one line."""
-    if not settings:
+    if settings is None:
         return "not recorded"
     parts = []
     for key, what in (("tasks", "tasks"), ("contexts", "contexts"), ("n", "questions per task"),
                       ("top_k", "top-k"), ("seed", "seed"), ("reference", "reference"),
                       ("user_sets", "task files"), ("measured_at", "measured")):
-        v = settings.get(key)
+        v = getattr(settings, key)
         if v is None or v == []:
             continue
         text = ", ".join(clean_text(str(x)) for x in v) if isinstance(v, list) else clean_text(str(v))

@@ -230,10 +230,9 @@ def cell_counts(session: Session) -> tuple[int, int]:
     sessions shows them ("2/3": the app's Sessions screen and `servescope sessions` alike). A skipped,
     stopped or interrupted cell is planned but not completed. A tune session (`servescope tune`): the cells its
     search measured of its budget (each cell a session of its own under cells/)."""
-    tune = session.meta.get("tune") if session.info.kind == "tune" else None
-    if isinstance(tune, Mapping):
-        steps = tune.get("path")
-        return len(steps) if isinstance(steps, list) else 0, int(str(tune.get("budget") or 0))
+    tune = session.info.tune if session.info.kind == "tune" else None
+    if tune is not None:
+        return len(tune.path), tune.budget
     planned = session.info.cells
     if planned:
         return sum(1 for c in planned if c.status == "done"), len(planned)
@@ -252,7 +251,7 @@ def status_text(session: Session) -> str:
         at = f", cell {min(finished + 1, len(planned))}/{len(planned)}" if planned else ""
         stuck = f"; {r.reason}" if r.reason else ""
         return f"running (pid {r.pid or '?'}{at}{stuck})"
-    if st == "interrupted" and session.meta.get("status") == "running":  # its runner died mid-sweep
+    if st == "interrupted" and session.info.status == "running":  # its runner died mid-sweep
         return f"interrupted (runner pid {session.runner.pid or '?'} gone)"
     return st
 

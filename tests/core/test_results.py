@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from servescope.core.metrics import FORMULAS, records_frame, summarize
-from servescope.core.slo import SLO_KEYS, lower_bound
 from servescope.core.results import (
     DIST_KEYS,
     METRICS,
@@ -22,6 +21,7 @@ from servescope.core.results import (
     metric_better,
     metric_label,
 )
+from servescope.core.slo import SLO_KEYS, lower_bound
 from servescope.core.telemetry import MetricsSampler, server_delta
 from tests.sessions.conftest import CellSpec, _records
 

@@ -17,6 +17,7 @@ import pytest
 from servescope.sessions.store import load_session
 from tests.integration.helpers import run_json
 from tests.support import vllm_server
+from tests.support.meta import stored
 
 pytestmark = pytest.mark.vllm
 N_REQUESTS = 24  # per cell
@@ -136,15 +137,15 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     cells = s.cells.sort("index")
     assert cells["status"].to_list() == ["done"] * 4  # the lost cell was re-run; no finished cell lost
     assert cells["server_variant"].to_list() == ["--max-num-seqs 2"] * 2 + ["--max-num-seqs 8"] * 2
-    kinds = [e["kind"] for e in s.meta["events"]]
+    kinds = [e["kind"] for e in stored(s)["events"]]
     assert "server_lost" in kinds and "server_back" in kinds and "server_launched" in kinds
     assert s.requests().height == 4 * N_REQUESTS
     assert (s.requests()["output_tokens"] == 128).all()
     # the KV budget from the startup log equals the one from /metrics
-    kv = s.meta["kv_budget"]
+    kv = stored(s)["kv_budget"]
     assert kv["source"] == "metrics+log" and kv["kv_cache_tokens"] == kv["log_kv_cache_tokens"] > 0
-    assert s.meta["server"]["args"]["max_num_seqs"] == 2
-    assert s.meta["server"]["variant_args"]["1"]["max_num_seqs"] == 8
+    assert stored(s)["server"]["args"]["max_num_seqs"] == 2
+    assert stored(s)["server"]["variant_args"]["1"]["max_num_seqs"] == 8
     # each variant ran with its own setting. vLLM's own queue time (its /metrics histogram, exact deltas at the cell's
     # boundaries): at c=8, 2 sequences in a batch make 6 requests wait for a whole reply before they are scheduled;
     # 8 do not. (Timings such as TTFT say the same on a quiet machine but move with a busy 2-core box, and its

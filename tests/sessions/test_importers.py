@@ -45,7 +45,7 @@ def test_import_detailed(tmp_path: Path) -> None:
     path = import_files(DETAILED, sessions_dir=tmp_path)
     _agrees_with_vllm(path, DETAILED)
     s = load_session(path)
-    assert s.meta["import"]["detailed"] is True
+    assert s.info.import_ is not None and s.info.import_.detailed is True
     assert s.cells["load_label"].to_list() == ["c=1", "c=4"]
     assert s.requests(0).height == 12
     md = render_report(s)
@@ -67,8 +67,8 @@ def test_import_aggregate_only(tmp_path: Path) -> None:
     assert summ.ttft_ms.mean == pytest.approx(d["mean_ttft_ms"])
     assert summ.ttft_ms.p99 == pytest.approx(d["p99_ttft_ms"])
     assert summ.ttft_ms.min is None and summ.per_user_tok_s.mean is None
-    assert s.meta["import"]["detailed"] is False
-    assert "per_user_tok_s" in s.meta["import"]["lacks"]
+    assert s.info.import_ is not None and s.info.import_.detailed is False
+    assert "per_user_tok_s" in s.info.import_.lacks
     assert s.cells["workload"].to_list() == ["random128"]
     md = render_report(s)
     tables(md)
