@@ -19,7 +19,7 @@ from servescope.cli.common import api_key_from, check_writable_session, resolve_
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, CellCost, CellQuality, Dist, rate_limit_line
+from servescope.core.results import METRICS, CellCost, CellQuality, Dist, figure, rate_limit_line
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
@@ -190,8 +190,8 @@ def lateness(s: Any) -> dict[str, float | None]:
     return {"p50": d.stat("p50"), "p99": d.stat("p99"), "max": d.stat("max")}
 
 
-POINT_FIGURES = (("output_tok_s", "output tok/s"), ("request_s", "req/s"), ("ttft_ms.p50", "TTFT p50 ms"),
-                 ("tpot_ms.p50", "TPOT p50 ms"), ("e2e_ms.p50", "E2E p50 ms"))
+POINT_FIGURES = tuple((f.key, f.label) for f in map(figure, ("output_tok_s", "request_s", "ttft_ms.p50", "tpot_ms.p50",
+                                                              "e2e_ms.p50")))
 
 
 def _figure(cell: CellRow, key: str) -> float | None:

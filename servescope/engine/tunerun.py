@@ -186,7 +186,7 @@ class LiveMeasurer:
         save = self.root / "probes" / f"{k:02d}{'-' + _slug(setting) if setting.args else ''}"
         self._sweep(spec, save)
         e2e = [x for summ in load_session(str(save)).summaries() if summ is not None
-               and isinstance(x := summ.value("e2e_ms", "p50"), (int, float)) and math.isfinite(x) and x > 0]
+               and isinstance(x := summ.value("e2e_ms.p50"), (int, float)) and math.isfinite(x) and x > 0]
         return ramp_from_probe(e2e[0] / 1e3) if e2e else None
 
     def measure(self, setting: Setting, concurrency: int) -> Measured:

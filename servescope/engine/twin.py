@@ -126,8 +126,7 @@ class MeasuredCell:
 
 
 def _figure(s: CellResult, key: str) -> float | None:
-    name, _, stat = key.partition(".")
-    v = s.value(name, stat or None)
+    v = s.value(key)
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
 
 
@@ -652,7 +651,7 @@ def fit_time_estimate(session: Session) -> str:
             users = float(conc)
             kept = min(n, _keep(conc))
         else:
-            tpot = row.get("tpot_ms_p50")
+            tpot = row.get("tpot_ms.p50")  # its column in cells.parquet: the figure's key
             users = float(rate or 1.0) * out * (float(tpot) if isinstance(tpot, (int, float)) else 10.0) / 1e3
             kept = min(n, _keep(None))
         per_run += _run_cpu_s(kept, float(out), users)

@@ -439,7 +439,7 @@ def _histograms(session: Session, w: str, views: Sequence[CellView]) -> FigureSp
         for metric, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
             vals = [float(x) for x in pr[metric].drop_nulls().to_list() if math.isfinite(x)] \
                 if metric in pr.columns else []
-            got = [(stat, s) for stat in ("p50", "p90", "p99") if (s := v.summary.value(metric, stat)) is not None]
+            got = [(stat, s) for stat in ("p50", "p90", "p99") if (s := v.summary.value(f"{metric}.{stat}")) is not None]
             groups: dict[str, list[tuple[str, float]]] = {}  # the label's number -> the percentiles that read it
             for (stat, s), text in zip(got, distinct_labels([s for _, s in got]), strict=True):
                 groups.setdefault(text, []).append((stat, s))

@@ -17,7 +17,7 @@ import polars as pl
 from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
-from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line
+from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line, summary_columns
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text
 from servescope.core.tls import reuse_problem, target_tls_text
@@ -51,7 +51,7 @@ from servescope.sessions.compare import (
 )
 from servescope.sessions.quality import result_dict
 from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
-from servescope.sessions.store import Session, summary_columns, toml_clean
+from servescope.sessions.store import Session, toml_clean
 from servescope.sessions.twin import twin_record
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
@@ -357,18 +357,6 @@ def cells_frame(reps: Sequence[SessionReport]) -> pl.DataFrame:
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
-def _dotted(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    """{'ttft_ms': {'p50': 1.0}} -> {'ttft_ms.p50': 1.0}; lists stay whole (written as JSON)."""
-    out: dict[str, object] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(_dotted(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def _csv_value(v: object) -> str:
     if v is None:
         return ""
@@ -393,7 +381,7 @@ def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, o
             js = rec.pop("summary_json", None)
             cs = CellResult.from_json(js) if isinstance(js, str) else None
             summs.append(cs.to_dict() if cs is not None else {})
-        stored: set[str] = set()  # the summaries' flat copies in cells.parquet (`ttft_ms_p50`): not repeated
+        stored: set[str] = set()  # the summaries' figure columns in cells.parquet (`ttft_ms.p50`): not repeated
         for summ in summs:
             stored |= set(summary_columns(summ)) | set(summ)
         for rec, summ in zip(recs, summs, strict=True):
@@ -401,7 +389,7 @@ def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, o
             row.update({k: v for k, v in rec.items() if k not in stored})
             if "server_variant" in row and isinstance(row["server_variant"], str):
                 row["server_variant"] = redact_command(row["server_variant"])
-            row.update(_dotted(summ))
+            row.update(summary_columns(summ, lists=True))
             columns.update(dict.fromkeys(row))
             rows.append(row)
     return list(columns), rows

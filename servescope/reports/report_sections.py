@@ -366,7 +366,7 @@ def workload_blocks(rep: SessionReport, workload: str, comparison: Comparison | 
             Num(fmt_num(finite(sm.goodput_req_s))), Num(f"{frac:.0%}" if frac is not None else "-"),
             *([Num(f"{hit:.1%}" if hit is not None else "-")] if cache else []),
             *([_client_cell(sm)] if client else []),
-            *([Num(fmt_num(sm.value("cost", "usd_per_1m_output_tokens")))] if cost else []),
+            *([Num(fmt_num(sm.value("cost.usd_per_1m_output_tokens")))] if cost else []),
         ))
     out.append(table(results_columns(limited, cache, client, cost), rows))
     if limited:

@@ -30,8 +30,9 @@ import polars as pl
 from servescope import __version__
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
+from servescope.core.results import figure
 from servescope.core.textsafe import clean_text
-from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct
+from servescope.sessions.compare import Comparison, compare_sessions, fmt_pct
 from servescope.sessions.meta import meta_of_table
 from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
 from servescope.sessions.store import Session, load_session, toml_clean
@@ -226,7 +227,7 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
     cell gives a figure an interval (no per-request data)."""
     figures = tuple(dict.fromkeys(t.figure for t in thresholds))
     comp: Comparison = compare_sessions([baseline, candidate], slos=slos,
-                                        metrics=tuple(MetricSpec.of(f) for f in figures), min_effect=min_effect)
+                                        metrics=tuple(figure(f) for f in figures), min_effect=min_effect)
     if comp.no_common:  # sessions holding quality results compare without a common cell: a gate needs one
         raise ServescopeError(comp.no_common.replace("Only their quality is compared.", "").strip()
                               + " Gate sessions that ran the same workloads and concurrencies.")

@@ -36,9 +36,11 @@ __all__ = ["PLAN_COLUMNS", "SCHEMA_VERSION", "SESSION_STATUSES", "GpuTable", "Im
            "TargetMeta", "TelemetryTable", "TuneBest", "TuneDim", "TuneMeta", "TunePrediction", "TuneRunnerUp",
            "TuneRunning", "TuneStep", "damaged", "migrate_v1", "read_meta"]
 
+# 5: cells.parquet's summary columns named by their figure keys (`ttft_ms.p50`, `server.preemptions`: the one spelling
+# of a figure, core.results.summary_columns; older: `ttft_ms_p50`, migrated when read);
 # 4: each cell's plan stored once, in [[cells]] (no [load] table, no plan columns in cells.parquet);
 # 3: each distribution's `n` in the cells' summaries; 2: the [sweep] table; older ones read as they are
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # what session.toml's `status` may say (a runner that died while `running` reads as interrupted; "unknown": a file
 # that says nothing)
 SESSION_STATUSES = ("running", "completed", "interrupted", "failed")

@@ -25,7 +25,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Unpack
 
@@ -38,7 +38,7 @@ from servescope.core.cost import with_cost
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.prices import prices_of_meta
 from servescope.core.quality import QualityResult
-from servescope.core.results import CellResult
+from servescope.core.results import CellResult, ColumnValue, summary_columns
 from servescope.core.secrets import redact_meta
 from servescope.core.textsafe import clean_text, slug
 from servescope.sessions.live import BUS_FILES, RunnerState, runner_state, write_failed
@@ -143,24 +143,6 @@ def new_session_dir(base: Path | None, name: str) -> Path:
     return d
 
 
-def _flatten(summary: Mapping[str, object]) -> dict[str, object]:
-    """The summary's columns in cells.parquet (`ttft_ms_p50`, ...) beside its full `summary_json`. Of a cell's
-    `quality` only the figures (`quality_accuracy`, `quality_n`, ...): its per-task table, keyed by task names
-    that differ from cell to cell (and may be empty, which Parquet cannot hold), stays in summary_json."""
-    row: dict[str, object] = {}
-    for k, v in summary.items():
-        if isinstance(v, dict) and k not in ("input_tokens_mismatch", "server"):
-            for sk, sv in v.items():
-                if k == "quality" and not isinstance(sv, (int, float, str, bool)):
-                    continue
-                row[f"{k}_{sk}"] = sv
-        elif isinstance(v, (int, float, str, bool)) or v is None:
-            row[k] = v
-    return row
-
-
-summary_columns = _flatten
-
 _PLAN_KEYS = frozenset(k for k, _ in PLAN_COLUMNS) - {"index"}
 _POLARS_TYPES: dict[type, type[pl.DataType]] = {int: pl.Int64, float: pl.Float64, str: pl.Utf8}
 
@@ -172,14 +154,39 @@ def _index(row: Mapping[str, object]) -> int:
     return idx
 
 
-def _plan_part(row: Mapping[str, object]) -> dict[str, object]:
+def _plan_part(row: Mapping[str, object]) -> Mapping[str, object]:
     """What a cell's row says about what was asked (its [[cells]] entry in session.toml)."""
     return {k: v for k, v in row.items() if k in _PLAN_KEYS}
 
 
-def _measured_part(row: Mapping[str, object]) -> dict[str, object]:
-    """What a cell's row says about what was measured (its row in cells.parquet): all but the plan."""
-    return {k: v for k, v in row.items() if k not in _PLAN_KEYS}
+_ROW_KEYS = ("index", "status", "reason", "summary_json")
+
+
+@dataclass(frozen=True)
+class StoredCell:
+    """A cell's row in cells.parquet: what was measured (its plan is its [[cells]] entry): its index, status and
+    why, its summary as `summary_json` (CellResult.to_dict(); None: a skipped cell) and that summary's figures as
+    columns named by their figure keys (`ttft_ms.p50`: core.results.summary_columns)."""
+
+    index: int
+    status: str = "done"
+    reason: str = ""
+    columns: Mapping[str, ColumnValue] = field(default_factory=dict)
+    summary_json: str | None = None
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, object]) -> StoredCell:
+        """A row as a caller gives it (a cell's plan, status and reason) or as cells.parquet holds it: its plan
+        left out (that is the [[cells]] entry's), any other plain value kept as a column."""
+        status, reason, js = row.get("status"), row.get("reason"), row.get("summary_json")
+        return cls(_index(row), status if isinstance(status, str) else "done", reason if isinstance(reason, str) else "",
+                   {k: v for k, v in row.items() if k not in _PLAN_KEYS and k not in _ROW_KEYS
+                    and (v is None or isinstance(v, (str, int, float, bool)))},
+                   js if isinstance(js, str) else None)
+
+    def row(self) -> dict[str, ColumnValue]:
+        return {"index": self.index, "status": self.status, "reason": self.reason, **self.columns,
+                **({"summary_json": self.summary_json} if self.summary_json is not None else {})}
 
 
 def join_plan(cells: pl.DataFrame, planned: list[PlannedCell]) -> pl.DataFrame:
@@ -215,7 +222,7 @@ class SessionWriter:
 
     path: Path
     meta: SessionMeta  # session.toml as it is written
-    cell_rows: list[dict[str, object]] = field(default_factory=list)  # cells.parquet's rows
+    cell_rows: list[StoredCell] = field(default_factory=list)  # cells.parquet's rows
 
     @classmethod
     def create(cls, path: Path, meta: SessionMeta, exist_ok: bool = False) -> SessionWriter:
@@ -244,10 +251,7 @@ class SessionWriter:
         this one first (its cells' plans moved into [[cells]], its [load] table dropped) and saved so, before
         anything is added to it: a session on disk is always one schema, whole."""
         s = load_session(path)
-        rows = s.cells.drop("summary_json").to_dicts() if "summary_json" in s.cells.columns else s.cells.to_dicts()
-        if "summary_json" in s.cells.columns:
-            for r, js in zip(rows, s.cells["summary_json"].to_list(), strict=True):
-                r["summary_json"] = js
+        rows = s.cells.to_dicts()
         try:
             (s.path / "requests").mkdir(exist_ok=True)
         except OSError as e:
@@ -258,7 +262,7 @@ class SessionWriter:
             for r in rows:
                 w._merge_plan(_index(r), _plan_part(r))
             w.meta = msgspec.structs.replace(w.meta, schema_version=SCHEMA_VERSION)
-        w.cell_rows = [_measured_part(r) for r in rows]
+        w.cell_rows = [StoredCell.of_row(r) for r in rows]
         if upgrade:  # the plans first: the file's own columns still stand
             w.save_meta()
             _atomic_parquet(w.path / "cells.parquet", w._cells_frame())
@@ -325,18 +329,17 @@ class SessionWriter:
                             requests.with_columns(cell=pl.lit(idx)))
         # session.toml promises the requests file (load checks)
         self._merge_plan(idx, _plan_part(plan_row), requests_file=requests is not None and not suffix)
-        row = _measured_part(plan_row)
+        row = StoredCell.of_row(plan_row)
         if summary is not None:
             summary = with_cost(summary, prices_of_meta(self.meta))  # --price / --gpu-hour (core/cost.py)
             d = summary.to_dict()
-            row.update(_flatten(d))
-            row["summary_json"] = json.dumps(d, default=str)
-        self.cell_rows = [r for r in self.cell_rows if r["index"] != idx] + [row]
+            row = replace(row, columns={**row.columns, **summary_columns(d)}, summary_json=json.dumps(d, default=str))
+        self.cell_rows = [r for r in self.cell_rows if r.index != idx] + [row]
         _atomic_parquet(self.path / "cells.parquet", self._cells_frame())
-        self.set_cell_status(idx, str(row.get("status", "done")), str(row.get("reason", "")))
+        self.set_cell_status(idx, row.status, row.reason)
 
     def _cells_frame(self) -> pl.DataFrame:
-        return pl.DataFrame(self.cell_rows, infer_schema_length=None)
+        return pl.DataFrame([r.row() for r in self.cell_rows], infer_schema_length=None)
 
     def write_quality(self, result: QualityResult, settings: QualityMeta) -> None:
         """Persist the quality probe's results as quality.json, then its settings (tasks, contexts, n, top_k,
@@ -476,6 +479,8 @@ def load_session(path: str | Path) -> Session:
         raise damaged(cells_path, e) from None
     if cells.height and "index" not in cells.columns:
         raise damaged(cells_path, ValueError("no index column"))
+    if meta.schema_version < 5 and "summary_json" in cells.columns:
+        cells = _figure_columns(cells, cells_path)
     if meta.schema_version >= 4:  # each cell's plan is in session.toml: every row needs one
         planned = {c.index for c in meta.cells}
         lost = [i for i in (cells["index"].to_list() if cells.height else []) if i not in planned]
@@ -489,6 +494,22 @@ def load_session(path: str | Path) -> Session:
     s = Session(p, meta, cells)
     _check_requests_promised(s, s.summaries())
     return s
+
+
+def _figure_columns(cells: pl.DataFrame, where: Path) -> pl.DataFrame:
+    """cells.parquet of schema 4 or older, its summary columns named by their figure keys as schema 5 names them
+    (`ttft_ms_p50` -> `ttft_ms.p50`, a nested part once a struct column -> `server.preemptions`), from each row's
+    summary_json: the columns were always copies of it. The file is rewritten only when the session is written
+    again (resume)."""
+    keep = [c for c in cells.columns if c in _ROW_KEYS or c in _PLAN_KEYS]
+    try:
+        figures = [summary_columns(s.to_dict()) if (s := CellResult.from_json(js)) is not None else {}
+                   for js in cells["summary_json"].to_list()]
+        frame = pl.DataFrame(figures, infer_schema_length=None) if any(figures) else None
+    except _DECODE_ERRORS as e:  # a summary whose figures do not make columns: damaged
+        raise damaged(where, e) from None
+    base = cells.select([c for c in keep if c != "summary_json"])
+    return pl.concat([base, *([frame] if frame is not None else []), cells.select("summary_json")], how="horizontal")
 
 
 def _check_rows_promised(p: Path, meta: SessionMeta, cells: pl.DataFrame) -> None:

@@ -83,7 +83,7 @@ def test_the_cost_is_stored_with_the_cell_and_read_back() -> None:
     d = r.to_dict()
     assert set(d["cost"]) == {"usd_per_1m_output_tokens", "usd_per_1m_total_tokens", "basis"}
     back = CellResult.from_dict(d)
-    assert back.cost == r.cost and back.value("cost", "usd_per_1m_output_tokens") == pytest.approx(10.0)
+    assert back.cost == r.cost and back.value("cost.usd_per_1m_output_tokens") == pytest.approx(10.0)
     assert "cost" not in _cell().to_dict()  # none: left out, as before
     kept = CellCost(usd_per_1m_output_tokens=1.0, basis="given")
     assert with_cost(CellResult(cost=kept), Prices(gpu_usd_per_hour=3.6)).cost is kept

@@ -18,8 +18,10 @@ from servescope.core.results import (
     GpuWindow,
     ServerWindow,
     TelemetryWindow,
+    figure,
     metric_better,
     metric_label,
+    summary_columns,
 )
 from servescope.core.slo import SLO_KEYS, lower_bound
 from servescope.core.telemetry import MetricsSampler, server_delta
@@ -83,10 +85,10 @@ def test_typed_fields() -> None:
     assert cs.server is not None and cs.server.kv_cache_tokens == 1600.0
     assert cs.gpu is not None and cs.gpu.per_gpu[0].name == "NVIDIA H200"
     assert cs.telemetry is not None and cs.telemetry.available is False
-    assert cs.value("ttft_ms", "p50") == cs.ttft_ms.p50 == cs.value("ttft_ms.p50")
+    assert cs.ttft_ms.p50 == cs.value("ttft_ms.p50")
     assert cs.value("output_tok_s") == cs.output_tok_s
-    assert cs.value("server", "ttft_ms_mean") == pytest.approx(100.0)
-    assert cs.value("nope") is None and cs.value("ttft_ms", "p42") is None and cs.value("errors") is None
+    assert cs.value("server.ttft_ms_mean") == pytest.approx(100.0)
+    assert cs.value("nope") is None and cs.value("ttft_ms.p42") is None and cs.value("errors") is None
 
 
 def test_older_or_partial_summaries_read_with_defaults() -> None:
@@ -135,3 +137,26 @@ def test_metrics_table_drives_labels_directions_formulas() -> None:
     assert {k for k in SLO_KEYS if lower_bound(k)} == {"per_user_tok_s"}
     assert {k: m.formula for k, m in METRICS.items() if m.formula} == FORMULAS
     assert set(DIST_KEYS) <= set(FORMULAS)
+
+
+def test_a_figure_is_spelled_once() -> None:
+    """Every figure the declaration names reads under one key everywhere: the column cells.parquet and the CSV hold
+    (summary_columns), what compare, gate and the app read (CellResult.value), and its label and direction."""
+    cs = CellResult.from_dict(_full())
+    columns = summary_columns(cs.to_dict())
+    keys = [k for k, m in METRICS.items() if not m.stats] + [f"{k}.{st}" for k, m in METRICS.items() for st in m.stats]
+    for key in keys:
+        f = figure(key)
+        assert f.key == key and f.label == metric_label(key) and f.better == (metric_better(key) or "neutral")
+        if key in columns and isinstance(columns[key], (int, float)) and math.isfinite(float(columns[key])):
+            assert f.value(cs) == pytest.approx(columns[key]), key
+    assert {"ttft_ms.p50", "itl_ms.p99", "server.preemptions", "input_tokens_mismatch.max_abs", "gpu.energy_wh"} <= set(columns)
+    assert not any("_p50" in k for k in columns)  # never `ttft_ms_p50`: one spelling
+    assert figure("ttft_ms.p50").label == "TTFT p50 ms" and figure("cost.usd_per_1m_output_tokens").better == "lower"
+
+
+@pytest.mark.parametrize(("key", "why"), [("nope", "unknown figure 'nope'"), ("ttft_ms.p42", "ttft_ms needs one of"),
+                                          ("output_tok_s.p50", "output_tok_s has no statistic")])
+def test_a_figure_that_is_not_declared_says_why(key: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        figure(key)

@@ -150,10 +150,10 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     # boundaries): at c=8, 2 sequences in a batch make 6 requests wait for a whole reply before they are scheduled;
     # 8 do not. (Timings such as TTFT say the same on a quiet machine but move with a busy 2-core box, and its
     # sampled running gauge is not reliable: a busy CPU vLLM may answer a scrape only after the cell ended.)
-    queue = {(r["server_variant"], r["concurrency"]): summary.value("server", "queue_ms_mean")
+    queue = {(r["server_variant"], r["concurrency"]): summary.value("server.queue_ms_mean")
              for r, summary in zip(s.cells.to_dicts(), s.summaries(), strict=True) if summary is not None}
     two, eight = queue[("--max-num-seqs 2", 8)], queue[("--max-num-seqs 8", 8)]
-    running = {(r["server_variant"], r["concurrency"]): r["telemetry_running_max"] or 0 for r in cells.to_dicts()}
+    running = {(r["server_variant"], r["concurrency"]): r["telemetry.running_max"] or 0 for r in cells.to_dicts()}
     # The client shares 2 cores with CPU vLLM and its loop lags by seconds here (its health says `bound`, before
     # this change too): a stall can deliver a c=8 cell's requests to max-num-seqs 2 a few at a time, with no queue.
     # Then the running gauge shows the other variant's higher limit at work: either server-side sign will do.
@@ -162,5 +162,5 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
         two, eight, running)
     for cell in cells.to_dicts():  # a gauge sample, when one landed in the cell, never above the variant's limit
         limit = 2 if cell["server_variant"] == "--max-num-seqs 2" else 8
-        assert (cell["telemetry_running_max"] or 0) <= limit
+        assert (cell["telemetry.running_max"] or 0) <= limit
     assert not _pids_listening_on(port)  # servescope stopped what it launched

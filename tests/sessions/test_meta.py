@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any, get_type_hints
 
+import polars as pl
 import pytest
 
 from servescope.core.errors import ServescopeError
 from servescope.sessions.importers import import_files
-from servescope.sessions.meta import ImportMeta, MetaUpdate, SessionMeta, meta_of_table
-from servescope.sessions.store import load_session
+from servescope.sessions.meta import (
+    SCHEMA_VERSION,
+    ImportMeta,
+    MetaUpdate,
+    SessionMeta,
+    meta_of_table,
+    read_meta,
+)
+from servescope.sessions.store import SessionWriter, load_session
 from servescope.sessions.views import PlannedLoad, planned_load
 from tests.support.meta import stored
 
@@ -120,3 +129,22 @@ def _lost(raw: object, typed: object, at: str = "") -> list[str]:
             return [at]
         return [w for i, (a, b) in enumerate(zip(raw, typed, strict=True)) for w in _lost(a, b, f"{at}[{i}]")]
     return [] if raw == typed and type(raw) is type(typed) else [f"{at}: {raw!r} -> {typed!r}"]
+
+
+def test_cells_parquet_names_each_figure_by_its_key(tmp_path: Path) -> None:
+    """A figure has one spelling: cells.parquet's column is its key (`ttft_ms.p50`), as in the CSV and --fail-on;
+    an old session's columns (`ttft_ms_p50`) are read under those names, and rewritten so when it is resumed."""
+    path = build_session(tmp_path, SessionSpec("a", [CellSpec("sharegpt", 1)]))
+    on_disk = pl.read_parquet(path / "cells.parquet")
+    (summary,) = load_session(path).summaries()
+    assert summary is not None and on_disk["ttft_ms.p50"].to_list() == [summary.value("ttft_ms.p50")]
+    assert not any(c.endswith("_p50") for c in on_disk.columns), on_disk.columns
+    old = tmp_path / "old"
+    shutil.copytree(Path(__file__).parent / "old" / "v2" / "gptq", old)
+    assert "ttft_ms_p50" in pl.read_parquet(old / "cells.parquet").columns  # as servescope 0.1 wrote it
+    s = load_session(old)
+    assert "ttft_ms_p50" not in s.cells.columns and s.cells["ttft_ms.p50"].to_list() == [
+        x.value("ttft_ms.p50") if x is not None else None for x in s.summaries()]
+    SessionWriter.open(old)  # resumed: brought to this schema on disk
+    assert "ttft_ms.p50" in pl.read_parquet(old / "cells.parquet").columns
+    assert read_meta(old / "session.toml").schema_version == SCHEMA_VERSION

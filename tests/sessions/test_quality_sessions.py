@@ -219,8 +219,8 @@ def test_cell_quality_round_trips_and_reaches_cells_parquet(tmp_path: Path) -> N
     assert CellResult.from_dict(summ[1].to_dict()) == summ[1]
     assert "quality" not in CellResult.from_dict({"requests_ok": 1}).to_dict()  # absent stays absent
     cells = pl.read_parquet(p / "cells.parquet")
-    assert cells["quality_accuracy"].to_list() == [0.0, 0.9] and cells["quality_n"].to_list() == [0, 50]
-    assert "quality_tasks" not in cells.columns  # kept whole in summary_json only
+    assert cells["quality.accuracy"].to_list() == [0.0, 0.9] and cells["quality.n"].to_list() == [0, 50]
+    assert cells["quality.tasks.retrieval@1K.correct"].to_list() == [None, 25]  # each figure by its key
     lq = load_quality(summ[1])
     assert lq is not None and lq.score.correct == 45 and lq.tasks["retrieval@1K"].n == 25
     md = render_report(s)
