@@ -51,7 +51,8 @@ from servescope.engine.plan import (
     prompts_to_build,
 )
 from servescope.engine.quality import QualityMixer
-from servescope.engine.server import ServerManager, Servers
+from servescope.engine.server import ServerManager, Servers, launched_startup
+from servescope.engine.serving import PrefixReset, serving_specs, startup_text
 from servescope.engine.sessionmeta import NewSessionMeta, ran_with, session_meta
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
@@ -153,6 +154,7 @@ class _Sweep:
         self.calibration_note = ""  # what the calibration found (or why it could not calibrate)
         self.eos_refused = ""  # the server refused ignore_eos (its 400's text): dropped for the rest of the sweep
         self.no_usage_stats = False  # the server refused continuous_usage_stats: not sent again
+        self.prefix_reset = PrefixReset(ctx.api_key) if spec.reset_prefix_cache else None
 
     def _stopping(self) -> bool:
         return self.control.stopping
@@ -223,13 +225,14 @@ class _Sweep:
             else:
                 self.sink = self.sinks.create(path, self._meta(name, target, self.tok), exist_ok=bool(spec.launch))
             self._note_lengths()
+            started = self._note_startup("the server")
             tele = await self._start_telemetry()
         except BaseException:
             await self._close()
             raise
         sink = self.sink
         yield SweepStarted(path, self.cells, target, self.model, self.tok.name)
-        for ev in tele:
+        for ev in [*started, *tele]:
             yield ev
         if spec.quality_share > 0:
             self.mixer = QualityMixer(self.servers.url, self.minfo, ctx.api_key, spec.quality_share, spec.seed)
@@ -311,8 +314,19 @@ class _Sweep:
         sink.add_event("server_launched", f"variant {cell.variant + 1}: {redact_command(cell.variant_args)}")
         sink.set_variant_args(cell.variant, self.servers.server_args() or {})
         sink.save_meta()
+        for ev in self._note_startup(f"variant {cell.variant + 1}'s server"):
+            yield ev
         for ev in await self._start_telemetry():
             yield ev
+
+    def _note_startup(self, what: str) -> list[Event]:
+        """A launched server's cold start (engine/startup.py): in the session's events, and said."""
+        st = launched_startup(self.servers)
+        if st is None or self.sink is None or not self.spec.launch:
+            return []
+        line = startup_text(what, st)
+        self.sink.add_event("server_started", line)
+        return [Notice("info", line)]
 
     async def _run_cell(self, cell: Cell, path: Path, failed: list[str]) -> AsyncIterator[Event]:
         """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs). When
@@ -331,15 +345,24 @@ class _Sweep:
             except httpx.HTTPError as e:
                 raise ServescopeError(f"lost {self.label} while building prompts: "
                                       f"{clean_text(str(e)) or type(e).__name__}") from None
-            specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
-                     for p in prompts]
+            specs = serving_specs(cell.workload, cell.prompt_key, [
+                RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
+                for p in prompts])
+            reset = None
+            if self.prefix_reset is not None:  # --reset-prefix-cache: the cell starts from an empty prefix cache
+                reset = await self.prefix_reset.before_cell(self.servers.url)
+                if self.prefix_reset.notice:
+                    yield Notice("warning", self.prefix_reset.notice)
+                    sink.add_event("prefix_cache_not_reset", self.prefix_reset.notice)
+                    self.prefix_reset.notice = ""
             yield CellStarted(cell, len(self.cells))
             opts = self._options()
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
                               sink=sink, target=self.target, servers=self.servers, telemetry=self.telemetry,
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
                               ran_with=self._ran_with(), mixer=self.mixer,
-                              prices=Prices(spec.price, spec.gpu_hour, spec.electricity_price))
+                              prices=Prices(spec.price, spec.gpu_hour, spec.electricity_price),
+                              prefix_reset=reset, startup=launched_startup(self.servers) if spec.launch else None)
             lost = False
             measured = specs[warm_prompts(cell.warmup):] or specs
             async for ev in run.events():
@@ -366,6 +389,8 @@ class _Sweep:
                                      f"{cell.index + 1} ({cell.label})")
                 await self._connect()
                 self.tok = await self._tokenizer()
+                for ev in self._note_startup("the relaunched server"):
+                    yield ev
                 continue
             waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
             if self.control.stopping:
