@@ -13,8 +13,8 @@ BASE = "base"  # the key of the base model's requests in a cell that mixes adapt
 
 
 def adapter_figures(df: pl.DataFrame, wall_s: float) -> dict[str, AdapterFigures] | None:
-    """{adapter: figures} over the cell's measured (non-warmup) ok requests, in the order adapters first appear;
-    None when no request named an adapter."""
+    """{adapter: figures} over the cell's measured (non-warmup) ok requests, the most requested first (ties in the
+    order they first appear); None when no request named an adapter."""
     if "adapter" not in df.columns or df.is_empty():
         return None
     rows = df.filter(~pl.col("warmup"))
@@ -28,4 +28,4 @@ def adapter_figures(df: pl.DataFrame, wall_s: float) -> dict[str, AdapterFigures
         out[name or BASE] = AdapterFigures(requests=mine.height,
                                            output_tok_s=int(mine["output_tokens"].sum() or 0) / wall,
                                            ttft_ms=describe(mine["ttft_ms"]), tpot_ms=describe(mine["tpot_ms"]))
-    return out
+    return dict(sorted(out.items(), key=lambda kv: -kv[1].requests))  # sorted() is stable: ties keep their order

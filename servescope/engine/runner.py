@@ -52,7 +52,7 @@ from servescope.engine.plan import (
 )
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, Servers, launched_startup
-from servescope.engine.serving import PrefixReset, serving_specs, startup_text
+from servescope.engine.serving import PrefixReset, block_sized, serving_specs, startup_text
 from servescope.engine.sessionmeta import NewSessionMeta, ran_with, session_meta
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
@@ -340,8 +340,10 @@ class _Sweep:
                 if cell.workload.kind == "trace":  # the trace's requests, in its order, sharing its blocks
                     prompts = await trace_prompts(workload_trace(cell.workload), self.tok, cell.seed,
                                                   chat=cell.workload.api == "chat")
-                else:
-                    prompts = await build_prompts(cell.workload, prompts_to_build(cell), cell.prompt_key, self.tok)
+                else:  # a prefix-cache target's shared prefix in the server's whole KV blocks (engine/serving.py)
+                    kv = sink.meta.get("kv_budget")
+                    workload = block_sized(cell.workload, kv.get("block_size") if isinstance(kv, dict) else None)
+                    prompts = await build_prompts(workload, prompts_to_build(cell), cell.prompt_key, self.tok)
             except httpx.HTTPError as e:
                 raise ServescopeError(f"lost {self.label} while building prompts: "
                                       f"{clean_text(str(e)) or type(e).__name__}") from None

@@ -55,6 +55,22 @@ def serving_specs(workload: Workload, prompt_key: str, specs: Sequence[RequestSp
                                 spec_acceptance=workload.spec_acceptance) for s, a in zip(specs, picks, strict=True)]
 
 
+def block_sized(w: Workload, block_size: object) -> Workload:
+    """A workload aiming at a prefix-cache hit rate, its shared prefix rounded to the server's KV blocks (vLLM
+    caches whole blocks: 16 tokens on GPUs, 128 on its CPU build), so the prompts share what the cache can hit;
+    as it is without a target or a known block size."""
+    if w.prefix_cache_hit_rate is None or not isinstance(block_size, (int, float)) or block_size < 1:
+        return w
+    block = int(block_size)
+    inp = w.input_tokens
+    mean_in = inp.value if inp.dist == "fixed" else (inp.mean if inp.dist == "normal" else (inp.min + inp.max) / 2)
+    lowest = inp.value if inp.dist == "fixed" else inp.min
+    prefix = round(w.prefix_cache_hit_rate * mean_in / block) * block
+    while prefix >= lowest and prefix > 0:
+        prefix -= block
+    return dataclasses.replace(w, prefix_tokens=max(prefix, 0))
+
+
 class PrefixReset:
     """`--reset-prefix-cache`: empty the server's prefix cache before each cell, where it offers
     `POST /reset_prefix_cache` (vLLM does with VLLM_SERVER_DEV_MODE=1, the simulator always). `before_cell()` says

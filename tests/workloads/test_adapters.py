@@ -3,6 +3,7 @@ workloads/spec.py): the TOML forms, one-line errors, the draw of each prompt's a
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -66,3 +67,15 @@ def test_a_prefix_cache_target_sizes_the_shared_prefix(tmp_path: Path) -> None:
     d = w.to_dict()
     assert "prefix_tokens" not in d and d["prefix_cache_hit_rate"] == 0.5
     assert Workload.from_dict(d) == w
+
+
+def test_the_docs_workloads_load(tmp_path: Path) -> None:
+    """docs/speculation.md's workload files load as written."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "speculation.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
+    names = []
+    for i, block in enumerate(blocks):
+        f = tmp_path / f"w{i}.toml"
+        f.write_text(block)
+        names += [w.name for w in load_toml(f)]
+    assert names == ["chat-spec", "one-adapter", "ten-adapters", "rag-half"]
