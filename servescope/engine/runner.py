@@ -320,13 +320,11 @@ class _Sweep:
             yield ev
 
     def _note_startup(self, what: str) -> list[Event]:
-        """A launched server's cold start (engine/startup.py): in the session's events, and said."""
+        """A launched server's cold start (engine/startup.py), said; every cell it serves carries it."""
         st = launched_startup(self.servers)
-        if st is None or self.sink is None or not self.spec.launch:
+        if st is None or not self.spec.launch:
             return []
-        line = startup_text(what, st)
-        self.sink.add_event("server_started", line)
-        return [Notice("info", line)]
+        return [Notice("info", startup_text(what, st))]
 
     async def _run_cell(self, cell: Cell, path: Path, failed: list[str]) -> AsyncIterator[Event]:
         """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs). When

@@ -67,8 +67,6 @@ def test_speculation_on_and_off_cross_over_at_a_load(tmp_path: Path) -> None:
     for c in cells:
         st = c["startup"]
         assert 0 < st["healthy_s"] <= st["first_token_s"], st
-    events = [e for e in session.meta.get("events", []) if e.get("kind") == "server_started"]
-    assert len(events) == 2 and all("healthy after" in e["text"] for e in events)
 
 
 @pytest.mark.slow  # two cells of 96 requests in real time: about 15 s
