@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "--spec-acceptance, else the method's typical rate")
     sd.add_argument("--spec-acceptance", type=_rate, default=None, metavar="P",
                     help="with --speculative-config: a drafted token's acceptance when the request does not say "
-                         "(default: 0.5 for ngram, 0.7 for a model-based method)")
+                         "(default: 0.5 for ngram and suffix, 0.7 for a model-based method)")
     sd.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (--lora-modules)")
     sd.add_argument("--lora-modules", nargs="+", action="extend", default=None, metavar="NAME=PATH",
                     help="adapters requests name as their model, as vLLM takes them (PATH is not read)")

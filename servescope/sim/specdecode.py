@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 # vLLM 0.32's methods (vllm/config/speculative.py); "draft_model" when a "model" is given without a method
 METHODS = ("ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp", "draft_model", "suffix")
 # acceptance of a drafted token when neither the request nor the profile says (typical published figures)
-DEFAULT_ACCEPTANCE = {"ngram": 0.5, "suffix": 0.5, "medusa": 0.55, "mlp_speculator": 0.55}
+DEFAULT_ACCEPTANCE = {"ngram": 0.5, "suffix": 0.5}
 DEFAULT_MODEL_ACCEPTANCE = 0.7
 # the proposer's GPU time per drafted token, as a share of the target model's decode step of the same batch
 DRAFT_COST = {"ngram": 0.0, "suffix": 0.0, "eagle": 0.06, "eagle3": 0.07, "mtp": 0.06, "medusa": 0.03,
