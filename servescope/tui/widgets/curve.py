@@ -159,6 +159,7 @@ class ChartSpec:
     notes: tuple[tuple[str, str], ...] = ()  # (text, style) after the legend: knee, SLO capacity
     vlines: tuple[tuple[int, str, str], ...] = ()  # (x category index, style, glyph: ┊), where no data is
     empty: str = "waiting for the first finished cell…"
+    title_short: str = ""  # the title where the whole one does not fit (it leaves out a hint, never the metric)
 
 
 MARKERS = set("■□◆◇●○▼▽×x+∔")
@@ -188,7 +189,8 @@ def draw_chart(spec: ChartSpec, width: int, height: int, mono: bool = False) -> 
 def _draw_chart(spec: ChartSpec, width: int, height: int, mono: bool) -> Text:
     width = max(20, width)
     out = Text()
-    out.append(ellipsize(spec.title, width), style="bold")
+    title = spec.title if len(spec.title) <= width or not spec.title_short else spec.title_short
+    out.append(ellipsize(title, width), style="bold")
     # legend items: marker + label, then the notes; wrapped onto two lines (a short chart: one, the series' short
     # labels if that makes them fit), and one line more rather than leave an item out
     max_lines = 2 if height >= 10 else 1  # a short chart keeps its rows for the data
@@ -437,6 +439,7 @@ class OverlayCurve(Chart):
 
     series: reactive[tuple[tuple[str, tuple[OverlayPoint, ...]], ...]] = reactive(tuple)
     title: reactive[str] = reactive("")
+    title_short: reactive[str] = reactive("")  # where the title does not fit: the metric and the workload
     x_kind: reactive[str] = reactive("users")  # "users" (concurrency) or "req/s" (rate)
 
     def spec(self) -> ChartSpec:
@@ -456,7 +459,8 @@ class OverlayCurve(Chart):
         notes = ((self._bound_note(hollow, out), ""),) if hollow else ()
         rate = self.x_kind == "req/s"
         labels = tuple((f"{x:g}/s" if rate else f"c={x:g}") for x in xs)
-        return ChartSpec(self.title, labels, self.x_kind, tuple(out), notes, empty="no finished cells of this workload")
+        return ChartSpec(self.title, labels, self.x_kind, tuple(out), notes, empty="no finished cells of this workload",
+                         title_short=self.title_short)
 
     def _bound_note(self, hollow: str, series: Sequence[Series]) -> str:
         """The legend's word for the hollow points: whole where it fits beside the sessions' names (one legend line
