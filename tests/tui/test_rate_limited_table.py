@@ -76,7 +76,8 @@ async def test_the_ok_fail_column_counts_429s_once_a_cell_has_any(home: Path) ->
 
 
 async def test_the_progress_line_shortens_its_429_count_at_80_columns(home: Path) -> None:
-    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
+    # a fixed clock: the cell's time runs on between the engine's batches, and the line is read whole
+    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"), clock=lambda: 1000.0)
     async with app.run_test(size=(80, 24)) as pilot:
         app.switch_mode("run")
         await pilot.pause()
