@@ -26,8 +26,10 @@ from functools import partial
 from typing import TypeVar
 
 from textual import events
+from textual import messages as internal
 from textual.app import App
 from textual.dom import DOMNode
+from textual.message import Message
 from textual.message_pump import MessagePump
 from textual.timer import Timer
 from textual.widgets import Input
@@ -39,6 +41,17 @@ MAX_WAITS = 4  # times a marker lets a widget's newer messages go first before i
 STUCK_S = 0.5  # a marker that has not moved between two looks this far apart lets the waiting keys go
 
 Typed = events.Key | events.Paste
+
+
+def caused(pump: MessagePump) -> bool:
+    """Whether `pump` has a widget's message waiting (a Button's Pressed, an Input's Submitted: what a key may have
+    caused, and whose handler may move the focus or open a screen); Textual's own events and repaint messages
+    (Blur, Focus, a timer, Update, Layout) change nothing a key is sent to."""
+    queue = getattr(pump._message_queue, "_queue", None)  # asyncio.Queue's deque: read, never changed
+    if queue is None:
+        return pump.message_queue_size > 0
+    return any(isinstance(msg, Message) and not isinstance(msg, events.Event)
+               and type(msg).__module__ != internal.__name__ for msg in list(queue))
 
 
 class FormInput(Input):
@@ -141,18 +154,19 @@ class KeysInOrderApp(App[R]):
         if self._settling != token:
             return
         self._moves += 1
-        if path[i].message_queue_size and waits < MAX_WAITS:
-            self._walk(token, n, path, i, waits + 1, was)  # more came in meanwhile (the key's own): let it go first
+        if caused(path[i]) and waits < MAX_WAITS:
+            self._walk(token, n, path, i, waits + 1, was)  # the key made it post a message: let that go first
         else:
             self._walk(token, n, path, i + 1, 0, was)
 
     def _round_done(self, token: int, n: int, path: list[MessagePump],
                     was: tuple[DOMNode | None, DOMNode | None]) -> None:
-        """The marker is back at the App: go round again if the key moved the focus or the screen, or left
-        messages in a widget it passed."""
-        now, screen, focused = self._path()
-        widgets = [p for p in (*path, *now) if p is not self and p is not screen and p is not was[0]]
-        if ((screen, focused) != was or any(p.message_queue_size for p in widgets)) and n + 1 < MAX_ROUNDS:
+        """The marker is back at the App: go round again if the key changed the screen, or left a message in a
+        widget it passed (a focus moved within the screen needs no round: the keys after it are sent to the new
+        widget, behind its Focus)."""
+        _, screen, _ = self._path()
+        widgets = [p for p in path if p is not self and p is not was[0]]
+        if (screen is not was[0] or any(caused(p) for p in widgets)) and n + 1 < MAX_ROUNDS:
             self._round(token, n + 1)
         else:
             self._settled(token)
