@@ -10,12 +10,14 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Required, TextIO, TypedDict
 
 from servescope.cli.common import api_key_from, check_writable_session, resolve_session
+from servescope.cli.serving import serving_json, serving_lines
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
@@ -38,6 +40,7 @@ from servescope.engine.runner import (
     SweepStarted,
     run_sweep,
 )
+from servescope.engine.serving import sim_serving_args
 from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.sessions import stats
@@ -96,6 +99,15 @@ class CellRow(TypedDict, total=False):
     turns: list[dict[str, object]]
     conversations: dict[str, object]
     quality: dict[str, object]
+    # the serving figures (cli/serving.py ServingJson): spec_decode and adapters null without them, prefix_cache_reset
+    # always, prefix_cache_target when the workload aims at a hit rate, startup for a launched server, energy with NVML
+    spec_decode: dict[str, float | None] | None
+    adapters: dict[str, dict[str, object]] | None
+    prefix_cache_reset: bool
+    lora_server: dict[str, object]
+    prefix_cache_target: float
+    startup: dict[str, object]
+    energy: dict[str, float | None]
 
 
 class Figure(TypedDict):
@@ -151,6 +163,7 @@ def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
         row["quality"] = s.quality.to_dict()
     if s.cost is not None:
         row["cost"] = s.cost.to_dict()
+    row.update(serving_json(s))  # type: ignore[typeddict-item]  # ServingJson's keys are CellRow's
     return row
 
 
@@ -338,6 +351,7 @@ def format_cell(ev: Any, total: int) -> str:
                      f"complete ones took p50 {_f(cv.duration_s.p50, 2)} s, p90 {_f(cv.duration_s.p90, 2)} s")
     if s.quality is not None:
         lines.append(f"  quality under load: {quality_text(s.quality)}")
+    lines.extend(serving_lines(s))
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
@@ -390,13 +404,14 @@ class _Progress:
             self.out.flush()
 
 
-def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | None]:
-    """sim://PROFILE starts the built-in simulator for the duration of the command: (the URL to talk to, the
-    label the session stores, `sim://PROFILE`; None for any other URL)."""
+def open_target(url: str, stack: ExitStack, err: TextIO, sim_args: Sequence[str] = ()) -> tuple[str, str | None]:
+    """sim://PROFILE starts the built-in simulator for the duration of the command, with `sim_args` (the LoRA
+    adapters the sweep's workloads name: engine/serving.py sim_serving_args): (the URL to talk to, the label the
+    session stores, `sim://PROFILE`; None for any other URL)."""
     profile = sim_profile(url)
     if profile is None:
         return url, None
-    handle = start_simulator(profile)
+    handle = start_simulator(profile, sim_args)
     stack.callback(handle.stop)
     label = sim_label(profile)
     print(f"started the simulator ({label}) at {handle.url}", file=err)
@@ -421,7 +436,7 @@ def run_command(args: argparse.Namespace) -> int:
         return detach_command(spec, ctx, out)
     with ExitStack() as stack:
         if not spec.launch:
-            url, label = open_target(spec.url, stack, sys.stderr)
+            url, label = open_target(spec.url, stack, sys.stderr, sim_serving_args(spec.workloads))
             ctx = replace(ctx, url=url, target_label=label)
         return run_loop_for(spec, ctx, out, table_out, args.json)
 
@@ -608,7 +623,7 @@ def resume_command(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         ctx = RunContext(api_key=api_key_from(args, spec.api_key_env), resume=s.path)
         if not spec.launch:
-            real, label = open_target(spec.url, stack, sys.stderr)
+            real, label = open_target(spec.url, stack, sys.stderr, sim_serving_args(spec.workloads))
             ctx = replace(ctx, url=real, target_label=label)
         todo = [c for c in cells if c.status not in ("done", "skipped")]
         print(f"resuming {s.path}: {len(todo)} of {len(cells)} cells left", file=sys.stderr)

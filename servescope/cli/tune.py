@@ -24,6 +24,7 @@ from servescope.core.slo import slo_terms
 from servescope.core.textsafe import clean_text
 from servescope.engine.runner import discard_unmeasured
 from servescope.engine.spec import RunContext, SweepSpec
+from servescope.engine.specsearch import SPEC_TOKENS_FLAG, check_spec_search
 from servescope.engine.tune import Setting, Space, Step, Tuner, check_dims, design, parse_loads, parse_search
 from servescope.engine.tunemodel import TwinModel, fit_summary
 from servescope.engine.tunerun import (
@@ -53,8 +54,9 @@ def _known_flags(launch: str) -> tuple[str, object]:
     if ls.kind == "sim":
         flags = {o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")}
         flags -= {"--help", "--list", "--port", "--host", "--profile", "--log-level", "--exit-with-parent"}
-        return ls.kind, flags
-    return ls.kind, {"--" + k.replace("_", "-") for k in INTERESTING} - {"--served-model-name"}
+        return ls.kind, flags | {SPEC_TOKENS_FLAG}
+    # num-speculative-tokens: the --speculative-config JSON's (engine/specsearch.py)
+    return ls.kind, {"--" + k.replace("_", "-") for k in INTERESTING} - {"--served-model-name"} | {SPEC_TOKENS_FLAG}
 
 
 def _sim_problem(launch: str) -> str | None:
@@ -97,6 +99,8 @@ def tune_command(args: argparse.Namespace) -> int:
         kind, flags = _known_flags(spec.launch)
         check_dims(dims, lambda f: f in flags)  # type: ignore[operator]
         for d in dims:
+            if d.flag == SPEC_TOKENS_FLAG:
+                check_spec_search(spec.launch, d.values)
             if d.flag in ("--host", "--port", "--model", "--profile"):
                 raise ServescopeError(f"--search: {d.flag} is not a setting to tune; search a server flag such as "
                                       "max-num-seqs")

@@ -111,6 +111,11 @@ class RequestSpec:
     conversation: int = -1  # -1: a single-turn request
     turn: int = 0
     think_s: float = 0.0
+    model: str | None = None  # a LoRA adapter to name as the model (None: the sweep's model)
+    temperature: float | None = None  # the workload's sampling temperature (None: the server's default)
+    # speculative decoding: how predictable the workload's text is (the acceptance of drafted tokens), sent as
+    # vllm_xargs.spec_acceptance, which the simulator models and vLLM passes on unused (None: not sent)
+    spec_acceptance: float | None = None
 
 
 @dataclass(slots=True)
@@ -137,7 +142,7 @@ def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
     if opts.continuous_usage:
         stream_options["continuous_usage_stats"] = True
     body: dict[str, object] = {
-        "model": opts.model,
+        "model": spec.model or opts.model,
         "stream": True,
         "max_tokens": spec.output_tokens,
         "stream_options": stream_options,
@@ -151,6 +156,10 @@ def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
             body["chat_template_kwargs"] = {"enable_thinking": spec.thinking}
     else:
         body["prompt"] = spec.prompt
+    if spec.temperature is not None:
+        body["temperature"] = spec.temperature
+    if spec.spec_acceptance is not None:
+        body["vllm_xargs"] = {"spec_acceptance": spec.spec_acceptance}
     if opts.extra_body:
         body.update(opts.extra_body)
     return _encode(body)

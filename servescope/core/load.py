@@ -362,6 +362,7 @@ async def _stream_retrying(http: httpx.AsyncClient, opts: ClientOptions, spec: R
 
 async def _send(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec, rec: RequestRecord,
                 tracker: _Tracker | None, reply: list[str] | None = None) -> None:
+    rec.adapter = spec.model or ""
     try:
         await _stream_retrying(http, opts, spec, rec, tracker.control if tracker is not None else None, reply)
     except asyncio.CancelledError:

@@ -71,7 +71,7 @@ REQUEST_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "first_content_ns": pl.Int64, "end_ns": pl.Int64, "chunk_ns": pl.List(pl.Int64),
     "chunk_tokens": pl.List(pl.Int64), "cached_tokens": pl.Int64, "conversation": pl.Int64, "turn": pl.Int64,
     "turns": pl.Int64, "server_prompt_ms": pl.Float64, "retry_after_s": pl.Float64, "retries": pl.Int64,
-    "retry_wait_s": pl.Float64,
+    "retry_wait_s": pl.Float64, "adapter": pl.Utf8,
 }
 
 
@@ -106,6 +106,7 @@ def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
         cols["retry_after_s"].append(r.retry_after_s)
         cols["retries"].append(r.retries)
         cols["retry_wait_s"].append(r.retry_wait_s)
+        cols["adapter"].append(r.adapter)
     return pl.DataFrame(cols, schema=REQUEST_SCHEMA)
 
 

@@ -381,9 +381,65 @@ class CellConnections(_Base, frozen=True):
     tls_handshake_ms_p50: float | None = None
 
 
+class SpecDecode(_Base, frozen=True):
+    """Speculative decoding over a cell, from the server's /metrics counters (core/specdecode.py spec_decode_delta):
+    acceptance_rate = accepted / drafted tokens; mean_accepted_tokens = accepted tokens per draft (vLLM's logged
+    "mean acceptance length" is 1 + this); drafts_per_step = drafts / the requests' steps (a step samples one token
+    plus its accepted drafts: steps = generated tokens - accepted tokens), below 1 where the proposer had nothing to
+    offer (an n-gram proposer finding no match)."""
+
+    acceptance_rate: float | None = None
+    mean_accepted_tokens: float | None = None
+    drafts_per_step: float | None = None
+
+
+class LoraServer(_Base, frozen=True):
+    """LoRA as the server's /metrics tell it over a cell (core/specdecode.py lora_window): the adapters vLLM's
+    `vllm:lora_requests_info` showed running during the cell, and its --max-loras. vLLM counts no requests per
+    adapter."""
+
+    adapters_running: list[str] = msgspec.field(default_factory=list)
+    max_loras: int | None = None
+
+
+class AdapterFigures(_Base, frozen=True):
+    """One LoRA adapter's requests in a cell (core/lorafigures.py): those that named it as their model ("base": the
+    base model's), ok ones; output tok/s is their output tokens over the cell's wall time."""
+
+    requests: int = 0
+    output_tok_s: float | None = None
+    ttft_ms: Dist = msgspec.field(default_factory=Dist)
+    tpot_ms: Dist = msgspec.field(default_factory=Dist)
+
+
+class Startup(_Base, frozen=True):
+    """A launched server's start (engine/startup.py): seconds from starting its command to a healthy /health and to
+    the first token of a one-token request; `phases`: what vLLM's log says its start spent (weights_s, compile_s,
+    cuda_graphs_s, engine_init_s; core/startup.py), left out when it says none."""
+
+    healthy_s: float | None = None
+    first_token_s: float | None = None
+    phases: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if not out.get("phases"):
+            out.pop("phases", None)
+        return out
+
+
+class Energy(_Base, frozen=True):
+    """The GPUs' energy over a cell, from NVML (core/energy.py): joules per output token (the power's integral over
+    the cell's window / its output tokens) and the mean power over the window (W)."""
+
+    j_per_output_token: float | None = None
+    mean_w: float | None = None
+
+
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
              "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost", "connections",
-             "output_check")
+             "output_check", "spec_decode", "adapters", "lora_server", "prefix_cache_reset", "prefix_cache_target",
+             "startup", "energy")
 
 
 class CellResult(_Base, frozen=True):
@@ -448,6 +504,16 @@ class CellResult(_Base, frozen=True):
     # output counts that do not hold up: usage against the stream, above max_tokens, short despite ignore_eos (None:
     # all held up, or written before servescope checked; left out of to_dict())
     output_check: OutputCheck | None = None
+    # what GPU-box users change (each None: not measured or not asked, and left out of to_dict()): speculative
+    # decoding's figures (/metrics), each LoRA adapter's, whether the server's prefix cache was reset before the cell
+    # (--reset-prefix-cache) and the hit rate the workload aimed at, the launched server's start, energy (NVML)
+    spec_decode: SpecDecode | None = None
+    adapters: dict[str, AdapterFigures] | None = None
+    lora_server: LoraServer | None = None
+    prefix_cache_reset: bool | None = None
+    prefix_cache_target: float | None = None
+    startup: Startup | None = None
+    energy: Energy | None = None
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 
@@ -470,6 +536,8 @@ class CellResult(_Base, frozen=True):
             out["client"] = self.client.to_dict()
         if self.quality is not None:
             out["quality"] = self.quality.to_dict()
+        if self.startup is not None:
+            out["startup"] = self.startup.to_dict()
         for k in (*_OPTIONAL, "requests_bad_usage", "requests_rate_limited", *LEFT_OUT_WHEN_NONE):
             if out.get(k) is None:
                 out.pop(k, None)
@@ -511,7 +579,8 @@ class CellResult(_Base, frozen=True):
         return finite(getattr(self, metric))
 
 
-PARTS = ("server", "telemetry", "gpu", "client", "cost")  # the parts whose figures are named `part.field`
+# the parts whose figures are named `part.field`
+PARTS = ("server", "telemetry", "gpu", "client", "cost", "spec_decode", "startup", "energy")
 LEFT_OUT_WHEN_NONE = ("rate_limit_retries", "retry_wait_s", "retry_after_s_max", "input_lengths")
 
 
@@ -527,7 +596,7 @@ def rate_limit_line(s: CellResult) -> str:
 
 _SCALARS = frozenset(f for f in CellResult.__struct_fields__
                      if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch", "turns")) | {
-    "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached"}
+    "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached", "prefix_cache_target"}
 
 
 def finite(v: object) -> float | None:

@@ -32,6 +32,7 @@ def normalize_url(url: str) -> str:
 class ModelInfo:
     id: str
     max_model_len: int | None = None
+    parent: str | None = None  # a LoRA adapter's base model (vLLM lists its adapters with their base as parent)
 
 
 @dataclass
@@ -61,6 +62,9 @@ class TargetInfo:
         if name is None:
             if len(self.models) == 1:
                 return self.models[0]
+            bases = [m for m in self.models if m.parent is None]
+            if len(bases) == 1 and all(m.parent == bases[0].id for m in self.models if m is not bases[0]):
+                return bases[0]  # a base model and its LoRA adapters: the base is the sweep's model
             if not self.models:
                 raise ServescopeError(f"{self.url} serves no models (/v1/models is empty); check the server")
             raise ServescopeError(f"{self.url} serves several models ({model_list(self.models)}); choose one with "
@@ -151,7 +155,9 @@ async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, e
             if isinstance(m, dict) and "id" in m:
                 mml = m.get("max_model_len")
                 ok_len = isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < 2**31
-                info.models.append(ModelInfo(str(m["id"]), mml if ok_len else None))
+                parent = m.get("parent")
+                info.models.append(ModelInfo(str(m["id"]), mml if ok_len else None,
+                                             parent if isinstance(parent, str) and parent else None))
         props = await _props(c) if engine in ("auto", "llamacpp") else None
         if engine == "llamacpp" or (engine == "auto" and llamacpp.is_llamacpp(data, props)):
             info.engine = "llamacpp"

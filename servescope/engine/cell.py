@@ -16,7 +16,7 @@ from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.prices import Prices
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellQuality, CellResult, ServerWindow
+from servescope.core.results import CellQuality, CellResult, ServerWindow, Startup
 from servescope.core.telemetry import server_delta
 from servescope.core.textsafe import clean_text
 from servescope.engine.connection import Target
@@ -24,6 +24,7 @@ from servescope.engine.events import CellFinished, CellSkipped, Event, Notice, R
 from servescope.engine.plan import Cell, pool_size
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, watchdog
+from servescope.engine.serving import serving_figures
 from servescope.engine.sink import SessionSink
 from servescope.engine.telemetryhub import CellWindows, Metrics, Telemetry
 from servescope.workloads.conversation import mark_turns
@@ -48,8 +49,11 @@ class CellAttempt:
                  slos: dict[str, float], control: SweepControl, sink: SessionSink, target: Target,
                  servers: ServerManager, telemetry: Telemetry, health_interval_s: float, label: str,
                  ran_with: Mapping[str, str] | None = None, mixer: QualityMixer | None = None,
-                 prices: Prices | None = None) -> None:
+                 prices: Prices | None = None, prefix_reset: bool | None = None,
+                 startup: Startup | None = None) -> None:
         self.cell = cell
+        self.prefix_reset = prefix_reset  # --reset-prefix-cache: whether the server's cache was reset before it
+        self.startup = startup  # the launched server's cold start (engine/startup.py)
         self.prices = prices or Prices()  # --price / --gpu-hour / --electricity-price: each cell's cost
         self.specs = mark_turns(cell.workload, cell.prompt_key, specs)  # a multi-turn cell's requests are turns
         self.attempt = attempt
@@ -235,6 +239,8 @@ class CellAttempt:
         summary = msgspec.structs.replace(  # the one shape from here on: saved, sent, shown
             figures, server=server, telemetry=windows.telemetry, gpu=windows.gpu, client=client, quality=quality,
             input_lengths=lengths, connections=self.target.cell_connections)
+        summary = serving_figures(summary, df, self.server_before, self.server_after, windows.gpu, cell.workload,
+                                  self.prefix_reset, self.startup)  # engine/serving.py
         summary = with_cost(summary, self.prices)  # what its tokens cost (core/cost.py), sent with the summary
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped

@@ -53,7 +53,8 @@ from servescope.engine.plan import (
     prompts_to_build,
 )
 from servescope.engine.quality import QualityMixer
-from servescope.engine.server import ServerManager, Servers
+from servescope.engine.server import ServerManager, Servers, launched_startup
+from servescope.engine.serving import PrefixReset, block_sized, serving_specs, startup_text
 from servescope.engine.sessionmeta import ran_with, session_meta
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
@@ -181,6 +182,7 @@ class _Sweep:
         self.eos_refused = ""  # the server refused ignore_eos (its 400's text): dropped for the rest of the sweep
         self.no_usage_stats = False  # the server refused continuous_usage_stats: not sent again
         self.made: Path | None = None  # the session folder this run made (None: it was there, a resumed one)
+        self.prefix_reset = PrefixReset(ctx.api_key) if spec.reset_prefix_cache else None
 
     def measured(self) -> bool:
         """Whether the session holds anything measured (a cell finished or lost, or a quality result)."""
@@ -266,13 +268,14 @@ class _Sweep:
             else:
                 self.sink = self.sinks.create(path, self._meta(name, target, self.tok), exist_ok=bool(spec.launch))
             self._note_lengths()
+            started = self._note_startup("the server")
             tele = await self._start_telemetry()
         except BaseException:
             await self._close()
             raise
         sink = self.sink
         yield SweepStarted(path, self.cells, target, self.model, self.tok.name)
-        for ev in tele:
+        for ev in [*started, *tele]:
             yield ev
         if spec.quality_share > 0:
             self.mixer = QualityMixer(self.servers.url, self.minfo, ctx.api_key, spec.quality_share, spec.seed)
@@ -353,8 +356,17 @@ class _Sweep:
             await self.mixer.prepare(self.tok)
         sink.add_event("server_launched", f"variant {cell.variant + 1}: {redact_command(cell.variant_args)}")
         sink.set_variant_args(cell.variant, self.servers.server_args() or {})
+        for ev in self._note_startup(f"variant {cell.variant + 1}'s server"):
+            yield ev
         for ev in await self._start_telemetry():
             yield ev
+
+    def _note_startup(self, what: str) -> list[Event]:
+        """A launched server's cold start (engine/startup.py), said; every cell it serves carries it."""
+        st = launched_startup(self.servers)
+        if st is None or not self.spec.launch:
+            return []
+        return [Notice("info", startup_text(what, st))]
 
     async def _run_cell(self, cell: Cell, path: Path, failed: list[str]) -> AsyncIterator[Event]:
         """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs), whether it
@@ -369,8 +381,10 @@ class _Sweep:
                 if cell.workload.kind == "trace":  # the trace's requests, in its order, sharing its blocks
                     prompts = await trace_prompts(workload_trace(cell.workload), self.tok, cell.seed,
                                                   chat=cell.workload.api == "chat")
-                else:
-                    prompts = await build_prompts(cell.workload, prompts_to_build(cell), cell.prompt_key, self.tok)
+                else:  # a prefix-cache target's shared prefix in the server's whole KV blocks (engine/serving.py)
+                    kv = sink.meta.kv_budget
+                    workload = block_sized(cell.workload, kv.get("block_size") if kv is not None else None)
+                    prompts = await build_prompts(workload, prompts_to_build(cell), cell.prompt_key, self.tok)
             except httpx.HTTPError as e:
                 # the server stopped answering between cells (its /tokenize): wait for it as during a cell
                 why = clean_text(str(e)) or type(e).__name__
@@ -382,15 +396,24 @@ class _Sweep:
                     continue
                 failed.extend(outcome)
                 return
-            specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
-                     for p in prompts]
+            specs = serving_specs(cell.workload, cell.prompt_key, [
+                RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
+                for p in prompts])
+            reset = None
+            if self.prefix_reset is not None:  # --reset-prefix-cache: the cell starts from an empty prefix cache
+                reset = await self.prefix_reset.before_cell(self.servers.url)
+                if self.prefix_reset.notice:
+                    yield Notice("warning", self.prefix_reset.notice)
+                    sink.add_event("prefix_cache_not_reset", self.prefix_reset.notice)
+                    self.prefix_reset.notice = ""
             yield CellStarted(cell, len(self.cells))
             opts = self._options()
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
                               sink=sink, target=self.target, servers=self.servers, telemetry=self.telemetry,
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
                               ran_with=self._ran_with(), mixer=self.mixer,
-                              prices=Prices(spec.price, spec.gpu_hour, spec.electricity_price))
+                              prices=Prices(spec.price, spec.gpu_hour, spec.electricity_price),
+                              prefix_reset=reset, startup=launched_startup(self.servers) if spec.launch else None)
             lost = False
             measured = specs[warm_prompts(cell.warmup):] or specs
             async for ev in run.events():
@@ -439,6 +462,8 @@ class _Sweep:
                 sink.add_event("server_back", f"after {waited:.0f} s; re-running cell {cell.index + 1}")
                 yield Notice("info", f"{self.label} is back after {waited:.0f} s: re-running cell "
                                      f"{cell.index + 1} ({cell.label})")
+                for ev in self._note_startup("the relaunched server"):
+                    yield ev
                 outcome.append("again")
                 return
         waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early

@@ -89,34 +89,36 @@ class Option(Generic[T]):
     repeat: bool = False  # the flag may be given several times (a list)
     negate: bool = False  # a store_true flag that sets the field to False (--no-ignore-eos)
     form: FormField | None = None  # the Compose form's field that holds it (None: not on the form)
+    switch: bool = False  # a store_true flag that sets the field to True (--reset-prefix-cache)
 
 
 @overload
 def option(default: T, section: str, key: str, flags: Sequence[str] = (), *, parse: Callable[[object, str], T],
            dump: Callable[[T], object] | None = None, help: str = "", metavar: str | None = None,
-           repeat: bool = False, negate: bool = False, form: FormField | None = None, factory: None = None) -> T: ...
+           repeat: bool = False, negate: bool = False, form: FormField | None = None, factory: None = None,
+           switch: bool = False) -> T: ...
 
 
 @overload
 def option(default: T | None, section: str, key: str, flags: Sequence[str] = (), *,
            parse: Callable[[object, str], T | None], dump: Callable[[T], object] | None = None, help: str = "",
            metavar: str | None = None, repeat: bool = False, negate: bool = False, form: FormField | None = None,
-           factory: None = None) -> T | None: ...
+           factory: None = None, switch: bool = False) -> T | None: ...
 
 
 @overload
 def option(default: None, section: str, key: str, flags: Sequence[str] = (), *, parse: Callable[[object, str], T],
            dump: Callable[[T], object] | None = None, help: str = "", metavar: str | None = None,
            repeat: bool = False, negate: bool = False, form: FormField | None = None,
-           factory: Callable[[], T]) -> T: ...
+           factory: Callable[[], T], switch: bool = False) -> T: ...
 
 
 def option(default: T | None, section: str, key: str, flags: Sequence[str] = (), *,
            parse: Callable[[object, str], T | None], dump: Callable[[T], object] | None = None, help: str = "",
            metavar: str | None = None, repeat: bool = False, negate: bool = False, form: FormField | None = None,
-           factory: Callable[[], T] | None = None) -> T | None:
+           factory: Callable[[], T] | None = None, switch: bool = False) -> T | None:
     """A sweep field declared as an option: its default (or `factory` making it), and its Option."""
-    meta = {"option": Option(section, key, tuple(flags), parse, dump, help, metavar, repeat, negate, form)}
+    meta = {"option": Option(section, key, tuple(flags), parse, dump, help, metavar, repeat, negate, form, switch)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -260,6 +262,15 @@ class SweepSpec:
                                        dump=f.dump_variants, repeat=True, metavar='"--ARG VALUE ..."',
                                        help="with --launch: run the whole sweep once per variant, relaunching the "
                                             "server with these extra arguments (repeatable)")
+    lora_dir: str | None = option(
+        None, "server", "lora_dir", ["--lora-dir"], parse=f.opt_path_or_name, metavar="DIR",
+        help="with --launch and a workload naming LoRA adapters: the folder holding them (DIR/NAME); servescope adds "
+             "--enable-lora and --lora-modules NAME=DIR/NAME for each adapter the command does not list")
+    reset_prefix_cache: bool = option(
+        False, "load", "reset_prefix_cache", ["--reset-prefix-cache"], parse=f.boolean, switch=True,
+        help="empty the server's prefix cache before each cell (POST /reset_prefix_cache: vLLM serves it when started "
+             "with VLLM_SERVER_DEV_MODE=1, the simulator always; said once when the server does not), so a cell's hit "
+             "rate is its workload's own; recorded per cell as prefix_cache_reset")
     telemetry_interval_s: float | None = option(
         1.0, "telemetry", "interval", ["--telemetry-interval"], parse=f.interval, dump=f.dump_interval,
         help="how often /metrics and the GPUs are sampled during a cell (default 1s); `off` samples only at cell "
@@ -305,6 +316,9 @@ class SweepSpec:
             rule = tls_without_https(self.url, said)
             if rule is not None:
                 raise SweepConflict(where, rule, ("ca_cert" if self.ca_cert is not None else "tls_verify", "url"))
+        if self.lora_dir is not None and not self.launch:
+            raise SweepConflict(where, "lora_dir names the adapters' folder for a server servescope launches; add a "
+                                "launch command or drop lora_dir", ("lora_dir", "launch"))
         if self.variants and not self.launch:
             raise SweepConflict(where, "server variants need a launch command: servescope can only relaunch a "
                                 "server it started", ("variants", "launch"))
@@ -322,6 +336,11 @@ class SweepSpec:
                     with_variant(spec, v)
                 except ServescopeError as e:
                     raise SweepConflict(where, e.message, ("variants", "launch")) from None
+            adapters = [a for w in self.workloads if w.adapters is not None for a in w.adapters.adapters]
+            try:  # the workloads' LoRA adapters must be served: listed in the command, or found in lora_dir
+                spec.with_adapters(adapters, self.lora_dir)
+            except ServescopeError as e:
+                raise SweepConflict(where, e.message, ("lora_dir", "launch")) from None
         if not self.workloads:
             raise SweepConflict(where, "no workload; add workloads = [\"sharegpt\"] or a [[workload]] table",
                                 ("workloads",))
@@ -442,7 +461,7 @@ class SweepSpec:
             if (opt.section == "server" and not self.launch and fd.name != "recover_timeout_s") \
                     or (fd.name == "url" and self.launch):
                 continue
-            if fd.name in ("variants", "ray_nodes") and not v:
+            if fd.name in ("variants", "ray_nodes", "reset_prefix_cache") and not v:
                 continue
             dumped = opt.dump(v) if opt.dump else v
             if opt.section in ("slo", "tags"):
@@ -616,7 +635,7 @@ def add_flags(p: argparse.ArgumentParser, only: Sequence[str] | None = None) -> 
     for fd, opt in _options():
         if not opt.flags or (only is not None and fd.name not in only):
             continue
-        if opt.negate:
+        if opt.negate or opt.switch:
             p.add_argument(*opt.flags, dest=fd.name, action="store_true", default=None, help=opt.help)
         elif opt.repeat:
             p.add_argument(*opt.flags, dest=fd.name, action="append", default=None, metavar=opt.metavar,

@@ -31,6 +31,7 @@ import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import per_request
+from servescope.engine.specsearch import SPEC_TOKENS_FLAG
 from servescope.engine.tune import (
     CellPred,
     Measured,
@@ -101,6 +102,8 @@ def apply_setting(p: Profile, setting: Setting, memory_known: bool = True) -> tu
                 knobs = replace(knobs, gpu_memory_utilization=float(value))
             elif flag == "--kv-cache-dtype":
                 knobs = replace(knobs, kv_cache_dtype=value)
+            elif flag == SPEC_TOKENS_FLAG and engine.speculative_method:  # engine/specsearch.py
+                engine = replace(engine, num_speculative_tokens=int(float(value)))
             else:
                 unknown.append(flag)
         except ValueError:

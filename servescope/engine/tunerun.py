@@ -30,6 +30,7 @@ from servescope.engine.events import Event, SweepControl
 from servescope.engine.runner import run_sweep
 from servescope.engine.server import Servers
 from servescope.engine.spec import RunContext, SweepSpec
+from servescope.engine.specsearch import SPEC_TOKENS_FLAG, with_spec_tokens
 from servescope.engine.tune import (
     Measured,
     Objective,
@@ -249,6 +250,9 @@ def _slug(setting: Setting) -> str:
 def with_setting(launch: str, setting: Setting) -> str:
     words = shlex.split(launch)
     for flag, value in setting.args:
+        if flag == SPEC_TOKENS_FLAG:  # the --speculative-config JSON's num_speculative_tokens (engine/specsearch.py)
+            words = with_spec_tokens(words, value)
+            continue
         for i, w in enumerate(words):
             if w == flag and i + 1 < len(words):
                 words[i + 1] = value

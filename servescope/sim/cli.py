@@ -16,7 +16,9 @@ import ssl
 import sys
 
 from servescope.sim.hosted import DEFAULT_JITTER_MS, DEFAULT_LATENCY_MS, DEFAULT_TPM, Hosted
+from servescope.sim.lora import LoraModulesError, parse_lora_modules
 from servescope.sim.profile import DEFAULT_PROFILE, ProfileError, describe, list_profiles, load_profile
+from servescope.sim.specdecode import SpecConfigError, parse_spec_config
 
 LISTENING = "servescope-sim listening on "
 
@@ -58,6 +60,13 @@ def check_args(args: argparse.Namespace) -> str | None:
     for flag, ms in (("--net-latency-ms", args.net_latency_ms), ("--net-jitter-ms", args.net_jitter_ms)):
         if ms is not None and not 0 <= ms < 600_000:  # NaN too
             return f"{flag} {ms:g}: must be 0 or more milliseconds (and under 10 minutes)"
+    for flag, v in (("--max-loras", args.max_loras), ("--max-lora-rank", args.max_lora_rank)):
+        if v is not None and v < 1:
+            return f"{flag} {v}: must be 1 or more"
+    if args.lora_modules and not args.enable_lora:
+        return "--lora-modules needs --enable-lora (as vLLM does)"
+    if args.spec_acceptance is not None and args.speculative_config is None:
+        return "--spec-acceptance needs --speculative-config (it is the acceptance of drafted tokens)"
     if args.api_key is not None and not args.api_key.strip():
         return "--api-key: empty; give the key clients must send (or leave it out to accept any)"
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -114,6 +123,22 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     g.add_argument("--max-model-len", type=int)
     g.add_argument("--served-model-name")
     g.add_argument("--no-enable-prefix-caching", action="store_true")
+    sd = p.add_argument_group("speculative decoding and LoRA adapters (vLLM's own flags)")
+    sd.add_argument("--speculative-config", metavar="JSON", default=None,
+                    help="speculative decoding, as vLLM takes it: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' "
+                         "(methods: ngram, eagle, eagle3, medusa, mlp_speculator, mtp, draft_model, suffix); a "
+                         "drafted token is accepted with the request's vllm_xargs.spec_acceptance, else "
+                         "--spec-acceptance, else the method's typical rate")
+    sd.add_argument("--spec-acceptance", type=_rate, default=None, metavar="P",
+                    help="with --speculative-config: a drafted token's acceptance when the request does not say "
+                         "(default: 0.5 for ngram and suffix, 0.7 for a model-based method)")
+    sd.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (--lora-modules)")
+    sd.add_argument("--lora-modules", nargs="+", action="extend", default=None, metavar="NAME=PATH",
+                    help="adapters requests name as their model, as vLLM takes them (PATH is not read)")
+    sd.add_argument("--max-loras", type=int, default=None, metavar="N",
+                    help="adapters one batch may hold, each in a GPU slot; another is swapped in (default 1)")
+    sd.add_argument("--max-lora-rank", type=int, default=None, metavar="R",
+                    help="the adapters' rank: their size and cost (default 16)")
     f = p.add_argument_group("faults")
     f.add_argument("--exit-after-requests", type=int, default=0, metavar="N", help="exit abruptly after N completed requests")
     f.add_argument("--exit-at", type=float, default=0.0, metavar="SECONDS", help="exit abruptly SECONDS after start")
@@ -186,7 +211,19 @@ def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentPars
     except ProfileError as e:
         print(f"servescope sim: error: {e}", file=sys.stderr)
         return 2
+    try:
+        spec = parse_spec_config(args.speculative_config) if args.speculative_config is not None else None
+        adapters = parse_lora_modules(args.lora_modules or [])
+    except (SpecConfigError, LoraModulesError) as e:
+        print(f"servescope sim: error: {e}", file=sys.stderr)
+        return 2
     engine_kw = {
+        "speculative_method": spec.method if spec is not None else None,
+        "num_speculative_tokens": spec.num_speculative_tokens if spec is not None else None,
+        "spec_acceptance": args.spec_acceptance,
+        "enable_lora": True if args.enable_lora else None,
+        "max_loras": args.max_loras,
+        "max_lora_rank": args.max_lora_rank,
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "max_model_len": args.max_model_len,
@@ -218,7 +255,7 @@ def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentPars
     except ImportError:
         pass
     try:
-        asyncio.run(_serve(profile, faults, args.host, args.port, hosted_config(args), tls))
+        asyncio.run(_serve(profile, faults, args.host, args.port, hosted_config(args), tls, adapters))
     except KeyboardInterrupt:
         pass
     except OSError as e:  # the address the flags name: bad input, exit 2 as every other flag's
@@ -239,12 +276,12 @@ def listen_error(host: str, port: int, e: OSError) -> str:
 
 
 async def _serve(profile: object, faults: object, host: str, port: int, hosted: Hosted | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, adapters: dict[str, str] | None = None) -> None:
     from aiohttp import web
 
     from servescope.sim.server import SimServer, startup_log_lines
 
-    server = SimServer(profile, faults, hosted)  # type: ignore[arg-type]
+    server = SimServer(profile, faults, hosted, adapters)  # type: ignore[arg-type]
     log = logging.getLogger("servescope.sim")
     runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False)
     await runner.setup()

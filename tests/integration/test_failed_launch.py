@@ -41,7 +41,7 @@ def _kept_log(line: str) -> Path | None:
 
 
 @pytest.mark.parametrize("cmd, says, before", [
-    (["run", "--launch", "servescope sim --profile nosuch", "-n", "1"], "servescope sim: unknown profile 'nosuch'", False),
+    (["run", "--launch", "servescope sim --profile nosuch", "-n", "1"], "servescope sim: error: unknown profile 'nosuch'", False),
     (["run", "--launch", "servescope sim --profile tiny", "--server-variant", "--bogus-flag 3", "-n", "1"],
      "unrecognized arguments: --bogus-flag 3", False),
     (["tune", "--launch", "servescope sim --profile nosuch", "-c", "2,4", "-n", "4"],

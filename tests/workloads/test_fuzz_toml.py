@@ -96,6 +96,7 @@ KEY_VALUES: dict[str, st.SearchStrategy[Any]] = {
     | TEXT | st.sampled_from(["input=2.5,output=10", "input=x"]),
     "burstiness": st.floats(0.01, 100), "pattern": st.sampled_from(["1x for 2s, 3x", "0x for 1ms, 2.5x"]),
     "variants": st.lists(st.fixed_dictionaries({"args": TEXT}), max_size=2),
+    "reset_prefix_cache": st.booleans(), "lora_dir": TEXT,
 }
 
 
