@@ -20,6 +20,7 @@ from servescope.cli.common import api_key_from, check_writable_session, resolve_
 from servescope.cli.serving import serving_json, serving_lines
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
+from servescope.core.jsontypes import JsonObject
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
 from servescope.core.results import METRICS, CellCost, CellQuality, Dist, figure, rate_limit_line
 from servescope.core.secrets import is_redacted
@@ -83,7 +84,7 @@ class CellRow(TypedDict, total=False):
     output_tok_s: float | None
     total_tok_s: float | None
     goodput_req_s: float | None
-    cost: dict[str, object]  # --price / --gpu-hour: {"usd_per_1m_output_tokens", "usd_per_1m_total_tokens", "basis"}
+    cost: JsonObject  # --price / --gpu-hour: {"usd_per_1m_output_tokens", "usd_per_1m_total_tokens", "basis"}
     prefix_cache_hit_rate: float | None
     ttft_ms: dict[str, float | None]  # {JSON_STATS: value}
     ttfo_ms: dict[str, float | None]
@@ -92,21 +93,21 @@ class CellRow(TypedDict, total=False):
     e2e_ms: dict[str, float | None]
     per_user_tok_s: dict[str, float | None]
     client_queue_ms: dict[str, float | None]
-    server: dict[str, object] | None
-    client: dict[str, object] | None
-    errors: list[dict[str, object]]
+    server: JsonObject | None
+    client: JsonObject | None
+    errors: list[JsonObject]
     send_lateness_ms: dict[str, float | None]
-    turns: list[dict[str, object]]
-    conversations: dict[str, object]
-    quality: dict[str, object]
+    turns: list[JsonObject]
+    conversations: JsonObject
+    quality: JsonObject
     # the serving figures (cli/serving.py ServingJson): spec_decode and adapters null without them, prefix_cache_reset
     # always, prefix_cache_target when the workload aims at a hit rate, startup for a launched server, energy with NVML
     spec_decode: dict[str, float | None] | None
-    adapters: dict[str, dict[str, object]] | None
+    adapters: dict[str, JsonObject] | None
     prefix_cache_reset: bool
-    lora_server: dict[str, object]
+    lora_server: JsonObject
     prefix_cache_target: float
-    startup: dict[str, object]
+    startup: JsonObject
     energy: dict[str, float | None]
 
 

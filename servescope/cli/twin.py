@@ -274,8 +274,8 @@ def whatif_command(args: argparse.Namespace) -> int:
                    f"c={row.capacity}{'+ (not reached)' if row.not_reached else ''}")
             kn = "-" if row.knee is None else f"c={row.knee}{'+' if row.knee_not_reached else ''}"
             at = row.at_capacity
-            detail = (f"{_num(at.get('output_tok_s'), 0)} tok/s, TTFT p50 {_num(at.get('ttft_ms_p50'), 0)} ms, "
-                      f"{_num(at.get('per_user_tok_s_mean'))} tok/s per user") if at else ""
+            detail = (f"{_num(at.get('output_tok_s'), 0)} tok/s, TTFT p50 {_num(at.get('ttft_ms.p50'), 0)} ms, "
+                      f"{_num(at.get('per_user_tok_s.mean'))} tok/s per user") if at else ""
             print(f"  {clean_text(name)[:26]:<26}  {cap:<16} {kn:<12}  {detail}")
     if "confirm" in out:
         _print_confirm(out["confirm"])

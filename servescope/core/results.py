@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Literal, TypeGuard, TypeVar
 
 import msgspec
 
+from servescope.core.jsontypes import Json
+
 STATS = ("mean", "std", "min", "max", "p50", "p90", "p95", "p99")
 DIST_KEYS = ("ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "per_user_tok_s", "prefill_tok_s", "client_queue_ms",
              "itl_ms", "itl_token_ms")
@@ -740,7 +742,7 @@ def figure(key: str) -> Figure:
     return Figure(key, m, stat)
 
 
-ColumnValue = str | int | float | bool | list[object] | None
+ColumnValue = str | int | float | bool | list[Json] | None
 
 
 def summary_columns(summary: Mapping[str, object], lists: bool = False) -> dict[str, ColumnValue]:

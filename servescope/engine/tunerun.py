@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.kvbudget import KVBudget
 from servescope.core.launchspec import ArgValue
 from servescope.core.secrets import redact_command
@@ -391,7 +392,7 @@ class TuneLock:
         self.lock.release()
 
 
-def result_json(session: str, result: TuneResult) -> dict[str, object]:
+def result_json(session: str, result: TuneResult) -> JsonObject:
     """What `tune --json` prints: exactly these keys."""
     best = result.best_setting
     return {"session": session,

@@ -37,6 +37,7 @@ from pathlib import Path
 import polars as pl
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
@@ -278,7 +279,7 @@ class FitResult:
     evaluations: int
     warnings: list[str] = field(default_factory=list)
 
-    def to_toml_dict(self) -> dict[str, object]:
+    def to_toml_dict(self) -> JsonObject:
         d = profile_to_dict(self.profile)
         d["fit"] = {
             "shape_from": self.shape.source, "kv_from": self.shape.kv_source, "limits_from": self.shape.limits_source,
@@ -573,7 +574,7 @@ class Twin:
     residuals: dict[str, float]
     data_range: dict[str, list[float]]
     memory_known: bool
-    fit_info: dict[str, object] = field(default_factory=dict)  # profile.toml's [fit] table as read
+    fit_info: JsonObject = field(default_factory=dict)  # profile.toml's [fit] table as read
 
 
 def load_twin(session: Session) -> Twin | None:

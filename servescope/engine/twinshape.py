@@ -23,6 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.engine.simtarget import SCHEME
 from servescope.engine.specsearch import spec_server_config, with_speculation
 from servescope.sessions.store import Session
@@ -362,7 +363,7 @@ def apply_knobs(p: Profile, k: Knobs, memory_known: bool) -> Profile:
     return replace(p, model=model, engine=engine)
 
 
-def profile_to_dict(p: Profile) -> dict[str, object]:
+def profile_to_dict(p: Profile) -> JsonObject:
     """A profile as the TOML tables `servescope.sim.profile.load_profile` reads back."""
     from dataclasses import asdict
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Self
 
 import msgspec
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.kvbudget import KvBudgetMeta
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
@@ -85,9 +86,9 @@ class ItemBase(msgspec.Struct, frozen=True):
     def kind(self) -> str:
         return type(self).__name__
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> JsonObject:
         """The item as plain JSON values, as the event log's `fields` holds them."""
-        out: dict[str, object] = msgspec.to_builtins(self, enc_hook=_encode)
+        out: JsonObject = msgspec.to_builtins(self, enc_hook=_encode)
         return out
 
     @classmethod
@@ -135,7 +136,7 @@ class RequestsMeasured(ItemBase, frozen=True):
     cached: list[list[int | None]] = msgspec.field(default_factory=list)
     rate_limited: int = 0  # of the cell's requests so far, answered HTTP 429 (not among `failed`)
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> JsonObject:
         """As logged: `rate_limited` only when a request was (a log's lines keep the shape readers know)."""
         out = super().fields()
         if not self.rate_limited:
@@ -153,7 +154,7 @@ class CellFinished(ItemBase, frozen=True):
     status: str  # "done" | "stopped" | "server_lost"
     reason: str = ""
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> JsonObject:
         return super().fields() | {"summary": self.summary.to_dict()}
 
     @classmethod

@@ -32,6 +32,7 @@ from typing import Literal
 
 import polars as pl
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.metrics import per_request
 from servescope.core.results import finite
 from servescope.core.textsafe import clean_text, slug
@@ -253,7 +254,7 @@ def _answer_marks(ans: WorkloadAnswers | None, kind: str) -> list[Mark]:
     return out
 
 
-def _twin_rows(rep: SessionReport, workload: str) -> list[dict[str, object]]:
+def _twin_rows(rep: SessionReport, workload: str) -> list[JsonObject]:
     if rep.twin is None:
         return []
     rows = rep.twin.fit.get("cells")

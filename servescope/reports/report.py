@@ -17,6 +17,7 @@ import polars as pl
 from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
+from servescope.core.jsontypes import Json, JsonObject
 from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line, summary_columns
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text
@@ -370,11 +371,11 @@ def _csv_value(v: object) -> str:
     return json.dumps(v, default=str, allow_nan=True)
 
 
-def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, object]]]:
+def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[JsonObject]]:
     """One flat row per cell: the session, the cell's plan (workload, load, status...), then every summary
     figure as a dotted column (`ttft_ms.p50`, `server.preemptions`); lists (errors) as JSON text."""
     columns: dict[str, None] = {"session": None, "session_dir": None}
-    rows: list[dict[str, object]] = []
+    rows: list[JsonObject] = []
     for r in reps:
         recs = r.session.cells.to_dicts()
         summs = []
@@ -386,7 +387,7 @@ def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, o
         for summ in summs:
             stored |= set(summary_columns(summ)) | set(summ)
         for rec, summ in zip(recs, summs, strict=True):
-            row: dict[str, object] = {"session": r.label, "session_dir": r.session.path.name}
+            row: JsonObject = {"session": r.label, "session_dir": r.session.path.name}
             row.update({k: v for k, v in rec.items() if k not in stored})
             if "server_variant" in row and isinstance(row["server_variant"], str):
                 row["server_variant"] = redact_command(row["server_variant"])
@@ -406,12 +407,13 @@ def render_csv(reps: Sequence[SessionReport]) -> str:
     return buf.getvalue()
 
 
-def _stored(table: msgspec.Struct | None) -> object:
+def _stored(table: msgspec.Struct | None) -> Json:
     """A session.toml table as the file holds it (None: the session has none)."""
-    return toml_clean(msgspec.to_builtins(table)) if table is not None else None
+    stored: Json = msgspec.to_builtins(toml_clean(msgspec.to_builtins(table))) if table is not None else None
+    return stored
 
 
-def _rep_dict(r: SessionReport) -> dict[str, object]:
+def _rep_dict(r: SessionReport) -> JsonObject:
     m = r.session.info  # its tables as stored
     return {
         "label": r.label,
@@ -422,7 +424,7 @@ def _rep_dict(r: SessionReport) -> dict[str, object]:
         "tags": m.tags,
         "status": r.session.status,
         "started_at": m.started_at,
-        "workloads": m.workloads,
+        "workloads": msgspec.to_builtins(m.workloads),
         "import": _stored(m.import_),
         "slos": r.slos,
         "slos_source": r.slos_source,

@@ -58,11 +58,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict
 
 import polars as pl
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.results import Figure, figure
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text
@@ -123,17 +123,6 @@ __all__ = [
 ]
 
 TIE_REL = 0.001
-
-
-class DeltaDict(TypedDict):
-    """One delta in `servescope compare --json`: a session's figure against the first session's."""
-
-    session: str
-    delta_pct: float | None
-    ci: list[float] | None
-    verdict: str | None
-    comparable: bool
-    not_comparable: str | None
 
 
 COMPARE_METRICS: tuple[Figure, ...] = tuple(figure(k) for k in (
@@ -332,7 +321,7 @@ class Comparison:
                     out.setdefault(c.workload, {}).setdefault(lb, []).append((x, v))
         return out
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         """`servescope compare --json`."""
         return {
             "sessions": [s.__dict__ for s in self.sessions],
@@ -387,8 +376,9 @@ class Comparison:
             **({"quality": self.quality.to_dict()} if self.quality is not None else {}),
         }
 
-    def _delta_dict(self, c: ComparedCell, m: Figure, i: int) -> DeltaDict:
-        """One delta of the JSON: against the first session, with its interval (percent) and verdict."""
+    def _delta_dict(self, c: ComparedCell, m: Figure, i: int) -> JsonObject:
+        """One delta of the JSON, a session's figure against the first session's: `session`, `delta_pct`, `ci` (its
+        interval, percent; null without one), `verdict`, `comparable` and `not_comparable` (why not)."""
         j = (c.judgements.get(m.key) or [None] * len(self.labels))[i]
         ci = j.ci if j is not None else None
         v = j.verdict if j is not None else None

@@ -31,6 +31,7 @@ from servescope import __version__
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
 from servescope.core.results import figure
+from servescope.core.secrets import redact_meta
 from servescope.core.textsafe import clean_text
 from servescope.sessions.compare import Comparison, compare_sessions, fmt_pct, interval_pct
 from servescope.sessions.meta import meta_of_table
@@ -330,7 +331,9 @@ def load_baseline(path: Path, workdir: Path) -> Session:
         for c in info.cells])
     try:
         (d / "requests").mkdir(parents=True)
-        (d / "session.toml").write_text(tomli_w.dumps(toml_clean(info.to_table())), encoding="utf-8")
+        # as every session.toml is written: its strings through the one redaction (a file from elsewhere may hold a
+        # key in a launch command)
+        (d / "session.toml").write_text(tomli_w.dumps(toml_clean(redact_meta(info.to_table()))), encoding="utf-8")
         if cells:
             pl.DataFrame(cells, infer_schema_length=None).write_parquet(d / "cells.parquet")
         for i, cols in requests.items():

@@ -30,6 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.quality import (
     Divergence,
     QualityResult,
@@ -197,7 +198,7 @@ def settings_text(settings: QualityMeta | None) -> str:
     return "; ".join(parts) or "not recorded"
 
 
-def result_dict(r: QualityResult) -> dict[str, object]:
+def result_dict(r: QualityResult) -> JsonObject:
     """A session's quality results for JSON, without the traces and answers (their counts instead)."""
     ci = recorded_ci(r, "perplexity_ci")
     return {"perplexity": finite(r.perplexity), "perplexity_ci": list(ci) if ci is not None else None,
@@ -308,7 +309,7 @@ class QualityComparison:
             parts.append(f"{len(rest)} more accuracies ({beyond} beyond noise)")
         return ("quality: " + ", ".join(parts)) if parts else ""
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         sessions = [{"session": lb, "quality": result_dict(r) if r is not None else None}
                     for lb, r in zip(self.labels, self.results, strict=True)]
         rows = [{"key": r.key, "section": r.section, "where": r.where, "figure": r.label, "unit": r.unit, "better": r.better,

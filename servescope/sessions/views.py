@@ -11,6 +11,7 @@ from typing import NamedTuple, TypeVar
 import msgspec
 import polars as pl
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.metrics import per_request
 from servescope.core.results import CellResult
 from servescope.core.secrets import redact_command
@@ -121,7 +122,7 @@ class CellView(ReadsPlan):
     def x(self) -> float | None:
         return float(self.concurrency) if self.concurrency is not None else self.rate
 
-    def summary_dict(self) -> dict[str, object]:
+    def summary_dict(self) -> JsonObject:
         """The summary as stored (plus `slo_unknown` when set), {} for a cell without one."""
         if not self.has_summary:
             return {}

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import re
+import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +17,8 @@ from servescope.core.metrics import FORMULAS, records_frame, summarize
 from servescope.core.results import (
     DIST_KEYS,
     METRICS,
+    PARTS,
+    STATS,
     CellResult,
     Dist,
     GpuWindow,
@@ -160,3 +166,44 @@ def test_a_figure_is_spelled_once() -> None:
 def test_a_figure_that_is_not_declared_says_why(key: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         figure(key)
+
+
+def _part_fields() -> set[str]:
+    """The field names of the parts a summary nests (`server.ttft_ms_mean` is the server's own figure: its name is
+    the part's field)."""
+    hints = typing.get_type_hints(CellResult)
+    out: set[str] = set()
+    for part in PARTS:
+        for arg in typing.get_args(hints[part]) or (hints[part],):
+            out |= set(getattr(arg, "__struct_fields__", ()))
+    return out
+
+
+def test_no_figure_is_spelled_another_way_in_the_package() -> None:
+    """A grep of the package's string literals for the figures of METRICS: none spelled the old flat way
+    (`ttft_ms_p50`, outside a part's own field names), and every dotted one (`ttft_ms.p50`) a figure `figure()`
+    accepts, so a typo or a second spelling in a report, the app, the CLI or a JSON writer fails here."""
+    dist = [k for k, m in METRICS.items() if m.stats]
+    flat = re.compile(rf"^({'|'.join(dist)})_({'|'.join(STATS)})$")
+    dotted = re.compile(rf"^({'|'.join(dist)})\.\w+$")
+    allowed = _part_fields()
+    root = Path(__file__).resolve().parents[2] / "servescope"
+    found: list[str] = []
+    for p in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            s, where = node.value, f"{p.relative_to(root)}:{node.lineno}"
+            if flat.match(s) and s not in allowed:
+                found.append(f"{where}: {s!r} (write {figure_key(s)!r})")
+            elif dotted.match(s):
+                try:
+                    figure(s)
+                except ValueError as e:
+                    found.append(f"{where}: {s!r}: {e}")
+    assert not found, found
+
+
+def figure_key(flat: str) -> str:
+    head, _, stat = flat.rpartition("_")
+    return f"{head}.{stat}"

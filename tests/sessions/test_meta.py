@@ -148,3 +148,22 @@ def test_cells_parquet_names_each_figure_by_its_key(tmp_path: Path) -> None:
     SessionWriter.open(old)  # resumed: brought to this schema on disk
     assert "ttft_ms.p50" in pl.read_parquet(old / "cells.parquet").columns
     assert read_meta(old / "session.toml").schema_version == SCHEMA_VERSION
+
+
+def test_a_baseline_files_session_toml_is_written_redacted(tmp_path: Path) -> None:
+    """Every session.toml servescope writes goes through redact_meta: the one a baseline file is unpacked into too
+    (a file from elsewhere, or from an older servescope, may hold a key in its launch command)."""
+    import json
+
+    from servescope.sessions.gate import load_baseline, save_baseline
+
+    path = build_session(tmp_path, SessionSpec("a", [CellSpec("sharegpt", 1)]))
+    f = tmp_path / "base.json"
+    save_baseline(load_session(path), f)
+    doc = json.loads(f.read_text())
+    doc["meta"]["server"] = {"launch": "vllm serve m --api-key sk-live-123456789"}
+    f.write_text(json.dumps(doc))
+    s = load_baseline(f, tmp_path / "work")
+    text = (s.path / "session.toml").read_text()
+    assert "sk-live-123456789" not in text and "--api-key" in text
+    assert s.info.server.launch is not None and "sk-live" not in s.info.server.launch
