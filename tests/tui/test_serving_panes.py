@@ -21,7 +21,7 @@ from servescope.tui.widgets.panels import TelemetryPanel
 from servescope.workloads.spec import PRESETS
 
 from .fixtures import summary_for
-from .test_session_quality import open_session
+from .test_session_quality import open_session, screen_text
 
 SERVING: dict[str, Any] = {
     "spec_decode": {"acceptance_rate": 0.385, "mean_accepted_tokens": 1.15, "drafts_per_step": 0.58},
@@ -89,6 +89,8 @@ async def test_results_screen_shows_the_highlighted_cells_figures(home: Path) ->
                f"{CellResult.from_dict(summary_for(1)[1]).tpot_ms.p50:,.2f} ms" in lines
         assert "cell 1 adapter sql: 40 req, 812.5 out tok/s, TTFT p50 198.1 ms, TPOT p50 6.14 ms" in lines
         assert "cell 1 energy (NVML): 0.321 J/out tok, mean 250.0 W" in lines
+        shown = screen_text(app)  # drawn in the panel, whole at this width
+        assert "cell 1 spec decode: 38.5% of drafts accepted" in shown and "cell 1 energy (NVML): 0.321" in shown
         scr.show_cell(1)
         await pilot.pause()
         assert not any("spec decode" in ln or "energy" in ln or "adapter" in ln for ln in panel.gpu_lines)
