@@ -680,6 +680,9 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("cost.usd_per_1m_output_tokens", "cost $/1M out tok", "USD", "lower", note=(
         "is what a million output tokens cost at the cell's measured token mix and throughput, from the prices a "
         "sweep was given (--price for an API, --gpu-hour and --electricity-price for a GPU: docs/hosted.md)")),
+    Metric("energy.j_per_output_token", "energy J/out tok", "J", "lower", note=(
+               "is the trapezoid integral of every GPU's power over the cell's measured window divided by its output "
+               "tokens, where NVML reads the GPUs' power (none without it: docs/telemetry.md)")),
 )}
 
 

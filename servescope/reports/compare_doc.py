@@ -31,9 +31,11 @@ from servescope.reports.document import (
 )
 from servescope.reports.quality_doc import quality_comparison_blocks
 from servescope.reports.render_md import render_markdown
+from servescope.reports.serving_doc import speculation_compare_blocks
 from servescope.sessions.answers import CostAtCapacity, ThinkingCost, WorkloadAnswers
 from servescope.sessions.compare import (
     COST_METRIC,
+    ENERGY_METRIC,
     RATE_LIMITED_METRIC,
     ComparedCell,
     Comparison,
@@ -54,7 +56,7 @@ def headline(comp: Comparison) -> list[str]:
     noise)' (each quality figure as this session's vs the first's)."""
     lines = []
     base = comp.labels[0]
-    keys = ("output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50", COST_METRIC.key)
+    keys = ("output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50", COST_METRIC.key, ENERGY_METRIC.key)
     specs = {m.key: m for m in comp.metrics}
     for i, lb in enumerate(comp.labels[1:], start=1):
         parts = []
@@ -211,6 +213,7 @@ def comparison_blocks(comp: Comparison, level: int = 2, figures: Sequence[str] =
         out += [heading(level + 1, "Speed"), para(comp.no_common)]
     else:
         out += _speed_blocks(comp, level)
+        out += speculation_compare_blocks(labels, [(c.workload, c.cells) for c in comp.cells], level + 1)
     if figures:
         out.append(FigureGroup(level + 1, "Figures", tuple(figures)))
     if comp.answers or comp.thinking or not comp.no_common:

@@ -37,6 +37,7 @@ from servescope.reports.report_sections import (
     workload_blocks,
     workloads_blocks,
 )
+from servescope.reports.serving_doc import session_serving_blocks
 from servescope.reports.tunereport import TUNE_FIGURE_KEY, tune_blocks
 from servescope.reports.twin_doc import twin_blocks
 from servescope.sessions.compare import (
@@ -313,6 +314,7 @@ def report_document(rep: SessionReport, others: Sequence[SessionReport] = (), co
         blocks += definitions_blocks(with_client=any(v.summary.client is not None for v in rep.views))
         for w in workloads:
             blocks += workload_blocks(rep, w, comparison, others, by_section.get(w, []))
+        blocks += session_serving_blocks(rep.views, 2)  # speculation on vs off, the servers' start-up
         blocks += thinking_blocks(rep.thinking, 2)
     if rep.quality is not None:
         blocks += quality_blocks(rep.session, rep.quality, 2)

@@ -115,7 +115,7 @@ from servescope.sessions.views import (
 CellKey = tuple[str, LoadPlan]  # a cell as comparisons join it: (workload with its variant, planned load)
 
 __all__ = [
-    "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "RATE_LIMITED_METRIC", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
+    "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "ENERGY_METRIC", "RATE_LIMITED_METRIC", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
     "ComparedCell", "Comparison", "CostAtCapacity", "Figure", "Judgement", "Knee", "SessionRef", "ThinkingCost",
     "WorkloadAnswers", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions",
     "config_diff", "delta_pct", "delta_text", "derive", "interval_pct", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
@@ -131,6 +131,8 @@ COMPARE_METRICS: tuple[Figure, ...] = tuple(figure(k) for k in (
 ))
 # what a million output tokens cost (core/cost.py): with the default figures, a row when some session has it
 COST_METRIC = figure("cost.usd_per_1m_output_tokens")
+# the GPUs' energy per output token (NVML; core/energy.py), beside the cost: a row only when some session measured it
+ENERGY_METRIC = figure("energy.j_per_output_token")
 # the requests a server refused by its rate limit (HTTP 429; a count per cell, the median over its repeats): a row
 # only when some compared cell has any, not judged (a count of refusals, no interval)
 RATE_LIMITED_METRIC = figure("requests_rate_limited")
@@ -579,14 +581,14 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                      "Only their quality is compared.")
     lines, every, per_wl = mismatches(sessions, labels, groups, common) if common else ([], {}, {})
     if metrics == COMPARE_METRICS:
-        metrics = (*metrics, COST_METRIC, RATE_LIMITED_METRIC)
+        metrics = (*metrics, COST_METRIC, ENERGY_METRIC, RATE_LIMITED_METRIC)
     # a descriptive figure no session measured (the prefix-cache hit rate of a server without it) is left out, and
     # so is the cost when no session was given a price, and the 429s when no compared cell got any
     def shown(m: Figure) -> bool:
         got = [m.value(rv.summary) for g in groups for k in common for rv in g[k]]
         if m.key == RATE_LIMITED_METRIC.key:
             return any(got)
-        return ((m.better != "neutral" and not m.key.startswith("cost.")) or m.key.endswith("tokens_mean")
+        return ((m.better != "neutral" and not m.key.startswith(("cost.", "energy."))) or m.key.endswith("tokens_mean")
                 or any(x is not None for x in got))
 
     metrics = tuple(m for m in metrics if shown(m))

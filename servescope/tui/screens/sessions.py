@@ -50,6 +50,7 @@ from servescope.tui.widgets.panels import (
     short_path,
 )
 from servescope.tui.widgets.quality import QualityFigures, QualityPanel, QualityView, quality_view
+from servescope.tui.widgets.serving import serving_lines
 from servescope.tui.widgets.table import Col, FitTable
 from servescope.tui.widgets.turns import TurnChart, summary_turn_rows
 from servescope.tui.widgets.zoom import zoomed_elsewhere
@@ -483,6 +484,7 @@ class SessionScreen(Screen[None]):
         live.title = "server per cell (/metrics)"
         live.series = stored_series(tele)
         has_tele = bool(tele) or bool(self.info.kv_budget) or bool(self.info.gpu)
+        has_tele = has_tele or any(serving_lines(s) for s in self.summaries.values())  # their lines are there
         if not tele:
             live.note = "no /metrics telemetry in this session"
         live.display, sp.display = has_tele, not has_tele
@@ -691,6 +693,7 @@ class SessionScreen(Screen[None]):
         if tele is not None and tele.ttft_ms_mean is not None:
             lines.append(f"cell {idx + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "
                          f"{fnum(tele.itl_ms_mean, 2)} ms; client TTFT {fnum(s.ttft_ms.mean)} ms")
+        lines += [f"cell {idx + 1} {line}" for line in serving_lines(s)]  # speculation, adapters, energy...
         live.gpu_lines = tuple(lines)
         # the per-cell panels' value column: this cell's figures (its sparkline point among the others)
         name = f"cell {idx + 1}"
