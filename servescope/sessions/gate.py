@@ -7,8 +7,9 @@ regression is beyond noise.
 - A cell (matched by workload and load, as `compare` matches them) fails a threshold when its delta is beyond
   it and the delta's 95% bootstrap interval lies wholly on that side of 0 (and |delta| is at least the
   minimum effect): servescope.sessions.stats.
-- Sessions that measured differently (servescope.sessions.compare.mismatches) are not gated: bad input,
-  unless `--allow-mismatch` names what may differ.
+- Sessions that measured differently (servescope.sessions.compare.mismatches, for every figure; and, for the
+  figures they touch, the definitions of another tool's session: servescope.sessions.comparability) are not gated:
+  bad input, unless `--allow-mismatch` names what may differ.
 - A baseline is a session (directory or id) or a baseline file written by `--save-baseline FILE`
   (`BASELINE_FORMAT`, below): the session's metadata, its cell table and its measured requests, so every
   interval is computed as from the session itself.
@@ -30,6 +31,7 @@ from servescope import __version__
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
 from servescope.core.textsafe import clean_text
+from servescope.sessions.comparability import FACT_LABELS
 from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct
 from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
 from servescope.sessions.store import Session, load_session, toml_clean
@@ -41,10 +43,12 @@ EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
 BASELINE_FORMAT = 1
 _ITEM = re.compile(r"^(?P<figure>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?):(?P<limit>[+-]\d+(?:\.\d+)?)%$")
 
-# what --allow-mismatch accepts -> the fact names compare reports
+# what --allow-mismatch accepts -> the fact names compare reports (cli/args.py's help lists the keys)
 MISMATCH_NAMES: dict[str, tuple[str, ...]] = {
     "servescope_version": ("servescope version",), "warmup": ("warmup",), "max_model_len": ("max model length",),
     "tokenizer": ("tokenizer",), "host": ("client host",), "lengths": ("input tokens", "output tokens"),
+    # another tool's session (sessions/comparability.py's facts)
+    **{k: (label,) for k, label in FACT_LABELS.items() if k not in ("tool", "requests")},
 }
 
 
@@ -231,7 +235,7 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
     allow = allow or set()
     refused = []
     for c in comp.cells:
-        why = {x.strip() for x in c.not_comparable.split(",") if x.strip()}
+        why = {x.strip() for t in thresholds for x in c.why(t.figure).split(",") if x.strip()}
         if why - allow:
             refused.append(f"{c.workload} {c.load}: {', '.join(sorted(why - allow))}")
     if refused:
