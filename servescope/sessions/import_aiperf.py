@@ -254,17 +254,24 @@ def _records_cell(path: Path, s: _Settings, workload_name: str | None) -> tuple[
     stamps: list[Stamps] = []
     warm = 0
     usage_all = True
-    for n, rec in enumerate(_lines(path), start=1):
+    lines = _lines(path)
+    # times from the first record's start, in seconds: an epoch in ns as a float would keep 0.2 us only
+    base: int | float | None = None
+    for n, rec in enumerate(lines, start=1):
         where = f"line {n}"
         meta = v.table(f"{where}.metadata", rec.get("metadata"))
         metrics = v.table(f"{where}.metrics", rec.get("metrics"))
         if v.text(f"{where}.metadata.benchmark_phase", meta.get("benchmark_phase")) == "warmup":
             warm += 1
             continue
-        start_ns = v.need(f"{where}.metadata.request_start_ns", meta.get("request_start_ns"), hi=1e20)
-        start = start_ns / 1e9
-        credit = v.num(f"{where}.metadata.credit_issued_ns", meta.get("credit_issued_ns"), hi=1e20)
-        end_ns = v.num(f"{where}.metadata.request_end_ns", meta.get("request_end_ns"), hi=1e20)
+        raw = meta.get("request_start_ns")
+        v.need(f"{where}.metadata.request_start_ns", raw, hi=1e20)
+        base = base if base is not None else raw if isinstance(raw, (int, float)) else 0
+        start = _since(raw, base) / 1e9
+        credit = _since(meta.get("credit_issued_ns"), base) if v.num(
+            f"{where}.metadata.credit_issued_ns", meta.get("credit_issued_ns"), hi=1e20) is not None else None
+        end_ns = _since(meta.get("request_end_ns"), base) if v.num(
+            f"{where}.metadata.request_end_ns", meta.get("request_end_ns"), hi=1e20) is not None else None
         lat = _metric(v, where, metrics, "request_latency")
         ttft = _metric(v, where, metrics, "time_to_first_token")
         ttfo = _metric(v, where, metrics, "time_to_first_output_token")
@@ -326,6 +333,13 @@ def _records_cell(path: Path, s: _Settings, workload_name: str | None) -> tuple[
     return cell, SERVER_USAGE if usage_all else CLIENT_TOKENIZER
 
 
+def _since(raw: object, base: int | float) -> float:
+    """A checked ns stamp minus the first record's, exact where both are whole numbers (as AIPerf writes them)."""
+    if isinstance(raw, int) and isinstance(base, int):
+        return float(raw - base)
+    return float(raw) - float(base) if isinstance(raw, (int, float)) else 0.0
+
+
 def max_in_flight(stamps: Sequence[Stamps]) -> int:
     """The most requests in flight at once (the closed loop's concurrency, when nothing else says it)."""
     events = sorted([(x.start, 1) for x in stamps] + [(x.end if x.end is not None else x.start, -1) for x in stamps],
@@ -356,7 +370,7 @@ def _stat(v: Values, agg: Mapping[str, object], key: str) -> dict[str, float | N
     out: dict[str, float | None] = {}
     for ours, theirs in (("mean", "avg"), ("std", "std"), ("min", "min"), ("max", "max"), ("p50", "p50"),
                          ("p90", "p90"), ("p95", "p95"), ("p99", "p99")):
-        out[ours] = v.num(f"{key}.{theirs}", t.get(theirs), lo=-1e12, hi=1e15)
+        out[ours] = v.num(f"{key}.{theirs}", t.get(theirs), lo=0.0, hi=1e15)
     return out
 
 

@@ -234,10 +234,10 @@ def _stats(v: Values, where: str, raw: object, scale: float) -> dict[str, float 
     pct = v.table(f"{where}.successful.percentiles", d.get("percentiles"))
     out: dict[str, float | None] = {}
     for ours, theirs in (("mean", "mean"), ("std", "std_dev"), ("min", "min"), ("max", "max")):
-        x = v.num(f"{where}.successful.{theirs}", d.get(theirs), lo=-1e12, hi=1e15)
+        x = v.num(f"{where}.successful.{theirs}", d.get(theirs), lo=0.0, hi=1e15)
         out[ours] = x * scale if x is not None else None
     for p in ("p50", "p90", "p95", "p99"):
-        x = v.num(f"{where}.successful.percentiles.{p}", pct.get(p), lo=-1e12, hi=1e15)
+        x = v.num(f"{where}.successful.percentiles.{p}", pct.get(p), lo=0.0, hi=1e15)
         out[p] = x * scale if x is not None else None
     return out
 

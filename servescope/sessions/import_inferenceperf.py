@@ -259,7 +259,7 @@ def _stats(v: Values, where: str, raw: object, scale: float) -> dict[str, float 
     out: dict[str, float | None] = {}
     for ours, theirs in (("mean", "mean"), ("min", "min"), ("max", "max"), ("p50", "median"), ("p90", "p90"),
                          ("p95", "p95"), ("p99", "p99")):
-        x = v.num(f"{where}.{theirs}", t.get(theirs), lo=-1e12, hi=1e15)
+        x = v.num(f"{where}.{theirs}", t.get(theirs), lo=0.0, hi=1e15)
         out[ours] = x * scale if x is not None else None
     return out
 
@@ -300,7 +300,7 @@ def _reported(v: Values, data: Mapping[str, object]) -> dict[str, float]:
                      ("requests_per_sec", thr.get("requests_per_sec")),
                      ("time_to_first_token_s_median", v.table("ttft", lat.get("time_to_first_token")).get("median")),
                      ("time_per_output_token_s_median", v.table("tpot", lat.get("time_per_output_token")).get("median"))):
-        x = v.num(f"successes.{key}", val, lo=-1e12, hi=1e15)
+        x = v.num(f"successes.{key}", val, lo=0.0, hi=1e15)
         if x is not None:
             out[key] = x
     return out

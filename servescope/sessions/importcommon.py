@@ -69,6 +69,7 @@ class ReadResult:
     tool: str
     cells: list[ImportedCell]
     tool_version: str | None = None
+    harness: str | None = None
     format: str = ""
     token_basis: str = "unknown"
     tool_token_basis: str | None = None

@@ -569,7 +569,7 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
         })
     loops = {"open" if c.rate is not None else "closed" for c in cells}
     source = SourceMeta(
-        tool=kind, tool_version=res.tool_version, format=res.format,
+        tool=kind, tool_version=res.tool_version, harness=res.harness, format=res.format,
         files=[str(p.resolve()) for p in paths], dates=res.dates, rebuilt=detailed, token_basis=res.token_basis,
         tool_token_basis=res.tool_token_basis, tokenizer=res.tokenizer,
         loop=" and ".join(sorted(loops)), load=_load_text(cells), warmup=res.warmup, ramp=res.ramp,

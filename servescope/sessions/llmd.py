@@ -87,6 +87,8 @@ def read(paths: Sequence[Path], workload_name: str | None) -> ReadResult:
     cells: list[ImportedCell] = []
     tools: dict[str, str | None] = {}
     dates: list[str] = []
+    versions: set[str] = set()
+    stated: list[tuple[dict[str, str], str]] = []
     for p in paths:
         data = load(p)
         if not detect(data) or not isinstance(data, Mapping):
@@ -94,6 +96,8 @@ def read(paths: Sequence[Path], workload_name: str | None) -> ReadResult:
         v = Values(str(p), HINT)
         cell, tool, version, date = _cell(v, p, data, workload_name)
         tools[tool] = version
+        stated.append(_stated(v, data))
+        versions.add(clean_text(str(data.get("version")))[:10])
         if date:
             dates.append(date)
         cells.append(cell)
@@ -106,11 +110,13 @@ def read(paths: Sequence[Path], workload_name: str | None) -> ReadResult:
     else:
         defs = {k: f"as {harness or 'the harnesses'} defines it" for k in SERVESCOPE_DEFINITIONS}
         basis = "unknown"
-    version = tools.get(harness) if harness else None
-    return ReadResult(tool=FORMAT, cells=cells, tool_version=None, format=f"llm-d benchmark report (harness "
-                      f"{', '.join(f'{t} {v}' if v else t for t, v in tools.items())})", token_basis=basis,
+    if stated and all(s == stated[0] and s[0] for s in stated):  # a report servescope wrote: its own definitions
+        defs, basis = dict(stated[0][0]), stated[0][1] or basis
+    measured = ", ".join(f"{t} {v}" if v else t for t, v in tools.items())
+    return ReadResult(tool=FORMAT, cells=cells, tool_version=None, harness=clean_text(measured)[:120] or None,
+                      format=f"llm-d benchmark report (schema {', '.join(sorted(versions))})", token_basis=basis,
                       tool_token_basis=basis, warmup="unknown", ramp="unknown", definitions=defs, lacks=dict(LACKS),
-                      dates=dates, notes=[f"measured by {harness} {version or ''}".strip()] if harness else [])
+                      dates=dates)
 
 
 def _stats(v: Values, key: str, raw: object, want: str) -> dict[str, float | None]:
@@ -170,8 +176,12 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
     if version.startswith("0.2"):
         std = v.table("scenario.load.standardized", load.get("standardized"))
         native = v.table("scenario.load.native", load.get("native"))
-        ours = v.table("scenario.load.native.config.servescope",
-                       v.table("scenario.load.native.config", native.get("config")).get("servescope"))
+        ncfg = native.get("config")
+        ncfg = ncfg if isinstance(ncfg, Mapping) else {}
+        ours = v.table("scenario.load.native.config.servescope", ncfg.get("servescope"))
+        nload = ncfg.get("load")  # a harness's own load settings (inference-perf: its load.type)
+        native_arrival = str(nload.get("type")) if isinstance(nload, Mapping) and nload.get("type") in (
+            "constant", "poisson") else None
         tool = v.text("scenario.load.standardized.tool", std.get("tool")) or "unknown"
         tool_version = v.text("scenario.load.standardized.tool_version", std.get("tool_version")) or None
         results = v.table("results", data.get("results"))
@@ -202,6 +212,7 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
             if not isinstance(args.get("qps_values"), list) else None
         conc = v.count("scenario.load.args.max_concurrency", args.get("max_concurrency"), lo=1)
         in_seq = out_seq = None
+        native_arrival = None
         model = v.text("scenario.model.name", v.table("scenario.model", scenario.get("model")).get("name"))
         ours = {}
     reqs = v.table(f"{base}.requests", agg.get("requests"))
@@ -233,7 +244,7 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
     if rate is not None:
         conc = None
     arrival = v.text("scenario.load.native.config.servescope.arrival", ours.get("arrival")) or \
-        ("poisson" if rate is not None else None)
+        (native_arrival or "poisson" if rate is not None else None)
     cap = v.count("scenario.load.native.config.servescope.max_concurrency", ours.get("max_concurrency"), lo=1)
     ramp = v.num("scenario.load.native.config.servescope.ramp_s", ours.get("ramp_s"), hi=1e7)
     name = workload_name or v.text("scenario.load.native.config.servescope.workload", ours.get("workload")) or \
@@ -249,6 +260,17 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
                         summary, None, str(path), False, reported, clean_text(model)[:200], {}, ramp, 0,
                         f"{tool} report")
     return cell, tool, tool_version, date
+
+
+def _stated(v: Values, data: Mapping[str, object]) -> tuple[dict[str, str], str]:
+    """The definitions and token basis a report servescope wrote states for its figures (({}, "") otherwise)."""
+    load = v.table("scenario.load", v.table("scenario", data.get("scenario")).get("load"))
+    cfg = v.table("scenario.load.native", load.get("native")).get("config")
+    ours = v.table("scenario.load.native.config.servescope", cfg.get("servescope")) if isinstance(cfg, Mapping) else {}
+    raw = v.table("scenario.load.native.config.servescope.definitions", ours.get("definitions"))
+    defs = {k: v.text(f"scenario.load.native.config.servescope.definitions.{k}", x) for k, x in raw.items()
+            if k in SERVESCOPE_DEFINITIONS}
+    return defs, v.text("scenario.load.native.config.servescope.token_basis", ours.get("token_basis"))
 
 
 def _model(v: Values, scenario: Mapping[str, object]) -> str:

@@ -53,7 +53,7 @@ TOOL_DEFINITIONS: dict[str, dict[str, str]] = {
         "ttft": TTFT_ANY,
         "itl": "per request (last token - first token) / (output tokens - 1), its distribution over requests",
         "tpot": "per request (last token - request start) / output tokens (first token included)",
-        "e2e": "request start -> response end",
+        "e2e": E2E_SERVESCOPE,
         "percentiles": "GuideLLM's: the value at the rank (no interpolation)",
         "throughput": "a rate sampled over the benchmark's time, its mean (GuideLLM)",
     },
@@ -61,7 +61,7 @@ TOOL_DEFINITIONS: dict[str, dict[str, str]] = {
         "ttft": TTFT_ANY,
         "itl": "every gap between response chunks after the first, pooled (AIPerf's inter_chunk_latency)",
         "tpot": TPOT_SERVESCOPE + " (AIPerf's inter_token_latency)",
-        "e2e": "request start -> last response byte",
+        "e2e": E2E_SERVESCOPE,
         "percentiles": PCT_LINEAR,
         "throughput": "output tokens / the benchmark's duration (AIPerf)",
     },
@@ -69,7 +69,7 @@ TOOL_DEFINITIONS: dict[str, dict[str, str]] = {
         "ttft": TTFT_CONTENT,
         "itl": "gaps between token times, a chunk's tokens all stamped at its arrival, pooled (inference-perf)",
         "tpot": "per request (last token - first token) / (output tokens - 1)",
-        "e2e": "request start -> response end",
+        "e2e": E2E_SERVESCOPE,
         "percentiles": PCT_LINEAR,
         "throughput": THROUGHPUT_WALL,
     },
@@ -81,6 +81,7 @@ class SourceMeta(msgspec.Struct, frozen=True, kw_only=True):
 
     tool: str  # a key of TOOL_NAMES
     tool_version: str | None = None
+    harness: str | None = None  # a report's own measuring tool and version (an llm-d report: "inference-perf 0.3.0")
     format: str = ""  # the files' format as read ("GuideLLM benchmarks JSON (version 2)")
     files: list[str] = msgspec.field(default_factory=list)
     dates: list[str] = msgspec.field(default_factory=list)
@@ -104,7 +105,8 @@ class SourceMeta(msgspec.Struct, frozen=True, kw_only=True):
     def tool_name(self) -> str:
         """'GuideLLM 0.8.1', 'vllm bench serve'."""
         name = TOOL_NAMES.get(self.tool, self.tool)
-        return f"{name} {self.tool_version}" if self.tool_version else name
+        name = f"{name} {self.tool_version}" if self.tool_version else name
+        return f"{name} ({self.harness})" if self.harness else name
 
     @property
     def imported(self) -> bool:

@@ -1,0 +1,81 @@
+"""The peer benchmark clients the import tests run: GuideLLM and AIPerf, installed from the package registry into
+cached venvs by .ci/setup_peers.sh (idempotent, with a lock), driven as their users drive them.
+
+Neither can reach a model hub here: both are given the tiny test model's folder (.ci/setup_vllm.sh builds it) as
+their tokenizer, by path. Each run writes its usual files into `out` and returns the files to import.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("SERVESCOPE_TEST_CACHE", str(Path.home() / ".cache" / "servescope-test")))
+TOKENIZER = CACHE / "models-v1" / "dense"  # the tiny dense model's folder (its tokenizer.json)
+
+
+@dataclass(frozen=True)
+class Peers:
+    guidellm: Path  # the venvs
+    aiperf: Path
+
+
+def setup() -> Peers:
+    """Run .ci/setup_peers.sh (cached: a second run takes a second) and return the two venvs."""
+    out = subprocess.run(["bash", str(ROOT / ".ci" / "setup_peers.sh")], check=True, capture_output=True, text=True,
+                         timeout=1800)
+    lines = out.stdout.strip().splitlines()
+    return Peers(Path(lines[-2]), Path(lines[-1]))
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.update(HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def _run(cmd: list[str], log: Path, timeout: float) -> None:
+    with open(log, "w") as f:
+        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, env=_env(), cwd=log.parent)
+    if p.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise AssertionError(f"{cmd[0]} exited {p.returncode}:\n{tail}")
+
+
+def run_guidellm(peers: Peers, url: str, model: str, concurrency: list[int], requests: int, input_tokens: int,
+                 output_tokens: int, out: Path, timeout: float = 600) -> Path:
+    """`guidellm run` with the concurrent profile at each concurrency, `requests` per benchmark, synthetic prompts of
+    `input_tokens` (its tokenizer's) asking `output_tokens`; the benchmarks JSON it wrote."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "benchmarks.json"
+    streams = ",".join(map(str, concurrency))
+    cmd = [str(peers.guidellm / "bin" / "guidellm"), "run",
+           "--backend", f"kind=openai_http,target={url},model={model},request_format=/v1/completions",
+           "--profile", f"kind=concurrent,streams={concurrency[0]}", "--override", "profile.streams", streams,
+           "--data", f"kind=synthetic_text,prompt_tokens={input_tokens},output_tokens={output_tokens}",
+           "--tokenizer", f"kind=huggingface_auto,model={TOKENIZER}",
+           "--constraint", f"kind=max_requests,count={requests}",
+           "--output", f"kind=json,path={path}", "--disable-console-interactive"]
+    _run(cmd, out / "guidellm.log", timeout)
+    return path
+
+
+def run_aiperf(peers: Peers, url: str, model: str, concurrency: list[int], requests: int, input_tokens: int,
+               output_tokens: int, out: Path, timeout: float = 600) -> Path:
+    """`aiperf profile` sweeping the concurrencies, `requests` per run, synthetic prompts of `input_tokens` (its
+    tokenizer's) asking exactly `output_tokens` (ignore_eos); the artifact folder (one folder per concurrency when
+    there are several)."""
+    out.mkdir(parents=True, exist_ok=True)
+    art = out / "artifacts"
+    cmd = [str(peers.aiperf / "bin" / "aiperf"), "profile", "-m", model, "--url", url,
+           "--endpoint-type", "completions", "--streaming", "--tokenizer", str(TOKENIZER),
+           "--isl", str(input_tokens), "--isl-stddev", "0", "--osl", str(output_tokens), "--osl-stddev", "0",
+           "--concurrency", ",".join(map(str, concurrency)), "--request-count", str(requests),
+           "--extra-inputs", "ignore_eos:true", "--artifact-dir", str(art), "--ui", "none",
+           "--no-server-metrics", "--no-gpu-telemetry", "--random-seed", "1"]
+    _run(cmd, out / "aiperf.log", timeout)
+    return art
