@@ -330,8 +330,8 @@ EXPORT_FORMATS = ("llmd-report",)
 
 def add_export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION", help="session directory or id (see `servescope sessions`)")
-    p.add_argument("--format", choices=EXPORT_FORMATS, required=True,
-                   help="llmd-report: one llm-d benchmark report (schema 0.2, JSON) per cell")
+    p.add_argument("--format", choices=EXPORT_FORMATS, default="llmd-report",
+                   help="llmd-report (the default): one llm-d benchmark report (schema 0.2, JSON) per cell")
     p.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder the files go to (created; "
                    "files of the same names in it are replaced)")
     docs_epilog(p, "export")

@@ -11,6 +11,7 @@ aggregates are imported instead, and what they lack is listed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -84,6 +85,7 @@ def read(path: Path, data: Mapping[str, object], workload_name: str | None) -> R
         if datas else None
     cells: list[ImportedCell] = []
     usage: bool | None = None
+    eos: set[bool] = set()
     warmups: list[str] = []
     ramps: list[str] = []
     sampled = False
@@ -107,6 +109,9 @@ def read(path: Path, data: Mapping[str, object], workload_name: str | None) -> R
         n_err = v.count(f"{where}.metrics.request_totals.errored", totals.get("errored"))
         whole = (n_ok is None or n_ok == len(ok_list)) and (n_err is None or n_err == len(err_list))
         u = prefer is not False
+        for r in ok_list[:1]:  # what GuideLLM asked of the server: its request body (ignore_eos)
+            if (x := _body_flag(r, "ignore_eos")) is not None:
+                eos.add(x)
         stamps = [_stamps(v, f"{where}.requests.successful[{i}]", r, "", u) for i, r in enumerate(ok_list)]
         stamps += [_stamps(v, f"{where}.requests.errored[{i}]", r, "error", u) for i, r in enumerate(err_list)]
         stamps += [_stamps(v, f"{where}.requests.incomplete[{i}]", r, "cancelled", u) for i, r in enumerate(inc_list)]
@@ -141,9 +146,23 @@ def read(path: Path, data: Mapping[str, object], workload_name: str | None) -> R
         f"{v.text('metadata.version', meta.get('version')) or '?'})", token_basis=basis, tool_token_basis=basis,
         tokenizer=v.text("config.spec.tokenizer.model", tok.get("model")) or None,
         warmup=_one(warmups), ramp=_one(ramps), streaming=v.flag("config.spec.backend.stream", backend.get("stream")),
-        ignore_eos=None, definitions=defs, lacks=dict(LACKS_SAMPLED if sampled else LACKS_REBUILT),
+        ignore_eos=next(iter(eos)) if len(eos) == 1 else None, definitions=defs, lacks=dict(LACKS_SAMPLED if sampled else LACKS_REBUILT),
         notes=["GuideLLM kept a sample of some benchmarks' requests: those cells hold its aggregates"] if sampled
         else [])
+
+
+def _body_flag(raw: object, key: str) -> bool | None:
+    """A flag of the request body GuideLLM recorded (its `request_args`, a JSON text); None when it is not there."""
+    args = raw.get("request_args") if isinstance(raw, Mapping) else None
+    if not isinstance(args, str) or len(args) > 1_000_000:
+        return None
+    try:
+        doc = json.loads(args)
+    except (ValueError, RecursionError):
+        return None
+    body = doc.get("body") if isinstance(doc, Mapping) else None
+    flag = body.get(key) if isinstance(body, Mapping) else None
+    return flag if isinstance(flag, bool) else None
 
 
 def _one(texts: Sequence[str]) -> str:

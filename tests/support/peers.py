@@ -79,3 +79,49 @@ def run_aiperf(peers: Peers, url: str, model: str, concurrency: list[int], reque
            "--no-server-metrics", "--no-gpu-telemetry", "--random-seed", "1"]
     _run(cmd, out / "aiperf.log", timeout)
     return art
+
+
+# ---- one run of each tool at the same load, once per test session ---------------------------------------------
+CONCURRENCY = [1, 4]
+REQUESTS = 16  # per load
+INPUT_TOKENS = 128  # the prompts' length in the tokenizer all three are given (the tiny dense model's)
+OUTPUT_TOKENS = 64  # asked exactly (ignore_eos)
+WORKLOAD = "peer128"
+
+
+@dataclass(frozen=True)
+class SameLoad:
+    """A servescope session, GuideLLM's benchmarks JSON and AIPerf's artifact folder of one workload and loads,
+    measured one after another against one simulator."""
+
+    servescope: Path  # the session directory
+    guidellm: Path
+    aiperf: Path
+    url: str
+
+
+def same_load_runs(out: Path) -> SameLoad:
+    import json
+    import sys
+
+    from servescope.sim.launcher import start_sim
+
+    p = setup()
+    if not (TOKENIZER / "tokenizer.json").is_file():  # the tiny models come with the vLLM setup
+        from tests.support import vllm_server
+
+        vllm_server.setup()
+    wl = out / f"{WORKLOAD}.toml"
+    wl.write_text(f'[workload]\nname = "{WORKLOAD}"\napi = "completions"\ninput_tokens = {INPUT_TOKENS}\n'
+                  f"output_tokens = {OUTPUT_TOKENS}\n")
+    # no prefix cache: each tool's prompts would otherwise find the earlier tool's in it
+    with start_sim("tiny", ["--no-enable-prefix-caching"]) as h:
+        r = subprocess.run([sys.executable, "-m", "servescope", "run", "--url", h.url, "-w", str(wl), "-c",
+                            ",".join(map(str, CONCURRENCY)), "-n", str(REQUESTS), "--warmup", "0", "--tokenizer",
+                            str(TOKENIZER), "--save", str(out / "servescope"), "--json"],
+                           capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+        session = Path(json.loads(r.stdout.strip().splitlines()[-1])["session"])
+        gl = run_guidellm(p, h.url, "tiny", CONCURRENCY, REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS, out / "guidellm")
+        ap = run_aiperf(p, h.url, "tiny", CONCURRENCY, REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS, out / "aiperf")
+        return SameLoad(session, gl, ap, h.url)
