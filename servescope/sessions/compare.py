@@ -24,6 +24,12 @@ Definitions (also in docs/compare.md and in every report):
   session whose input lengths were calibrated on its server's usage (a hosted API, without /tokenize) is
   not held to the tokenizer: its measured lengths are compared instead, so a GPU session and an API session
   of the same workload compare as they are (their models and servers differ: the configuration diff says so).
+- Measured by another tool (servescope.sessions.comparability): a session imported from GuideLLM, AIPerf,
+  inference-perf, an llm-d report or `vllm bench serve` may define some figures differently (its token counts, its
+  TTFT, ITL, TPOT, E2E, percentile and throughput definitions, streaming, ignore_eos). Each difference names the
+  figures it touches; those are shown but not judged (`ComparedCell.figure_why`, their verdict `not comparable
+  (...)`), the others are judged as usual. An imported session's servescope version, tokenizer and client host are
+  its tool's, not facts above; its warmup is what its files say.
 - Cost (core/cost.py): the cells' USD per 1M output tokens, a row when some session was given a price
   (`--price` for an API, `--gpu-hour` for a GPU); no interval, so no winner is called from it. With a GPU
   session and an API session, "Cost at capacity" puts the GPU's cost at its capacity at the SLOs beside the

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult
-from servescope.core.textsafe import clean_text
 from servescope.sessions.importcommon import (
     MAX_TOKENS,
     ImportedCell,
@@ -119,6 +118,11 @@ def read(paths: Sequence[Path], workload_name: str | None) -> ReadResult:
         label, path, data = units[k] if units else ("run", per_request[0] if per_request else Path("?"), {})
         v = Values(str(path), HINT)
         conc, rate, arrival = _load(v, data, cfg, label)
+        if not units and len(cfg.stages) == 1:  # the per-request file alone: config.yaml's one stage is its load
+            rate, conc = cfg.stages[0]
+            conc = conc if cfg.load_type == "concurrent" else None
+            rate = None if conc is not None else rate
+            arrival = None if rate is None else "poisson" if cfg.load_type == "poisson" else "constant"
         if groups is not None:
             stamps = groups[k]
             recs = records(stamps, v, "requests")
@@ -158,7 +162,7 @@ class _Config:
 
     def __init__(self) -> None:
         self.load_type = "constant"
-        self.rates: list[float] = []
+        self.stages: list[tuple[float | None, int | None]] = []  # each stage's (rate, concurrency) in config.yaml
         self.streaming: bool | None = None
         self.ignore_eos: bool | None = None
         self.tokenizer: str | None = None
@@ -180,6 +184,11 @@ def _config(folder: Path) -> _Config:
     c.known = True
     load = v.table("load", data.get("load"))
     c.load_type = v.text("load.type", load.get("type")) or "constant"
+    for i, raw in enumerate(v.items("load.stages", load.get("stages"), limit=10_000)):
+        st = v.table(f"load.stages[{i}]", raw)
+        rate = v.num(f"load.stages[{i}].rate", st.get("rate"), hi=1e9)
+        conc = v.count(f"load.stages[{i}].concurrency_level", st.get("concurrency_level"), lo=1)
+        c.stages.append((rate, conc))
     api = v.table("api", data.get("api"))
     c.api = "chat" if v.text("api.type", api.get("type")) == "chat" else "completions"
     c.streaming = v.flag("api.streaming", api.get("streaming"))
@@ -305,6 +314,3 @@ def _reported(v: Values, data: Mapping[str, object]) -> dict[str, float]:
             out[key] = x
     return out
 
-
-def folder_name(path: Path) -> str:
-    return clean_text(path.parent.name)

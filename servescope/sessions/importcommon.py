@@ -263,10 +263,12 @@ def _chunk_times(i: int, s: Stamps, first: float, v: Values, what_key: str) -> l
         return times
     n = s.n_chunks or 1
     last = s.last_token
-    if last is None or n < 2 or last <= first:
-        return [first] if last is None or last <= first else [first, last]
-    if last < first - SLACK:
-        raise v.fail(f"{what_key}[{i}]: its last token is before its first")
+    if last is not None and last < first - SLACK:
+        raise v.fail(f"{what_key}[{i}]: its last token ({last:.6f}) is before its first ({first:.6f})")
+    if last is None or last <= first:
+        return [first]
+    if n < 2:
+        return [first, last]
     step = (last - first) / (n - 1)
     return [first + step * k for k in range(n - 1)] + [last]
 

@@ -313,3 +313,41 @@ def test_cli_import_from_and_export(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert err.startswith("servescope import: error: ") and err.count("\n") == 1
     assert not (tmp_path / "s2").exists()
+
+
+def test_inference_perf_per_request_file_with_its_config_alone(tmp_path: Path) -> None:
+    """No stage file: the load is config.yaml's one stage (here the second stage's 10/s, its requests only)."""
+    d = tmp_path / "reports"
+    d.mkdir()
+    reqs = json.loads((INFPERF / "per_request_lifecycle_metrics.json").read_text())
+    (d / "per_request_lifecycle_metrics.json").write_text(json.dumps(reqs[12:]))
+    cfg = (INFPERF / "config.yaml").read_text()
+    (d / "config.yaml").write_text(cfg.replace("  - rate: 5.0\n    duration: 3\n", ""))
+    s = _imp(tmp_path, d)
+    assert s.cells["load_label"].to_list() == ["rate 10/s constant"] and s.requests(0).height == 12
+    (d / "config.yaml").unlink()
+    with pytest.raises(ServescopeError, match="the load of its requests is unknown"):
+        import_files([d], sessions_dir=tmp_path / "s2")
+
+
+def test_a_session_imported_before_the_source_table_still_reads(tmp_path: Path) -> None:
+    """A `vllm bench serve` import written with the older [import] table (no [source]) reads as vllm bench serve,
+    rebuilt, in compare's table and the report's notes."""
+    import tomli_w
+
+    from servescope.reports.report import render_report
+    from servescope.sessions.store import read_meta
+
+    s = _imp(tmp_path, DATA / "vllm-bench-c1-detailed.json", name="old")
+    meta = read_meta(s.path / "session.toml")
+    src = meta.pop("source")
+    assert isinstance(src, dict)
+    meta["import"] = {"format": "vllm-bench-serve", "files": src["files"], "detailed": True,
+                      "lacks": src["lacks"], "dates": src["dates"]}
+    (s.path / "session.toml").write_text(tomli_w.dumps(meta))
+    old = load_session(s.path)
+    assert old.info.source is None
+    comp = compare_sessions([old, _imp(tmp_path, DATA / "vllm-bench-c1-detailed.json", name="new")])
+    assert comp.comparability is not None and comp.comparability.tools == ["vllm bench serve"] * 2
+    assert not comp.comparability.shown  # one tool, measured alike: nothing new
+    assert "imported from vllm bench serve with per-request data" in render_report(old)
