@@ -78,11 +78,12 @@ def headline(comp: Comparison) -> list[str]:
 
 
 def _unjudged(comp: Comparison) -> str:
-    """The compared figures a differing definition leaves unjudged, by their labels ("" when none)."""
+    """The compared figures a differing definition leaves unjudged, by their labels, each with the definitions that
+    differ: `ITL p99 ms (ITL definition)` ("" when none)."""
     c = comp.comparability
     if c is None:
         return ""
-    return ", ".join(m.label for m in comp.metrics if c.why(m.key))
+    return ", ".join(f"{m.label} ({c.why(m.key)})" for m in comp.metrics if c.why(m.key))
 
 
 # ---- sections -----------------------------------------------------------------------------------------------

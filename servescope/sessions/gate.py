@@ -98,6 +98,16 @@ def parse_fail_on(text: str | None) -> list[Threshold]:
     return out
 
 
+def _mismatch_fact(line: str) -> set[str]:
+    """The fact names (compare's) a line of Comparison.mismatches is about: `warmup: a 8, b 0` -> {"warmup"};
+    `chat: mean measured input tokens differ ...` -> {"input tokens"}."""
+    head, _, rest = line.partition(": ")
+    for what in ("input", "output"):
+        if rest.startswith(f"mean measured {what} tokens"):
+            return {f"{what} tokens"}
+    return {head}
+
+
 def parse_allow_mismatch(text: str | None) -> set[str]:
     """'host,servescope_version' -> the fact names compare uses; 'all' allows every one."""
     if not text:
@@ -233,15 +243,22 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
         raise ServescopeError(comp.no_common.replace("Only their quality is compared.", "").strip()
                               + " Gate sessions that ran the same workloads and concurrencies.")
     allow = allow or set()
-    refused = []
+    refused: dict[str, None] = {}  # the facts that differ and were not allowed
+    lines: dict[str, None] = {}  # a figure's own reasons, refused: "itl_ms.p99: not comparable (ITL definition)"
+    allowed_figures: dict[str, None] = {}  # and allowed
     for c in comp.cells:
-        why = {x.strip() for t in thresholds for x in c.why(t.figure).split(",") if x.strip()}
-        if why - allow:
-            refused.append(f"{c.workload} {c.load}: {', '.join(sorted(why - allow))}")
+        refused.update((x, None) for x in (x.strip() for x in c.not_comparable.split(",")) if x and x not in allow)
+        for t in thresholds:  # another tool's definitions: the figures they touch only (sessions.comparability)
+            for x in (x.strip() for x in c.figure_why.get(t.figure, "").split(",") if x.strip()):
+                (allowed_figures if x in allow else lines)[f"{t.figure}: not comparable ({x})"] = None
+                if x not in allow:
+                    refused[x] = None
     if refused:
+        allow_names = [n for n, labels in MISMATCH_NAMES.items() if set(refused) & set(labels)]
+        details = [m for m in comp.mismatches if _mismatch_fact(m) & set(refused)]
         raise ServescopeError("the sessions measured differently, no gate is called: "
-                              + "; ".join(comp.mismatches or refused)
-                              + "; pass --allow-mismatch NAMES (e.g. host,servescope_version) if that is intended")
+                              + "; ".join([*details, *lines])
+                              + f"; pass --allow-mismatch {','.join(allow_names)} if that is intended")
     rows = []
     for c in comp.cells:
         for t in thresholds:
@@ -256,7 +273,7 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
                                   "give it an interval (an import without --save-detailed?)")
     base, cand = names or (comp.labels[0], comp.labels[1])
     return GateResult(base, cand, list(thresholds), rows, min_effect, comp.interval,
-                      [m for m in comp.mismatches], [f"{w} {ld}" for w, ld, _ in comp.only_in])
+                      [*comp.mismatches, *allowed_figures], [f"{w} {ld}" for w, ld, _ in comp.only_in])
 
 
 # ---- baseline files -------------------------------------------------------------------------------------

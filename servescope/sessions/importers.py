@@ -467,7 +467,10 @@ def recognise(files: Sequence[str | Path], fmt: str | None = None) -> tuple[str,
             raise ServescopeError(f"{p}: no such file; give the result files (or their folder): " + _KNOWN)
         kind = sniff(p)
         if kind is None:
-            raise ServescopeError(f"{p}: unknown import format; servescope imports " + _KNOWN)
+            why = _unknown_why(p)
+            raise ServescopeError(f"{p}: {why or 'unknown import format'}; " + (
+                _HINTS[fmt] if fmt is not None else
+                ("the file is damaged or not a result file; " if why else "") + "servescope imports " + _KNOWN))
         if p.resolve() in found:
             raise ServescopeError(f"{p} is given twice; give each file once")
         found[p.resolve()] = kind
@@ -489,6 +492,35 @@ def recognise(files: Sequence[str | Path], fmt: str | None = None) -> tuple[str,
         raise ServescopeError("no result file among the files given; servescope imports " + _KNOWN)
     kind = kinds.pop()
     return kind, [p for p, k in found.items() if k == kind]
+
+
+_HINTS = {"vllm-bench": _HINT, "guidellm": import_guidellm.HINT, "aiperf": import_aiperf.HINT,
+          "inference-perf": import_inferenceperf.HINT, "llmd-report": llmd.HINT}
+
+
+def _unknown_why(path: Path) -> str:
+    """Why a file is of no known format, in a few words: it is not JSON (or YAML, or JSON Lines) and where it
+    breaks; "" when it reads (as no tool's result file)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return "not text (not UTF-8)"
+    except OSError as e:
+        return f"cannot read it ({clean_text(e.strerror or str(e))})"
+    if path.suffix in (".yaml", ".yml"):
+        return "not YAML" if read_yaml(path) is None else ""
+    if path.suffix == ".jsonl":
+        text = next((ln for ln in text.splitlines() if ln.strip()), "")
+        what = "JSON Lines (its first record)"
+    else:
+        what = "JSON"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"not {what}: {clean_text(e.msg)} at line {e.lineno}, column {e.colno}"
+    except (ValueError, RecursionError):
+        return f"not {what}"
+    return ""
 
 
 _KNOWN = ("`vllm bench serve --save-result` JSON, GuideLLM's benchmarks JSON, AIPerf's profile_export.jsonl or "

@@ -87,7 +87,7 @@ def test_imported_compares_with_imported(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "needle"), [
     (None, "no such file"),
-    ("not json at all", "unknown import format"),
+    ("not json at all", "not JSON: Expecting value at line 1, column 1"),
     ('{"foo": 1}', "unknown import format"),
     ("[1, 2, 3]", "unknown import format"),
 ])

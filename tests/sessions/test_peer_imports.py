@@ -209,6 +209,32 @@ def test_gate_refuses_a_figure_defined_differently_unless_allowed(tmp_path: Path
     assert main(["gate", str(a.path), str(b.path), "--fail-on", "itl_ms.p99:+10%", "--allow-mismatch", "itl"]) == 0
 
 
+def test_gate_names_every_refusal_and_the_names_that_allow_them(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A difference for every figure (warmup) and one for a gated figure's definition: the refusal names both and
+    the --allow-mismatch names of each (it named the first alone and suggested host,servescope_version); allowing
+    one names the other; what was allowed is listed under the result."""
+    a, b = _itl_differs(tmp_path)
+    toml = b.path / "session.toml"
+    toml.write_text(toml.read_text().replace('warmup = "none"', 'warmup = "8 requests"'))
+    b = load_session(b.path)
+    gated = parse_fail_on("output_tok_s:-5%,itl_ms.p99:+10%")
+    with pytest.raises(ServescopeError) as e:
+        gate(a, b, gated)
+    assert "warmup: a 0, b 8" in str(e.value) and "itl_ms.p99: not comparable (ITL definition)" in str(e.value)
+    assert str(e.value).endswith("pass --allow-mismatch warmup,itl if that is intended")
+    with pytest.raises(ServescopeError) as e:
+        gate(a, b, gated, allow={"warmup"})
+    assert "warmup" not in str(e.value) and str(e.value).endswith("--allow-mismatch itl if that is intended")
+    argv = ["gate", str(a.path), str(b.path), "--fail-on", "output_tok_s:-5%,itl_ms.p99:+10%"]
+    assert main([*argv, "--allow-mismatch", "itl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "warmup: a 0, b 8" in err and "ITL definition" not in err
+    result = gate(a, b, gated, allow={"warmup", "ITL definition"})
+    assert result.exit_code == 0 and result.mismatches == ["warmup: a 0, b 8",
+                                                           "itl_ms.p99: not comparable (ITL definition)"]
+
+
 def test_servescope_sessions_show_nothing_new(tmp_path: Path) -> None:
     a = load_session(write_session(tmp_path, "a", [{"seed": 1}]))
     b = load_session(write_session(tmp_path, "b", [{"seed": 2}]))
@@ -299,6 +325,34 @@ def test_files_of_another_tool_are_refused_before_anything_is_written(tmp_path: 
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize(("name", "body", "fmt", "needle"), [
+    ("cut.json", b'{"benchmarks": [', None, "cut.json: not JSON: Expecting value at line 1, column 17; the file is "
+                                           "damaged or not a result file; servescope imports "),
+    ("cut.json", b'{"benchmarks": [', "guidellm", "cut.json: not JSON: Expecting value at line 1, column 17; the "
+                                                 "file is damaged or not the benchmarks JSON GuideLLM 0.8 writes"),
+    ("profile_export.jsonl", b"{oops\n", "aiperf", "profile_export.jsonl: not JSON Lines (its first record): "
+                                                  "Expecting property name enclosed in double quotes at line 1"),
+    ("report.yaml", b"a: [\n", None, "report.yaml: not YAML; the file is damaged or not a result file"),
+    ("bin.json", b"\xff\xfe\x00", None, "bin.json: not text (not UTF-8); "),
+    ("other.json", b'{"foo": 1}', None, "other.json: unknown import format; servescope imports `vllm bench serve"),
+    ("other.json", b'{"foo": 1}', "llmd-report", "other.json: unknown import format; the file is damaged or not an "
+                                                 "llm-d benchmark report"),
+])
+def test_a_file_of_no_known_format_is_one_line_naming_it_and_why(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 name: str, body: bytes, fmt: str | None,
+                                                                 needle: str) -> None:
+    """A damaged file says where it breaks and what to give instead (it read 'unknown import format' whatever the
+    cause, and the same with --from naming the tool)."""
+    f = tmp_path / name
+    f.write_bytes(body)
+    argv = ["import", str(f), "--sessions-dir", str(tmp_path / "s"), *(["--from", fmt] if fmt else [])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"servescope import: error: {f}: ") and err.count("\n") == 1, err
+    assert needle in err, err
+    assert not (tmp_path / "s").exists()
+
+
 def test_cli_import_from_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["import", str(AIPERF), "--from", "aiperf", "--sessions-dir", str(tmp_path / "s"), "--name",
                  "ap"]) == 0
@@ -313,6 +367,28 @@ def test_cli_import_from_and_export(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert err.startswith("servescope import: error: ") and err.count("\n") == 1
     assert not (tmp_path / "s2").exists()
+
+
+def test_imported_sessions_in_sessions_report_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Imported sessions through the commands, as any session: `sessions` names their tool, `report` says where the
+    figures come from, and compare's HTML (as its Markdown) heads the results with how the sessions were measured
+    and says which figure is not judged and why."""
+    a, b = _itl_differs(tmp_path)
+    home = ["--sessions-dir", str(tmp_path / "s")]
+    assert main(["sessions", *home]) == 0
+    listed = capsys.readouterr().out
+    assert listed.count("imported from inference-perf") == 2
+    assert main(["report", a.path.name, *home]) == 0
+    assert "imported from inference-perf with per-request data" in capsys.readouterr().out
+    pytest.importorskip("matplotlib")
+    html = tmp_path / "c.html"
+    assert main(["compare", a.path.name, b.path.name, *home, "--format", "html", "-o", str(html)]) == 0
+    text = html.read_text()
+    assert "How the sessions were measured" in text and "not comparable (ITL definition)" in text
+    assert "so not judged: ITL p99 ms (ITL definition)" in text
+    assert main(["compare", a.path.name, b.path.name, *home, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["comparability"]["not_judged"] == {"itl_ms.p99": ["ITL definition"]}
 
 
 def test_inference_perf_per_request_file_with_its_config_alone(tmp_path: Path) -> None:

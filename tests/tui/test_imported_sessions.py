@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from servescope.sessions.importers import import_files
 from servescope.tui.app import make_app
 from servescope.tui.screens.sessions import SessionsScreen
 
-from .helpers import open_compare, row_text
+from .helpers import drawn, open_compare, row_text
 
 PEERS = Path(__file__).resolve().parents[1] / "sessions" / "data" / "peers"
 
@@ -37,3 +37,8 @@ async def test_imported_sessions_listed_with_their_tool_and_compared(home: Path)
         table = cmp.query_one("#compare-table", DataTable)
         itl = next(r for r in (row_text(table, i) for i in range(table.row_count)) if r[2] == "ITL p99 ms")
         assert any("not comparable" in x and "ITL definition" in x for x in itl)
+        # the pane's head names each session's tool and what a differing definition leaves unjudged, as drawn
+        head = " ".join(ln.strip() for ln in drawn(cmp.query_one("#compare-head", Static)))
+        assert "measured with: GuideLLM GuideLLM 0.8.1, AIPerf AIPerf 0.13.0" in head or \
+            "measured with: AIPerf AIPerf 0.13.0, GuideLLM GuideLLM 0.8.1" in head
+        assert "ITL definition differs: ITL p99 ms not judged" in head
