@@ -101,7 +101,7 @@ def comparability_blocks(comp: Comparison, level: int) -> list[Block]:
     for r in c.rows:
         figs = ", ".join(names.get(f, f) for f in r.figures)
         rows.append(row(r.fact.label, *(v or "not stated" for v in r.values),
-                        figs or ("nothing" if not r.fact.figures and not r.fact.percentiles else "-")))
+                        figs or r.fact.note or ("nothing" if not r.fact.figures and not r.fact.percentiles else "-")))
     out: list[Block] = [
         heading(level, "How the sessions were measured"),
         table((Column("measured with"), *cols(*labels), Column("changes the meaning of")), rows),

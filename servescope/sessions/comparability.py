@@ -11,7 +11,9 @@ the fact), the others are judged as usual. A ramp and an open or closed loop are
 different loads are never set side by side.
 
 Sessions all measured by servescope show nothing new (the table is for sessions some tool other than servescope
-measured, `Comparability.shown`).
+measured, `Comparability.shown`). Warmup, ramp and closed or open loop are rows of the table when they differ, for
+what they are: a warmup that differs leaves no cell judged (compare's mismatch), a ramp or a loop that differs makes
+different loads, whose cells are not set side by side.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from servescope.core.textsafe import clean_text
 from servescope.sessions.provenance import SourceMeta, measured_by
 from servescope.sessions.store import Session
-from servescope.sessions.views import planned_load
+from servescope.sessions.views import cell_views, planned_load
 
 # figures by what they are made of (a metric key's part before the "."; "cost" for the cost figures)
 _TOKEN_FIGURES = ("output_tok_s", "total_tok_s", "input_tokens_mean", "output_tokens_mean", "tpot_ms", "itl_token_ms",
@@ -37,6 +39,7 @@ class Fact:
     figures: tuple[str, ...]  # the figures (metric keys before the ".") whose meaning a difference changes
     meaning: str  # what a difference changes, in words
     percentiles: bool = False  # it changes every percentile figure (p50, p90, p95, p99) instead
+    note: str = ""  # what the table says a difference changes when it names no figure ("" : nothing)
 
 
 FACTS: tuple[Fact, ...] = (
@@ -58,6 +61,14 @@ FACTS: tuple[Fact, ...] = (
                                       "request_s", "goodput_req_s", "cost"),
          "outputs may stop early on one side: output lengths and what depends on them differ"),
     Fact("requests", "requests per cell", (), "nothing: each delta's interval accounts for the sample size"),
+    # whole-cell facts: a warmup that differs is compare's mismatch (no cell judged); a ramp or a loop that differs
+    # makes cells of different loads, never set side by side. The rows say how each session stands.
+    Fact("warmup", "warmup", (), "every figure: no cell is judged (the mismatch below)",
+         note="every figure (no cell is judged)"),
+    Fact("ramp", "ramp", (), "the load: cells of different ramps are different loads, not set side by side",
+         note="the load (cells of different ramps are not joined)"),
+    Fact("loop", "closed or open loop", (), "the load: a concurrency and a request rate are different loads",
+         note="the load (concurrency and rate cells are not joined)"),
 )
 FACT_LABELS = {f.key: f.label for f in FACTS}
 
@@ -125,8 +136,29 @@ def facts_of(session: Session) -> tuple[SourceMeta, dict[str, str]]:
         "streaming": "" if src.streaming is None else ("on" if src.streaming else "off"),
         "ignore_eos": "" if eos is None else ("on" if eos else "off"),
         "requests": "" if lo is None else (str(lo) if lo == hi else f"{lo}-{hi}"),
+        "warmup": _warmup(src, load.warmups),
+        "ramp": _ramp(src, session),
+        "loop": ("" if src.loop == "unknown" else clean_text(src.loop)) if src.imported else
+        " and ".join(x for x, have in (("closed", load.concurrency), ("open", load.rates)) if have),
     }
     return src, out
+
+
+def _warmup(src: SourceMeta, warmups: Sequence[int]) -> str:
+    """'none', '8 requests', '10 s' ("" where the files do not say): an import's as its tool's file says it,
+    servescope's from its cells' plans."""
+    if src.imported:
+        return "" if src.warmup == "unknown" else clean_text(src.warmup)
+    ws = [w for w in warmups if w]
+    return ", ".join(f"{w} requests" for w in ws) if ws else "none"
+
+
+def _ramp(src: SourceMeta, session: Session) -> str:
+    """'none', '5 s' ("" where the files do not say)."""
+    if src.imported:
+        return "" if src.ramp == "unknown" else clean_text(src.ramp)
+    ramps = sorted({r for v in cell_views(session) if (r := v.plan.ramp_s)})
+    return ", ".join(f"{r:g} s" for r in ramps) if ramps else "none"
 
 
 def comparability(sessions: Sequence[Session], metrics: Sequence[str]) -> Comparability:

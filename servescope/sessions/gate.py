@@ -31,7 +31,7 @@ from servescope import __version__
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
 from servescope.core.textsafe import clean_text
-from servescope.sessions.comparability import FACT_LABELS
+from servescope.sessions.comparability import FACTS
 from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct, interval_pct
 from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
 from servescope.sessions.store import Session, load_session, toml_clean
@@ -48,7 +48,7 @@ MISMATCH_NAMES: dict[str, tuple[str, ...]] = {
     "servescope_version": ("servescope version",), "warmup": ("warmup",), "max_model_len": ("max model length",),
     "tokenizer": ("tokenizer",), "host": ("client host",), "lengths": ("input tokens", "output tokens"),
     # another tool's session (sessions/comparability.py's facts)
-    **{k: (label,) for k, label in FACT_LABELS.items() if k not in ("tool", "requests")},
+    **{f.key: (f.label,) for f in FACTS if f.figures or f.percentiles},  # the facts that leave figures unjudged
 }
 
 

@@ -209,6 +209,23 @@ def test_gate_refuses_a_figure_defined_differently_unless_allowed(tmp_path: Path
     assert main(["gate", str(a.path), str(b.path), "--fail-on", "itl_ms.p99:+10%", "--allow-mismatch", "itl"]) == 0
 
 
+def test_warmup_ramp_and_loop_are_rows_of_the_table_when_they_differ(tmp_path: Path) -> None:
+    """The table says how the sessions stand on warmup, ramp and closed or open loop where the tools' files say it
+    and they differ (the rows were missing: a warmup that differed showed only as the mismatch below)."""
+    a, b = _itl_differs(tmp_path)
+    toml = b.path / "session.toml"
+    toml.write_text(toml.read_text().replace('warmup = "none"', 'warmup = "10 s"').replace('ramp = "none"',
+                                                                                         'ramp = "5 s"'))
+    comp = compare_sessions([a, load_session(b.path)])
+    assert comp.comparability is not None
+    rows = {r.fact.key: r.values for r in comp.comparability.rows}
+    assert rows["warmup"] == ["none", "10 s"] and rows["ramp"] == ["none", "5 s"] and "loop" not in rows
+    md = comparison_markdown(comp)
+    tables(md)
+    assert "| warmup | none | 10 s | every figure (no cell is judged) |" in md
+    assert "| ramp | none | 5 s | the load (cells of different ramps are not joined) |" in md
+
+
 def test_gate_names_every_refusal_and_the_names_that_allow_them(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """A difference for every figure (warmup) and one for a gated figure's definition: the refusal names both and
