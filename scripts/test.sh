@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need (a venv with servescope and its
-# test tools, tmux, Chromium, the vLLM CPU build, llama.cpp's server, GuideLLM and AIPerf, and the tiny test models,
-# all cached outside the clone), then runs ruff, mypy and pytest (real vLLM, real llama.cpp, GuideLLM, AIPerf, tmux,
-# Ray and simulator tests included),
+# test tools, tmux, Chromium, the vLLM CPU build, llama.cpp's server, GuideLLM, AIPerf and inference-perf, and the
+# tiny test models, all cached outside the clone), then runs ruff, mypy and pytest (real vLLM, real llama.cpp,
+# GuideLLM, AIPerf, inference-perf, tmux, Ray and simulator tests included),
 # printing the 30 slowest tests.
 #   ./scripts/test.sh              everything (what CI's .ci/run calls)
 #   ./scripts/test.sh --fast       the inner loop: everything but the tests marked vllm, llamacpp, tmux, ray or
@@ -40,7 +40,7 @@ if [ "$FAST" = 0 ]; then
   fi
   PEERS_SETUP=
   if [ "${SERVESCOPE_SKIP_PEERS:-}" != 1 ]; then
-    bash .ci/setup_peers.sh >/dev/null & PEERS_SETUP=$!  # GuideLLM and AIPerf, for the import tests
+    bash .ci/setup_peers.sh >/dev/null & PEERS_SETUP=$!  # GuideLLM, AIPerf and inference-perf, for the import tests
   fi
 fi
 .venv/bin/ruff check servescope tests benchmarks

@@ -475,6 +475,12 @@ def recognise(files: Sequence[str | Path], fmt: str | None = None) -> tuple[str,
             raise ServescopeError(f"{p} is given twice; give each file once")
         found[p.resolve()] = kind
     kinds = {k for k in found.values() if k != _CONFIG}
+    if fmt is None and kinds == {"inference-perf", "llmd-report"}:
+        # inference-perf (0.7) writes partial llm-d reports of its stages beside its own reports: its own are read
+        # there (the per-request file), as --from inference-perf would
+        theirs = {p.parent for p, k in found.items() if k == "inference-perf"}
+        found = {p: k for p, k in found.items() if not (k == "llmd-report" and p.parent in theirs)}
+        kinds = {k for k in found.values() if k != _CONFIG}
     if fmt is not None:
         wrong = {p: k for p, k in found.items() if k not in (fmt, _CONFIG)}
         if wrong and all(p.parent in {f.parent for f in found if found[f] == fmt} for p in wrong) and \

@@ -238,6 +238,10 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
                                 dists=dists)
     if conc is None and rate is None:
         c = v.count("scenario.load.native.config.servescope.concurrency", ours.get("concurrency"), lo=1)
+        if c is None and "scenario" not in data:  # inference-perf writes these beside its own reports
+            raise ServescopeError(f"{v.where}: a partial report (no scenario: no load, no model), as inference-perf "
+                                  "writes beside its own reports; import that reports folder instead "
+                                  "(--from inference-perf reads its per-request file)")
         if c is None:
             raise v.fail("its load states neither a rate (rate_qps) nor a concurrency")
         conc = c

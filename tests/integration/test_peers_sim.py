@@ -2,7 +2,11 @@
 the simulator, with the same fixed-length workload and concurrencies as a servescope session of it (`peer_runs`:
 one run of each per test session): each import holds the cells and requests the tool ran, and compare puts output
 tok/s and TPOT p50 within 10% of servescope's at every load, its comparability table naming each definition that
-differs (GuideLLM keeps no per-chunk times: its ITL; AIPerf's records keep every chunk's gap: none)."""
+differs (GuideLLM keeps no per-chunk times: its ITL; AIPerf's records keep every chunk's gap: none). inference-perf
+0.7.0 (where a Python 3.12 is found to install it) runs the same loads as concurrent stages: its reports folder (with
+the partial llm-d reports it writes beside them) imports with each stage's requests, its TPOT p50 within 10% of
+servescope's, and the table names its TTFT definition (first content chunk); its output tok/s is not held to 10% (its
+workers start the stage's requests late on a busy host)."""
 
 from __future__ import annotations
 
@@ -22,11 +26,11 @@ from tests.support import peers
 pytestmark = pytest.mark.slow
 
 
-def _compare(ours: Session, theirs: Session) -> dict[str, Any]:
+def _compare(ours: Session, theirs: Session, keys: tuple[str, ...] = ("output_tok_s", "tpot_ms.p50")) -> dict[str, Any]:
     comp = compare_sessions([ours, theirs])
     assert [c.load for c in comp.cells] == [f"c={c}" for c in peers.CONCURRENCY]
     for c in comp.cells:
-        for key in ("output_tok_s", "tpot_ms.p50"):
+        for key in keys:
             a, b = c.values[key]
             assert a is not None and b is not None
             assert abs(b / a - 1) < 0.10, (c.load, key, a, b)  # the same server, measured by two tools
@@ -58,3 +62,20 @@ def test_real_peer_imports_agree_with_servescope(peer_runs: Any, tmp_path: Path,
     if tool == "guidellm":
         assert set(comp["not_judged"]) == {"itl_ms.p99"}
     json.dumps(doc)
+
+
+def test_real_inference_perf_imports_and_compares(peer_runs: Any, tmp_path: Path) -> None:
+    runs: peers.SameLoad = peer_runs
+    if runs.inference_perf is None:
+        pytest.skip("no Python 3.12 here: .ci/setup_peers.sh did not install inference-perf")
+    s = load_session(import_files([runs.inference_perf], sessions_dir=tmp_path, workload=peers.WORKLOAD, name="ip"))
+    src = s.info.source
+    assert src is not None and src.tool == "inference-perf" and src.rebuilt and src.loop == "closed"
+    assert s.cells["load_label"].to_list() == [f"c={c}" for c in peers.CONCURRENCY]
+    for i in range(len(peers.CONCURRENCY)):
+        summ = s.summaries()[i]
+        assert summ is not None and summ.requests_ok == peers.REQUESTS and summ.requests_failed == 0
+        assert summ.output_tokens_mean == peers.OUTPUT_TOKENS
+    comp = _compare(load_session(runs.servescope), s, keys=("tpot_ms.p50",))["comparability"]
+    assert {d["fact"] for d in comp["differences"]} == {"tool", "ttft"}
+    assert comp["not_judged"]["ttft_ms.p50"] == ["TTFT definition"]

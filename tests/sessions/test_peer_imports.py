@@ -370,6 +370,28 @@ def test_a_file_of_no_known_format_is_one_line_naming_it_and_why(tmp_path: Path,
     assert not (tmp_path / "s").exists()
 
 
+def test_inference_perf_folder_with_its_partial_llmd_reports(tmp_path: Path) -> None:
+    """inference-perf 0.7 writes partial llm-d reports of its stages beside its own reports: the folder imports as
+    inference-perf (its per-request file), as with --from (it was refused as files of two tools); a partial report
+    alone is one line saying to import the folder instead."""
+    partial = PEERS / "inference-perf-0.7.0" / "inference-perf.partial.stage_0.yaml"
+    folder = tmp_path / "reports"
+    shutil.copytree(INFPERF, folder)
+    shutil.copy(partial, folder)
+    s = _imp(tmp_path, folder, name="ip")
+    alone = _imp(tmp_path, INFPERF, name="alone")
+    assert s.info.source is not None and s.info.source.tool == "inference-perf" and s.info.source.rebuilt
+    assert s.cells["load_label"].to_list() == alone.cells["load_label"].to_list()
+    with pytest.raises(ServescopeError) as e:  # a real llm-d report given beside it is another tool's file
+        import_files([folder, LLMD / "br_v0_2_example.yaml"], sessions_dir=tmp_path / "s2")
+    assert "different tools" in str(e.value)
+    with pytest.raises(ServescopeError) as e:
+        import_files([partial], sessions_dir=tmp_path / "s3")
+    assert str(e.value).startswith(f"{partial}: a partial report (no scenario") and "import that reports folder" in \
+        str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "s2").exists() and not (tmp_path / "s3").exists()
+
+
 def test_cli_import_from_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["import", str(AIPERF), "--from", "aiperf", "--sessions-dir", str(tmp_path / "s"), "--name",
                  "ap"]) == 0

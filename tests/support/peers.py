@@ -1,5 +1,6 @@
-"""The peer benchmark clients the import tests run: GuideLLM and AIPerf, installed from the package registry into
-cached venvs by .ci/setup_peers.sh (idempotent, with a lock), driven as their users drive them.
+"""The peer benchmark clients the import tests run: GuideLLM, AIPerf and inference-perf, installed from the package
+registry into cached venvs by .ci/setup_peers.sh (idempotent, with a lock), driven as their users drive them.
+inference-perf needs Python 3.12 or later: without one it is not installed (`Peers.inference_perf` None).
 
 Neither can reach a model hub here: both are given the tiny test model's folder (.ci/setup_vllm.sh builds it) as
 their tokenizer, by path. Each run writes its usual files into `out` and returns the files to import.
@@ -21,14 +22,15 @@ TOKENIZER = CACHE / "models-v1" / "dense"  # the tiny dense model's folder (its 
 class Peers:
     guidellm: Path  # the venvs
     aiperf: Path
+    inference_perf: Path | None  # None: no Python 3.12 here to install it with
 
 
 def setup() -> Peers:
-    """Run .ci/setup_peers.sh (cached: a second run takes a second) and return the two venvs."""
+    """Run .ci/setup_peers.sh (cached: a second run takes a second) and return the venvs."""
     out = subprocess.run(["bash", str(ROOT / ".ci" / "setup_peers.sh")], check=True, capture_output=True, text=True,
                          timeout=1800)
     lines = out.stdout.strip().splitlines()
-    return Peers(Path(lines[-2]), Path(lines[-1]))
+    return Peers(Path(lines[-3]), Path(lines[-2]), Path(lines[-1]) if lines[-1] != "-" else None)
 
 
 def _env() -> dict[str, str]:
@@ -81,6 +83,30 @@ def run_aiperf(peers: Peers, url: str, model: str, concurrency: list[int], reque
     return art
 
 
+def run_inference_perf(peers: Peers, url: str, model: str, concurrency: list[int], requests: int, input_tokens: int,
+                       output_tokens: int, out: Path, timeout: float = 600) -> Path:
+    """`inference-perf -c config.yaml` with a concurrent load, one stage per concurrency of `requests` requests,
+    random prompts of `input_tokens` (its tokenizer's) asking exactly `output_tokens` (ignore_eos), streaming; the
+    reports folder (its lifecycle reports, config.yaml and the partial llm-d reports it writes beside them)."""
+    assert peers.inference_perf is not None
+    out.mkdir(parents=True, exist_ok=True)
+    reports = out / "reports"
+    stages = "".join(f"  - {{concurrency_level: {c}, num_requests: {requests}}}\n" for c in concurrency)
+    dist = "{{min: {0}, max: {0}, mean: {0}}}"
+    (out / "config.yaml").write_text(
+        "api: {type: completion, streaming: true}\n"
+        f"data: {{type: random, input_distribution: {dist.format(input_tokens)}, "
+        f"output_distribution: {dist.format(output_tokens)}}}\n"
+        f"load:\n  type: concurrent\n  stages:\n{stages}"
+        "report: {request_lifecycle: {summary: true, per_stage: true, per_request: true}}\n"
+        f"storage: {{local_storage: {{path: {reports}}}}}\n"
+        f"server: {{type: vllm, model_name: {model}, base_url: '{url}', ignore_eos: true}}\n"
+        f"tokenizer: {{pretrained_model_name_or_path: '{TOKENIZER}'}}\n")
+    _run([str(peers.inference_perf / "bin" / "inference-perf"), "-c", str(out / "config.yaml")],
+         out / "inference-perf.log", timeout)
+    return reports
+
+
 # ---- one run of each tool at the same load, once per test session ---------------------------------------------
 CONCURRENCY = [1, 4]
 REQUESTS = 16  # per load
@@ -91,12 +117,13 @@ WORKLOAD = "peer128"
 
 @dataclass(frozen=True)
 class SameLoad:
-    """A servescope session, GuideLLM's benchmarks JSON and AIPerf's artifact folder of one workload and loads,
-    measured one after another against one simulator."""
+    """A servescope session, GuideLLM's benchmarks JSON, AIPerf's artifact folder and inference-perf's reports folder
+    (None without the tool) of one workload and loads, measured one after another against one simulator."""
 
     servescope: Path  # the session directory
     guidellm: Path
     aiperf: Path
+    inference_perf: Path | None
     url: str
 
 
@@ -124,4 +151,6 @@ def same_load_runs(out: Path) -> SameLoad:
         session = Path(json.loads(r.stdout.strip().splitlines()[-1])["session"])
         gl = run_guidellm(p, h.url, "tiny", CONCURRENCY, REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS, out / "guidellm")
         ap = run_aiperf(p, h.url, "tiny", CONCURRENCY, REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS, out / "aiperf")
-        return SameLoad(session, gl, ap, h.url)
+        ip = (run_inference_perf(p, h.url, "tiny", CONCURRENCY, REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS,
+                                 out / "inference-perf") if p.inference_perf is not None else None)
+        return SameLoad(session, gl, ap, ip, h.url)
