@@ -51,6 +51,7 @@ from servescope.sessions.compare import (
     session_label,
     thinking_costs,
 )
+from servescope.sessions.provenance import measured_by
 from servescope.sessions.quality import result_dict
 from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
 from servescope.sessions.store import Session, toml_clean
@@ -172,13 +173,13 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                 "--include-bound; run the load from more cores or a stronger host)" if ch.verdict == "bound" else
                 ": its timestamps may be late by up to the loop lag"))
         notes += stability_notes(s, v)
-    imp = s.info.import_
-    if imp is not None:
-        fmt = clean_text(imp.format or "?")
-        lacks = imp.lacks
-        notes.append(f"imported from {fmt}" + (" with per-request data" if imp.detailed else
-                                               " without per-request data (--save-detailed was not used)")
-                     + "; it lacks: " + "; ".join(f"{k} ({clean_text(str(v))})" for k, v in lacks.items()))
+    src = measured_by(s.info)
+    if src.imported:
+        how = (" with per-request data (every figure computed with servescope's formulas from its timestamps)"
+               if src.rebuilt else " without per-request data (the tool's aggregates"
+               + (": --save-detailed was not used)" if src.tool == "vllm-bench" else ")"))
+        notes.append(f"imported from {clean_text(src.tool_name)}{how}; it lacks: "
+                     + "; ".join(f"{k} ({clean_text(str(v))})" for k, v in src.lacks.items()))
     return notes
 
 
@@ -415,6 +416,16 @@ def _stored(table: msgspec.Struct | None) -> Json:
     return stored
 
 
+def _import_table(session: Session) -> JsonObject | None:
+    """The report JSON's `import` (as sessions imported before the [source] table stored it): None when servescope
+    measured the session."""
+    src = measured_by(session.info)
+    if not src.imported:
+        return None
+    return {"format": src.tool if src.tool != "vllm-bench" else "vllm-bench-serve", "files": src.files,
+            "detailed": src.rebuilt, "dates": src.dates, "lacks": src.lacks}
+
+
 def _rep_dict(r: SessionReport) -> JsonObject:
     m = r.session.info  # its tables as stored
     return {
@@ -427,7 +438,8 @@ def _rep_dict(r: SessionReport) -> JsonObject:
         "status": r.session.status,
         "started_at": m.started_at,
         "workloads": msgspec.to_builtins(m.workloads),
-        "import": _stored(m.import_),
+        "import": _import_table(r.session),
+        "source": _stored(measured_by(m)) if measured_by(m).imported else None,
         "slos": r.slos,
         "slos_source": r.slos_source,
         "cells": [{"index": v.index, "workload": v.workload, "load": v.load, "concurrency": v.concurrency,

@@ -29,6 +29,7 @@ from servescope.core.errors import ServescopeError, error_text
 from servescope.core.kvbudget import KvBudgetMeta
 from servescope.core.launchspec import ArgValue
 from servescope.core.textsafe import clean_text
+from servescope.sessions.provenance import SourceMeta
 from servescope.workloads.spec import WorkloadTable, parse_toml
 
 __all__ = ["PLAN_COLUMNS", "SCHEMA_VERSION", "SESSION_STATUSES", "GpuTable", "ImportMeta", "InputLengths",
@@ -294,7 +295,8 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
     gpu_usd_per_hour: float | None = None
     input_lengths: InputLengths | None = None
     ignore_eos_dropped: str | None = None  # the server refused ignore_eos: its answer
-    import_: ImportMeta | None = msgspec.field(default=None, name="import")
+    import_: ImportMeta | None = msgspec.field(default=None, name="import")  # older imports (vllm bench)
+    source: SourceMeta | None = None  # an imported session's tool, files and definitions (sessions/provenance.py)
     quality: QualityMeta | None = None
     tune: TuneMeta | None = None
 

@@ -32,6 +32,7 @@ from servescope.reports.tunereport import (
 from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
 from servescope.sessions.meta import TuneMeta
+from servescope.sessions.provenance import measured_by
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
 from servescope.tui.screens.tunelive import Attaches, CellProgress, running_line
@@ -92,13 +93,15 @@ def session_row(path: Path) -> tuple[str, ...]:
 
     s = load_session(path)
     info = s.info
+    src = measured_by(info)  # an imported session's target is its tool: the server it measured is not known
     started = (info.started_at or "")[5:16].replace("T", " ")
     model = clean_text(info.model).rstrip("/").split("/")[-1]
     tags = ",".join(f"{k}={v}" for k, v in info.tags.items())
     wls = sorted({str(w.get("name", "?")).split("/")[0] for w in info.workloads})
     done, planned = cell_counts(s)  # completed of planned (a tune: measured of its budget), as `servescope sessions`
+    target = f"imported from {src.tool_name}" if src.imported else info.target.url
     return ("", started, clean_text(info.name if info.name is not None else path.name), s.status,
-            clean_text(info.target.url), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
+            clean_text(target), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
 
 
 def sessions_folder(sessions_dir: Path | None) -> Path:
