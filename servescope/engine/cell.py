@@ -231,7 +231,8 @@ class CellAttempt:
             figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
             short = (RateShortfall(run.behind_s, cell.duration_s, run.sent, load.rate)
                      if load.rate is not None and cell.duration_s and run.behind_s > 0 else None)
-            client = judge_client(run.client, **figs, shortfall=short)
+            win = windows or CellWindows()
+            client = judge_client(run.client, **figs, shortfall=short, scrapes=win.scrapes, scrape_cpu_s=win.scrape_cpu_s)
         windows = windows or CellWindows()
         tokenizer = self.ran_with.get("tokenizer", "")
         lengths = "calibrated" if tokenizer.startswith("calibrated") else "estimated" if tokenizer.startswith(
