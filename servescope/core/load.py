@@ -335,8 +335,10 @@ async def _stream_retrying(http: httpx.AsyncClient, opts: ClientOptions, spec: R
     unless the cell ends meanwhile. The record then holds the last attempt (its send stamp: TTFT and E2E are the
     served attempt's) with `retries` and `retry_wait_s`; its client queueing (sent - scheduled) includes the waits."""
     cap = opts.retry_after_max_s
-    args = (http, opts, spec, rec) if reply is None else (http, opts, spec, rec, reply)
-    await (stream_request(*args) if bodies is None else stream_request(*args, bodies=bodies))
+    if bodies is None:
+        await (stream_request(http, opts, spec, rec) if reply is None else stream_request(http, opts, spec, rec, reply))
+    else:
+        await stream_request(http, opts, spec, rec, reply=reply, bodies=bodies)
     waited, tries = 0.0, 0
     while rec.status == "rate_limited" and cap is not None and tries < RETRY_LIMIT and control is not None:
         wait = min(cap, rec.retry_after_s if rec.retry_after_s is not None else RETRY_DEFAULT_S)
