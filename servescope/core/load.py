@@ -127,6 +127,8 @@ class CellRun:
     behind_s: float = 0.0
     sent: int = 0  # requests (an open loop of conversations: conversations) sent
     warmup_note: str = ""  # the warmup was cut short by the cell's duration: how much of it was sent
+    workers_note: str = ""  # what --workers auto decided, when there is something to say (core.workers.auto_note)
+    workers_short: bool = False  # ... and it is that the load asks for more processes than this machine allows
 
 
 WARM_POOL = 1024  # distinct warmup prompts a cell has at most: a longer warmup cycles through them

@@ -176,6 +176,10 @@ class CellAttempt:
         if run.warmup_note:  # a duration-only cell's warmup lasts at most its duration
             self.sink.add_event("warmup_cut", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
+        if run.workers_note:  # --workers auto spread the load, or could not (core/workers.py auto_note)
+            self.sink.add_event("workers", f"cell {cell.index + 1} ({cell.label}): {run.workers_note}")
+            yield Notice("warning" if run.workers_short else "info",
+                         f"cell {cell.index + 1} ({cell.label}): {run.workers_note}")
         sent = self.ok + self.failed + self.rate_limited
         if cell.requests is not None and cell.requests > (pool := pool_size(cell)) and sent > pool:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {sent:,} requests cycled "
