@@ -562,11 +562,7 @@ class _Stream:
 
     def whole(self, piece: bytes, now: int) -> bool:
         """A piece that is exactly one event with one data line (a server's usual write: one token) is handled at
-        once, without the general parse; False when it is anything else (nothing consumed: then `feed`).
-
-        The usual token (one choice with text or content, no reasoning, a usage of two plausible counts and no
-        details) is recorded right here, as `_chunk` would record it, without its general steps: this is the path
-        nearly every streamed token takes, and each step saved is saved per token."""
+        once, without the general parse; False when it is anything else (nothing consumed: then `feed`)."""
         global _reads
         if self.heading:
             return False
@@ -574,45 +570,7 @@ class _Stream:
         if data is None:
             return False
         _reads += 1
-        if self.done or data == b"[DONE]":
-            self._event(data, now)
-            return True
-        self.events += 1
-        try:
-            ch = _decode_chunk(data)
-        except msgspec.DecodeError:  # not JSON, or a field of an unexpected type: decode it leniently
-            self._loose(data, now)
-            return True
-        choices, u = ch.choices, ch.usage
-        if (u is not None and choices is not None and len(choices) == 1 and ch.error is None and ch.timings is None
-                and self.reply is None and not self.bad and u.completion_tokens_details is None
-                and u.prompt_tokens_details is None):
-            c = choices[0]
-            d = c.delta
-            prompt, completion = u.prompt_tokens, u.completion_tokens
-            b = self.bound
-            if ((d is None or not (d.reasoning_content or d.reasoning)) and type(prompt) is int
-                    and type(completion) is int and 0 <= prompt <= b and 0 <= completion <= b):
-                content = bool(c.text) if d is None else bool(d.content)
-                rec = self.rec
-                grew = completion - self.last_completion
-                if grew > 0:  # continuous usage says the count grew: a token, even one that reads "" for now
-                    self.last_completion = completion
-                    content = True
-                if content:
-                    ntok = grew if grew > 0 else 1
-                    self.counted += ntok
-                    if not rec.chunk_ns:
-                        rec.first_token_ns = now
-                    if not rec.first_content_ns:
-                        rec.first_content_ns = now
-                    rec.chunk_ns.append(now)
-                    rec.chunk_tokens.append(ntok)
-                rec.prompt_tokens = prompt
-                rec.output_tokens = completion
-                rec.usage_reported = True
-                return True
-        self._chunk(ch, now)
+        self._event(data, now)
         return True
 
     def close(self, now: int) -> None:
@@ -665,6 +623,38 @@ class _Stream:
         except msgspec.DecodeError:  # not JSON, or a field of an unexpected type: decode it leniently
             self._loose(data, now)
             return
+        # the usual token (one choice with text or content, no reasoning, a usage of two plausible counts and no
+        # details) is recorded right here, as `_chunk` would record it, without its general steps: nearly every
+        # streamed token takes this path, and each step saved is saved per token
+        choices, u = ch.choices, ch.usage
+        if (u is not None and choices is not None and len(choices) == 1 and ch.error is None and ch.timings is None
+                and self.reply is None and not self.bad and u.completion_tokens_details is None
+                and u.prompt_tokens_details is None):
+            c = choices[0]
+            d = c.delta
+            prompt, completion = u.prompt_tokens, u.completion_tokens
+            b = self.bound
+            if ((d is None or not (d.reasoning_content or d.reasoning)) and type(prompt) is int
+                    and type(completion) is int and 0 <= prompt <= b and 0 <= completion <= b):
+                content = bool(c.text) if d is None else bool(d.content)
+                rec = self.rec
+                grew = completion - self.last_completion
+                if grew > 0:  # continuous usage says the count grew: a token, even one that reads "" for now
+                    self.last_completion = completion
+                    content = True
+                if content:
+                    ntok = grew if grew > 0 else 1
+                    self.counted += ntok
+                    if not rec.chunk_ns:
+                        rec.first_token_ns = now
+                    if not rec.first_content_ns:
+                        rec.first_content_ns = now
+                    rec.chunk_ns.append(now)
+                    rec.chunk_tokens.append(ntok)
+                rec.prompt_tokens = prompt
+                rec.output_tokens = completion
+                rec.usage_reported = True
+                return
         self._chunk(ch, now)
 
     def _chunk(self, ch: _Chunk, now: int) -> None:

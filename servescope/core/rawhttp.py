@@ -3,7 +3,7 @@
 aiohttp wakes a coroutine for every piece a stream delivers (its reader's future, the async iterator, the
 task step). Here the bytes are handled in the protocol's `data_received` callback itself: chunked transfer
 coding is undone in one pass over what arrived, and the whole read goes to the SSE consumer at once, stamped
-with one `perf_counter_ns()`. The awaiting request wakes twice: when the head arrives and when the body ends.
+with one `perf_counter_ns()`. The awaiting request wakes once, when the body ends (or the exchange fails).
 
 It speaks only what an OpenAI-compatible server answers a streaming POST with: a status line, headers, and a
 chunked, Content-Length or close-delimited body; keep-alive connections are pooled per client (closed by us
@@ -413,18 +413,18 @@ class RawClient:
                 conn._reset()
                 conn.sink = sink
                 errors = conn.error_sink = _Collect(error_limit)
-                conn.head_fut = loop.create_future()
+                # one future for the whole answer (no second wake-up at its head): a failure before the head, a
+                # stale pooled connection's among them, arrives on it too
                 conn.done_fut = loop.create_future()
                 assert conn.transport is not None
                 conn.transport.write(request)
                 try:
-                    await conn.head_fut
+                    await conn.done_fut
                 except StaleConnection:
                     self.stale += 1
                     if self.stale >= 2 and not self.reused:
                         self.pool = False
                     raise
-                await conn.done_fut
                 conn.used += 1
                 if conn.used > 1:
                     self.reused += 1
