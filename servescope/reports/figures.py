@@ -39,7 +39,7 @@ from servescope.reports.report_sections import SessionReport
 from servescope.reports.tunereport import TUNE_FIGURE_KEY
 from servescope.reports.tunereport import fmt_value as f3
 from servescope.sessions.answers import WorkloadAnswers, completed
-from servescope.sessions.compare import CellView, ComparedCell, Comparison, fmt_num
+from servescope.sessions.compare import CellView, ComparedCell, Comparison, fmt_num, interval_pct
 from servescope.sessions.store import Session
 
 __all__ = ["Band", "FigureSpec", "Interval", "Mark", "Panel", "Point", "Series", "comparison_figures",
@@ -652,7 +652,7 @@ def comparison_figures(comp: Comparison, reps: Sequence[SessionReport] = ()) -> 
                     j = (c.judgements.get(key) or [None] * (i + 1))[i]
                     vs = ""
                     if i > 0 and d is not None:
-                        ci = f" [{j.ci[0]:+.1f}, {j.ci[1]:+.1f}]" if j is not None and j.ci is not None else ""
+                        ci = f" {interval_pct(j.ci)}" if j is not None and j.ci is not None else ""
                         vs = f"; vs {labels[0]}: {d:+.1f}%{ci} {c.verdict(key, i) or '(no interval)'}"
                     rng = (f"; repeats {fmt_num(min(got))}-{fmt_num(max(got))} ({len(got)})" if len(got) > 1 else "")
                     pts.append(Point(x, y, f"{lb}, {c.load}: {what} = {fmt_num(y)} {unit}{rng}{vs}"
@@ -700,6 +700,6 @@ def _interval(c: ComparedCell, key: str, i: int, x: float, labels: Sequence[str]
         return None
     lo, hi = base * (1 + j.ci[0] / 100), base * (1 + j.ci[1] / 100)
     return Interval(x, lo, hi, f"{labels[i]}, {c.load}: {what} vs {labels[0]}: {j.delta_pct:+.1f}% "
-                               f"[{j.ci[0]:+.1f}, {j.ci[1]:+.1f}] (the 95% interval of the difference), drawn as "
+                               f"{interval_pct(j.ci)} (the 95% interval of the difference), drawn as "
                                f"{fmt_num(lo)}-{fmt_num(hi)} {unit}: {labels[0]}'s {fmt_num(base)} {unit} x (1 + "
                                "the interval)")

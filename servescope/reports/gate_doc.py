@@ -37,7 +37,8 @@ def gate_document(g: GateResult) -> Document:
     rows = []
     for r in sorted(g.rows, key=lambda r: (not r.failed, r.workload, r.threshold.figure)):
         j = r.judgement
-        ci = f"{j.ci[0]:+.1f} .. {j.ci[1]:+.1f}%" if j.ci is not None else "-"
+        ci = "-" if j.ci is None else (f"{j.ci[0]:+.1f} .. {j.ci[1]:+.1f}%" if f"{j.ci[0]:+.1f}" != f"{j.ci[1]:+.1f}"
+                                        else "no spread: deterministic server")
         rows.append(row(r.workload, r.load, Code(r.threshold.figure), Num(fmt_num(r.baseline)),
                         Num(fmt_num(r.candidate)), Num(fmt_pct(j.delta_pct)), Num(ci), j.verdict or "not judged",
                         Num(f"{r.threshold.limit_pct:+g}%"), Strong("FAIL") if r.failed else "ok"))

@@ -260,7 +260,8 @@ def stability_notes(session: Session, v: CellView) -> list[str]:
     for d in drift(pr, seed=seed_for(0, v.index)):
         what = "TTFT p50" if d.figure.startswith("ttft") else "per-request tok/s p50"
         j = d.judgement
-        ci = f"95% interval {j.ci[0]:+.0f}% to {j.ci[1]:+.0f}%" if j.ci is not None else "no interval"
+        ci = ("no interval" if j.ci is None else f"95% interval {j.ci[0]:+.0f}% to {j.ci[1]:+.0f}%"
+              if f"{j.ci[0]:+.0f}" != f"{j.ci[1]:+.0f}" else "no spread: deterministic server")
         moved = "rose" if (j.delta_pct or 0) > 0 else "fell"
         out.append(f"{cell}: drift within the cell: {what} {moved} {abs(j.delta_pct or 0):.0f}% ({ci}) from "
                    f"the first third of its requests to the last ({_plural(d.requests, 'request')} each, by send "

@@ -180,7 +180,9 @@ def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL
 def delta_text(c: ComparedCell, m: MetricSpec, i: int) -> str:
     """A delta as tables show it, with its 95% interval as an interval (bootstrap intervals are seldom symmetric):
     `+6.4% [+5.5, +33.9] worse`, `-0.4% [-2.3, +1.5] within noise`, `+3.1% [+2.3, +3.9] not comparable (warmup)`;
-    a neutral metric's delta alone; `(no interval)` without per-request data."""
+    an interval of no width (every resample gave the same figure: a deterministic server, the simulator) says so,
+    `+42.3% (no spread: deterministic server) better`; a neutral metric's delta alone; `(no interval)` without
+    per-request data."""
     d = c.deltas[m.key][i]
     if d is None:
         return "-"
@@ -193,8 +195,12 @@ def delta_text(c: ComparedCell, m: MetricSpec, i: int) -> str:
 
 
 def interval_pct(ci: tuple[float, float]) -> str:
-    """An interval of percent deltas: `[+5.5, +33.9]`."""
-    return f"[{ci[0]:+.1f}, {ci[1]:+.1f}]"
+    """An interval of percent deltas: `[+5.5, +33.9]`; one of no width at this precision is no interval to show:
+    `(no spread: deterministic server)`."""
+    low, high = f"{ci[0]:+.1f}", f"{ci[1]:+.1f}"
+    if low == high:
+        return "(no spread: deterministic server)"
+    return f"[{low}, {high}]"
 
 
 def delta_pct(value: float | None, base: float | None) -> float | None:

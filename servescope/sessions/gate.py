@@ -30,7 +30,7 @@ from servescope import __version__
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
 from servescope.core.textsafe import clean_text
-from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct
+from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct, interval_pct
 from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
 from servescope.sessions.store import Session, load_session, toml_clean
 
@@ -171,7 +171,7 @@ class GateRow:
     def text(self) -> str:
         """'output_tok_s at sharegpt c=4: -8.1% [-10.2, -6.0] worse (threshold -5%)'."""
         j = self.judgement
-        ci = f" [{j.ci[0]:+.1f}, {j.ci[1]:+.1f}]" if j.ci is not None else " (no interval)"
+        ci = f" {interval_pct(j.ci)}" if j.ci is not None else " (no interval)"
         return (f"{self.threshold.figure} at {self.workload} {self.load}: {fmt_pct(j.delta_pct)}{ci} "
                 f"{j.verdict or 'not judged'} (threshold {self.threshold.limit_pct:+g}%)")
 

@@ -238,7 +238,7 @@ async def test_compare_charts_are_titled_with_units(home: Path) -> None:
         await pilot.pause()
         scr = app.screen
         assert isinstance(scr, CompareScreen)
-        for wid, unit in (("#cmp-aggregate", "output tok/s"), ("#cmp-per-user", "per-user tok/s")):
+        for wid, unit in (("#cmp-aggregate", "output tok/s"), ("#cmp-per-user", "mean tok/s/user")):
             lines = [ln.lstrip("▊ ") for ln in drawn(scr.query_one(wid, OverlayCurve))]
             assert lines[0].startswith(unit), lines  # the title names the metric and its unit
             assert "■" in lines[1] and "◆" in lines[1]  # the legend: one marker per session
