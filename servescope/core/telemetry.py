@@ -16,6 +16,7 @@ import contextlib
 import functools
 import math
 import time
+import zlib
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from servescope.core.errors import error_text
 from servescope.core.gpu import GPU_COLUMNS, GpuInfo, GpuSampler, describe_gpus, list_gpus
 from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_parsed
+from servescope.core.rawhttp import RawClient
 from servescope.core.results import ServerWindow, TelemetryWindow
 from servescope.core.servermetrics import MetricsReader, labels_of
 from servescope.core.specdecode import LORA_INFO, SPEC_COUNTERS, lora_keys
@@ -190,8 +192,6 @@ class RawMetrics:
 
     def __init__(self, base_url: str, headers: Mapping[str, str] | None = None,
                  ssl_context: Callable[[], ssl.SSLContext] | None = None, idle_s: float = 4.0) -> None:
-        from servescope.core.rawhttp import RawClient
-
         self.http = RawClient(base_url, dict(headers or {}), 1, idle_s, connect_timeout_s=10.0,
                               ssl_context=ssl_context, log_connections=False)
 
@@ -201,8 +201,6 @@ class RawMetrics:
             status, body = await self.http.get(path, MAX_METRICS_BYTES, heads)
         enc = heads.get("content-encoding", "").strip().lower()
         if status == 200 and enc in ("gzip", "x-gzip", "deflate"):  # never asked for; undone if sent all the same
-            import zlib
-
             d = zlib.decompressobj(16 + zlib.MAX_WBITS if enc != "deflate" else zlib.MAX_WBITS)
             body = d.decompress(body, MAX_METRICS_BYTES)
         return status, body
