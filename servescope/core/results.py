@@ -317,7 +317,7 @@ class ClientHealth(_Base, frozen=True):
     # left out when None: it kept up, or it is no such cell)
     rate_behind_s: float | None = None
     # what sampling the server's /metrics cost the client over the cell: CPU ms per second of the cell, and per
-    # scrape (left out when None: telemetry off, or no scrape in the cell)
+    # scrape (left out when None: no scrape in the cell; with --telemetry-interval off, the scrapes at its ends)
     telemetry_cpu_ms_per_s: float | None = None
     telemetry_ms_per_scrape: float | None = None
 
