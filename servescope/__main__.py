@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from servescope import __version__
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     except ServescopeError as e:
         print(f"{prog}: error: {clean_text(e.message)}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:
+        # the reader left (`servescope sim --list | head`): stop quietly as a command killed by SIGPIPE does, and
+        # keep Python's exit-time flush of stdout from failing again on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + int(signal.SIGPIPE)
 
 
 def command_prog(args: argparse.Namespace) -> str:

@@ -256,3 +256,14 @@ def test_the_top_level_help_says_compare_and_report_write_html() -> None:
     compare = text.split(" compare ", 1)[1].split(" gate ", 1)[0]
     report = text.split(" report ", 1)[1].split(" import ", 1)[0]
     assert "HTML" in compare and "HTML" in report, (compare, report)
+
+
+@pytest.mark.parametrize("argv", [["sim", "--list"], ["workloads"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(argv: list[str]) -> None:
+    """`servescope sim --list | head -1`: the reader has gone when the listing is written; the command stops as one
+    killed by SIGPIPE does (exit 141), with nothing on stderr (it printed a BrokenPipeError traceback)."""
+    p = subprocess.Popen([sys.executable, "-m", "servescope", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # no reader is left: the command's first write to stdout meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and err == "", err
