@@ -140,15 +140,18 @@ def preset_table() -> str:
 
 
 def metric_table() -> str:
-    """Every metric's key, label, unit, better direction and formula (METRICS in servescope/core/results.py)."""
+    """Every metric's key, label, unit, statistics, better direction and formula, then what each formula leaves
+    implicit (METRICS in servescope/core/results.py)."""
     from servescope.core.results import METRICS
 
-    rows = ["| key | label | unit | better | formula |", "|---|---|---|---|---|"]
+    rows = ["| key | label | unit | statistics | better | formula |", "|---|---|---|---|---|---|"]
     for m in METRICS.values():
         better = m.better or "not judged"
-        rows.append(f"| `{m.key}` | {_cell(m.label)} | {m.unit or '-'} | {better} | {_cell(m.formula) or '-'} |")
-    return "\n".join(rows)
-
+        stats = ", ".join(f"`.{s}`" for s in m.stats) or "-"
+        rows.append(f"| `{m.key}` | {_cell(m.label)} | {m.unit or '-'} | {stats} | {better} | "
+                    f"{_cell(m.formula) or '-'} |")
+    notes = [f"- **{m.label}** (`{m.key}`) {m.note}" for m in METRICS.values() if m.note]
+    return "\n".join(rows) + "\n\nWhat the formulas leave implicit:\n\n" + "\n".join(notes)
 
 def compare_example() -> str:
     """`servescope compare` of the two recorded sessions, as it prints it (a fenced Markdown block)."""

@@ -158,7 +158,7 @@ def sessions_command(args: argparse.Namespace) -> int:
         _add_quality(rows[-1], s)
         if s.status == "running":
             rows[-1]["pid"] = s.runner.pid
-        elif s.meta.get("status") == "running":  # it says running, but its runner is gone
+        elif s.info.status == "running":  # it says running, but its runner is gone
             rows[-1]["reason"] = clean_text(s.runner.reason)
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -25,8 +25,9 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import wire as w
 from servescope.engine.serving import sim_serving_args
-from servescope.reports.tunereport import is_tune_session, running_of
+from servescope.reports.tunereport import is_tune_session
 from servescope.sessions.live import EVENTS, LOCK, EventLogReader, runner_state
+from servescope.sessions.meta import read_meta
 from servescope.sessions.store import load_session, sessions_home
 
 
@@ -87,15 +88,13 @@ def attach_command(args: argparse.Namespace) -> int:
 def tune_watch_refusal(path: Path) -> str:
     """Why `watch` does not follow a tune session, in one line with the commands that do: `attach` (the app's live
     tune view) and, while a cell is measured, `watch` on that cell."""
-    import tomllib
-
     cell = ""
     try:
-        meta = tomllib.loads((path / "session.toml").read_text(encoding="utf-8"))
-        run = running_of(meta.get("tune"))
+        tune = read_meta(path / "session.toml").tune
+        run = tune.running if tune is not None else None
         if run is not None and runner_state(path).running:
-            cell = f"; or the cell it measures now: servescope watch {path / str(run.get('cell'))}"
-    except (OSError, ValueError):
+            cell = f"; or the cell it measures now: servescope watch {path / run.cell}"
+    except ServescopeError:
         pass
     return (f"{path.name} is a tune session: watch follows sweeps; follow the search (its path, best so far and "
             f"the running cell) with servescope attach {path}{cell}")
@@ -181,7 +180,7 @@ def _ended(path: Path, reason: str, bad_lines: int, out: TextIO) -> int:
     if (path / "session.toml").exists():
         try:
             s = load_session(path)
-            status, message = s.status, clean_text(str(s.meta.get("message") or ""))
+            status, message = s.status, clean_text(s.info.message)
         except ServescopeError as e:
             print(f"the sweep is not running and its session is broken: {clean_text(e.message)}{log}", file=out,
                   flush=True)

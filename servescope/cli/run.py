@@ -20,8 +20,9 @@ from servescope.cli.common import api_key_from, check_writable_session, resolve_
 from servescope.cli.serving import serving_json, serving_lines
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
+from servescope.core.jsontypes import JsonObject
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, CellCost, CellQuality, Dist, rate_limit_line
+from servescope.core.results import METRICS, CellCost, CellQuality, Dist, figure, rate_limit_line
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
@@ -83,7 +84,7 @@ class CellRow(TypedDict, total=False):
     output_tok_s: float | None
     total_tok_s: float | None
     goodput_req_s: float | None
-    cost: dict[str, object]  # --price / --gpu-hour: {"usd_per_1m_output_tokens", "usd_per_1m_total_tokens", "basis"}
+    cost: JsonObject  # --price / --gpu-hour: {"usd_per_1m_output_tokens", "usd_per_1m_total_tokens", "basis"}
     prefix_cache_hit_rate: float | None
     ttft_ms: dict[str, float | None]  # {JSON_STATS: value}
     ttfo_ms: dict[str, float | None]
@@ -92,21 +93,21 @@ class CellRow(TypedDict, total=False):
     e2e_ms: dict[str, float | None]
     per_user_tok_s: dict[str, float | None]
     client_queue_ms: dict[str, float | None]
-    server: dict[str, object] | None
-    client: dict[str, object] | None
-    errors: list[dict[str, object]]
+    server: JsonObject | None
+    client: JsonObject | None
+    errors: list[JsonObject]
     send_lateness_ms: dict[str, float | None]
-    turns: list[dict[str, object]]
-    conversations: dict[str, object]
-    quality: dict[str, object]
+    turns: list[JsonObject]
+    conversations: JsonObject
+    quality: JsonObject
     # the serving figures (cli/serving.py ServingJson): spec_decode and adapters null without them, prefix_cache_reset
     # always, prefix_cache_target when the workload aims at a hit rate, startup for a launched server, energy with NVML
     spec_decode: dict[str, float | None] | None
-    adapters: dict[str, dict[str, object]] | None
+    adapters: dict[str, JsonObject] | None
     prefix_cache_reset: bool
-    lora_server: dict[str, object]
+    lora_server: JsonObject
     prefix_cache_target: float
-    startup: dict[str, object]
+    startup: JsonObject
     energy: dict[str, float | None]
 
 
@@ -203,8 +204,8 @@ def lateness(s: Any) -> dict[str, float | None]:
     return {"p50": d.stat("p50"), "p99": d.stat("p99"), "max": d.stat("max")}
 
 
-POINT_FIGURES = (("output_tok_s", "output tok/s"), ("request_s", "req/s"), ("ttft_ms.p50", "TTFT p50 ms"),
-                 ("tpot_ms.p50", "TPOT p50 ms"), ("e2e_ms.p50", "E2E p50 ms"))
+POINT_FIGURES = tuple((f.key, f.label) for f in map(figure, ("output_tok_s", "request_s", "ttft_ms.p50", "tpot_ms.p50",
+                                                              "e2e_ms.p50")))
 
 
 def _figure(cell: CellRow, key: str) -> float | None:
@@ -596,8 +597,8 @@ def resume_command(args: argparse.Namespace) -> int:
         raise ServescopeError(f"{s.path} is still running (pid {s.runner.pid or '?'}); watch it with "
                               f"`servescope attach {s.path}` or `servescope watch {s.path}`")
     check_writable_session(s.path, "resume")
-    sweep = s.meta.get("sweep")
-    if not isinstance(sweep, dict):
+    sweep = s.info.sweep
+    if sweep is None:
         raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
     if args.launch is not None:
         server = sweep["server"] if isinstance(sweep.get("server"), dict) else {}
@@ -616,7 +617,7 @@ def resume_command(args: argparse.Namespace) -> int:
         spec = spec.replace(url=url, launch=None)
     _refuse_redacted_launch(spec, f"servescope resume {s.path} --launch \"...\"")
     check_open_files(spec)
-    cells = s.meta.get("cells", [])
+    cells = s.info.cells
     if len(plan_cells(spec)) != len(cells):
         raise ServescopeError(f"{s.path}: its cells no longer match its workloads (a preset changed?); "
                               "start a new run instead")
@@ -625,6 +626,6 @@ def resume_command(args: argparse.Namespace) -> int:
         if not spec.launch:
             real, label = open_target(spec.url, stack, sys.stderr, sim_serving_args(spec.workloads))
             ctx = replace(ctx, url=real, target_label=label)
-        todo = [c for c in cells if c.get("status") not in ("done", "skipped")]
+        todo = [c for c in cells if c.status not in ("done", "skipped")]
         print(f"resuming {s.path}: {len(todo)} of {len(cells)} cells left", file=sys.stderr)
         return run_loop_for(spec, ctx, sys.stdout, sys.stderr if args.json else sys.stdout, args.json)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.results import CellResult, Dist
 from servescope.core.textsafe import clean_text
 
@@ -18,11 +19,11 @@ class ServingJson(TypedDict, total=False):
     lora_server only when the server serves adapters."""
 
     spec_decode: dict[str, float | None] | None
-    adapters: dict[str, dict[str, object]] | None
+    adapters: dict[str, JsonObject] | None
     prefix_cache_reset: bool
-    lora_server: dict[str, object]
+    lora_server: JsonObject
     prefix_cache_target: float
-    startup: dict[str, object]
+    startup: JsonObject
     energy: dict[str, float | None]
 
 

@@ -14,10 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+import msgspec
+
 from servescope.cli.common import api_key_from
 from servescope.cli.run import open_target
 from servescope.core.errors import ServescopeError
 from servescope.core.launchspec import INTERESTING, parse_launch
+from servescope.core.slo import slo_terms
 from servescope.core.textsafe import clean_text
 from servescope.engine.runner import discard_unmeasured
 from servescope.engine.spec import RunContext, SweepSpec
@@ -35,6 +38,7 @@ from servescope.engine.tunerun import (
     with_setting,
 )
 from servescope.reports.tunereport import tune_summary
+from servescope.sessions.meta import ServerMeta, SessionMeta, TargetMeta, TuneMeta
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
 from servescope.sessions.views import DEFAULT_SLOS
 from servescope.sim.cli import build_parser, check_args
@@ -152,7 +156,7 @@ def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list
             out: TextIO) -> int:
     objective = args.objective
     print(f"tune: {space.cells} cells in the grid ({len(space.settings)} settings x {len(loads)} loads), budget "
-          f"{budget}, design {len(first)}; objective {objective} at {_slo_text(spec.slos)}; session {root}",
+          f"{budget}, design {len(first)}; objective {objective} at {', '.join(slo_terms(spec.slos))}; session {root}",
           file=out, flush=True)
     with ExitStack() as stack:
         label = spec.target_text
@@ -162,13 +166,11 @@ def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list
             label = sim_label or spec.url
         lock = TuneLock(root)  # held while the search runs: the app and `attach` tell a live tune from a dead one
         stack.callback(lock.release)
-        writer = SessionWriter.create(root, {
-            "kind": "tune", "name": name, "model": spec.model or "?",
-            "target": {"url": label}, "slos": dict(spec.slos), "workloads": [w.to_dict()],
-            "sweep": spec.to_table(inline_workloads=True),
-            **({"server": {"launch": spec.target_text}} if spec.launch else {}),
-            "tune": progress_table(space, objective, budget, [], root),
-        })
+        writer = SessionWriter.create(root, SessionMeta(
+            kind="tune", name=name, model=spec.model or "?", target=TargetMeta(url=label), slos=dict(spec.slos),
+            workloads=[w.to_dict()], sweep=spec.to_table(inline_workloads=True),
+            server=ServerMeta(launch=spec.target_text) if spec.launch else None,
+            tune=progress_table(space, objective, budget, [], root)))
         mins = int(spec.requests or DEFAULT_REQUESTS)
         measurer = LiveMeasurer(spec, ctx, root, objective, mins)
         stack.callback(measurer.close)
@@ -178,27 +180,23 @@ def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list
         steps: list[Step] = []
 
         def on_cell(n: int, setting: Setting, concurrency: int, cell: Path) -> None:
-            writer.meta["tune"] = progress_table(space, objective, budget, steps, root,
-                                                 running_entry(n, setting, concurrency, cell, root))
-            writer.save_meta()
+            writer.update(tune=progress_table(space, objective, budget, steps, root,
+                                              running_entry(n, setting, concurrency, cell, root)))
 
         measurer.on_cell = on_cell
 
         def on_step(st: Step) -> None:
             steps.append(st)
-            writer.meta["tune"] = progress_table(space, objective, budget, steps, root)  # the path so far
-            if writer.meta.get("model") == "?" and st.session:  # the served model, as the first cell found it
-                cell = load_session(st.session)
-                info = cell.info
-                writer.meta["model"], writer.meta["models_json"] = info.model, info.models_json or ""
-                if info.max_model_len:
-                    writer.meta["max_model_len"] = info.max_model_len
+            tune = progress_table(space, objective, budget, steps, root)  # the path so far
+            if writer.meta.model == "?" and st.session:  # the served model, as the first cell found it
+                info = load_session(st.session).info
                 # the server as the cell met it (engine, version, /metrics, tokenizer), under the search's own
                 # target line (its command or URL)
-                met = cell.meta.get("target")
-                if isinstance(met, dict):
-                    writer.meta["target"] = {**met, "url": label}
-            writer.save_meta()
+                writer.update(tune=tune, model=info.model, models_json=info.models_json or "",
+                              max_model_len=info.max_model_len or writer.meta.max_model_len,
+                              target=msgspec.structs.replace(info.target, url=label))
+            else:
+                writer.update(tune=tune)
             band = f" (predicted [{_f(st.band[0])}, {_f(st.band[1])}])" if st.band else ""
             print(clean_text(f"step {st.n}/{budget}: c={st.concurrency} {space.settings[st.setting].label}"
                              f"{' [relaunched]' if st.relaunch else ''}: "
@@ -209,17 +207,18 @@ def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list
         try:
             result = tuner.run()
         except KeyboardInterrupt:
-            writer.meta["tune"] = progress_table(space, objective, budget, steps, root)  # no cell runs now
+            writer.update(tune=progress_table(space, objective, budget, steps, root))  # no cell runs now
             writer.finish("interrupted", "interrupted")
             print(f"tune: interrupted; the cells measured are in {root / 'cells'}", file=sys.stderr)
             return 130
         except ServescopeError as e:
-            writer.meta["tune"] = progress_table(space, objective, budget, steps, root)
+            writer.update(tune=progress_table(space, objective, budget, steps, root))
             writer.finish("failed", e.message)
             raise
-        writer.meta["tune"] = tune_table(result, spec.launch, root, started, fit_summary(model.fits))
+        table = tune_table(result, spec.launch, root, started, fit_summary(model.fits))
+        writer.update(tune=table)
         writer.finish("completed")
-    print(format_result(writer.meta["tune"], spec.launch), file=out)  # type: ignore[arg-type]
+    print(format_result(table), file=out)
     if args.json:
         print(json.dumps(result_json(str(root), result)))
     return 0
@@ -229,21 +228,14 @@ def _f(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
 
 
-def _slo_text(slos: dict[str, float]) -> str:
-    return ", ".join(f"{k} {'>=' if k == 'per_user_tok_s' else '<='} {v:g}" for k, v in slos.items())
-
-
-def format_result(t: dict[str, object], launch: str | None, out: TextIO | None = None) -> str:
+def format_result(t: TuneMeta) -> str:
     """The answer, as `servescope tune` prints it (and the report's tune section reads the same table)."""
-    del out
-    unit = str(t.get("unit", ""))
     lines = tune_summary(t)  # the best, the serve line, the runner-up, the cells: as the report and the app say them
     lines.append("path:")
-    for st in t.get("path") or []:  # type: ignore[attr-defined]
-        band = st.get("band") or []
-        pred = f" (predicted {_f(band[0])}-{_f(band[1])})" if len(band) == 2 else ""
-        lines.append(f"  {st['step']}. c={st['concurrency']} {st['server_args'] or 'as launched'}"
-                     f"{' [relaunch]' if st.get('relaunch') else ''}: "
-                     f"{'skipped' if st.get('skipped') else _f(float(st['objective'])) + ' ' + unit}{pred}"
-                     f" - {st['why']}")
+    for st in t.path:
+        pred = f" (predicted {_f(st.band[0])}-{_f(st.band[1])})" if len(st.band) == 2 else ""
+        lines.append(f"  {st.step}. c={st.concurrency} {st.server_args or 'as launched'}"
+                     f"{' [relaunch]' if st.relaunch else ''}: "
+                     f"{'skipped' if st.skipped else _f(st.objective) + ' ' + t.unit}{pred}"
+                     f" - {st.why}")
     return "\n".join(clean_text(x) for x in lines)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict
 from servescope.cli.common import api_key_from, check_writable_session, resolve_session
 from servescope.cli.run import CellRow, add_figures, open_target, run_loop_for
 from servescope.core.errors import ServescopeError
+from servescope.core.slo import SLO_ATTAINMENT, slo_terms
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields as f
 from servescope.engine.spec import RunContext, SweepSpec
@@ -265,8 +266,7 @@ def whatif_command(args: argparse.Namespace) -> int:
                   f"{'  extrapolated: ' + clean_text('; '.join(p.why)) if p.extrapolated else ''}")
         print(f"  bands: {BAND_NOTE}")
     if args.capacity:
-        slo_text = ", ".join(f"{k} {'>=' if k == 'per_user_tok_s' else '<='} {v:g}" for k, v in slos.items())
-        print(f"capacity at the SLOs ({slo_text}; >= 90% of requests), predicted:")
+        print(f"capacity at the SLOs ({', '.join(slo_terms(slos))}; >= {SLO_ATTAINMENT:.0%} of requests), predicted:")
         print("  task                        capacity         knee          at capacity")
         for name, row in out["capacity"].items():
             cap = ("no answer: " + clean_text(row.reason) if row.reason else
@@ -274,8 +274,8 @@ def whatif_command(args: argparse.Namespace) -> int:
                    f"c={row.capacity}{'+ (not reached)' if row.not_reached else ''}")
             kn = "-" if row.knee is None else f"c={row.knee}{'+' if row.knee_not_reached else ''}"
             at = row.at_capacity
-            detail = (f"{_num(at.get('output_tok_s'), 0)} tok/s, TTFT p50 {_num(at.get('ttft_ms_p50'), 0)} ms, "
-                      f"{_num(at.get('per_user_tok_s_mean'))} tok/s per user") if at else ""
+            detail = (f"{_num(at.get('output_tok_s'), 0)} tok/s, TTFT p50 {_num(at.get('ttft_ms.p50'), 0)} ms, "
+                      f"{_num(at.get('per_user_tok_s.mean'))} tok/s per user") if at else ""
             print(f"  {clean_text(name)[:26]:<26}  {cap:<16} {kn:<12}  {detail}")
     if "confirm" in out:
         _print_confirm(out["confirm"])

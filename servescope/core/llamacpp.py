@@ -17,6 +17,7 @@ from __future__ import annotations
 import httpx
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.textsafe import clean_secret_text, clean_text
 
 
@@ -65,7 +66,7 @@ class LlamaCppTokenizer:
         self.secret = secret
         self.where = where  # the server's URL as shown (its credentials masked)
 
-    async def _post(self, path: str, body: dict[str, object], key: str) -> object:
+    async def _post(self, path: str, body: JsonObject, key: str) -> object:
         """The answer's `key`, as the server sent it (JSON of any shape: the caller checks it)."""
         r = await self.http.post(path, json=body)
         if r.status_code != 200:

@@ -49,18 +49,17 @@ from servescope.core.results import (
     OutputCheck,
     TurnStat,
 )
+from servescope.core.slo import SLO_ATTAINMENT, SLO_KEYS, attains, slo_met
 
-__all__ = ["DIST_METRICS", "client_figures", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellResult",
-           "describe", "itl_frame", "meets_slos", "output_check", "per_conversation", "per_request", "per_turn",
-           "records_frame", "request_figures", "slo_mask", "summarize"]
+__all__ = ["DIST_METRICS", "client_figures", "FORMULAS", "METRICS", "SLO_ATTAINMENT", "SLO_KEYS", "STAT_KEYS",
+           "CellResult", "describe", "itl_frame", "meets_slos", "output_check", "per_conversation", "per_request",
+           "per_turn", "records_frame", "request_figures", "summarize"]
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_KEYS = STATS
 DIST_METRICS = ("ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "itl_token_ms", "e2e_ms", "per_user_tok_s",
                 "prefill_tok_s", "client_queue_ms")
-SLO_KEYS = {"ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "itl_ms", "per_user_tok_s"}
-# derived from the one METRICS table (core/results.py): SLOs that are lower bounds, and the formulas
-HIGHER_IS_BETTER = {k for k in SLO_KEYS if METRICS[k].better == "higher"}
+# derived from the one METRICS table (core/results.py): the formulas
 FORMULAS: dict[str, str] = {k: m.formula for k, m in METRICS.items() if m.formula}
 
 
@@ -203,18 +202,6 @@ def describe(s: pl.Series) -> Dist:
     q = {f"p{p}": float(s.quantile(p / 100, interpolation="linear")) for p in PERCENTILES}  # type: ignore[arg-type]
     return Dist(mean=float(s.mean()), std=float(s.std()) if s.len() > 1 else 0.0,  # type: ignore[arg-type]
                 min=float(s.min()), max=float(s.max()), n=s.len(), **q)  # type: ignore[arg-type]
-
-
-def slo_mask(df: pl.DataFrame, slos: Mapping[str, float]) -> pl.Expr:
-    expr = pl.col("status") == "ok"
-    for k, v in slos.items():
-        if k == "itl_ms":
-            continue  # per-request ITL SLOs are checked through tpot; pooled ITL has no request
-        if k in HIGHER_IS_BETTER:
-            expr = expr & (pl.col(k).fill_null(0.0) >= v)
-        else:
-            expr = expr & (pl.col(k).fill_null(float("inf")) <= v)
-    return expr
 
 
 STAMP_FAULT = "impossible time stamps"  # the start of a damaged record's error text (summarize)
@@ -399,7 +386,7 @@ def summarize(
     out_tok = int(ok["output_tokens"].sum() or 0)
     in_tok = int(ok.filter(pl.col("prompt_tokens") >= 0)["prompt_tokens"].sum() or 0)
     wall = max(wall_s, 1e-9)
-    good = pr.filter(slo_mask(pr, slos)).height if slos else n_ok
+    good = pr.filter(slo_met(slos)).height if slos else n_ok
     known_prompt = ok.filter(pl.col("prompt_tokens") >= 0)
     req_in = ok["input_tokens_requested"]
     mismatch = None
@@ -467,10 +454,6 @@ def summarize(
     )
 
 
-SLO_ATTAINMENT = 0.9
-
-
-def meets_slos(summary: CellResult, attainment: float = SLO_ATTAINMENT) -> bool:
-    """A cell meets the SLOs when at least `attainment` (90%) of its requests succeeded within all of them."""
-    frac = summary.slo_met_fraction
-    return frac is not None and frac >= attainment
+def meets_slos(summary: CellResult) -> bool:
+    """A cell meets the SLOs when at least SLO_ATTAINMENT (90%) of its requests succeeded within all of them."""
+    return attains(summary.slo_met_fraction)

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from servescope.core.errors import ServescopeError
 
@@ -126,9 +126,22 @@ META_KEYS = ("price_usd_per_1m_input_tokens", "price_usd_per_1m_output_tokens", 
              "electricity_usd_per_kwh")
 
 
-def prices_of_meta(meta: Mapping[str, object]) -> Prices:
+class PricedMeta(Protocol):
+    """A session's table with its prices (servescope.sessions.meta.SessionMeta)."""
+
+    @property
+    def price_usd_per_1m_input_tokens(self) -> float | None: ...
+    @property
+    def price_usd_per_1m_output_tokens(self) -> float | None: ...
+    @property
+    def gpu_usd_per_hour(self) -> float | None: ...
+    @property
+    def electricity_usd_per_kwh(self) -> float | None: ...
+
+
+def prices_of_meta(meta: PricedMeta) -> Prices:
     """The prices a session.toml records (a value that is not a finite number of 0 or more is not a price)."""
-    v = {k: _num(meta.get(k)) for k in META_KEYS}
+    v = {k: _num(getattr(meta, k)) for k in META_KEYS}
     pin, pout = v["price_usd_per_1m_input_tokens"], v["price_usd_per_1m_output_tokens"]
     api = ApiPrice(pin, pout) if pin is not None and pout is not None else None
     return Prices(api, v["gpu_usd_per_hour"], v["electricity_usd_per_kwh"])

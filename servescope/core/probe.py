@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 import httpx
 
 from servescope.core.errors import ServescopeError, error_text
+from servescope.core.jsontypes import JsonObject
 from servescope.core.quality import Trace
 from servescope.core.target import _show, key_refused, redact_url, request_failed
 from servescope.core.textsafe import clean_secret_text
@@ -92,7 +93,7 @@ def _too_long(r: httpx.Response) -> bool:
 
 
 async def _post(client: httpx.AsyncClient, base_url: str, body: Mapping[str, object],
-                unsupported: tuple[str, ...] = ()) -> dict[str, object] | None:
+                unsupported: tuple[str, ...] = ()) -> JsonObject | None:
     """POST `body` to /v1/completions and return the answer's first choice (as the server sent it: its entries
     are checked where read). A 4xx whose message names one of `unsupported` (a parameter the server rejects)
     returns None."""
@@ -131,7 +132,7 @@ async def _post(client: httpx.AsyncClient, base_url: str, body: Mapping[str, obj
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ServescopeError(f"{where} answered {_show(out, secret)} where a completion with choices belongs; "
                               "is it an OpenAI-compatible server? check --url")
-    first: dict[str, object] = choices[0]
+    first: JsonObject = choices[0]
     return first
 
 

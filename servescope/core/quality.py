@@ -36,6 +36,8 @@ from typing import TypedDict
 
 import msgspec
 
+from servescope.core.jsontypes import JsonObject
+
 TASKS = ("arithmetic", "retrieval", "needle", "json")
 SCORERS = ("exact", "choice", "regex", "json")
 FLOOR = 1e-10
@@ -122,9 +124,9 @@ class QualityResult(msgspec.Struct, kw_only=True):
     traces: list[Trace] = msgspec.field(default_factory=list)  # kept so this session can be a reference
     answers: list[Answer] = msgspec.field(default_factory=list)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         """quality.json's shape."""
-        out: dict[str, object] = msgspec.to_builtins(self)
+        out: JsonObject = msgspec.to_builtins(self)
         return out
 
     @classmethod

@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Literal, TypeGuard, TypeVar
 
 import msgspec
 
+from servescope.core.jsontypes import Json
+
 STATS = ("mean", "std", "min", "max", "p50", "p90", "p95", "p99")
 DIST_KEYS = ("ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "per_user_tok_s", "prefill_tok_s", "client_queue_ms",
              "itl_ms", "itl_token_ms")
@@ -568,24 +570,24 @@ class CellResult(_Base, frozen=True):
         """The distribution of a metric by name ("ttft_ms"), None when it has none."""
         return getattr(self, metric) if metric in DIST_KEYS else None
 
-    def value(self, metric: str, stat: str | None = None) -> float | None:
-        """A metric chosen at run time: value("output_tok_s"), value("ttft_ms", "p50") or value("ttft_ms.p50").
-        None when missing, unknown, NaN or infinite (so tables and comparisons can skip it)."""
-        if stat is None:
-            metric, _, sub = metric.partition(".")
-            stat = sub or None
+    def value(self, key: str) -> float | None:
+        """A figure chosen at run time by its key, its one spelling (`Figure`): value("output_tok_s"),
+        value("ttft_ms.p50"), value("server.queue_ms_mean"). None when missing, unknown, NaN or infinite (so tables
+        and comparisons can skip it)."""
+        metric, _, stat = key.partition(".")
         if metric in DIST_KEYS:
             dist: Dist = getattr(self, metric)
             return dist.stat(stat or "mean")
-        if stat is not None:
-            part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu", "client", "cost",
-                                                             "spec_decode", "startup", "energy") else None
+        if stat:
+            part = getattr(self, metric, None) if metric in PARTS else None
             return finite(getattr(part, stat, None)) if part is not None and stat in part.__struct_fields__ else None
         if metric not in _SCALARS:
             return None
         return finite(getattr(self, metric))
 
 
+# the parts whose figures are named `part.field`
+PARTS = ("server", "telemetry", "gpu", "client", "cost", "spec_decode", "startup", "energy")
 LEFT_OUT_WHEN_NONE = ("rate_limit_retries", "retry_wait_s", "retry_after_s_max", "input_lengths")
 
 
@@ -617,33 +619,55 @@ def finite(v: object) -> float | None:
 # --------------------------------------------------------------------------------------------------------
 
 Better = Literal["lower", "higher"] | None
+Direction = Literal["higher", "lower", "neutral"]  # a figure's better direction as compare judges it
 
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric's label, unit, which direction is better (None: not judged) and how it is computed."""
+    """A metric declared once: its key (with its unit in its name), label, unit, which direction is better (None:
+    not judged), how it is computed, and what its formula leaves implicit (`note`, for docs/metrics.md). A metric
+    whose CellResult field is a `Dist` has the statistics STATS (`ttft_ms.p50`); the others are one number."""
 
     key: str
     label: str
     unit: str
     better: Better
     formula: str = ""
+    note: str = ""
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        return STATS if self.key in DIST_KEYS else ()
 
 
 METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("ttft_ms", "TTFT", "ms", "lower",
-           "first token-carrying chunk (content or reasoning) - request sent"),
-    Metric("ttfo_ms", "TTFO", "ms", "lower", "first content chunk - request sent"),
+           "first token-carrying chunk (content or reasoning) - request sent",
+           "counts the first chunk carrying a token, content *or* reasoning; TTFO the first carrying content. They "
+           "differ only in thinking mode."),
+    Metric("ttfo_ms", "TTFO", "ms", "lower", "first content chunk - request sent",
+           "is missing for a request that streamed reasoning and never any content (it fails a TTFO SLO: SLOs and "
+           "goodput, below)."),
     Metric("itl_ms", "ITL", "ms", "lower",
-           "gap between consecutive token-carrying chunks after the first, pooled over requests"),
-    Metric("itl_token_ms", "ITL per token", "ms", "lower", "that gap / tokens in the later chunk"),
-    Metric("tpot_ms", "TPOT", "ms", "lower", "(e2e - ttft) / (output_tokens - 1), per request"),
+           "gap between consecutive token-carrying chunks after the first, pooled over requests",
+           "pools every gap between consecutive token-carrying chunks after the first, over all requests (as vLLM "
+           "does)."),
+    Metric("itl_token_ms", "ITL per token", "ms", "lower", "that gap / tokens in the later chunk",
+           "divides each gap by the tokens in the later chunk (a server that sends several tokens a chunk)."),
+    Metric("tpot_ms", "TPOT", "ms", "lower", "(e2e - ttft) / (output_tokens - 1), per request",
+           "is per request; a request with one output token has none."),
     Metric("e2e_ms", "E2E", "ms", "lower", "end of stream - request sent"),
-    Metric("client_queue_ms", "client queue", "ms", "lower", "actual send - scheduled send"),
-    Metric("per_user_tok_s", "per-user tok/s", "tok/s", "higher", "output_tokens / e2e, per request"),
-    Metric("prefill_tok_s", "prefill tok/s", "tok/s", "higher", "prompt_tokens / ttft, per request"),
+    Metric("client_queue_ms", "client queue", "ms", "lower", "actual send - scheduled send",
+           "is the actual send minus the scheduled send: coordinated omission made visible (an open loop whose "
+           "client falls behind shows it here instead of hiding it in a later send)."),
+    Metric("per_user_tok_s", "per-user tok/s", "tok/s", "higher", "output_tokens / e2e, per request",
+           "is per request (then summarised as a distribution)."),
+    Metric("prefill_tok_s", "prefill tok/s", "tok/s", "higher", "prompt_tokens / ttft, per request",
+           "is per request (then summarised as a distribution)."),
     Metric("output_tok_s", "output tok/s (aggregate)", "tok/s", "higher",
-           "sum of output tokens of successful requests / cell wall time"),
+           "sum of output tokens of successful requests / cell wall time",
+           "is per cell, as are total tok/s, req/s and goodput: the cell's wall time runs from the first measured "
+           "request's scheduled send to the last measured request's end."),
     Metric("total_tok_s", "total tok/s", "tok/s", "higher",
            "(input + output tokens of successful requests) / cell wall time"),
     Metric("request_s", "req/s", "req/s", "higher", "successful requests / cell wall time"),
@@ -656,14 +680,22 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("reasoning_tokens_mean", "reasoning tokens (mean)", "tokens", None),
     Metric("requests_ok", "ok", "requests", None),
     Metric("requests_failed", "failed", "requests", None),
-    Metric("requests_rate_limited", "rate-limited (HTTP 429)", "requests", None),
+    Metric("requests_rate_limited", "requests rate-limited (HTTP 429)", "requests", None),
     Metric("wall_s", "wall", "s", None),
+    Metric("cost.usd_per_1m_output_tokens", "cost $/1M out tok", "USD", "lower", note=(
+        "is what a million output tokens cost at the cell's measured token mix and throughput, from the prices a "
+        "sweep was given (--price for an API, --gpu-hour and --electricity-price for a GPU: docs/hosted.md)")),
+    Metric("energy.j_per_output_token", "energy J/out tok", "J", "lower", note=(
+               "is the trapezoid integral of every GPU's power over the cell's measured window divided by its output "
+               "tokens, where NVML reads the GPUs' power (none without it: docs/telemetry.md)")),
 )}
 
 
 def metric_label(key: str) -> str:
     """A column label from the table: "ttft_ms.p50" -> "TTFT p50 ms", "per_user_tok_s.mean" ->
     "per-user tok/s (mean)", "output_tok_s" -> "output tok/s (aggregate)"."""
+    if key in METRICS:
+        return METRICS[key].label
     head, _, stat = key.partition(".")
     m = METRICS[head]
     if not stat:
@@ -673,4 +705,70 @@ def metric_label(key: str) -> str:
 
 def metric_better(key: str) -> Better:
     """"lower", "higher" or None (not judged) for "ttft_ms.p50", "output_tok_s", ..."""
-    return METRICS[key.partition(".")[0]].better
+    return METRICS[key if key in METRICS else key.partition(".")[0]].better
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a cell, spelled once: its key, a metric (`output_tok_s`), a statistic of a metric's
+    distribution (`ttft_ms.p50`) or a declared part's figure (`cost.usd_per_1m_output_tokens`). The key is the figure's
+    column in cells.parquet and in the CSV report, its name in `gate --fail-on` and in the compare JSON, and what
+    `CellResult.value` reads; its label, unit and direction are its metric's declaration. `figure(key)` checks it."""
+
+    key: str
+    metric: Metric
+    stat: str | None = None
+
+    @property
+    def label(self) -> str:
+        return metric_label(self.key)
+
+    @property
+    def unit(self) -> str:
+        return self.metric.unit
+
+    @property
+    def better(self) -> Direction:
+        return self.metric.better or "neutral"
+
+    def value(self, summary: CellResult) -> float | None:
+        return summary.value(self.key)
+
+
+def figure(key: str) -> Figure:
+    """The figure `key` names; a ValueError saying what is wrong with it otherwise."""
+    if key in METRICS:
+        return Figure(key, METRICS[key])
+    head, _, stat = key.partition(".")
+    m = METRICS.get(head)
+    if m is None:
+        raise ValueError(f"unknown figure {head!r}")
+    if not m.stats:
+        raise ValueError(f"{head} has no statistic (write it without .{stat})")
+    if stat not in m.stats:
+        raise ValueError(f"{head} needs one of .{', .'.join(m.stats)}" + (f" (not .{stat})" if stat else ""))
+    return Figure(key, m, stat)
+
+
+ColumnValue = str | int | float | bool | list[Json] | None
+
+
+def summary_columns(summary: Mapping[str, object], lists: bool = False) -> dict[str, ColumnValue]:
+    """A stored summary (`CellResult.to_dict()`) as flat columns, each named by its figure's key, the one spelling:
+    `ttft_ms.p50`, `server.preemptions`, `client.loop_lag_ms.p99`. cells.parquet holds them beside the summary (its
+    lists left out: they are in summary_json); the CSV report holds them all (`lists`: as they are, written as
+    JSON)."""
+    out: dict[str, ColumnValue] = {}
+
+    def walk(d: Mapping[str, object], prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, Mapping):
+                walk(v, f"{prefix}{k}.")
+            elif isinstance(v, list):
+                if lists:
+                    out[f"{prefix}{k}"] = list(v)
+            elif v is None or isinstance(v, (str, int, float, bool)):
+                out[f"{prefix}{k}"] = v
+
+    walk(summary, "")
+    return out

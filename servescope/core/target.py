@@ -13,6 +13,7 @@ import httpx
 from servescope.core import llamacpp
 from servescope.core.client import async_client
 from servescope.core.errors import ServescopeError, error_text
+from servescope.core.jsontypes import JsonObject
 from servescope.core.secrets import redact_url as redact_url  # (re-exported: core.probe uses it from here)
 from servescope.core.textsafe import clean_secret_text, clean_text, redact
 from servescope.core.tls import TlsSettings, cert_problem, current, measure_handshakes
@@ -225,7 +226,7 @@ class ServerTokenizer:
         return ServescopeError(f"{self._where(path)} answered {_show(value, self.secret)} where {what} belongs; "
                                "fix the server or pass --tokenizer PATH (a local tokenizer)")
 
-    async def _post(self, path: str, body: Mapping[str, object]) -> dict[str, object]:
+    async def _post(self, path: str, body: Mapping[str, object]) -> JsonObject:
         r = await self.http.post(path, json={"model": self.model, **body})
         if r.status_code != 200:
             raise ServescopeError(f"{path} failed (HTTP {r.status_code}): "
@@ -236,10 +237,10 @@ class ServerTokenizer:
             raise self._garbage(path, "a JSON object", redact(r.text[:60], self.secret)) from None
         if not isinstance(out, dict):
             raise self._garbage(path, "a JSON object", out)
-        obj: dict[str, object] = out  # its entries are checked where read
+        obj: JsonObject = out  # its entries are checked where read
         return obj
 
-    async def _tok(self, body: Mapping[str, object]) -> dict[str, object]:
+    async def _tok(self, body: Mapping[str, object]) -> JsonObject:
         return await self._post("/tokenize", body)
 
     def _count(self, out: Mapping[str, object]) -> int:

@@ -288,23 +288,22 @@ async def measure_handshakes(url: str, settings: TlsSettings | None = None, n: i
     return handshake_figures(samples)
 
 
-def target_tls_text(target: object) -> str:
-    """A session's [target] table (as stored) -> its TLS part for a report's target line: `TLS handshake p50
-    4.1 ms, connect p50 0.3 ms, CA ca.pem`, `..., certificate not verified (--insecure)`; '' for a plain-HTTP
-    target or an older session."""
-    if not isinstance(target, dict) or "tls_verify" not in target:
+def target_tls_text(verify: bool | None, handshake_ms: float | None = None, connect_ms: float | None = None,
+                    ca: str | None = None) -> str:
+    """A session's [target] TLS figures -> its TLS part for a report's target line: `TLS handshake p50 4.1 ms,
+    connect p50 0.3 ms, CA ca.pem`, `..., certificate not verified (--insecure)`; '' for a plain-HTTP target or
+    an older session (`verify` None: not recorded)."""
+    if verify is None:
         return ""
     parts = []
-    hs, conn = target.get("tls_handshake_ms"), target.get("connect_ms")
-    if isinstance(hs, (int, float)) and not isinstance(hs, bool):
-        parts.append(f"TLS handshake p50 {hs:,.1f} ms")
-    if isinstance(conn, (int, float)) and not isinstance(conn, bool):
-        parts.append(f"connect p50 {conn:,.1f} ms")
-    ca = target.get("tls_ca")
-    if target.get("tls_verify") is False:
+    if handshake_ms is not None:
+        parts.append(f"TLS handshake p50 {handshake_ms:,.1f} ms")
+    if connect_ms is not None:
+        parts.append(f"connect p50 {connect_ms:,.1f} ms")
+    if verify is False:
         parts.append("certificate not verified (--insecure)")
     else:
-        parts.append(f"CA {ca}" if isinstance(ca, str) and ca else "system CAs")
+        parts.append(f"CA {ca}" if ca else "system CAs")
     return ", ".join(parts)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servescope.core.kvbudget import KvBudgetMeta
 from servescope.core.load import CellControl
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
@@ -81,7 +82,7 @@ class KvBudgetKnown:
     """The server's KV-cache budget, at the start and after each relaunch: `budget` is what session.toml's
     `kv_budget` holds (kv_cache_tokens, source, max_concurrency_by_workload, ...), `text` one line for people."""
 
-    budget: dict[str, object]  # session.toml's table as the runner wrote it (telemetryhub.kv_budget_meta)
+    budget: KvBudgetMeta  # session.toml's table as the runner wrote it (telemetryhub.kv_budget_meta)
     text: str
 
     @property

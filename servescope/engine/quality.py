@@ -18,7 +18,7 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -43,6 +43,7 @@ from servescope.core.results import CellQuality, TaskTally
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 from servescope.core.tls import TlsSettings
 from servescope.engine.connection import HttpTarget
+from servescope.sessions.meta import QualityMeta, SessionMeta, TargetMeta
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
 from servescope.workloads.quality import DIVERGENCE_PROMPTS, build_tasks, corpus_text, load_user_tasks
 
@@ -71,14 +72,12 @@ class QualitySpec:
     concurrency: int = 4
     notes: list[str] = field(default_factory=list, compare=False)
 
-    def settings(self) -> dict[str, object]:
+    def settings(self) -> QualityMeta:
         """What session.toml records (no secrets, no URL)."""
-        d = asdict(self)
-        d.pop("notes")
-        d["tasks"] = list(self.tasks)
-        d["contexts"] = list(self.contexts)
-        d["user_sets"] = list(self.user_sets)
-        return {k: v for k, v in d.items() if v is not None}
+        return QualityMeta(tasks=list(self.tasks), contexts=list(self.contexts), n=self.n, user_sets=list(self.user_sets),
+                           reference=self.reference, top_k=self.top_k, divergence_tokens=self.divergence_tokens,
+                           perplexity=self.perplexity, divergence=self.divergence, seed=self.seed,
+                           concurrency=self.concurrency)
 
 
 def parse_tasks(text: str) -> tuple[str, ...]:
@@ -270,12 +269,10 @@ async def run_quality(url: str, label: str | None, model: str | None, spec: Qual
         writer = SessionWriter.open(save)
     else:
         path = save or new_session_dir(sessions_dir, f"quality-{minfo.id}")
-        meta = {"kind": "quality", "name": f"quality {minfo.id}", "model": minfo.id,
-                "max_model_len": minfo.max_model_len,
-                "target": {"url": label or target.url, "version": target.version,
-                           "metrics": target.metrics_available, "engine": target.engine,
-                           **({"tls_verify": target.tls_verify} if target.tls_verify is not None else {}),
-                           **({"tls_ca": target.tls_ca} if target.tls_ca else {})}}
+        meta = SessionMeta(kind="quality", name=f"quality {minfo.id}", model=minfo.id, max_model_len=minfo.max_model_len,
+                           target=TargetMeta(url=label or target.url, version=target.version,
+                                             metrics=target.metrics_available, engine=target.engine,
+                                             tls_verify=target.tls_verify, tls_ca=target.tls_ca or None))
         writer = SessionWriter.create(path, meta)
     writer.write_quality(result, spec.settings())
     for note in spec.notes:

@@ -55,7 +55,7 @@ from servescope.engine.plan import (
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, Servers, launched_startup
 from servescope.engine.serving import PrefixReset, block_sized, serving_specs, startup_text
-from servescope.engine.sessionmeta import NewSessionMeta, ran_with, session_meta
+from servescope.engine.sessionmeta import ran_with, session_meta
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.telemetryhub import (
@@ -67,6 +67,7 @@ from servescope.engine.telemetryhub import (
     request_tokens,
 )
 from servescope.sessions.live import SessionWriteError
+from servescope.sessions.meta import InputLengths, SessionMeta
 from servescope.sessions.store import SessionWriter, new_session_dir
 from servescope.workloads.prompts import CalibratedTokenizer, build_prompts, calibration_texts
 from servescope.workloads.traces import trace_prompts, workload_trace
@@ -189,7 +190,7 @@ class _Sweep:
         if sink is None:
             return False
         return any(st not in ("planned", "running") for st in sink.cell_statuses().values()) \
-            or bool(sink.meta.get("quality"))
+            or sink.meta.quality is not None
 
     def _stopping(self) -> bool:
         return self.control.stopping
@@ -214,15 +215,11 @@ class _Sweep:
         assert sink is not None
         st = await self.telemetry.start(self.servers.url, self.minfo.max_model_len)
         out: list[Event] = [Notice("info", n) for n in st.notices]
-        sink.meta["telemetry"] = st.telemetry
-        if st.gpu is not None:
-            sink.meta["gpu"] = st.gpu
         kv = kv_budget_meta(st.kv_budget, self.servers.kv_budget(), self.spec.workloads) or self._slot_budget()
+        sink.update(telemetry=st.telemetry, gpu=st.gpu if st.gpu is not None else sink.meta.gpu,
+                    kv_budget=kv if kv is not None else sink.meta.kv_budget)
         if kv is not None:
-            sink.meta["kv_budget"] = kv
-        sink.save_meta()
-        if kv is not None:
-            out.append(KvBudgetKnown(dict(kv), kv_budget_text(kv)))
+            out.append(KvBudgetKnown(kv, kv_budget_text(kv)))
         return out
 
     def _slot_budget(self) -> KvBudgetMeta | None:
@@ -266,7 +263,7 @@ class _Sweep:
             self._claim(path)
             if ctx.resume is not None:
                 self.sink = self.sinks.open(path)
-                self.sink.meta["status"] = "running"
+                self.sink.update(status="running")
                 self.sink.add_event("resumed", "the sweep was resumed")
             else:
                 self.sink = self.sinks.create(path, self._meta(name, target, self.tok), exist_ok=bool(spec.launch))
@@ -359,7 +356,6 @@ class _Sweep:
             await self.mixer.prepare(self.tok)
         sink.add_event("server_launched", f"variant {cell.variant + 1}: {redact_command(cell.variant_args)}")
         sink.set_variant_args(cell.variant, self.servers.server_args() or {})
-        sink.save_meta()
         for ev in self._note_startup(f"variant {cell.variant + 1}'s server"):
             yield ev
         for ev in await self._start_telemetry():
@@ -386,8 +382,8 @@ class _Sweep:
                     prompts = await trace_prompts(workload_trace(cell.workload), self.tok, cell.seed,
                                                   chat=cell.workload.api == "chat")
                 else:  # a prefix-cache target's shared prefix in the server's whole KV blocks (engine/serving.py)
-                    kv = sink.meta.get("kv_budget")
-                    workload = block_sized(cell.workload, kv.get("block_size") if isinstance(kv, dict) else None)
+                    kv = sink.meta.kv_budget
+                    workload = block_sized(cell.workload, kv.get("block_size") if kv is not None else None)
                     prompts = await build_prompts(workload, prompts_to_build(cell), cell.prompt_key, self.tok)
             except httpx.HTTPError as e:
                 # the server stopped answering between cells (its /tokenize): wait for it as during a cell
@@ -562,13 +558,12 @@ class _Sweep:
         if sink is None:
             return
         if self.calibrated is not None and self.calibrated.fitted:
-            sink.meta["input_lengths"] = {"method": "calibrated", "probes": self.calibrated.samples(),
-                                          "tokens_per_word": round(self.calibrated.tokens_per_word, 4)}
+            sink.update(input_lengths=InputLengths(method="calibrated", probes=self.calibrated.samples(),
+                                                   tokens_per_word=round(self.calibrated.tokens_per_word, 4)))
             sink.add_event("calibrated", self.calibration_note)
         if self.eos_refused:
-            sink.meta["ignore_eos_dropped"] = self.eos_refused
+            sink.update(ignore_eos_dropped=self.eos_refused)
             sink.add_event("ignore_eos_dropped", self._eos_text())
-        sink.save_meta()
 
     def _eos_text(self) -> str:
         return (f"{self.label} refused ignore_eos ({clean_text(self.eos_refused)[:160]}): it is dropped for the rest "
@@ -578,16 +573,15 @@ class _Sweep:
         """The server refused ignore_eos during a cell: said once, recorded in the session, dropped from here on."""
         self.eos_refused = why
         if self.sink is not None:
-            self.sink.meta["ignore_eos_dropped"] = why
+            self.sink.update(ignore_eos_dropped=why)
             self.sink.add_event("ignore_eos_dropped", self._eos_text())
-            self.sink.save_meta()
         return Notice("warning", self._eos_text())
 
     def _ran_with(self) -> dict[str, str]:
         """What a cell really runs with beyond its plan (a resumed sweep may differ from its first part)."""
         return ran_with(self.spec, self.tok.name if self.tok is not None else "")
 
-    def _meta(self, name: str, target: TargetInfo, tok: Tokenizer) -> NewSessionMeta:
+    def _meta(self, name: str, target: TargetInfo, tok: Tokenizer) -> SessionMeta:
         spec = self.spec
         return session_meta(spec, self.cells, name=name, label=self.label, target=target, model=self.minfo,
                             tokenizer=tok.name, api_key=self.ctx.api_key,

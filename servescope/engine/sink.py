@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Unpack
 
 if TYPE_CHECKING:
     import polars as pl
 
     from servescope.core.results import CellResult
+    from servescope.sessions.meta import MetaUpdate, ServerArgs, SessionMeta
 
 __all__ = ["FINISHED", "SessionSink", "SinkFactory"]
 
@@ -19,14 +20,16 @@ FINISHED = ("done", "skipped")  # cell statuses a resumed sweep does not run aga
 
 class SessionSink(Protocol):
     path: Path
-    meta: dict[str, object]  # session.toml as written; the runner sets its tables, then calls save_meta()
 
-    def save_meta(self) -> None: ...
+    @property
+    def meta(self) -> SessionMeta: ...  # session.toml as written
+
+    def update(self, **changes: Unpack[MetaUpdate]) -> None: ...  # change session.toml's tables, and save it
 
     def cell_statuses(self) -> dict[int, str]: ...  # each planned cell's status by its index
 
     # the arguments a relaunched server variant runs with ([server.variant_args])
-    def set_variant_args(self, variant: int, args: Mapping[str, object]) -> None: ...
+    def set_variant_args(self, variant: int, args: ServerArgs) -> None: ...
 
     def add_event(self, kind: str, text: str) -> None: ...
 
@@ -41,6 +44,6 @@ class SessionSink(Protocol):
 class SinkFactory(Protocol):
     """Makes the session: a new one (`create`) or a resumed one (`open`)."""
 
-    def create(self, path: Path, meta: Mapping[str, object], exist_ok: bool = False) -> SessionSink: ...
+    def create(self, path: Path, meta: SessionMeta, exist_ok: bool = False) -> SessionSink: ...
 
     def open(self, path: Path) -> SessionSink: ...

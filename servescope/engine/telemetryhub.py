@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NotRequired, Protocol, TypedDict
+from typing import TYPE_CHECKING, Protocol
 
 from servescope.core.client import KEEPALIVE_S, ssl_context
 from servescope.core.gpu import GpuSampler, Nvml
@@ -16,6 +16,7 @@ from servescope.core.results import GpuWindow, TelemetryWindow
 from servescope.core.telemetry import MetricsSampler, RawMetrics
 from servescope.engine.background import Background
 from servescope.engine.events import TelemetrySample
+from servescope.sessions.meta import GpuTable, TelemetryTable
 from servescope.sessions.store import write_parquet_atomic
 from servescope.workloads.spec import Workload
 from servescope.workloads.traces import workload_trace
@@ -40,22 +41,6 @@ class CellWindows:
     gpu: GpuWindow | None = None
     scrapes: int = 0  # /metrics scrapes in the window, and their client CPU (s): what telemetry cost the client
     scrape_cpu_s: float | None = None
-
-
-class TelemetryTable(TypedDict):
-    """session.toml's [telemetry]: whether /metrics is sampled, how often, or why not."""
-
-    metrics: bool
-    interval_s: NotRequired[float | str]  # "cell boundaries" when sampled only there
-    metrics_reason: NotRequired[str]
-
-
-class GpuTable(TypedDict):
-    """session.toml's [gpu]: how many GPUs are sampled, or why none is."""
-
-    available: bool
-    count: NotRequired[int]
-    reason: NotRequired[str]
 
 
 @dataclass

@@ -29,16 +29,18 @@ import bisect
 import itertools
 import math
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import polars as pl
+
 from servescope.core.errors import ServescopeError
+from servescope.core.slo import requests_needed, slo_margins
 from servescope.core.textsafe import clean_text
 
 Objective = Literal["goodput", "capacity"]
 OBJECTIVES: tuple[Objective, ...] = ("goodput", "capacity")
-ATTAINMENT = 0.9  # servescope.core.metrics.SLO_ATTAINMENT: a cell meets the SLOs when 90% of its requests do
 MIN_GAIN = 0.02  # goodput: beating the best means by 2% or more (less is within a run's noise)
 P_STOP = 0.05  # stop when no unmeasured cell has this chance of beating the best
 STAY = 0.7  # take a cell on the running setting when its chance is at least this share of the best chance
@@ -247,7 +249,7 @@ class CellPred:
             return 0.0
         good = n - bisect.bisect_left(self.margins, eps)
         if objective == "capacity":
-            return float(self.concurrency) if good >= ATTAINMENT * n - 1e-9 else 0.0
+            return float(self.concurrency) if good >= requests_needed(n) else 0.0
         return good / (max(self.wall_s, 1e-9) * math.exp(eps))
 
     def expected(self, objective: Objective) -> float:
@@ -265,7 +267,7 @@ class CellPred:
         if objective == "capacity":
             if self.concurrency <= best:
                 return -math.inf
-            need = math.ceil(ATTAINMENT * n - 1e-9)  # requests that must meet the SLOs
+            need = requests_needed(n)  # requests that must meet the SLOs
             return self.margins[n - need] if need > 0 else math.inf
         target = best * (1 + MIN_GAIN) if best > 0 else 0.0
         out = -math.inf
@@ -283,28 +285,13 @@ class CellPred:
         return _phi((e - self.mu) / max(self.sigma, 1e-6))
 
 
-def margins_of(rows: Sequence[dict[str, float | None]], slos: dict[str, float],
-               higher_is_better: set[str]) -> list[float]:
-    """Each request's margin (sorted): min over the SLOs of ln(limit / value) (ln(value / limit) for a figure
-    where higher is better); a failed request (None figures) has -inf. Without SLOs every request meets them."""
-    out = []
-    for r in rows:
-        m = math.inf
-        for k, limit in slos.items():
-            if k == "itl_ms":  # as core.metrics.slo_mask: a pooled ITL has no request
-                continue
-            v = r.get("ttft_ms" if k == "ttfo_ms" and r.get(k) is None else k)
-            if v is None or not math.isfinite(v):
-                m = -math.inf
-                break
-            if k in higher_is_better:
-                m = min(m, math.log(v / limit) if v > 0 else -math.inf)
-            else:
-                m = min(m, math.log(limit / v) if v > 0 else math.inf)
-        if r.get("failed"):
-            m = -math.inf
-        out.append(m if m != math.inf else 50.0)
-    return sorted(out)
+MARGIN_CAP = 50.0  # a request that meets no bound (no SLOs, or a zero latency) survives any error the model sees
+
+
+def margins_of(frame: pl.DataFrame, slos: Mapping[str, float]) -> list[float]:
+    """A cell's requests' margins (a per_request frame: servescope.core.slo.slo_margin, the one SLO rule), sorted,
+    +inf capped at MARGIN_CAP: ln of how far each request is from its tightest SLO, -inf for a failed one."""
+    return sorted(min(m, MARGIN_CAP) for m in slo_margins(frame, slos))
 
 
 def value_residual(pred: CellPred, measured: float, objective: Objective) -> float | None:

@@ -27,8 +27,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import polars as pl
+
 from servescope.core.errors import ServescopeError
-from servescope.core.metrics import HIGHER_IS_BETTER, per_request
+from servescope.core.metrics import per_request
 from servescope.engine.specsearch import SPEC_TOKENS_FLAG
 from servescope.engine.tune import (
     CellPred,
@@ -112,11 +114,12 @@ def apply_setting(p: Profile, setting: Setting, memory_known: bool = True) -> tu
     return out, unknown
 
 
-def request_rows(session_path: str, cell: int | None = None) -> tuple[list[dict[str, float | None]], float]:
-    """A measured cell's requests (every repeat's, or cell `cell`'s; warmup left out) as rows of their figures,
-    and the mean wall time of those cells."""
+def request_rows(session_path: str, cell: int | None = None) -> tuple[pl.DataFrame, float]:
+    """A measured cell's requests (every repeat's, or cell `cell`'s; warmup left out, and the requests a stop
+    cancelled: they are not judged, as in summarize) with their per-request figures (core.metrics.per_request), and
+    the mean wall time of those cells."""
     s = load_session(session_path)
-    rows: list[dict[str, float | None]] = []
+    frames: list[pl.DataFrame] = []
     walls = []
     for row, summ in zip(s.cells.to_dicts(), s.summaries(), strict=False):
         if summ is None or (cell is not None and int(row["index"]) != cell):
@@ -126,11 +129,16 @@ def request_rows(session_path: str, cell: int | None = None) -> tuple[list[dict[
         if df.is_empty():
             continue
         pr = per_request(df.filter(~df["warmup"]))
-        pr = pr.filter(pr["status"] != "cancelled")  # as summarize: a request a stop cancelled is not judged
-        for r in pr.select("status", "ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms", "per_user_tok_s").to_dicts():
-            rows.append({k: (float(v) if isinstance(v, (int, float)) else None) for k, v in r.items()
-                         if k != "status"} | {"failed": 0.0 if r["status"] == "ok" else 1.0})
+        frames.append(pr.filter(pr["status"] != "cancelled").select(*FIGURES))
+    rows = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=FIGURE_SCHEMA)
     return rows, (sum(walls) / len(walls) if walls else 0.0)
+
+
+# what the SLO rule reads of a request (servescope.core.slo): its status, figures and reasoning tokens
+FIGURE_SCHEMA: dict[str, type[pl.DataType]] = {
+    "status": pl.Utf8, "ttft_ms": pl.Float64, "ttfo_ms": pl.Float64, "tpot_ms": pl.Float64, "e2e_ms": pl.Float64,
+    "per_user_tok_s": pl.Float64, "reasoning_tokens": pl.Int64}
+FIGURES = tuple(FIGURE_SCHEMA)
 
 
 @dataclass
@@ -257,14 +265,13 @@ class TwinModel:
         else:
             ramp = self._ramp(s, cost, prompts[0], outputs[0]) if c > 1 else 0.0
             v = run_virtual(cost, prompts, outputs, c, ramp_s=ramp)
-            rows: list[dict[str, float | None]] = []
-            for i, o in enumerate(outputs):
+            rows: list[tuple[str, float, float, float | None, float, float | None, int]] = []
+            for i, o in enumerate(outputs):  # the virtual requests stream no reasoning: TTFO is their TTFT
                 ttft = (v.first[i] - v.sent[i]) * 1e3
                 e2e = (v.done[i] - v.sent[i]) * 1e3
-                rows.append({"ttft_ms": ttft, "ttfo_ms": ttft, "e2e_ms": e2e,
-                             "tpot_ms": (e2e - ttft) / (o - 1) if o > 1 else None,
-                             "per_user_tok_s": o / (e2e / 1e3) if e2e > 0 else None})
-            margins = margins_of(rows, self.slos, HIGHER_IS_BETTER)
+                rows.append(("ok", ttft, ttft, (e2e - ttft) / (o - 1) if o > 1 else None, e2e,
+                             o / (e2e / 1e3) if e2e > 0 else None, 0))
+            margins = margins_of(pl.DataFrame(rows, schema=FIGURE_SCHEMA, orient="row"), self.slos)
             pred = CellPred(s, ld, c, margins, max(v.wall - min(v.sent), 1e-9))
         self.preds[cell] = pred
         return pred

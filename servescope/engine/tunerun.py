@@ -14,15 +14,18 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import msgspec
+
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.kvbudget import KVBudget
 from servescope.core.launchspec import ArgValue
-from servescope.core.metrics import HIGHER_IS_BETTER, SLO_ATTAINMENT
 from servescope.core.secrets import redact_command
+from servescope.core.slo import attains
 from servescope.engine.aio import run_loop
 from servescope.engine.background import Background
 from servescope.engine.events import Event, SweepControl, SweepFinished
@@ -43,6 +46,15 @@ from servescope.engine.tune import (
 )
 from servescope.engine.tunemodel import ramp_from_probe, request_rows
 from servescope.sessions.live import HEARTBEAT_S, RunnerLock
+from servescope.sessions.meta import (
+    TuneBest,
+    TuneDim,
+    TuneMeta,
+    TunePrediction,
+    TuneRunnerUp,
+    TuneRunning,
+    TuneStep,
+)
 from servescope.sessions.store import load_session
 
 
@@ -177,7 +189,7 @@ class LiveMeasurer:
         save = self.root / "probes" / f"{k:02d}{'-' + _slug(setting) if setting.args else ''}"
         self._sweep(spec, save)
         e2e = [x for summ in load_session(str(save)).summaries() if summ is not None
-               and isinstance(x := summ.value("e2e_ms", "p50"), (int, float)) and math.isfinite(x) and x > 0]
+               and isinstance(x := summ.value("e2e_ms.p50"), (int, float)) and math.isfinite(x) and x > 0]
         return ramp_from_probe(e2e[0] / 1e3) if e2e else None
 
     def measure(self, setting: Setting, concurrency: int) -> Measured:
@@ -271,7 +283,7 @@ def measured_from(path: str, objective: Objective, slos: dict[str, float], concu
         if summ is None or row.get("status") != "done":
             continue
         rows, wall = request_rows(path, int(row["index"]))
-        m = margins_of(rows, slos, HIGHER_IS_BETTER)
+        m = margins_of(rows, slos)
         good = sum(1 for x in m if x >= 0)
         wall = max(wall, 1e-9)
         goodputs.append(good / wall)
@@ -285,7 +297,7 @@ def measured_from(path: str, objective: Objective, slos: dict[str, float], concu
         skipped = any(r.get("status") == "skipped" for r in s.cells.to_dicts())
         return Measured(0.0, [], 0.0, False, 0.0, 0.0, path, (0.0, 0.0), skipped=skipped)
     gp, at = statistics.median(goodputs), statistics.median(attain)
-    meets = at >= SLO_ATTAINMENT
+    meets = attains(at)
     wall_mean = sum(walls) / len(walls)
     if objective == "capacity":
         return Measured(float(concurrency) if meets else 0.0, sorted(pooled), wall_mean, meets, gp, at, path, None)
@@ -297,65 +309,56 @@ def measured_from(path: str, objective: Objective, slos: dict[str, float], concu
 
 
 # ---- the session ----------------------------------------------------------------------------------------
-def tune_table(result: TuneResult, launch: str | None, root: Path, started: float,
-               fits: str) -> dict[str, object]:
-    """The [tune] table of the tune session's session.toml (TOML-ready: no None)."""
+def tune_table(result: TuneResult, launch: str | None, root: Path, started: float, fits: str) -> TuneMeta:
+    """The [tune] table of the tune session's session.toml, when the search has ended."""
     sp = result.space
     best = result.best_setting
-    out: dict[str, object] = {
-        **_space_table(sp, result.objective, result.budget),
-        "cells_measured": result.cells_measured,
-        "relaunches": result.relaunches,
-        "confirmed": result.confirmed,
-        "stop": result.stop_reason,
-        "seconds": round(time.monotonic() - started, 1),
-        "fits": fits,
-    }
+    out = msgspec.structs.replace(
+        _space_table(sp, result.objective, result.budget), cells_measured=result.cells_measured,
+        relaunches=result.relaunches, confirmed=result.confirmed, stop=result.stop_reason,
+        seconds=round(time.monotonic() - started, 1), fits=fits, path=path_table(sp, result.steps, root),
+        predicted=[TunePrediction(server_args=sp.settings[s].text, concurrency=sp.loads[ld], low=round(lo, 6),
+                                  mid=round(mid, 6), high=round(hi, 6))
+                   for (s, ld), (lo, mid, hi) in sorted(result.predictions.items())])
     if best is not None and result.best is not None:
-        out["best"] = {"server_args": best.text, "concurrency": sp.loads[result.best[1]],
-                       "objective": round(result.best_value, 6),
-                       "ci": [round(x, 6) for x in result.best_ci] if result.best_ci else [],
-                       "serve": serve_line(launch, best) if launch else ""}
+        out = msgspec.structs.replace(out, best=TuneBest(
+            server_args=best.text, concurrency=sp.loads[result.best[1]], objective=round(result.best_value, 6),
+            ci=[round(x, 6) for x in result.best_ci] if result.best_ci else [],
+            serve=serve_line(launch, best) if launch else ""))
     if result.runner_up is not None:
         rs = sp.settings[result.runner_up[0]]
-        out["runner_up"] = {"server_args": rs.text, "concurrency": sp.loads[result.runner_up[1]],
-                            "objective": round(result.runner_up_value or 0.0, 6),
-                            "measured": result.runner_up_measured, "why": result.runner_up_why}
-    out["path"] = path_table(sp, result.steps, root)
-    out["predicted"] = [{"server_args": sp.settings[s].text, "concurrency": sp.loads[ld],
-                         "low": round(lo, 6), "mid": round(mid, 6), "high": round(hi, 6)}
-                        for (s, ld), (lo, mid, hi) in sorted(result.predictions.items())]
+        out = msgspec.structs.replace(out, runner_up=TuneRunnerUp(
+            server_args=rs.text, concurrency=sp.loads[result.runner_up[1]],
+            objective=round(result.runner_up_value or 0.0, 6), measured=result.runner_up_measured,
+            why=result.runner_up_why))
     return out
 
 
-def _space_table(sp: Space, objective: Objective, budget: int) -> dict[str, object]:
+def _space_table(sp: Space, objective: Objective, budget: int) -> TuneMeta:
     """What the [tune] table says of the search itself, running or finished: objective, unit, space, budget."""
-    return {"objective": objective, "unit": "req/s" if objective == "goodput" else "users",
-            "search": [{"flag": d.flag, "values": list(d.values), "scale": "log" if d.log_scale else "list"}
-                       for d in sp.dims],
-            "loads": list(sp.loads), "grid_cells": sp.cells, "budget": budget}
+    return TuneMeta(objective=objective, unit="req/s" if objective == "goodput" else "users",
+                    search=[TuneDim(flag=d.flag, values=list(d.values), scale="log" if d.log_scale else "list")
+                            for d in sp.dims],
+                    loads=list(sp.loads), grid_cells=sp.cells, budget=budget)
 
 
-def path_table(sp: Space, steps: Sequence[Step], root: Path) -> list[dict[str, object]]:
+def path_table(sp: Space, steps: Sequence[Step], root: Path) -> list[TuneStep]:
     """The [tune] table's `path`: one row a measured cell, in order."""
-    return [{"step": st.n, "server_args": sp.settings[st.setting].text, "concurrency": st.concurrency,
-             "why": st.why, "objective": round(st.value, 6), "relaunch": st.relaunch, "skipped": st.skipped,
-             "band": [round(x, 6) for x in st.band] if st.band else [],
-             "cell": str(Path(st.session).relative_to(root)) if st.session else ""}
+    return [TuneStep(step=st.n, server_args=sp.settings[st.setting].text, concurrency=st.concurrency, why=st.why,
+                     objective=round(st.value, 6), relaunch=st.relaunch, skipped=st.skipped,
+                     band=[round(x, 6) for x in st.band] if st.band else [],
+                     cell=str(Path(st.session).relative_to(root)) if st.session else "")
             for st in steps]
 
 
 def progress_table(sp: Space, objective: Objective, budget: int, steps: Sequence[Step], root: Path,
-                   running: Mapping[str, object] | None = None) -> dict[str, object]:
+                   running: TuneRunning | None = None) -> TuneMeta:
     """The [tune] table while the search runs (rewritten after every step and when a cell starts): the space, the
-    budget, the path so far, the best measured so far and, while a cell is measured, `running` ({step, server_args,
-    concurrency, cell: its folder under the session}). The finished search replaces it with `tune_table`, which
-    has no `running`."""
-    out: dict[str, object] = {
-        **_space_table(sp, objective, budget),
-        "cells_measured": len(steps),
-        "path": path_table(sp, steps, root),
-    }
+    budget, the path so far, the best measured so far and, while a cell is measured, `running` (its step, server
+    args, concurrency and folder under the session). The finished search replaces it with `tune_table`, which has
+    no `running`."""
+    out = msgspec.structs.replace(_space_table(sp, objective, budget), cells_measured=len(steps),
+                                  path=path_table(sp, steps, root), running=running)
     values: dict[tuple[int, int], list[float]] = {}
     for st in steps:
         if not st.skipped:
@@ -363,17 +366,16 @@ def progress_table(sp: Space, objective: Objective, budget: int, steps: Sequence
     if values:  # the best measured cell as the search judges it (a cell measured again: its pooled value)
         judged = {c: pooled_value(v, objective) for c, v in values.items()}
         top = best_cell(judged)
-        out["best"] = {"server_args": sp.settings[top[0]].text, "concurrency": sp.loads[top[1]],
-                       "objective": round(judged[top], 6)}
-    if running is not None:
-        out["running"] = dict(running)
+        out = msgspec.structs.replace(out, best=TuneBest(server_args=sp.settings[top[0]].text,
+                                                         concurrency=sp.loads[top[1]],
+                                                         objective=round(judged[top], 6)))
     return out
 
 
-def running_entry(step: int, setting: Setting, concurrency: int, cell: Path, root: Path) -> dict[str, object]:
+def running_entry(step: int, setting: Setting, concurrency: int, cell: Path, root: Path) -> TuneRunning:
     """The [tune] table's `running` while a cell is measured."""
-    return {"step": step, "server_args": setting.text, "concurrency": concurrency,
-            "cell": str(cell.relative_to(root)) if cell.is_relative_to(root) else str(cell)}
+    return TuneRunning(step=step, server_args=setting.text, concurrency=concurrency,
+                       cell=str(cell.relative_to(root)) if cell.is_relative_to(root) else str(cell))
 
 
 class TuneLock:
@@ -397,7 +399,7 @@ class TuneLock:
         self.lock.release()
 
 
-def result_json(session: str, result: TuneResult) -> dict[str, object]:
+def result_json(session: str, result: TuneResult) -> JsonObject:
     """What `tune --json` prints: exactly these keys."""
     best = result.best_setting
     return {"session": session,

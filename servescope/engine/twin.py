@@ -37,6 +37,7 @@ from pathlib import Path
 import polars as pl
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
@@ -126,8 +127,7 @@ class MeasuredCell:
 
 
 def _figure(s: CellResult, key: str) -> float | None:
-    name, _, stat = key.partition(".")
-    v = s.value(name, stat or None)
+    v = s.value(key)
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
 
 
@@ -279,7 +279,7 @@ class FitResult:
     evaluations: int
     warnings: list[str] = field(default_factory=list)
 
-    def to_toml_dict(self) -> dict[str, object]:
+    def to_toml_dict(self) -> JsonObject:
         d = profile_to_dict(self.profile)
         d["fit"] = {
             "shape_from": self.shape.source, "kv_from": self.shape.kv_source, "limits_from": self.shape.limits_source,
@@ -574,7 +574,7 @@ class Twin:
     residuals: dict[str, float]
     data_range: dict[str, list[float]]
     memory_known: bool
-    fit_info: dict[str, object] = field(default_factory=dict)  # profile.toml's [fit] table as read
+    fit_info: JsonObject = field(default_factory=dict)  # profile.toml's [fit] table as read
 
 
 def load_twin(session: Session) -> Twin | None:
@@ -652,7 +652,7 @@ def fit_time_estimate(session: Session) -> str:
             users = float(conc)
             kept = min(n, _keep(conc))
         else:
-            tpot = row.get("tpot_ms_p50")
+            tpot = row.get("tpot_ms.p50")  # its column in cells.parquet: the figure's key
             users = float(rate or 1.0) * out * (float(tpot) if isinstance(tpot, (int, float)) else 10.0) / 1e3
             kept = min(n, _keep(None))
         per_run += _run_cpu_s(kept, float(out), users)

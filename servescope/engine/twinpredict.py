@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.results import CellResult
 from servescope.engine.twin import FIGURES, MIN_BAND, Twin, quick_figures, run_virtual, virtual_summary
 from servescope.engine.twinshape import AS_MEASURED, Knobs, apply_knobs
@@ -94,7 +95,7 @@ BAND_NOTE = ("2x the twin's error for each figure (the fit's residual, or the me
 SPREAD_RUNS = 8  # extra virtual runs with other requests (other seeds) that measure the prediction's spread
 
 
-def fitted_cell(twin: Twin, workload: str, load: Load) -> dict[str, object] | None:
+def fitted_cell(twin: Twin, workload: str, load: Load) -> JsonObject | None:
     """The fit's row for the measured cell of `workload` at `load` (twins fitted before the rows named their
     workload and load have none)."""
     rows = twin.fit_info.get("cells")

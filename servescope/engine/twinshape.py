@@ -23,6 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.engine.simtarget import SCHEME
 from servescope.engine.specsearch import spec_server_config, with_speculation
 from servescope.sessions.store import Session
@@ -214,7 +215,7 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
         else:
             model = model_from_config(GENERIC_CONFIG, info.model, max_len)
             source = "generic dense shape (32 layers, 8 KV heads x 128; no config.json: give --model-config)"
-        gpu_info = info.gpu or {}
+        gpu_info: Mapping[str, object] = info.gpu or {}
         gpu = NOMINAL_GPU
         mem = _gpu_memory_gib(session)
         names = gpu_info.get("names")
@@ -226,7 +227,7 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
             gpu = replace(NOMINAL_GPU, name=f"{label} (nominal rates)", memory_gib=mem)
     model = replace(model, max_model_len=max_len)
     # the KV budget the server reported
-    kv = info.kv_budget or {}
+    kv: Mapping[str, object] = info.kv_budget or {}
     kv_source = "profile"
     tokens = kv.get("kv_cache_tokens")
     if isinstance(tokens, (int, float)) and tokens > 0:
@@ -362,7 +363,7 @@ def apply_knobs(p: Profile, k: Knobs, memory_known: bool) -> Profile:
     return replace(p, model=model, engine=engine)
 
 
-def profile_to_dict(p: Profile) -> dict[str, object]:
+def profile_to_dict(p: Profile) -> JsonObject:
     """A profile as the TOML tables `servescope.sim.profile.load_profile` reads back."""
     from dataclasses import asdict
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
+from servescope.core.metrics import meets_slos
 from servescope.engine.twin import FIGURES, Twin, twin_dir
 from servescope.engine.twinpredict import Load, Prediction, predict
 from servescope.engine.twinshape import AS_MEASURED, Knobs
@@ -49,14 +51,9 @@ def view(p: Prediction, index: int = 0) -> CellView:
     return CellView(index, p.workload, p.load.label, LoadPlan(p.load.concurrency, p.load.rate), "done", "", p.summary)
 
 
-class AtCapacity(TypedDict):
-    """The predicted cell at the capacity, as `whatif --json` writes it."""
-
-    output_tok_s: float | None
-    ttft_ms_p50: float | None
-    tpot_ms_p50: float | None
-    per_user_tok_s_mean: float | None
-    slo_met_fraction: float | None
+# the figures of the predicted cell at the capacity that `whatif --capacity --json` writes, by their keys
+AT_CAPACITY = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50", "per_user_tok_s.mean", "slo_met_fraction")
+AtCapacity = dict[str, float | None]  # a figure's key (AT_CAPACITY) -> its predicted value
 
 
 class ConfirmPair(TypedDict):
@@ -83,16 +80,14 @@ class CapacityRow:
     levels: list[int]
     reason: str = ""  # why there is no answer (does not fit)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         return {"concurrency": self.capacity, "not_reached": self.not_reached, "knee": self.knee,
                 "knee_not_reached": self.knee_not_reached, "levels_predicted": self.levels,
                 "at_capacity": self.at_capacity, "reason": self.reason or None}
 
 
 def _brief(p: Prediction) -> AtCapacity:
-    s = p.summary
-    return {"output_tok_s": s.output_tok_s, "ttft_ms_p50": s.ttft_ms.p50, "tpot_ms_p50": s.tpot_ms.p50,
-            "per_user_tok_s_mean": s.per_user_tok_s.mean, "slo_met_fraction": s.slo_met_fraction}
+    return {key: p.summary.value(key) for key in AT_CAPACITY}
 
 
 def capacity_row(twin: Twin, w: Workload, slos: Mapping[str, float], knobs: Knobs = AS_MEASURED,
@@ -107,8 +102,7 @@ def capacity_row(twin: Twin, w: Workload, slos: Mapping[str, float], knobs: Knob
         return preds[c]
 
     def ok(c: int) -> bool:
-        f = at(c).summary.slo_met_fraction
-        return f is not None and f >= 0.9
+        return meets_slos(at(c).summary)
 
     try:
         at(1)

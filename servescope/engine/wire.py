@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Self
 
 import msgspec
 
+from servescope.core.jsontypes import JsonObject
+from servescope.core.kvbudget import KvBudgetMeta
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
+from servescope.sessions.meta import GpuTable
 
 if TYPE_CHECKING:
     from servescope.core.records import RequestRecord
@@ -83,9 +86,9 @@ class ItemBase(msgspec.Struct, frozen=True):
     def kind(self) -> str:
         return type(self).__name__
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> JsonObject:
         """The item as plain JSON values, as the event log's `fields` holds them."""
-        out: dict[str, object] = msgspec.to_builtins(self, enc_hook=_encode)
+        out: JsonObject = msgspec.to_builtins(self, enc_hook=_encode)
         return out
 
     @classmethod
@@ -133,7 +136,7 @@ class RequestsMeasured(ItemBase, frozen=True):
     cached: list[list[int | None]] = msgspec.field(default_factory=list)
     rate_limited: int = 0  # of the cell's requests so far, answered HTTP 429 (not among `failed`)
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> JsonObject:
         """As logged: `rate_limited` only when a request was (a log's lines keep the shape readers know)."""
         out = super().fields()
         if not self.rate_limited:
@@ -151,7 +154,7 @@ class CellFinished(ItemBase, frozen=True):
     status: str  # "done" | "stopped" | "server_lost"
     reason: str = ""
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> JsonObject:
         return super().fields() | {"summary": self.summary.to_dict()}
 
     @classmethod
@@ -187,8 +190,8 @@ class TelemetryMeta(ItemBase, frozen=True):
     """session.toml's `kv_budget` (kv_cache_tokens, source, max_concurrency_by_workload, ...) and `gpu`
     (available, count or reason) tables as the runner wrote them, at the start and after each relaunch."""
 
-    kv_budget: dict[str, object] | None
-    gpu: dict[str, object] | None
+    kv_budget: KvBudgetMeta | None
+    gpu: GpuTable | None
 
 
 Item = (SweepStarted | CellStarted | RequestsMeasured | CellFinished | CellSkipped | EngineNotice | SweepFinished
@@ -290,7 +293,7 @@ def telemetry_meta(session_dir: Path) -> TelemetryMeta | None:
     kv, gpu = meta.kv_budget, meta.gpu
     if kv is None and gpu is None:
         return None
-    return TelemetryMeta(dict(kv) if kv else None, dict(gpu) if gpu else None)
+    return TelemetryMeta(kv or None, gpu or None)
 
 
 class Translator:
@@ -308,7 +311,7 @@ class Translator:
             self.session_dir = ev.session_dir
         items = translate(ev, self.target_label)
         if isinstance(ev, r.KvBudgetKnown) and self.session_dir is not None:
-            items.append(telemetry_meta(self.session_dir) or TelemetryMeta(dict(ev.budget), None))
+            items.append(telemetry_meta(self.session_dir) or TelemetryMeta(ev.budget, None))
         return items
 
 

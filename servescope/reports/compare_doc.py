@@ -41,7 +41,7 @@ from servescope.sessions.compare import (
     RATE_LIMITED_METRIC,
     ComparedCell,
     Comparison,
-    MetricSpec,
+    Figure,
     delta_text,
 )
 from servescope.sessions.stats import interval_label
@@ -132,7 +132,7 @@ def config_blocks(comp: Comparison, level: int) -> list[Block]:
     return out
 
 
-def _value_text(m: MetricSpec, v: float | None) -> str:
+def _value_text(m: Figure, v: float | None) -> str:
     """A compared figure as the tables show it; a count of requests as a whole number (a median over an even number
     of repeats may end in .5)."""
     if m.key == RATE_LIMITED_METRIC.key and v is not None:

@@ -32,6 +32,7 @@ from typing import Literal
 
 import polars as pl
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.metrics import per_request
 from servescope.core.results import finite
 from servescope.core.textsafe import clean_text, slug
@@ -253,7 +254,7 @@ def _answer_marks(ans: WorkloadAnswers | None, kind: str) -> list[Mark]:
     return out
 
 
-def _twin_rows(rep: SessionReport, workload: str) -> list[dict[str, object]]:
+def _twin_rows(rep: SessionReport, workload: str) -> list[JsonObject]:
     if rep.twin is None:
         return []
     rows = rep.twin.fit.get("cells")
@@ -329,29 +330,20 @@ def session_figures(rep: SessionReport) -> list[FigureSpec]:
 def _tune(rep: SessionReport) -> FigureSpec | None:
     """A tune session's search: the objective each measured cell gave, in the order measured, the best cell's
     measurements marked (a cell measured again appears at each of its steps)."""
-    table = rep.session.meta.get("tune") if rep.session.info.kind == "tune" else None
-    if not isinstance(table, dict):
+    table = rep.session.info.tune if rep.session.info.kind == "tune" else None
+    steps = [st for st in table.path if not st.skipped] if table is not None else []  # a skipped cell has no value
+    if table is None or not steps:
         return None
-    path = table.get("path")
-    steps = [st for st in (path if isinstance(path, list) else []) if isinstance(st, dict)
-             and isinstance(st.get("objective"), (int, float)) and isinstance(st.get("step"), int)
-             and not st.get("skipped")]  # a cell the user skipped has no value to draw
-    if not steps:
-        return None
-    unit, objective = str(table.get("unit", "")), str(table.get("objective", ""))
-    best = table.get("best")
-    best_key = ((str(best.get("server_args", "")), best.get("concurrency")) if isinstance(best, dict) else None)
+    unit, objective = table.unit, table.objective
+    best_key = (table.best.server_args, table.best.concurrency) if table.best is not None else None
     measured: list[Point] = []
     top: list[Point] = []
     for st in steps:
-        args = str(st.get("server_args") or "")
-        band = st.get("band")
-        pred = (f"; predicted before {f3(band[0])}-{f3(band[1])} {unit}"
-                if isinstance(band, list) and len(band) == 2 else "")
-        tip = clean_text(f"step {st['step']}: {args or 'as launched'} at c={st.get('concurrency')}: {objective} "
-                         f"{f3(st['objective'])} {unit}{pred} ({st.get('why', '')})")
-        pt = Point(float(st["step"]), float(st["objective"]), tip)
-        (top if (args, st.get("concurrency")) == best_key else measured).append(pt)
+        pred = f"; predicted before {f3(st.band[0])}-{f3(st.band[1])} {unit}" if len(st.band) == 2 else ""
+        tip = clean_text(f"step {st.step}: {st.server_args or 'as launched'} at c={st.concurrency}: {objective} "
+                         f"{f3(st.objective)} {unit}{pred} ({st.why})")
+        pt = Point(float(st.step), float(st.objective), tip)
+        (top if (st.server_args, st.concurrency) == best_key else measured).append(pt)
     series = [Series("measured cell", measured, color=0, connect=False),
               Series("the best cell (each measurement)", top, color=1, marker="*", connect=False)]
     what = ("goodput (requests/s meeting every SLO)" if objective == "goodput" else
@@ -448,7 +440,7 @@ def _histograms(session: Session, w: str, views: Sequence[CellView]) -> FigureSp
         for metric, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
             vals = [float(x) for x in pr[metric].drop_nulls().to_list() if math.isfinite(x)] \
                 if metric in pr.columns else []
-            got = [(stat, s) for stat in ("p50", "p90", "p99") if (s := v.summary.value(metric, stat)) is not None]
+            got = [(stat, s) for stat in ("p50", "p90", "p99") if (s := v.summary.value(f"{metric}.{stat}")) is not None]
             groups: dict[str, list[tuple[str, float]]] = {}  # the label's number -> the percentiles that read it
             for (stat, s), text in zip(got, distinct_labels([s for _, s in got]), strict=True):
                 groups.setdefault(text, []).append((stat, s))

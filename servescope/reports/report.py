@@ -11,12 +11,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 
+import msgspec
 import polars as pl
 
 from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
-from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line
+from servescope.core.jsontypes import Json, JsonObject
+from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line, summary_columns
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text
 from servescope.core.tls import reuse_problem, target_tls_text
@@ -52,7 +54,7 @@ from servescope.sessions.compare import (
 from servescope.sessions.provenance import measured_by
 from servescope.sessions.quality import result_dict
 from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
-from servescope.sessions.store import Session, summary_columns
+from servescope.sessions.store import Session, toml_clean
 from servescope.sessions.twin import twin_record
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
@@ -85,8 +87,8 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
         notes.append(f"the {what} did not complete (status {status})" + (f": {msg}" if msg else ""))
     for v in rep.skipped:
         notes.append(f"{v.workload} {v.load}: {v.status}" + (f" ({v.reason})" if v.reason else ""))
-    refused = s.meta.get("ignore_eos_dropped")
-    if isinstance(refused, str) and refused:  # the server refused ignore_eos (engine/runner.py): outputs may be short
+    refused = s.info.ignore_eos_dropped
+    if refused:  # the server refused ignore_eos (engine/runner.py): outputs may be short
         notes.append(f"the server refused ignore_eos ({clean_text(refused)[:120]}): it was dropped for the session, "
                      "so outputs may end before max_tokens")
     kv = None
@@ -273,7 +275,8 @@ def stability_notes(session: Session, v: CellView) -> list[str]:
 
 def _tls_part(rep: SessionReport) -> str:
     """An https target's TLS handshake and connect time (measured apart from the TTFT) and how it was verified."""
-    text = target_tls_text(rep.session.meta.get("target"))
+    t = rep.session.info.target
+    text = target_tls_text(t.tls_verify, t.tls_handshake_ms, t.connect_ms, t.tls_ca)
     return f" ({clean_text(text)})" if text else ""
 
 
@@ -319,7 +322,7 @@ def report_document(rep: SessionReport, others: Sequence[SessionReport] = (), co
     if rep.twin is not None:
         blocks += twin_blocks(rep.twin, 2)
     if m.kind == "tune":
-        tune = tune_blocks(rep.session.meta.get("tune"), 2, by_section.get(TUNE_FIGURE_KEY, []))
+        tune = tune_blocks(m.tune, 2, by_section.get(TUNE_FIGURE_KEY, []))
         blocks += tune
         if not tune:
             rest += by_section.get(TUNE_FIGURE_KEY, [])
@@ -359,18 +362,6 @@ def cells_frame(reps: Sequence[SessionReport]) -> pl.DataFrame:
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
-def _dotted(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    """{'ttft_ms': {'p50': 1.0}} -> {'ttft_ms.p50': 1.0}; lists stay whole (written as JSON)."""
-    out: dict[str, object] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(_dotted(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def _csv_value(v: object) -> str:
     if v is None:
         return ""
@@ -383,11 +374,11 @@ def _csv_value(v: object) -> str:
     return json.dumps(v, default=str, allow_nan=True)
 
 
-def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, object]]]:
+def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[JsonObject]]:
     """One flat row per cell: the session, the cell's plan (workload, load, status...), then every summary
     figure as a dotted column (`ttft_ms.p50`, `server.preemptions`); lists (errors) as JSON text."""
     columns: dict[str, None] = {"session": None, "session_dir": None}
-    rows: list[dict[str, object]] = []
+    rows: list[JsonObject] = []
     for r in reps:
         recs = r.session.cells.to_dicts()
         summs = []
@@ -395,15 +386,15 @@ def csv_rows(reps: Sequence[SessionReport]) -> tuple[list[str], list[dict[str, o
             js = rec.pop("summary_json", None)
             cs = CellResult.from_json(js) if isinstance(js, str) else None
             summs.append(cs.to_dict() if cs is not None else {})
-        stored: set[str] = set()  # the summaries' flat copies in cells.parquet (`ttft_ms_p50`): not repeated
+        stored: set[str] = set()  # the summaries' figure columns in cells.parquet (`ttft_ms.p50`): not repeated
         for summ in summs:
             stored |= set(summary_columns(summ)) | set(summ)
         for rec, summ in zip(recs, summs, strict=True):
-            row: dict[str, object] = {"session": r.label, "session_dir": r.session.path.name}
+            row: JsonObject = {"session": r.label, "session_dir": r.session.path.name}
             row.update({k: v for k, v in rec.items() if k not in stored})
             if "server_variant" in row and isinstance(row["server_variant"], str):
                 row["server_variant"] = redact_command(row["server_variant"])
-            row.update(_dotted(summ))
+            row.update(summary_columns(summ, lists=True))
             columns.update(dict.fromkeys(row))
             rows.append(row)
     return list(columns), rows
@@ -419,7 +410,13 @@ def render_csv(reps: Sequence[SessionReport]) -> str:
     return buf.getvalue()
 
 
-def _import_table(session: Session) -> dict[str, object] | None:
+def _stored(table: msgspec.Struct | None) -> Json:
+    """A session.toml table as the file holds it (None: the session has none)."""
+    stored: Json = msgspec.to_builtins(toml_clean(msgspec.to_builtins(table))) if table is not None else None
+    return stored
+
+
+def _import_table(session: Session) -> JsonObject | None:
     """The report JSON's `import` (as sessions imported before the [source] table stored it): None when servescope
     measured the session."""
     src = measured_by(session.info)
@@ -429,20 +426,20 @@ def _import_table(session: Session) -> dict[str, object] | None:
             "detailed": src.rebuilt, "dates": src.dates, "lacks": src.lacks}
 
 
-def _rep_dict(r: SessionReport) -> dict[str, object]:
-    m = r.session.meta  # as stored: the json report passes these tables through unchanged
+def _rep_dict(r: SessionReport) -> JsonObject:
+    m = r.session.info  # its tables as stored
     return {
         "label": r.label,
         "session_dir": str(r.session.path),
-        "name": m.get("name"),
-        "model": m.get("model"),
-        "target": m.get("target"),
-        "tags": m.get("tags") or {},
+        "name": m.name,
+        "model": m.model,
+        "target": _stored(m.target),
+        "tags": m.tags,
         "status": r.session.status,
-        "started_at": m.get("started_at"),
-        "workloads": m.get("workloads"),
+        "started_at": m.started_at,
+        "workloads": msgspec.to_builtins(m.workloads),
         "import": _import_table(r.session),
-        "source": measured_by(r.session.info).to_dict() if measured_by(r.session.info).imported else None,
+        "source": _stored(measured_by(m)) if measured_by(m).imported else None,
         "slos": r.slos,
         "slos_source": r.slos_source,
         "cells": [{"index": v.index, "workload": v.workload, "load": v.load, "concurrency": v.concurrency,
@@ -462,8 +459,8 @@ def _rep_dict(r: SessionReport) -> dict[str, object]:
                      for t in r.thinking],
         "notes": r.notes,
         **({"kind": r.session.info.kind} if r.session.info.kind != "sweep" else {}),
-        **({"tune": m.get("tune")} if r.session.info.kind == "tune" else {}),
-        **({"quality": {**result_dict(r.quality), "settings": m.get("quality")}} if r.quality is not None else {}),
+        **({"tune": _stored(m.tune)} if r.session.info.kind == "tune" else {}),
+        **({"quality": {**result_dict(r.quality), "settings": _stored(m.quality)}} if r.quality is not None else {}),
         **({"twin": {"fit": r.twin.fit, "efficiency": r.twin.efficiency, "confirmations": r.twin.confirmations}}
            if r.twin is not None else {}),
     }

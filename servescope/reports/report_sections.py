@@ -128,10 +128,9 @@ def setup_blocks(rep: SessionReport) -> list[Block]:
         if sv is not None and finite(sv.kv_cache_tokens):
             kv = finite(sv.kv_cache_tokens)
             break
-    tune = m.kind == "tune" and rep.session.meta.get("tune")
-    loads = tune.get("loads") if isinstance(tune, Mapping) else None
+    loads = m.tune.loads if m.kind == "tune" and m.tune is not None else []
     load_txt = (f"searched: concurrency {', '.join(map(str, loads))} (the tune section's path says which cells ran)"
-                if isinstance(loads, list) and loads else planned_load(rep.session).text())
+                if loads else planned_load(rep.session).text())
     tags = m.tags
     dates = clean_text(m.started_at if m.started_at is not None else "?")
     if m.ended_at:
@@ -369,7 +368,7 @@ def workload_blocks(rep: SessionReport, workload: str, comparison: Comparison | 
             Num(fmt_num(finite(sm.goodput_req_s))), Num(f"{frac:.0%}" if frac is not None else "-"),
             *([Num(f"{hit:.1%}" if hit is not None else "-")] if cache else []),
             *([_client_cell(sm)] if client else []),
-            *([Num(fmt_num(sm.value("cost", "usd_per_1m_output_tokens")))] if cost else []),
+            *([Num(fmt_num(sm.value("cost.usd_per_1m_output_tokens")))] if cost else []),
             *energy_cells(sm, energy),
         ))
     out.append(table((*results_columns(limited, cache, client, cost), *energy), rows))

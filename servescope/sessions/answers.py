@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from servescope.core.cost import is_api, is_gpu
-from servescope.core.metrics import SLO_ATTAINMENT
 from servescope.core.results import finite
+from servescope.core.slo import attains
 from servescope.sessions import series_name
 from servescope.sessions.store import Session
 from servescope.sessions.views import CellView, fmt_num, slo_text
@@ -180,7 +180,7 @@ def capacity(views: Sequence[CellView], include_bound: bool = False) -> Capacity
         return Capacity(None, unit, False, unknown=True, why_unknown=why)
     if not known:
         return Capacity(None, unit, False, unknown=True)
-    ok = [x for x, f in known if f >= SLO_ATTAINMENT]
+    ok = [x for x, f in known if attains(f)]
     if not ok:
         return Capacity(None, unit, False)
     best = max(ok)
@@ -309,7 +309,7 @@ class CostAtCapacity:
                 "it has no cell at this load"
             api += f" (the median of its cells: {why})"
         elif self.api_slo_met is not None:
-            meets = self.api_slo_met >= SLO_ATTAINMENT
+            meets = attains(self.api_slo_met)
             api += (f", which {'meets' if meets else 'misses'} them at this load ({self.api_slo_met:.0%} of its "
                     "requests within them)")
         both = (f"; per 1M tokens in all (input and output) {_usd(self.gpu_usd_total)} vs {_usd(self.api_usd_total)}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.textsafe import clean_text
 from servescope.sessions.provenance import SourceMeta, measured_by
 from servescope.sessions.store import Session
@@ -87,7 +88,7 @@ class FactRow:
     values: list[str]  # per session ("" where unknown)
     figures: list[str] = field(default_factory=list)  # the compared figures whose meaning the difference changes
 
-    def to_dict(self, labels: Sequence[str]) -> dict[str, object]:
+    def to_dict(self, labels: Sequence[str]) -> JsonObject:
         return {"fact": self.fact.key, "label": self.fact.label, "values": dict(zip(labels, self.values, strict=True)),
                 "changes": self.fact.meaning, "figures": list(self.figures)}
 
@@ -106,7 +107,7 @@ class Comparability:
         """Why figure `metric` is not judged ("" when it is)."""
         return ", ".join(self.not_judged.get(metric, []))
 
-    def to_dict(self, labels: Sequence[str]) -> dict[str, object]:
+    def to_dict(self, labels: Sequence[str]) -> JsonObject:
         """The top-level `comparability` key of `compare --format json`."""
         return {"tools": [{"session": lb, "tool": t, "rebuilt": r}
                           for lb, t, r in zip(labels, self.tools, self.rebuilt, strict=True)],

@@ -64,12 +64,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict
 
 import polars as pl
 
 from servescope.core.errors import ServescopeError
-from servescope.core.results import CellResult, metric_better, metric_label
+from servescope.core.jsontypes import JsonObject
+from servescope.core.results import Figure, figure
 from servescope.core.secrets import redact_command
 from servescope.core.textsafe import clean_text
 from servescope.sessions.answers import (
@@ -124,7 +124,7 @@ CellKey = tuple[str, LoadPlan]  # a cell as comparisons join it: (workload with 
 
 __all__ = [
     "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "ENERGY_METRIC", "RATE_LIMITED_METRIC", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
-    "ComparedCell", "Comparison", "CostAtCapacity", "Judgement", "Knee", "MetricSpec", "SessionRef", "ThinkingCost",
+    "ComparedCell", "Comparison", "CostAtCapacity", "Figure", "Judgement", "Knee", "SessionRef", "ThinkingCost",
     "WorkloadAnswers", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions",
     "config_diff", "delta_pct", "delta_text", "derive", "interval_pct", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
     "session_label", "session_slos", "slo_text", "thinking_costs", "winner", "workload_order",
@@ -133,43 +133,17 @@ __all__ = [
 TIE_REL = 0.001
 
 
-class DeltaDict(TypedDict):
-    """One delta in `servescope compare --json`: a session's figure against the first session's."""
-
-    session: str
-    delta_pct: float | None
-    ci: list[float] | None
-    verdict: str | None
-    comparable: bool
-    not_comparable: str | None
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    key: str  # "output_tok_s" or "ttft_ms.p50"
-    label: str
-    better: str  # "higher" | "lower" | "neutral"
-
-    @classmethod
-    def of(cls, key: str) -> MetricSpec:
-        """The compare column for `key`, its label and direction from the METRICS table."""
-        return cls(key, metric_label(key), metric_better(key) or "neutral")
-
-    def value(self, summary: CellResult) -> float | None:
-        return summary.value(self.key)
-
-
-COMPARE_METRICS: tuple[MetricSpec, ...] = tuple(MetricSpec.of(k) for k in (
+COMPARE_METRICS: tuple[Figure, ...] = tuple(figure(k) for k in (
     "output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "ttft_ms.p99", "ttfo_ms.p50", "tpot_ms.p50", "itl_ms.p99",
     "e2e_ms.p50", "goodput_req_s", "prefix_cache_hit_rate", "input_tokens_mean", "output_tokens_mean",
 ))
 # what a million output tokens cost (core/cost.py): with the default figures, a row when some session has it
-COST_METRIC = MetricSpec("cost.usd_per_1m_output_tokens", "cost $/1M out tok", "lower")
+COST_METRIC = figure("cost.usd_per_1m_output_tokens")
 # the GPUs' energy per output token (NVML; core/energy.py), beside the cost: a row only when some session measured it
-ENERGY_METRIC = MetricSpec("energy.j_per_output_token", "energy J/out tok", "lower")
+ENERGY_METRIC = figure("energy.j_per_output_token")
 # the requests a server refused by its rate limit (HTTP 429; a count per cell, the median over its repeats): a row
 # only when some compared cell has any, not judged (a count of refusals, no interval)
-RATE_LIMITED_METRIC = MetricSpec("requests_rate_limited", "requests rate-limited (HTTP 429)", "neutral")
+RATE_LIMITED_METRIC = figure("requests_rate_limited")
 
 
 def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL) -> int | None:
@@ -187,7 +161,7 @@ def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL
     return bi
 
 
-def delta_text(c: ComparedCell, m: MetricSpec, i: int) -> str:
+def delta_text(c: ComparedCell, m: Figure, i: int) -> str:
     """A delta as tables show it, with its 95% interval as an interval (bootstrap intervals are seldom symmetric):
     `+6.4% [+5.5, +33.9] worse`, `-0.4% [-2.3, +1.5] within noise`, `+3.1% [+2.3, +3.9] not comparable (warmup)`;
     an interval of no width (every resample gave the same figure: a deterministic server, the simulator) says so,
@@ -296,7 +270,7 @@ class ComparedCell(ReadsPlan):
 @dataclass
 class Comparison:
     sessions: list[SessionRef]
-    metrics: tuple[MetricSpec, ...]
+    metrics: tuple[Figure, ...]
     cells: list[ComparedCell]
     only_in: list[tuple[str, str, list[str]]]  # (workload, load, labels of the sessions that have it)
     answers: list[WorkloadAnswers]
@@ -367,7 +341,7 @@ class Comparison:
                     out.setdefault(c.workload, {}).setdefault(lb, []).append((x, v))
         return out
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         """`servescope compare --json`."""
         return {
             "sessions": [s.__dict__ for s in self.sessions],
@@ -424,8 +398,9 @@ class Comparison:
             **({"quality": self.quality.to_dict()} if self.quality is not None else {}),
         }
 
-    def _delta_dict(self, c: ComparedCell, m: MetricSpec, i: int) -> DeltaDict:
-        """One delta of the JSON: against the first session, with its interval (percent) and verdict."""
+    def _delta_dict(self, c: ComparedCell, m: Figure, i: int) -> JsonObject:
+        """One delta of the JSON, a session's figure against the first session's: `session`, `delta_pct`, `ci` (its
+        interval, percent; null without one), `verdict`, `comparable` and `not_comparable` (why not)."""
         j = (c.judgements.get(m.key) or [None] * len(self.labels))[i]
         ci = j.ci if j is not None else None
         v = j.verdict if j is not None else None
@@ -575,7 +550,7 @@ def config_diff(sessions: Sequence[Session]) -> tuple[list[tuple[str, list[str]]
 
 def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                      slos: Mapping[str, float] | None = None,
-                     metrics: tuple[MetricSpec, ...] = COMPARE_METRICS, min_effect: float = MIN_EFFECT_PCT,
+                     metrics: tuple[Figure, ...] = COMPARE_METRICS, min_effect: float = MIN_EFFECT_PCT,
                      resamples: int = RESAMPLES, seed: int = 0, include_bound: bool = False) -> Comparison:
     """Align the sessions' cells by workload and load and compare them metric by metric, each delta with its
     bootstrap interval and verdict (servescope.sessions.stats). A cell whose client was bound in some session
@@ -634,7 +609,7 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
         metrics = (*metrics, COST_METRIC, ENERGY_METRIC, RATE_LIMITED_METRIC)
     # a descriptive figure no session measured (the prefix-cache hit rate of a server without it) is left out, and
     # so is the cost when no session was given a price, and the 429s when no compared cell got any
-    def shown(m: MetricSpec) -> bool:
+    def shown(m: Figure) -> bool:
         got = [m.value(rv.summary) for g in groups for k in common for rv in g[k]]
         if m.key == RATE_LIMITED_METRIC.key:
             return any(got)

@@ -25,14 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+import msgspec
 import polars as pl
 
 from servescope import __version__
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
+from servescope.core.results import figure
+from servescope.core.secrets import redact_meta
 from servescope.core.textsafe import clean_text
 from servescope.sessions.comparability import FACTS
-from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct, interval_pct
+from servescope.sessions.compare import Comparison, compare_sessions, fmt_pct, interval_pct
+from servescope.sessions.meta import meta_of_table
 from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
 from servescope.sessions.store import Session, load_session, toml_clean
 
@@ -238,7 +242,7 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
     cell gives a figure an interval (no per-request data)."""
     figures = tuple(dict.fromkeys(t.figure for t in thresholds))
     comp: Comparison = compare_sessions([baseline, candidate], slos=slos,
-                                        metrics=tuple(MetricSpec.of(f) for f in figures), min_effect=min_effect)
+                                        metrics=tuple(figure(f) for f in figures), min_effect=min_effect)
     if comp.no_common:  # sessions holding quality results compare without a common cell: a gate needs one
         raise ServescopeError(comp.no_common.replace("Only their quality is compared.", "").strip()
                               + " Gate sessions that ran the same workloads and concurrencies.")
@@ -299,7 +303,7 @@ def save_baseline(session: Session, path: Path) -> int:
                 ((pl.col("chunk_ns") - pl.col("sent_ns")) // 1000).alias("c"))["c"].to_list()
         requests[str(int(i))] = cols
     doc = {"servescope_baseline": BASELINE_FORMAT, "servescope_version": __version__, "source": session.path.name,
-           "meta": session.meta, "cells": session.cells.to_dicts(), "requests": requests}
+           "meta": session.info.to_table(), "cells": session.cells.to_dicts(), "requests": requests}
     data = json.dumps(doc, default=str, separators=(",", ":")).encode()
     if path.name.endswith(".gz"):
         data = gzip.compress(data)
@@ -341,12 +345,16 @@ def load_baseline(path: Path, workdir: Path) -> Session:
                               "write it again with --save-baseline")
     src = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(doc.get("source") or "session"))[:80]
     d = workdir / f"baseline-{src}"  # never `..` or an absolute path
-    for c in meta.get("cells") or []:  # the file holds the requests of the cells that had any: those are promised
-        if isinstance(c, dict) and "requests_file" in c:
-            c["requests_file"] = str(c.get("index")) in requests
+    info = meta_of_table(meta, f"{where}: meta")
+    # the file holds the requests of the cells that had any: those are promised
+    info = msgspec.structs.replace(info, cells=[
+        msgspec.structs.replace(c, requests_file=str(c.index) in requests) if c.requests_file is not None else c
+        for c in info.cells])
     try:
         (d / "requests").mkdir(parents=True)
-        (d / "session.toml").write_text(tomli_w.dumps(toml_clean(meta)), encoding="utf-8")
+        # as every session.toml is written: its strings through the one redaction (a file from elsewhere may hold a
+        # key in a launch command)
+        (d / "session.toml").write_text(tomli_w.dumps(toml_clean(redact_meta(info.to_table()))), encoding="utf-8")
         if cells:
             pl.DataFrame(cells, infer_schema_length=None).write_parquet(d / "cells.parquet")
         for i, cols in requests.items():

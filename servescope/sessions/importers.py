@@ -31,6 +31,7 @@ from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
 from servescope.sessions import import_aiperf, import_guidellm, import_inferenceperf, llmd
 from servescope.sessions.importcommon import ImportedCell, ReadResult, read_json, read_yaml
+from servescope.sessions.meta import SCHEMA_VERSION, meta_of_table
 from servescope.sessions.provenance import (
     IMPORT_FORMATS,
     SERVER_USAGE,
@@ -625,7 +626,7 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
         "cells": [{**r, "status": "planned"} for r in plan_rows],
         "source": source.to_dict(),
     }
-    writer = SessionWriter.create(Path(path), meta)
+    writer = SessionWriter.create(Path(path), meta_of_table({**meta, "schema_version": SCHEMA_VERSION}, str(path)))
     summary_source = FORMAT_VLLM if kind == "vllm-bench" else kind
     for row, c in zip(plan_rows, cells, strict=True):
         writer.write_cell({**row, "status": "done", "reason": ""}, c.requests,

@@ -31,6 +31,7 @@ from typing import BinaryIO, Literal
 import msgspec
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.textsafe import clean_text
 
 LOCK = "runner.lock"
@@ -141,7 +142,7 @@ class RunnerState:
     reason: str = ""
 
 
-def _lock_info(p: Path) -> dict[str, object]:
+def _lock_info(p: Path) -> JsonObject:
     try:
         data = json.loads(p.read_text(encoding="utf-8") or "{}")
         return data if isinstance(data, dict) else {}
@@ -306,7 +307,7 @@ class EventLogReader:
         self._f, self._ino, self._buf = f, os.fstat(f.fileno()).st_ino, b""
         return True
 
-    def poll(self, max_bytes: int = 8 * 1024 * 1024) -> list[tuple[str, dict[str, object]]]:
+    def poll(self, max_bytes: int = 8 * 1024 * 1024) -> list[tuple[str, JsonObject]]:
         """The new items as (kind, fields); a SweepStarted's fields gain `started_at`, the line's time (epoch s),
         for viewers."""
         if self._f is None and not self._open(self.path):
@@ -334,13 +335,13 @@ class EventLogReader:
             out = self._read(max_bytes)
         return out
 
-    def _read(self, max_bytes: int) -> list[tuple[str, dict[str, object]]]:
+    def _read(self, max_bytes: int) -> list[tuple[str, JsonObject]]:
         data = self._f.read(max_bytes) if self._f is not None else b""
         if not data:
             return []
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
-        out: list[tuple[str, dict[str, object]]] = []
+        out: list[tuple[str, JsonObject]] = []
         for raw in lines:
             try:
                 obj = json.loads(raw)  # not msgspec: older logs hold NaN

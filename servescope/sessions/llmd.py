@@ -24,6 +24,7 @@ from pathlib import Path
 
 from servescope import __version__
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.results import CellResult, Dist
 from servescope.core.textsafe import clean_text
 from servescope.sessions.importcommon import (
@@ -288,11 +289,11 @@ def _model(v: Values, scenario: Mapping[str, object]) -> str:
 
 
 # ---- export ---------------------------------------------------------------------------------------------------
-def _statistics(d: Dist, units: str, scale: float = 1.0) -> dict[str, object] | None:
+def _statistics(d: Dist, units: str, scale: float = 1.0) -> JsonObject | None:
     """A servescope distribution as the report's Statistics (None when it has no mean)."""
     if d.mean is None:
         return None
-    out: dict[str, object] = {"units": units, "mean": d.mean * scale}
+    out: JsonObject = {"units": units, "mean": d.mean * scale}
     for ours, theirs in (("std", "stddev"), ("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p95", "p95"),
                          ("p99", "p99"), ("max", "max")):
         x = d.stat(ours)
@@ -301,7 +302,7 @@ def _statistics(d: Dist, units: str, scale: float = 1.0) -> dict[str, object] | 
     return out
 
 
-def _seq_len(table: object, measured: float | None) -> dict[str, object]:
+def _seq_len(table: object, measured: float | None) -> JsonObject:
     """A workload's length distribution as the report's SequenceLength."""
     t = table if isinstance(table, Mapping) else {}
     kind = t.get("dist")
@@ -315,7 +316,7 @@ def _seq_len(table: object, measured: float | None) -> dict[str, object]:
         return {"distribution": "fixed", "value": num("value")}
     if kind == "uniform" and num("min") is not None and num("max") is not None:
         lo, hi = num("min") or 0.0, num("max") or 0.0
-        out: dict[str, object] = {"distribution": "uniform", "value": (lo + hi) / 2, "min": int(lo)}
+        out: JsonObject = {"distribution": "uniform", "value": (lo + hi) / 2, "min": int(lo)}
         if hi >= 1:
             out["max"] = int(hi)
         return out
@@ -331,7 +332,7 @@ def _iso_duration(seconds: float | None) -> str | None:
     return f"PT{seconds!r}S" if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
-def report_of(session: Session, index: int) -> dict[str, object]:
+def report_of(session: Session, index: int) -> JsonObject:
     """Cell `index` of the session as a benchmark report (schema 0.2), as a JSON-ready dict."""
     views = {cv.index: cv for cv in cell_views(session)}
     cv = views.get(index)
@@ -340,12 +341,12 @@ def report_of(session: Session, index: int) -> dict[str, object]:
     info = session.info
     src: SourceMeta = measured_by(info)
     s: CellResult = cv.summary
-    wl = next((w for w in info.workloads if str(w.get("name")) == cv.base), {})
+    wl: Mapping[str, object] = next((w for w in info.workloads if str(w.get("name")) == cv.base), {})
     engine = clean_text(info.target.engine or ("imported" if src.imported else "unknown"))
     model = clean_text(info.model)
     stack_cfg = hashlib.sha1(f"{engine}|{model}|{info.target.version}".encode(), usedforsecurity=False).hexdigest()
     plan = cv.plan
-    load_std: dict[str, object] = {
+    load_std: JsonObject = {
         "tool": "servescope" if not src.imported else src.tool,
         "tool_version": (__version__ if not src.imported else src.tool_version or "unknown"),
         "source": "sampled" if wl.get("dataset") else "random",
@@ -359,7 +360,7 @@ def report_of(session: Session, index: int) -> dict[str, object]:
         load_std["concurrency"] = plan.concurrency
     elif plan.max_concurrency is not None:
         load_std["concurrency"] = plan.max_concurrency
-    ours: dict[str, object] = {
+    ours: JsonObject = {
         "workload": cv.workload, "api": str(wl.get("api") or "completions"), "load": cv.load,
         "concurrency": plan.concurrency, "rate": plan.rate, "arrival": plan.arrival,
         "max_concurrency": plan.max_concurrency, "ramp_s": plan.ramp_s, "session": session.path.name,
@@ -367,7 +368,7 @@ def report_of(session: Session, index: int) -> dict[str, object]:
         "token_basis": src.token_basis}
     ours = {k: x for k, x in ours.items() if x is not None}
     # requests the server refused by its rate limit (HTTP 429) are neither sent-and-answered nor failed there: left out
-    requests: dict[str, object] = {"total": s.requests_ok + s.requests_failed, "failures": s.requests_failed}
+    requests: JsonObject = {"total": s.requests_ok + s.requests_failed, "failures": s.requests_failed}
     if s.input_tokens_mean is not None:
         requests["input_length"] = {"units": "count", "mean": s.input_tokens_mean}
     if s.output_tokens_mean is not None:
@@ -377,17 +378,17 @@ def report_of(session: Session, index: int) -> dict[str, object]:
         ("time_per_output_token", _statistics(s.tpot_ms, "ms/token")),
         ("inter_token_latency", _statistics(s.itl_ms, "ms")),
         ("request_latency", _statistics(s.e2e_ms, "ms"))) if st is not None}
-    throughput = {theirs: {"units": units, "mean": x} for theirs, units, x in (
+    throughput: dict[str, JsonObject] = {theirs: {"units": units, "mean": x} for theirs, units, x in (
         ("output_token_rate", "tokens/s", s.output_tok_s), ("total_token_rate", "tokens/s", s.total_tok_s),
         ("request_rate", "queries/s", s.request_s)) if x is not None}
     if s.total_tok_s is not None and s.output_tok_s is not None:
         throughput["input_token_rate"] = {"units": "tokens/s", "mean": max(s.total_tok_s - s.output_tok_s, 0.0)}
-    aggregate: dict[str, object] = {"requests": requests}
+    aggregate: JsonObject = {"requests": requests}
     if latency:
         aggregate["latency"] = latency
     if throughput:
         aggregate["throughput"] = throughput
-    run_time: dict[str, object] = {}
+    run_time: JsonObject = {}
     if (dur := _iso_duration(s.wall_s)) is not None:
         run_time["duration"] = dur
     uid = uuid.uuid5(uuid.NAMESPACE_URL, f"servescope:{session.path.name}:{cv.index}").hex
@@ -415,7 +416,7 @@ def report_of(session: Session, index: int) -> dict[str, object]:
     }
 
 
-def _args(args: object) -> dict[str, object]:
+def _args(args: object) -> JsonObject:
     """The server's recorded arguments as the report's args table (secrets were redacted when they were stored)."""
     if isinstance(args, Mapping):
         return {clean_text(str(k)): v if isinstance(v, (int, float, bool)) else clean_text(str(v))

@@ -19,6 +19,7 @@ from typing import Protocol
 import msgspec
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 
 # the tools a session can come from, by the names `servescope import --from` takes, as people write them
 TOOL_NAMES = {
@@ -121,9 +122,9 @@ class SourceMeta(msgspec.Struct, frozen=True, kw_only=True):
             raise ServescopeError(f"{where}: source: {str(e).replace('`', '')}; the file is damaged: restore it "
                                   "from a copy") from None
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         """The table as session.toml stores it (None left out: TOML has no null)."""
-        out: dict[str, object] = {}
+        out: JsonObject = {}
         for k, v in msgspec.structs.asdict(self).items():
             if v is None:
                 continue
@@ -163,7 +164,7 @@ class _Meta(Protocol):
     def source(self) -> SourceMeta | None: ...
 
     @property
-    def import_(self) -> Mapping[str, object] | None: ...
+    def import_(self) -> object: ...  # sessions.meta.ImportMeta | None (a Struct this module cannot import)
 
     @property
     def servescope_version(self) -> str: ...
@@ -174,5 +175,5 @@ def measured_by(info: _Meta) -> SourceMeta:
     if info.source is not None:
         return info.source
     if info.import_ is not None:
-        return legacy_import(info.import_)
+        return legacy_import(msgspec.to_builtins(info.import_))
     return servescope_source(info.servescope_version)

@@ -27,9 +27,10 @@ Definitions (also printed under every table):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from servescope.core.jsontypes import JsonObject
 from servescope.core.quality import (
     Divergence,
     QualityResult,
@@ -41,6 +42,7 @@ from servescope.core.quality import (
 )
 from servescope.core.results import CellResult, TaskTally, finite
 from servescope.core.textsafe import clean_text
+from servescope.sessions.meta import QualityMeta
 from servescope.sessions.store import Session
 from servescope.sessions.views import CellView, fmt_num, fmt_pct
 
@@ -180,15 +182,15 @@ def synthetic_note(url: str) -> str:
 
 
 # ---- one session: the report's Quality section --------------------------------------------------------------
-def settings_text(settings: Mapping[str, object] | None) -> str:
+def settings_text(settings: QualityMeta | None) -> str:
     """The probe's settings as session.toml records them, in one line."""
-    if not settings:
+    if settings is None:
         return "not recorded"
     parts = []
     for key, what in (("tasks", "tasks"), ("contexts", "contexts"), ("n", "questions per task"),
                       ("top_k", "top-k"), ("seed", "seed"), ("reference", "reference"),
                       ("user_sets", "task files"), ("measured_at", "measured")):
-        v = settings.get(key)
+        v = getattr(settings, key)
         if v is None or v == []:
             continue
         text = ", ".join(clean_text(str(x)) for x in v) if isinstance(v, list) else clean_text(str(v))
@@ -196,7 +198,7 @@ def settings_text(settings: Mapping[str, object] | None) -> str:
     return "; ".join(parts) or "not recorded"
 
 
-def result_dict(r: QualityResult) -> dict[str, object]:
+def result_dict(r: QualityResult) -> JsonObject:
     """A session's quality results for JSON, without the traces and answers (their counts instead)."""
     ci = recorded_ci(r, "perplexity_ci")
     return {"perplexity": finite(r.perplexity), "perplexity_ci": list(ci) if ci is not None else None,
@@ -307,7 +309,7 @@ class QualityComparison:
             parts.append(f"{len(rest)} more accuracies ({beyond} beyond noise)")
         return ("quality: " + ", ".join(parts)) if parts else ""
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         sessions = [{"session": lb, "quality": result_dict(r) if r is not None else None}
                     for lb, r in zip(self.labels, self.results, strict=True)]
         rows = [{"key": r.key, "section": r.section, "where": r.where, "figure": r.label, "unit": r.unit, "better": r.better,

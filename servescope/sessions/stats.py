@@ -46,8 +46,9 @@ from typing import Literal
 
 import polars as pl
 
-from servescope.core.metrics import per_request, slo_mask
+from servescope.core.metrics import per_request
 from servescope.core.results import METRICS
+from servescope.core.slo import slo_met
 
 __all__ = [
     "CONFIDENCE", "MIN_EFFECT_PCT", "RESAMPLES", "Boot", "Drift", "Judgement", "Verdict", "WarmUp", "bootstrap",
@@ -108,7 +109,7 @@ def measured(frame: pl.DataFrame, slos: Mapping[str, float] | None = None) -> pl
     ok = pl.col("status") == "ok"
     return pr.with_columns(
         ok=ok,
-        good=slo_mask(pr, slos or {}),
+        good=slo_met(slos or {}),
         out_tok=pl.when(ok).then(pl.col("output_tokens").fill_null(0)).otherwise(0).cast(pl.Float64),
         in_tok=pl.when(ok & (pl.col("prompt_tokens") >= 0)).then(pl.col("prompt_tokens")).otherwise(0)
         .cast(pl.Float64),

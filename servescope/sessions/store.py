@@ -25,9 +25,11 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Unpack
 
+import msgspec
 import polars as pl
 import tomli_w
 
@@ -36,26 +38,36 @@ from servescope.core.cost import with_cost
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.prices import prices_of_meta
 from servescope.core.quality import QualityResult
-from servescope.core.results import CellResult
+from servescope.core.results import CellResult, ColumnValue, summary_columns
 from servescope.core.secrets import redact_meta
 from servescope.core.textsafe import clean_text, slug
 from servescope.sessions.live import BUS_FILES, RunnerState, runner_state, write_failed
-from servescope.sessions.meta import PLAN_COLUMNS, SessionMeta
-from servescope.workloads.spec import parse_toml
+from servescope.sessions.meta import (
+    PLAN_COLUMNS,
+    SCHEMA_VERSION,
+    SESSION_STATUSES,
+    MetaUpdate,
+    PlannedCell,
+    QualityMeta,
+    ServerArgs,
+    ServerMeta,
+    SessionEvent,
+    SessionMeta,
+    damaged,
+    migrate_v1,
+    read_meta,
+)
 
-# 4: each cell's plan stored once, in [[cells]] (no [load] table, no plan columns in cells.parquet);
-# 3: each distribution's `n` in the cells' summaries; 2: the [sweep] table; older ones read as they are
-SCHEMA_VERSION = 4
+__all__ = ["QUALITY_FILE", "REQUEST_COLUMNS", "SCHEMA_VERSION", "SESSION_STATUSES", "Session", "SessionEntry",
+           "SessionWriter", "atomic_write", "check_parquet_ends", "damaged", "join_plan", "load_session",
+           "migrate_v1", "new_session_dir", "read_meta", "request_files", "scan_sessions", "session_dirs",
+           "sessions_home", "summary_columns", "toml_clean", "write_parquet_atomic"]
+
 QUALITY_FILE = "quality.json"
-# what session.toml's `status` may say (a runner that died while `running` reads as interrupted)
-SESSION_STATUSES = ("running", "completed", "interrupted", "failed")
 # [[cells]] statuses whose cell has its row in cells.parquet (written by write_cell), and of those, the ones
 # whose requests are in requests/cell-NNNN.parquet (a skipped cell ran none; a lost one's are in -lostN)
 ROW_STATUSES = frozenset({"done", "stopped", "skipped", "server_lost"})
 REQUEST_STATUSES = frozenset({"done", "stopped"})
-# a [[cells]] entry's key saying whether the cell's requests/cell-NNNN.parquet was written (sessions written
-# before it: a done or stopped cell measured by servescope has one)
-REQUESTS_KEY = "requests_file"
 # the columns every requests/cell-NNNN.parquet has held since the first schema, with their types: what reading a
 # session's requests needs (its warmup flag, statuses, stamps, counts; not the error texts, which a baseline file
 # leaves out); checked on the file's schema (its footer)
@@ -66,7 +78,6 @@ REQUEST_COLUMNS: dict[str, pl.DataType] = {
     "reasoning_tokens": pl.Int64(), "usage_reported": pl.Boolean(), "scheduled_ns": pl.Int64(),
     "sent_ns": pl.Int64(), "first_token_ns": pl.Int64(), "first_content_ns": pl.Int64(), "end_ns": pl.Int64(),
     "chunk_ns": pl.List(pl.Int64()), "chunk_tokens": pl.List(pl.Int64())}
-_SECRET_KEYS = frozenset({"api_key", "api_key_env", "token", "password", "secret", "authorization", "headers"})
 
 
 def sessions_home() -> Path:
@@ -132,24 +143,6 @@ def new_session_dir(base: Path | None, name: str) -> Path:
     return d
 
 
-def _flatten(summary: Mapping[str, object]) -> dict[str, object]:
-    """The summary's columns in cells.parquet (`ttft_ms_p50`, ...) beside its full `summary_json`. Of a cell's
-    `quality` only the figures (`quality_accuracy`, `quality_n`, ...): its per-task table, keyed by task names
-    that differ from cell to cell (and may be empty, which Parquet cannot hold), stays in summary_json."""
-    row: dict[str, object] = {}
-    for k, v in summary.items():
-        if isinstance(v, dict) and k not in ("input_tokens_mismatch", "server"):
-            for sk, sv in v.items():
-                if k == "quality" and not isinstance(sv, (int, float, str, bool)):
-                    continue
-                row[f"{k}_{sk}"] = sv
-        elif isinstance(v, (int, float, str, bool)) or v is None:
-            row[k] = v
-    return row
-
-
-summary_columns = _flatten
-
 _PLAN_KEYS = frozenset(k for k, _ in PLAN_COLUMNS) - {"index"}
 _POLARS_TYPES: dict[type, type[pl.DataType]] = {int: pl.Int64, float: pl.Float64, str: pl.Utf8}
 
@@ -161,17 +154,42 @@ def _index(row: Mapping[str, object]) -> int:
     return idx
 
 
-def _plan_part(row: Mapping[str, object]) -> dict[str, object]:
+def _plan_part(row: Mapping[str, object]) -> Mapping[str, object]:
     """What a cell's row says about what was asked (its [[cells]] entry in session.toml)."""
     return {k: v for k, v in row.items() if k in _PLAN_KEYS}
 
 
-def _measured_part(row: Mapping[str, object]) -> dict[str, object]:
-    """What a cell's row says about what was measured (its row in cells.parquet): all but the plan."""
-    return {k: v for k, v in row.items() if k not in _PLAN_KEYS}
+_ROW_KEYS = ("index", "status", "reason", "summary_json")
 
 
-def join_plan(cells: pl.DataFrame, planned: list[object]) -> pl.DataFrame:
+@dataclass(frozen=True)
+class StoredCell:
+    """A cell's row in cells.parquet: what was measured (its plan is its [[cells]] entry): its index, status and
+    why, its summary as `summary_json` (CellResult.to_dict(); None: a skipped cell) and that summary's figures as
+    columns named by their figure keys (`ttft_ms.p50`: core.results.summary_columns)."""
+
+    index: int
+    status: str = "done"
+    reason: str = ""
+    columns: Mapping[str, ColumnValue] = field(default_factory=dict)
+    summary_json: str | None = None
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, object]) -> StoredCell:
+        """A row as a caller gives it (a cell's plan, status and reason) or as cells.parquet holds it: its plan
+        left out (that is the [[cells]] entry's), any other plain value kept as a column."""
+        status, reason, js = row.get("status"), row.get("reason"), row.get("summary_json")
+        return cls(_index(row), status if isinstance(status, str) else "done", reason if isinstance(reason, str) else "",
+                   {k: v for k, v in row.items() if k not in _PLAN_KEYS and k not in _ROW_KEYS
+                    and (v is None or isinstance(v, (str, int, float, bool)))},
+                   js if isinstance(js, str) else None)
+
+    def row(self) -> dict[str, ColumnValue]:
+        return {"index": self.index, "status": self.status, "reason": self.reason, **self.columns,
+                **({"summary_json": self.summary_json} if self.summary_json is not None else {})}
+
+
+def join_plan(cells: pl.DataFrame, planned: list[PlannedCell]) -> pl.DataFrame:
     """cells.parquet's rows (schema 4) with their plan's columns from session.toml's [[cells]] before the
     measured ones, as every reader sees a session's cells; a column the file holds itself is kept."""
     if not cells.height or "index" not in cells.columns:
@@ -179,9 +197,10 @@ def join_plan(cells: pl.DataFrame, planned: list[object]) -> pl.DataFrame:
     missing = [(k, t) for k, t in PLAN_COLUMNS if k != "index" and k not in cells.columns]
     if not missing:
         return cells
-    by_index = {c["index"]: c for c in planned if isinstance(c, Mapping) and isinstance(c.get("index"), int)}
-    rows = [by_index.get(i, {}) for i in cells["index"].to_list()]
-    plan = pl.DataFrame([pl.Series(k, [_typed(r.get(k), t) for r in rows], dtype=_POLARS_TYPES[t]) for k, t in missing])
+    by_index = {c.index: c for c in planned}
+    rows = [by_index.get(i) for i in cells["index"].to_list()]
+    plan = pl.DataFrame([pl.Series(k, [_typed(getattr(r, k, None), t) for r in rows], dtype=_POLARS_TYPES[t])
+                         for k, t in missing])
     joined = pl.concat([cells, plan], how="horizontal")
     order = [k for k, _ in PLAN_COLUMNS if k in joined.columns]
     return joined.select(order + [c for c in joined.columns if c not in order])
@@ -198,14 +217,18 @@ def _typed(v: object, t: type) -> object:
 
 @dataclass
 class SessionWriter:
+    """The one writer of a session: its table (`meta`, typed; changed by `update` and the methods below, each
+    change saved at once) and its cells' rows."""
+
     path: Path
-    meta: dict[str, object]  # session.toml as it is written (SessionMeta reads it back)
-    cell_rows: list[dict[str, object]] = field(default_factory=list)  # cells.parquet's rows
+    meta: SessionMeta  # session.toml as it is written
+    cell_rows: list[StoredCell] = field(default_factory=list)  # cells.parquet's rows
 
     @classmethod
-    def create(cls, path: Path, meta: Mapping[str, object], exist_ok: bool = False) -> SessionWriter:
+    def create(cls, path: Path, meta: SessionMeta, exist_ok: bool = False) -> SessionWriter:
         """A new session directory; it may hold its runner's bus files already (servescope.sessions.live), and
-        with `exist_ok` server logs (launched servers)."""
+        with `exist_ok` server logs (launched servers). `meta` is completed with this schema, this servescope,
+        this host, the time and `running`."""
         try:
             path.mkdir(parents=True, exist_ok=False)
             (path / "requests").mkdir()
@@ -215,14 +238,9 @@ class SessionWriter:
             (path / "requests").mkdir(exist_ok=True)
         except OSError as e:
             raise ServescopeError(f"cannot create session directory {path}: {e.strerror}; choose another --save") from None
-        full: dict[str, object] = {
-            "schema_version": SCHEMA_VERSION,
-            "servescope_version": __version__,
-            "host": socket.gethostname(),
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "status": "running",
-            **meta,
-        }
+        full = msgspec.structs.replace(meta, schema_version=SCHEMA_VERSION, servescope_version=__version__,
+                                       host=socket.gethostname(), started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                       status="running")
         w = cls(path, full)
         w.save_meta()
         return w
@@ -233,76 +251,71 @@ class SessionWriter:
         this one first (its cells' plans moved into [[cells]], its [load] table dropped) and saved so, before
         anything is added to it: a session on disk is always one schema, whole."""
         s = load_session(path)
-        rows = s.cells.drop("summary_json").to_dicts() if "summary_json" in s.cells.columns else s.cells.to_dicts()
-        if "summary_json" in s.cells.columns:
-            for r, js in zip(rows, s.cells["summary_json"].to_list(), strict=True):
-                r["summary_json"] = js
+        rows = s.cells.to_dicts()
         try:
             (s.path / "requests").mkdir(exist_ok=True)
         except OSError as e:
             raise write_failed(s.path / "requests", e) from None
-        w = cls(s.path, s.meta, [])
-        upgrade = s.meta.get("schema_version") != SCHEMA_VERSION
+        w = cls(s.path, s.info, [])
+        upgrade = s.info.schema_version != SCHEMA_VERSION
         if upgrade:
             for r in rows:
-                w._plan_entry(_index(r)).update({k: v for k, v in _plan_part(r).items() if v is not None})
-            w.meta.pop("load", None)
-            w.meta["schema_version"] = SCHEMA_VERSION
-        w.cell_rows = [_measured_part(r) for r in rows]
+                w._merge_plan(_index(r), _plan_part(r))
+            w.meta = msgspec.structs.replace(w.meta, schema_version=SCHEMA_VERSION)
+        w.cell_rows = [StoredCell.of_row(r) for r in rows]
         if upgrade:  # the plans first: the file's own columns still stand
             w.save_meta()
             _atomic_parquet(w.path / "cells.parquet", w._cells_frame())
         return w
 
+    def update(self, **changes: Unpack[MetaUpdate]) -> None:
+        """Change the session's table (its keys typed by MetaUpdate) and save it."""
+        self.meta = msgspec.structs.replace(self.meta, **changes)
+        self.save_meta()
+
     def add_event(self, kind: str, text: str) -> None:
-        events = self.meta.get("events")
-        if not isinstance(events, list):
-            events = self.meta["events"] = []
-        events.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": kind, "text": text})
+        event = SessionEvent(time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kind=kind, text=text)
+        self.meta = msgspec.structs.replace(self.meta, events=[*self.meta.events, event])
         self.save_meta()
 
     def save_meta(self) -> None:
         # every string of the table through the one redaction (core.secrets.redact_meta): whatever filled it (a
         # launch line, a tune's sweep table, a serve line, an event's text), no secret reaches the disk
-        atomic_write(self.path / "session.toml", tomli_w.dumps(toml_clean(redact_meta(self.meta))).encode())
+        table = toml_clean(redact_meta(self.meta.to_table()))
+        atomic_write(self.path / "session.toml", tomli_w.dumps(table).encode())
 
-    def _planned(self) -> list[dict[str, object]]:
-        cells = self.meta.get("cells")
-        return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
-
-    def _plan_entry(self, index: int) -> dict[str, object]:
-        """The [[cells]] entry of cell `index`, added (as planned) when the plan lacks it (an imported run)."""
-        for c in self._planned():
-            if c.get("index") == index:
-                return c
-        cells = self.meta.get("cells")
-        if not isinstance(cells, list):
-            cells = self.meta["cells"] = []
-        entry: dict[str, object] = {"index": index, "status": "planned"}
-        cells.append(entry)
-        return entry
+    def _merge_plan(self, index: int, plan: Mapping[str, object], requests_file: bool | None = None) -> None:
+        """Cell `index`'s [[cells]] entry with `plan`'s values (those set) over it; added when the plan lacks it
+        (an imported run)."""
+        cells = list(self.meta.cells)
+        at = next((i for i, c in enumerate(cells) if c.index == index), None)
+        old = cells[at] if at is not None else PlannedCell(index=index)
+        entry = msgspec.convert({**msgspec.to_builtins(old), **{k: v for k, v in plan.items() if v is not None}},
+                                PlannedCell, strict=False)
+        if requests_file is not None:
+            entry = msgspec.structs.replace(entry, requests_file=requests_file)
+        if at is None:
+            cells.append(entry)
+        else:
+            cells[at] = entry
+        self.meta = msgspec.structs.replace(self.meta, cells=cells)
 
     def cell_statuses(self) -> dict[int, str]:
         """Each planned cell's status by its index (a resumed sweep runs again only those not finished)."""
-        return {i: str(c.get("status", "planned")) for c in self._planned() if isinstance(i := c.get("index"), int)}
+        return {c.index: c.status for c in self.meta.cells}
 
     def set_cell_status(self, index: int, status: str, reason: str = "") -> None:
-        for c in self._planned():
-            if c["index"] == index:
-                c["status"] = status
-                if reason:
-                    c["reason"] = reason
+        cells = [msgspec.structs.replace(c, status=status, reason=reason or c.reason) if c.index == index else c
+                 for c in self.meta.cells]
+        self.meta = msgspec.structs.replace(self.meta, cells=cells)
         self.save_meta()
 
-    def set_variant_args(self, variant: int, args: Mapping[str, object]) -> None:
-        """Record the arguments a relaunched server variant runs with ([server.variant_args]); save_meta() writes it."""
-        server = self.meta.get("server")
-        if not isinstance(server, dict):
-            server = self.meta["server"] = {}
-        by_variant = server.get("variant_args")
-        if not isinstance(by_variant, dict):
-            by_variant = server["variant_args"] = {}
-        by_variant[str(variant)] = args
+    def set_variant_args(self, variant: int, args: ServerArgs) -> None:
+        """Record the arguments a relaunched server variant runs with ([server.variant_args])."""
+        server = self.meta.server or ServerMeta()
+        server = msgspec.structs.replace(server, variant_args={**server.variant_args, str(variant): args})
+        self.meta = msgspec.structs.replace(self.meta, server=server)
+        self.save_meta()
 
     def write_cell(self, plan_row: Mapping[str, object], requests: pl.DataFrame | None, summary: CellResult | None,
                    suffix: str = "") -> None:
@@ -314,59 +327,50 @@ class SessionWriter:
         if requests is not None:
             _atomic_parquet(self.path / "requests" / f"cell-{idx:04d}{suffix}.parquet",
                             requests.with_columns(cell=pl.lit(idx)))
-        entry = self._plan_entry(idx)
-        entry.update({k: v for k, v in _plan_part(plan_row).items() if v is not None})
-        entry[REQUESTS_KEY] = requests is not None and not suffix  # session.toml promises the file (load checks)
-        row = _measured_part(plan_row)
+        # session.toml promises the requests file (load checks)
+        self._merge_plan(idx, _plan_part(plan_row), requests_file=requests is not None and not suffix)
+        row = StoredCell.of_row(plan_row)
         if summary is not None:
             summary = with_cost(summary, prices_of_meta(self.meta))  # --price / --gpu-hour (core/cost.py)
             d = summary.to_dict()
-            row.update(_flatten(d))
-            row["summary_json"] = json.dumps(d, default=str)
-        self.cell_rows = [r for r in self.cell_rows if r["index"] != idx] + [row]
+            row = replace(row, columns={**row.columns, **summary_columns(d)}, summary_json=json.dumps(d, default=str))
+        self.cell_rows = [r for r in self.cell_rows if r.index != idx] + [row]
         _atomic_parquet(self.path / "cells.parquet", self._cells_frame())
-        self.set_cell_status(idx, str(row.get("status", "done")), str(row.get("reason", "")))
+        self.set_cell_status(idx, row.status, row.reason)
 
     def _cells_frame(self) -> pl.DataFrame:
-        return pl.DataFrame(self.cell_rows, infer_schema_length=None)
+        return pl.DataFrame([r.row() for r in self.cell_rows], infer_schema_length=None)
 
-    def write_quality(self, result: QualityResult, settings: Mapping[str, object]) -> None:
+    def write_quality(self, result: QualityResult, settings: QualityMeta) -> None:
         """Persist the quality probe's results as quality.json, then its settings (tasks, contexts, n, top_k,
         seed, reference, task files: never a secret) as session.toml's [quality] table. A sweep session keeps its
         kind: it then holds quality results beside its speed."""
         data = json.dumps(result.to_dict(), indent=1, default=str).encode()  # NaN as NaN: json.loads reads it back
         atomic_write(self.path / QUALITY_FILE, data)
-        table = {str(k): v for k, v in settings.items() if str(k).lower() not in _SECRET_KEYS}
-        self.meta["quality"] = {**table, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        measured = msgspec.structs.replace(settings, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self.meta = msgspec.structs.replace(self.meta, quality=measured)
         self.save_meta()
 
     def finish(self, status: str, message: str = "") -> None:
         """End the session as `status` (one of SESSION_STATUSES)."""
         if status not in SESSION_STATUSES:
             raise ValueError(f"{status!r} is not a session status ({', '.join(SESSION_STATUSES)})")
-        self.meta["status"] = status
-        self.meta["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        if message:
-            self.meta["message"] = message
+        self.meta = msgspec.structs.replace(self.meta, status=status, ended_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                            message=message or self.meta.message)
         self.save_meta()
 
 
 @dataclass
 class Session:
     path: Path
-    meta: dict[str, object]  # session.toml as read (schema 1 migrated); `info` is its typed view
+    info: SessionMeta  # session.toml as read (older schemas migrated), once
     cells: pl.DataFrame
-
-    @property
-    def info(self) -> SessionMeta:
-        """The metadata, typed and validated (servescope.sessions.meta.SessionMeta)."""
-        return SessionMeta.from_dict(self.meta, str(self.path / "session.toml"))
 
     @property
     def status(self) -> str:
         """completed | running | interrupted | failed: a session.toml that says `running` is running only while
         its runner lives (its lock is held); else it was interrupted."""
-        s = str(self.meta.get("status", "unknown"))
+        s = self.info.status
         if s != "running":
             return s
         return "running" if self.runner.running else "interrupted"
@@ -455,13 +459,6 @@ def check_parquet_ends(f: Path) -> None:
         raise damaged(f, ValueError(f"not a whole Parquet file: {size} bytes, no footer at its end"))
 
 
-def damaged(file: Path, e: BaseException) -> ServescopeError:
-    """One line for a session file that cannot be decoded: which file, why, and what to do."""
-    reason = clean_text(str(e)).split("\n")[0][:160] or error_text(e)
-    return ServescopeError(f"{file}: cannot be read ({reason}); the file is damaged (truncated or overwritten): "
-                           "restore it from a copy, or move its session directory out of the sessions folder")
-
-
 def load_session(path: str | Path) -> Session:
     """Open a session, validating everything first: session.toml (TOML, schema_version, SessionMeta),
     cells.parquet, and the footer of each requests/cell-NNNN.parquet. Any decode error is a ServescopeError
@@ -474,13 +471,7 @@ def load_session(path: str | Path) -> Session:
         else:
             raise ServescopeError(f"{path}: not a servescope session (no session.toml); see `servescope sessions`")
     toml_path = p / "session.toml"
-    meta = read_meta(toml_path)
-    SessionMeta.from_dict(meta, str(toml_path))  # every key of the right type before anything reads it
-    status = meta.get("status")
-    if status is not None and status not in SESSION_STATUSES:
-        raise ServescopeError(f"{toml_path}: status {clean_text(repr(status))[:60]} is not a session status "
-                              f"({', '.join(SESSION_STATUSES)}); the file is damaged: restore it from a copy, or "
-                              "move its session directory out of the sessions folder")
+    meta = read_meta(toml_path)  # every key of the right type before anything reads it
     cells_path = p / "cells.parquet"
     try:
         cells = pl.read_parquet(cells_path) if cells_path.exists() else pl.DataFrame()
@@ -488,12 +479,14 @@ def load_session(path: str | Path) -> Session:
         raise damaged(cells_path, e) from None
     if cells.height and "index" not in cells.columns:
         raise damaged(cells_path, ValueError("no index column"))
-    if int(str(meta.get("schema_version"))) >= 4:  # each cell's plan is in session.toml: every row needs one
-        planned = {c.get("index") for c in _array(meta.get("cells")) if isinstance(c, Mapping)}
+    if meta.schema_version < 5 and "summary_json" in cells.columns:
+        cells = _figure_columns(cells, cells_path)
+    if meta.schema_version >= 4:  # each cell's plan is in session.toml: every row needs one
+        planned = {c.index for c in meta.cells}
         lost = [i for i in (cells["index"].to_list() if cells.height else []) if i not in planned]
         if lost:
             raise damaged(toml_path, ValueError(f"cell {lost[0]} of cells.parquet has no [[cells]] entry (its plan)"))
-        cells = join_plan(cells, _array(meta.get("cells")))
+        cells = join_plan(cells, meta.cells)
     _check_rows_promised(p, meta, cells)
     for f in request_files(p):
         check_parquet_ends(f)
@@ -503,14 +496,30 @@ def load_session(path: str | Path) -> Session:
     return s
 
 
-def _check_rows_promised(p: Path, meta: Mapping[str, object], cells: pl.DataFrame) -> None:
+def _figure_columns(cells: pl.DataFrame, where: Path) -> pl.DataFrame:
+    """cells.parquet of schema 4 or older, its summary columns named by their figure keys as schema 5 names them
+    (`ttft_ms_p50` -> `ttft_ms.p50`, a nested part once a struct column -> `server.preemptions`), from each row's
+    summary_json: the columns were always copies of it. The file is rewritten only when the session is written
+    again (resume)."""
+    keep = [c for c in cells.columns if c in _ROW_KEYS or c in _PLAN_KEYS]
+    try:
+        figures = [summary_columns(s.to_dict()) if (s := CellResult.from_json(js)) is not None else {}
+                   for js in cells["summary_json"].to_list()]
+        frame = pl.DataFrame(figures, infer_schema_length=None) if any(figures) else None
+    except _DECODE_ERRORS as e:  # a summary whose figures do not make columns: damaged
+        raise damaged(where, e) from None
+    base = cells.select([c for c in keep if c != "summary_json"])
+    return pl.concat([base, *([frame] if frame is not None else []), cells.select("summary_json")], how="horizontal")
+
+
+def _check_rows_promised(p: Path, meta: SessionMeta, cells: pl.DataFrame) -> None:
     """Every [[cells]] entry that says its cell was measured (or skipped) has its row in cells.parquet."""
     rows = set(cells["index"].to_list()) if cells.height else set()
-    for c in _array(meta.get("cells")):
-        if isinstance(c, Mapping) and c.get("status") in ROW_STATUSES and c.get("index") not in rows:
-            what = "is missing" if not (p / "cells.parquet").exists() else f"has no row for cell {c.get('index')}"
+    for c in meta.cells:
+        if c.status in ROW_STATUSES and c.index not in rows:
+            what = "is missing" if not (p / "cells.parquet").exists() else f"has no row for cell {c.index}"
             raise damaged(p / "cells.parquet", FileNotFoundError(
-                f"session.toml says cell {c.get('index')} is {c.get('status')}, but cells.parquet {what}"))
+                f"session.toml says cell {c.index} is {c.status}, but cells.parquet {what}"))
 
 
 def _check_requests_promised(s: Session, summaries: list[CellResult | None]) -> None:
@@ -520,8 +529,8 @@ def _check_requests_promised(s: Session, summaries: list[CellResult | None]) -> 
     `source` set, the session's [import] not `detailed`) legitimately have none."""
     if not s.cells.height or "status" not in s.cells.columns:
         return
-    detailed = _table(s.meta.get("import")).get("detailed") is True
-    promised = {c.get("index"): c.get(REQUESTS_KEY) for c in _array(s.meta.get("cells")) if isinstance(c, Mapping)}
+    detailed = s.info.import_ is not None and s.info.import_.detailed
+    promised = {c.index: c.requests_file for c in s.info.cells}
     for idx, status, summary in zip(s.cells["index"].to_list(), s.cells["status"].to_list(), summaries,
                                     strict=False):
         said = promised.get(idx)
@@ -550,38 +559,6 @@ def check_request_columns(f: Path) -> None:
             raise damaged(f, ValueError(f"no {name!r} column: not a servescope requests file"))
         if got != dtype:
             raise damaged(f, ValueError(f"column {name!r} is {got}, not {dtype}"))
-
-
-def read_meta(toml_path: Path) -> dict[str, object]:
-    """session.toml as a dict (schema 1 migrated to 2); a file that is empty, not TOML, not a session's or
-    from a newer servescope is a ServescopeError saying so."""
-    if toml_path.exists() and not toml_path.is_file():
-        raise ServescopeError(f"{toml_path}: a directory, not a file: the session is damaged; restore "
-                              "session.toml from a copy, or move its session directory out of the sessions folder")
-    try:
-        text = toml_path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise damaged(toml_path, e) from None
-    except OSError as e:
-        raise ServescopeError(f"{toml_path}: cannot read it ({clean_text(e.strerror or str(e))}); "
-                              "check its permissions") from None
-    if not text.strip():
-        raise ServescopeError(f"{toml_path}: the file is empty, not a session (a copy or a write cut short?); "
-                              "restore it from a copy, or move its session directory out of the sessions folder")
-    meta = parse_toml(text, str(toml_path))
-    ver = meta.get("schema_version")
-    if ver is None:
-        raise ServescopeError(f"{toml_path}: no schema_version: not a servescope session.toml (or one cut short); "
-                              "restore it from a copy, or move its session directory out of the sessions folder")
-    if isinstance(ver, bool) or not isinstance(ver, int) or ver < 1:
-        raise ServescopeError(f"{toml_path}: schema_version {clean_text(repr(ver))} is not a session schema "
-                              "version (1, 2, ...); the file is damaged: restore it from a copy")
-    if ver > SCHEMA_VERSION:
-        raise ServescopeError(f"{toml_path}: session schema_version {ver} is newer than this servescope "
-                              f"understands ({SCHEMA_VERSION}); upgrade servescope")
-    if ver < 2:
-        meta = migrate_v1(meta)
-    return meta
 
 
 def session_dirs(base: Path) -> list[Path]:
@@ -617,66 +594,4 @@ def scan_sessions(base: Path, newest_first: bool = False) -> list[SessionEntry]:
             out.append(SessionEntry(d, None, e.message))
         except Exception as e:  # noqa: BLE001 - one unreadable session must not hide the others
             out.append(SessionEntry(d, None, clean_text(error_text(e))[:300]))
-    return out
-
-
-def _table(v: object) -> dict[str, object]:
-    return {str(k): x for k, x in v.items()} if isinstance(v, Mapping) else {}
-
-
-def _array(v: object) -> list[object]:
-    return list(v) if isinstance(v, list) else []
-
-
-def migrate_v1(meta: Mapping[str, object]) -> dict[str, object]:
-    """A schema-1 session (servescope 0.1) read as schema 2: its sweep rebuilt as a [sweep] table from what
-    it recorded (the settings 0.1 did not record, tokenizer, transport and telemetry interval, were the
-    defaults then). The file on disk is rewritten only when the session is written again (resume)."""
-    out = dict(meta)
-    out["schema_version"] = 2
-    load = _table(meta.get("load"))
-    server = _table(meta.get("server"))
-    target = _table(meta.get("target"))
-    names: list[str] = []
-    inline: list[dict[str, object]] = []
-    for w in _array(meta.get("workloads")):
-        if not isinstance(w, dict):
-            continue
-        if w.get("source") == "preset":
-            names.append(str(w.get("name")))
-        else:
-            inline.append(dict(w))
-    sweep: dict[str, object] = {"sweep_version": 1}
-    if meta.get("name"):
-        sweep["name"] = meta["name"]
-    if names:
-        sweep["workloads"] = names
-    tgt: dict[str, object] = {} if server.get("launch") else {"url": target.get("url", "sim://")}
-    if meta.get("model"):
-        tgt["model"] = meta["model"]
-    sweep["target"] = tgt
-    if inline:
-        sweep["workload"] = inline
-    ld: dict[str, object] = {}
-    for src, dst in (("concurrency", "concurrency"), ("rates", "rates"), ("arrival", "arrival"),
-                     ("max_concurrency", "max_concurrency"), ("requests", "requests"), ("warmup", "warmup"),
-                     ("ignore_eos", "ignore_eos")):
-        if load.get(src) is not None:
-            ld[dst] = load[src]
-    for src, dst in (("duration_s", "duration"), ("timeout_s", "timeout")):
-        if load.get(src) is not None:
-            ld[dst] = f"{load[src]}s"
-    if "arrival" not in ld:
-        ld["arrival"] = "constant"  # 0.1's runner default when a session did not say
-    sweep["load"] = ld
-    if meta.get("slos"):
-        sweep["slo"] = _table(meta["slos"])
-    if meta.get("tags"):
-        sweep["tags"] = _table(meta["tags"])
-    if server.get("launch"):
-        sweep["server"] = {"launch": server["launch"],
-                           "variants": [{"args": v} for v in _array(server.get("variants"))]}
-    if meta.get("electricity_usd_per_kwh") is not None:
-        sweep["telemetry"] = {"electricity_price": meta["electricity_usd_per_kwh"]}
-    out.setdefault("sweep", sweep)
     return out

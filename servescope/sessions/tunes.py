@@ -1,37 +1,29 @@
-"""A tune session as stored data: whether its [tune] table is a finished search's, the session directory of its
-best cell, and why `compare` takes the best cells instead of the search (servescope.engine.tunerun writes the
-table; servescope.reports.tunereport renders it)."""
+"""A tune session as stored data: the session directory of its best cell, and why `compare` takes the best cells
+instead of the search (servescope.engine.tunerun writes the [tune] table, servescope.sessions.meta.TuneMeta types
+it; servescope.reports.tunereport renders it)."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servescope.core.textsafe import clean_text
+from servescope.sessions.meta import TuneMeta
 
 if TYPE_CHECKING:
     from servescope.sessions.store import Session
 
 
-def is_partial(table: object) -> bool:
-    """A [tune] table written while the search ran (servescope.engine.tunerun.progress_table): it has no `stop`,
-    which the finished table always has."""
-    return isinstance(table, Mapping) and "stop" not in table
-
-
-def best_cell_dir(session_dir: Path, table: object) -> Path | None:
+def best_cell_dir(session_dir: Path, table: TuneMeta | None) -> Path | None:
     """The session directory of the tune's best cell (its first measurement), None when it has none."""
-    if not isinstance(table, Mapping) or is_partial(table):
+    if table is None or table.partial or table.best is None:
         return None
-    best, path = table.get("best"), table.get("path")
-    if not isinstance(best, Mapping) or not isinstance(path, list):
-        return None
-    for st in path:
-        if (isinstance(st, Mapping) and st.get("cell") and st.get("server_args") == best.get("server_args")
-                and st.get("concurrency") == best.get("concurrency")):
-            return session_dir / str(st["cell"])
+    best = table.best
+    for st in table.path:
+        if st.cell and st.server_args == best.server_args and st.concurrency == best.concurrency:
+            return session_dir / st.cell
     return None
 
 
@@ -48,7 +40,7 @@ def compare_refusal(sessions: Sequence[Session]) -> str | None:
         if s.info.kind != "tune":
             refs.append(str(s.path))
             continue
-        cell = best_cell_dir(s.path, s.meta.get("tune"))
+        cell = best_cell_dir(s.path, s.info.tune)
         if cell is None:
             return (f"{names} {what}, and {clean_text(s.path.name)} has no best cell (its search did "
                     f"not finish): `servescope report {s.path}` shows what it measured")

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from servescope.core.errors import ServescopeError
+from servescope.core.jsontypes import JsonObject
 from servescope.core.textsafe import clean_text
 from servescope.sessions.store import Session
 
@@ -25,9 +26,9 @@ class TwinRecord:
     """The files as read: each key is checked where the report reads it (a twin from another version may
     lack some, or hold others)."""
 
-    fit: dict[str, object]
-    efficiency: dict[str, object]
-    confirmations: list[dict[str, object]] = field(default_factory=list)
+    fit: JsonObject
+    efficiency: JsonObject
+    confirmations: list[JsonObject] = field(default_factory=list)
 
 
 def twin_record(session: Session) -> TwinRecord | None:
@@ -43,7 +44,7 @@ def twin_record(session: Session) -> TwinRecord | None:
                               f"`servescope twin fit {session.path}` again") from None
     fit = as_table(data.get("fit"))
     eff = as_table(data.get("efficiency"))
-    rows: list[dict[str, object]] = []
+    rows: list[JsonObject] = []
     conf = d / CONFIRM_FILE
     if conf.is_file():
         for i, line in enumerate(conf.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
@@ -58,7 +59,7 @@ def twin_record(session: Session) -> TwinRecord | None:
     return TwinRecord(fit, eff, rows)
 
 
-def as_table(v: object) -> dict[str, object]:
+def as_table(v: object) -> JsonObject:
     return {str(k): x for k, x in v.items()} if isinstance(v, Mapping) else {}
 
 

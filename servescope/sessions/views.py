@@ -11,9 +11,11 @@ from typing import NamedTuple, TypeVar
 import msgspec
 import polars as pl
 
-from servescope.core.metrics import SLO_ATTAINMENT, per_request, slo_mask
-from servescope.core.results import METRICS, CellResult
+from servescope.core.jsontypes import JsonObject
+from servescope.core.metrics import per_request
+from servescope.core.results import CellResult
 from servescope.core.secrets import redact_command
+from servescope.core.slo import SLO_ATTAINMENT, slo_met, slo_terms
 from servescope.core.textsafe import clean_text
 from servescope.sessions import series_name
 from servescope.sessions.store import Session
@@ -48,11 +50,7 @@ def fmt_pct(v: float | None) -> str:
 def slo_text(slos: Mapping[str, float]) -> str:
     if not slos:
         return "none"
-    parts = []
-    for k, v in slos.items():
-        op = ">=" if k in METRICS and METRICS[k].better == "higher" else "<="
-        parts.append(f"{k} {op} {v:g}")
-    return ", ".join(parts) + f" for at least {SLO_ATTAINMENT:.0%} of requests"
+    return ", ".join(slo_terms(slos)) + f" for at least {SLO_ATTAINMENT:.0%} of requests"
 
 
 class LoadPlan(NamedTuple):
@@ -124,7 +122,7 @@ class CellView(ReadsPlan):
     def x(self) -> float | None:
         return float(self.concurrency) if self.concurrency is not None else self.rate
 
-    def summary_dict(self) -> dict[str, object]:
+    def summary_dict(self) -> JsonObject:
         """The summary as stored (plus `slo_unknown` when set), {} for a cell without one."""
         if not self.has_summary:
             return {}
@@ -233,10 +231,9 @@ def cell_counts(session: Session) -> tuple[int, int]:
     sessions shows them ("2/3": the app's Sessions screen and `servescope sessions` alike). A skipped,
     stopped or interrupted cell is planned but not completed. A tune session (`servescope tune`): the cells its
     search measured of its budget (each cell a session of its own under cells/)."""
-    tune = session.meta.get("tune") if session.info.kind == "tune" else None
-    if isinstance(tune, Mapping):
-        steps = tune.get("path")
-        return len(steps) if isinstance(steps, list) else 0, int(str(tune.get("budget") or 0))
+    tune = session.info.tune if session.info.kind == "tune" else None
+    if tune is not None:
+        return len(tune.path), tune.budget
     planned = session.info.cells
     if planned:
         return sum(1 for c in planned if c.status == "done"), len(planned)
@@ -255,7 +252,7 @@ def status_text(session: Session) -> str:
         at = f", cell {min(finished + 1, len(planned))}/{len(planned)}" if planned else ""
         stuck = f"; {r.reason}" if r.reason else ""
         return f"running (pid {r.pid or '?'}{at}{stuck})"
-    if st == "interrupted" and session.meta.get("status") == "running":  # its runner died mid-sweep
+    if st == "interrupted" and session.info.status == "running":  # its runner died mid-sweep
         return f"interrupted (runner pid {session.runner.pid or '?'} gone)"
     return st
 
@@ -290,7 +287,7 @@ def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float
         if "warmup" in df.columns:
             df = df.filter(~pl.col("warmup"))
         pr = per_request(df)
-        good = pr.filter(slo_mask(pr, slos)).height
+        good = pr.filter(slo_met(slos)).height
         wall = v.summary.value("wall_s") or 0.0
         judged = pr.filter(pl.col("status") != "cancelled").height  # a cancelled request is never judged
         v.summary = msgspec.structs.replace(v.summary, slo_met_fraction=good / judged if judged else None,

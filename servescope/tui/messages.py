@@ -13,9 +13,11 @@ from typing import TypedDict
 
 from textual.message import Message
 
+from servescope.core.kvbudget import KvBudgetMeta
 from servescope.core.results import CellResult
 from servescope.engine import wire as w
 from servescope.engine.wire import CellInfo, GpuReading
+from servescope.sessions.meta import GpuTable
 
 __all__ = ["CellFinished", "CellInfo", "CellSkipped", "CellStarted", "EngineNotice", "ProbeInfo", "RequestsMeasured",
            "SweepFinished", "SweepStarted", "SweepMessage", "TargetProbed", "TelemetryMeta", "TelemetryUpdated",
@@ -240,11 +242,11 @@ class TelemetryMeta(Message):
     item: w.TelemetryMeta
 
     @property
-    def kv_budget(self) -> dict[str, object] | None:
+    def kv_budget(self) -> KvBudgetMeta | None:
         return self.item.kv_budget
 
     @property
-    def gpu(self) -> dict[str, object] | None:
+    def gpu(self) -> GpuTable | None:
         return self.item.gpu
 
     def can_replace(self, message: Message) -> bool:

@@ -22,11 +22,11 @@ class DistTable(TypedDict, total=False):
     """A distribution as a workload table saves it: `dist` and the keys that kind of distribution takes."""
 
     dist: Required[str]
-    value: float
-    min: float
-    max: float
-    mean: float
-    std: float
+    value: int | float  # token counts are ints, seconds may be either: as written, so they read back as written
+    min: int | float
+    max: int | float
+    mean: int | float
+    std: int | float
 
 
 class WorkloadTable(TypedDict, total=False):

@@ -16,6 +16,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.prices import ApiPrice, Prices, parse_gpu_hour, parse_price, prices_of_meta
 from servescope.core.results import CellCost, CellResult, GpuWindow
 from servescope.engine.spec import SweepConflict, SweepSpec, add_flags, add_workload_flag
+from servescope.sessions.meta import SessionMeta
 
 
 def _cell(out_tok: int = 500, in_tok: int = 1000, wall_s: float = 5.0, wh: float | None = None) -> CellResult:
@@ -82,17 +83,17 @@ def test_the_cost_is_stored_with_the_cell_and_read_back() -> None:
     d = r.to_dict()
     assert set(d["cost"]) == {"usd_per_1m_output_tokens", "usd_per_1m_total_tokens", "basis"}
     back = CellResult.from_dict(d)
-    assert back.cost == r.cost and back.value("cost", "usd_per_1m_output_tokens") == pytest.approx(10.0)
+    assert back.cost == r.cost and back.value("cost.usd_per_1m_output_tokens") == pytest.approx(10.0)
     assert "cost" not in _cell().to_dict()  # none: left out, as before
     kept = CellCost(usd_per_1m_output_tokens=1.0, basis="given")
     assert with_cost(CellResult(cost=kept), Prices(gpu_usd_per_hour=3.6)).cost is kept
 
 
 def test_prices_as_session_toml_records_them() -> None:
-    p = prices_of_meta({"price_usd_per_1m_input_tokens": 2.5, "price_usd_per_1m_output_tokens": 10,
-                        "gpu_usd_per_hour": "junk", "electricity_usd_per_kwh": float("nan")})
+    p = prices_of_meta(SessionMeta(price_usd_per_1m_input_tokens=2.5, price_usd_per_1m_output_tokens=10,
+                                   gpu_usd_per_hour=-1.0, electricity_usd_per_kwh=float("nan")))
     assert p == Prices(api=ApiPrice(2.5, 10.0))
-    assert prices_of_meta({"price_usd_per_1m_input_tokens": 2.5}) == Prices()  # half a price is none
+    assert prices_of_meta(SessionMeta(price_usd_per_1m_input_tokens=2.5)) == Prices()  # half a price is none
 
 
 # ---- the parsers ---------------------------------------------------------------------------------------

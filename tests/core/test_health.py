@@ -301,7 +301,7 @@ def test_summary_round_trip_with_the_client() -> None:
     assert cs.to_dict() == s
     assert json.dumps(cs.to_dict()) == json.dumps(s)  # key order too
     assert cs.client is not None and cs.client.verdict == "bound" and cs.client_bound
-    assert cs.value("client", "cpu_util") == 0.95
+    assert cs.value("client.cpu_util") == 0.95
     client = judge_client(part(nodes={"a": 3}, clock_error_ms=1.5))
     assert client is not None and client.nodes == {"a": 3} and client.clock_error_ms == 1.5
     s["client"] = client.to_dict()

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 from servescope.core.secrets import REDACTED, redact_meta, redact_url
+from servescope.sessions.meta import SessionMeta, TuneBest, TuneMeta
 from servescope.sessions.store import SessionWriter
 
 
@@ -38,8 +39,9 @@ def test_redact_meta_reaches_every_string_and_leaves_the_rest() -> None:
 
 
 def test_the_store_writes_session_toml_only_redacted(tmp_path: Path) -> None:
-    w = SessionWriter.create(tmp_path / "s", {"kind": "tune", "sweep": {"server": {"launch": "vllm serve m --api-key sk-z1"}}})
-    w.meta["tune"] = {"best": {"serve": "VLLM_API_KEY=sk-z2 vllm serve m"}}
+    w = SessionWriter.create(tmp_path / "s", SessionMeta(kind="tune", sweep={
+        "server": {"launch": "vllm serve m --api-key sk-z1"}}))
+    w.update(tune=TuneMeta(best=TuneBest(serve="VLLM_API_KEY=sk-z2 vllm serve m")))
     w.add_event("x", "--api-key=sk-z3")
     raw = (tmp_path / "s" / "session.toml").read_text()
     assert not any(s in raw for s in ("sk-z1", "sk-z2", "sk-z3")), raw

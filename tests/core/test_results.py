@@ -3,24 +3,33 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import re
+import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from servescope.core.metrics import FORMULAS, HIGHER_IS_BETTER, records_frame, summarize
+from servescope.core.metrics import FORMULAS, records_frame, summarize
 from servescope.core.results import (
     DIST_KEYS,
     METRICS,
+    PARTS,
+    STATS,
     CellResult,
     Dist,
     GpuWindow,
     ServerWindow,
     TelemetryWindow,
+    figure,
     metric_better,
     metric_label,
+    summary_columns,
 )
+from servescope.core.slo import SLO_KEYS, lower_bound
 from servescope.core.telemetry import MetricsSampler, server_delta
 from tests.sessions.conftest import CellSpec, _records
 
@@ -82,10 +91,10 @@ def test_typed_fields() -> None:
     assert cs.server is not None and cs.server.kv_cache_tokens == 1600.0
     assert cs.gpu is not None and cs.gpu.per_gpu[0].name == "NVIDIA H200"
     assert cs.telemetry is not None and cs.telemetry.available is False
-    assert cs.value("ttft_ms", "p50") == cs.ttft_ms.p50 == cs.value("ttft_ms.p50")
+    assert cs.ttft_ms.p50 == cs.value("ttft_ms.p50")
     assert cs.value("output_tok_s") == cs.output_tok_s
-    assert cs.value("server", "ttft_ms_mean") == pytest.approx(100.0)
-    assert cs.value("nope") is None and cs.value("ttft_ms", "p42") is None and cs.value("errors") is None
+    assert cs.value("server.ttft_ms_mean") == pytest.approx(100.0)
+    assert cs.value("nope") is None and cs.value("ttft_ms.p42") is None and cs.value("errors") is None
 
 
 def test_older_or_partial_summaries_read_with_defaults() -> None:
@@ -131,6 +140,70 @@ def test_metrics_table_drives_labels_directions_formulas() -> None:
     assert metric_label("output_tok_s") == "output tok/s (aggregate)"
     assert metric_better("itl_ms.p99") == "lower" and metric_better("goodput_req_s") == "higher"
     assert metric_better("input_tokens_mean") is None
-    assert {"per_user_tok_s"} == HIGHER_IS_BETTER
+    assert {k for k in SLO_KEYS if lower_bound(k)} == {"per_user_tok_s"}
     assert {k: m.formula for k, m in METRICS.items() if m.formula} == FORMULAS
     assert set(DIST_KEYS) <= set(FORMULAS)
+
+
+def test_a_figure_is_spelled_once() -> None:
+    """Every figure the declaration names reads under one key everywhere: the column cells.parquet and the CSV hold
+    (summary_columns), what compare, gate and the app read (CellResult.value), and its label and direction."""
+    cs = CellResult.from_dict(_full())
+    columns = summary_columns(cs.to_dict())
+    keys = [k for k, m in METRICS.items() if not m.stats] + [f"{k}.{st}" for k, m in METRICS.items() for st in m.stats]
+    for key in keys:
+        f = figure(key)
+        assert f.key == key and f.label == metric_label(key) and f.better == (metric_better(key) or "neutral")
+        if key in columns and isinstance(columns[key], (int, float)) and math.isfinite(float(columns[key])):
+            assert f.value(cs) == pytest.approx(columns[key]), key
+    assert {"ttft_ms.p50", "itl_ms.p99", "server.preemptions", "input_tokens_mismatch.max_abs", "gpu.energy_wh"} <= set(columns)
+    assert not any("_p50" in k for k in columns)  # never `ttft_ms_p50`: one spelling
+    assert figure("ttft_ms.p50").label == "TTFT p50 ms" and figure("cost.usd_per_1m_output_tokens").better == "lower"
+
+
+@pytest.mark.parametrize(("key", "why"), [("nope", "unknown figure 'nope'"), ("ttft_ms.p42", "ttft_ms needs one of"),
+                                          ("output_tok_s.p50", "output_tok_s has no statistic")])
+def test_a_figure_that_is_not_declared_says_why(key: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        figure(key)
+
+
+def _part_fields() -> set[str]:
+    """The field names of the parts a summary nests (`server.ttft_ms_mean` is the server's own figure: its name is
+    the part's field)."""
+    hints = typing.get_type_hints(CellResult)
+    out: set[str] = set()
+    for part in PARTS:
+        for arg in typing.get_args(hints[part]) or (hints[part],):
+            out |= set(getattr(arg, "__struct_fields__", ()))
+    return out
+
+
+def test_no_figure_is_spelled_another_way_in_the_package() -> None:
+    """A grep of the package's string literals for the figures of METRICS: none spelled the old flat way
+    (`ttft_ms_p50`, outside a part's own field names), and every dotted one (`ttft_ms.p50`) a figure `figure()`
+    accepts, so a typo or a second spelling in a report, the app, the CLI or a JSON writer fails here."""
+    dist = [k for k, m in METRICS.items() if m.stats]
+    flat = re.compile(rf"^({'|'.join(dist)})_({'|'.join(STATS)})$")
+    dotted = re.compile(rf"^({'|'.join(dist)})\.\w+$")
+    allowed = _part_fields()
+    root = Path(__file__).resolve().parents[2] / "servescope"
+    found: list[str] = []
+    for p in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            s, where = node.value, f"{p.relative_to(root)}:{node.lineno}"
+            if flat.match(s) and s not in allowed:
+                found.append(f"{where}: {s!r} (write {figure_key(s)!r})")
+            elif dotted.match(s):
+                try:
+                    figure(s)
+                except ValueError as e:
+                    found.append(f"{where}: {s!r}: {e}")
+    assert not found, found
+
+
+def figure_key(flat: str) -> str:
+    head, _, stat = flat.rpartition("_")
+    return f"{head}.{stat}"

@@ -122,12 +122,11 @@ def test_conn_log() -> None:
 
 
 def test_target_tls_text() -> None:
-    assert tls.target_tls_text({"url": "http://x"}) == ""
     assert tls.target_tls_text(None) == ""
-    assert tls.target_tls_text({"tls_verify": True, "tls_handshake_ms": 12.345, "connect_ms": 1.0}) == \
+    assert tls.target_tls_text(True, handshake_ms=12.345, connect_ms=1.0) == \
         "TLS handshake p50 12.3 ms, connect p50 1.0 ms, system CAs"
-    assert tls.target_tls_text({"tls_verify": True, "tls_ca": "ca.pem"}) == "CA ca.pem"
-    assert tls.target_tls_text({"tls_verify": False, "tls_handshake_ms": 2}) == \
+    assert tls.target_tls_text(True, ca="ca.pem") == "CA ca.pem"
+    assert tls.target_tls_text(False, handshake_ms=2) == \
         "TLS handshake p50 2.0 ms, certificate not verified (--insecure)"
 
 
@@ -171,19 +170,21 @@ def test_session_meta_records_tls() -> None:
     from servescope.core.target import ModelInfo, TargetInfo
     from servescope.engine.plan import plan_cells
     from servescope.engine.sessionmeta import session_meta
+    from servescope.sessions.store import toml_clean
 
     spec = SweepSpec.from_args(_args("--url", HTTPS, "--insecure", "-n", "2", "-c", "1"))
     target = TargetInfo("https://api.example", [ModelInfo("m")], connect_ms=3.5, tls_handshake_ms=9.25,
                         tls_verify=False)
     meta = session_meta(spec, plan_cells(spec), name="n", label="https://api.example", target=target,
                         model=ModelInfo("m"), tokenizer="t")
-    assert meta["target"]["tls_verify"] is False
-    assert (meta["target"]["tls_handshake_ms"], meta["target"]["connect_ms"]) == (9.25, 3.5)
-    assert "tls_ca" not in meta["target"]
-    assert meta["sweep"]["target"]["tls_verify"] is False  # type: ignore[index]
+    assert meta.target.tls_verify is False
+    assert (meta.target.tls_handshake_ms, meta.target.connect_ms) == (9.25, 3.5)
+    assert meta.target.tls_ca is None
+    assert meta.sweep is not None and meta.sweep["target"]["tls_verify"] is False  # type: ignore[index]
     plain = session_meta(spec, plan_cells(spec), name="n", label="x", target=TargetInfo("http://x", [ModelInfo("m")]),
                          model=ModelInfo("m"), tokenizer="t")
-    assert "tls_verify" not in plain["target"] and "tls_handshake_ms" not in plain["target"]
+    assert plain.target.tls_verify is None and plain.target.tls_handshake_ms is None
+    assert "tls_verify" not in toml_clean(plain.to_table())["target"]  # type: ignore[operator]
 
 
 def test_reuse_problem() -> None:

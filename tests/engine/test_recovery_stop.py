@@ -11,6 +11,7 @@ from pathlib import Path
 from servescope.engine.events import Event, Notice, SweepControl, SweepFinished
 from servescope.sessions.store import load_session
 from tests.engine.test_runner_fakes import FakeServer, FakeTarget, _ctx, _run, _spec
+from tests.support.meta import stored
 
 
 @dataclass
@@ -45,4 +46,4 @@ async def test_a_stop_during_the_recovery_wait_says_the_real_wait_and_interrupts
     assert f"servescope resume {tmp_path / 's'}" in said[0]
     fin = events[-1]
     assert isinstance(fin, SweepFinished) and fin.status == "interrupted"
-    assert load_session(tmp_path / "s").meta["status"] == "interrupted"
+    assert stored(load_session(tmp_path / "s"))["status"] == "interrupted"

@@ -37,6 +37,7 @@ from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.telemetryhub import NoTelemetry
 from servescope.sessions.store import load_session
 from servescope.workloads.spec import Workload, fixed
+from tests.support.meta import stored
 
 WL = Workload("tiny", "completions", fixed(16), fixed(4), source="inline")
 
@@ -174,9 +175,9 @@ async def test_server_lost_mid_cell_is_recovered_and_the_cell_rerun(tmp_path: Pa
     assert isinstance(fin, SweepFinished) and fin.status == "completed"
 
     s = load_session(tmp_path / "s")
-    assert s.meta["status"] == "completed"
-    assert [c["status"] for c in s.meta["cells"]] == ["done", "done"]
-    assert [e["kind"] for e in s.meta["events"]] == ["server_lost", "server_back"]
+    assert stored(s)["status"] == "completed"
+    assert [c["status"] for c in stored(s)["cells"]] == ["done", "done"]
+    assert [e["kind"] for e in stored(s)["events"]] == ["server_lost", "server_back"]
     assert (tmp_path / "s" / "requests" / "cell-0001-lost1.parquet").is_file()
     assert s.cells.filter(s.cells["index"] == 1)["requests_ok"].to_list() == [6]
     assert target.closed and server.closed
@@ -194,8 +195,8 @@ async def test_server_never_back_fails_the_sweep_with_the_message(tmp_path: Path
     assert [s for s, _ in target.runs] == [0]  # cell 2 never started
     assert any(isinstance(e, Notice) and e.level == "error" and e.text == fin.message for e in events)
     s = load_session(tmp_path / "s")
-    assert s.meta["status"] == "failed" and s.meta["message"] == fin.message
-    assert [c["status"] for c in s.meta["cells"]] == ["server_lost", "planned"]
+    assert stored(s)["status"] == "failed" and stored(s)["message"] == fin.message
+    assert [c["status"] for c in stored(s)["cells"]] == ["server_lost", "planned"]
 
 
 async def test_a_server_lost_three_times_is_not_retried_forever(tmp_path: Path) -> None:
@@ -228,11 +229,11 @@ async def test_variants_relaunch_the_server_once_per_variant_in_order(tmp_path: 
 
     s = load_session(tmp_path / "s")
     assert s.cells.sort("index")["server_variant"].to_list() == ["--max-num-seqs 1"] * 2 + ["--max-num-seqs 8"] * 2
-    assert s.meta["server"]["launch"] == "fake-serve --port 1"
-    assert s.meta["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
-    assert s.meta["server"]["args"] == {"variant": 0}
-    assert s.meta["server"]["variant_args"] == {"1": {"variant": 1}}
-    assert [e["kind"] for e in s.meta["events"]] == ["server_launched"]
+    assert stored(s)["server"]["launch"] == "fake-serve --port 1"
+    assert stored(s)["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
+    assert stored(s)["server"]["args"] == {"variant": 0}
+    assert stored(s)["server"]["variant_args"] == {"1": {"variant": 1}}
+    assert [e["kind"] for e in stored(s)["events"]] == ["server_launched"]
 
 
 # ---- resume -----------------------------------------------------------------------------------------------
@@ -250,7 +251,7 @@ async def test_resume_runs_only_the_unfinished_cells(tmp_path: Path) -> None:
     fin = events[-1]
     assert isinstance(fin, SweepFinished) and fin.status == "interrupted"
     assert [s for s, _ in target.runs] == [0, 1]
-    assert [c["status"] for c in load_session(path).meta["cells"]] == ["done", "done", "planned", "planned"]
+    assert [c["status"] for c in stored(load_session(path))["cells"]] == ["done", "done", "planned", "planned"]
 
     server2 = FakeServer()
     target2 = FakeTarget(server2)
@@ -262,9 +263,9 @@ async def test_resume_runs_only_the_unfinished_cells(tmp_path: Path) -> None:
     fin = events[-1]
     assert isinstance(fin, SweepFinished) and fin.status == "completed"
     s = load_session(path)
-    assert [c["status"] for c in s.meta["cells"]] == ["done"] * 4
+    assert [c["status"] for c in stored(s)["cells"]] == ["done"] * 4
     assert sorted(s.cells["index"].to_list()) == [0, 1, 2, 3]
-    assert [e["kind"] for e in s.meta["events"]] == ["resumed"]
+    assert [e["kind"] for e in stored(s)["events"]] == ["resumed"]
 
 
 # ---- what the session holds -------------------------------------------------------------------------------
@@ -275,16 +276,16 @@ async def test_session_holds_the_whole_sweep_and_arrival_defaults_to_poisson(tmp
     cell = _finished(events)[0].cell
     assert cell.load.arrival == "poisson"
     s = load_session(tmp_path / "s")
-    sweep = s.meta["sweep"]
+    sweep = stored(s)["sweep"]
     assert sweep == spec.to_table(inline_workloads=True)
     assert SweepSpec.from_table(sweep) == spec
     # the load stored once: the sweep's as asked in [sweep.load], each cell's in its plan ([[cells]])
-    assert "load" not in s.meta and sweep["load"]["rates"] == [50.0]
-    [planned] = s.meta["cells"]
+    assert "load" not in stored(s) and sweep["load"]["rates"] == [50.0]
+    [planned] = stored(s)["cells"]
     assert (planned["rate"], planned["arrival"], planned["load_label"]) == (50.0, "poisson", "rate 50/s poisson")
     on_disk = pl.read_parquet(tmp_path / "s" / "cells.parquet").columns
     assert not {"rate", "arrival", "load_label", "workload", "tokenizer"} & set(on_disk), on_disk
-    assert s.meta["tags"] == {"quant": "FP8"}
+    assert stored(s)["tags"] == {"quant": "FP8"}
     row = s.cells.row(0, named=True)  # what the cell really ran with
     assert (row["tokenizer"], row["transport"], row["telemetry_interval"]) == (
         "estimate (1 token per word)", "raw", "off")
@@ -299,7 +300,7 @@ async def test_kv_budget_is_a_typed_event(tmp_path: Path) -> None:
     assert kv[0].budget["max_concurrency_by_workload"] == {"tiny": 204.8}
     assert kv[0].text.startswith("KV cache: 4,096 tokens (log)") and kv[0].level == "info"
     assert kv[0].text.endswith("fit at once) tiny 205x")  # as the app's KV line writes it, not 204.8x
-    assert load_session(tmp_path / "s").meta["kv_budget"]["kv_cache_tokens"] == 4096
+    assert stored(load_session(tmp_path / "s"))["kv_budget"]["kv_cache_tokens"] == 4096
 
 
 async def test_stop_before_a_cell_ends_interrupted(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ telemetry sampling off, and the KV budget as a typed event."""
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from servescope.engine.spec import RunContext, SweepSpec
 from servescope.sessions.store import load_session
 from servescope.sim.launcher import SimHandle, start_sim
 from servescope.workloads.spec import Workload, fixed
+from tests.support.meta import stored
 
 WL = Workload("tiny", "completions", fixed(32), fixed(5), source="inline")
 
@@ -54,12 +56,14 @@ async def test_server_part_comes_from_the_boundary_samples(sim: SimHandle, tmp_p
     kv = [e for e in events if isinstance(e, KvBudgetKnown)]
     s = load_session(tmp_path / "s")
     if kv:  # the simulator states its KV cache in vllm:cache_config_info
-        assert s.meta["kv_budget"]["kv_cache_tokens"] == kv[0].budget["kv_cache_tokens"]
+        assert stored(s)["kv_budget"]["kv_cache_tokens"] == kv[0].budget["kv_cache_tokens"]
         for d in done:  # one figure everywhere: the report reads the server part, the app the budget
             assert d.summary.server is not None
             assert d.summary.server.kv_cache_tokens == kv[0].budget["kv_cache_tokens"]
-    assert s.meta["target"]["url"] == "sim://tiny"
-    assert s.meta["sweep"]["target"]["url"] == "sim://tiny"
+    assert stored(s)["target"]["url"] == "sim://tiny"
+    assert stored(s)["sweep"]["target"]["url"] == "sim://tiny"
+    # every table the runner wrote (target, sweep, cells, telemetry, gpu, kv_budget, events) reads back typed, whole
+    assert stored(s) == tomllib.loads((tmp_path / "s" / "session.toml").read_text())
     assert (tmp_path / "s" / "telemetry.parquet").is_file()
     saved = json.loads(s.cells.sort("index")["summary_json"][0])  # the on-disk format keeps its "server" object
     assert saved["server"]["requests_success"] == 6 and set(saved["server"]) == {

@@ -29,6 +29,7 @@ from servescope.sessions.store import load_session
 from servescope.sessions.views import cell_views
 from servescope.sim.launcher import SimHandle, start_sim
 from servescope.workloads.spec import Workload, fixed
+from tests.support.meta import stored
 
 # long enough outputs that requests are still in flight when the first batch of finished ones arrives
 WL = Workload("slow", "completions", fixed(32), fixed(150), source="inline")
@@ -74,7 +75,7 @@ async def test_a_skipped_cell_is_saved_as_skipped_and_left_out_of_the_answers(si
     fin = events[-1]
     assert isinstance(fin, SweepFinished) and fin.status == "completed"  # the sweep went on
     s = load_session(tmp_path / "s")
-    first = s.meta["cells"][0]
+    first = stored(s)["cells"][0]
     assert (first["status"], first["reason"]) == ("skipped", "skipped by the user")
     row = s.cells.filter(pl.col("index") == 0).row(0, named=True)
     assert row["status"] == "skipped" and not row.get("requests_failed")  # not "0 ok, 1 failed"
@@ -102,7 +103,7 @@ async def test_stop_lets_the_in_flight_requests_finish(sim: SimHandle, tmp_path:
     s = load_session(tmp_path / "s")
     reqs = s.requests(1)
     assert "cancelled" not in reqs["status"].to_list()
-    assert [c["status"] for c in s.meta["cells"]] == ["done", "stopped", "planned"]
+    assert [c["status"] for c in stored(s)["cells"]] == ["done", "stopped", "planned"]
     [ans] = derive("s", cell_views(s, include_skipped=True), include_bound=True)
     assert ans.left_out == ["c=4 (stopped: stopped by the user)"]
     assert ans.capacity.level == 1  # c=1 completed and meets the SLOs; the stopped c=4 is not judged

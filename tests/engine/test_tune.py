@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import polars as pl
 import pytest
 
 from servescope.core.errors import ServescopeError
@@ -137,9 +138,9 @@ def test_capacity_chance_is_zero_at_or_below_the_best_level() -> None:
 
 
 def test_margins_and_residual() -> None:
-    rows: list[dict[str, float | None]] = [{"ttft_ms": 100.0, "tpot_ms": 10.0}, {"ttft_ms": 400.0, "tpot_ms": 10.0},
-                                           {"ttft_ms": None, "tpot_ms": None}]
-    m = margins_of(rows, {"ttft_ms": 200.0, "tpot_ms": 20.0}, set())
+    rows = pl.DataFrame({"status": ["ok", "ok", "ok"], "ttft_ms": [100.0, 400.0, None], "tpot_ms": [10.0, 10.0, None],
+                         "reasoning_tokens": [0, 0, 0]})
+    m = margins_of(rows, {"ttft_ms": 200.0, "tpot_ms": 20.0})
     assert m[0] == -math.inf
     assert m[1] == pytest.approx(math.log(200 / 400))
     assert m[2] == pytest.approx(math.log(2))

@@ -23,7 +23,7 @@ from servescope.engine.twin import (
 )
 from servescope.engine.twinpredict import BAND_Z, Load, predict, sample_lengths
 from servescope.engine.twinshape import Knobs, Shape, apply_knobs, model_from_config, vllm_default_limits
-from servescope.engine.whatif import capacity_row, confirm_pairs
+from servescope.engine.whatif import AT_CAPACITY, capacity_row, confirm_pairs
 from servescope.sim.profile import CostModel, EfficiencySpec, load_profile
 from servescope.workloads.spec import Workload, fixed, uniform
 
@@ -181,6 +181,9 @@ def test_capacity_follows_the_slos() -> None:
     above = predict(twin, w, [Load(strict.capacity + 1)], slos={"tpot_ms": 8.0})[0]
     assert above.summary.slo_met_fraction < 0.9
     assert strict.at_capacity is not None and strict.at_capacity["slo_met_fraction"] >= 0.9
+    # its figures by their keys, as compare, gate and the confirm pairs spell them (not `ttft_ms_p50`)
+    assert list(strict.at_capacity) == list(AT_CAPACITY) and "ttft_ms.p50" in AT_CAPACITY
+    assert strict.at_capacity["ttft_ms.p50"] is not None and strict.at_capacity["ttft_ms.p50"] > 0
     too_long = capacity_row(twin, Workload("big", input_tokens=fixed(9000), output_tokens=fixed(8)), {"tpot_ms": 40.0})
     assert too_long.capacity is None and "max_model_len" in too_long.reason
 

@@ -16,6 +16,7 @@ import tomli_w
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import servescope
+from tests.support.meta import stored
 
 SMALL = '[workload]\nname = "small"\ninput_tokens = 32\noutput_tokens = 8\n'
 
@@ -84,7 +85,7 @@ def test_launch_secrets_never_stored_and_resume_asks_for_the_command(tmp_path: P
     session = Path(out["session"])
     assert [c["requests_ok"] for c in out["cells"]] == [3, 3]
     s = load_session(session)
-    assert s.meta["server"]["launch"] == "VLLM_API_KEY=•••• HF_TOKEN=•••• servescope sim --profile tiny"
+    assert stored(s)["server"]["launch"] == "VLLM_API_KEY=•••• HF_TOKEN=•••• servescope sim --profile tiny"
     assert list(session.glob("server-*.log"))
     report = servescope("report", str(session), env=env, timeout=120)
     assert report.returncode == 0 and "•" not in report.stderr
@@ -92,7 +93,7 @@ def test_launch_secrets_never_stored_and_resume_asks_for_the_command(tmp_path: P
     assert_nowhere(secrets, sessions, p.stdout, p.stderr, report.stdout)
 
     # interrupted after its first cell: resume refuses to launch ••••, and says how
-    meta = dict(s.meta, status="interrupted")
+    meta = dict(stored(s), status="interrupted")
     meta["cells"] = [dict(c, status="planned") if c["index"] == 1 else c for c in meta["cells"]]
     (session / "session.toml").write_text(tomli_w.dumps(meta))
     r = servescope("resume", str(session), env=env, timeout=120)

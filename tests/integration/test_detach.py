@@ -18,6 +18,7 @@ import pytest
 from servescope.sessions.live import RUNNER_LOG, runner_state, send_command
 from servescope.sessions.store import load_session
 from tests.integration.helpers import ROOT, events, measured, servescope, wait_for
+from tests.support.meta import stored
 
 FAST = """
 [workload]
@@ -102,7 +103,7 @@ def test_kill_9_reads_interrupted_and_resume_completes_it(tmp_path: Path) -> Non
     r = servescope("resume", str(path), timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     s = load_session(path)
-    assert s.status == "completed" and [c["status"] for c in s.meta["cells"]] == ["done", "done"]
+    assert s.status == "completed" and [c["status"] for c in stored(s)["cells"]] == ["done", "done"]
 
 
 def test_two_runners_never_write_one_session(tmp_path: Path) -> None:
@@ -154,7 +155,7 @@ def test_a_skip_command_skips_only_the_cell_it_names(tmp_path: Path) -> None:
     send_command(path, "stop")
     send_command(path, "stop")
     wait_for(lambda: not runner_state(path).running, 30, "the stop")
-    cells = load_session(path).meta["cells"]
+    cells = stored(load_session(path))["cells"]
     assert cells[0]["status"] == "skipped" and cells[0]["reason"] == "skipped by the user"
     assert cells[1]["status"] in ("stopped", "interrupted")
 
@@ -168,7 +169,7 @@ def test_sigterm_stops_a_detached_runner_cleanly(tmp_path: Path) -> None:
     os.kill(pid, signal.SIGTERM)  # `kill PID`, as `run --detach` prints
     wait_for(lambda: not runner_state(path).running, 60, "the runner to stop")
     s = load_session(path)
-    assert s.status == "interrupted" and s.meta.get("ended_at")  # it finished its bookkeeping
+    assert s.status == "interrupted" and stored(s).get("ended_at")  # it finished its bookkeeping
     log = [json.loads(x) for x in (path / "events.jsonl").read_text().splitlines()]
     why = ([(e["kind"], e.get("fields", {}).get("status")) for e in log[-5:]],
            (path / RUNNER_LOG).read_text()[-2000:] if (path / RUNNER_LOG).exists() else "no runner log")

@@ -17,6 +17,7 @@ import pytest
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import ROOT
+from tests.support.meta import stored
 
 # cell 1 (sharegpt) writes ~20 KB of requests and a ~60 KB cells.parquet; cell 2 (longout: 2048 tokens each)
 # ~97 KB of requests, past the limits below
@@ -47,8 +48,8 @@ def check(p: subprocess.CompletedProcess[str], save: Path, why: str, todo: str) 
     for i in done["index"].to_list():
         assert s.requests(i).height == 16  # each kept cell's requests, all of them
     if "session.toml could not be marked failed either" not in line:
-        assert s.meta["status"] == "failed"
-        assert str(s.meta["message"]).startswith(f"cannot write {save}/") and why in str(s.meta["message"])
+        assert stored(s)["status"] == "failed"
+        assert str(stored(s)["message"]).startswith(f"cannot write {save}/") and why in str(stored(s)["message"])
     assert not list(save.rglob("*.tmp")), "a temporary file was left taking the space"
 
 

@@ -168,7 +168,7 @@ async def test_cli_report_and_app_show_the_same_figures(sweep: tuple[Path, str, 
         need = {"ttft_ms", "tpot_ms", "e2e_ms", "per_user_tok_s", "output_tok_s"}
         assert need <= {metric for _, metric, _ in figs}, (where, sorted(figs))
         for (load, metric, stat), shown in figs.items():
-            value = truth[load].value(metric, stat) if stat is not None else truth[load].value(metric)
+            value = truth[load].value(f"{metric}.{stat}" if stat is not None else metric)
             assert agrees(shown, value), (f"{where} shows {metric} {stat or ''} of {load} as {shown}; the session "
                                           f"holds {value}")
     # the same figure (metric and statistic) on two surfaces: the same number, to the coarser precision

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import metrics, run_json, servescope
+from tests.support.meta import stored
 
 pytestmark = pytest.mark.skipif(os.environ.get("SERVESCOPE_SKIP_LLAMACPP") == "1",
                                 reason="SERVESCOPE_SKIP_LLAMACPP=1: real llama.cpp tests skipped on purpose")
@@ -95,7 +96,7 @@ def test_its_metrics_are_read_live_and_per_cell(llama: Any, tmp_path: Path) -> N
     assert all(s["requests_success"] is None for s in srv)  # llama.cpp counts no requests: said as unknown
     from servescope.sessions.store import load_session
 
-    kv = load_session(out["session"]).meta["kv_budget"]  # its KV budget: -c shared by the --parallel slots
+    kv = stored(load_session(out["session"]))["kv_budget"]  # its KV budget: -c shared by the --parallel slots
     assert (kv["slots"], kv["slot_tokens"], kv["kv_cache_tokens"]) == (4, 1024, 4096)
     assert kv["max_concurrency_by_workload"] == {"comp": 4.0, "chat": 4.0}
 
@@ -169,9 +170,9 @@ def test_launch_two_variants_and_survive_a_kill_9(tmp_path: Path) -> None:
     s = load_session(save)
     assert s.cells.sort("index")["status"].to_list() == ["done", "done"]
     assert s.cells.sort("index")["server_variant"].to_list() == ["--parallel 1", "--parallel 4"]
-    kinds = [e["kind"] for e in s.meta["events"]]
+    kinds = [e["kind"] for e in stored(s)["events"]]
     assert "server_lost" in kinds and "server_back" in kinds
-    assert s.meta["server"]["args"]["parallel"] == 1 and s.meta["server"]["variant_args"]["1"]["parallel"] == 4
+    assert stored(s)["server"]["args"]["parallel"] == 1 and stored(s)["server"]["variant_args"]["1"]["parallel"] == 4
     reqs = s.requests()
     short = reqs.filter(pl.col("output_tokens") != 48)
     assert short.is_empty() and reqs.height == 80, (reqs.height, short.select("cell", "index", "status", "error").rows())

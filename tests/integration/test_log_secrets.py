@@ -14,6 +14,7 @@ import pytest
 
 from servescope.core.secrets import REDACTED
 from tests.integration.helpers import servescope, wait_for
+from tests.support.meta import stored
 
 SMALL = '[workload]\nname = "small"\ninput_tokens = 32\noutput_tokens = 8\n'
 KEY = "sk-launch-Zq81xPw3"  # given to the server's --api-key
@@ -178,4 +179,4 @@ def test_the_real_vllm_logs_its_api_key_and_the_session_keeps_none(tmp_path: Pat
     assert "non-default args" in log and "'api_key': " in log and "KV cache size:" in log, log[:3000]
     from servescope.sessions.store import load_session
 
-    assert load_session(session).meta["kv_budget"]["kv_cache_tokens"] > 0  # read from the filtered log
+    assert stored(load_session(session))["kv_budget"]["kv_cache_tokens"] > 0  # read from the filtered log

@@ -19,6 +19,7 @@ import pytest
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import Running, servescope, wait_for
+from tests.support.meta import stored
 from tests.support.vllm_server import free_port
 
 MARK = b"data: [DONE]"
@@ -137,7 +138,7 @@ def test_a_server_lost_between_cells_is_waited_for_and_the_next_cell_runs(tmp_pa
     assert out["status"] == "completed"
     assert [(c["status"], c["requests_ok"]) for c in out["cells"]] == [("done", 3), ("done", 3)]
     assert "while building prompts" not in stderr
-    events = load_session(tmp_path / "s").meta["events"]
+    events = stored(load_session(tmp_path / "s"))["events"]
     assert [e["kind"] for e in events] == ["server_lost", "server_back"]  # type: ignore[union-attr]
     assert "before cell 2" in events[0]["text"] and "re-running cell 2" in events[1]["text"]  # type: ignore[index]
 
@@ -155,12 +156,12 @@ def test_tune_relaunches_a_launched_server_that_died_between_cells(tmp_path: Pat
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["cells_measured"] == 2
     session = Path(out["session"])
-    tune = load_session(session).meta["tune"]
+    tune = stored(load_session(session))["tune"]
     assert [st["objective"] > 0 for st in tune["path"]] == [True, True]  # type: ignore[index]
     # the second cell ran on a server started again: relaunched before it, or restarted when it was lost
     second = load_session(session / tune["path"][1]["cell"])  # type: ignore[index]
     launches = sorted(p.name for p in (session / "servers").iterdir())
-    kinds = [e["kind"] for e in second.meta.get("events") or []]  # type: ignore[union-attr]
+    kinds = [e["kind"] for e in stored(second).get("events") or []]  # type: ignore[union-attr]
     assert len(launches) == 2 or "server_back" in kinds, (launches, kinds)
 
 

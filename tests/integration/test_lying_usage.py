@@ -16,6 +16,7 @@ from aiohttp import web
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import servescope
+from tests.support.meta import stored
 
 OUT = 8  # the workload's output tokens (max_tokens)
 WORKLOAD = f'[workload]\nname = "tiny-out"\napi = "completions"\ninput_tokens = 24\noutput_tokens = {OUT}\n'
@@ -128,7 +129,7 @@ def _said_everywhere(save: Path, stderr: str, phrase: str) -> dict[str, Any]:
     [summary] = s.summaries()
     assert summary is not None and summary.output_check is not None
     assert any(phrase in n for n in summary.output_check.notes), summary.output_check
-    events = s.meta.get("events")
+    events = stored(s).get("events")
     assert isinstance(events, list) and any(phrase in str(e.get("text")) for e in events), events
     rep = servescope("report", str(save))
     assert rep.returncode == 0, rep.stderr

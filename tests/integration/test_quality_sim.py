@@ -59,7 +59,7 @@ def test_quality_on_the_simulator_prints_the_contract_and_saves_a_quality_sessio
     assert all(t == {"accuracy": 1.0, "n": 5} for t in out["tasks"].values())  # tiny's toy model never errs
     assert out["perplexity"] > 1
     s = load_session(tmp_path / "q")
-    assert s.info.kind == "quality" and s.info.quality is not None and s.info.quality["contexts"] == [1024, 2048]
+    assert s.info.kind == "quality" and s.info.quality is not None and s.info.quality.contexts == [1024, 2048]
     q = s.quality()
     assert q is not None and q.summary() == {k: v for k, v in out.items() if k != "session"}
     assert len(q.traces) == 16 and all(1 <= len(t.tokens) == len(t.top) <= 32 for t in q.traces)

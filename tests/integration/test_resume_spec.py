@@ -15,6 +15,7 @@ import pytest
 from servescope.engine.spec import SweepSpec
 from servescope.sessions.store import load_session
 from tests.integration.helpers import ROOT, run_json, servescope, wait_for
+from tests.support.meta import stored
 from tests.support.vllm_server import setup
 
 
@@ -61,11 +62,11 @@ def test_run_sweep_of_a_session_plans_the_same_cells(tmp_path: Path) -> None:
                      "--slo", "ttft_ms=3000", "--tag", "k=v", "--save", str(tmp_path / "a"))
     again = run_json("--sweep", str(tmp_path / "a" / "session.toml"), "--save", str(tmp_path / "b"))
     key = ("index", "workload", "concurrency", "rate", "requests_planned", "warmup", "server_variant")
-    a, b = (load_session(x["session"]).meta["cells"] for x in (first, again))
+    a, b = (stored(load_session(x["session"]))["cells"] for x in (first, again))
     assert [tuple(c.get(k) for k in key) for c in a] == [tuple(c.get(k) for k in key) for c in b]
     assert len(a) == 4
-    assert load_session(again["session"]).meta["tags"] == {"k": "v"}
-    assert load_session(again["session"]).meta["slos"] == {"ttft_ms": 3000.0}
+    assert stored(load_session(again["session"]))["tags"] == {"k": "v"}
+    assert stored(load_session(again["session"]))["slos"] == {"ttft_ms": 3000.0}
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import pytest
 from servescope.sessions.store import load_session
 from servescope.sim.launcher import start_sim
 from tests.integration.helpers import ROOT, Running, events, measured, run_json, servescope, wait_for
+from tests.support.meta import stored
 
 CELL_KEYS = {"workload", "concurrency", "rate", "requests_ok", "requests_failed", "input_tokens_requested",
              "input_tokens_mean", "output_tokens_mean", "request_s", "output_tok_s", "total_tok_s",
@@ -35,7 +36,7 @@ def test_closed_and_open_loop_json(tmp_path: Path) -> None:
     # more users: more aggregate throughput, less per user (the curve the brief talks about)
     assert c8["output_tok_s"] > 2 * c1["output_tok_s"]
     assert c8["per_user_tok_s"]["mean"] < c1["per_user_tok_s"]["mean"]
-    assert load_session(out["session"]).meta["target"]["url"] == "sim://tiny"
+    assert stored(load_session(out["session"]))["target"]["url"] == "sim://tiny"
 
     rate = run_json("--url", "sim://tiny", "-w", "sharegpt", "--rate", "20", "--arrival", "constant",
                     "--max-concurrency", "1", "-n", "3", "--sessions-dir", str(tmp_path))
@@ -194,7 +195,7 @@ def test_server_restarts_mid_sweep_and_the_lost_cell_is_rerun(tmp_path: Path) ->
     s = load_session(tmp_path / "s")
     assert s.status == "completed"
     assert s.cells.sort("index")["status"].to_list() == ["done", "done", "done"]
-    kinds = [e["kind"] for e in s.meta["events"]]
+    kinds = [e["kind"] for e in stored(s)["events"]]
     assert kinds == ["server_lost", "server_back"]
     assert list((tmp_path / "s" / "requests").glob("cell-0001-lost1.parquet"))  # what the lost attempt measured
     for i in range(3):
@@ -213,4 +214,4 @@ def test_resume_after_kill_9(tmp_path: Path) -> None:
     assert s.status == "completed"
     assert s.cells.sort("index")["status"].to_list() == ["done", "done", "done"]
     assert s.requests().height == 24
-    assert [e["kind"] for e in s.meta["events"]] == ["resumed"]
+    assert [e["kind"] for e in stored(s)["events"]] == ["resumed"]

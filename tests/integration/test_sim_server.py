@@ -9,6 +9,7 @@ import pytest
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import run_json, servescope
+from tests.support.meta import stored
 
 
 def test_telemetry_is_sampled_and_summarised(tmp_path: Path) -> None:
@@ -27,9 +28,9 @@ def test_telemetry_is_sampled_and_summarised(tmp_path: Path) -> None:
     assert tel["requests_success"] == 8 == c["requests_ok"]
     assert tel["generation_tokens"] == 8 * 512
     assert summary["gpu"]["available"] is False and "NVML" in summary["gpu"]["reason"]
-    kv = s.meta["kv_budget"]
+    kv = stored(s)["kv_budget"]
     assert kv["kv_cache_tokens"] > 0 and kv["max_concurrency_by_workload"]["long512"] > 8
-    assert s.meta["gpu"]["available"] is False
+    assert stored(s)["gpu"]["available"] is False
     import polars as pl
 
     t = pl.read_parquet(tmp_path / "s" / "telemetry.parquet")
@@ -50,7 +51,7 @@ def test_kv_pressure_shows_preemptions(tmp_path: Path) -> None:
     s = load_session(tmp_path / "s")
     tel = json.loads(s.cells["summary_json"][0])["telemetry"]
     assert tel["preemptions"] > 0 and tel["waiting_max"] > 0 and tel["kv_cache_usage_peak"] > 0.9
-    assert s.meta["kv_budget"]["kv_cache_tokens"] == 2048
+    assert stored(s)["kv_budget"]["kv_cache_tokens"] == 2048
 
 
 @pytest.mark.slow
@@ -63,8 +64,8 @@ def test_launch_with_server_variants(tmp_path: Path) -> None:
     # one sequence at a time queues everybody: far slower in aggregate than 8 in a batch
     assert eight["output_tok_s"] > 3 * one["output_tok_s"]
     s = load_session(tmp_path / "s")
-    assert s.meta["server"]["launch"] == launch
-    assert s.meta["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
+    assert stored(s)["server"]["launch"] == launch
+    assert stored(s)["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
     assert s.cells["server_variant"].to_list() == ["--max-num-seqs 1", "--max-num-seqs 8"]
     assert (tmp_path / "s" / "server-0.log").is_file() and (tmp_path / "s" / "server-1.log").is_file()
     assert "GPU KV cache size" in (tmp_path / "s" / "server-0.log").read_text()
@@ -77,7 +78,7 @@ def test_launched_server_that_crashes_is_relaunched(tmp_path: Path) -> None:
     assert out["status"] == "completed"
     s = load_session(tmp_path / "s")
     assert s.cells.sort("index")["status"].to_list() == ["done", "done"]
-    assert [e["kind"] for e in s.meta["events"]][:2] == ["server_lost", "server_back"]
+    assert [e["kind"] for e in stored(s)["events"]][:2] == ["server_lost", "server_back"]
     assert s.requests().height == 16
 
 
@@ -98,7 +99,7 @@ def test_telemetry_off_samples_only_cell_boundaries(tmp_path: Path) -> None:
     s = load_session(tmp_path / "s")
     tel = json.loads(s.cells["summary_json"][0])["telemetry"]
     assert tel["samples"] == 2 and tel["requests_success"] == 8  # exact deltas all the same
-    assert s.meta["telemetry"]["interval_s"] == "cell boundaries"
+    assert stored(s)["telemetry"]["interval_s"] == "cell boundaries"
 
 
 @pytest.mark.slow
@@ -121,8 +122,8 @@ def test_sweep_file_launches_server_variants(tmp_path: Path) -> None:
     assert one["requests_ok"] == eight["requests_ok"] == 8
     assert eight["output_tok_s"] > 3 * one["output_tok_s"]
     s = load_session(tmp_path / "s")
-    assert s.meta["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
-    assert s.meta["tags"] == {"box": "sim"}
+    assert stored(s)["server"]["variants"] == ["--max-num-seqs 1", "--max-num-seqs 8"]
+    assert stored(s)["tags"] == {"box": "sim"}
     # the variant is a dimension of the report: its own section per variant, the variants in the setup
     from tests.sessions.mdcheck import mermaid_charts, tables
 
@@ -157,5 +158,5 @@ def test_server_killed_near_a_cells_end_is_caught(tmp_path: Path) -> None:
     assert out["status"] == "completed"
     s = load_session(tmp_path / "s")
     assert s.cells.sort("index")["status"].to_list() == ["done", "done"]
-    assert "server_lost" in [e["kind"] for e in s.meta["events"]]
+    assert "server_lost" in [e["kind"] for e in stored(s)["events"]]
     assert s.requests().filter(s.requests()["status"] == "ok").height == 40

@@ -50,8 +50,9 @@ def test_small_tune_against_the_simulator(tmp_path: Path) -> None:
     assert "serve it: servescope sim --profile tiny --max-num-seqs" in p.stderr  # the text goes to stderr with --json
     # the printed answer is the report's and the app's (reports.tunereport.tune_summary), word for word
     from servescope.reports.tunereport import tune_summary
+    from servescope.sessions.meta import read_meta
 
-    for line in tune_summary(tune):
+    for line in tune_summary(read_meta(session / "session.toml").tune):
         assert line in p.stderr, line
     # a cell is judged by the SLOs asked, from its requests, not by those it ran with (the benchmark re-judges a grid)
     first = str(session / tune["path"][0]["cell"])

@@ -18,6 +18,7 @@ import pytest
 from servescope.sessions.store import load_session
 from tests.integration.helpers import run_json
 from tests.support import vllm_server
+from tests.support.meta import stored
 
 pytestmark = pytest.mark.vllm
 N_REQUESTS = 24  # per cell
@@ -155,23 +156,23 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     assert any(sd is not None and 0 < (sd["acceptance_rate"] or 0) <= 1 and (sd["mean_accepted_tokens"] or 0) > 0
                for i, sd in spec.items() if variant_of[i] == V2), spec
     assert out["cells"][0]["startup"] != out["cells"][-1]["startup"]  # two launches, two records
-    kinds = [e["kind"] for e in s.meta["events"]]
+    kinds = [e["kind"] for e in stored(s)["events"]]
     assert "server_lost" in kinds and "server_back" in kinds and "server_launched" in kinds
     assert s.requests().height == 4 * N_REQUESTS
     assert (s.requests()["output_tokens"] == 128).all()
     # the KV budget from the startup log equals the one from /metrics
-    kv = s.meta["kv_budget"]
+    kv = stored(s)["kv_budget"]
     assert kv["source"] == "metrics+log" and kv["kv_cache_tokens"] == kv["log_kv_cache_tokens"] > 0
-    assert s.meta["server"]["args"]["max_num_seqs"] == 2
-    assert s.meta["server"]["variant_args"]["1"]["max_num_seqs"] == 8
+    assert stored(s)["server"]["args"]["max_num_seqs"] == 2
+    assert stored(s)["server"]["variant_args"]["1"]["max_num_seqs"] == 8
     # each variant ran with its own setting. vLLM's own queue time (its /metrics histogram, exact deltas at the cell's
     # boundaries): at c=8, 2 sequences in a batch make 6 requests wait for a whole reply before they are scheduled;
     # 8 do not. (Timings such as TTFT say the same on a quiet machine but move with a busy 2-core box, and its
     # sampled running gauge is not reliable: a busy CPU vLLM may answer a scrape only after the cell ended.)
-    queue = {(r["server_variant"], r["concurrency"]): summary.value("server", "queue_ms_mean")
+    queue = {(r["server_variant"], r["concurrency"]): summary.value("server.queue_ms_mean")
              for r, summary in zip(s.cells.to_dicts(), s.summaries(), strict=True) if summary is not None}
     two, eight = queue[(V2, 8)], queue[(V8, 8)]
-    running = {(r["server_variant"], r["concurrency"]): r["telemetry_running_max"] or 0 for r in cells.to_dicts()}
+    running = {(r["server_variant"], r["concurrency"]): r["telemetry.running_max"] or 0 for r in cells.to_dicts()}
     # The client shares 2 cores with CPU vLLM and its loop lags by seconds here (its health says `bound`, before
     # this change too): a stall can deliver a c=8 cell's requests to max-num-seqs 2 a few at a time, with no queue.
     # Then the running gauge shows the other variant's higher limit at work: either server-side sign will do.
@@ -180,5 +181,5 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
         two, eight, running)
     for cell in cells.to_dicts():  # a gauge sample, when one landed in the cell, never above the variant's limit
         limit = 2 if cell["server_variant"] == V2 else 8
-        assert (cell["telemetry_running_max"] or 0) <= limit
+        assert (cell["telemetry.running_max"] or 0) <= limit
     assert not _pids_listening_on(port)  # servescope stopped what it launched

@@ -11,6 +11,7 @@ import pytest
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import metrics, run_json, servescope
+from tests.support.meta import stored
 
 
 @pytest.mark.vllm
@@ -45,8 +46,8 @@ def test_two_cell_sweep_agrees_with_vllm(vllm_server, tmp_path: Path) -> None:
 
     # every request's exact lengths are on disk, one row per request with raw stamps
     s = load_session(tmp_path / "s")
-    assert s.status == "completed" and s.meta["model"] == vllm_server.model
-    assert s.meta["tags"] == {"quant": "bf16"} and s.meta["target"]["version"]
+    assert s.status == "completed" and stored(s)["model"] == vllm_server.model
+    assert stored(s)["tags"] == {"quant": "bf16"} and stored(s)["target"]["version"]
     req = s.requests()
     assert req.height == 24
     assert (req["prompt_tokens"] == 256).all() and (req["output_tokens"] == 32).all()

@@ -20,6 +20,7 @@ from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
 from servescope.sessions.store import load_session
 from servescope.workloads.spec import PRESETS, Workload
+from tests.support.meta import set_meta
 
 from .synth import plan, sweep_session
 
@@ -127,9 +128,8 @@ def build_session(base: Path, spec: SessionSpec, dirname: str | None = None) -> 
         w.write_cell({**cell.row(), **ran, "status": "stopped" if c.stopped else "done", "reason": c.stopped}, df,
                      CellResult.from_dict(summary))
     w.finish(spec.status, spec.message)
-    w.meta.update(started_at="2026-12-01T12:00:00+0000", ended_at="2026-12-01T12:10:00+0000", host="gpu-box",
-                  servescope_version="0.1.0")
-    w.save_meta()
+    set_meta(w, started_at="2026-12-01T12:00:00+0000", ended_at="2026-12-01T12:10:00+0000", host="gpu-box",
+             servescope_version="0.1.0")
     return path
 
 

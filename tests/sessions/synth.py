@@ -24,6 +24,7 @@ from servescope.engine.sessionmeta import ran_with, session_meta
 from servescope.engine.spec import SweepSpec
 from servescope.sessions.store import SessionWriter
 from servescope.workloads.spec import Workload
+from tests.support.meta import set_meta
 
 WORKLOAD = Workload.from_dict({"name": "chat", "api": "chat", "input_tokens": 300, "output_tokens": 32,
                                "source": "preset"})
@@ -105,6 +106,5 @@ def write_session(base: Path, name: str, cells: list[dict[str, Any]], meta: dict
         df, wall = cell_frame(**cl)
         w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, summarize(df, wall))
     w.finish("completed")
-    w.meta.update(host="gpu-box", servescope_version="0.1.0", **(meta or {}))
-    w.save_meta()
+    set_meta(w, host="gpu-box", servescope_version="0.1.0", **(meta or {}))
     return base / name

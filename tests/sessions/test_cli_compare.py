@@ -14,7 +14,7 @@ import tomli_w
 from servescope.cli import args as cli_args
 from servescope.cli import compare as cli_compare
 from servescope.core.errors import ServescopeError
-from servescope.sessions.store import load_session
+from servescope.sessions.store import load_session, toml_clean
 
 from .conftest import DATA, CellSpec, SessionSpec, build_session, fp8_spec, gptq_spec
 from .mdcheck import tables
@@ -99,7 +99,7 @@ def test_import_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "imported 1 cell(s) from vllm bench serve as session" in out and "this import lacks:" in out
     assert "ttfo_ms" in out
     (d,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert load_session(d).meta["tags"]["run"] == "old"
+    assert load_session(d).info.tags["run"] == "old"
 
 
 # ---- bad input: one clear line each ----------------------------------------------------------------------
@@ -121,9 +121,9 @@ def test_ambiguous_id(home: Path) -> None:
 
 def test_newer_schema(home: Path) -> None:
     toml = home / "20261201-130000-fp8" / "session.toml"
-    meta = load_session(toml.parent).meta
+    meta = load_session(toml.parent).info.to_table()
     meta["schema_version"] = 99
-    toml.write_text(tomli_w.dumps(meta))
+    toml.write_text(tomli_w.dumps(toml_clean(meta)))
     msg = one_line_error(["compare", "20261201-12", "20261201-13", "--sessions-dir", str(home)])
     assert "schema_version 99 is newer" in msg and "upgrade servescope" in msg
 

@@ -21,6 +21,7 @@ from servescope.sessions.views import cell_views
 from servescope.workloads.spec import PRESETS
 from tests.sessions.conftest import CellSpec, _records
 from tests.sessions.synth import plan, sweep_session
+from tests.support.meta import set_meta
 
 BOUND = {"verdict": "bound", "reasons": ["event-loop lag p99 80 ms (bound above 50 ms)"], "workers": 1}
 SLOS = {"ttft_ms": 600.0}
@@ -32,7 +33,7 @@ def _session(base: Path, name: str, prices: dict[str, float], cells: list[CellSp
     planned = plan([(PRESETS[c.workload], c.concurrency, c.requests) for c in cells])
     w, ran = sweep_session(path, name, planned, model=f"model-{name}", max_model_len=32768, tokenizer=tokenizer,
                            slos=SLOS)
-    w.meta.update(prices)  # as engine/sessionmeta.py records --price / --gpu-hour
+    set_meta(w, **prices)  # as engine/sessionmeta.py records --price / --gpu-hour
     for cell, c in zip(planned, cells, strict=True):
         recs, wall = _records(c)
         df = records_frame(recs)

@@ -109,7 +109,7 @@ def test_reference_lines_and_histograms_name_their_values(tmp_path: Path) -> Non
     hist = titles_of(render(specs["sharegpt-histograms"]).svg)
     v = completed([v for v in rep.views if v.workload == "sharegpt"])[0]
     for stat in ("p50", "p90", "p99"):
-        got = v.summary.value("ttft_ms", stat)
+        got = v.summary.value(f"ttft_ms.{stat}")
         assert got is not None and f"sharegpt, c=1: TTFT {stat} = {fmt_num(got)} ms" in hist
     bars = [t for t in hist if t.startswith("sharegpt, c=1: TTFT ") and t.endswith("requests")]
     assert sum(int(re.search(r": (\d+) requests$", t)[1]) for t in bars) == v.summary.requests_ok  # type: ignore[index]

@@ -12,6 +12,7 @@ from servescope.core.metrics import summarize
 from servescope.core.results import CellConnections
 from servescope.reports.report import render_report
 from servescope.sessions.store import load_session
+from tests.support.meta import set_meta
 
 from .synth import WORKLOAD, cell_frame, plan, sweep_session
 
@@ -26,10 +27,9 @@ def _session(base: Path, opened: tuple[int, ...], **target: object) -> Path:
         summary = msgspec.structs.replace(summarize(df, wall), connections=CellConnections(
             opened=n, connect_ms_p50=1.0, tls_handshake_ms_p50=5.0))
         w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, summary)
-    w.meta["target"].update(target)
+    w.update(target=msgspec.structs.replace(w.meta.target, **target))
     w.finish("completed")
-    w.meta.update(host="gpu-box", servescope_version="0.1.0")
-    w.save_meta()
+    set_meta(w, host="gpu-box", servescope_version="0.1.0")
     return base / "s"
 
 

@@ -448,13 +448,14 @@ def test_inference_perf_per_request_file_with_its_config_alone(tmp_path: Path) -
 def test_a_session_imported_before_the_source_table_still_reads(tmp_path: Path) -> None:
     """A `vllm bench serve` import written with the older [import] table (no [source]) reads as vllm bench serve,
     rebuilt, in compare's table and the report's notes."""
+    import tomllib
+
     import tomli_w
 
     from servescope.reports.report import render_report
-    from servescope.sessions.store import read_meta
 
     s = _imp(tmp_path, DATA / "vllm-bench-c1-detailed.json", name="old")
-    meta = read_meta(s.path / "session.toml")
+    meta = tomllib.loads((s.path / "session.toml").read_text(encoding="utf-8"))  # the file as an older one held it
     src = meta.pop("source")
     assert isinstance(src, dict)
     meta["import"] = {"format": "vllm-bench-serve", "files": src["files"], "detailed": True,

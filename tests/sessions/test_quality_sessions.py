@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,8 +25,10 @@ from servescope.reports.compare_doc import comparison_markdown, headline
 from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import gate, parse_fail_on
+from servescope.sessions.meta import QualityMeta
 from servescope.sessions.quality import load_quality, pct, split_task
 from servescope.sessions.store import SessionWriter, load_session
+from tests.support.meta import meta_of
 
 from .conftest import GOLDEN, CellSpec, SessionSpec, build_session, fp8_spec, gptq_spec
 from .mdcheck import tables
@@ -54,10 +57,10 @@ def result(tasks: dict[str, TaskScore], kl: float | None = 0.012, ppl: float | N
 def quality_session(base: Path, name: str, res: QualityResult, model: str = "Qwen/Qwen3-8B-FP8",
                     settings: dict[str, Any] | None = None, tags: dict[str, str] | None = None) -> Path:
     """A session of kind quality, as the engine writes it: create (no cells), write_quality, finish."""
-    meta = {"kind": "quality", "name": name, "model": model, "max_model_len": 32768, "tags": tags or {},
-            "target": {"url": "http://127.0.0.1:8000", "version": "0.11.0", "engine": "vllm"}}
+    meta = meta_of(kind="quality", name=name, model=model, max_model_len=32768, tags=tags or {},
+                   target={"url": "http://127.0.0.1:8000", "version": "0.11.0", "engine": "vllm"})
     w = SessionWriter.create(base / name, meta)
-    w.write_quality(res, settings if settings is not None else SETTINGS)
+    w.write_quality(res, msgspec.convert(settings if settings is not None else SETTINGS, QualityMeta))
     w.finish("completed")
     return base / name
 
@@ -65,7 +68,7 @@ def quality_session(base: Path, name: str, res: QualityResult, model: str = "Qwe
 def add_quality(path: Path, res: QualityResult) -> None:
     """Quality results into an existing sweep session (`servescope quality --save SESSION`)."""
     w = SessionWriter.open(path)
-    w.write_quality(res, SETTINGS)
+    w.write_quality(res, msgspec.convert(SETTINGS, QualityMeta))
 
 
 # ---- storage ---------------------------------------------------------------------------------------------
@@ -75,7 +78,7 @@ def test_quality_round_trip_and_settings(tmp_path: Path) -> None:
     s = load_session(p)
     assert s.info.kind == "quality" and s.status == "completed" and s.cells.height == 0
     assert s.quality() == res and s.has_quality
-    assert s.info.quality is not None and s.info.quality["contexts"] == [1024, 16384]
+    assert s.info.quality is not None and s.info.quality.contexts == [1024, 16384]
     toml = tomllib.loads((p / "session.toml").read_text())
     assert toml["kind"] == "quality" and toml["quality"]["reference"] == "/data/sessions/bf16"
     assert "api_key" not in toml["quality"] and "sk-secret" not in (p / "session.toml").read_text()
@@ -93,7 +96,7 @@ def test_a_sweep_session_keeps_its_kind_when_it_gets_quality(tmp_path: Path) -> 
     add_quality(p, result({"arithmetic": ts(10, 10)}))
     s = load_session(p)
     assert s.info.kind == "sweep" and s.cells.height == 6 and s.quality() is not None
-    assert s.info.quality is not None and s.info.quality["n"] == 100
+    assert s.info.quality is not None and s.info.quality.n == 100
 
 
 def test_non_finite_figures_round_trip(tmp_path: Path) -> None:
@@ -216,8 +219,8 @@ def test_cell_quality_round_trips_and_reaches_cells_parquet(tmp_path: Path) -> N
     assert CellResult.from_dict(summ[1].to_dict()) == summ[1]
     assert "quality" not in CellResult.from_dict({"requests_ok": 1}).to_dict()  # absent stays absent
     cells = pl.read_parquet(p / "cells.parquet")
-    assert cells["quality_accuracy"].to_list() == [0.0, 0.9] and cells["quality_n"].to_list() == [0, 50]
-    assert "quality_tasks" not in cells.columns  # kept whole in summary_json only
+    assert cells["quality.accuracy"].to_list() == [0.0, 0.9] and cells["quality.n"].to_list() == [0, 50]
+    assert cells["quality.tasks.retrieval@1K.correct"].to_list() == [None, 25]  # each figure by its key
     lq = load_quality(summ[1])
     assert lq is not None and lq.score.correct == 45 and lq.tasks["retrieval@1K"].n == 25
     md = render_report(s)
@@ -365,7 +368,7 @@ def test_sweeps_holding_quality_put_it_next_to_speed(tmp_path: Path) -> None:
 def test_model_and_task_names_do_not_break_the_tables(tmp_path: Path) -> None:
     a, b = two_quality(tmp_path, result({"x|y`z": ts(3, 4), "retrieval@16K": ts(1, 2)}),
                        result({"x|y`z": ts(4, 4)}), model_a="a|b", model_b="<b>*c*</b>")
-    a.meta["name"] = "ses|sion"
+    a.info = msgspec.structs.replace(a.info, name="ses|sion")
     comp = compare_sessions([a, b])
     md = comparison_markdown(comp)
     for t in tables(md):

@@ -14,7 +14,7 @@ from servescope.core.launchspec import parse_launch, with_variant
 from servescope.core.secrets import REDACTED, command_secrets, redact_command, redact_text
 from servescope.engine.spec import SweepSpec
 from servescope.reports.report import render_report
-from servescope.sessions.store import load_session
+from servescope.sessions.store import load_session, toml_clean
 from tests.engine.test_runner_fakes import FakeServer, FakeTarget, _ctx, _run, _spec
 
 
@@ -59,10 +59,11 @@ async def test_stored_session_and_report_hold_no_launch_secret(tmp_path: Path,
     spec = _spec(url="sim://", launch=launch, variants=("--max-num-seqs 1 --api-key sekrit-var", "--max-num-seqs 4"))
     await _run(spec, _ctx(tmp_path / "s", url=""), server, FakeTarget(server))
     s = load_session(tmp_path / "s")
-    assert s.meta["server"]["launch"] == ("VLLM_API_KEY=•••• vllm serve M --api-key •••• --hf-token=•••• "
-                                          "--max-num-seqs 2")
-    assert s.meta["sweep"]["server"]["launch"] == s.meta["server"]["launch"]
-    assert s.meta["sweep"]["server"]["variants"][0]["args"] == "--max-num-seqs 1 --api-key ••••"
+    table = s.info.to_table()
+    assert table["server"]["launch"] == ("VLLM_API_KEY=•••• vllm serve M --api-key •••• --hf-token=•••• "
+                                         "--max-num-seqs 2")
+    assert table["sweep"]["server"]["launch"] == table["server"]["launch"]
+    assert table["sweep"]["server"]["variants"][0]["args"] == "--max-num-seqs 1 --api-key ••••"
     texts = [f.read_bytes() for f in (tmp_path / "s").rglob("*") if f.is_file()]
     texts += [render_report(s, fmt=fmt).encode() for fmt in ("md", "csv", "json")]
     for t in texts:
@@ -70,14 +71,14 @@ async def test_stored_session_and_report_hold_no_launch_secret(tmp_path: Path,
             assert secret.encode() not in t
 
     # resume of that session: refused with how to do it; with --launch in full it passes the check
-    meta = dict(s.meta, status="interrupted")
+    meta = dict(table, status="interrupted")
     meta["cells"] = [dict(c, status="planned") if c["index"] == 3 else c for c in meta["cells"]]
-    (s.path / "session.toml").write_text(tomli_w.dumps(meta))
+    (s.path / "session.toml").write_text(tomli_w.dumps(toml_clean(meta)))
     assert main(["resume", str(s.path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "stored with its secrets replaced by ••••" in err
     assert f"servescope resume {s.path} --launch" in err and "sekrit" not in err
     # a sweep file made from the session reads as it is, but running it asks for the command too
-    assert SweepSpec.from_toml(s.path / "session.toml").launch == s.meta["server"]["launch"]
+    assert SweepSpec.from_toml(s.path / "session.toml").launch == table["server"]["launch"]
     assert main(["run", "--sweep", str(s.path / "session.toml"), "--sessions-dir", str(tmp_path / "x")]) == 2
     assert "give it in full" in capsys.readouterr().err

@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 
 from servescope.core.errors import ServescopeError
 from servescope.sessions.compare import compare_sessions
+from servescope.sessions.meta import TuneMeta
 from servescope.sessions.store import load_session
 from servescope.sessions.tunes import best_cell_dir, compare_refusal
 from tests.sessions.tune_synth import tune_table, write_tune_session
@@ -42,9 +44,10 @@ def test_a_tune_beside_a_sweep_and_an_unfinished_tune(tmp_path: Path) -> None:
 
 
 def test_best_cell_is_its_first_measurement() -> None:
-    t = tune_table()
+    t = msgspec.convert(tune_table(), TuneMeta)
     assert best_cell_dir(Path("/s"), t) == Path("/s/cells/004-c8-max-num-seqs32")  # step 5 measured it again
-    assert best_cell_dir(Path("/s"), {}) is None
+    assert best_cell_dir(Path("/s"), None) is None
+    assert best_cell_dir(Path("/s"), TuneMeta()) is None  # a search that did not finish
 
 
 def test_lists_count_a_tunes_cells_measured_of_its_budget(tmp_path: Path) -> None:
@@ -59,7 +62,6 @@ def test_one_relaunch_is_singular() -> None:
     from servescope.reports.render_md import render_blocks
     from servescope.reports.tunereport import tune_blocks, tune_summary
 
-    table = tune_table()
-    table["relaunches"] = 1
+    table = msgspec.convert({**tune_table(), "relaunches": 1}, TuneMeta)
     assert any("1 relaunch," in x for x in tune_summary(table)), tune_summary(table)
     assert "1 relaunch," in render_blocks(tune_blocks(table, 2))

@@ -14,6 +14,7 @@ from servescope.core.results import CellResult
 from servescope.engine import wire as w
 from servescope.tui import messages as m
 from servescope.tui.wire import live_server
+from tests.support.meta import meta_of, set_meta
 
 LOADS = (1, 4, 16, 32)
 # a shape like the field reports': aggregate rises, per-user falls, latency grows with load
@@ -72,7 +73,7 @@ def write_session(base: Path, name: str, started: str, tags: dict[str, str], sta
         "cells": [{"index": i, "workload": "sharegpt", "concurrency": c, "load_label": f"c={c}", "status": "planned"}
                   for i, c in enumerate(loads)],
     }
-    w = SessionWriter.create(path, meta)
+    w = SessionWriter.create(path, meta_of(**meta))
     for i, c in enumerate(loads):
         df, s = summary_for(c, slos=slos, slow=slow)
         if telemetry:
@@ -83,14 +84,12 @@ def write_session(base: Path, name: str, started: str, tags: dict[str, str], sta
                "load_label": f"c={c}", "status": "done", "reason": ""}
         w.write_cell(row, df, CellResult.from_dict(s))
     if telemetry:
-        w.meta["kv_budget"] = {"kv_cache_tokens": 12752, "source": "metrics", "block_size": 16,
-                               "num_gpu_blocks": 797, "max_concurrency_by_workload": {"sharegpt": 16.6}}
-        w.meta["gpu"] = {"available": False, "reason": "NVML not available: no NVIDIA driver on this machine"}
-    w.meta["started_at"] = started
-    w.meta["host"] = "gpu-box"
+        w.update(kv_budget={"kv_cache_tokens": 12752, "source": "metrics", "block_size": 16, "num_gpu_blocks": 797,
+                            "max_concurrency_by_workload": {"sharegpt": 16.6}},
+                 gpu={"available": False, "reason": "NVML not available: no NVIDIA driver on this machine"})
+    set_meta(w, started_at=started, host="gpu-box")
     w.finish(status)
-    w.meta["ended_at"] = started
-    w.save_meta()
+    set_meta(w, ended_at=started)
     return path
 
 

@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Static
 from servescope.core.quality import Divergence, QualityResult, TaskScore, wilson
 from servescope.sessions.store import SessionWriter
 from servescope.tui.app import make_app
+from tests.support.meta import meta_of, quality_settings
 
 from .fixtures import write_session
 from .helpers import drawn, open_compare, row_text, text_of
@@ -31,9 +32,9 @@ def result(retrieval: tuple[int, int], arithmetic: tuple[int, int], kl: float) -
 
 
 def quality_session(base: Path, dirname: str, quant: str, res: QualityResult) -> Path:
-    w = SessionWriter.create(base / dirname, {"kind": "quality", "name": f"quality {quant}", "model": "tiny",
-                                              "tags": {"quant": quant}, "target": {"url": "sim://tiny"}})
-    w.write_quality(res, {"tasks": ["retrieval", "arithmetic"], "n": 100})
+    w = SessionWriter.create(base / dirname, meta_of(**{"kind": "quality", "name": f"quality {quant}", "model": "tiny",
+                                              "tags": {"quant": quant}, "target": {"url": "sim://tiny"}}))
+    w.write_quality(res, quality_settings({"tasks": ["retrieval", "arithmetic"], "n": 100}))
     w.finish("completed")
     return base / dirname
 
@@ -73,7 +74,7 @@ async def test_sweeps_holding_quality_show_it_under_speed(home: Path) -> None:
     base = home / "sessions"
     a = write_session(base, "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"})
     write_session(base, "qwen-int4", "2026-12-02T09:30:00+0000", {"quant": "GPTQ-Int4"}, slow=1.5)
-    SessionWriter.open(a).write_quality(result((100, 100), (10, 10), 0.012), {"n": 100})
+    SessionWriter.open(a).write_quality(result((100, 100), (10, 10), 0.012), quality_settings({"n": 100}))
     app = make_app(sessions_dir=str(base))
     async with app.run_test(size=SIZE) as pilot:
         scr = await open_compare(pilot)

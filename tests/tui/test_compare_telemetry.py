@@ -199,9 +199,7 @@ async def test_markup_in_server_and_user_text_is_shown_as_typed(home: Path) -> N
     odd = write_session(base, "odd", "2026-12-01T10:00:00+0000", {"quant": "[/x] Q|4"})
     write_session(base, "plain", "2026-12-02T10:00:00+0000", {"quant": "[bold]FP8"})
     w = SessionWriter.open(odd)
-    w.meta["name"] = "[/b] a|b"
-    w.meta["model"] = "[red]m"
-    w.save_meta()
+    w.update(name="[/b] a|b", model="[red]m")
     app = make_app(sessions_dir=str(base))
     async with app.run_test(size=(140, 30)) as pilot:
         await pilot.press("f4")

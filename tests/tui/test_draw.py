@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Input, Static, Tabs
@@ -43,9 +44,8 @@ def two_sessions(home: Path) -> Path:
     from servescope.sessions.store import SessionWriter
 
     w = SessionWriter.open(int4)  # a long target and model, as a simulator profile has
-    w.meta["target"]["url"] = "sim://rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
-    w.meta["model"] = "Qwen/Qwen3.5-35B-A3B-GPTQ-Int4"
-    w.save_meta()
+    w.update(target=msgspec.structs.replace(w.meta.target, url="sim://rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"),
+             model="Qwen/Qwen3.5-35B-A3B-GPTQ-Int4")
     return base
 
 

@@ -22,6 +22,7 @@ from servescope.tui.screens.dialogs import ChoiceScreen
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import CellTable, EventLog, SweepProgress
 from servescope.workloads.spec import Workload, fixed
+from tests.support.meta import meta_of, stored
 
 from .helpers import cell_status, poll_until, set_input, text_of, wait_until
 
@@ -130,7 +131,7 @@ async def test_skip_saves_skipped_and_stop_lets_in_flight_requests_finish(home: 
         assert "left out of the curve" in log
         assert isinstance(run, RunScreen) and run._points == {}  # neither cell completed: no curve point
     s = load_session(next(sessions.iterdir()))
-    assert [(c["status"], c.get("reason")) for c in s.meta["cells"]] == [
+    assert [(c["status"], c.get("reason")) for c in stored(s)["cells"]] == [
         ("skipped", "skipped by the user"), ("stopped", "stopped by the user"), ("planned", None)]
     assert "cancelled" not in s.requests(1)["status"].to_list()  # the in-flight requests finished
 
@@ -176,8 +177,8 @@ async def test_ctrl_q_asks_and_s_stops_the_sweep(home: Path, sim_url: str) -> No
     path = next(sessions.iterdir())
     _wait_runner_gone(path)
     s = load_session(path)
-    assert s.meta["cells"][0]["status"] in ("stopped", "interrupted"), s.meta["cells"][0]
-    assert s.meta["cells"][1]["status"] == "planned"  # the sweep ended: the second cell never ran
+    assert stored(s)["cells"][0]["status"] in ("stopped", "interrupted"), stored(s)["cells"][0]
+    assert stored(s)["cells"][1]["status"] == "planned"  # the sweep ended: the second cell never ran
     assert s.status == "interrupted"
     assert "stopping the sweep" in app.quit_summary and "servescope resume" in app.quit_summary, app.quit_summary
 
@@ -227,8 +228,8 @@ def test_the_app_and_servescope_sessions_count_cells_alike(home: Path, capsys: p
     from servescope.tui.screens.sessions import SESSION_COLUMNS, session_row
 
     path = home / "sessions" / "cut"
-    w = SessionWriter.create(path, {"name": "cut", "model": "m", "target": {"url": "sim://tiny"},
-                                    "cells": [{"index": i, "workload": "fast", "status": "planned"} for i in range(3)]})
+    w = SessionWriter.create(path, meta_of(**{"name": "cut", "model": "m", "target": {"url": "sim://tiny"},
+                                    "cells": [{"index": i, "workload": "fast", "status": "planned"} for i in range(3)]}))
     w.write_cell({"index": 0, "workload": "fast", "concurrency": 1, "load_label": "c=1", "status": "done"}, None,
                  CellResult(requests_ok=4, requests_failed=0))
     w.write_cell({"index": 1, "workload": "fast", "concurrency": 2, "load_label": "c=2", "status": "stopped",
@@ -284,7 +285,7 @@ async def test_a_on_a_running_session_attaches_and_s_skips_its_cell(home: Path, 
             await pilot.press("s")
             await wait_until(pilot, lambda: "skipped" in _log(app), 30, "the skip")
             await wait_until(pilot, lambda: progress.cell_no == 2, 30, "cell 2")
-            assert load_session(path).meta["cells"][0]["status"] == "skipped"
+            assert stored(load_session(path))["cells"][0]["status"] == "skipped"
     finally:
         send_command(path, "stop")
         send_command(path, "stop")

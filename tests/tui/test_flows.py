@@ -15,6 +15,7 @@ from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
 from servescope.tui.widgets import CellTable, EventLog, LatencyHistogram, SweepProgress
+from tests.support.meta import stored
 
 from .helpers import cell_status, row_text, set_input, text_of, wait_until
 
@@ -279,7 +280,7 @@ async def test_launch_a_server_with_variants_from_the_target_pane(home: Path) ->
                         if c is not None and not c.client_bound)
         assert sorted(app.screen._points) == curves  # type: ignore[attr-defined]
         assert (saved / "server-0.log").is_file() and (saved / "server-1.log").is_file()
-        assert s.meta["kv_budget"]["kv_cache_tokens"] > 0
+        assert stored(s)["kv_budget"]["kv_cache_tokens"] > 0
 
 
 async def test_repeat_in_the_load_pane(home: Path) -> None:

@@ -17,6 +17,7 @@ from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets.table import Col, FitTable, fit_widths, prioritized
+from tests.support.meta import meta_of
 
 from .fixtures import cell_info, live_sweep_messages, summary_for, telemetry_samples, write_session
 from .helpers import drawn, wait_until
@@ -163,7 +164,7 @@ def _two_workload_session(base: Path) -> Path:
             "load": {"concurrency": [1, 4], "requests": 60}, "slos": {}, "tags": {},
             "cells": [{"index": i, "workload": wl, "concurrency": c, "load_label": f"c={c}", "status": "planned"}
                       for i, wl, c in plan]}
-    wr = SessionWriter.create(path, meta)
+    wr = SessionWriter.create(path, meta_of(**meta))
     for i, wl, c in plan:
         df, s = summary_for(c)
         status = "skipped" if i == 2 else "done"
@@ -171,9 +172,8 @@ def _two_workload_session(base: Path) -> Path:
                "max_concurrency": None, "requests_planned": 60, "duration_s_planned": None, "warmup": 0,
                "load_label": f"c={c}", "status": status, "reason": ""}
         wr.write_cell(row, df, CellResult.from_dict(s))
-    wr.meta["gpu"] = {"available": False, "reason": "NVML not available: no NVIDIA driver on this machine"}
+    wr.update(gpu={"available": False, "reason": "NVML not available: no NVIDIA driver on this machine"})
     wr.finish("completed")
-    wr.save_meta()
     return path
 
 

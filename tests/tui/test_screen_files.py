@@ -13,6 +13,7 @@ from textual.widgets import Footer
 from servescope.tui.app import make_app
 from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
 from servescope.tui.widgets.panels import short_path
+from tests.support.meta import quality_settings
 
 from .fixtures import write_session
 
@@ -80,7 +81,7 @@ async def test_a_session_with_quality_keeps_f1_to_f3_in_its_footer(home: Path) -
 
     base = home / "sessions"
     path = write_session(base, "qwen", "2026-12-01T10:00:00+0000", {"quant": "FP8"}, loads=(1,))
-    SessionWriter.open(path).write_quality(result((100, 100), (10, 10), 0.012), {"n": 100})
+    SessionWriter.open(path).write_quality(result((100, 100), (10, 10), 0.012), quality_settings({"n": 100}))
     app = make_app(sessions_dir=str(base))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f4", "enter")

@@ -19,6 +19,7 @@ from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import EventLog
 from servescope.tui.widgets.panels import TelemetryPanel
 from servescope.workloads.spec import PRESETS
+from tests.support.meta import meta_of, set_meta
 
 from .fixtures import summary_for
 from .test_session_quality import open_session, screen_text
@@ -63,7 +64,7 @@ def _session(base: Path) -> Path:
             "model": "tiny", "max_model_len": 8192, "workloads": [PRESETS["sharegpt"].to_dict()],
             "cells": [{"index": i, "workload": "sharegpt", "concurrency": c, "load_label": f"c={c}",
                        "status": "planned"} for i, c in enumerate((1, 4))]}
-    wr = SessionWriter.create(path, meta)
+    wr = SessionWriter.create(path, meta_of(**meta))
     for i, c in enumerate((1, 4)):
         df, s = summary_for(c)
         if i == 0:
@@ -72,7 +73,7 @@ def _session(base: Path) -> Path:
                "max_concurrency": None, "requests_planned": 60, "duration_s_planned": None, "warmup": 0,
                "load_label": f"c={c}", "status": "done", "reason": ""}
         wr.write_cell(row, df, CellResult.from_dict(s))
-    wr.meta["started_at"] = "2026-12-01T10:00:00+0000"
+    set_meta(wr, started_at="2026-12-01T10:00:00+0000")
     wr.finish("completed")
     return path
 

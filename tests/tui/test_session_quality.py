@@ -20,6 +20,7 @@ from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import CellTable, ServerPanel
 from servescope.tui.widgets.quality import QualityFigures, QualityPanel
 from servescope.tui.widgets.table import FitTable
+from tests.support.meta import meta_of, quality_settings
 
 from .fixtures import summary_for, write_session
 from .helpers import full_row, text_of
@@ -43,9 +44,9 @@ def probe(ppl: float | None = 6.3, kl: float | None = 0.012, **kw: Any) -> Quali
 
 def quality_session(base: Path, dirname: str, res: QualityResult, name: str = "quality fp8") -> Path:
     """A session of kind quality, as `servescope quality` writes it: created without cells, quality.json, done."""
-    w = SessionWriter.create(base / dirname, {"kind": "quality", "name": name, "model": "org/m[/x]",
-                                              "target": {"url": "http://127.0.0.1:8000", "engine": "vllm"}})
-    w.write_quality(res, SETTINGS)
+    w = SessionWriter.create(base / dirname, meta_of(**{"kind": "quality", "name": name, "model": "org/m[/x]",
+                                              "target": {"url": "http://127.0.0.1:8000", "engine": "vllm"}}))
+    w.write_quality(res, quality_settings(SETTINGS))
     w.finish("completed")
     return base / dirname
 
@@ -142,7 +143,7 @@ async def test_without_perplexity_or_reference_it_says_why(home: Path) -> None:
 def sweep_with_quality(home: Path, res: QualityResult | None) -> Path:
     p = write_session(home / "sessions", "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"})
     if res is not None:
-        SessionWriter.open(p).write_quality(res, SETTINGS)
+        SessionWriter.open(p).write_quality(res, quality_settings(SETTINGS))
     return p
 
 
@@ -216,9 +217,9 @@ async def test_quality_under_load_is_on_q(home: Path) -> None:
     """A sweep run with --quality-share (no quality.json): each cell's accuracy under load."""
     base = home / "sessions"
     p = base / "20261201-100000-share"
-    w = SessionWriter.create(p, {"name": "share", "model": "tiny", "target": {"url": "sim://tiny"},
+    w = SessionWriter.create(p, meta_of(**{"name": "share", "model": "tiny", "target": {"url": "sim://tiny"},
                                  "cells": [{"index": 0, "workload": "sharegpt", "concurrency": 4,
-                                            "load_label": "c=4", "status": "planned"}]})
+                                            "load_label": "c=4", "status": "planned"}]}))
     df, s = summary_for(4)
     s["quality"] = {"accuracy": 0.9, "n": 10, "correct": 9, "failed": 1, "kl_mean": 0.02, "positions": 64,
                     "top1_agreement": 0.95, "tasks": {"arithmetic": {"accuracy": 0.9, "n": 10, "correct": 9}}}
@@ -240,9 +241,9 @@ async def test_quality_under_load_is_on_q(home: Path) -> None:
 
 async def test_a_finished_sweep_without_cells_says_so(home: Path) -> None:
     base = home / "sessions"
-    w = SessionWriter.create(base / "20261201-100000-empty", {
+    w = SessionWriter.create(base / "20261201-100000-empty", meta_of(**{
         "name": "empty", "model": "tiny", "target": {"url": "sim://tiny", "metrics": True},
-        "cells": [{"index": 0, "workload": "sharegpt", "concurrency": 4, "load_label": "c=4", "status": "planned"}]})
+        "cells": [{"index": 0, "workload": "sharegpt", "concurrency": 4, "load_label": "c=4", "status": "planned"}]}))
     w.finish("interrupted")
     app = make_app(sessions_dir=str(base))
     async with app.run_test(size=(80, 24)) as pilot:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from textual.widgets import Input
 
@@ -148,7 +149,6 @@ def test_sessions_list_80x24(sessions: Path, home: Path, snap_compare: Any) -> N
     from servescope.sessions.store import SessionWriter
 
     w = SessionWriter.open(next(sessions.glob("*qwen-int4")))
-    w.meta["target"]["url"] = "sim://rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"
-    w.meta["model"] = "Qwen/Qwen3.5-35B-A3B-GPTQ-Int4"
-    w.save_meta()
+    w.update(target=msgspec.structs.replace(w.meta.target, url="sim://rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"),
+             model="Qwen/Qwen3.5-35B-A3B-GPTQ-Int4")
     assert snap_compare(app_for(home), terminal_size=(80, 24), press=["f4"])

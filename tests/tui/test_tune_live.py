@@ -6,7 +6,6 @@ says in one line that it follows sweeps and gives the attach command."""
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from textual.widgets import DataTable, Static
 
 from servescope.__main__ import main
 from servescope.core.errors import ServescopeError
+from servescope.sessions.meta import SessionMeta, TuneBest
 from servescope.sessions.store import SessionWriter
 from servescope.tui.app import make_app
 from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
@@ -28,10 +28,6 @@ from .helpers import poll_until, text_of, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 # long enough answers that a cell takes a few seconds on the tiny simulator: the view can see one running
 SLOW = '[workload]\nname = "s32"\ninput_tokens = 128\noutput_tokens = 256\n'
-FINAL_KEYS = {"objective", "unit", "search", "loads", "grid_cells", "budget", "cells_measured", "relaunches",
-              "confirmed", "stop", "seconds", "fits", "best", "path", "predicted"}
-
-
 def _tune_argv(home: Path) -> list[str]:
     wl = home / "s32.toml"
     wl.write_text(SLOW)
@@ -102,45 +98,43 @@ async def test_the_app_follows_a_running_tune_until_its_answer(home: Path, tune_
 def test_the_tune_table_is_written_after_each_step_and_ends_without_running(home: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Every write of session.toml during a real (in-process) tune, as the session's [tune] table then stood."""
-    seen: list[dict[str, object]] = []
+    seen: list[SessionMeta] = []
     save = SessionWriter.save_meta
 
     def record(self: SessionWriter) -> None:
         save(self)
-        if self.meta.get("kind") == "tune":
-            seen.append(copy.deepcopy(dict(self.meta)))
+        if self.meta.kind == "tune":
+            seen.append(self.meta)  # frozen: each write's table as it stood
 
     monkeypatch.setattr(SessionWriter, "save_meta", record)
     argv = _tune_argv(home)
     argv[argv.index("-n") + 1] = "4"
     (home / "s32.toml").write_text(SLOW.replace("256", "16"))
     assert main(argv) == 0
-    tables = [m["tune"] for m in seen if isinstance(m.get("tune"), dict)]
+    tables = [m.tune for m in seen if m.tune is not None]
     final = tables[-1]
-    assert isinstance(final, dict) and set(final) == FINAL_KEYS | ({"runner_up"} & set(final))
-    assert "running" not in final and seen[-1]["status"] == "completed"
-    path = final["path"]
-    assert isinstance(path, list) and path
+    assert final.stop and final.seconds is not None and final.best is not None and final.predicted
+    assert final.running is None and seen[-1].status == "completed"
+    path = final.path
+    assert path
     # when a cell starts: the path before it and the cell running, its folder under the session
-    starts = [t for t in tables if "running" in t]
+    starts = [t for t in tables if t.running is not None]
     assert len(starts) == len(path)
     for k, t in enumerate(starts):
-        run = t["running"]
-        assert t["path"] == path[:k] and run["step"] == k + 1
-        assert run["concurrency"] == path[k]["concurrency"] and run["cell"] == path[k]["cell"]
-        assert t["budget"] == 4 and t["grid_cells"] == 4 and t["unit"] == "req/s"
+        run = t.running
+        assert run is not None and t.path == path[:k] and run.step == k + 1
+        assert run.concurrency == path[k].concurrency and run.cell == path[k].cell
+        assert t.budget == 4 and t.grid_cells == 4 and t.unit == "req/s"
     # after the first step: that step in the path (same rows as the final table), no cell running, its best
-    after = next(t for t in tables if "running" not in t and len(t.get("path", [])) == 1)
-    assert after["path"] == path[:1]
-    assert after["best"] == {"server_args": "", "concurrency": path[0]["concurrency"],
-                             "objective": path[0]["objective"]}
-    assert "stop" not in after  # a table written while the search ran
+    after = next(t for t in tables if t.running is None and len(t.path) == 1)
+    assert after.path == path[:1]
+    assert after.best == TuneBest(server_args="", concurrency=path[0].concurrency, objective=path[0].objective)
+    assert after.partial  # a table written while the search ran
     # the last table written before the final one: its best so far is the answer's (a cell measured again: its mean)
-    last = [t for t in tables if "stop" not in t][-1]
-    assert last["path"] == path
-    assert {k: last["best"][k] for k in ("server_args", "concurrency")} == \
-        {k: final["best"][k] for k in ("server_args", "concurrency")}
-    assert last["best"]["objective"] == pytest.approx(final["best"]["objective"], rel=1e-5)
+    last = [t for t in tables if t.partial][-1]
+    assert last.path == path and last.best is not None
+    assert (last.best.server_args, last.best.concurrency) == (final.best.server_args, final.best.concurrency)
+    assert last.best.objective == pytest.approx(final.best.objective, rel=1e-5)
 
 
 async def test_attach_opens_a_tune_session_on_its_tune_view(home: Path) -> None:

@@ -20,6 +20,7 @@ from servescope.tui.widgets.curve import CLIENT_BOUND, CurvePoint, OverlayCurve,
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import CellTable, EventLog, ServerPanel, TelemetryPanel
 from servescope.tui.widgets.quality import QualityPanel
+from tests.support.meta import meta_of, quality_settings
 
 from .fixtures import live_sweep_messages, write_session
 from .helpers import drawn, wait_until
@@ -136,7 +137,7 @@ async def test_t_is_not_offered_while_another_pane_is_zoomed(home: Path, where: 
 
 async def test_q_on_the_zoomed_cells_table_zooms_the_quality_shown_instead(home: Path) -> None:
     p = write_session(home / "sessions", "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"})
-    SessionWriter.open(p).write_quality(sim_result(), QUALITY_SETTINGS)
+    SessionWriter.open(p).write_quality(sim_result(), quality_settings(QUALITY_SETTINGS))
     app = make_app(sessions_dir=str(home / "sessions"))
     async with app.run_test(size=(80, 24)) as pilot:
         scr = await open_session(pilot)
@@ -271,9 +272,9 @@ async def test_compare_draws_a_client_bound_point_hollow_and_apart_from_the_line
 
 
 def sim_quality_session(base: Path) -> Path:
-    w = SessionWriter.create(base / "20261201-100000-quality-sim", {
-        "kind": "quality", "name": "quality sim", "model": "tiny", "target": {"url": "sim://tiny", "engine": "vllm"}})
-    w.write_quality(sim_result(), QUALITY_SETTINGS)
+    w = SessionWriter.create(base / "20261201-100000-quality-sim", meta_of(**{
+        "kind": "quality", "name": "quality sim", "model": "tiny", "target": {"url": "sim://tiny", "engine": "vllm"}}))
+    w.write_quality(sim_result(), quality_settings(QUALITY_SETTINGS))
     w.finish("completed")
     return base
 

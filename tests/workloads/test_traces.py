@@ -18,6 +18,7 @@ from servescope.core.metrics import records_frame
 from servescope.core.records import RequestRecord
 from servescope.sessions.store import SessionWriter
 from servescope.workloads.traces import Trace, TraceRequest, read_trace, trace_prompts
+from tests.support.meta import meta_of
 
 BURST_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -121,8 +122,8 @@ def test_azure_values(tmp_path: Path) -> None:
 
 def write_session(tmp_path: Path) -> Path:
     d = tmp_path / "session"
-    w = SessionWriter.create(d, {"name": "s", "cells": [{"index": 0, "status": "running"},
-                                                        {"index": 1, "status": "running"}]})
+    w = SessionWriter.create(d, meta_of(**{"name": "s", "cells": [{"index": 0, "status": "running"},
+                                                        {"index": 1, "status": "running"}]}))
 
     def rec(i: int, warm: bool, nin: int, nout: int, at_s: float) -> RequestRecord:
         return RequestRecord(index=i, user=0, warmup=warm, input_tokens_requested=nin,
@@ -164,7 +165,7 @@ def test_session_resumed_on_another_clock_follows_the_cell_before(tmp_path: Path
 
 def test_session_errors(tmp_path: Path) -> None:
     d = tmp_path / "empty-session"
-    SessionWriter.create(d, {"name": "s"})
+    SessionWriter.create(d, meta_of(**{"name": "s"}))
     assert error(str(d)) == (f"{d}: the session has no measured requests to replay; choose a session that "
                              "finished a cell")
     f = write(tmp_path / "trace.csv", BURST_HEADER + "1,ChatGPT,3,1,4,API log\n")

@@ -21,8 +21,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from servescope.core.health import client_text
+from servescope.core.kvbudget import KvBudgetMeta
 from servescope.core.results import CellResult, ServerWindow, rate_limit_line
 from servescope.engine.wire import GpuReading
+from servescope.sessions.meta import GpuTable
 from servescope.tui import messages as m
 from servescope.tui.eta import Measured, sweep_eta
 from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
@@ -194,8 +196,8 @@ class RunScreen(Screen[None]):
         self._dirty = False
         self._samples: deque[dict[str, float]] = deque(maxlen=LIVE_SAMPLES)
         self._gpus: list[GpuReading] = []
-        self._kv_budget: dict[str, object] | None = None
-        self._gpu_meta: dict[str, object] | None = None
+        self._kv_budget: KvBudgetMeta | None = None
+        self._gpu_meta: GpuTable | None = None
         self._tele_dirty = False
         self._stops = 0  # `x` presses during this sweep: the first drains the running cell, a second cancels
         self._done_cells = 0  # finished cells saved as `done` whose client was not the limit (on the curve)

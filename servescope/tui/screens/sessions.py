@@ -21,18 +21,18 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult, GpuWindow, TelemetryWindow
+from servescope.core.slo import slo_terms
 from servescope.core.textsafe import clean_text
 from servescope.reports.tunereport import (
     is_tune_session,
     path_rows,
     progress_lines,
-    running_of,
     tune_summary,
 )
 from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
+from servescope.sessions.meta import TuneMeta
 from servescope.sessions.provenance import measured_by
-from servescope.sessions.tunes import is_partial
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
 from servescope.tui.screens.tunelive import Attaches, CellProgress, running_line
@@ -290,10 +290,8 @@ class SessionsScreen(Screen[None]):
 
             try:
                 w = SessionWriter.open(p)
-                w.meta["name"] = name.strip()
-                if isinstance(sweep := w.meta.get("sweep"), dict):
-                    sweep["name"] = name.strip()
-                w.save_meta()
+                sweep = w.meta.sweep
+                w.update(name=name.strip(), sweep={**sweep, "name": name.strip()} if sweep is not None else None)
             except (ServescopeError, OSError) as e:
                 self.notify(f"cannot rename: {getattr(e, 'message', None) or e}", severity="error", markup=False)
                 return
@@ -381,13 +379,12 @@ class SessionScreen(Screen[None]):
         # a probe session (`servescope quality`): its quality is all it has; a sweep may hold quality beside its cells
         self.probe_only = self.info.kind == "quality" and not cells.height
         # a tune session (`servescope tune`): its answer and search path; its cells are sessions of their own
-        tune = self.session.meta.get("tune") if self.info.kind == "tune" else None
-        self.tune: Mapping[str, object] | None = tune if isinstance(tune, Mapping) else None
+        self.tune: TuneMeta | None = self.info.tune if self.info.kind == "tune" else None
         self.tune_live = self.info.kind == "tune" and self.session.status == "running"  # its runner holds the lock
         self._tune_mtime = self._mtime()
         self._progress: CellProgress | None = None
         self._dead = ""  # why a tune that said running is not (its runner is gone)
-        if self.info.kind == "tune" and not self.tune_live and self.session.meta.get("status") == "running":
+        if self.info.kind == "tune" and not self.tune_live and self.info.status == "running":
             self._dead = runner_state(path).reason or "it ended without finishing"
         self.quality: QualityView | None = None
         if self.probe_only or self.session.has_quality or any(s.quality for s in self.summaries.values()):
@@ -418,8 +415,7 @@ class SessionScreen(Screen[None]):
         info = self.info
         tgt = info.target
         tags = ", ".join(f"{k}={v}" for k, v in info.tags.items())
-        slos = ", ".join(f"{k}{'>=' if k == 'per_user_tok_s' else '<='}{v:g}"  # the one floor (core.metrics)
-                         for k, v in info.slos.items())
+        slos = ", ".join(slo_terms(info.slos, sep=""))
         name = info.name if info.name is not None else self.session.path.name
         return (clean_text(
             f"{name}  [{self.session.status}]  {(info.started_at or '')[:19]}") + self._quality_head()
@@ -514,17 +510,16 @@ class SessionScreen(Screen[None]):
         """The summary's lines and the running cell's line, as the tune stands."""
         t = self.tune
         if self.tune_live:
-            run = running_of(t)
-            if run is not None and (self._progress is None or self._progress.dir != self.session.path / str(
-                    run.get("cell"))):
+            run = t.running if t is not None else None
+            if run is not None and (self._progress is None or self._progress.dir != self.session.path / run.cell):
                 if self._progress is not None:
                     self._progress.close()
-                self._progress = CellProgress(self.session.path / str(run.get("cell")))
+                self._progress = CellProgress(self.session.path / run.cell)
             if run is not None and self._progress is not None:
                 self._progress.poll()
             lines = progress_lines(t, "running") or ["searching: the first cell is starting"]
             return lines, running_line(run, self._progress) if run is not None else ""
-        if t is not None and not is_partial(t):
+        if t is not None and not t.partial:
             return tune_summary(t), ""
         if self._dead:
             return (progress_lines(t, self._dead) if t is not None else
@@ -564,8 +559,7 @@ class SessionScreen(Screen[None]):
         except (ServescopeError, OSError):  # caught mid-write elsewhere (the writes are atomic): the next tick
             return
         self.session, self.info = s, s.info
-        tune = s.meta.get("tune")
-        self.tune = tune if isinstance(tune, Mapping) else None
+        self.tune = s.info.tune
 
     def _poll_tune(self) -> None:
         """A live tune, about once a second: session.toml re-read when its mtime moved, the running cell's requests
@@ -575,11 +569,11 @@ class SessionScreen(Screen[None]):
         if changed:
             self._tune_mtime = mtime
             self._reload()
-        if self.session.meta.get("status") == "running":
+        if self.info.status == "running":
             state = runner_state(self.session.path)
             if not state.running:  # gone without finishing (kill -9): the file says running, nobody writes it
                 self._reload()  # the last write may have landed between the two reads
-                if self.session.meta.get("status") == "running":
+                if self.info.status == "running":
                     self._dead = state.reason or "it ended without finishing"
                 self._end_live()
         else:
@@ -600,11 +594,11 @@ class SessionScreen(Screen[None]):
 
     def action_attach_cell(self) -> None:
         """A running tune: open the cell it measures now on the Run screen (the app's attach)."""
-        run = running_of(self.tune) if self.tune_live else None
+        run = self.tune.running if self.tune_live and self.tune is not None else None
         if run is None:
             self.notify("no cell is being measured now", severity="warning", markup=False)
             return
-        cell = self.session.path / str(run.get("cell"))
+        cell = self.session.path / run.cell
         if not runner_state(cell).running:
             self.notify(f"{cell.name} is starting or saving: press a again in a moment", severity="warning",
                         markup=False)
@@ -695,11 +689,9 @@ class SessionScreen(Screen[None]):
         s = self.summaries.get(idx) or CellResult()
         info = self.info
         live = self.query_one(TelemetryPanel)
-        gpu: GpuWindow | dict[str, object] | None = s.gpu or (
-            info.gpu if info.gpu and not info.gpu.get("available") else None)
-        gw = GpuWindow.from_dict(gpu) if isinstance(gpu, Mapping) else gpu
-        lines = ([f"cell {idx + 1}: no GPU telemetry: {gw.reason or 'NVML not available'}"]
-                 if gw is not None and not gw.available else [f"cell {idx + 1} {gpu_cell_line(gpu)}"] if gpu else [])
+        gpu = s.gpu or (GpuWindow.from_dict(info.gpu) if info.gpu and not info.gpu.get("available") else None)
+        lines = ([f"cell {idx + 1}: no GPU telemetry: {gpu.reason or 'NVML not available'}"]
+                 if gpu is not None and not gpu.available else [f"cell {idx + 1} {gpu_cell_line(gpu)}"] if gpu else [])
         tele = s.telemetry
         if tele is not None and tele.ttft_ms_mean is not None:
             lines.append(f"cell {idx + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "
@@ -750,7 +742,7 @@ class SessionScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "attach_cell":  # a running tune's cell being measured
-            return self.tune_live and running_of(self.tune) is not None
+            return self.tune_live and self.tune is not None and self.tune.running is not None
         if self.info.kind == "tune" and action in ("toggle_quality", "toggle_server", "whatif"):
             return False  # a tune session has its path here, not cells with panels a twin could be fitted to
         if action == "toggle_quality":  # only where there is quality to show beside cells

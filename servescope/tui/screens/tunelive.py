@@ -4,12 +4,12 @@ the one line the tune view shows for it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from servescope.engine import wire as w
 from servescope.sessions.live import EventLogReader
+from servescope.sessions.meta import TuneRunning
 
 
 @runtime_checkable
@@ -48,10 +48,9 @@ class CellProgress:
         self.reader.close()
 
 
-def running_line(running: Mapping[str, object], progress: CellProgress | None) -> str:
+def running_line(running: TuneRunning, progress: CellProgress | None) -> str:
     """`measuring c=16 --max-num-seqs 64 (step 3): 12/32 requests done` (the count from the cell's event log)."""
-    what = (f"measuring c={running.get('concurrency')} {running.get('server_args') or 'as launched'} "
-            f"(step {running.get('step')})")
+    what = f"measuring c={running.concurrency} {running.server_args or 'as launched'} (step {running.step})"
     if progress is None or not progress.started:
         return f"{what}: starting (server and warm-up)"
     if progress.finished:
