@@ -56,8 +56,11 @@ async def test_keys_after_tab_and_enter_go_where_those_keys_moved_the_focus() ->
         await pilot.pause()
         for k in ["x", "y", "tab", "enter", *"typed", "backspace"]:  # Enter on the button opens the dialog
             app.post_message(key(k))
-        await wait_until(pilot, lambda: isinstance(app.screen, Dialog)
-                         and app.screen.query_one("#in-dialog", Input).value == "type", 10, "the dialog's field")
+        def typed() -> bool:  # the dialog is pushed, then composes its field: none may be there yet
+            fields = app.screen.query("#in-dialog").results(Input) if isinstance(app.screen, Dialog) else []
+            return [f.value for f in fields] == ["type"]
+
+        await wait_until(pilot, typed, 30, "the dialog's field")
         assert app.query_one("#a", Input).value == "xy"
 
 
@@ -72,9 +75,10 @@ async def test_a_key_whose_handler_never_returns_lets_the_keys_after_it_go() -> 
         try:
             # the marker does not get past the stuck widget: after about a second the keys go, to the field it focused
             # (polled on the loop: Pilot's pause waits for every queue, the stuck one's too)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while app.query_one("#b", Input).value != "qr":
                 assert time.monotonic() < deadline, f"the keys never reached #b: {app.query_one('#b', Input).value!r}"
                 await asyncio.sleep(0.05)
         finally:
             stuck.release.set()
+        await pilot.pause()  # the released Enter goes on up to the App before the app closes (no screen then)
