@@ -19,12 +19,13 @@ from servescope.cli.common import api_key_from, check_writable_session, resolve_
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, CellQuality, Dist, rate_limit_line
+from servescope.core.results import METRICS, CellProbes, CellQuality, Dist, rate_limit_line
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
 from servescope.engine.aio import run_loop
 from servescope.engine.detached import discard_unstarted, start_runner, wait_started
+from servescope.engine.measurefields import legacy_regime
 from servescope.engine.plan import plan_cells
 from servescope.engine.runner import (
     CellFinished,
@@ -94,6 +95,15 @@ class CellRow(TypedDict, total=False):
     turns: list[dict[str, object]]
     conversations: dict[str, object]
     quality: dict[str, object]
+    # how the cell was measured (engine/measure.py): its window, the whole cell's figures beside a steady window's,
+    # the figures' 95% intervals, --precision's outcome, the saturation mark, --probe-rate's probes
+    window: dict[str, object]
+    whole: dict[str, object]
+    intervals: dict[str, list[float | None]]  # figure -> [low, high]
+    precision: dict[str, object]  # exactly {"target", "reached", "requests", "figure"}
+    saturated: bool
+    saturation: dict[str, object]
+    probes: dict[str, object]
 
 
 class Figure(TypedDict):
@@ -149,7 +159,31 @@ def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
         row["quality"] = s.quality.to_dict()
     if s.cost is not None:
         row["cost"] = s.cost.to_dict()
+    add_measurement(row, s)
     return row
+
+
+def add_measurement(row: CellRow, s: CellResult) -> None:
+    """How the cell was measured, in `--json`'s shape (docs/measuring.md): scripts rely on `precision`'s four keys
+    and on `saturated`."""
+    if s.window is not None:
+        row["window"] = s.window.to_dict()
+    if s.whole is not None:
+        whole: CellRow = {"index": row["index"], "workload": row["workload"], "concurrency": row["concurrency"],
+                          "rate": row["rate"], "status": row["status"], "reason": row["reason"]}
+        add_figures(whole, s.whole)
+        row["whole"] = {k: v for k, v in whole.items() if k not in ("index", "workload", "concurrency", "rate",
+                                                                      "status", "reason")}
+    if s.intervals:
+        row["intervals"] = {iv.figure: [iv.low, iv.high] for iv in s.intervals}
+    if s.precision is not None:
+        p = s.precision
+        row["precision"] = {"target": p.target, "reached": p.reached, "requests": p.requests, "figure": p.figure}
+    if s.saturation is not None:
+        row["saturated"] = s.saturation.saturated
+        row["saturation"] = s.saturation.to_dict()
+    if s.probes is not None:
+        row["probes"] = s.probes.to_dict()
 
 
 def add_figures(row: CellRow, s: CellResult) -> None:
@@ -283,9 +317,10 @@ def format_cell(ev: Any, total: int) -> str:
         f"{s.requests_failed} failed"
         + (f" ({s.requests_bad_usage} with bad usage)" if s.requests_bad_usage else "")
         + (f", {s.requests_rate_limited} rate-limited (HTTP 429)" if s.requests_rate_limited else "")
-        + f", wall {_f(s.wall_s, 2)} s"
+        + f", wall {_f((s.whole or s).wall_s, 2)} s"
         + (f"  ({clean_text(ev.reason)})" if ev.reason else ""),
         *([f"  {rate_limit_line(s)}"] if s.mostly_rate_limited else []),
+        *measurement_lines(s),
         f"  aggregate: output {_f(s.output_tok_s)} tok/s, total {_f(s.total_tok_s)} tok/s, "
         f"{_f(s.request_s, 2)} req/s, goodput {_f(s.goodput_req_s, 2)} req/s",
         f"  {'metric':<18}" + "".join(f" {h:>11}" for h in ("mean", "p50", "p90", "p99", "max")),
@@ -335,9 +370,56 @@ def format_cell(ev: Any, total: int) -> str:
                      f"complete ones took p50 {_f(cv.duration_s.p50, 2)} s, p90 {_f(cv.duration_s.p90, 2)} s")
     if s.quality is not None:
         lines.append(f"  quality under load: {quality_text(s.quality)}")
+    if s.probes is not None:
+        lines.append(f"  {probes_text(s.probes)}")
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
+
+
+def measurement_lines(s: CellResult) -> list[str]:
+    """How the cell was measured, said in every table: its window (and the whole cell's figures beside a steady
+    window's), its figures' 95% intervals, --precision's outcome and the saturation mark."""
+    out = []
+    w = s.window
+    if w is not None and w.kind == "steady":
+        whole = s.whole or s
+        out.append(f"  window: steady, {_f(w.start_s, 1)}-{_f(w.end_s, 1)} s of the cell ({clean_text(w.basis)}"
+                   f"): {w.requests} of {w.requests + w.ramp_requests + w.drain_requests} requests "
+                   f"({w.ramp_requests} in the ramp, {w.drain_requests} in the drain left out)")
+        out.append(f"  whole cell (ramp and drain in): output {_f(whole.output_tok_s)} tok/s, {_f(whole.request_s, 2)}"
+                   f" req/s, goodput {_f(whole.goodput_req_s, 2)} req/s, TTFT p50 {_f(whole.ttft_ms.p50, 2)} ms")
+    elif w is not None:
+        out.append(f"  window: whole cell ({clean_text(w.basis)})")
+    if s.intervals:
+        parts = [f"{_interval_label(iv.figure)} {_f(iv.value, 2)} [{_f(iv.low, 2)}, {_f(iv.high, 2)}]"
+                 for iv in s.intervals]
+        k = max(iv.batches for iv in s.intervals)
+        out.append(f"  95% intervals (batch means over {k} spans of time): " + ", ".join(parts))
+    p = s.precision
+    if p is not None:
+        got = f"+-{p.reached * 100:.1f}%" if p.reached is not None else "no interval"
+        head = "imprecise" if p.imprecise else "precise"
+        tail = f": the ceiling ({p.ceiling}) came first" if p.imprecise else ""
+        out.append(f"  precision: {head}, {got} on {p.figure} (target {(p.target or 0) * 100:g}%) over "
+                   f"{p.requests:,} requests{tail}")
+    sat = s.saturation
+    if sat is not None and sat.saturated:
+        out.append(f"  {clean_text(sat.reason)}")
+    return out
+
+
+def _interval_label(figure: str) -> str:
+    head, _, stat = figure.partition(".")
+    return f"{_label(head)} {stat}".strip() if head in METRICS else figure
+
+
+def probes_text(p: CellProbes) -> str:
+    """--probe-rate's probes in one line."""
+    failed = f", {p.failed} failed" if p.failed else ""
+    return (f"interference probes ({p.rate:g}/s, {p.input_tokens} in / {p.output_tokens} out): {p.sent} sent{failed}; "
+            f"TTFT p50 {_f(p.ttft_ms.p50, 2)} ms, p90 {_f(p.ttft_ms.p90, 2)} ms; E2E p50 {_f(p.e2e_ms.p50, 2)} ms, "
+            f"p90 {_f(p.e2e_ms.p90, 2)} ms")
 
 
 def quality_text(q: CellQuality) -> str:
@@ -563,7 +645,7 @@ def resume_command(args: argparse.Namespace) -> int:
         target = sweep["target"] if isinstance(sweep.get("target"), dict) else {}
         sweep = {**sweep, "server": {**server, "launch": fields.nonempty_text(args.launch, "--launch")},
                  "target": {k: v for k, v in target.items() if k != "url"}}
-    spec = SweepSpec.from_table(sweep, f"{s.path / 'session.toml'}: [sweep]", s.path)
+    spec = SweepSpec.from_table(legacy_regime(sweep), f"{s.path / 'session.toml'}: [sweep]", s.path)
     if args.recover_timeout is not None:
         spec = spec.replace(recover_timeout_s=fields.duration(args.recover_timeout, "--recover-timeout"))
     if args.api_key_env is not None:
