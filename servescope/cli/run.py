@@ -392,7 +392,7 @@ def measurement_lines(s: CellResult) -> list[str]:
     elif w is not None:
         out.append(f"  window: whole cell ({clean_text(w.basis)})")
     if s.intervals:
-        parts = [f"{_interval_label(iv.figure)} {_f(iv.value, 2)} [{_f(iv.low, 2)}, {_f(iv.high, 2)}]"
+        parts = [f"{_interval_label(iv.figure)} {_f(iv.estimate, 2)} [{_f(iv.low, 2)}, {_f(iv.high, 2)}]"
                  for iv in s.intervals]
         k = max(iv.batches for iv in s.intervals)
         out.append(f"  95% intervals (batch means over {k} spans of time): " + ", ".join(parts))

@@ -19,6 +19,7 @@ from servescope.cli.run import open_target
 from servescope.core.errors import ServescopeError
 from servescope.core.launchspec import INTERESTING, parse_launch
 from servescope.core.textsafe import clean_text
+from servescope.engine.plan import PRECISION_CEILING
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.tune import Setting, Space, Step, Tuner, check_dims, design, parse_loads, parse_search
 from servescope.engine.tunemodel import TwinModel, fit_summary
@@ -73,8 +74,8 @@ def tune_command(args: argparse.Namespace) -> int:
     loads = parse_loads(args.tune_loads)
     if not spec.slos:
         spec = spec.replace(slos=dict(DEFAULT_SLOS))
-    if spec.requests is None:
-        spec = spec.replace(requests=DEFAULT_REQUESTS)
+    if spec.requests is None:  # with --precision, the cells' ceiling (each stops once its figures are precise)
+        spec = spec.replace(requests=DEFAULT_REQUESTS if spec.precision is None else PRECISION_CEILING)
     space = Space(tuple(dims), loads)
     first = design(space)
     budget = args.budget if args.budget is not None else max(len(first) + 2, math.ceil(space.cells / 3))
@@ -110,7 +111,8 @@ def tune_command(args: argparse.Namespace) -> int:
         mins = int(spec.requests or DEFAULT_REQUESTS)
         measurer = LiveMeasurer(spec, ctx, root, objective, mins)
         stack.callback(measurer.close)
-        model = TwinModel(space, w, spec.slos, requests_for(mins), spec.seed, ramp_s=spec.ramp_s,
+        model = TwinModel(space, w, spec.slos, requests_for(mins if spec.precision is None else DEFAULT_REQUESTS),
+                          spec.seed, ramp_s=spec.ramp_s, steady=spec.window == "steady",
                           progress=lambda t: print(f"  model: {t}", file=out, flush=True))
         unit = "req/s" if objective == "goodput" else "users"
         steps: list[Step] = []

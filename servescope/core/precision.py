@@ -5,14 +5,18 @@ Requests inside one cell are not independent: they share the server's batches, s
 request in flight together. A plain interval over requests (or a bootstrap that resamples them one by one) is then
 too narrow. The interval here is made from **batch means over time**: the cell's window is cut into K equal spans of
 time (each at least `BATCH_E2E` times the window's median E2E long, so requests sharing batches mostly fall in one
-span), each request belongs to the span in which it was sent, and each figure is computed per span. The spans'
-figures are close to independent, so their spread gives the figure's standard error with K - 1 degrees of freedom:
+span), and each figure is computed per span. The spans' figures are close to independent, so their spread gives the
+figure's standard error with K - 1 degrees of freedom:
 
-- a rate (`output_tok_s`, `total_tok_s`, `request_s`, `goodput_req_s`): the per-span totals over the span's length;
-  the figure is their mean, the interval `mean +- t(0.975, K-1) x sd / sqrt(K)`;
-- a mean over requests (`ttft_ms.mean`, `slo_met_fraction`): a ratio of per-span sums (sum of values / count), with
+- a rate (`output_tok_s`, `total_tok_s`, `request_s`, `goodput_req_s`) counts what happened in a span: the output
+  tokens that arrived in it (`total_tok_s` adds a request's prompt tokens at its first token), the requests that
+  ended in it (`goodput_req_s`: those within every SLO), over the span's length. The figure is the spans' mean (the
+  window's total over its length), the interval `mean +- t(0.975, K-1) x sd / sqrt(K)`. Counting events inside the
+  window keeps a short window's rate unbiased: its N sends span N-1 gaps;
+- a per-request figure takes the requests *sent* in the window, each in the span it was sent in:
+  a mean (`ttft_ms.mean`, `slo_met_fraction`) is a ratio of per-span sums (sum of values / count), with
   the ratio estimator's variance `sum((y_k - R n_k)^2) / (K (K-1) nbar^2)`;
-- a percentile (`ttft_ms.p50`): Woodruff's interval with that variance: the share of requests at or below the
+  a percentile (`ttft_ms.p50`) has Woodruff's interval with that variance: the share of requests at or below the
   percentile is a ratio of per-span counts, its interval is found as above, and the interval of the percentile is
   the empirical quantiles at the two ends of it.
 
@@ -27,7 +31,6 @@ Pure: no polars, no I/O; the live cell (engine/cell.py), the summary and benchma
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,14 +38,15 @@ from dataclasses import dataclass, field
 from servescope.core.errors import ServescopeError
 from servescope.core.records import RequestRecord
 
-__all__ = ["BATCH_E2E", "FIGURES", "MIN_BATCHES", "MIN_REQUESTS", "Interval", "PrecisionRule", "Precision",
-           "RequestPoint", "default_figures", "intervals", "parse_precision", "point_of", "precision_text",
-           "t_quantile"]
+__all__ = ["BATCH_E2E", "FIGURES", "MIN_BATCHES", "MIN_REQUESTS", "RATES", "Interval", "PrecisionRule", "Precision",
+           "RequestPoint", "default_figures", "events", "intervals", "parse_precision", "point_of", "t_quantile",
+           "window_rates"]
 
 BATCH_E2E = 2.0  # a span is at least this many median E2Es long: requests sharing batches fall mostly in one
 MIN_BATCHES = 10  # spans at least: fewer give an interval too unsure of its own width to stop on
 MAX_BATCHES = 30  # spans at most: more spans, each shorter, are less independent of their neighbours
 MIN_REQUESTS = 30  # requests in the window at least before a cell may stop on its precision
+MAX_RHO = 0.8  # the spans' lag-1 correlation is taken at most this high (a widening of 3x in the standard error)
 LOOK_STEP = 1.1  # the rule looks again once 10% more requests finished (and at least one round of users more)
 
 RATES = ("output_tok_s", "total_tok_s", "request_s", "goodput_req_s")
@@ -118,7 +122,7 @@ def parse_precision(raw: object, where: str) -> Precision | None:
             raise ServescopeError(f"{where}: {part.strip()!r}: give FIGURE:SHARE, e.g. output_tok_s:2%")
         if name not in FIGURES:
             close = difflib.get_close_matches(name, FIGURES, n=1)
-            hint = f"; did you mean {close[0]}?" if close else f"; e.g. output_tok_s, ttft_ms.p50, tpot_ms.p90"
+            hint = f"; did you mean {close[0]}?" if close else "; e.g. output_tok_s, ttft_ms.p50, tpot_ms.p90"
             raise ServescopeError(f"{where}: no figure {name!r} has an interval{hint}")
         if any(f == name for f, _ in out):
             raise ServescopeError(f"{where}: {name} is named twice; give each figure once")
@@ -137,8 +141,9 @@ def dump_precision(p: Precision) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RequestPoint:
-    """One measured request as the intervals see it: when it was sent (ns), whether it succeeded, its tokens, and
-    its per-request figures (None where it has none)."""
+    """One measured request as the intervals see it: when it was sent, got its first token and ended (ns), whether
+    it succeeded, its tokens (`tokens`: when each output token arrived, as (stamp, tokens) pairs), and its
+    per-request figures (None where it has none)."""
 
     sent_ns: int
     ok: bool
@@ -146,6 +151,9 @@ class RequestPoint:
     input_tokens: int
     values: Mapping[str, float | None] = field(default_factory=dict)
     counted: bool = True  # False: cancelled by a stop (judged against no SLO, as summarize leaves it out)
+    first_ns: int = 0
+    end_ns: int = 0
+    tokens: tuple[tuple[int, float], ...] = ()
 
 
 def point_of(r: RequestRecord) -> RequestPoint:
@@ -163,8 +171,41 @@ def point_of(r: RequestRecord) -> RequestPoint:
         else None
     values = {"ttft_ms": ttft, "ttfo_ms": ttfo, "tpot_ms": tpot, "e2e_ms": e2e, "per_user_tok_s": per_user,
               "prefill_tok_s": prefill}
+    tokens: tuple[tuple[int, float], ...] = ()
+    if ok and r.output_tokens > 0:
+        counted = sum(r.chunk_tokens)
+        if counted > 0 and len(r.chunk_ns) == len(r.chunk_tokens):  # the usage's count, spread as the chunks came
+            scale = r.output_tokens / counted
+            tokens = tuple((t, n * scale) for t, n in zip(r.chunk_ns, r.chunk_tokens, strict=True))
+        else:
+            tokens = ((r.end_ns or r.first_token_ns, float(r.output_tokens)),)
     return RequestPoint(sent, ok, r.output_tokens if ok else 0, max(r.prompt_tokens, 0) if ok else 0, values,
-                        r.status != "cancelled")
+                        r.status != "cancelled", r.first_token_ns, r.end_ns, tokens)
+
+
+def events(p: RequestPoint, fig: str, slos: Mapping[str, float]) -> list[tuple[int, float]]:
+    """What a request adds to a rate, and when: output tokens as they arrived (`output_tok_s`; `total_tok_s` adds
+    its prompt's tokens at its first token), or one request when it ended (`request_s`: a success, `goodput_req_s`:
+    one within every SLO). A rate over a window counts what happened inside it."""
+    if not p.ok:
+        return []
+    if fig == "output_tok_s":
+        return list(p.tokens)
+    if fig == "total_tok_s":
+        return [*p.tokens, *([(p.first_ns, float(p.input_tokens))] if p.input_tokens and p.first_ns else [])]
+    if fig == "request_s" or (fig == "goodput_req_s" and _good(p, slos)):
+        return [(p.end_ns, 1.0)] if p.end_ns else []
+    return []
+
+
+def window_rates(points: Sequence[RequestPoint], start_ns: int, end_ns: int, slos: Mapping[str, float]
+                 ) -> dict[str, float]:
+    """Each rate over [start_ns, end_ns]: what happened inside it (tokens arrived, requests ended) over its length."""
+    span_s = (end_ns - start_ns) / 1e9
+    if span_s <= 0:
+        return {}
+    return {fig: sum(n for p in points for t, n in events(p, fig, slos) if start_ns <= t <= end_ns) / span_s
+            for fig in RATES}
 
 
 def _good(p: RequestPoint, slos: Mapping[str, float]) -> bool:
@@ -254,15 +295,28 @@ def _quantile(sorted_vals: Sequence[float], q: float) -> float:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
+def _ar1(resid: Sequence[float]) -> float:
+    """The variance factor (1 + rho) / (1 - rho) of a series whose neighbours are correlated by rho (the lag-1
+    autocorrelation of `resid`, deviations from the mean; taken as 0 when negative, at most `MAX_RHO`): spans that
+    are not quite independent make the plain batch-means variance too small by about this factor."""
+    den = sum(e * e for e in resid)
+    if len(resid) < 3 or den <= 0:
+        return 1.0
+    rho = min(MAX_RHO, max(0.0, sum(a * b for a, b in zip(resid, resid[1:], strict=False)) / den))
+    return (1 + rho) / (1 - rho)
+
+
 def _ratio_se(ys: Sequence[float], ns: Sequence[float]) -> tuple[float, float] | None:
-    """(ratio, its standard error) of per-span sums sum(y)/sum(n) by the ratio estimator; None without data."""
+    """(ratio, its standard error) of per-span sums sum(y)/sum(n) by the ratio estimator, widened by the spans'
+    lag-1 correlation (`_ar1`); None without data."""
     k = len(ys)
     tot_n = sum(ns)
     if k < 2 or tot_n <= 0:
         return None
     r = sum(ys) / tot_n
     nbar = tot_n / k
-    var = sum((y - r * n) ** 2 for y, n in zip(ys, ns, strict=True)) / (k * (k - 1) * nbar ** 2)
+    resid = [y - r * n for y, n in zip(ys, ns, strict=True)]
+    var = sum(e * e for e in resid) / (k * (k - 1) * nbar ** 2) * _ar1(resid)
     return r, math.sqrt(max(var, 0.0))
 
 
@@ -293,33 +347,26 @@ def intervals(points: Sequence[RequestPoint], start_ns: int, end_ns: int, figure
     out: list[Interval] = []
     t = t_quantile(k - 1) if k >= 2 else math.inf
     for fig in figures:
-        out.append(_interval(fig, inside, spans, k, window_s, slos, t))
+        out.append(_interval(fig, inside, spans, k, window_s, slos, t, points, start_ns))
     return out
 
 
 def _interval(fig: str, inside: Sequence[RequestPoint], spans: Sequence[int], k: int, window_s: float,
-              slos: Mapping[str, float], t: float) -> Interval:
+              slos: Mapping[str, float], t: float, everyone: Sequence[RequestPoint], start_ns: int) -> Interval:
     if fig in RATES:
-        def amount(p: RequestPoint) -> float:
-            if fig == "output_tok_s":
-                return float(p.output_tokens)
-            if fig == "total_tok_s":
-                return float(p.output_tokens + p.input_tokens)
-            if fig == "request_s":
-                return 1.0 if p.ok else 0.0
-            return 1.0 if _good(p, slos) else 0.0
-
-        total = sum(amount(p) for p in inside)
-        value = total / window_s if window_s > 0 else None
+        per = [0.0] * k
+        span_ns = window_s * 1e9 / k
+        for p in everyone:
+            for at, n in events(p, fig, slos):
+                if start_ns <= at <= start_ns + window_s * 1e9:
+                    per[min(k - 1, int((at - start_ns) / span_ns)) if span_ns > 0 else 0] += n
+        value = sum(per) / window_s if window_s > 0 else None
         if k < 2 or value is None:
             return Interval(fig, value, None, None, max(k, 0))
-        per = [0.0] * k
-        for p, s in zip(inside, spans, strict=True):
-            per[s] += amount(p)
         span_s = window_s / k
         rates = [x / span_s for x in per]
         mean = sum(rates) / k
-        sd = math.sqrt(sum((x - mean) ** 2 for x in rates) / (k - 1))
+        sd = math.sqrt(sum((x - mean) ** 2 for x in rates) / (k - 1) * _ar1([x - mean for x in rates]))
         half = t * sd / math.sqrt(k)
         return Interval(fig, value, max(0.0, value - half), value + half, k)
     if fig == "slo_met_fraction":
@@ -427,24 +474,13 @@ class PrecisionRule:
         end = self.complete_until()
         if end is None or end <= self.start_ns:
             return None
-        known = [p for p in self.points if p.sent_ns <= end]
-        got = intervals(known, self.start_ns, end, [f for f, _ in self.targets], self.slos)
+        # every request sent after `end` is still out or came later: what happened up to `end` is all known
+        got = intervals(self.points, self.start_ns, end, [f for f, _ in self.targets], self.slos)
         self.last = got
-        inside = sum(1 for p in known if p.sent_ns >= self.start_ns)
+        inside = sum(1 for p in self.points if self.start_ns <= p.sent_ns <= end)
         if not got or got[0].batches < MIN_BATCHES or inside < MIN_REQUESTS:
             return None
         shares = dict(self.targets)
         if all(iv.reached <= shares[iv.figure] for iv in got):
             return got
         return None
-
-
-def precision_text(target: float, reached: float | None, requests: int, imprecise: bool) -> str:
-    """One line: `+-1.8% (target 2%) over 412 requests`, or `imprecise: +-3.1% ...` when the ceiling came first."""
-    got = "no interval" if reached is None or not math.isfinite(reached) else f"+-{reached * 100:.1f}%"
-    head = "imprecise: " if imprecise else ""
-    return f"{head}{got} (target {target * 100:g}%) over {requests:,} requests"
-
-
-def first_at_or_after(sorted_ns: Sequence[int], t: int) -> int:
-    return bisect.bisect_left(sorted_ns, t)

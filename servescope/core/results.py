@@ -390,7 +390,7 @@ class FigureInterval(_Base, frozen=True):
     time, requests by the span they were sent in), and with --precision the share it was held to."""
 
     figure: str = ""
-    value: float | None = None
+    estimate: float | None = None  # the figure over the window (as the summary holds it)
     low: float | None = None
     high: float | None = None
     reached: float | None = None  # half the interval's width over the value (None: no interval)

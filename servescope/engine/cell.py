@@ -113,7 +113,8 @@ class CellAttempt:
         self.telemetry.begin_cell()
         t0 = time.monotonic()
         task = asyncio.create_task(self.target.run_cell(
-            self.opts, self.specs, cell.load, Limits(cell.requests, cell.duration_s, cell.warmup), self._on_record,
+            self.opts, self.specs, self.measure.load(cell), Limits(cell.requests, cell.duration_s, cell.warmup),
+            self._on_record,
             self.cc, seed=cell.seed, before_measured=self._before_measured))
         task.add_done_callback(lambda _t: self.wake.set())
         dog = asyncio.create_task(watchdog(self.servers, self.health_interval_s, self.cc.stop, self._on_lost,
@@ -214,7 +215,7 @@ class CellAttempt:
         if self.measure.window != "steady":
             return None, windows.telemetry
         end = self.stopper.end_ns if self.stopper is not None and self.stopper.fired else None
-        span = steady_span(run.records, self.cell.load, self.cell.requests, end)
+        span = steady_span(run.records, self.measure.load(self.cell), self.cell.requests, end)
         if span is None or windows.telemetry is None:
             return span, windows.telemetry
         return span, (await self.telemetry.window(span.start_ns, span.end_ns, 0)).telemetry

@@ -16,6 +16,7 @@ intervals, tune's margins) takes the same requests as the figures."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import msgspec
 import polars as pl
 
 from servescope.core.client import RequestSpec
-from servescope.core.load import CellRun
+from servescope.core.load import CellRun, Load
 from servescope.core.metrics import summarize
 from servescope.core.precision import (
     BATCH_E2E,
@@ -33,6 +34,7 @@ from servescope.core.precision import (
     default_figures,
     intervals,
     point_of,
+    window_rates,
 )
 from servescope.core.records import RequestRecord
 from servescope.core.results import (
@@ -42,7 +44,7 @@ from servescope.core.results import (
     FigureInterval,
     TelemetryWindow,
 )
-from servescope.core.steady import WindowSpan, sent_at, steady_offset, steady_span
+from servescope.core.steady import WindowSpan, sent_at, steady_offset
 from servescope.engine.plan import Cell
 from servescope.engine.saturation import judge_saturation, ttft_trend
 
@@ -62,6 +64,14 @@ class CellMeasure:
     probe_rate: float | None = None
     probe_specs: Sequence[RequestSpec] = ()
     lower: tuple[float, CellResult] | None = None  # the next lower load of the cell's series, and its summary
+    auto_ramp_s: float | None = None  # --ramp auto: the ramp its users start over (not part of its planned load)
+
+    def load(self, cell: Cell) -> Load:
+        """The load the cell runs: its planned one, with the auto ramp when it has one. The planned load (its row,
+        its label, what comparisons join cells on) stays as planned: an auto ramp differs a little from run to run."""
+        if self.auto_ramp_s and not cell.load.ramp_s:
+            return dataclasses.replace(cell.load, ramp_s=self.auto_ramp_s)
+        return cell.load
 
     @property
     def figures(self) -> tuple[str, ...]:
@@ -85,7 +95,7 @@ class Stopper:
 
     def __init__(self, m: CellMeasure, cell: Cell) -> None:
         self.rule = PrecisionRule(m.targets, m.slos, users=cell.load.concurrency or 1)
-        self.offset, _ = steady_offset(cell.load, cell.requests)
+        self.offset, _ = steady_offset(m.load(cell), cell.requests)
         self.first: int | None = None
         self.end_ns: int | None = None
         self.fired = False
@@ -115,7 +125,7 @@ def method_text(batches: int, span_s: float | None) -> str:
 
 
 def _intervals(ivs: Sequence[Interval], targets: Mapping[str, float]) -> list[FigureInterval]:
-    return [FigureInterval(figure=iv.figure, value=iv.value, low=iv.low, high=iv.high,
+    return [FigureInterval(figure=iv.figure, estimate=iv.value, low=iv.low, high=iv.high,
                            reached=iv.reached if math.isfinite(iv.reached) else None,
                            target=targets.get(iv.figure), batches=iv.batches) for iv in ivs]
 
@@ -126,17 +136,21 @@ def cell_figures(whole: CellResult, df: pl.DataFrame, run: CellRun, cell: Cell, 
     """The summary the cell saves (see the module's text), and its request rows with `in_window`."""
     measured = [r for r in run.records if not r.warmup]
     points = [point_of(r) for r in measured]
+    ramp = m.load(cell).ramp_s
     first = min((r.scheduled_ns for r in measured), default=run.start_ns)
     sent = pl.when(pl.col("sent_ns") > 0).then(pl.col("sent_ns")).otherwise(pl.col("scheduled_ns"))
     targets = dict(m.targets)
-    if m.window == "whole" or span is None:
+    ok_in = (sum(1 for r in measured if span.start_ns <= sent_at(r) <= span.end_ns and r.status == "ok")
+             if span is not None else 0)
+    if m.window == "whole" or span is None or not ok_in:
         end = max(run.end_ns, first + 1)
         ivs = intervals(points, first, end, m.figures, slos)
         why = ("every measured request, over the cell's wall time" if m.window == "whole" else
                "every measured request: a trace replays its own times" if cell.load.arrival == "trace" else
-               "every measured request: no request was sent after the ramp")
+               "every measured request: no request was sent after the ramp" if span is None else
+               "every measured request: no request sent in its steady window finished")
         window = CellWindow(kind="whole", start_s=0.0, end_s=(end - first) / 1e9, requests=len(measured),
-                            requests_ok=whole.requests_ok, ramp_s=cell.load.ramp_s, basis=why)
+                            requests_ok=whole.requests_ok, ramp_s=ramp, basis=why)
         out = msgspec.structs.replace(whole, window=window, intervals=_intervals(ivs, targets))
         df = df.with_columns(in_window=~pl.col("warmup"))
         a, b = first, end
@@ -144,13 +158,17 @@ def cell_figures(whole: CellResult, df: pl.DataFrame, run: CellRun, cell: Cell, 
         a, b = span.start_ns, span.end_ns
         inside = (sent >= a) & (sent <= b) & ~pl.col("warmup")
         steady = summarize(df.filter(inside), (b - a) / 1e9, slos, server_prefix_hit_rate=server_hit_rate)
-        steady = msgspec.structs.replace(steady, **{k: getattr(whole, k) for k in WHOLE_COUNTS})
+        rates = window_rates(points, a, b, slos)  # what happened in the window: tokens arrived, requests ended
+        out_tok = rates.get("output_tok_s", 0.0) * (b - a) / 1e9
+        steady = msgspec.structs.replace(
+            steady, **{k: getattr(whole, k) for k in WHOLE_COUNTS}, **rates,
+            output_tokens_total=round(out_tok),
+            input_tokens_total=round(rates.get("total_tok_s", 0.0) * (b - a) / 1e9 - out_tok))
         n_in = sum(1 for r in measured if a <= sent_at(r) <= b)
         n_before = sum(1 for r in measured if sent_at(r) < a)
-        ok_in = sum(1 for r in measured if a <= sent_at(r) <= b and r.status == "ok")
         window = CellWindow(kind="steady", start_s=(a - first) / 1e9, end_s=(b - first) / 1e9, requests=n_in,
                             requests_ok=ok_in, ramp_requests=n_before, drain_requests=len(measured) - n_in - n_before,
-                            ramp_s=cell.load.ramp_s, basis=span.basis)
+                            ramp_s=ramp, basis=span.basis)
         ivs = intervals(points, a, b, m.figures, slos)
         out = msgspec.structs.replace(steady, window=window, whole=whole, intervals=_intervals(ivs, targets))
         df = df.with_columns(in_window=inside.fill_null(False))

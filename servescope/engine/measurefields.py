@@ -6,6 +6,7 @@ older sweep table keeps the regime it was measured in (`legacy_regime`)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 from servescope.core.errors import ServescopeError
@@ -25,16 +26,16 @@ def opt_ramp(raw: object, where: str) -> float | None:
         return None
     if isinstance(raw, str) and raw.strip().lower() == "auto":
         return None
-    if isinstance(raw, str) and not raw.strip() and where.isidentifier():
-        return None  # an empty form field: the default (auto)
     if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw == 0:
         return 0.0
-    if isinstance(raw, str) and raw.strip().lower().rstrip("ms").rstrip() in ("0", "0.0", "0."):
+    if isinstance(raw, str) and re.fullmatch(r"\s*[+]?0*\.?0*\s*(ms|s|m|h)?\s*", raw) and any(c == "0" for c in raw):
         return 0.0
     try:
-        return f.duration(raw, where)
+        return f.opt_duration(raw, where)
     except ServescopeError as e:
-        raise ServescopeError(f"{e.message} (or auto, the default, or 0 for none)") from None
+        if "bad duration" not in e.message:
+            raise
+        raise ServescopeError(f"{e.message}, auto (the default) or 0 (none)") from None
 
 
 def dump_ramp(v: float) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -44,6 +43,8 @@ from servescope.engine.events import (
     SweepStarted,
     TelemetrySample,
 )
+from servescope.engine.interference import PROBE_INPUT, PROBE_OUTPUT
+from servescope.engine.measure import CellMeasure, ceiling_text
 from servescope.engine.plan import (
     DEFAULT_CONCURRENCY,
     DEFAULT_REQUESTS,
@@ -52,8 +53,6 @@ from servescope.engine.plan import (
     plan_cells,
     prompts_to_build,
 )
-from servescope.engine.interference import PROBE_INPUT, PROBE_OUTPUT
-from servescope.engine.measure import CellMeasure, ceiling_text
 from servescope.engine.quality import QualityMixer
 from servescope.engine.series import SweepSeries
 from servescope.engine.server import ServerManager, Servers
@@ -346,8 +345,9 @@ class _Sweep:
                                       f"{clean_text(str(e)) or type(e).__name__}") from None
             specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
                      for p in prompts]
-            for ev in await self._auto_ramp(cell):  # --ramp auto: a closed loop's users start over one request's E2E
-                yield ev
+            ramp, notes = await self._auto_ramp(cell)  # --ramp auto: a closed loop's users start over one E2E
+            for note in notes:
+                yield note
             yield CellStarted(cell, len(self.cells))
             opts = self._options()
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
@@ -355,7 +355,7 @@ class _Sweep:
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
                               ran_with=self._ran_with(), mixer=self.mixer,
                               prices=Prices(spec.price, spec.gpu_hour, spec.electricity_price),
-                              measure=await self._measure(cell))
+                              measure=await self._measure(cell, ramp))
             lost = False
             measured = specs[warm_prompts(cell.warmup):] or specs
             async for ev in run.events():
@@ -405,13 +405,13 @@ class _Sweep:
             return
 
     # ---- how a cell is measured: its ramp, window, precision, probes, saturation (engine/measure.py) -----------
-    async def _measure(self, cell: Cell) -> CellMeasure:
+    async def _measure(self, cell: Cell, ramp: float | None) -> CellMeasure:
         spec = self.spec
         targets = spec.precision.targets(spec.slos) if spec.precision is not None else ()
         return CellMeasure(window=spec.window, targets=targets, slos=dict(spec.slos),
                            ceiling=ceiling_text(cell.requests, cell.duration_s), probe_rate=spec.probe_rate,
                            probe_specs=await self._probe_specs(cell) if spec.probe_rate else (),
-                           lower=self.series.lower(cell))
+                           lower=self.series.lower(cell), auto_ramp_s=ramp)
 
     async def _probe_specs(self, cell: Cell) -> list[RequestSpec]:
         """--probe-rate: the probes' prompts (PROBE_INPUT tokens in, PROBE_OUTPUT out), built once per API."""
@@ -424,15 +424,16 @@ class _Sweep:
             self.probe_specs[api] = [RequestSpec(api, p.text, p.input_tokens, p.output_tokens) for p in prompts]
         return self.probe_specs[api]
 
-    async def _auto_ramp(self, cell: Cell) -> list[Event]:
+    async def _auto_ramp(self, cell: Cell) -> tuple[float | None, list[Event]]:
         """`--ramp auto` (the default) on a closed loop of several users with no ramp of its own: its users start
         one by one over one request's E2E measured alone, as `servescope tune` starts them: the E2E p50 of this
         workload's one-user cell when one ran before, else one probe request sent alone now (not a cell's). The
-        cell's load then carries the ramp (its row, its label). Said once per workload and server variant."""
+        ramp (s, None: none), and the notices saying so (once per workload and server variant). The cell's planned
+        load is left as it is: its summary's window says the ramp it ran with."""
         load = cell.load
         if (self.spec.ramp_s is not None or load.ramp_s or load.rate is not None or (load.concurrency or 1) <= 1
                 or cell.workload.kind == "trace" or (cell.requests is not None and cell.requests <= 1)):
-            return []
+            return None, []
         key = (cell.variant, cell.workload.name)
         out: list[Event] = []
         ramp = self.series.ramps.get(key)
@@ -451,9 +452,7 @@ class _Sweep:
                 if self.sink is not None:
                     self.sink.add_event("ramp", line)
                 out.append(Notice("info", line))
-        if ramp:
-            cell.load = dataclasses.replace(load, ramp_s=ramp)
-        return out
+        return ramp or None, out
 
     async def _probe_e2e(self, cell: Cell) -> float | None:
         """One request of the cell's workload sent alone (its own prompt, not one of the cell's): its E2E (s)."""

@@ -33,11 +33,11 @@ from typing import Generic, NamedTuple, TypeVar, overload
 
 from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
+from servescope.core.precision import Precision, dump_precision
 from servescope.core.prices import ApiPrice, dump_price, parse_gpu_hour, parse_price
 from servescope.core.secrets import is_redacted, redact_command
 from servescope.core.tls import TlsSettings, ca_cert_path
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
-from servescope.core.precision import Precision, dump_precision
 from servescope.engine import fields as f
 from servescope.engine import measurefields as mf
 from servescope.engine.measurefields import legacy_regime

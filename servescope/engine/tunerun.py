@@ -22,6 +22,7 @@ from servescope.core.kvbudget import KVBudget
 from servescope.core.launchspec import ArgValue
 from servescope.core.metrics import HIGHER_IS_BETTER, SLO_ATTAINMENT
 from servescope.core.secrets import redact_command
+from servescope.core.steady import ramp_from_probe
 from servescope.engine.aio import run_loop
 from servescope.engine.background import Background
 from servescope.engine.events import Event, SweepControl
@@ -39,7 +40,7 @@ from servescope.engine.tune import (
     margins_of,
     pooled_value,
 )
-from servescope.engine.tunemodel import ramp_from_probe, request_rows
+from servescope.engine.tunemodel import request_rows
 from servescope.sessions.live import HEARTBEAT_S, RunnerLock
 from servescope.sessions.store import load_session
 

@@ -119,6 +119,7 @@ class MeasuredCell:
     figures: dict[str, float]
     client_bound: bool = False  # the client, not the server, limited the cell (core.health)
     ramp_s: float = 0.0  # a closed loop's users started one by one over this long (`--ramp`)
+    steady: bool = False  # its figures are over its steady window (core/steady.py): the replay's are too
 
     @property
     def label(self) -> str:
@@ -153,10 +154,11 @@ def measured_cells(session: Session) -> list[MeasuredCell]:
         figs = {k: v for k, _ in FIT_FIGURES if (v := _figure(s, k)) is not None}
         conc = row.get("concurrency")
         rate = row.get("rate")
-        ramp = row.get("ramp_s")
+        ramp = row.get("ramp_s") or (s.window.ramp_s if s.window is not None else None)  # planned, else --ramp auto
         out.append(MeasuredCell(int(row["index"]), str(row.get("workload")), int(conc) if conc else None,
                                 float(rate) if rate else None, prompts, outputs, sends, figs, s.client_bound,
-                                float(ramp) if isinstance(ramp, (int, float)) and ramp > 0 else 0.0))
+                                float(ramp) if isinstance(ramp, (int, float)) and ramp > 0 else 0.0,
+                                s.window is not None and s.window.kind == "steady"))
     if not out:
         raise ServescopeError(f"{session.path}: no completed cell with measured requests to fit the twin to; run a "
                               "sweep first (e.g. -c 1,4,16)")
@@ -225,6 +227,36 @@ def run_virtual(cost: CostModel, prompts: Sequence[int], outputs: Sequence[int],
     except RuntimeError as e:
         raise ServescopeError(f"the twin cannot run this cell: {e}") from None
     return VirtualCell(list(prompts), list(outputs), first, done, sent, token_t, runner.now)
+
+
+def steady_part(v: VirtualCell, concurrency: int | None, ramp_s: float = 0.0) -> VirtualCell:
+    """The virtual cell's steady window, as core/steady.py cuts a measured one: the requests sent from the moment the
+    last user started (a closed loop: user u of N at u/N x ramp; an open loop: after its ramp) to the last send,
+    their times shifted so the window starts at 0 and `wall` is its length. The whole cell when it has none."""
+    if not v.sent:
+        return v
+    first = min(v.sent)
+    if concurrency:
+        users = min(concurrency, len(v.sent))
+        start = first + (ramp_s * (users - 1) / users if users > 1 else 0.0)
+    else:
+        start = first + ramp_s
+    end = max(v.sent)
+    keep = [i for i, t in enumerate(v.sent) if start <= t <= end]
+    if end <= start or not keep:
+        return v
+    return VirtualCell([v.prompts[i] for i in keep], [v.outputs[i] for i in keep],
+                       [v.first[i] - start for i in keep], [v.done[i] - start for i in keep],
+                       [v.sent[i] - start for i in keep],
+                       [[t - start for t in v.token_t[i]] for i in keep] if v.token_t else [], end - start)
+
+
+def steady_regime(twin: Twin) -> bool:
+    """Whether the twin's session measured its cells over steady windows (a `run` of the default regime: a closed
+    loop's users started over one request's E2E, figures over the steady window): its predictions are then of that
+    regime too. Twins fitted before windows, and sessions measured with `--window whole`: the whole cell."""
+    rows = twin.fit_info.get("cells")
+    return any(isinstance(r, dict) and r.get("window") == "steady" for r in rows) if isinstance(rows, list) else False
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -412,11 +444,15 @@ class FitLoss:
         return v
 
     def figures(self, prof: Profile) -> list[dict[str, float]]:
+        """Each cell replayed (with the ramp it ran with), its figures over the window its own are over."""
         cost = CostModel(prof)
-        return [quick_figures(run_virtual(cost, c.prompts, c.outputs, c.concurrency,
-                                          None if c.concurrency else c.send_s, ramp_s=c.ramp_s),
-                              prof.efficiency.frontend_ms)
-                for c in self.trimmed]
+        out = []
+        for c in self.trimmed:
+            v = run_virtual(cost, c.prompts, c.outputs, c.concurrency, None if c.concurrency else c.send_s,
+                            ramp_s=c.ramp_s)
+            out.append(quick_figures(steady_part(v, c.concurrency, c.ramp_s) if c.steady else v,
+                                     prof.efficiency.frontend_ms))
+        return out
 
     def __call__(self, x: list[float]) -> float:
         try:
@@ -534,6 +570,9 @@ def _fit_efficiencies(shape: Shape, cells: Sequence[MeasuredCell], max_requests:
             row["concurrency"] = c.concurrency
         if c.rate:
             row["rate"] = c.rate
+        row["window"] = "steady" if c.steady else "whole"
+        if c.ramp_s:
+            row["ramp_s"] = c.ramp_s
         for key, _ in FIT_FIGURES:
             m, s = c.figures.get(key), sim.get(key)
             if m and s is not None and math.isfinite(s):

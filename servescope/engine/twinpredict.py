@@ -17,7 +17,18 @@ from dataclasses import dataclass
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult
-from servescope.engine.twin import FIGURES, MIN_BAND, Twin, quick_figures, run_virtual, virtual_summary
+from servescope.core.steady import ramp_from_probe
+from servescope.engine.twin import (
+    FIGURES,
+    MIN_BAND,
+    Twin,
+    VirtualCell,
+    quick_figures,
+    run_virtual,
+    steady_part,
+    steady_regime,
+    virtual_summary,
+)
 from servescope.engine.twinshape import AS_MEASURED, Knobs, apply_knobs
 from servescope.sessions.store import Session
 from servescope.sim.profile import CostModel
@@ -159,8 +170,8 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
             raise ServescopeError(f"workload {workload.name!r}: a request of {longest:,} tokens is larger than the "
                                   f"whole KV cache ({cost.kv_cache_tokens:,} tokens)")
         sends = None if load.concurrency else poisson_sends(float(load.rate or 1.0), n, seed)
-        v = run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=True)
-        summary = virtual_summary(v, slos)
+        steady = steady_regime(twin)
+        summary = virtual_summary(_regime(cost, prompts, outputs, load, sends, steady, tokens=True), slos)
         why = []
         dist = 0.0
         for key, vals in (("prompt_tokens", prompts), ("output_tokens", outputs)):
@@ -186,7 +197,7 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
         if knobs.any:
             why.append(f"server settings changed ({knobs.label()})")
             dist += 1.0
-        spread = _spreads(cost, workload, load, n, seed, summary) if bands else {}
+        spread = _spreads(cost, workload, load, n, seed, summary, steady) if bands else {}
         band = {}
         for key in FIGURES:
             name = key.partition(".")[0]
@@ -201,7 +212,23 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
     return out
 
 
-def _spreads(cost: CostModel, workload: Workload, load: Load, n: int, seed: int, first: CellResult) -> dict[str, float]:
+def _regime(cost: CostModel, prompts: list[int], outputs: list[int], load: Load, sends: list[float] | None,
+            steady: bool, tokens: bool = False) -> VirtualCell:
+    """A predicted cell as `run` measures it: in the steady regime (`steady`), a closed loop's users start one by one
+    over the E2E of one request alone (--ramp auto) and the figures are over its steady window; else all at once,
+    over the whole cell."""
+    if not steady:
+        return run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=tokens)
+    ramp = 0.0
+    if load.concurrency and load.concurrency > 1:
+        alone = run_virtual(cost, prompts[:1], outputs[:1], 1)
+        ramp = ramp_from_probe(alone.done[0] - alone.sent[0])
+    v = run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=tokens, ramp_s=ramp)
+    return steady_part(v, load.concurrency, ramp)
+
+
+def _spreads(cost: CostModel, workload: Workload, load: Load, n: int, seed: int, first: CellResult,
+             steady: bool = False) -> dict[str, float]:
     """The prediction's own sampling spread per figure: the standard deviation of ln(figure) over the predicted
     cell and SPREAD_RUNS more runs of it with other draws of its requests (lengths, and an open loop's sends)."""
     runs: dict[str, list[float]] = {}
@@ -212,7 +239,7 @@ def _spreads(cost: CostModel, workload: Workload, load: Load, n: int, seed: int,
         other = seed + 7919 * i
         prompts, outputs = sample_lengths(workload, n, other)
         sends = None if load.concurrency else poisson_sends(float(load.rate or 1.0), n, other)
-        figs = quick_figures(run_virtual(cost, prompts, outputs, load.concurrency, sends), cost.profile.efficiency.frontend_ms)
+        figs = quick_figures(_regime(cost, prompts, outputs, load, sends, steady), cost.profile.efficiency.frontend_ms)
         for k in FIGURES:
             if k in figs:
                 runs[k].append(figs[k])

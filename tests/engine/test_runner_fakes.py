@@ -129,8 +129,10 @@ class FakeTarget:
 
 
 def _spec(**kw: Any) -> SweepSpec:
+    # users start together (--ramp 0): these tests count the requests each cell sends, and --ramp auto sends one
+    # alone before a closed loop's first cell when no c=1 cell ran before it (test_auto_ramp_* below)
     base: dict[str, Any] = {"url": "http://fake-0", "workloads": (WL,), "concurrency": (1, 2), "requests": 6,
-                            "telemetry_interval_s": None}
+                            "telemetry_interval_s": None, "ramp_s": 0.0}
     return SweepSpec(**(base | kw))
 
 
