@@ -200,11 +200,11 @@ def events(p: RequestPoint, fig: str, slos: Mapping[str, float]) -> list[tuple[i
 
 def window_rates(points: Sequence[RequestPoint], start_ns: int, end_ns: int, slos: Mapping[str, float]
                  ) -> dict[str, float]:
-    """Each rate over [start_ns, end_ns]: what happened inside it (tokens arrived, requests ended) over its length."""
+    """Each rate over [start_ns, end_ns): what happened inside it (tokens arrived, requests ended) over its length."""
     span_s = (end_ns - start_ns) / 1e9
     if span_s <= 0:
         return {}
-    return {fig: sum(n for p in points for t, n in events(p, fig, slos) if start_ns <= t <= end_ns) / span_s
+    return {fig: sum(n for p in points for t, n in events(p, fig, slos) if start_ns <= t < end_ns) / span_s
             for fig in RATES}
 
 
@@ -347,18 +347,19 @@ def intervals(points: Sequence[RequestPoint], start_ns: int, end_ns: int, figure
     out: list[Interval] = []
     t = t_quantile(k - 1) if k >= 2 else math.inf
     for fig in figures:
-        out.append(_interval(fig, inside, spans, k, window_s, slos, t, points, start_ns))
+        out.append(_interval(fig, inside, spans, k, window_s, slos, t, points, start_ns, end_ns))
     return out
 
 
 def _interval(fig: str, inside: Sequence[RequestPoint], spans: Sequence[int], k: int, window_s: float,
-              slos: Mapping[str, float], t: float, everyone: Sequence[RequestPoint], start_ns: int) -> Interval:
+              slos: Mapping[str, float], t: float, everyone: Sequence[RequestPoint], start_ns: int,
+              end_ns: int) -> Interval:
     if fig in RATES:
         per = [0.0] * k
         span_ns = window_s * 1e9 / k
         for p in everyone:
             for at, n in events(p, fig, slos):
-                if start_ns <= at <= start_ns + window_s * 1e9:
+                if start_ns <= at < end_ns:
                     per[min(k - 1, int((at - start_ns) / span_ns)) if span_ns > 0 else 0] += n
         value = sum(per) / window_s if window_s > 0 else None
         if k < 2 or value is None:
