@@ -9,9 +9,10 @@ The window leaves both out:
 - open loop: from the end of the ramp (with no ramp, the cell's start) to the last send;
 - a trace replays its own times: its window is the whole cell.
 
-A request belongs to the window when it was *sent* inside it (its scheduled send when it never went out). The
-window's rates are over its length: by Little's law, requests sent at the target load over a span deliver, in
-steady state, what the server delivers in that span. `--window whole` gives the figures over every measured request
+A request belongs to the window when it was *sent* inside it (its scheduled send when it never went out); a rate
+counts what happened inside it (tokens arrived, requests ended: core/precision.py `window_rates`) over its length.
+A window shorter than the median E2E of its requests, or holding fewer than two, is no steady state: the cell's
+figures are then the whole cell's, and say so. `--window whole` gives the figures over every measured request
 and the cell's wall time (first scheduled send to last end), as servescope computed them before windows.
 
 With `--precision` the window ends where the stop rule judged the figures precise (core/precision.py): the
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from servescope.core.load import Load
 from servescope.core.records import RequestRecord
 
-__all__ = ["WindowSpan", "ramp_from_probe", "sent_at", "steady_offset", "steady_span"]
+__all__ = ["WindowSpan", "long_enough", "ramp_from_probe", "sent_at", "steady_offset", "steady_span"]
 
 
 def ramp_from_probe(e2e_s: float) -> float:
@@ -90,4 +91,15 @@ def steady_span(records: Sequence[RequestRecord], load: Load, requests: int | No
         tail = "to the last send (the drain after it left out)"
     if end <= start:
         return None
+    if precise_end_ns is None and not long_enough(measured, start, end):
+        return None
     return WindowSpan(start, end, f"{head} {tail}")
+
+
+def long_enough(records: Sequence[RequestRecord], start_ns: int, end_ns: int) -> bool:
+    """A steady window means something once it holds two requests or more and lasts at least the median E2E of
+    the requests sent in it (a closed loop of 16 users and 16 requests has none: its last user's first send is its
+    last send)."""
+    inside = [r for r in records if start_ns <= sent_at(r) <= end_ns]
+    e2e = sorted(r.end_ns - r.sent_ns for r in inside if r.status == "ok" and r.end_ns > r.sent_ns > 0)
+    return len(inside) >= 2 and bool(e2e) and end_ns - start_ns >= e2e[len(e2e) // 2]

@@ -147,7 +147,8 @@ def cell_figures(whole: CellResult, df: pl.DataFrame, run: CellRun, cell: Cell, 
         ivs = intervals(points, first, end, m.figures, slos)
         why = ("every measured request, over the cell's wall time" if m.window == "whole" else
                "every measured request: a trace replays its own times" if cell.load.arrival == "trace" else
-               "every measured request: no request was sent after the ramp" if span is None else
+               "every measured request: its steady window (from the ramp's end to the last send) held fewer than "
+               "two requests or lasted less than their median E2E" if span is None else
                "every measured request: no request sent in its steady window finished")
         window = CellWindow(kind="whole", start_s=0.0, end_s=(end - first) / 1e9, requests=len(measured),
                             requests_ok=whole.requests_ok, ramp_s=ramp, basis=why)

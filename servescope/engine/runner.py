@@ -441,6 +441,7 @@ class _Sweep:
             e2e, how = self.series.known_e2e(cell), "the E2E p50 of its c=1 cell"
             if e2e is None:
                 e2e, how = await self._probe_e2e(cell), "one request sent alone first"
+                await self.telemetry.boundary()  # a /metrics sample after it: no cell's counters count it
             if e2e is None:
                 ramp = self.series.ramps[key] = 0.0
                 out.append(Notice("warning", f"{cell.workload.name}: the request sent alone to time the ramp failed; "

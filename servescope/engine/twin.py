@@ -37,9 +37,13 @@ from pathlib import Path
 import polars as pl
 
 from servescope.core.errors import ServescopeError
+from servescope.core.load import CellRun, Load
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
+from servescope.core.steady import steady_span
+from servescope.engine.measure import CellMeasure, cell_figures
+from servescope.engine.plan import Cell
 from servescope.engine.twinshape import (
     NOMINAL_GPU,
     Shape,
@@ -51,6 +55,7 @@ from servescope.sessions.twin import PROFILE_FILE, TWIN_DIR
 from servescope.sim.engine import VirtualRunner
 from servescope.sim.profile import CostModel, Profile, ProfileError, profile_from_dict
 from servescope.sim.request import SimRequest
+from servescope.workloads.spec import Workload
 
 FIGURES = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")  # what the fit and the bands are about
 # server.ttft_ms_mean: the server's own mean TTFT (its /metrics, over the cell), which starts when the engine got
@@ -175,6 +180,7 @@ class VirtualCell:
     sent: list[float]
     token_t: list[list[float]]
     wall: float
+    window_tokens: float | None = None  # a steady window's (steady_part): the output tokens that arrived inside it
 
 
 def _filler(n: int) -> list[int]:
@@ -231,8 +237,10 @@ def run_virtual(cost: CostModel, prompts: Sequence[int], outputs: Sequence[int],
 
 def steady_part(v: VirtualCell, concurrency: int | None, ramp_s: float = 0.0) -> VirtualCell:
     """The virtual cell's steady window, as core/steady.py cuts a measured one: the requests sent from the moment the
-    last user started (a closed loop: user u of N at u/N x ramp; an open loop: after its ramp) to the last send,
-    their times shifted so the window starts at 0 and `wall` is its length. The whole cell when it has none."""
+    last user started (a closed loop: user u of N at u/N x ramp; an open loop: after its ramp) to the last send, their
+    times shifted so the window starts at 0, `wall` its length and `window_tokens` the output tokens that arrived in
+    it (a token's time from `token_t`, else spread evenly from the first token to the end). The whole cell when the
+    window is no steady state (fewer than two requests, or shorter than their median E2E: core.steady.long_enough)."""
     if not v.sent:
         return v
     first = min(v.sent)
@@ -243,12 +251,18 @@ def steady_part(v: VirtualCell, concurrency: int | None, ramp_s: float = 0.0) ->
         start = first + ramp_s
     end = max(v.sent)
     keep = [i for i, t in enumerate(v.sent) if start <= t <= end]
-    if end <= start or not keep:
+    e2e = sorted(v.done[i] - v.sent[i] for i in keep)
+    if end <= start or len(keep) < 2 or end - start < e2e[len(e2e) // 2]:
         return v
+    arrived = 0.0
+    for i, o in enumerate(v.outputs):
+        stamps = v.token_t[i] if v.token_t else [v.first[i] + (v.done[i] - v.first[i]) * k / max(o - 1, 1)
+                                                 for k in range(o)]
+        arrived += sum(1 for t in stamps if start <= t < end)
     return VirtualCell([v.prompts[i] for i in keep], [v.outputs[i] for i in keep],
                        [v.first[i] - start for i in keep], [v.done[i] - start for i in keep],
                        [v.sent[i] - start for i in keep],
-                       [[t - start for t in v.token_t[i]] for i in keep] if v.token_t else [], end - start)
+                       [[t - start for t in v.token_t[i]] for i in keep] if v.token_t else [], end - start, arrived)
 
 
 def steady_regime(twin: Twin) -> bool:
@@ -275,7 +289,8 @@ def quick_figures(v: VirtualCell, frontend_ms: float = 0.0) -> dict[str, float]:
     ttft = [(f - s) * 1e3 for f, s in zip(v.first, v.sent, strict=True)]
     tpot = [(d - f) * 1e3 / (o - 1) for d, f, o in zip(v.done, v.first, v.outputs, strict=True) if o > 1]
     mean = statistics.fmean(ttft)
-    out = {"output_tok_s": sum(v.outputs) / max(v.wall, 1e-9), "ttft_ms.p50": _quantile(ttft, 0.5),
+    tokens = v.window_tokens if v.window_tokens is not None else sum(v.outputs)
+    out = {"output_tok_s": tokens / max(v.wall, 1e-9), "ttft_ms.p50": _quantile(ttft, 0.5),
            "ttft_ms.mean": mean, "ttft_ms.p90": _quantile(ttft, 0.9), "server.ttft_ms_mean": mean - frontend_ms}
     if tpot:
         out["tpot_ms.p50"] = _quantile(tpot, 0.5)
@@ -283,8 +298,11 @@ def quick_figures(v: VirtualCell, frontend_ms: float = 0.0) -> dict[str, float]:
     return out
 
 
-def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None) -> CellResult:
-    """The cell's summary exactly as `servescope run` computes it, from request records built from the run."""
+def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None, steady: Load | None = None
+                    ) -> CellResult:
+    """The cell's summary exactly as `servescope run` computes it, from request records built from the run: over
+    the whole cell, or with `steady` (the load it ran: users and ramp) over its steady window, the whole cell's
+    figures and counts beside, by the very function `run` saves a cell with (engine.measure.cell_figures)."""
     recs = []
     for i, (p, o) in enumerate(zip(v.prompts, v.outputs, strict=True)):
         ns = [int(t * 1e9) for t in v.token_t[i]] if v.token_t else [int(v.first[i] * 1e9), int(v.done[i] * 1e9)]
@@ -292,10 +310,18 @@ def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None) -> 
             index=i, user=-1, warmup=False, input_tokens_requested=p, output_tokens_requested=o,
             scheduled_ns=int(v.sent[i] * 1e9), sent_ns=int(v.sent[i] * 1e9), first_token_ns=int(v.first[i] * 1e9),
             first_content_ns=int(v.first[i] * 1e9), end_ns=int(v.done[i] * 1e9), prompt_tokens=p, output_tokens=o,
-            usage_reported=True, chunk_ns=array("q", ns), chunk_tokens=array("i", [1] * len(ns)),
-        ))
+            usage_reported=True, chunk_ns=array("q", ns),
+            chunk_tokens=array("i", [1] * len(ns))))
     start = min(v.sent) if v.sent else 0.0
-    return summarize(records_frame(recs), v.wall - start, slos)
+    df = records_frame(recs)
+    whole = summarize(df, v.wall - start, slos)
+    if steady is None or not recs:
+        return whole
+    cell = Cell(0, Workload("twin", source="inline"), steady, len(recs), None, 0)
+    run = CellRun(recs, int(start * 1e9), int(v.wall * 1e9))
+    measure = CellMeasure(window="steady", slos=dict(slos or {}))
+    span = steady_span(recs, steady, len(recs))
+    return cell_figures(whole, df, run, cell, measure, dict(slos or {}), None, None, None, span)[0]
 
 
 # --- the fit --------------------------------------------------------------------------------------------------

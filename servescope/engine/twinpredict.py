@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from servescope.core.errors import ServescopeError
+from servescope.core.load import Load as LoadShape
 from servescope.core.results import CellResult
 from servescope.core.steady import ramp_from_probe
 from servescope.engine.twin import (
@@ -171,7 +172,10 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
                                   f"whole KV cache ({cost.kv_cache_tokens:,} tokens)")
         sends = None if load.concurrency else poisson_sends(float(load.rate or 1.0), n, seed)
         steady = steady_regime(twin)
-        summary = virtual_summary(_regime(cost, prompts, outputs, load, sends, steady, tokens=True), slos)
+        ramp = _ramp(cost, prompts, outputs, load) if steady else 0.0
+        v = run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=True, ramp_s=ramp)
+        summary = virtual_summary(v, slos, LoadShape(concurrency=load.concurrency, rate=load.rate,
+                                                     ramp_s=ramp or None) if steady else None)
         why = []
         dist = 0.0
         for key, vals in (("prompt_tokens", prompts), ("output_tokens", outputs)):
@@ -212,19 +216,25 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
     return out
 
 
+def _ramp(cost: CostModel, prompts: list[int], outputs: list[int], load: Load) -> float:
+    """A predicted cell's ramp as `run` starts it (--ramp auto): a closed loop of several users over the E2E of one
+    request alone; none for one user or an open loop."""
+    if not load.concurrency or load.concurrency <= 1:
+        return 0.0
+    alone = run_virtual(cost, prompts[:1], outputs[:1], 1)
+    return ramp_from_probe(alone.done[0] - alone.sent[0])
+
+
 def _regime(cost: CostModel, prompts: list[int], outputs: list[int], load: Load, sends: list[float] | None,
-            steady: bool, tokens: bool = False) -> VirtualCell:
+            steady: bool) -> VirtualCell:
     """A predicted cell as `run` measures it: in the steady regime (`steady`), a closed loop's users start one by one
     over the E2E of one request alone (--ramp auto) and the figures are over its steady window; else all at once,
     over the whole cell."""
     if not steady:
-        return run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=tokens)
-    ramp = 0.0
-    if load.concurrency and load.concurrency > 1:
-        alone = run_virtual(cost, prompts[:1], outputs[:1], 1)
-        ramp = ramp_from_probe(alone.done[0] - alone.sent[0])
-    v = run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=tokens, ramp_s=ramp)
-    return steady_part(v, load.concurrency, ramp)
+        return run_virtual(cost, prompts, outputs, load.concurrency, sends)
+    ramp = _ramp(cost, prompts, outputs, load)
+    return steady_part(run_virtual(cost, prompts, outputs, load.concurrency, sends, ramp_s=ramp), load.concurrency,
+                       ramp)
 
 
 def _spreads(cost: CostModel, workload: Workload, load: Load, n: int, seed: int, first: CellResult,

@@ -134,10 +134,11 @@ def new_session_dir(base: Path | None, name: str) -> Path:
 def _flatten(summary: Mapping[str, object]) -> dict[str, object]:
     """The summary's columns in cells.parquet (`ttft_ms_p50`, ...) beside its full `summary_json`. Of a cell's
     `quality` only the figures (`quality_accuracy`, `quality_n`, ...): its per-task table, keyed by task names
-    that differ from cell to cell (and may be empty, which Parquet cannot hold), stays in summary_json."""
+    that differ from cell to cell (and may be empty, which Parquet cannot hold), stays in summary_json, and so do
+    the whole cell's figures beside a steady window's (`whole`: a second summary, read through CellResult)."""
     row: dict[str, object] = {}
     for k, v in summary.items():
-        if isinstance(v, dict) and k not in ("input_tokens_mismatch", "server"):
+        if isinstance(v, dict) and k not in ("input_tokens_mismatch", "server", "whole"):
             for sk, sv in v.items():
                 if k == "quality" and not isinstance(sv, (int, float, str, bool)):
                     continue
