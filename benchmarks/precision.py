@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import platform
 import random
 import statistics
@@ -178,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.monotonic()
     rows: list[str] = []
     verdicts: list[str] = []
-    with ProcessPoolExecutor(a.jobs) as pool:
+    # spawned, not forked: a process forked after polars started its threads can hang in them
+    with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         for name in names:
             prof = PROFILES[name]
             used: dict[int, list[int]] = {}

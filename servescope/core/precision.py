@@ -23,8 +23,9 @@ figure's standard error with K - 1 degrees of freedom:
 `reached` is the worst of the named figures' half-widths over their values (0.05 for +-5%). `PrecisionRule` decides,
 as requests finish, whether a cell may stop: its figures are precise enough once the window has at least
 `MIN_BATCHES` spans of `BATCH_E2E` median E2Es each, at least `MIN_REQUESTS` requests and every named figure within
-its share; it looks at geometrically spaced request counts (each look `LOOK_STEP` more than the last), because every
-look is a chance to stop on a lucky interval. Only requests whose outcome is known count: a span still holding a
+its share at `CONFIRM_LOOKS` looks in a row; it looks at geometrically spaced request counts (each look `LOOK_STEP`
+more than the last): every look is a chance to stop on an interval that is narrow by luck (its spans' spread
+happened to be small), and a second look with more requests takes most of those chances back. Only requests whose outcome is known count: a span still holding a
 request in flight is left for a later look.
 
 Pure: no polars, no I/O; the live cell (engine/cell.py), the summary and benchmarks/precision.py all call it."""
@@ -48,6 +49,7 @@ MAX_BATCHES = 30  # spans at most: more spans, each shorter, are less independen
 MIN_REQUESTS = 30  # requests in the window at least before a cell may stop on its precision
 MAX_RHO = 0.8  # the spans' lag-1 correlation is taken at most this high (a widening of 3x in the standard error)
 LOOK_STEP = 1.1  # the rule looks again once 10% more requests finished (and at least one round of users more)
+CONFIRM_LOOKS = 2  # a cell stops once its figures were precise enough at this many looks in a row
 
 RATES = ("output_tok_s", "total_tok_s", "request_s", "goodput_req_s")
 RATIOS = ("slo_met_fraction",)
@@ -447,6 +449,7 @@ class PrecisionRule:
         self.next_look = 0
         self.first_open = 0  # the lowest request index not yet finished
         self.last: list[Interval] = []
+        self.streak = 0  # looks in a row at which every figure was within its share
 
     def begin(self, start_ns: int) -> None:
         self.start_ns = start_ns
@@ -482,6 +485,5 @@ class PrecisionRule:
         if not got or got[0].batches < MIN_BATCHES or inside < MIN_REQUESTS:
             return None
         shares = dict(self.targets)
-        if all(iv.reached <= shares[iv.figure] for iv in got):
-            return got
-        return None
+        self.streak = self.streak + 1 if all(iv.reached <= shares[iv.figure] for iv in got) else 0
+        return got if self.streak >= CONFIRM_LOOKS else None

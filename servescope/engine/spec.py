@@ -177,7 +177,7 @@ class SweepSpec:
              "together (in lockstep; a workload's own ramp still applies); a DURATION, e.g. 10s: an open loop's rate "
              "rises linearly from 0 to its target over it, a closed loop starts user u of N at u/N x ramp. Requests "
              "sent during the ramp are measured, outside the steady window")
-    window: str = option("steady", "load", "window", ["--window"], parse=f.choice(mf.WINDOWS),
+    window: str = option("steady", "load", "window", ["--window"], parse=f.choice(mf.WINDOWS), metavar="steady|whole",
                          help="the requests a cell's figures are over: steady (default: sent while the load was at "
                               "its target, after the ramp and before the drain; the whole cell's figures are kept "
                               "beside them) or whole (every measured request over the cell's wall time; with "
