@@ -12,11 +12,15 @@ from servescope.cli import args as a
 from servescope.cli.common import check_paths
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
+from servescope.engine import fields
+from servescope.engine.simtarget import sim_profile
+from servescope.sim.launcher import SimStartError, url_args
+from servescope.sim.profile import ProfileError, load_profile
 from servescope.workloads.spec import COMPOSITE, PRESETS, context_sweep, load_toml
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="servescope", description="Benchmark LLM inference servers (vLLM, "
+    p = a.Parser(prog="servescope", description="Benchmark LLM inference servers (vLLM, "
                                 "llama.cpp's server, SGLang, any OpenAI-compatible server).")
     p.add_argument("--version", action="version", version=f"servescope {__version__}")
     sub = p.add_subparsers(dest="command")
@@ -28,10 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="open the app on the simulator's default profile and run a short sweep")
     demo.add_argument("--profile", default=None, help="simulator profile (default: the default profile)")
     a.add_sessions_args(sub.add_parser("sessions", help="list saved sessions"))
-    a.add_compare_args(sub.add_parser("compare", help="compare sessions side by side (Markdown or JSON)"))
+    a.add_compare_args(sub.add_parser("compare", help="compare sessions side by side (Markdown, HTML or JSON)"))
     a.add_gate_args(sub.add_parser("gate", help="exit 1 when a candidate regresses beyond noise and a threshold "
                                    "(for CI)"))
-    a.add_report_args(sub.add_parser("report", help="a Markdown (or CSV/JSON) report of a session"))
+    a.add_report_args(sub.add_parser("report", help="a report of a session: Markdown, HTML with its figures, CSV or "
+                                                    "JSON"))
     a.add_import_args(sub.add_parser("import", help="import `vllm bench serve --save-result` JSON as a session"))
     a.add_quality_args(sub.add_parser("quality", help="probe answer quality (tasks, perplexity, divergence from a "
                                       "reference) and save it as a session"))
@@ -48,18 +53,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Every error a user can act on ends here as one line on stderr, "servescope COMMAND: error:
+    ...", the command named (argparse's errors too: cli/args.py's Parser raises them as UsageError), exit 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "sim":
-        from servescope.sim.cli import main as sim_main
-
-        return int(sim_main(argv[1:]) or 0)
-    args = _parser().parse_args(argv)
+    prog = "servescope"
     try:
+        if argv and argv[0] == "sim":
+            from servescope.sim.cli import main as sim_main
+
+            prog = "servescope sim"
+            return int(sim_main(argv[1:], parser_class=a.Parser) or 0)
+        args = _parser().parse_args(argv)
+        prog = command_prog(args)
         check_paths(args)  # --save, --sessions-dir, -o: one check for every command
         return _command(args)
-    except ServescopeError as e:
-        print(f"servescope: error: {clean_text(e.message)}", file=sys.stderr)
+    except a.UsageError as e:
+        print(f"{e.prog}: error: {e.message}", file=sys.stderr)
         return e.exit_code
+    except ServescopeError as e:
+        print(f"{prog}: error: {clean_text(e.message)}", file=sys.stderr)
+        return e.exit_code
+
+
+def command_prog(args: argparse.Namespace) -> str:
+    """How error lines name the command: "servescope run", "servescope twin fit" ("servescope" for none)."""
+    words = [w for w in (getattr(args, "command", None), getattr(args, "twin_command", None)) if w]
+    return " ".join(["servescope", *words])
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -95,17 +114,49 @@ def _command(args: argparse.Namespace) -> int:
         from servescope.cli import detach as dt
 
         return int(dt.watch_command(args) if cmd == "watch" else dt.attach_command(args))
+    url = _app_target(args)  # checked before the app takes the terminal
     from servescope.tui.app import run_app  # None (no command), "tui" or "demo"
 
     if cmd == "demo":
-        return int(run_app(url=f"sim://{args.profile}" if args.profile else None, demo=True) or 0)
+        return int(run_app(url=url, demo=True) or 0)
     if cmd is None:
         return int(run_app() or 0)
-    return int(run_app(url=args.url or os.environ.get("SERVESCOPE_URL"),
-                       api_key_env=args.api_key_env or "OPENAI_API_KEY") or 0)
+    return int(run_app(url=url, api_key_env=args.api_key_env or "OPENAI_API_KEY") or 0)
+
+
+def _app_target(args: argparse.Namespace) -> str | None:
+    """The app's target from `tui --url` (else $SERVESCOPE_URL) or `demo --profile`, checked as `run` checks it:
+    a malformed URL, an empty flag or an unknown simulator profile is one line before the app opens."""
+    if args.command == "demo":
+        if args.profile is None:
+            return None
+        given = fields.nonempty_text(args.profile, "--profile")
+        flag, url = f"--profile {given}", f"sim://{given}"
+    elif args.command == "tui":
+        for f, v in (("--api-key-env", args.api_key_env), ("--model", args.model), ("--api-key", args.api_key)):
+            if v is not None:
+                fields.nonempty_text(v, f)
+        where = "--url" if args.url is not None else "$SERVESCOPE_URL"
+        given_url = args.url if args.url is not None else os.environ.get("SERVESCOPE_URL")
+        if given_url is None:
+            return None
+        url = fields.url(given_url, where)
+        flag = f"{where} {url}"
+    else:
+        return None
+    profile = sim_profile(url)
+    if profile is not None:
+        try:
+            load_profile(url_args(profile)[0])
+        except ProfileError as e:
+            raise ServescopeError(f"{flag}: {e}") from None
+        except SimStartError as e:
+            raise ServescopeError(f"{flag}: {e.message}") from None
+    return url
 
 
 def _workloads(files: list[str]) -> int:
+    loaded = [(f, load_toml(f)) for f in files]  # every file read before a line is printed: a bad one is the one line
     print(f"{'preset':<16} {'shape':<58} stands for")
     for w in PRESETS.values():
         extra = ""
@@ -114,9 +165,9 @@ def _workloads(files: list[str]) -> int:
         print(f"{w.name:<16} {w.shape():<58} {w.description}{extra}")
     for name, desc in COMPOSITE.items():
         print(f"{name:<16} {'5 workloads: ' + ', '.join(x.name.split('/')[1] for x in context_sweep()):<58} {desc}")
-    for f in files:
-        for w in load_toml(f):
-            print(f"{w.name:<16} {w.shape():<58} {f}")
+    for f, ws in loaded:
+        for w in ws:
+            print(clean_text(f"{w.name:<16} {w.shape():<58} {f}"))  # names are data: no escape reaches the terminal
     return 0
 
 

@@ -65,9 +65,10 @@ CASES = {
 def test_a_bad_path_is_one_line_before_any_work(afile: Path, session: Path, case: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     argv, want = CASES[case]
-    assert main(argv(afile, session)) == 2
+    args = argv(afile, session)
+    assert main(args) == 2
     line = one_line(capsys)
-    assert line.startswith("servescope: error: ") and want.format(f=afile, d=afile.parent) in line, line
+    assert line.startswith(f"servescope {args[0]}: error: ") and want.format(f=afile, d=afile.parent) in line, line
     assert not (afile.parent / "home").exists()  # nothing was started or written
 
 

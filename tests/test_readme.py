@@ -9,10 +9,13 @@ import tomllib
 from pathlib import Path
 
 from servescope.engine.spec import SweepSpec
+from servescope.workloads.spec import fixed, load_toml
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 MEASURING = ROOT / "docs" / "measuring.md"
+TUNE = ROOT / "docs" / "tune.md"
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 
 SETUP = """```bash
 python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/servescope demo   # install, then a sweep against the built-in simulator
@@ -55,3 +58,24 @@ def test_docs_sweep_file_examples_load() -> None:
     data["server"] = tomllib.loads(server)["server"]
     sw = SweepSpec.from_table(data, "docs")
     assert sw.launch is not None and sw.launch.startswith("vllm serve") and len(sw.variants) == 2
+
+
+def test_tunes_bench_toml_is_a_whole_workload_file(tmp_path: Path) -> None:
+    """docs/tune.md's example runs `-w bench.toml`: the file is there, whole, to copy (it was prose to type out)."""
+    text = TUNE.read_text(encoding="utf-8")
+    example = text.split("\n## Example", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```toml\n(.*?)```", example, re.S)
+    assert "-w bench.toml" in example
+    (tmp_path / "bench.toml").write_text(block, encoding="utf-8")
+    [w] = load_toml(tmp_path / "bench.toml")
+    assert (w.name, w.input_tokens, w.output_tokens) == ("bench", fixed(256), fixed(32))
+
+
+def test_getting_started_says_how_servescope_is_on_the_path() -> None:
+    """It switched from `.venv/bin/servescope` to bare `servescope` without a word; and the docs site's tools need an
+    install the README user's venv can do (its pip has no `--group`)."""
+    for page in (GETTING_STARTED, README):
+        text = page.read_text(encoding="utf-8")
+        first_bare = re.search(r"^servescope (?:run|sessions|compare|report|watch|quality)\b", text, re.M)
+        assert first_bare is not None and "source .venv/bin/activate" in text[:first_bare.start()], page
+        assert ".venv/bin/pip install 'mkdocs-material>=9.5'" in text, page

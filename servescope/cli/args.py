@@ -5,13 +5,111 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
+from collections.abc import Sequence
+from typing import NoReturn
 
-from servescope.engine.spec import add_flags, add_workload_flag, values_may_start_with_minus
+from servescope.core.errors import ServescopeError
+from servescope.core.textsafe import clean_text
+from servescope.engine.spec import add_flags, add_workload_flag, seed_value, values_may_start_with_minus
 
 _SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
 MIN_EFFECT_PCT = 2.0
 FAIL_ON_EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
 MISMATCH_NAMES = ("servescope_version", "warmup", "max_model_len", "tokenizer", "host", "lengths")
+
+
+class UsageError(ServescopeError):
+    """A command line argparse could not read: `message` is one line, and `prog` names the command it was read
+    for ("servescope run", "servescope twin fit"); servescope/__main__.py prints "PROG: error: MESSAGE", exit 2."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """servescope's argument parser, every subcommand's too (argparse makes a subparser of its parent's class):
+    each error argparse finds is raised as one UsageError line naming the command and, for a flag that does not
+    exist, the closest that does (argparse printed the top-level usage, then "unrecognized arguments", for a
+    flag mistyped after a subcommand; and its whole usage before every other error)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.prog, clean_text(usage_message(self, message)))
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        """As argparse's, but what this parser does not know is an error here, where the command is known (a
+        subcommand's leftovers reached the top-level parser, which said only "unrecognized arguments")."""
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(unknown_message(self, extras))
+        return ns, extras
+
+
+def _flags(p: argparse.ArgumentParser) -> list[str]:
+    return [o for a in p._actions for o in a.option_strings if a.help is not argparse.SUPPRESS]
+
+
+def _near(word: str, choices: Sequence[str]) -> str | None:
+    near = difflib.get_close_matches(word, list(choices), n=1)
+    return near[0] if near else None
+
+
+def unknown_message(p: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """What is wrong with the arguments `p` does not know: the first flag, with the closest flag `p` has, else
+    the first stray value."""
+    flag = next((x for x in extras if x.startswith("-") and len(x) > 1 and not re.match(r"-\.?\d", x)), None)
+    if flag is not None:
+        name = flag.split("=", 1)[0]
+        near = _near(name, [o for o in _flags(p) if o.startswith("--")] if name.startswith("--") else _flags(p))
+        hint = f" (did you mean {near}?)" if near else f"; see `{p.prog} --help`"
+        return f"unknown flag {name}{hint}"
+    return f"unexpected argument {extras[0]!r}; see `{p.prog} --help`"
+
+
+_ARGUMENT = re.compile(r"argument (?P<name>\S+?): (?P<rest>.*)", re.S)
+_CHOICE = re.compile(r"invalid choice: (?P<value>.*?) \(choose from (?P<choices>.*)\)$", re.S)
+_TYPED = re.compile(r"invalid (?P<type>int|float|_?\w+) value: (?P<value>.*)$", re.S)
+_KINDS = {"int": "a whole number", "float": "a number"}
+
+
+def usage_message(p: argparse.ArgumentParser, message: str) -> str:
+    """argparse's error `message` as servescope says it: the flag (its long form) first, then what is wrong and
+    what to give; a mistyped choice gets the closest valid one."""
+    m = _ARGUMENT.fullmatch(message)
+    if m is None:
+        required = message.removeprefix("the following arguments are required: ")
+        if required != message:
+            return f"missing {required}; see `{p.prog} --help`"
+        if message.startswith("ambiguous option: "):
+            return f"{message.removeprefix('ambiguous option: ')}: give more of the flag's name"
+        return message
+    name = m["name"].split("/")[-1]  # "-c/--concurrency": --concurrency
+    rest = m["rest"]
+    action = next((a for a in p._actions if name in (*a.option_strings, a.metavar, a.dest)), None)
+    if (c := _CHOICE.fullmatch(rest)) is not None:
+        choices = [x.strip().strip("'") for x in c["choices"].split(",")]
+        value = c["value"].strip("'")
+        near = _near(value, choices)
+        hint = f" (did you mean {near}?)" if near else ""
+        if action is not None and isinstance(action, argparse._SubParsersAction):
+            return f"unknown command {value!r}" + (hint or f"; the commands are {', '.join(choices)}")
+        return f"{name} {value!r}: not one of {', '.join(choices)}{hint}"
+    if (t := _TYPED.fullmatch(rest)) is not None:
+        kind = _KINDS.get(t["type"], f"a {t['type'].lstrip('_')}")
+        default = getattr(action, "default", None)
+        example = f", e.g. {name} {default}" if isinstance(default, (int, float)) and default else ""
+        return f"{name} {t['value']}: not {kind}; give {kind}{example}"
+    if rest == "expected one argument":
+        return f"{name} needs a value; see `{p.prog} --help`"
+    if rest.startswith("expected at least one argument"):
+        return f"{name} needs at least one value; see `{p.prog} --help`"
+    if rest.startswith("ignored explicit argument "):
+        return f"{name} takes no value (got {rest.removeprefix('ignored explicit argument ')})"
+    return f"{name}: {rest}"
+
 
 # The docs page that covers each command (paths in the repository's docs/ folder): every `--help` ends with it.
 DOCS_PAGES = {
@@ -56,6 +154,14 @@ def _percent(text: str) -> float:
     if not 0 <= v < 1000:
         raise argparse.ArgumentTypeError(f"{text!r}: give a percentage from 0 to 1000")
     return v
+
+
+def _seed(text: str) -> int:
+    """A seed, read as a sweep's is (engine/spec.py seed_value): a whole number TOML can store."""
+    try:
+        return seed_value(text, "--seed")
+    except ServescopeError as e:
+        raise argparse.ArgumentTypeError(e.message.removeprefix("--seed: ")) from None
 
 
 DEFAULT_TASKS = "arithmetic,retrieval,needle,json"  # core.quality.TASKS (not imported here: the CLI starts light)
@@ -226,7 +332,7 @@ def add_quality_args(p: argparse.ArgumentParser) -> None:
                         "(repeatable; the task is named after the file)")
     p.add_argument("-n", "--n", type=int, default=20, help="questions per task and context length (default 20)")
     p.add_argument("--top-k", type=int, default=5, help="log-probabilities per position for divergence (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated questions (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the generated questions (default 0)")
     p.add_argument("--concurrency", type=int, default=4, help="probe requests in flight (default 4)")
     p.add_argument("--no-perplexity", action="store_true", help="skip the corpus perplexity")
     p.add_argument("--tokenizer", metavar="PATH", help="a local tokenizer to size the long prompts (default: the "

@@ -27,22 +27,38 @@ def api_key_from(args: argparse.Namespace, env_name: str | None = None) -> str |
     return os.environ.get(getattr(args, "api_key_env", None) or env_name or "OPENAI_API_KEY") or None
 
 # the commands that write into --sessions-dir (a new session) or into --save
-_WRITES_SESSIONS = frozenset({"run", "import", "quality"})
+_WRITES_SESSIONS = frozenset({"run", "import", "quality", "tune"})
+# the commands whose --save is always a new session (run's is checked by cli/run.py: it also names a live runner)
+_NEW_SESSION_ONLY = frozenset({"tune", "import"})
+# the path flags: (flag, attribute); each is checked by check_paths in every command that has it
+_DIR_FLAGS = (("--sessions-dir", "sessions_dir"), ("--save", "save"))
+_FILE_FLAGS = (("-o", "output"), ("--save-baseline", "save_baseline"), ("--markdown", "markdown"))
 
 
 def check_paths(args: argparse.Namespace) -> None:
     """The one check of the paths every command is given, before it does anything: --sessions-dir and --save
-    name directories (made when missing), -o/--output and --save-baseline files. A path that is a file where a
-    directory goes (or the reverse), under a file, or where nothing can be written (a read-only disk, no
-    permission) is a one-line ServescopeError saying which flag and what to do."""
+    name directories (made when missing), -o/--output, --save-baseline and gate's --markdown files. A path that
+    is empty, a file where a directory goes (or the reverse), under a file, or where nothing can be written (a
+    read-only disk, no permission) is a one-line ServescopeError saying which flag and what to do; so is a
+    --sessions-dir that does not exist for a command that only reads sessions from it."""
     cmd = getattr(args, "command", None)
-    writes = cmd in _WRITES_SESSIONS
+    writes = cmd in _WRITES_SESSIONS or (cmd == "whatif" and getattr(args, "confirm", False))
+    for flag, attr in (*_DIR_FLAGS, *_FILE_FLAGS):
+        v = getattr(args, attr, None)
+        if v is not None and not v.strip():  # an empty flag is a mistake, never "the default"
+            raise ServescopeError(f"{flag}: empty; give a path (or leave the flag out for the default)")
     save = getattr(args, "save", None)
     if getattr(args, "sessions_dir", None):
+        if not writes and not Path(args.sessions_dir).expanduser().exists():
+            raise ServescopeError(f"--sessions-dir {args.sessions_dir}: no such directory; give the directory the "
+                                  "sessions were saved in (see `servescope sessions --help`)")
         _dir_path("--sessions-dir", args.sessions_dir, writable=writes and not save)
     if save:
         _dir_path("--save", save, writable=True)
-    for flag, attr in (("-o", "output"), ("--save-baseline", "save_baseline")):
+        p = Path(save).expanduser()
+        if cmd in _NEW_SESSION_ONLY and p.is_dir() and any(p.iterdir()):
+            raise ServescopeError(f"{p} already exists and is not empty; choose another --save directory")
+    for flag, attr in _FILE_FLAGS:
         if getattr(args, attr, None):
             _file_path(flag, getattr(args, attr))
 

@@ -14,7 +14,9 @@ from servescope.cli.common import parse_tags, resolve_session
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
+from servescope.reports.compare_doc import comparison_markdown
 from servescope.reports.figures_svg import require_plots
+from servescope.reports.gate_doc import gate_markdown
 from servescope.reports.htmlreport import (
     compare_html,
     compare_markdown,
@@ -40,6 +42,7 @@ from servescope.sessions.views import cell_counts, status_text
 
 if TYPE_CHECKING:
     from servescope.core.quality import QualitySummary
+    from servescope.reports.figures import FigureSpec
 
 
 def _base(args: argparse.Namespace) -> Path:
@@ -118,6 +121,9 @@ def _add_quality(row: SessionRow, s: Any) -> None:
         row["quality"], row["quality_text"] = q.summary(), quality_brief(q)
 
 
+NAME_WIDTH = 24  # `servescope sessions` cuts a longer session name with an ellipsis
+
+
 def sessions_command(args: argparse.Namespace) -> int:
     """List the sessions; a damaged one is listed as `broken: <reason>` (it never hides the others). A quality
     probe's session (kind quality) has no cells: its quality in a few words stands in the workloads column."""
@@ -160,11 +166,15 @@ def sessions_command(args: argparse.Namespace) -> int:
         return 0
     w = max(len(r["id"]) for r in rows)
     sw = max([11] + [len(r["status_text"]) for r in rows if "status_text" in r])
-    print(f"{'id':<{w}}  {'status':<{sw}} {'model':<26} {'cells':>5}   {'workloads':<26} tags / target")
+    nw = min(NAME_WIDTH, max([4] + [len(r.get("name", "")) for r in rows]))  # `api` and `gpu-box` told apart
+    print(f"{'id':<{w}}  {'name':<{nw}}  {'status':<{sw}} {'model':<26} {'cells':>5}   {'workloads':<26} "
+          "tags / target")
     for r in rows:
         if "broken" in r:
-            print(f"{r['id']:<{w}}  broken: {r['broken']}")
+            print(f"{r['id']:<{w}}  {'':<{nw}}  broken: {r['broken']}")
             continue
+        name = r.get("name", "") or "-"
+        name = name if len(name) <= nw else name[:nw - 1] + "…"
         model = r["model"].rstrip("/").split("/")[-1][:26]
         tags = " ".join(f"{k}={v}" for k, v in r["tags"].items())
         wl = ",".join(r["workloads"])
@@ -174,7 +184,7 @@ def sessions_command(args: argparse.Namespace) -> int:
         else:
             cells, wl = f"{r['cells_done']:>3}/{r['cells_planned']:<3}", ("+quality " if q else "") + wl
         wl = wl if len(wl) <= 26 else wl[:25] + "…"
-        print(f"{r['id']:<{w}}  {r['status_text']:<{sw}} {model:<26} {cells} "
+        print(f"{r['id']:<{w}}  {name:<{nw}}  {r['status_text']:<{sw}} {model:<26} {cells} "
               f"{wl:<26} "
               f"{tags + '  ' if tags else ''}{r['target']}")
     broken = sum(1 for r in rows if "broken" in r)
@@ -196,28 +206,93 @@ def compare_command(args: argparse.Namespace) -> int:
     slos = _slos(args)
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     sessions = [resolve_session(r, base) for r in args.sessions]
+    check_comparable(args.sessions, sessions)
+    _check_label(args)
     fmt = getattr(args, "format", None) or ("json" if args.json else "md")
     if args.json and fmt != "json":
         raise ServescopeError(f"--json and --format {fmt} ask for two formats: give one of them")
     figures = _figures_dir(args, fmt)
     if fmt == "html" or figures is not None:
         require_plots()  # before the work: one line on how to install matplotlib
+        progress = _Progress("compare")
         comp, reps = compare_parts(sessions, label_key=args.label, slos=slos, min_effect=args.min_effect,
                                    include_bound=args.include_bound)
-        text = (compare_html(comp, reps) if fmt == "html" else
-                compare_markdown(comp, figures or Path("."), _out_path(args.output), reps))
+        text = (compare_html(comp, reps, progress=progress) if fmt == "html" else
+                compare_markdown(comp, figures or Path("."), _out_path(args.output), reps, progress=progress))
+        progress.done()
         _write(text, args.output, "comparison")
         return 0
     comp = compare_sessions(sessions, label_key=args.label, slos=slos, min_effect=args.min_effect,
                             include_bound=args.include_bound)
-    text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if fmt == "json" else comp.to_markdown(level=1)
+    text = json.dumps(comp.to_dict(), indent=2, default=str) + "\n" if fmt == "json" else comparison_markdown(comp)
     _write(text, args.output, "comparison")
     return 0
 
 
+class _Progress:
+    """What `report`/`compare` with figures is doing, on stderr (never stdout: the report may go there): one line
+    as the work starts, one per figure as it is drawn (`figure 3 of 12: chat latency`), and the time it took."""
+
+    def __init__(self, command: str) -> None:
+        import time
+
+        self.command = command
+        self.started = time.monotonic()
+        self.figures = 0
+        self._say("reading the sessions and building the report")
+
+    def _say(self, text: str) -> None:
+        print(f"servescope {self.command}: {text}", file=sys.stderr, flush=True)
+
+    def __call__(self, done: int, total: int, spec: FigureSpec) -> None:
+        self.figures = total
+        self._say(f"drawing figure {done + 1} of {total}: {clean_text(spec.title)}")
+
+    def done(self) -> None:
+        import time
+
+        self._say(f"{self.figures} figure{'s' if self.figures != 1 else ''} drawn; done in "
+                  f"{time.monotonic() - self.started:.1f} s")
+
+
+def check_comparable(refs: list[str], sessions: list[Any]) -> None:
+    """Sessions that can be compared, before any work: never one session twice (`compare A A` compared a session
+    with itself and called every figure within noise), and never a quality probe's session (quality results, no
+    speed cells) against one holding no quality results: they share nothing to compare."""
+    seen: dict[Path, str] = {}
+    for ref, s in zip(refs, sessions, strict=True):
+        p = Path(s.path).resolve()
+        if p in seen:
+            what = f"{ref} is given twice" if seen[p] == ref else f"{seen[p]} and {ref} are the same session ({s.path})"
+            raise ServescopeError(f"{what}; compare two different sessions (see `servescope sessions`)")
+        seen[p] = ref
+    probes = [s for s in sessions if s.cells.height == 0 and s.has_quality]
+    bare = [s for s in sessions if not _holds_quality(s)]
+    if probes and bare:
+        q, r = probes[0].path, bare[0].path
+        raise ServescopeError(f"{q.name} is a quality session (quality results, no speed cells) and {r.name} holds no "
+                              f"quality results: they have nothing in common to compare; compare {q.name} with "
+                              f"another quality session, or add quality results to the sweep's session with "
+                              f"`servescope quality --url URL --save {r}` (its server's URL) and compare again")
+
+
+def _holds_quality(s: Any) -> bool:
+    """Quality results of the probe (quality.json) or of cells that mixed probe questions in (--quality-share)."""
+    return bool(s.has_quality or any(c is not None and c.quality is not None for c in s.summaries()))
+
+
+def _check_label(args: argparse.Namespace) -> None:
+    if getattr(args, "label", None) is not None and not args.label.strip():
+        raise ServescopeError("--label: empty; give a tag key such as quant (or leave the flag out to label "
+                              "sessions by name)")
+
+
 def _figures_dir(args: argparse.Namespace, fmt: str) -> Path | None:
-    """--figures DIR (Markdown only: the HTML has its figures inline)."""
+    """--figures DIR (Markdown only: the HTML has its figures inline); given empty, it is an error."""
     d = getattr(args, "figures", None)
+    if d is not None and not d.strip():
+        raise ServescopeError("--figures: empty; give the directory the figure files go to (or leave the flag out "
+                              "for Mermaid charts)")
     if not d:
         return None
     if fmt != "md":
@@ -263,7 +338,7 @@ def gate_command(args: argparse.Namespace) -> int:
                       names=(base_name, candidate.path.name))
         if args.save_baseline:
             save_baseline(candidate, Path(args.save_baseline).expanduser())
-    md = result.to_markdown()
+    md = gate_markdown(result)
     if args.markdown:
         _write(md, args.markdown, "gate summary")
     if args.json:
@@ -281,12 +356,17 @@ def report_command(args: argparse.Namespace) -> int:
     base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
     main = resolve_session(args.session, base)
     others = [resolve_session(r, base) for r in args.compare]
+    if others:
+        check_comparable([args.session, *args.compare], [main, *others])
+    _check_label(args)
     figures = _figures_dir(args, args.format)
     if args.format == "html" or figures is not None:
         require_plots()
+        progress = _Progress("report")
         parts = report_parts(main, others, slos=slos, label_key=args.label, include_bound=args.include_bound)
-        text = (report_html(parts) if args.format == "html" else
-                report_markdown(parts, figures or Path("."), _out_path(args.output)))
+        text = (report_html(parts, progress=progress) if args.format == "html" else
+                report_markdown(parts, figures or Path("."), _out_path(args.output), progress=progress))
+        progress.done()
         _write(text, args.output, "report")
         return 0
     text = render_report(main, others, fmt=args.format, slos=slos, label_key=args.label,

@@ -24,6 +24,7 @@ from servescope.cli.run import format_cell, open_target, run_loop_for
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import wire as w
+from servescope.engine.serving import sim_serving_args
 from servescope.reports.tunereport import is_tune_session, running_of
 from servescope.sessions.live import EVENTS, LOCK, EventLogReader, runner_state
 from servescope.sessions.store import load_session, sessions_home
@@ -44,7 +45,7 @@ def runner_main() -> int:
     try:
         with ExitStack() as stack:
             if not spec.launch:
-                url, label = open_target(spec.url, stack, sys.stdout)
+                url, label = open_target(spec.url, stack, sys.stdout, sim_serving_args(spec.workloads))
                 ctx = replace(ctx, url=url, target_label=label)
             return run_loop_for(spec, ctx, sys.stdout, sys.stdout, False)
     except ServescopeError as e:

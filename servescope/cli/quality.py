@@ -16,8 +16,13 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.core.tls import TlsSettings, configure
 from servescope.engine import fields
-from servescope.engine.quality import QualitySpec, parse_contexts, parse_tasks, run_quality
-from servescope.engine.spec import DEFAULT_URL
+from servescope.engine.quality import ANSWER_ROOM, QualitySpec, parse_contexts, parse_tasks, run_quality
+from servescope.engine.simtarget import sim_profile
+from servescope.engine.spec import DEFAULT_URL, tls_without_https
+from servescope.sessions.live import refuse_second_writer
+from servescope.sim.launcher import SimStartError, url_args
+from servescope.sim.profile import ProfileError, load_profile
+from servescope.workloads.quality import load_user_tasks
 
 if TYPE_CHECKING:
     from servescope.core.quality import QualityResult, QualitySummary
@@ -40,16 +45,56 @@ def spec_from_args(args: argparse.Namespace) -> Any:
             raise ServescopeError(f"{flag} {v}: must be {lo} or more")
     if args.top_k > 20:
         raise ServescopeError(f"--top-k {args.top_k}: servers return at most 20 log-probabilities; use 20 or less")
-    ref = None
-    if args.reference:
-        sd = Path(args.sessions_dir) if args.sessions_dir else None
-        ref = str(resolve_session(args.reference, sd).path)
+    tasks, contexts = parse_tasks(args.tasks), parse_contexts(args.context)
     for f in args.task_file:
         if not Path(f).is_file():
             raise ServescopeError(f"--task-file {f}: no such file; give a JSONL file of prompt/answer/scorer lines")
-    return QualitySpec(tasks=parse_tasks(args.tasks), contexts=parse_contexts(args.context), n=args.n,
-                       user_sets=tuple(args.task_file), reference=ref, top_k=args.top_k, seed=args.seed,
-                       concurrency=args.concurrency, perplexity=not args.no_perplexity)
+        load_user_tasks(f)  # every line read now: a bad one is one line before a simulator starts
+    ref = _reference(args.reference, args.sessions_dir) if args.reference is not None else None
+    _check_save(args.save)
+    _check_contexts(args.url or DEFAULT_URL, tasks, contexts)
+    return QualitySpec(tasks=tasks, contexts=contexts, n=args.n, user_sets=tuple(args.task_file), reference=ref,
+                       top_k=args.top_k, seed=args.seed, concurrency=args.concurrency,
+                       perplexity=not args.no_perplexity)
+
+
+def _reference(ref: str, sessions_dir: str | None) -> str:
+    """--reference SESSION: a session that holds the greedy traces of a quality run (checked before anything
+    starts; the probe found a speed session out only after it ran)."""
+    s = resolve_session(fields.nonempty_text(ref, "--reference"), Path(sessions_dir) if sessions_dir else None)
+    q = s.quality()
+    if q is None or not q.traces:
+        raise ServescopeError(f"--reference {s.path}: holds no greedy traces to compare against; run `servescope "
+                              "quality` on the reference server first and pass that session to --reference")
+    return str(s.path)
+
+
+def _check_save(save: str | None) -> None:
+    """--save DIR: an existing session gets the quality results (never one a running sweep writes), an empty or
+    new directory a new quality session; anything else is refused before the probe runs."""
+    if not save:
+        return
+    p = Path(save).expanduser()
+    refuse_second_writer(p)
+    if p.is_dir() and not (p / "session.toml").is_file() and any(p.iterdir()):
+        raise ServescopeError(f"--save {p}: holds files but no session; give a session directory (its quality "
+                              "results go beside its speed) or a new one")
+
+
+def _check_contexts(url: str, tasks: tuple[str, ...], contexts: tuple[int, ...]) -> None:
+    """The long-context tasks' lengths against a simulator profile's max_model_len, before the simulator starts
+    (a real server's is known once it answers, before any question is sent)."""
+    profile = sim_profile(url)
+    if profile is None or not any(t in ("retrieval", "needle") for t in tasks):
+        return
+    try:
+        max_len = load_profile(url_args(profile)[0]).model.max_model_len
+    except (ProfileError, SimStartError):
+        return  # the simulator's start says what is wrong with the profile
+    for c in contexts:
+        if c + ANSWER_ROOM > max_len:
+            raise ServescopeError(f"--context {c} does not fit the model's max_model_len {max_len} (with "
+                                  f"{ANSWER_ROOM} tokens for the answer); use {max_len - ANSWER_ROOM} or less")
 
 
 def tls_from_args(args: argparse.Namespace) -> TlsSettings:
@@ -60,6 +105,9 @@ def tls_from_args(args: argparse.Namespace) -> TlsSettings:
     if ca_cert is not None and insecure:
         raise ServescopeError("--ca-cert and --insecure: give --ca-cert PATH (verify the server with this CA) or "
                               "--insecure (verify nothing), not both")
+    said = "--ca-cert" if ca_cert is not None else "--insecure" if insecure else None
+    if said is not None and (rule := tls_without_https(args.url or DEFAULT_URL, said)) is not None:
+        raise ServescopeError(rule)
     return TlsSettings.load(ca_cert, verify=not insecure)
 
 

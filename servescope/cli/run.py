@@ -10,16 +10,18 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Required, TextIO, TypedDict
 
 from servescope.cli.common import api_key_from, check_writable_session, resolve_session
+from servescope.cli.serving import serving_json, serving_lines
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, CellProbes, CellQuality, Dist, rate_limit_line
+from servescope.core.results import METRICS, CellCost, CellProbes, CellQuality, Dist, rate_limit_line
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
@@ -39,10 +41,13 @@ from servescope.engine.runner import (
     SweepStarted,
     run_sweep,
 )
+from servescope.engine.serving import sim_serving_args
 from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.sessions import stats
+from servescope.sessions.live import BUS_FILES, refuse_second_writer
 from servescope.sessions.store import load_session
+from servescope.sessions.views import fmt_num
 
 if TYPE_CHECKING:
     from servescope.core.results import CellResult
@@ -104,6 +109,15 @@ class CellRow(TypedDict, total=False):
     saturated: bool
     saturation: dict[str, object]
     probes: dict[str, object]
+    # the serving figures (cli/serving.py ServingJson): spec_decode and adapters null without them, prefix_cache_reset
+    # always, prefix_cache_target when the workload aims at a hit rate, startup for a launched server, energy with NVML
+    spec_decode: dict[str, float | None] | None
+    adapters: dict[str, dict[str, object]] | None
+    prefix_cache_reset: bool
+    lora_server: dict[str, object]
+    prefix_cache_target: float
+    startup: dict[str, object]
+    energy: dict[str, float | None]
 
 
 class Figure(TypedDict):
@@ -160,6 +174,7 @@ def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
     if s.cost is not None:
         row["cost"] = s.cost.to_dict()
     add_measurement(row, s)
+    row.update(serving_json(s))  # type: ignore[typeddict-item]  # ServingJson's keys are CellRow's
     return row
 
 
@@ -323,6 +338,7 @@ def format_cell(ev: Any, total: int) -> str:
         *measurement_lines(s),
         f"  aggregate: output {_f(s.output_tok_s)} tok/s, total {_f(s.total_tok_s)} tok/s, "
         f"{_f(s.request_s, 2)} req/s, goodput {_f(s.goodput_req_s, 2)} req/s",
+        *([cost_line(s.cost)] if s.cost is not None else []),
         f"  {'metric':<18}" + "".join(f" {h:>11}" for h in ("mean", "p50", "p90", "p99", "max")),
     ]
     for key in TABLE_DISTS:
@@ -372,6 +388,7 @@ def format_cell(ev: Any, total: int) -> str:
         lines.append(f"  quality under load: {quality_text(s.quality)}")
     if s.probes is not None:
         lines.append(f"  {probes_text(s.probes)}")
+    lines.extend(serving_lines(s))
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
@@ -422,6 +439,13 @@ def probes_text(p: CellProbes) -> str:
             f"p90 {_f(p.e2e_ms.p90, 2)} ms")
 
 
+def cost_line(c: CellCost) -> str:
+    """--price / --gpu-hour: the cell's cost, the figure and column name report and compare show
+    ("cost $/1M out tok"), with what it is over and its basis."""
+    return (f"  cost $/1M out tok: {fmt_num(c.usd_per_1m_output_tokens)} (${fmt_num(c.usd_per_1m_total_tokens)} per "
+            f"1M tokens in all; {clean_text(c.basis)})")
+
+
 def quality_text(q: CellQuality) -> str:
     """A cell's probe figures (--quality-share) in one line."""
     def percent(v: float | None) -> float:
@@ -462,13 +486,14 @@ class _Progress:
             self.out.flush()
 
 
-def open_target(url: str, stack: ExitStack, err: TextIO) -> tuple[str, str | None]:
-    """sim://PROFILE starts the built-in simulator for the duration of the command: (the URL to talk to, the
-    label the session stores, `sim://PROFILE`; None for any other URL)."""
+def open_target(url: str, stack: ExitStack, err: TextIO, sim_args: Sequence[str] = ()) -> tuple[str, str | None]:
+    """sim://PROFILE starts the built-in simulator for the duration of the command, with `sim_args` (the LoRA
+    adapters the sweep's workloads name: engine/serving.py sim_serving_args): (the URL to talk to, the label the
+    session stores, `sim://PROFILE`; None for any other URL)."""
     profile = sim_profile(url)
     if profile is None:
         return url, None
-    handle = start_simulator(profile)
+    handle = start_simulator(profile, sim_args)
     stack.callback(handle.stop)
     label = sim_label(profile)
     print(f"started the simulator ({label}) at {handle.url}", file=err)
@@ -481,6 +506,7 @@ def run_command(args: argparse.Namespace) -> int:
     base = SweepSpec.from_toml(args.sweep) if args.sweep else None
     spec = SweepSpec.from_args(args, base)  # every flag is checked before a simulator starts
     _refuse_redacted_launch(spec, "servescope run --sweep FILE --launch \"...\"")
+    check_new_session(args.save)
     check_open_files(spec)  # before a simulator or a server starts
     ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
                      save_dir=Path(args.save) if args.save else None,
@@ -492,7 +518,7 @@ def run_command(args: argparse.Namespace) -> int:
         return detach_command(spec, ctx, out)
     with ExitStack() as stack:
         if not spec.launch:
-            url, label = open_target(spec.url, stack, sys.stderr)
+            url, label = open_target(spec.url, stack, sys.stderr, sim_serving_args(spec.workloads))
             ctx = replace(ctx, url=url, target_label=label)
         return run_loop_for(spec, ctx, out, table_out, args.json)
 
@@ -512,6 +538,18 @@ def detach_command(spec: Any, ctx: Any, out: TextIO) -> int:
     print(f"  stop it:   kill {proc.pid}   (finished cells stay saved; `servescope resume` continues)", file=out)
     print(path, file=out, flush=True)
     return 0
+
+
+def check_new_session(save: str | None) -> None:
+    """--save DIR of a new session, checked before a simulator or a server starts (the store found it only once the
+    sweep began): a directory a live runner writes is refused as its lock refuses a second writer, and one that
+    holds anything but a detached runner's files (a session, other files) as the store refuses it."""
+    if not save:
+        return
+    p = Path(save).expanduser()
+    refuse_second_writer(p)
+    if p.is_dir() and any(x.name not in BUS_FILES for x in p.iterdir()):
+        raise ServescopeError(f"{p} already exists and is not empty; choose another --save directory")
 
 
 def check_open_files(spec: Any) -> None:
@@ -625,6 +663,14 @@ def run_loop_for(spec: Any, ctx: Any, out: TextIO, table_out: TextIO, as_json: b
 def resume_command(args: argparse.Namespace) -> int:
     """Continue an interrupted sweep from its first unfinished cell, in the same session directory, with
     every setting it started with (its [sweep] table): tokenizer, transport and telemetry interval included."""
+    # every flag is checked before the session is read; a flag given empty ("") is an error, as in run
+    for flag, v in (("--api-key", args.api_key), ("--launch", args.launch), ("--api-key-env", args.api_key_env)):
+        if v is not None:
+            fields.nonempty_text(v, flag)
+    url = fields.url(args.url, "--url") if args.url is not None else None
+    recover = fields.duration(args.recover_timeout, "--recover-timeout") if args.recover_timeout is not None else None
+    if args.launch is not None and url is not None:
+        raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
     s = resolve_session(args.session, Path(args.sessions_dir) if args.sessions_dir else None)
     if s.status == "completed":
         raise ServescopeError(f"{s.path} is already completed; nothing to resume")
@@ -635,26 +681,21 @@ def resume_command(args: argparse.Namespace) -> int:
     sweep = s.meta.get("sweep")
     if not isinstance(sweep, dict):
         raise ServescopeError(f"{s.path}: this session records no sweep (an import?); it cannot be resumed")
-    # a flag given empty ("") is an error, as in run: tested for None, never for truth
-    if getattr(args, "api_key", None) is not None:
-        fields.nonempty_text(args.api_key, "--api-key")
     if args.launch is not None:
-        if args.url is not None:
-            raise ServescopeError("give --launch or --url, not both: a launched server's URL comes from its command")
         server = sweep["server"] if isinstance(sweep.get("server"), dict) else {}
         target = sweep["target"] if isinstance(sweep.get("target"), dict) else {}
-        sweep = {**sweep, "server": {**server, "launch": fields.nonempty_text(args.launch, "--launch")},
+        sweep = {**sweep, "server": {**server, "launch": args.launch.strip()},
                  "target": {k: v for k, v in target.items() if k != "url"}}
     spec = SweepSpec.from_table(legacy_regime(sweep), f"{s.path / 'session.toml'}: [sweep]", s.path)
-    if args.recover_timeout is not None:
-        spec = spec.replace(recover_timeout_s=fields.duration(args.recover_timeout, "--recover-timeout"))
+    if recover is not None:
+        spec = spec.replace(recover_timeout_s=recover)
     if args.api_key_env is not None:
-        spec = spec.replace(api_key_env=fields.nonempty_text(args.api_key_env, "--api-key-env"))
-    if args.url is not None:
+        spec = spec.replace(api_key_env=args.api_key_env.strip())
+    if url is not None:
         if spec.variants:
             raise ServescopeError(f"{s.path}: this sweep relaunches its server per variant; resume it without "
                                   "--url (servescope starts the server again)")
-        spec = spec.replace(url=fields.url(args.url, "--url"), launch=None)
+        spec = spec.replace(url=url, launch=None)
     _refuse_redacted_launch(spec, f"servescope resume {s.path} --launch \"...\"")
     check_open_files(spec)
     cells = s.meta.get("cells", [])
@@ -664,7 +705,7 @@ def resume_command(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         ctx = RunContext(api_key=api_key_from(args, spec.api_key_env), resume=s.path)
         if not spec.launch:
-            real, label = open_target(spec.url, stack, sys.stderr)
+            real, label = open_target(spec.url, stack, sys.stderr, sim_serving_args(spec.workloads))
             ctx = replace(ctx, url=real, target_label=label)
         todo = [c for c in cells if c.get("status") not in ("done", "skipped")]
         print(f"resuming {s.path}: {len(todo)} of {len(cells)} cells left", file=sys.stderr)

@@ -12,7 +12,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from servescope.cli.common import api_key_from
 from servescope.cli.run import open_target
@@ -20,7 +20,9 @@ from servescope.core.errors import ServescopeError
 from servescope.core.launchspec import INTERESTING, parse_launch
 from servescope.core.textsafe import clean_text
 from servescope.engine.plan import PRECISION_CEILING
+from servescope.engine.runner import discard_unmeasured
 from servescope.engine.spec import RunContext, SweepSpec
+from servescope.engine.specsearch import SPEC_TOKENS_FLAG, check_spec_search
 from servescope.engine.tune import Setting, Space, Step, Tuner, check_dims, design, parse_loads, parse_search
 from servescope.engine.tunemodel import TwinModel, fit_summary
 from servescope.engine.tunerun import (
@@ -31,11 +33,14 @@ from servescope.engine.tunerun import (
     result_json,
     running_entry,
     tune_table,
+    with_setting,
 )
 from servescope.reports.tunereport import tune_summary
 from servescope.sessions.store import SessionWriter, load_session, new_session_dir
 from servescope.sessions.views import DEFAULT_SLOS
-from servescope.sim.cli import build_parser
+from servescope.sim.cli import build_parser, check_args
+from servescope.sim.profile import ProfileError, profile_path
+from servescope.workloads.spec import Workload
 
 DEFAULT_REQUESTS = 32  # a cell's requests at least (and ROUNDS rounds of its users: engine.tunerun)
 
@@ -46,8 +51,38 @@ def _known_flags(launch: str) -> tuple[str, object]:
     if ls.kind == "sim":
         flags = {o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")}
         flags -= {"--help", "--list", "--port", "--host", "--profile", "--log-level", "--exit-with-parent"}
-        return ls.kind, flags
-    return ls.kind, {"--" + k.replace("_", "-") for k in INTERESTING} - {"--served-model-name"}
+        return ls.kind, flags | {SPEC_TOKENS_FLAG}
+    # num-speculative-tokens: the --speculative-config JSON's (engine/specsearch.py)
+    return ls.kind, {"--" + k.replace("_", "-") for k in INTERESTING} - {"--served-model-name"} | {SPEC_TOKENS_FLAG}
+
+
+def _sim_problem(launch: str) -> str | None:
+    """Why a launch of the built-in simulator cannot start (a flag it does not take, a value it refuses, an unknown
+    profile), read with the simulator's own parser and checks; None when it can, or for another server."""
+    ls = parse_launch(launch)
+    if ls.kind != "sim":
+        return None
+    parser = build_parser()
+    parser.exit_on_error = False
+
+    def refuse(message: str) -> NoReturn:  # argparse's error() prints its usage and exits: one line instead
+        raise argparse.ArgumentError(None, message)
+
+    parser.error = refuse  # type: ignore[method-assign]
+    try:
+        args, extra = parser.parse_known_args(ls.argv[len(ls.head):])
+    except argparse.ArgumentError as e:
+        return f"the simulator's flags: {e}"
+    if extra:
+        return f"the simulator takes no {extra[0]!r} (see `servescope sim --help`)"
+    problem = check_args(args)
+    if problem:
+        return f"the simulator's {problem}"
+    try:
+        profile_path(args.profile)
+    except ProfileError as e:
+        return f"servescope sim: {e}"
+    return None
 
 
 def tune_command(args: argparse.Namespace) -> int:
@@ -61,9 +96,17 @@ def tune_command(args: argparse.Namespace) -> int:
         kind, flags = _known_flags(spec.launch)
         check_dims(dims, lambda f: f in flags)  # type: ignore[operator]
         for d in dims:
+            if d.flag == SPEC_TOKENS_FLAG:
+                check_spec_search(spec.launch, d.values)
             if d.flag in ("--host", "--port", "--model", "--profile"):
                 raise ServescopeError(f"--search: {d.flag} is not a setting to tune; search a server flag such as "
                                       "max-num-seqs")
+    if spec.launch:  # the simulator says now what it would refuse at each setting, before a session is made
+        for setting in Space(tuple(dims), (1,)).settings:
+            problem = _sim_problem(with_setting(spec.launch, setting))
+            if problem is not None:
+                at = f" with {setting.text}" if setting.args else ""
+                raise ServescopeError(f"--launch{at}: {problem}")
     if len(spec.workloads) != 1:
         raise ServescopeError(f"tune optimises one workload; give one (-w NAME or FILE.toml), not "
                               f"{len(spec.workloads)}")
@@ -82,14 +125,33 @@ def tune_command(args: argparse.Namespace) -> int:
     if budget < len(first) + 1:
         raise ServescopeError(f"--budget {budget}: the first design alone takes {len(first)} cells; give "
                               f"--budget {len(first) + 1} or more (the full grid is {space.cells} cells)")
-    if budget > space.cells:
-        budget = space.cells
-    objective = args.objective
+    if budget > space.cells:  # never more cells than the grid, beyond the one measurement again a confirmation takes
+        budget = max(space.cells, len(first) + 1)
     ctx = RunContext(api_key=api_key_from(args, spec.api_key_env),
                      sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None)
     name = spec.name or f"tune-{w.name}"
     root = Path(args.save) if args.save else new_session_dir(ctx.sessions_dir, name)
     started = time.monotonic()
+    made = not root.exists()  # a search that measures nothing removes the folder it made
+    try:
+        return _search(args, spec, space, first, budget, ctx, name, root, started, loads, w, out)
+    except ServescopeError as e:
+        if made and root.is_dir() and not _measured(root):
+            message = discard_unmeasured(root, e.message)
+            if message != e.message:
+                raise ServescopeError(message) from None
+        raise
+
+
+def _measured(root: Path) -> bool:
+    """Whether a tune session holds a measured cell or probe (a session of its own under cells/ or probes/)."""
+    return any(root.glob("cells/*/session.toml")) or any(root.glob("probes/*/session.toml"))
+
+
+def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list[tuple[int, int]], budget: int,
+            ctx: RunContext, name: str, root: Path, started: float, loads: tuple[int, ...], w: Workload,
+            out: TextIO) -> int:
+    objective = args.objective
     print(f"tune: {space.cells} cells in the grid ({len(space.settings)} settings x {len(loads)} loads), budget "
           f"{budget}, design {len(first)}; objective {objective} at {_slo_text(spec.slos)}; session {root}",
           file=out, flush=True)

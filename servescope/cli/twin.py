@@ -7,6 +7,7 @@ import argparse
 import io
 import json
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -18,9 +19,9 @@ from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields as f
 from servescope.engine.spec import RunContext, SweepSpec
-from servescope.engine.twin import fit_session, fit_time_estimate, load_twin, twin_dir
+from servescope.engine.twin import Twin, fit, fit_time_estimate, load_twin, measured_cells, save_fit, twin_dir
 from servescope.engine.twinpredict import BAND_NOTE, Load, predict, requests_for, session_workloads
-from servescope.engine.twinshape import Knobs
+from servescope.engine.twinshape import NOMINAL_GPU, Knobs, apply_knobs, session_shape
 from servescope.engine.whatif import (
     USABLE_SLOS,
     capacity_row,
@@ -66,14 +67,33 @@ def _session(ref: str, sessions_dir: str | None) -> Any:
     return resolve_session(ref, Path(sessions_dir) if sessions_dir else None)
 
 
-def _fit(session: Any, args: argparse.Namespace, err: Any) -> Any:
+def _check_fit_args(args: argparse.Namespace) -> None:
+    """The fit's own flags, checked before the session is read."""
     for flag, v in (("--server-max-num-seqs", args.fit_max_num_seqs),
                     ("--server-max-num-batched-tokens", args.fit_max_num_batched_tokens)):
         if v is not None and v < 1:
             raise ServescopeError(f"{flag} {v}: must be 1 or more")
+    if args.model_config is not None:
+        cfg = Path(args.model_config).expanduser()
+        if not (cfg.is_file() or (cfg / "config.json").is_file()):
+            raise ServescopeError(f"--model-config {args.model_config}: no such file, nor a directory holding "
+                                  "config.json; give the model's Hugging Face config.json")
+
+
+def _fit(session: Any, args: argparse.Namespace, err: Any, check: Callable[[Twin], None] | None = None) -> Any:
+    """Fit the session's twin and store it. What the fit starts from is read before the line saying it fits: a
+    session with nothing to fit or an unreadable config.json is one line, never a "fitting ..." line and then the
+    error; so is what `check` refuses of the twin to be (its server's limits and memory come from the session, the
+    fit sets only its efficiencies)."""
+    _check_fit_args(args)
+    shape = session_shape(session, Path(args.model_config).expanduser() if args.model_config else None,
+                          args.fit_max_num_seqs, args.fit_max_num_batched_tokens)
+    cells = measured_cells(session)
+    if check is not None:
+        check(Twin(shape.profile, {}, {}, shape.profile.gpu.name != NOMINAL_GPU.name))
     print(f"fitting the twin to {session.path} ({fit_time_estimate(session)}) ...", file=err, flush=True)
-    r = fit_session(session, Path(args.model_config) if args.model_config else None, args.fit_max_num_seqs,
-                    args.fit_max_num_batched_tokens, progress=lambda s: print(f"  {s}", file=err, flush=True))
+    r = fit(shape, cells, progress=lambda s: print(f"  {s}", file=err, flush=True))
+    save_fit(session, r)
     for w in r.warnings:
         print(f"warning: {clean_text(w)}", file=err)
     return r
@@ -107,6 +127,7 @@ def fit_text(r: Any, path: Path) -> str:
 def twin_command(args: argparse.Namespace) -> int:
     if args.twin_command != "fit":
         raise ServescopeError("usage: servescope twin fit SESSION (see `servescope twin fit --help`)")
+    _check_fit_args(args)
     session = _session(args.session, args.sessions_dir)
     check_writable_session(session.path, "twin fit")  # its profile goes in SESSION/twin/
     r = _fit(session, args, sys.stderr)
@@ -175,11 +196,7 @@ def _check_whatif_args(args: argparse.Namespace) -> dict[str, float] | None:
     if args.kv_cache_dtype is not None and args.kv_cache_dtype not in KV_DTYPE_BYTES:
         raise ServescopeError(f"--kv-cache-dtype {args.kv_cache_dtype!r}: unknown; use one of "
                               f"{', '.join(sorted(KV_DTYPE_BYTES))}")
-    if args.model_config is not None:
-        cfg = Path(args.model_config).expanduser()
-        if not (cfg.is_file() or (cfg / "config.json").is_file()):
-            raise ServescopeError(f"--model-config {args.model_config}: no such file, nor a directory holding "
-                                  "config.json; give the model's Hugging Face config.json")
+    _check_fit_args(args)
     for flag, v in (("--workload", args.workload), ("--concurrency", args.concurrency), ("--rate", args.rate),
                     ("--api-key", args.api_key)):
         if v is not None and not v.strip():
@@ -201,12 +218,16 @@ def whatif_command(args: argparse.Namespace) -> int:
     workloads = _workloads(args, session)
     loads = _loads(args, session)
     slos = given_slos or dict(session.info.slos) or dict(USABLE_SLOS)
+    def check(t: Twin) -> None:
+        apply_knobs(t.profile, knobs, t.memory_known)  # a --gpu-memory-utilization that leaves no KV cache...
+        check_whatif_loads(t, loads, knobs)  # at most 2 x the twin's max_num_seqs (engine/whatifcap.py)
+
     twin = None if args.refit else load_twin(session)
     if twin is None:
-        _fit(session, args, sys.stderr)
+        _fit(session, args, sys.stderr, check)
         twin = load_twin(session)
     assert twin is not None
-    check_whatif_loads(twin, loads, knobs)  # at most 2 x the twin's max_num_seqs (engine/whatifcap.py)
+    check(twin)
     out: WhatIfResult = {"session": str(session.path), "settings": knobs.label(), "cells": []}
     preds = []
     for w in workloads:

@@ -18,6 +18,7 @@ import re
 import ssl
 import sys
 import time
+import zlib
 from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import httpx
 import msgspec
 
+from servescope.core.errors import error_text
 from servescope.core.rawhttp import RawClient, RawHTTPError, StaleConnection
 from servescope.core.records import RETRY_STATUS, RequestRecord
 from servescope.core.sse import SSEParser
@@ -109,6 +111,11 @@ class RequestSpec:
     conversation: int = -1  # -1: a single-turn request
     turn: int = 0
     think_s: float = 0.0
+    model: str | None = None  # a LoRA adapter to name as the model (None: the sweep's model)
+    temperature: float | None = None  # the workload's sampling temperature (None: the server's default)
+    # speculative decoding: how predictable the workload's text is (the acceptance of drafted tokens), sent as
+    # vllm_xargs.spec_acceptance, which the simulator models and vLLM passes on unused (None: not sent)
+    spec_acceptance: float | None = None
 
 
 @dataclass(slots=True)
@@ -135,7 +142,7 @@ def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
     if opts.continuous_usage:
         stream_options["continuous_usage_stats"] = True
     body: dict[str, object] = {
-        "model": opts.model,
+        "model": spec.model or opts.model,
         "stream": True,
         "max_tokens": spec.output_tokens,
         "stream_options": stream_options,
@@ -149,6 +156,10 @@ def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
             body["chat_template_kwargs"] = {"enable_thinking": spec.thinking}
     else:
         body["prompt"] = spec.prompt
+    if spec.temperature is not None:
+        body["temperature"] = spec.temperature
+    if spec.spec_acceptance is not None:
+        body["vllm_xargs"] = {"spec_acceptance": spec.spec_acceptance}
     if opts.extra_body:
         body.update(opts.extra_body)
     return _encode(body)
@@ -342,11 +353,60 @@ def _copy_into(dst: RequestRecord, src: RequestRecord) -> RequestRecord:
     return dst
 
 
-def _error_text(raw: bytes, secret: str | None = None) -> str:
+_GZIP = b"\x1f\x8b"
+
+
+def _decompressed(raw: bytes, encoding: str) -> bytes:
+    """`raw` undone from its Content-Encoding (gzip, deflate; a gzip body is known by its first bytes too), at most
+    ERROR_BODY_LIMIT bytes of it (a small body can unpack to gigabytes); `raw` itself when it is not compressed,
+    or not as it says."""
+    enc = encoding.strip().lower()
+    waves: tuple[int, ...]
+    if enc in ("gzip", "x-gzip") or raw[:2] == _GZIP:
+        waves = (16 + zlib.MAX_WBITS,)
+    elif enc == "deflate":
+        waves = (zlib.MAX_WBITS, -zlib.MAX_WBITS)  # zlib-wrapped, as the standard says, or raw as some servers send
+    else:
+        return raw
+    for wbits in waves:
+        try:
+            return zlib.decompressobj(wbits).decompress(raw, ERROR_BODY_LIMIT)
+        except zlib.error:
+            continue
+    return raw
+
+
+def _binary(text: str) -> bool:
+    """Text that is not meant to be read: a NUL, or more than a tenth control characters (tab and line ends
+    apart)."""
+    if "\x00" in text:
+        return True
+    ctrl = sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\r\n" or 0x7F <= ord(ch) < 0xA0)
+    return ctrl * 10 > len(text)
+
+
+def body_text(raw: bytes, encoding: str = "", content_type: str = "") -> str:
+    """A response body as text to show in an error: undone from its Content-Encoding and decoded as UTF-8; a body
+    that is still not text (an image, a compression servescope cannot undo, random bytes) is described by its
+    size, type and encoding, never shown as bytes."""
+    data = _decompressed(raw, encoding)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and not _binary(text):
+        return text
+    what = ", ".join(x for x in (f"Content-Type {clean_text(content_type)[:60]}" if content_type else "",
+                                 f"Content-Encoding {clean_text(encoding)[:30]}" if encoding else "") if x)
+    return f"a binary body of {len(raw):,} bytes{f' ({what})' if what else ''}, not text"
+
+
+def _error_text(raw: bytes, secret: str | None = None, encoding: str = "", content_type: str = "") -> str:
+    raw = _decompressed(raw, encoding)
     try:
         obj = msgspec.json.decode(raw)
     except msgspec.DecodeError:
-        return clean_secret_text(raw.decode("utf-8", "replace"), secret)
+        return clean_secret_text(body_text(raw, "", content_type) if raw else "", secret)
     msg: object = obj
     if isinstance(obj, dict):
         err = obj.get("error", obj.get("message", obj.get("detail", obj)))
@@ -671,7 +731,8 @@ class _Stream:
         """Why a 200 response that ended without [DONE] was not a stream at all ("" when it had events)."""
         if self.events:
             return ""
-        head = clean_secret_text(self.head.decode("utf-8", "replace"), self.secret, 120)
+        text = _decompressed(self.head, "").decode("utf-8", "replace")  # (a gzip body is known by its first bytes)
+        head = "binary data, not text" if _binary(text) else clean_secret_text(text, self.secret, 120)
         body = f"; it starts: {head}" if head else "; the body was empty"
         if "event-stream" not in content_type.lower():
             return (f"the server answered HTTP 200 with Content-Type {clean_text(content_type)[:80] or '(none)'}, "
@@ -716,6 +777,7 @@ async def stream_request(
     ctype = ""
     raw_error = b""
     retry_after = ""  # the response's Retry-After header (a 429's)
+    encoding = ""  # its Content-Encoding (the raw transport leaves a body as sent; httpx and aiohttp undo it)
     try:
         async with asyncio.timeout(opts.timeout_s):
             if isinstance(http, RawClient):
@@ -725,6 +787,7 @@ async def stream_request(
                                                                   heads, fresh=_retries > 0)
                 rec.http_status = status
                 retry_after = heads.get("retry-after", "")
+                encoding = heads.get("content-encoding", "")
             elif isinstance(http, httpx.AsyncClient):
                 rec.sent_ns = _perf()
                 async with http.stream("POST", endpoint(spec.api), content=body) as resp:
@@ -755,14 +818,14 @@ async def stream_request(
             st.close(rec.end_ns)
             if status == RETRY_STATUS:  # a rate limit: the server's policy, not a failure (core/records.py)
                 rec.status = "rate_limited"
-                rec.error = f"HTTP {status}: {_error_text(raw_error, secret)}"
+                rec.error = f"HTTP {status}: {_error_text(raw_error, secret, encoding, ctype)}"
                 rec.retry_after_s = retry_after_s(retry_after)
                 if rec.retry_after_s is None:
                     rec.retry_after_s = retry_hint_s(rec.error)
                 return rec
             if status != 200:
                 rec.status = "error"
-                rec.error = f"HTTP {status}: {_error_text(raw_error, secret)}"
+                rec.error = f"HTTP {status}: {_error_text(raw_error, secret, encoding, ctype)}"
                 if status in (400, 422) and sent_eos and _rejects_ignore_eos(rec.error):
                     # a server (an OpenAI API) that refuses vLLM's ignore_eos/min_tokens: drop them and send again
                     opts.ignore_eos = False
@@ -793,10 +856,10 @@ async def stream_request(
                                   conversation=rec.conversation, turn=rec.turn, turns=rec.turns)
             return _copy_into(rec, await stream_request(http, opts, spec, fresh, reply, _retries + 1))
         rec.status = "cut" if rec.chunk_ns else "error"
-        rec.error = clean_secret_text(_hint(f"{type(e).__name__}: {e}"), secret) or type(e).__name__
+        rec.error = clean_secret_text(_hint(error_text(e)), secret)
     except OSError as e:
         rec.end_ns = _perf()
         rec.status = "error"
-        rec.error = clean_secret_text(_hint(f"{type(e).__name__}: {e}"), secret)
+        rec.error = clean_secret_text(_hint(error_text(e)), secret)
     st.finish(status, ctype)
     return rec

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
+from servescope.core.errors import error_text
 from servescope.core.results import GpuStat, GpuWindow
 from servescope.core.textsafe import clean_text
 
@@ -149,7 +150,7 @@ class GpuSampler:
         try:
             nv = nvml if nvml is not None else _import_pynvml()
         except Exception as e:  # noqa: BLE001 - ImportError and anything a broken install raises
-            self.reason = f"pynvml cannot be imported ({type(e).__name__}: {e}); install nvidia-ml-py"
+            self.reason = f"pynvml cannot be imported ({clean_text(error_text(e))}); install nvidia-ml-py"
             return
         try:
             nv.nvmlInit()
@@ -416,4 +417,4 @@ class GpuSampler:
 
 
 def _err_text(e: BaseException) -> str:
-    return clean_text(f"{type(e).__name__}: {e}")[:200]
+    return clean_text(error_text(e))[:200]

@@ -209,14 +209,35 @@ def _grade(value: float | None, limits: tuple[float, float]) -> int:
     return 2 if value > limits[1] else 1 if value > limits[0] else 0
 
 
+class RateShortfall(msgspec.Struct, frozen=True):
+    """An open loop with a duration whose send schedule was behind the clock when the duration ended
+    (core.load.CellRun.behind_s): the rate asked was not reached. `sent` requests went out over `duration_s`."""
+
+    behind_s: float
+    duration_s: float
+    sent: int
+    asked_per_s: float
+
+    @property
+    def reached(self) -> bool:
+        return self.behind_s * 1000.0 <= SEND_LATE_P99_MS[1]
+
+    def text(self) -> str:
+        return (f"the rate was not reached: {self.sent:,} requests sent in {self.duration_s:g} s "
+                f"({self.sent / max(self.duration_s, 1e-9):,.1f} req/s of {self.asked_per_s:,.6g} asked), the send "
+                f"schedule {self.behind_s:.1f} s behind when the duration ended")
+
+
 def judge_client(part: ClientPart | None, send_late_p99_ms: float | None = None,
-                 bunched_share: float | None = None) -> ClientHealth | None:
+                 bunched_share: float | None = None, shortfall: RateShortfall | None = None) -> ClientHealth | None:
     """The cell's `client` entry from its merged probe part (`merge_client`) and two figures from its records:
     `send_late_p99_ms` (an uncapped open loop's sends after their schedule, p99; None for a closed loop or a
     capped one, whose sends wait for a slot by design) and `bunched_share` (tokens stamped at the same
     nanosecond as the request's previous one). Each figure is graded against its thresholds (`strained` past
     the first, `bound` past the second); the verdict is the worst grade, and each figure past a threshold
-    gives one reason naming it and the threshold. None when there is no part (a cell that did not run)."""
+    gives one reason naming it and the threshold. An open loop that did not reach its rate (`shortfall`, its
+    schedule behind past the send-late bound when the duration ended) is `bound`, saying so first. None when
+    there is no part (a cell that did not run)."""
     if part is None:
         return None
     lag = part.loop_lag_ms or LoopLag()
@@ -243,6 +264,9 @@ def judge_client(part: ClientPart | None, send_late_p99_ms: float | None = None,
     )
     grade = 0
     reasons: list[str] = []
+    if shortfall is not None and not shortfall.reached:
+        grade = 2
+        reasons.append(shortfall.text())
     for value, limits, text in checks:
         g = _grade(value, limits)
         if g and value is not None:
@@ -263,6 +287,7 @@ def judge_client(part: ClientPart | None, send_late_p99_ms: float | None = None,
         nodes=dict(part.nodes) if part.nodes else None,
         clock_error_ms=_num(part.clock_error_ms),
         start_skew_ms=_num(part.start_skew_ms),  # several workers: the last one's start after the common t0
+        rate_behind_s=_num(shortfall.behind_s) if shortfall is not None and not shortfall.reached else None,
     )
 
 

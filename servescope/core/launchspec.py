@@ -20,13 +20,14 @@ import re
 import shlex
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from servescope.core.errors import ServescopeError
 from servescope.core.secrets import is_redacted, redact_command
 from servescope.core.textsafe import clean_text
 
-__all__ = ["ArgValue", "INTERESTING", "LaunchSpec", "free_port", "parse_launch", "with_variant"]
+__all__ = ["ArgValue", "INTERESTING", "LaunchSpec", "free_port", "lora_modules", "parse_launch", "with_variant"]
 
 ArgValue = str | int | float | bool
 
@@ -49,6 +50,9 @@ INTERESTING: dict[str, type] = {
     "block_size": int,
     "served_model_name": str,
     "speculative_config": str,
+    "enable_lora": bool,
+    "max_loras": int,
+    "max_lora_rank": int,
     "reasoning_parser": str,
     "swap_space": float,
     "cpu_offload_gb": float,
@@ -83,6 +87,8 @@ _BOOL_EXACT = {"--enforce-eager", "--trust-remote-code", "--async-scheduling", "
 _BOOL_PREFIXES = ("--no-", "--enable-", "--disable-")
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# options that take several words (argparse nargs="+"): kept as one value, its words shell-quoted and joined
+MULTI_WORD = frozenset({"--lora-modules"})
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -111,6 +117,13 @@ def _split_options(words: list[str], what: str, kind: str = "vllm") -> list[tupl
             i += 1
             continue
         flag = shorts.get(w, w)
+        if flag in MULTI_WORD:
+            j = i + 1
+            while j < len(words) and not words[j].startswith("-"):
+                j += 1
+            out.append((flag, shlex.join(words[i + 1:j]) if j > i + 1 else None))
+            i = j
+            continue
         nxt = words[i + 1] if i + 1 < len(words) else None
         boolean = _is_bool_flag(flag) or (kind == "llamacpp" and flag in _LLAMA_BOOL)
         is_option = nxt is not None and (nxt.startswith("--") or nxt in shorts
@@ -175,7 +188,7 @@ class LaunchSpec:
         for flag, value in self.options:
             out.append(flag)
             if value is not None:
-                out.append(value)
+                out.extend(shlex.split(value) if flag in MULTI_WORD else [value])
         return out
 
     @property
@@ -209,6 +222,12 @@ class LaunchSpec:
         (`--api-key`, `*_API_KEY=`, `*TOKEN*=` values...) replaced by ••••."""
         env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
         return redact_command(" ".join([*env, *(shlex.quote(a) for a in self.argv)]))
+
+    def with_adapters(self, names: Sequence[str], lora_dir: str | None) -> LaunchSpec:
+        """This command serving the LoRA adapters `names`: `--enable-lora` added, and `--lora-modules NAME=PATH` for
+        each adapter it does not list (PATH: `lora_dir`/NAME; the simulator reads no path, so without a folder it
+        gets the name). A vLLM or llama.cpp command missing an adapter and given no folder: one line saying how."""
+        return _with_adapters(self, names, lora_dir)
 
     @property
     def redacted(self) -> str:
@@ -338,3 +357,45 @@ def with_variant(spec: LaunchSpec, variant_args: str) -> LaunchSpec:
     else:
         model = next((v for f, v in options if f == "--model" and v), model)
     return replace(spec, options=tuple(options), host=host, port=port, model=model)
+
+
+def lora_modules(spec: LaunchSpec) -> dict[str, str]:
+    """The adapters a launch command serves (`--lora-modules NAME=PATH ...`, or JSON objects with name and path)."""
+    import json
+
+    out: dict[str, str] = {}
+    for flag, value in spec.options:
+        if flag != "--lora-modules" or not value:
+            continue
+        for item in shlex.split(value):
+            if "=" in item and not item.lstrip().startswith("{"):
+                name, path = item.split("=", 1)
+                out[name] = path
+            else:
+                try:
+                    d = json.loads(item)
+                    out[str(d["name"])] = str(d["path"])
+                except (ValueError, TypeError, KeyError):
+                    continue
+    return out
+
+
+def _with_adapters(spec: LaunchSpec, names: Sequence[str], lora_dir: str | None) -> LaunchSpec:
+    """LaunchSpec.with_adapters."""
+    if not names:
+        return spec
+    listed = lora_modules(spec)
+    missing = [n for n in names if n not in listed]
+    if missing and lora_dir is None and spec.kind != "sim":
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ServescopeError(f"the workload's LoRA adapters {shown} are not in the launch command's --lora-modules: "
+                              "give --lora-dir DIR (the adapters in DIR/NAME) or add --lora-modules NAME=PATH to "
+                              "the command")
+    options = list(spec.options)
+    if not any(f == "--enable-lora" for f, _ in options):
+        options.append(("--enable-lora", None))
+    if missing:
+        items = [f"{n}={listed[n]}" for n in listed] + [
+            f"{n}={os.path.join(lora_dir, n) if lora_dir is not None else n}" for n in missing]
+        _set_option(options, "--lora-modules", shlex.join(items))
+    return replace(spec, options=tuple(options))

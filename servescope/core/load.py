@@ -26,7 +26,7 @@ from servescope.core.arrivals import RateShape, Step, pattern_label, send_times
 from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
 from servescope.core.conversation import Conversation, Pool, conversations, converse, is_multi_turn
 from servescope.core.errors import ServescopeError
-from servescope.core.health import ClientPart, ClientProbe
+from servescope.core.health import SEND_LATE_P99_MS, ClientPart, ClientProbe
 from servescope.core.records import RequestRecord
 
 _perf = time.perf_counter_ns
@@ -127,6 +127,11 @@ class CellRun:
     # the client's own health over the measured part (core.health.ClientProbe's part; core.health.merge_client
     # joins several workers')
     client: ClientPart | None = None
+    # an open loop with a duration: how far its send schedule was behind the clock when the duration ended (s; 0
+    # when it kept up), and how many requests it sent: past SEND_LATE_P99_MS's bound the rate was not reached
+    behind_s: float = 0.0
+    sent: int = 0  # requests (an open loop of conversations: conversations) sent
+    warmup_note: str = ""  # the warmup was cut short by the cell's duration: how much of it was sent
 
 
 WARM_POOL = 1024  # distinct warmup prompts a cell has at most: a longer warmup cycles through them
@@ -186,6 +191,27 @@ def ensure_open_files(connections: int) -> None:
             "or fewer --requests), or raise the hard limit")
 
 
+MIN_PENDING = 8  # a capped open loop holds at least this many sends waiting for a slot
+DRAIN_MIN_S = 5.0  # a cell that did not reach its rate waits at least this long after its duration for answers
+
+
+def pending_cap(load: Load) -> int:
+    """The open loop's requests outstanding at most: in flight, plus (with --max-concurrency) as many again
+    waiting for a slot. Each holds a task, a record and a connection's buffers, so memory stays bounded by the
+    load, not by the rate asked (`--rate 100000` once held 300,000 tasks, 1.8 GB); past the cap the schedule
+    waits: its sends go late, and what is still unsent when the duration ends is never sent."""
+    if load.max_concurrency:
+        return max(MIN_PENDING, 2 * load.max_concurrency)
+    return load.connections
+
+
+def drain_grace_s(duration_s: float) -> float:
+    """How long an open loop that fell behind its rate waits, after its duration, for the answers still in
+    flight before it cancels them: as long as the duration, at least DRAIN_MIN_S (a server that was sent more
+    than it can serve would otherwise keep the cell running for as long as its queue takes)."""
+    return max(DRAIN_MIN_S, duration_s)
+
+
 def failure_limit(load: Load) -> int:
     """Consecutive failures after which a cell stops early: the server is failing every request."""
     n = load.max_concurrency or load.concurrency or 8
@@ -215,16 +241,24 @@ async def run_cell(
         warm = list(specs[:wn])
         measured = list(specs[wn:]) or list(specs)
         talk = is_multi_turn(specs)
+        warmup_note = ""
         if warm:
             n_warm = limits.warmup
             warm_load = Load(concurrency=min(load.connections, n_warm))
+            # a duration-only cell's warmup lasts at most its duration (nothing else bounds `--warmup 100000000`)
+            warm_limits = Limits(requests=n_warm, duration_s=limits.duration_s if limits.requests is None else None)
+            t_warm = _perf()
             if talk:
-                await _talk(http, opts, Pool(conversations(warm), n_warm, warmup=True), warm_load,
-                            Limits(requests=n_warm), None, control, warmup=True)
+                wrun = await _talk(http, opts, Pool(conversations(warm), n_warm, warmup=True), warm_load,
+                                   warm_limits, None, control, warmup=True)
             else:
-                await _closed(http, opts, warm, warm_load, Limits(requests=n_warm), None, control, warmup=True)
+                wrun = await _closed(http, opts, warm, warm_load, warm_limits, None, control, warmup=True)
+            if warm_limits.duration_s is not None and not control.ended and wrun.sent < n_warm \
+                    and _perf() - t_warm >= warm_limits.duration_s * 1e9:
+                warmup_note = (f"the warmup ended with the cell's duration ({warm_limits.duration_s:g} s): "
+                               f"{wrun.sent:,} of its {n_warm:,} requests were sent")
         if control.ended:
-            return CellRun([], _perf(), _perf(), control.reason)
+            return CellRun([], _perf(), _perf(), control.reason, warmup_note=warmup_note)
         if before_measured is not None:
             await before_measured()
         with _quiet_gc():
@@ -245,6 +279,7 @@ async def run_cell(
                 probe.close()
                 raise
             run.client = await probe.stop()
+            run.warmup_note = warmup_note
             return run
 
 
@@ -270,6 +305,7 @@ class _Tracker:
         self.limit = failure_limit(load)
         self.control = control
         self.on_record = on_record
+        self.cancel_reason = ""  # why requests still in flight are cancelled, when not a stop's (the drain's bound)
 
     def add(self, rec: RequestRecord) -> None:
         self.records.append(rec)
@@ -331,12 +367,13 @@ async def _stream_retrying(http: httpx.AsyncClient, opts: ClientOptions, spec: R
 
 async def _send(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec, rec: RequestRecord,
                 tracker: _Tracker | None, reply: list[str] | None = None) -> None:
+    rec.adapter = spec.model or ""
     try:
         await _stream_retrying(http, opts, spec, rec, tracker.control if tracker is not None else None, reply)
     except asyncio.CancelledError:
         rec.end_ns = _perf()
         rec.status = "cancelled"
-        rec.error = "cancelled when the cell was stopped"
+        rec.error = (tracker.cancel_reason if tracker is not None else "") or "cancelled when the cell was stopped"
         if tracker is not None:
             tracker.add(rec)
         raise
@@ -383,7 +420,8 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
     await _wait_or_stop(tasks, control)
     recs = tracker.records if tracker else []
     end = max((r.end_ns for r in recs), default=_perf())
-    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0)
+    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0,
+                   sent=next_index)
 
 
 async def _until(when_ns: int, control: CellControl) -> bool:
@@ -401,6 +439,83 @@ async def _until(when_ns: int, control: CellControl) -> bool:
     return not control.ended
 
 
+class _Outstanding:
+    """The open loop's requests outstanding (`pending_cap` at most): `room()` waits for one to end, the cell to be
+    drained, or the deadline."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._freed = asyncio.Event()
+
+    def add(self, t: asyncio.Task[None]) -> None:
+        self.tasks.add(t)
+        t.add_done_callback(self._done)
+
+    def _done(self, t: asyncio.Task[None]) -> None:
+        self.tasks.discard(t)
+        self._freed.set()
+
+    async def room(self, control: CellControl, deadline: int | None) -> bool:
+        """True once fewer than `cap` are outstanding; False when the cell was drained or the deadline came."""
+        while len(self.tasks) >= self.cap:
+            if control.ended:
+                return False
+            self._freed.clear()
+            timeout = None if deadline is None else (deadline - _perf()) / 1e9
+            if timeout is not None and timeout <= 0:
+                return False
+            waiter = asyncio.ensure_future(self._freed.wait())
+            drained = asyncio.ensure_future(control.drain.wait())
+            try:
+                await asyncio.wait({waiter, drained}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                drained.cancel()
+        return not control.ended
+
+
+def _sending_until(deadline: int | None, sched: int) -> bool:
+    """Whether a send scheduled at `sched` is still to go: before the deadline, by the schedule and by the clock
+    (a schedule behind the clock stops with it: the duration bounds the cell, not the rate asked)."""
+    return deadline is None or (sched < deadline and _perf() < deadline)
+
+
+async def _finish_open(outstanding: _Outstanding, tracker: _Tracker, control: CellControl, deadline: int | None,
+                       behind_ns: int, duration_s: float | None) -> None:
+    """Wait for the requests still in flight. An open loop whose schedule was behind when its duration ended (the
+    rate was not reached) waits `drain_grace_s` for them, then cancels the rest: its cell ends near its duration."""
+    if deadline is None or duration_s is None or behind_ns <= SEND_LATE_P99_MS[1] * 1e6 or not outstanding.tasks:
+        await _wait_or_stop(list(outstanding.tasks), control)
+        return
+    grace = drain_grace_s(duration_s)
+    tasks = list(outstanding.tasks)
+    end_at = deadline + int(grace * 1e9)
+    pending: set[asyncio.Task[object]] = set(tasks)
+    stopper: asyncio.Task[object] = asyncio.ensure_future(control.stop.wait())
+    try:
+        while pending and not control.stop.is_set():
+            timeout = (end_at - _perf()) / 1e9
+            if timeout <= 0:
+                break
+            _, pending = await asyncio.wait(pending | {stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(stopper)
+    finally:
+        stopper.cancel()
+    left = [t for t in tasks if not t.done()]
+    if left:
+        if not control.stop.is_set():
+            tracker.cancel_reason = (f"cancelled: still in flight {grace:g} s after the cell's duration, which ended "
+                                     f"with the send schedule {behind_ns / 1e9:.1f} s behind (the rate was not "
+                                     "reached)")
+        for t in left:
+            t.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
 async def _open(http, opts, specs, load, limits, on_record, control, seed) -> CellRun:  # type: ignore[no-untyped-def]
     rate = float(load.rate or 1.0)
     times = (iter(load.times) if load.arrival == "trace" else
@@ -410,7 +525,7 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
     total = limits.requests
     start = _perf()
     deadline = start + int(limits.duration_s * 1e9) if limits.duration_s is not None else None
-    tasks: set[asyncio.Task[None]] = set()
+    outstanding = _Outstanding(pending_cap(load))
     nxt = next(times, None)
     sched = start + int(nxt * 1e9) if nxt is not None else 0
 
@@ -421,28 +536,29 @@ async def _open(http, opts, specs, load, limits, on_record, control, seed) -> Ce
             await _send(http, opts, spec, rec, tracker)
         else:
             async with sem:
-                if control.ended:  # it waited for a slot while the cell was being drained: never sent
-                    return
+                if control.ended or (deadline is not None and _perf() >= deadline):
+                    return  # it waited for a slot while the cell was drained or past its duration: never sent
                 await _send(http, opts, spec, rec, tracker)
 
     i = 0
+    behind = 0  # how far the schedule was behind when the duration ended (ns)
     while not control.ended and nxt is not None:
         if total is not None and i >= total:
             break
-        if deadline is not None and sched >= deadline:
+        if not _sending_until(deadline, sched) or not await outstanding.room(control, deadline) \
+                or not await _until(sched, control) or not _sending_until(deadline, sched):
+            if deadline is not None and not control.ended and sched < deadline:
+                behind = deadline - sched
             break
-        if not await _until(sched, control):
-            break
-        t = asyncio.create_task(fire(i, specs[i % len(specs)], sched))
-        tasks.add(t)
-        t.add_done_callback(tasks.discard)
+        outstanding.add(asyncio.create_task(fire(i, specs[i % len(specs)], sched)))
         i += 1
         nxt = next(times, None)  # a trace ends
         sched = start + int(nxt * 1e9) if nxt is not None else 0
-    await _wait_or_stop(list(tasks), control)
+    await _finish_open(outstanding, tracker, control, deadline, behind, limits.duration_s)
     end = max((r.end_ns for r in tracker.records), default=_perf())
     ramp_end = start + int(load.ramp_s * 1e9) if load.ramp_s else 0
-    return CellRun(tracker.records, start, end, control.reason if control.ended else "", ramp_end)
+    return CellRun(tracker.records, start, end, control.reason if control.ended else "", ramp_end,
+                   behind_s=behind / 1e9, sent=i)
 
 
 async def _talk(http, opts, pool: Pool, load: Load, limits: Limits, on_record, control: CellControl,  # type: ignore[no-untyped-def]
@@ -473,7 +589,8 @@ async def _talk(http, opts, pool: Pool, load: Load, limits: Limits, on_record, c
     await _wait_or_stop([asyncio.create_task(user(u)) for u in range(n_users)], control)
     recs = tracker.records if tracker else []
     end = max((r.end_ns for r in recs), default=_perf())
-    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0)
+    return CellRun(recs, start, end, control.reason if control.ended else "", start + ramp_ns if ramp_ns else 0,
+                   sent=pool.requests)
 
 
 async def _talk_open(http, opts, pool: Pool, load: Load, limits: Limits, on_record, control: CellControl,  # type: ignore[no-untyped-def]
@@ -485,7 +602,7 @@ async def _talk_open(http, opts, pool: Pool, load: Load, limits: Limits, on_reco
     sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
     start = _perf()
     deadline = start + int(limits.duration_s * 1e9) if limits.duration_s is not None else None
-    tasks: set[asyncio.Task[None]] = set()
+    outstanding = _Outstanding(pending_cap(load))
 
     async def send(spec: RequestSpec, rec: RequestRecord, reply: list[str]) -> None:
         await _send(http, opts, spec, rec, tracker, reply)
@@ -495,26 +612,30 @@ async def _talk_open(http, opts, pool: Pool, load: Load, limits: Limits, on_reco
             await converse(pool, cid, conv, -1, scheduled, send, control.drain, deadline)
             return
         async with sem:
-            if not control.ended:  # it waited for a slot while the cell was being drained: never started
+            if not control.ended and (deadline is None or _perf() < deadline):  # else it waited for a slot while
+                # the cell was drained or past its duration: never started
                 await converse(pool, cid, conv, -1, scheduled, send, control.drain, deadline)
 
     sched = start + int(next(times) * 1e9)
+    started = 0
+    behind = 0
     while not control.ended:
-        if deadline is not None and sched >= deadline:
-            break
-        if not await _until(sched, control):
+        if not _sending_until(deadline, sched) or not await outstanding.room(control, deadline) \
+                or not await _until(sched, control) or not _sending_until(deadline, sched):
+            if deadline is not None and not control.ended and sched < deadline:
+                behind = deadline - sched
             break
         got = pool.take()
         if got is None:
             break
-        t = asyncio.create_task(begin(*got, sched))
-        tasks.add(t)
-        t.add_done_callback(tasks.discard)
+        outstanding.add(asyncio.create_task(begin(*got, sched)))
+        started += 1
         sched = start + int(next(times) * 1e9)
-    await _wait_or_stop(list(tasks), control)
+    await _finish_open(outstanding, tracker, control, deadline, behind, limits.duration_s)
     end = max((r.end_ns for r in tracker.records), default=_perf())
     ramp_end = start + int(load.ramp_s * 1e9) if load.ramp_s else 0
-    return CellRun(tracker.records, start, end, control.reason if control.ended else "", ramp_end)
+    return CellRun(tracker.records, start, end, control.reason if control.ended else "", ramp_end,
+                   behind_s=behind / 1e9, sent=started)
 
 
 async def _wait_or_stop(tasks: list[asyncio.Task[None]], control: CellControl) -> None:

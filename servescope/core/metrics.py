@@ -46,11 +46,12 @@ from servescope.core.results import (
     Dist,
     ErrorCount,
     Mismatch,
+    OutputCheck,
     TurnStat,
 )
 
 __all__ = ["DIST_METRICS", "client_figures", "FORMULAS", "HIGHER_IS_BETTER", "METRICS", "SLO_KEYS", "STAT_KEYS", "CellResult",
-           "describe", "itl_frame", "meets_slos", "per_conversation", "per_request", "per_turn",
+           "describe", "itl_frame", "meets_slos", "output_check", "per_conversation", "per_request", "per_turn",
            "records_frame", "request_figures", "slo_mask", "summarize"]
 
 PERCENTILES = (50, 90, 95, 99)
@@ -71,7 +72,7 @@ REQUEST_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "first_content_ns": pl.Int64, "end_ns": pl.Int64, "chunk_ns": pl.List(pl.Int64),
     "chunk_tokens": pl.List(pl.Int64), "cached_tokens": pl.Int64, "conversation": pl.Int64, "turn": pl.Int64,
     "turns": pl.Int64, "server_prompt_ms": pl.Float64, "retry_after_s": pl.Float64, "retries": pl.Int64,
-    "retry_wait_s": pl.Float64,
+    "retry_wait_s": pl.Float64, "adapter": pl.Utf8,
 }
 
 
@@ -106,6 +107,7 @@ def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
         cols["retry_after_s"].append(r.retry_after_s)
         cols["retries"].append(r.retries)
         cols["retry_wait_s"].append(r.retry_wait_s)
+        cols["adapter"].append(r.adapter)
     return pl.DataFrame(cols, schema=REQUEST_SCHEMA)
 
 
@@ -331,15 +333,60 @@ def per_conversation(pr: pl.DataFrame) -> ConversationStats:
     )
 
 
+USAGE_TOLERANCE = 0.10  # a request's usage this far from the tokens it streamed (and 2 tokens or more) differs
+
+
+def output_check(ok: pl.DataFrame, ignore_eos: bool = False) -> OutputCheck | None:
+    """Whether the output counts of a cell's successful requests (`ok`: per_request rows) hold up; None when they
+    do. The server's usage.completion_tokens (what output tok/s, TPOT and per-user tok/s count) is compared with
+    the tokens the client counted in the stream (`chunk_tokens`: one per token-carrying piece, or what the running
+    usage said each piece added): apart by more than USAGE_TOLERANCE and 2 tokens, the request's usage and stream
+    differ. A usage above the request's max_tokens cannot be true; with `ignore_eos` sent (and not refused) a
+    request that ended before max_tokens was not served the length asked."""
+    if ok.height == 0:
+        return None
+    rows = ok.select(
+        said=pl.col("output_tokens"), asked=pl.col("output_tokens_requested"), reported=pl.col("usage_reported"),
+        streamed=pl.col("chunk_tokens").list.sum().fill_null(0))
+    reported = rows.filter(pl.col("reported") & (pl.col("streamed") > 0))  # (a record with no stamped piece: no
+    # stream to compare, as an imported one)
+    gap = (reported["said"] - reported["streamed"]).abs()
+    differ = reported.filter(gap > pl.max_horizontal(pl.lit(2), USAGE_TOLERANCE * pl.col("streamed")))
+    said, streamed = int(reported["said"].sum() or 0), int(reported["streamed"].sum() or 0)
+    over = rows.filter((pl.col("asked") > 0) & (pl.col("said") > pl.col("asked")))
+    short = rows.filter((pl.col("asked") > 0) & (pl.col("said") < pl.col("asked"))) if ignore_eos else rows.clear()
+    n = rows.height
+    notes: list[str] = []
+    if differ.height:
+        ratio = f"{said / streamed:.2f}x" if streamed else "more than"
+        notes.append(f"usage.completion_tokens differs from the tokens streamed on {differ.height} of {n} requests: "
+                     f"{said:,} said, {streamed:,} streamed ({ratio} what was streamed); output tok/s, TPOT and "
+                     "per-user tok/s count the server's usage: check it")
+    if over.height:
+        notes.append(f"usage.completion_tokens is above max_tokens on {over.height} of {n} requests (up to "
+                     f"{int(over['said'].max()):,} for {int(over['asked'].max()):,} asked): the server's usage "  # type: ignore[arg-type]
+                     "overcounts, so output tok/s reads high")
+    if short.height:
+        notes.append(f"{short.height} of {n} requests ended before max_tokens although ignore_eos was sent (mean "
+                     f"{float(short['said'].mean()):,.1f} of {float(short['asked'].mean()):,.1f} tokens): the server "  # type: ignore[arg-type]
+                     "does not honour ignore_eos, so outputs are shorter than the workload asks")
+    if not notes:
+        return None
+    return OutputCheck(requests=n, usage_vs_stream=differ.height, said=said, streamed=streamed,
+                       over_max_tokens=over.height, short=short.height, notes=notes)
+
+
 def summarize(
     df: pl.DataFrame,
     wall_s: float,
     slos: Mapping[str, float] | None = None,
     server_prefix_hit_rate: float | None = None,
+    ignore_eos: bool = False,
 ) -> CellResult:
     """A cell's figures from its measured (non-warmup) request rows. The prefix cache's hit rate comes from the
-    usage's cached tokens where the server sends them, else from `server_prefix_hit_rate` (its /metrics). The
-    runner adds the server's, the telemetry's, the client's and the quality figures (msgspec.structs.replace)."""
+    usage's cached tokens where the server sends them, else from `server_prefix_hit_rate` (its /metrics);
+    `ignore_eos`: the requests asked the server for exactly max_tokens (`output_check`). The runner adds the
+    server's, the telemetry's, the client's and the quality figures (msgspec.structs.replace)."""
     slos = dict(slos or {})
     df = _flag_damaged(_with_turn_columns(df.filter(~pl.col("warmup"))))
     pr = per_request(df)
@@ -416,6 +463,7 @@ def summarize(
         prompt_tokens_uncached=cache.uncached if cache is not None else None,
         turns=per_turn(pr) if multi_turn else [],
         conversations=per_conversation(pr) if multi_turn else None,
+        output_check=output_check(ok, ignore_eos),
     )
 
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 
 import httpx
 
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.quality import Trace
 from servescope.core.target import _show, key_refused, redact_url, request_failed
 from servescope.core.textsafe import clean_secret_text
@@ -107,7 +107,7 @@ async def _post(client: httpx.AsyncClient, base_url: str, body: Mapping[str, obj
             # the connection went before any answer (a pooled one the server had just closed): once more, on a
             # new one; a probe is a plain completion, safe to ask again
             if attempt == 2:
-                raise request_failed(where, e, clean_secret_text(str(e), secret, 200) or type(e).__name__,
+                raise request_failed(where, e, clean_secret_text(error_text(e), secret, 200),
                                      "") from None
         except httpx.HTTPError as e:
             raise request_failed(where, e, clean_secret_text(str(e), secret, 200),

@@ -28,7 +28,7 @@ from typing import Protocol, TypeVar
 import msgspec
 
 from servescope.core.client import ClientOptions, RequestSpec
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.health import ClientPart
 from servescope.core.load import CellControl, CellRun, Limits, Load
 from servescope.core.records import RequestRecord
@@ -165,7 +165,7 @@ class LoadActor:
         try:
             self.worker.run()
         except BaseException as e:  # the driver hears of it as this worker's failure
-            self._send(Failed(f"{type(e).__name__}: {e}"))
+            self._send(Failed(error_text(e)))
 
     def tell(self, msg: DriverMsg) -> None:
         self.worker.deliver(msg)
@@ -216,7 +216,7 @@ async def _poll(channels: Sequence[_ActorChannel], inbox: asyncio.Queue[tuple[in
                 msgs = await ch.actor.poll.remote()
             except Exception as e:
                 ch.finished = True
-                inbox.put_nowait((ch.k, Dead(f"{type(e).__name__}: {str(e).strip() or 'no reason given'}")))
+                inbox.put_nowait((ch.k, Dead(error_text(e))))
                 continue
             for m in msgs:
                 if isinstance(m, (Done, Failed)):
@@ -240,7 +240,7 @@ def _connect(ray: ModuleType, address: str) -> None:
     try:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = (str(e).strip().splitlines() or [error_text(e)])[0]
         raise ServescopeError(f"--ray {address}: could not connect to the Ray cluster: {first}") from None
 
 
@@ -285,7 +285,7 @@ async def run_cell_ray(
                                   f"{PLACE_TIMEOUT_S:g}s: each needs {num_cpus:g} CPU on a node "
                                   f"({'the nodes named by --ray-nodes' if pinned else 'any node'})") from None
         except Exception as e:  # the actor could not start there (servescope not installed on that node, ...)
-            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), error_text(e))
             raise ServescopeError(f"Ray could not start a load worker ({first[:300]}); servescope must be "
                                   "installed, at this version, on every node the workers run on") from None
         keys = node_keys([(nid, ip) for nid, ip in wheres])

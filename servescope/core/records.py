@@ -52,3 +52,4 @@ class RequestRecord:
     retry_after_s: float | None = None
     retries: int = 0
     retry_wait_s: float = 0.0
+    adapter: str = ""  # the LoRA adapter it named as its model ("": the sweep's model)

@@ -154,6 +154,22 @@ class Mismatch(_Base, frozen=True):
     max_abs: int | None = None
 
 
+class OutputCheck(_Base, frozen=True):
+    """Whether a cell's output token counts hold up (core/metrics.py output_check), over its successful requests:
+    `usage_vs_stream` whose usage.completion_tokens differ from the tokens counted in their stream (each
+    token-carrying piece one token, or the growth the server's running usage said), `said` and `streamed` their
+    totals; `over_max_tokens` whose usage says more than the max_tokens they were sent; `short` (ignore_eos sent)
+    that ended before max_tokens. `notes`: one line per finding, for people (CLI, app, report)."""
+
+    requests: int = 0
+    usage_vs_stream: int = 0
+    said: int = 0
+    streamed: int = 0
+    over_max_tokens: int = 0
+    short: int = 0
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
 class ErrorCount(_Base, frozen=True):
     """One of a cell's most frequent failures."""
 
@@ -302,6 +318,9 @@ class ClientHealth(_Base, frozen=True):
     nodes: dict[str, int] | None = None  # Ray: node -> requests (left out of to_dict() when None)
     clock_error_ms: float | None = None  # several hosts: the bound on their clocks' offset (left out when None)
     start_skew_ms: float | None = None  # several workers: how far the last one started after t0 (left out when None)
+    # an open loop that did not reach its rate: its send schedule was this far behind when its duration ended (s;
+    # left out when None: it kept up, or it is no such cell)
+    rate_behind_s: float | None = None
 
     @property
     def bound(self) -> bool:
@@ -309,7 +328,7 @@ class ClientHealth(_Base, frozen=True):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for k in ("nodes", "clock_error_ms", "start_skew_ms"):
+        for k in ("nodes", "clock_error_ms", "start_skew_ms", "rate_behind_s"):
             if out.get(k) is None:
                 out.pop(k, None)
         return out
@@ -443,9 +462,65 @@ class CellProbes(_Base, frozen=True):
     errors: list[str] = msgspec.field(default_factory=list)
 
 
+class SpecDecode(_Base, frozen=True):
+    """Speculative decoding over a cell, from the server's /metrics counters (core/specdecode.py spec_decode_delta):
+    acceptance_rate = accepted / drafted tokens; mean_accepted_tokens = accepted tokens per draft (vLLM's logged
+    "mean acceptance length" is 1 + this); drafts_per_step = drafts / the requests' steps (a step samples one token
+    plus its accepted drafts: steps = generated tokens - accepted tokens), below 1 where the proposer had nothing to
+    offer (an n-gram proposer finding no match)."""
+
+    acceptance_rate: float | None = None
+    mean_accepted_tokens: float | None = None
+    drafts_per_step: float | None = None
+
+
+class LoraServer(_Base, frozen=True):
+    """LoRA as the server's /metrics tell it over a cell (core/specdecode.py lora_window): the adapters vLLM's
+    `vllm:lora_requests_info` showed running during the cell, and its --max-loras. vLLM counts no requests per
+    adapter."""
+
+    adapters_running: list[str] = msgspec.field(default_factory=list)
+    max_loras: int | None = None
+
+
+class AdapterFigures(_Base, frozen=True):
+    """One LoRA adapter's requests in a cell (core/lorafigures.py): those that named it as their model ("base": the
+    base model's), ok ones; output tok/s is their output tokens over the cell's wall time."""
+
+    requests: int = 0
+    output_tok_s: float | None = None
+    ttft_ms: Dist = msgspec.field(default_factory=Dist)
+    tpot_ms: Dist = msgspec.field(default_factory=Dist)
+
+
+class Startup(_Base, frozen=True):
+    """A launched server's start (engine/startup.py): seconds from starting its command to a healthy /health and to
+    the first token of a one-token request; `phases`: what vLLM's log says its start spent (weights_s, compile_s,
+    cuda_graphs_s, engine_init_s; core/startup.py), left out when it says none."""
+
+    healthy_s: float | None = None
+    first_token_s: float | None = None
+    phases: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if not out.get("phases"):
+            out.pop("phases", None)
+        return out
+
+
+class Energy(_Base, frozen=True):
+    """The GPUs' energy over a cell, from NVML (core/energy.py): joules per output token (the power's integral over
+    the cell's window / its output tokens) and the mean power over the window (W)."""
+
+    j_per_output_token: float | None = None
+    mean_w: float | None = None
+
+
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
              "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost", "connections",
-             "window", "whole", "precision", "saturation", "probes")
+             "output_check", "spec_decode", "adapters", "lora_server", "prefix_cache_reset", "prefix_cache_target",
+             "startup", "energy", "window", "whole", "precision", "saturation", "probes")
 
 
 class CellResult(_Base, frozen=True):
@@ -516,6 +591,19 @@ class CellResult(_Base, frozen=True):
     precision: CellPrecision | None = None  # --precision (None: not asked, left out)
     saturation: Saturation | None = None  # the saturation mark (None: not judged, left out)
     probes: CellProbes | None = None  # --probe-rate (None: none sent, left out)
+    # output counts that do not hold up: usage against the stream, above max_tokens, short despite ignore_eos (None:
+    # all held up, or written before servescope checked; left out of to_dict())
+    output_check: OutputCheck | None = None
+    # what GPU-box users change (each None: not measured or not asked, and left out of to_dict()): speculative
+    # decoding's figures (/metrics), each LoRA adapter's, whether the server's prefix cache was reset before the cell
+    # (--reset-prefix-cache) and the hit rate the workload aimed at, the launched server's start, energy (NVML)
+    spec_decode: SpecDecode | None = None
+    adapters: dict[str, AdapterFigures] | None = None
+    lora_server: LoraServer | None = None
+    prefix_cache_reset: bool | None = None
+    prefix_cache_target: float | None = None
+    startup: Startup | None = None
+    energy: Energy | None = None
 
     DISTS: ClassVar[tuple[str, ...]] = DIST_KEYS
 
@@ -542,6 +630,8 @@ class CellResult(_Base, frozen=True):
             out["whole"] = self.whole.to_dict()
         if not out.get("intervals"):
             out.pop("intervals", None)
+        if self.startup is not None:
+            out["startup"] = self.startup.to_dict()
         for k in (*_OPTIONAL, "requests_bad_usage", "requests_rate_limited", *LEFT_OUT_WHEN_NONE):
             if out.get(k) is None:
                 out.pop(k, None)
@@ -577,7 +667,8 @@ class CellResult(_Base, frozen=True):
             dist: Dist = getattr(self, metric)
             return dist.stat(stat or "mean")
         if stat is not None:
-            part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu", "client", "cost") else None
+            part = getattr(self, metric, None) if metric in ("server", "telemetry", "gpu", "client", "cost",
+                                                             "spec_decode", "startup", "energy") else None
             return finite(getattr(part, stat, None)) if part is not None and stat in part.__struct_fields__ else None
         if metric not in _SCALARS:
             return None
@@ -599,7 +690,7 @@ def rate_limit_line(s: CellResult) -> str:
 
 _SCALARS = frozenset(f for f in CellResult.__struct_fields__
                      if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch", "turns", "intervals")) | {
-    "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached"}
+    "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached", "prefix_cache_target"}
 
 
 def finite(v: object) -> float | None:

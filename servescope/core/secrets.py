@@ -10,6 +10,12 @@ before anything is printed, stored or reported.
 - `command_secrets(command)`: the secret values a command holds (to mask them in logs and errors).
 - `redact_sweep_table(table)`: a sweep table (the sweep-file format) with its `[server]` launch command and
   variants redacted, for session.toml.
+- `redact_url(url)`: a URL without `user:password@` and with the values of secret-named query parameters
+  (`?api_key=`, `&token=`) as ••••.
+- `redact_meta(meta)`: a session's session.toml table with every string redacted as a command (`--api-key x`,
+  `VLLM_API_KEY=x`, wherever a launch line, a server variant, a serve line or an event's text holds one) and
+  every URL as above. The store writes session.toml only through it (servescope.sessions.store), so no path
+  that fills the table (run, resume, tune and its cells and probes, quality) can put a secret on disk.
 - `redact_log(text, secrets)`: the one filter for what a child process writes to a log the session keeps (a
   launched server's `server-N.log`, a detached runner's `runner.log`): each known secret, `Bearer <token>`, the
   command forms above, and a secret-named field of a printed dict or namespace (vLLM logs
@@ -31,12 +37,13 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from typing import IO
+from urllib.parse import urlsplit, urlunsplit
 
 from servescope.core.textsafe import MASK as REDACTED  # one mask for every secret, wherever it is hidden
 from servescope.core.textsafe import redact
 
 __all__ = ["REDACTED", "LogRedactor", "command_secrets", "env_secrets", "is_redacted", "redact_command", "redact_log",
-           "redact_sweep_table", "redact_text", "start_log_pump"]
+           "redact_meta", "redact_sweep_table", "redact_text", "redact_url", "start_log_pump"]
 
 
 _VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"']\S*)"
@@ -116,6 +123,54 @@ def redact_sweep_table(table: Mapping[str, object]) -> dict[str, object]:
                                and isinstance(v.get("args"), str) else v for v in srv["variants"]]
         out["server"] = srv
     return out
+
+
+_QUERY_SECRET = re.compile(r"(?i)(?P<name>[^=&;?#]*(?:api[-_]?key|token(?!iz|s)|secret|passw(?:or)?d|sig(?:nature)?)"
+                           r"[^=&;#]*=)(?P<value>[^&;#]*)")
+
+
+def redact_url(url: str) -> str:
+    """`url` without `user:password@` and with the values of secret-named query parameters (`api_key`, `token`,
+    `secret`, `password`, `sig`) as ••••; a text that is not a URL is returned as it is."""
+    if not url or "://" not in url:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:  # user:password@host: the credentials go (urlsplit keeps the host's own spelling)
+        netloc = netloc.rpartition("@")[2]
+    query = _QUERY_SECRET.sub(lambda m: m.group("name") + (REDACTED if m.group("value") else ""), parts.query)
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")  # a URL inside a text (an event's, an error's)
+
+
+def _redact_string(key: str, value: str) -> str:
+    if "://" in value:
+        value = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), value)
+    if _HINT.search(value):
+        value = redact_command(value)
+    return value
+
+
+
+def _redact_tree(key: str, value: object) -> object:
+    if isinstance(value, str):
+        return _redact_string(key, value)
+    if isinstance(value, Mapping):
+        return {k: _redact_tree(str(k), v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_tree(key, v) for v in value]
+    return value
+
+
+def redact_meta(meta: Mapping[str, object]) -> dict[str, object]:
+    """A session's table (session.toml) with its secrets as ••••: every string redacted as a command (a launch
+    line, a server variant, a serve line, an event's or a failure's text) and every URL without credentials. The
+    one way a session's table reaches the disk; applying it twice changes nothing more."""
+    return {k: _redact_tree(str(k), v) for k, v in meta.items()}
 
 
 # ---- logs: what child processes write ----------------------------------------------------------------------

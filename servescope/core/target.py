@@ -7,26 +7,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeGuard
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from servescope.core import llamacpp
 from servescope.core.client import async_client
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
+from servescope.core.secrets import redact_url as redact_url  # (re-exported: core.probe uses it from here)
 from servescope.core.textsafe import clean_secret_text, clean_text, redact
 from servescope.core.tls import TlsSettings, cert_problem, current, measure_handshakes
-
-
-def redact_url(url: str) -> str:
-    """Drop user:password@ from a URL (sessions and logs never hold credentials)."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        parts = parts._replace(netloc=host)
-    return urlunsplit(parts)
 
 
 def normalize_url(url: str) -> str:
@@ -43,6 +32,7 @@ def normalize_url(url: str) -> str:
 class ModelInfo:
     id: str
     max_model_len: int | None = None
+    parent: str | None = None  # a LoRA adapter's base model (vLLM lists its adapters with their base as parent)
 
 
 @dataclass
@@ -72,6 +62,9 @@ class TargetInfo:
         if name is None:
             if len(self.models) == 1:
                 return self.models[0]
+            bases = [m for m in self.models if m.parent is None]
+            if len(bases) == 1 and all(m.parent == bases[0].id for m in self.models if m is not bases[0]):
+                return bases[0]  # a base model and its LoRA adapters: the base is the sweep's model
             if not self.models:
                 raise ServescopeError(f"{self.url} serves no models (/v1/models is empty); check the server")
             raise ServescopeError(f"{self.url} serves several models ({model_list(self.models)}); choose one with "
@@ -114,10 +107,10 @@ def request_failed(where: str, e: httpx.HTTPError, detail: str, timeout_text: st
         return ServescopeError(f"{where} {timeout_text}")
     if isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         # the server was reached and then dropped the connection: the URL is right, the server is not well
-        why = detail if detail and detail != type(e).__name__ else "the connection was closed mid-answer"
-        return ServescopeError(f"{where} dropped the connection ({why}, {type(e).__name__}); is the server "
+        why = detail if detail and str(e).strip() else "the connection was closed mid-answer"
+        return ServescopeError(f"{where} dropped the connection ({why}); is the server "
                                "restarting or overloaded? check its log, then run again")
-    return ServescopeError(f"cannot talk to {where}: {detail or type(e).__name__}; check --url")
+    return ServescopeError(f"cannot talk to {where}: {detail or error_text(e)}; check --url")
 
 
 def key_refused(where: str, status: int) -> ServescopeError:
@@ -162,7 +155,9 @@ async def probe(url: str, api_key: str | None = None, timeout_s: float = 10.0, e
             if isinstance(m, dict) and "id" in m:
                 mml = m.get("max_model_len")
                 ok_len = isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < 2**31
-                info.models.append(ModelInfo(str(m["id"]), mml if ok_len else None))
+                parent = m.get("parent")
+                info.models.append(ModelInfo(str(m["id"]), mml if ok_len else None,
+                                             parent if isinstance(parent, str) and parent else None))
         props = await _props(c) if engine in ("auto", "llamacpp") else None
         if engine == "llamacpp" or (engine == "auto" and llamacpp.is_llamacpp(data, props)):
             info.engine = "llamacpp"

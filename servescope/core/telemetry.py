@@ -20,9 +20,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from servescope.core.errors import error_text
 from servescope.core.gpu import GPU_COLUMNS, GpuInfo, GpuSampler, describe_gpus, list_gpus
 from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_parsed
 from servescope.core.results import ServerWindow, TelemetryWindow
+from servescope.core.specdecode import LORA_INFO, SPEC_COUNTERS, lora_keys
 from servescope.core.textsafe import clean_text
 
 if TYPE_CHECKING:
@@ -72,6 +74,8 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "queue": ("vllm:request_queue_time_seconds",),
 }
 CACHE_INFO = "vllm:cache_config_info"
+# speculative decoding's counters and the LoRA gauge (core/specdecode.py reads them from the boundary samples)
+EXTRA = (*SPEC_COUNTERS, LORA_INFO)
 
 COLUMNS: tuple[str, ...] = (
     *GAUGES,
@@ -82,7 +86,7 @@ COLUMNS: tuple[str, ...] = (
 _WANTED: frozenset[str] = frozenset(
     [n for names in (*GAUGES.values(), *COUNTERS.values()) for n in names]
     + [f"{n}_{part}" for names in HISTOGRAMS.values() for n in names for part in ("sum", "count")]
-    + [CACHE_INFO]
+    + [CACHE_INFO, *EXTRA]
 )
 _MAX_OVER_LABELS = frozenset(GAUGES["kv_cache_usage_perc"])  # a fraction: take the fullest engine
 
@@ -124,7 +128,8 @@ def _prefilter(text: str) -> str:
 def parse_metrics(text: str) -> dict[str, float | str]:
     """vLLM's /metrics text -> {sample name: value summed over label sets} for the samples servescope reads
     (KV usage: the highest over label sets), plus `cache_config.<label>` for every label of
-    `vllm:cache_config_info` (numbers as float, others as str). Uses prometheus_client's parser."""
+    `vllm:cache_config_info` (numbers as float, others as str) and, from `vllm:lora_requests_info`, each running
+    adapter's newest time (`lora.running.<name>`, core/specdecode.py). Uses prometheus_client's parser."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float | str] = {}
@@ -139,6 +144,9 @@ def parse_metrics(text: str) -> dict[str, float | str]:
                         out[f"cache_config.{k}"] = float(v)
                     except ValueError:
                         out[f"cache_config.{k}"] = v
+                continue
+            if name == LORA_INFO:
+                lora_keys(s.labels, float(s.value), out)
                 continue
             value = float(s.value)
             prev = out.get(name)
@@ -271,7 +279,7 @@ class MetricsSampler:
             except Exception as e:  # noqa: BLE001 - any failure is a missing sample
                 self.failures += 1
                 self.failure_t_ns.append(time.perf_counter_ns())
-                self.last_error = clean_text(f"{type(e).__name__}: {e}")[:200]
+                self.last_error = clean_text(error_text(e))[:200]
                 return None
             self.t_ns.append((t_a + t_b) // 2)
             for c, v in zip(COLUMNS, row, strict=True):

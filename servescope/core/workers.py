@@ -44,7 +44,7 @@ import msgspec
 from servescope.core.arrivals import send_times
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.conversation import is_multi_turn
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.health import ClientPart, add_placement, merge_client
 from servescope.core.load import CellControl, CellRun, Limits, Load, run_cell, warm_prompts
 from servescope.core.records import RequestRecord
@@ -279,6 +279,9 @@ class Done:
     start_late_ns: int | None  # its measured part began this long after t0 (None: it never got `Go`)
     client: ClientPart | None
     conns: tuple[ConnSample, ...] = ()  # the connections its load opened (core/tls.py), logged again by the driver
+    behind_s: float = 0.0  # an open loop's schedule behind the clock when the duration ended (core.load.CellRun)
+    sent: int = 0
+    warmup_note: str = ""  # its warmup was cut by the cell's duration (core.load.CellRun)
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +381,7 @@ class WorkerLoop:
             run = await run_cell(self.opts, list(s.specs), s.load, s.limits, self._on_record, self.control,
                                  seed=self.seed, before_measured=self._before_measured)
         except Exception as e:  # one line for the driver; the traceback is of no use to a user
-            self.send(Failed(f"{type(e).__name__}: {e}" if not isinstance(e, ServescopeError) else str(e)))
+            self.send(Failed(error_text(e)))
             return
         finally:
             flusher.cancel()
@@ -387,7 +390,8 @@ class WorkerLoop:
         self._flush()
         self.send(Done(start_ns=run.start_ns, end_ns=run.end_ns, stopped=run.stopped, ramp_end_ns=run.ramp_end_ns,
                        records=len(run.records), start_late_ns=run.start_ns - self.t0 if self.t0 else None,
-                       client=run.client, conns=tuple(CONNECTIONS.take(mark))))
+                       client=run.client, conns=tuple(CONNECTIONS.take(mark)), behind_s=run.behind_s, sent=run.sent,
+                       warmup_note=run.warmup_note))
 
     async def _before_measured(self) -> None:
         assert self.control is not None and self.go is not None
@@ -534,7 +538,9 @@ async def drive(
     ramps = [d.ramp_end_ns for d in done.values() if d.ramp_end_ns]
     ends = [r.end_ns for r in records]
     run = CellRun(records, min(starts), max(ends, default=max(d.end_ns for d in done.values())),
-                  next((d.stopped for d in done.values() if d.stopped), ""), min(ramps, default=0))
+                  next((d.stopped for d in done.values() if d.stopped), ""), min(ramps, default=0),
+                  behind_s=max(d.behind_s for d in done.values()), sent=sum(d.sent for d in done.values()),
+                  warmup_note=next((d.warmup_note for d in done.values() if d.warmup_note), ""))
     late = [d.start_late_ns / 1e6 for d in done.values() if d.start_late_ns is not None]
     return run, parts, max(late, default=None)
 
@@ -606,7 +612,7 @@ def _reader(pipe: _Pipe, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[t
         except (EOFError, OSError):
             break
         except Exception as e:  # a message that does not unpickle
-            msg = Failed(f"a message did not arrive intact ({type(e).__name__}: {e})")
+            msg = Failed(f"a message did not arrive intact ({error_text(e)})")
         if isinstance(msg, (Done, Failed)):
             finished = True
         with contextlib.suppress(RuntimeError):

@@ -8,15 +8,16 @@ import time
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
+import polars as pl
 
 from servescope.core.client import ClientOptions, RequestSpec, reads
 from servescope.core.cost import with_cost
-from servescope.core.health import judge_client
+from servescope.core.health import RateShortfall, judge_client
 from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.prices import Prices
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellQuality, CellResult, ServerWindow, TelemetryWindow
+from servescope.core.results import CellQuality, CellResult, ServerWindow, Startup, TelemetryWindow
 from servescope.core.steady import WindowSpan, steady_span
 from servescope.core.telemetry import server_delta
 from servescope.core.textsafe import clean_text
@@ -27,6 +28,7 @@ from servescope.engine.measure import CellMeasure, Stopper, cell_figures, imprec
 from servescope.engine.plan import Cell, pool_size
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, watchdog
+from servescope.engine.serving import serving_figures
 from servescope.engine.sink import SessionSink
 from servescope.engine.telemetryhub import CellWindows, Metrics, Telemetry
 from servescope.workloads.conversation import mark_turns
@@ -51,8 +53,11 @@ class CellAttempt:
                  slos: dict[str, float], control: SweepControl, sink: SessionSink, target: Target,
                  servers: ServerManager, telemetry: Telemetry, health_interval_s: float, label: str,
                  ran_with: Mapping[str, str] | None = None, mixer: QualityMixer | None = None,
-                 prices: Prices | None = None, measure: CellMeasure | None = None) -> None:
+                 prices: Prices | None = None, measure: CellMeasure | None = None,
+                 prefix_reset: bool | None = None, startup: Startup | None = None) -> None:
         self.cell = cell
+        self.prefix_reset = prefix_reset  # --reset-prefix-cache: whether the server's cache was reset before it
+        self.startup = startup  # the launched server's cold start (engine/startup.py)
         self.prices = prices or Prices()  # --price / --gpu-hour / --electricity-price: each cell's cost
         self.specs = mark_turns(cell.workload, cell.prompt_key, specs)  # a multi-turn cell's requests are turns
         self.attempt = attempt
@@ -184,6 +189,13 @@ class CellAttempt:
         control.cell = None
         yield CellFinished(cell, summary or CellResult(), status or ("stopped" if run.stopped else "done"),
                            run.stopped or imprecise_reason(summary))
+        if summary is not None and summary.output_check is not None:  # output counts that do not hold up
+            for note in summary.output_check.notes:
+                self.sink.add_event("output_counts", f"cell {cell.index + 1} ({cell.label}): {note}")
+                yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {note}")
+        if run.warmup_note:  # a duration-only cell's warmup lasts at most its duration
+            self.sink.add_event("warmup_cut", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
+            yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
         sent = self.ok + self.failed + self.rate_limited
         if cell.requests is not None and cell.requests > (pool := pool_size(cell)) and sent > pool:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {sent:,} requests cycled "
@@ -242,7 +254,7 @@ class CellAttempt:
             # llama.cpp times each request's prompt itself (`timings`): the server's TTFT beside the client's
             server = msgspec.structs.replace(server or ServerWindow(), ttft_ms_mean=sum(own) / len(own))
         hit = server.prefix_cache_hit_rate if server is not None else None
-        figures = summarize(df, wall, self.slos, server_prefix_hit_rate=hit)
+        figures = summarize(df, wall, self.slos, server_prefix_hit_rate=hit, ignore_eos=self.opts.ignore_eos)
         # the window's figures with the whole cell's beside them, intervals, precision, saturation (engine/measure.py)
         figures, df = cell_figures(figures, df, run, cell, self.measure, self.slos, hit, self.stopper, steady_tele,
                                    span)
@@ -250,7 +262,9 @@ class CellAttempt:
         if run.client:  # is the client the bottleneck? (core/health.py)
             load = cell.load
             figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
-            client = judge_client(run.client, **figs)
+            short = (RateShortfall(run.behind_s, cell.duration_s, run.sent, load.rate)
+                     if load.rate is not None and cell.duration_s and run.behind_s > 0 else None)
+            client = judge_client(run.client, **figs, shortfall=short)
         windows = windows or CellWindows()
         tokenizer = self.ran_with.get("tokenizer", "")
         lengths = "calibrated" if tokenizer.startswith("calibrated") else "estimated" if tokenizer.startswith(
@@ -260,6 +274,9 @@ class CellAttempt:
             input_lengths=lengths, connections=self.target.cell_connections)
         if self.probes is not None:
             summary = msgspec.structs.replace(summary, probes=self.probes.take())
+        # engine/serving.py; the adapters' figures over the window's requests, as the cell's own
+        summary = serving_figures(summary, df.filter(pl.col("in_window")), self.server_before, self.server_after,
+                                  windows.gpu, cell.workload, self.prefix_reset, self.startup)
         summary = with_cost(summary, self.prices)  # what its tokens cost (core/cost.py), sent with the summary
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped or imprecise_reason(

@@ -50,7 +50,7 @@ from servescope.engine.saturation import judge_saturation, ttft_trend
 
 __all__ = ["CellMeasure", "Stopper", "cell_figures", "ceiling_text", "imprecise_reason", "method_text"]
 WHOLE_COUNTS = ("requests_ok", "requests_failed", "requests_bad_usage", "requests_rate_limited", "rate_limit_retries",
-                "retry_wait_s", "retry_after_s_max", "errors", "turns", "conversations")
+                "retry_wait_s", "retry_after_s_max", "errors", "turns", "conversations", "output_check")
 
 
 @dataclass

@@ -9,16 +9,14 @@ from typing import TypedDict
 from servescope.core.arrivals import pattern_text
 from servescope.core.load import Load, warm_prompts
 from servescope.core.secrets import redact_command
-from servescope.engine.spec import SweepSpec
+from servescope.engine.spec import DEFAULT_REQUESTS, PRECISION_CEILING, SweepSpec
 from servescope.workloads.spec import Workload
 from servescope.workloads.traces import workload_trace
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 16)  # when neither the sweep nor the workload says
-DEFAULT_REQUESTS = 100  # measured requests per cell, when neither says (and no duration is given)
-PRECISION_CEILING = 2000  # with --precision and neither --requests nor --duration: each cell's ceiling
 
-__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "POOL_MAX", "Cell", "CellRow", "fits", "plan_cells", "pool_cap",
-           "pool_size", "prompts_to_build"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "POOL_MAX", "PRECISION_CEILING", "Cell", "CellRow", "fits",
+           "plan_cells", "pool_cap", "pool_size", "prompts_to_build"]
 
 
 class CellRow(TypedDict):

@@ -27,7 +27,7 @@ import msgspec
 
 from servescope.core import probe
 from servescope.core.client import KEEPALIVE_S, async_client
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.quality import (
     TASKS,
     QualityResult,
@@ -384,7 +384,7 @@ class QualityMixer:
                     self.oks.setdefault(_group(it), []).append(score(it, out))
                 except (ServescopeError, httpx.HTTPError) as e:
                     self.failed += 1
-                    why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                    why = str(e).splitlines()[0][:200] if str(e) else error_text(e)
                     if why not in self.errors and len(self.errors) < 3:
                         self.errors.append(why)
                 finally:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from servescope.core.client import ClientOptions, RequestSpec
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.load import CellControl, Limits, Load, warm_prompts
 from servescope.core.prices import Prices
 from servescope.core.records import RequestRecord
@@ -55,7 +57,8 @@ from servescope.engine.plan import (
 )
 from servescope.engine.quality import QualityMixer
 from servescope.engine.series import SweepSeries
-from servescope.engine.server import ServerManager, Servers
+from servescope.engine.server import ServerManager, Servers, launched_startup
+from servescope.engine.serving import PrefixReset, block_sized, serving_specs, startup_text
 from servescope.engine.sessionmeta import NewSessionMeta, ran_with, session_meta
 from servescope.engine.sink import FINISHED, SessionSink, SinkFactory
 from servescope.engine.spec import RunContext, SweepSpec
@@ -113,6 +116,13 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
     except ServescopeError as e:
         if run.bus is not None and run.path is not None:
             run.bus.publish(SweepFinished(run.path, "failed", e.message))
+        if run.made is not None and not run.measured():  # nothing measured: the folder this run made goes
+            if run.bus is not None:
+                run.bus.close()
+                run.bus = None
+            message = discard_unmeasured(run.made, e.message)
+            if message != e.message:
+                raise ServescopeError(message) from None
         raise
     except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):
         if run.bus is not None and run.path is not None:
@@ -121,6 +131,23 @@ async def run_sweep(spec: SweepSpec, ctx: RunContext, control: SweepControl | No
     finally:
         if run.bus is not None:
             run.bus.close()
+
+
+def discard_unmeasured(folder: Path, message: str) -> str:
+    """Remove `folder`, a session folder a run made and measured nothing in (a server that would not launch, a target
+    that would not answer): a failed run leaves no session behind. A launched server's log that `message` names
+    (`server-N.log`, at any depth: it says why the server did not start) is moved to a folder of its own under the
+    system's temporary directory first; returns `message` with its path changed to the new one."""
+    logs = [p for p in sorted(folder.rglob("server-*.log")) if str(p) in message] if folder.is_dir() else []
+    if logs:
+        keep = Path(tempfile.mkdtemp(prefix=f"servescope-{folder.name}-"))
+        for log in logs:
+            dest = keep / "-".join(log.relative_to(folder).parts)
+            with contextlib.suppress(OSError):
+                shutil.move(str(log), dest)
+                message = message.replace(str(log), str(dest))
+    shutil.rmtree(folder, ignore_errors=True)
+    return message
 
 
 def _need(bg: Background | None) -> Background:
@@ -160,12 +187,29 @@ class _Sweep:
         self.no_usage_stats = False  # the server refused continuous_usage_stats: not sent again
         self.series = SweepSeries(spec.stop_after_saturation)  # across a series' loads: saturation, the auto ramp
         self.probe_specs: dict[str, list[RequestSpec]] = {}  # --probe-rate: the probes' prompts, per API
+        self.made: Path | None = None  # the session folder this run made (None: it was there, a resumed one)
+        self.prefix_reset = PrefixReset(ctx.api_key) if spec.reset_prefix_cache else None
+
+    def measured(self) -> bool:
+        """Whether the session holds anything measured (a cell finished or lost, or a quality result)."""
+        sink = self.sink
+        if sink is None:
+            return False
+        return any(st not in ("planned", "running") for st in sink.cell_statuses().values()) \
+            or bool(sink.meta.get("quality"))
 
     def _stopping(self) -> bool:
         return self.control.stopping
 
     async def _connect(self) -> TargetInfo:
-        target, self.minfo = await self.target.connect(self.servers.url, self.spec.model)
+        try:
+            target, self.minfo = await self.target.connect(self.servers.url, self.spec.model)
+        except ServescopeError as e:
+            if not self.spec.launch or "check --url" not in e.message:
+                raise
+            # servescope launched this server: no --url to check, its log says what it did
+            raise ServescopeError(e.message.replace("check --url", "the server servescope launched stopped "
+                                                    "answering: see its log in the session folder")) from None
         self.info = target
         if self.ctx.target_label is None:
             self.label = target.url
@@ -209,11 +253,14 @@ class _Sweep:
     async def events(self) -> AsyncIterator[Event]:
         spec, ctx = self.spec, self.ctx
         path = ctx.resume or ctx.save_dir
+        if ctx.save_dir is not None and ctx.resume is None and not ctx.save_dir.exists():
+            self.made = ctx.save_dir  # --save DIR made here: removed again when the run measures nothing
         try:
             if path is not None:
                 self._claim(path)
             if spec.launch:
-                path = path or _new_dir(ctx, spec.name or "launch")
+                if path is None:
+                    path = self.made = _new_dir(ctx, spec.name or "launch")
                 self._claim(path)
                 await self.servers.launch(self.cells[0].variant, path)
             target = await self._connect()
@@ -221,7 +268,8 @@ class _Sweep:
             self.tok = await self._tokenizer()
             name = spec.name or (f"{self.model.rstrip('/').split('/')[-1]}-"
                                  f"{'-'.join(sorted({w.name.split('/')[0] for w in spec.workloads}))}")
-            path = path or _new_dir(ctx, name)
+            if path is None:
+                path = self.made = _new_dir(ctx, name)
             self._claim(path)
             if ctx.resume is not None:
                 self.sink = self.sinks.open(path)
@@ -230,13 +278,14 @@ class _Sweep:
             else:
                 self.sink = self.sinks.create(path, self._meta(name, target, self.tok), exist_ok=bool(spec.launch))
             self._note_lengths()
+            started = self._note_startup("the server")
             tele = await self._start_telemetry()
         except BaseException:
             await self._close()
             raise
         sink = self.sink
         yield SweepStarted(path, self.cells, target, self.model, self.tok.name)
-        for ev in tele:
+        for ev in [*started, *tele]:
             yield ev
         if spec.quality_share > 0:
             self.mixer = QualityMixer(self.servers.url, self.minfo, ctx.api_key, spec.quality_share, spec.seed)
@@ -302,7 +351,7 @@ class _Sweep:
             await self._close()
         except Exception as e:  # noqa: BLE001 - the sweep is saved: a failure to close its connections is said,
             # and the event log still ends with the sweep's end (a viewer waits for it)
-            yield Notice("warning", clean_text(f"closing the sweep's connections failed: {type(e).__name__}: {e}"))
+            yield Notice("warning", clean_text(f"closing the sweep's connections failed: {error_text(e)}"))
         if self.close_error:
             yield Notice("warning", f"{self.close_error}: the server telemetry of the last cell is not saved")
         yield SweepFinished(path, status, message)
@@ -323,12 +372,22 @@ class _Sweep:
         sink.add_event("server_launched", f"variant {cell.variant + 1}: {redact_command(cell.variant_args)}")
         sink.set_variant_args(cell.variant, self.servers.server_args() or {})
         sink.save_meta()
+        for ev in self._note_startup(f"variant {cell.variant + 1}'s server"):
+            yield ev
         for ev in await self._start_telemetry():
             yield ev
 
+    def _note_startup(self, what: str) -> list[Event]:
+        """A launched server's cold start (engine/startup.py), said; every cell it serves carries it."""
+        st = launched_startup(self.servers)
+        if st is None or not self.spec.launch:
+            return []
+        return [Notice("info", startup_text(what, st))]
+
     async def _run_cell(self, cell: Cell, path: Path, failed: list[str]) -> AsyncIterator[Event]:
-        """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs). When
-        the server does not come back, the failure message is appended to `failed`."""
+        """Run one cell, again after the server came back when it was lost (up to MAX_ATTEMPTS runs), whether it
+        was lost during the cell or before it (building its prompts asks the server's /tokenize). When the server
+        does not come back, the failure message is appended to `failed`."""
         spec, sink = self.spec, self.sink
         assert sink is not None and self.tok is not None
         attempt = 0
@@ -338,16 +397,34 @@ class _Sweep:
                 if cell.workload.kind == "trace":  # the trace's requests, in its order, sharing its blocks
                     prompts = await trace_prompts(workload_trace(cell.workload), self.tok, cell.seed,
                                                   chat=cell.workload.api == "chat")
-                else:
-                    prompts = await build_prompts(cell.workload, prompts_to_build(cell), cell.prompt_key, self.tok)
+                else:  # a prefix-cache target's shared prefix in the server's whole KV blocks (engine/serving.py)
+                    kv = sink.meta.get("kv_budget")
+                    workload = block_sized(cell.workload, kv.get("block_size") if isinstance(kv, dict) else None)
+                    prompts = await build_prompts(workload, prompts_to_build(cell), cell.prompt_key, self.tok)
             except httpx.HTTPError as e:
-                raise ServescopeError(f"lost {self.label} while building prompts: "
-                                      f"{clean_text(str(e)) or type(e).__name__}") from None
-            specs = [RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
-                     for p in prompts]
+                # the server stopped answering between cells (its /tokenize): wait for it as during a cell
+                why = clean_text(str(e)) or type(e).__name__
+                outcome: list[str] = []
+                async for ev in self._recover(cell, path, attempt, f"before cell {cell.index + 1} ({cell.label}), "
+                                                                   f"while building its prompts ({why})", outcome):
+                    yield ev
+                if outcome == ["again"]:
+                    continue
+                failed.extend(outcome)
+                return
+            specs = serving_specs(cell.workload, cell.prompt_key, [
+                RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
+                for p in prompts])
             ramp, notes = await self._auto_ramp(cell)  # --ramp auto: a closed loop's users start over one E2E
             for note in notes:
                 yield note
+            reset = None
+            if self.prefix_reset is not None:  # --reset-prefix-cache: the cell starts from an empty prefix cache
+                reset = await self.prefix_reset.before_cell(self.servers.url)
+                if self.prefix_reset.notice:
+                    yield Notice("warning", self.prefix_reset.notice)
+                    sink.add_event("prefix_cache_not_reset", self.prefix_reset.notice)
+                    self.prefix_reset.notice = ""
             yield CellStarted(cell, len(self.cells))
             opts = self._options()
             run = CellAttempt(cell, specs, attempt, opts=opts, slos=dict(spec.slos), control=self.control,
@@ -355,7 +432,8 @@ class _Sweep:
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
                               ran_with=self._ran_with(), mixer=self.mixer,
                               prices=Prices(spec.price, spec.gpu_hour, spec.electricity_price),
-                              measure=await self._measure(cell, ramp))
+                              measure=await self._measure(cell, ramp), prefix_reset=reset,
+                              startup=launched_startup(self.servers) if spec.launch else None)
             lost = False
             measured = specs[warm_prompts(cell.warmup):] or specs
             async for ev in run.events():
@@ -373,36 +451,59 @@ class _Sweep:
                                                           and not await self.servers.healthy())
             if not lost:
                 return
-            t_lost = time.monotonic()
-            sink.add_event("server_lost", f"cell {cell.index + 1} ({cell.label}), attempt {attempt}")
-            yield Notice("error", f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}); "
-                                  f"waiting up to {spec.recover_timeout_s:g} s for it to come back")
-            back = await self.servers.recover(spec.recover_timeout_s, self._stopping)
-            if back and attempt < MAX_ATTEMPTS and not self.control.stopping:
+            outcome = []
+            async for ev in self._recover(cell, path, attempt, f"during cell {cell.index + 1} ({cell.label})", outcome):
+                yield ev
+            if outcome == ["again"]:
+                continue
+            failed.extend(outcome)
+            return
+
+    async def _recover(self, cell: Cell, path: Path, attempt: int, when: str,
+                       outcome: list[str]) -> AsyncIterator[Event]:
+        """The server stopped answering `when` (during the cell, or before it): wait up to --recover-timeout for it
+        to come back (relaunched when servescope launched it). `outcome` gets "again" (it is back: run the cell
+        again), the failure message (it did not come back, or was lost MAX_ATTEMPTS times), or nothing (a stop
+        ended the wait: the sweep is interrupted, resumable)."""
+        spec, sink = self.spec, self.sink
+        assert sink is not None
+        t_lost = time.monotonic()
+        sink.add_event("server_lost", f"{when}, attempt {attempt}")
+        yield Notice("error", f"{self.label} stopped answering {when}; waiting up to {spec.recover_timeout_s:g} s for "
+                              "it to come back")
+        back = await self.servers.recover(spec.recover_timeout_s, self._stopping)
+        if back and attempt < MAX_ATTEMPTS and not self.control.stopping:
+            try:
+                await self._connect()
+                self.tok = await self._tokenizer()
+            except (ServescopeError, httpx.HTTPError) as e:  # back, and gone again: one more loss of the cell's
+                back = False
+                why = e.message if isinstance(e, ServescopeError) else clean_text(str(e)) or type(e).__name__
+                sink.add_event("server_lost", f"again after it came back: {why}")
+            else:
                 waited = time.monotonic() - t_lost
                 sink.add_event("server_back", f"after {waited:.0f} s; re-running cell {cell.index + 1}")
                 yield Notice("info", f"{self.label} is back after {waited:.0f} s: re-running cell "
                                      f"{cell.index + 1} ({cell.label})")
-                await self._connect()
-                self.tok = await self._tokenizer()
-                continue
-            waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
-            if self.control.stopping:
-                # stopped while waiting: the sweep is interrupted (resumable), not failed, and the wait it says is the
-                # one it made, not the one it was allowed
-                yield Notice("warning", f"stopped after waiting {waited:.0f} s (of up to {spec.recover_timeout_s:g} s)"
-                                        f" for {self.label} to come back during cell {cell.index + 1} ({cell.label}); "
-                                        f"finished cells are saved in {path} (continue later with "
-                                        f"`servescope resume {path}`)")
+                for ev in self._note_startup("the relaunched server"):
+                    yield ev
+                outcome.append("again")
                 return
-            within = (f"did not come back within {spec.recover_timeout_s:g} s" if not back else
-                      f"was lost {attempt} times (came back after {waited:.0f} s the last time)")
-            message = (f"{self.label} stopped answering during cell {cell.index + 1} ({cell.label}) and {within}; "
-                       f"finished cells are saved in {path} (continue later with `servescope resume {path}`)")
-            yield Notice("error", message)
-            self.control.stopping = True
-            failed.append(message)
+        waited = time.monotonic() - t_lost  # the real wait: a stop (SIGTERM, q) can end it early
+        if self.control.stopping:
+            # stopped while waiting: the sweep is interrupted (resumable), not failed, and the wait it says is the
+            # one it made, not the one it was allowed
+            yield Notice("warning", f"stopped after waiting {waited:.0f} s (of up to {spec.recover_timeout_s:g} s)"
+                                    f" for {self.label} to come back {when}; finished cells are saved in {path} "
+                                    f"(continue later with `servescope resume {path}`)")
             return
+        within = (f"did not come back within {spec.recover_timeout_s:g} s" if not back else
+                  f"was lost {attempt} times (came back after {waited:.0f} s the last time)")
+        message = (f"{self.label} stopped answering {when} and {within}; finished cells are saved in {path} "
+                   f"(continue later with `servescope resume {path}`)")
+        yield Notice("error", message)
+        self.control.stopping = True
+        outcome.append(message)
 
     # ---- how a cell is measured: its ramp, window, precision, probes, saturation (engine/measure.py) -----------
     async def _measure(self, cell: Cell, ramp: float | None) -> CellMeasure:

@@ -17,13 +17,23 @@ from servescope.core.errors import ServescopeError
 from servescope.core.kvbudget import KVBudget
 from servescope.core.launch import ServerProcess, parse_launch, with_variant
 from servescope.core.launchspec import ArgValue
+from servescope.core.results import Startup
 from servescope.engine.background import Background
+from servescope.engine.serving import adapter_names
 from servescope.engine.spec import SweepSpec
+from servescope.engine.startup import measure_startup
 
 if TYPE_CHECKING:
     from servescope.core.launch import ServerProcess
 
-__all__ = ["ServerManager", "Servers", "health", "plain_args", "watchdog"]
+__all__ = ["ServerManager", "Servers", "health", "launched_startup", "plain_args", "watchdog"]
+
+
+def launched_startup(servers: object) -> Startup | None:
+    """The cold start of the server `servers` launched last (None: it launched none, or a ServerManager that does
+    not measure one, as the tests' fakes)."""
+    v = getattr(servers, "startup", None)
+    return v if isinstance(v, Startup) else None
 
 
 class ServerManager(Protocol):
@@ -90,6 +100,7 @@ class Servers:
         self.bg = bg
         self.proc: ServerProcess | None = None
         self._variant = -1
+        self.startup: Startup | None = None  # the last launch's cold start (engine/startup.py)
 
     @property
     def url(self) -> str:
@@ -109,11 +120,13 @@ class Servers:
         vargs = self.spec.variants[variant] if self.spec.variants else ""
         if vargs:
             ls = with_variant(ls, vargs)
+        ls = ls.with_adapters(adapter_names(self.spec.workloads), self.spec.lora_dir)  # the workloads' LoRA adapters
         await asyncio.to_thread(log_dir.mkdir, parents=True, exist_ok=True)
         self.proc = await asyncio.to_thread(ServerProcess.start, ls, log_dir / f"server-{variant}.log", None,
                                             self.spec.launch_timeout_s, (self.api_key,), self.stopping)
         self._url = self.proc.url
         self._variant = variant
+        self.startup = await measure_startup(self.proc, self.api_key)
 
     async def healthy(self, timeout_s: float = 5.0) -> bool:
         return await self.bg.call(health(self._url, self.api_key, timeout_s))
@@ -124,6 +137,7 @@ class Servers:
             while not stopping():
                 try:
                     await asyncio.to_thread(self.proc.restart)
+                    self.startup = await measure_startup(self.proc, self.api_key)
                     return True
                 except ServescopeError:  # e.g. the dead server's port not free yet: try again
                     if time.monotonic() + 2 > deadline:

@@ -7,6 +7,7 @@ The simulator's launcher is imported where a sim:// target starts: an install ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from servescope.core.errors import ServescopeError
@@ -36,14 +37,15 @@ def sim_label(profile: str) -> str:
     return f"{SCHEME}{profile}"
 
 
-def start_simulator(profile: str) -> SimHandle:
-    """Start the simulator for `profile` (a handle with `.url`, `.proc` and `.stop()`); a one-line error when it
-    does not come up or the simulator is not installed."""
+def start_simulator(profile: str, args: Sequence[str] = ()) -> SimHandle:
+    """Start the simulator for `profile` (a handle with `.url`, `.proc` and `.stop()`), with its flags `args` (the
+    LoRA adapters a sweep's workloads name: engine/serving.py sim_serving_args); a one-line error when it does not
+    come up or the simulator is not installed."""
     try:
         from servescope.sim.launcher import SimStartError, start_sim
     except ImportError:
         raise ServescopeError("the built-in simulator is not available in this install; give an http:// URL") from None
     try:
-        return start_sim(profile)
+        return start_sim(profile, list(args))
     except SimStartError as e:
         raise ServescopeError(e.message) from None

@@ -36,6 +36,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.precision import Precision, dump_precision
 from servescope.core.prices import ApiPrice, dump_price, parse_gpu_hour, parse_price
 from servescope.core.secrets import is_redacted, redact_command
+from servescope.core.textsafe import clean_text
 from servescope.core.tls import TlsSettings, ca_cert_path
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.engine import fields as f
@@ -43,6 +44,9 @@ from servescope.engine import measurefields as mf
 from servescope.engine.measurefields import legacy_regime
 from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
 from servescope.workloads.spec import Workload, parse_toml, resolve
+
+DEFAULT_REQUESTS = 100  # measured requests per cell, when neither the sweep nor the workload says (and no duration)
+PRECISION_CEILING = 2000  # with --precision and neither --requests nor --duration: each cell's ceiling
 
 SWEEP_VERSION = 1
 DEFAULT_URL = "sim://"
@@ -89,7 +93,7 @@ class Option(Generic[T]):
     repeat: bool = False  # the flag may be given several times (a list)
     negate: bool = False  # a store_true flag that sets the field to False (--no-ignore-eos)
     form: FormField | None = None  # the Compose form's field that holds it (None: not on the form)
-    switch: bool = False  # a store_true flag that sets the field to True (--stop-after-saturation)
+    switch: bool = False  # a store_true flag that sets the field to True (--stop-after-saturation, --reset-prefix-cache)
 
 
 @overload
@@ -122,6 +126,19 @@ def option(default: T | None, section: str, key: str, flags: Sequence[str] = (),
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+SEED_BOUND = 2**63  # a seed is stored in session.toml, whose integers are 64-bit
+
+
+def seed_value(raw: object, where: str) -> int:
+    """A seed: a whole number that TOML can store (-2^63 to 2^63 - 1). `--seed 1e23` and 10^23 are one line each."""
+    if isinstance(raw, str) and not re.fullmatch(r"\s*[-+]?\d+\s*", raw):
+        raise ServescopeError(f"{where}: {raw!r} is not a whole number; give a seed such as 42")
+    n = f.any_int(raw.strip().lstrip("+") if isinstance(raw, str) else raw, where)
+    if not -SEED_BOUND <= n < SEED_BOUND:
+        raise ServescopeError(f"{where}: {n} is out of range; a seed is a whole number of at most 18 digits, e.g. 42")
+    return n
 
 
 def _workloads_default() -> tuple[Workload, ...]:
@@ -237,7 +254,7 @@ class SweepSpec:
              "each time (e.g. 30s; 1 s when it names no wait), up to 5 times; each request's waits are recorded "
              "(retry_wait_s) and its latency is the served attempt's. Default: no retry, a 429 is recorded as "
              "rate_limited (retrying would change the load's schedule)")
-    seed: int = option(0, "load", "seed", ["--seed"], parse=f.any_int,
+    seed: int = option(0, "load", "seed", ["--seed"], parse=seed_value,
                        help="seed of the whole sweep: the prompts, lengths and arrival times of every cell derive "
                             "from it (default 0); the same seed sends the same requests")
     workers: Workers = option(DEFAULT_WORKERS, "client", "workers", ["--workers"], parse=f.workers,
@@ -274,6 +291,15 @@ class SweepSpec:
                                        dump=f.dump_variants, repeat=True, metavar='"--ARG VALUE ..."',
                                        help="with --launch: run the whole sweep once per variant, relaunching the "
                                             "server with these extra arguments (repeatable)")
+    lora_dir: str | None = option(
+        None, "server", "lora_dir", ["--lora-dir"], parse=f.opt_path_or_name, metavar="DIR",
+        help="with --launch and a workload naming LoRA adapters: the folder holding them (DIR/NAME); servescope adds "
+             "--enable-lora and --lora-modules NAME=DIR/NAME for each adapter the command does not list")
+    reset_prefix_cache: bool = option(
+        False, "load", "reset_prefix_cache", ["--reset-prefix-cache"], parse=f.boolean, switch=True,
+        help="empty the server's prefix cache before each cell (POST /reset_prefix_cache: vLLM serves it when started "
+             "with VLLM_SERVER_DEV_MODE=1, the simulator always; said once when the server does not), so a cell's hit "
+             "rate is its workload's own; recorded per cell as prefix_cache_reset")
     telemetry_interval_s: float | None = option(
         1.0, "telemetry", "interval", ["--telemetry-interval"], parse=f.interval, dump=f.dump_interval,
         help="how often /metrics and the GPUs are sampled during a cell (default 1s); `off` samples only at cell "
@@ -314,6 +340,14 @@ class SweepSpec:
         if self.ca_cert is not None and self.tls_verify is False:
             raise SweepConflict(where, "give ca_cert (--ca-cert: verify the server with this CA) or tls_verify = false "
                                 "(--insecure: verify nothing), not both", ("tls_verify", "ca_cert"))
+        if (self.ca_cert is not None or self.tls_verify is False) and not self.launch:
+            said = "ca_cert (--ca-cert)" if self.ca_cert is not None else "tls_verify = false (--insecure)"
+            rule = tls_without_https(self.url, said)
+            if rule is not None:
+                raise SweepConflict(where, rule, ("ca_cert" if self.ca_cert is not None else "tls_verify", "url"))
+        if self.lora_dir is not None and not self.launch:
+            raise SweepConflict(where, "lora_dir names the adapters' folder for a server servescope launches; add a "
+                                "launch command or drop lora_dir", ("lora_dir", "launch"))
         if self.variants and not self.launch:
             raise SweepConflict(where, "server variants need a launch command: servescope can only relaunch a "
                                 "server it started", ("variants", "launch"))
@@ -331,9 +365,30 @@ class SweepSpec:
                     with_variant(spec, v)
                 except ServescopeError as e:
                     raise SweepConflict(where, e.message, ("variants", "launch")) from None
+            adapters = [a for w in self.workloads if w.adapters is not None for a in w.adapters.adapters]
+            try:  # the workloads' LoRA adapters must be served: listed in the command, or found in lora_dir
+                spec.with_adapters(adapters, self.lora_dir)
+            except ServescopeError as e:
+                raise SweepConflict(where, e.message, ("lora_dir", "launch")) from None
         if not self.workloads:
             raise SweepConflict(where, "no workload; add workloads = [\"sharegpt\"] or a [[workload]] table",
                                 ("workloads",))
+        names = [w.name for w in self.workloads]
+        if (twice := next((n for i, n in enumerate(names) if n in names[:i]), None)) is not None:
+            raise SweepConflict(where, f"two workloads are named {twice!r}; give each its own name (cells, reports "
+                                "and compare tell workloads apart by it), or run one workload with --repeat",
+                                ("workloads",))
+        if self.warmup:  # a warmup only readies the server: never more than the cell measures (a duration-only
+            # cell's warmup ends with its duration: servescope.core.load.run_cell)
+            for w in self.workloads:
+                req = self.requests
+                if req is None and self.duration_s is None:
+                    req = PRECISION_CEILING if self.precision is not None else w.default_requests or DEFAULT_REQUESTS
+                if w.kind != "trace" and req is not None and self.warmup > req:
+                    raise SweepConflict(where, f"warmup {self.warmup:,} is more than the {req:,} measured requests of "
+                                        f"a cell of {clean_text(w.name)!r}, and a warmup only readies the server; give "
+                                        f"--warmup {req:,} or less (warmup = {req} in a sweep file), or more requests",
+                                        ("warmup", "requests"))
         for w in self.workloads:  # datasets and traces read now: a bad one stops the run before anything starts
             w.check(where)
             if w.kind == "trace":
@@ -435,7 +490,7 @@ class SweepSpec:
             if (opt.section == "server" and not self.launch and fd.name != "recover_timeout_s") \
                     or (fd.name == "url" and self.launch):
                 continue
-            if fd.name in ("variants", "ray_nodes") and not v:
+            if fd.name in ("variants", "ray_nodes", "reset_prefix_cache") and not v:
                 continue
             dumped = opt.dump(v) if opt.dump else v
             if opt.section in ("slo", "tags"):
@@ -495,6 +550,12 @@ class SweepSpec:
             if "workloads" not in given:
                 values["workloads"] = tuple(resolve("sharegpt"))
         else:  # a flag replaces its counterpart in the file (both flags given: check() says which to drop)
+            for fd, opt in _options():  # a table's flag (--tag, --slo) replaces only the keys it names
+                old = getattr(base, fd.name)
+                if fd.name in given and opt.section in ("slo", "tags") and isinstance(old, dict):
+                    new = values[fd.name]
+                    assert isinstance(new, dict)
+                    values[fd.name] = {**old, **new}
             if "concurrency" in given and "rates" not in given:
                 values["rates"] = None
             if "rates" in given and "concurrency" not in given:
@@ -538,6 +599,16 @@ class SweepSpec:
             return None, {next((n for n in e.fields if n in form), "sweep"): e.rule}
         except ServescopeError as e:
             return None, {"sweep": e.message.removeprefix("sweep: ")}
+
+
+def tls_without_https(url: str, said: str) -> str | None:
+    """The rule for --ca-cert and --insecure (`said`, as the caller names the one given): both say how an https
+    server's certificate is checked, so with an http:// or sim:// URL, which has none, they are a mistake (a user
+    who meant https would otherwise measure plain HTTP without a word). None when the URL is https://."""
+    if url.strip().lower().startswith("https://"):
+        return None
+    return (f"{said} says how an https:// server's certificate is checked, but the URL {url} has no TLS; give its "
+            "https:// URL, or leave it out")
 
 
 def form_fields() -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, Protocol, TypedDict
 
 from servescope.core.client import async_client
-from servescope.core.gpu import GpuSampler
+from servescope.core.gpu import GpuSampler, Nvml
 from servescope.core.kvbudget import KVBudget, KvBudgetMeta, fmt_concurrency
 from servescope.core.results import GpuWindow, TelemetryWindow
 from servescope.core.telemetry import MetricsSampler
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import httpx
     import polars as pl
 
-    from servescope.core.gpu import GpuSampler
+    from servescope.core.gpu import GpuSampler, Nvml
     from servescope.core.telemetry import MetricsSampler
 
 __all__ = ["CellWindows", "GpuTable", "KvBudgetMeta", "NoTelemetry", "Telemetry", "TelemetryHub", "TelemetryStart",
@@ -121,8 +121,9 @@ class TelemetryHub:
     """The real Telemetry. `interval_s` None samples only at cell boundaries (the GPU thread then does not run)."""
 
     def __init__(self, bg: Background, interval_s: float | None, api_key: str | None = None,
-                 electricity_price: float | None = None) -> None:
+                 electricity_price: float | None = None, nvml: Nvml | None = None) -> None:
         self.bg = bg
+        self.nvml = nvml  # a pynvml-like object (tests' fake NVML); None: pynvml
         self.interval_s = interval_s
         self.api_key = api_key
         self.price = electricity_price
@@ -157,7 +158,7 @@ class TelemetryHub:
         else:
             out.kv_budget = sampler.kv_budget(max_model_len)
         if self.gpu is None:
-            self.gpu = GpuSampler(self.interval_s or 1.0)
+            self.gpu = GpuSampler(self.interval_s or 1.0, nvml=self.nvml)
             if self.gpu.available and self.interval_s:
                 self.gpu.start()
                 out.gpu = {"available": True, "count": len(self.gpu.indices)}

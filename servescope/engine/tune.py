@@ -511,7 +511,7 @@ class Tuner:
         while True:
             used = len(self.steps)
             if used >= self.budget:
-                stop = f"budget spent ({self.budget} cells)"
+                stop = f"budget spent ({self.budget} cells)" + self._unconfirmed()
                 break
             pick = self.choose(self.candidates())
             if pick is None:
@@ -571,14 +571,35 @@ class Tuner:
             return []
         return [c for c in (top, *rivals) if c not in self.confirmed_cells]
 
+    def _unconfirmed(self) -> str:
+        """Why the best is not confirmed when the budget ran out before a close call was measured again (goodput:
+        `rechecks`), as the end of the stop reason; "" when none was pending."""
+        again = self.rechecks()
+        top, best = self.best()
+        if not again or top is None:
+            return ""
+        rival = next((c for c in again if c != top), None)
+        if rival is None:  # the rival was measured again, the best not yet
+            rival = max((c for c, m in self.observed.items() if c != top and m.value >= best * (1 - self.spread())),
+                        key=lambda c: self.observed[c].value, default=None)
+        if rival is None:
+            return ""
+        unit = _unit(self.objective)
+        who = "both were" if top in again and rival in again else "the best was" if top in again else "it was"
+        return (f"; the best is not confirmed: {self.space.settings[rival[0]].label} at c={self.space.loads[rival[1]]} "
+                f"measured {_fmt(self.observed[rival].value)} {unit}, within the run-to-run spread "
+                f"({self.spread():.0%}) of the best {_fmt(best)} {unit}, and the budget ran out before {who} "
+                "measured again")
+
     def _band_of(self, cell: tuple[int, int]) -> tuple[float, float] | None:
         return self.prior_band.get(cell)
 
     def _confirmed(self) -> bool:
         """The best cell's value lay inside the band predicted before it was measured, or a second measurement
-        agreed with the first within CONFIRM_REL."""
+        agreed with the first within CONFIRM_REL; never while a close call waits to be measured again (`rechecks`:
+        the budget ran out before it was)."""
         cell, value = self.best()
-        if cell is None:
+        if cell is None or self.rechecks():
             return False
         vals = self.values.get(cell, [])
         if cell in self.confirmed_cells and len(vals) > 1:  # (a second measurement the user skipped: not one)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import HIGHER_IS_BETTER, per_request
 from servescope.core.steady import ramp_from_probe
+from servescope.engine.specsearch import SPEC_TOKENS_FLAG
 from servescope.engine.tune import (
     CellPred,
     Measured,
@@ -88,6 +89,8 @@ def apply_setting(p: Profile, setting: Setting, memory_known: bool = True) -> tu
                 knobs = replace(knobs, gpu_memory_utilization=float(value))
             elif flag == "--kv-cache-dtype":
                 knobs = replace(knobs, kv_cache_dtype=value)
+            elif flag == SPEC_TOKENS_FLAG and engine.speculative_method:  # engine/specsearch.py
+                engine = replace(engine, num_speculative_tokens=int(float(value)))
             else:
                 unknown.append(flag)
         except ValueError:

@@ -29,6 +29,7 @@ from servescope.engine.events import Event, SweepControl
 from servescope.engine.runner import run_sweep
 from servescope.engine.server import Servers
 from servescope.engine.spec import RunContext, SweepSpec
+from servescope.engine.specsearch import SPEC_TOKENS_FLAG, with_spec_tokens
 from servescope.engine.tune import (
     Measured,
     Objective,
@@ -48,7 +49,7 @@ from servescope.sessions.store import load_session
 def serve_line(launch: str, setting: Setting) -> str:
     """The launch command with the setting's flags set (replaced where given, else added), secrets as ••••: a
     line to copy and paste."""
-    return redact_command(_with_setting(launch, setting))
+    return redact_command(with_setting(launch, setting))
 
 
 ROUNDS = 3  # a cell sends at least this many requests per user: the first round ramps up, the rest are steady
@@ -85,10 +86,12 @@ class KeptServers:
         return 0 if self.inner is not None else -1
 
     async def launch(self, variant: int, log_dir: Path) -> None:
+        """Start the setting's server, unless the one running is that setting's and still answers (a server that
+        died or stopped answering since the last cell is launched again, as `run --launch` relaunches one)."""
         spec = self.pending
         assert spec is not None and spec.launch
-        alive = self.inner is not None and self.inner.proc is not None and self.inner.proc.alive
-        if alive and self.key == spec.launch:
+        running = self.inner is not None and self.inner.proc is not None and self.inner.proc.alive()
+        if running and self.key == spec.launch and await self.healthy():
             return
         if self.inner is not None:
             await self.inner.close()
@@ -170,7 +173,7 @@ class LiveMeasurer:
                                  name=f"{self.base.name or 'tune'} probe {k}",
                                  seed=self.base.seed + PROBE_SEED_OFFSET + MEASUREMENT_SEED_STEP * k)
         if self.base.launch:
-            spec = spec.replace(launch=_with_setting(self.base.launch, setting))
+            spec = spec.replace(launch=with_setting(self.base.launch, setting))
         save = self.root / "probes" / f"{k:02d}{'-' + _slug(setting) if setting.args else ''}"
         self._sweep(spec, save)
         e2e = [x for summ in load_session(str(save)).summaries() if summ is not None
@@ -188,7 +191,7 @@ class LiveMeasurer:
                                  name=f"{self.base.name or 'tune'} cell {self.count}",
                                  seed=self.base.seed + MEASUREMENT_SEED_STEP * self.count)
         if self.base.launch:
-            spec = spec.replace(launch=_with_setting(self.base.launch, setting))
+            spec = spec.replace(launch=with_setting(self.base.launch, setting))
         slug = _slug(setting)
         save = self.root / "cells" / f"{self.count:03d}-c{concurrency}{'-' + slug if slug else ''}"
         if self.on_cell is not None:
@@ -234,9 +237,12 @@ def _slug(setting: Setting) -> str:
     return "-".join(f"{f.lstrip('-')}{v}" for f, v in setting.args)[:60]
 
 
-def _with_setting(launch: str, setting: Setting) -> str:
+def with_setting(launch: str, setting: Setting) -> str:
     words = shlex.split(launch)
     for flag, value in setting.args:
+        if flag == SPEC_TOKENS_FLAG:  # the --speculative-config JSON's num_speculative_tokens (engine/specsearch.py)
+            words = with_spec_tokens(words, value)
+            continue
         for i, w in enumerate(words):
             if w == flag and i + 1 < len(words):
                 words[i + 1] = value

@@ -24,6 +24,7 @@ import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.engine.simtarget import SCHEME
+from servescope.engine.specsearch import spec_server_config, with_speculation
 from servescope.sessions.store import Session
 from servescope.sim.profile import (
     GIB,
@@ -261,6 +262,13 @@ def session_shape(session: Session, model_config: Path | None = None, max_num_se
                                           f"{engine.max_num_batched_tokens}")
     profile = Profile(name=f"twin of {info.name or session.path.name}", description="", model=model, gpu=gpu,
                       engine=engine, efficiency=eff)
+    # speculative decoding as the server ran it, with the acceptance its cells measured (engine/specsearch.py);
+    # LoRA adapters are not modelled: their requests run as the base model's
+    rates = [sd.acceptance_rate for s in session.summaries()
+             if s is not None and (sd := s.spec_decode) is not None and sd.acceptance_rate is not None]
+    profile, spec_said = with_speculation(profile, spec_server_config(args), rates)
+    if spec_said:
+        limits_source += f"; {spec_said}"
     return Shape(profile, source, kv_source, limits_source, async_known=name is not None)
 
 

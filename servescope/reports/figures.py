@@ -39,10 +39,11 @@ from servescope.reports.report_sections import SessionReport
 from servescope.reports.tunereport import TUNE_FIGURE_KEY
 from servescope.reports.tunereport import fmt_value as f3
 from servescope.sessions.answers import WorkloadAnswers, completed
-from servescope.sessions.compare import CellView, ComparedCell, Comparison, fmt_num
+from servescope.sessions.compare import CellView, ComparedCell, Comparison, fmt_num, interval_pct
 from servescope.sessions.store import Session
 
-__all__ = ["Band", "FigureSpec", "Mark", "Panel", "Point", "Series", "comparison_figures", "session_figures"]
+__all__ = ["Band", "FigureSpec", "Interval", "Mark", "Panel", "Point", "Series", "comparison_figures",
+           "distinct_labels", "session_figures"]
 
 MAX_HIST_CELLS = 8  # cells drawn as histograms per workload (evenly spread over the sweep when it has more)
 MAX_TIMELINE_POINTS = 400  # samples drawn per telemetry series (evenly thinned beyond)
@@ -75,6 +76,17 @@ class Band:
 
 
 @dataclass
+class Interval:
+    """A vertical bar from lo to hi at x: a compared point's 95% interval of its difference from the first
+    session, drawn about the first session's value (that value x (1 + the interval in percent / 100))."""
+
+    x: float
+    lo: float
+    hi: float
+    tip: str
+
+
+@dataclass
 class Series:
     label: str
     points: list[Point]
@@ -84,6 +96,7 @@ class Series:
     marker: str = "o"
     band: Band | None = None
     connect: bool = True  # draw a line through the (non-bound) points
+    intervals: list[Interval] = field(default_factory=list)
 
 
 @dataclass
@@ -122,6 +135,8 @@ class Panel:
     hist_tip: str = ""  # what one bar counts ("TTFT ms"), for the bars' tooltips
     spans: list[Span] = field(default_factory=list)
     note: str = ""  # drawn in the panel when it has nothing to show
+    x_integer: bool = False  # the axis counts things (requests, steps): whole-number ticks only
+    y_integer: bool = False
 
 
 @dataclass
@@ -133,6 +148,9 @@ class FigureSpec:
     columns: int = 1  # panels per row
     workload: str | None = None  # the workload whose section it belongs in (None: the session's)
     kind: str = ""  # throughput, tradeoff, latency, histograms, context, telemetry, compare
+    # where its drawing is kept (servescope.reports.figcache): a finished session's folder; None: drawn each time.
+    # Not part of what the figure shows: the drawing is keyed by everything else.
+    cache_dir: Path | None = None
 
     def points(self) -> list[Point]:
         """Every drawn point of every series, in drawing order (the order of the SVG's point tooltips)."""
@@ -147,6 +165,34 @@ def _x_of(views: Sequence[CellView]) -> tuple[list[CellView], str, str]:
     if closed:
         return closed, "concurrency (users)", "concurrency"
     return [v for v in views if v.rate is not None], "request rate (req/s)", "rate"
+
+
+def distinct_labels(values: Sequence[float]) -> list[str]:
+    """Each value as the tables write it (fmt_num), with more decimals where two different values would read the
+    same (19.7 and 19.7 become 19.71 and 19.74); values that are equal read the same."""
+    base = [fmt_num(v) for v in values]
+
+    def clash(labels: Sequence[str]) -> bool:
+        seen: dict[str, float] = {}
+        for lb, v in zip(labels, values, strict=True):
+            if lb in seen and not math.isclose(seen[lb], v, rel_tol=1e-12, abs_tol=1e-12):
+                return True
+            seen.setdefault(lb, v)
+        return False
+
+    if not clash(base):
+        return base
+    start = max(len(b.split(".")[1]) if "." in b else 0 for b in base)
+    for d in range(start + 1, 7):
+        out = [f"{v:,.{d}f}" for v in values]
+        if not clash(out):
+            return out
+    return [repr(v) for v in values]
+
+
+def _cache_dir(session: Session) -> Path | None:
+    """Where a session's figures are kept once drawn: its folder's figures/ (none while it runs)."""
+    return None if session.status == "running" else session.path / "figures"
 
 
 def _val(v: CellView, key: str) -> float | None:
@@ -274,6 +320,9 @@ def session_figures(rep: SessionReport) -> list[FigureSpec]:
     tune = _tune(rep)
     if tune is not None:
         out.append(tune)
+    keep = _cache_dir(rep.session)
+    for f in out:
+        f.cache_dir = keep
     return out
 
 
@@ -308,7 +357,7 @@ def _tune(rep: SessionReport) -> FigureSpec | None:
     what = ("goodput (requests/s meeting every SLO)" if objective == "goodput" else
             "capacity (the most users whose cell meets the SLOs)")
     panel = Panel(f"tune: {objective} of each measured cell, in search order", "search step",
-                  f"{objective} {unit}", [s for s in series if s.points])
+                  f"{objective} {unit}", [s for s in series if s.points], x_integer=True)
     return FigureSpec("tune-search", "tune: the search", (
         f"The {what} each measured cell gave, in the order the search measured them (the first steps are its "
         "design); the stars are the best cell's measurements. Each point's tooltip names the setting, the load, "
@@ -399,15 +448,16 @@ def _histograms(session: Session, w: str, views: Sequence[CellView]) -> FigureSp
         for metric, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
             vals = [float(x) for x in pr[metric].drop_nulls().to_list() if math.isfinite(x)] \
                 if metric in pr.columns else []
-            marks = []
-            for stat in ("p50", "p90", "p99"):
-                s = v.summary.value(metric, stat)
-                if s is not None:
-                    marks.append(Mark("v", s, f"{stat} {fmt_num(s)}", f"{w}, {v.load}: {name} {stat} = "
-                                                                      f"{fmt_num(s)} ms", kind="percentile"))
+            got = [(stat, s) for stat in ("p50", "p90", "p99") if (s := v.summary.value(metric, stat)) is not None]
+            groups: dict[str, list[tuple[str, float]]] = {}  # the label's number -> the percentiles that read it
+            for (stat, s), text in zip(got, distinct_labels([s for _, s in got]), strict=True):
+                groups.setdefault(text, []).append((stat, s))
+            marks = [Mark("v", same[0][1], f"{', '.join(st for st, _ in same)} {text} ms",
+                          "; ".join(f"{w}, {v.load}: {name} {st} = {fmt_num(s)} ms" for st, s in same),
+                          kind="percentile") for text, same in groups.items()]
             panels.append(Panel(f"{v.load}: {name} ({len(vals)} requests)", f"{name} ms", "requests", marks=marks,
                                 hist=vals, hist_tip=f"{w}, {v.load}: {name}",
-                                note="" if vals else "no successful request"))
+                                note="" if vals else "no successful request", y_integer=True))
     if not panels:
         return None
     more = f" ({len(chosen)} of its {len(views)} cells, evenly spread)" if len(chosen) < len(views) else ""
@@ -523,7 +573,7 @@ def _telemetry(rep: SessionReport) -> FigureSpec | None:
                           _timeline(tele, "num_requests_waiting", t0, "waiting", "requests", 1.0, 3)) if x]
         if rw:
             panels.append(Panel("server requests running and waiting (/metrics)", "time (s)", "requests", rw,
-                                spans=spans))
+                                spans=spans, y_integer=True))
     if gpu is not None and "t_ns" in gpu.columns and "power_w" in gpu.columns:
         series = []
         for i, g in enumerate(sorted(set(gpu["gpu"].to_list())) if "gpu" in gpu.columns else [None]):
@@ -549,6 +599,14 @@ COMPARE_PANELS = (("output_tok_s", "aggregate output tok/s", "tok/s"),
 MARKERS = ("o", "s", "^", "v", "D", "P")
 
 
+def _compare_cache(reps: Sequence[SessionReport]) -> Path | None:
+    """A comparison's figures are kept in the first session's figures/ when no session of it is running (the
+    sessions are known by their reports; without them, the figures are drawn each time)."""
+    if not reps or any(r.session.status == "running" for r in reps):
+        return None
+    return reps[0].session.path / "figures"
+
+
 def _verdict(c: ComparedCell, key: str, i: int) -> Verdict:
     v = c.verdict(key, i)
     if v is None:
@@ -564,6 +622,7 @@ def comparison_figures(comp: Comparison, reps: Sequence[SessionReport] = ()) -> 
     one (`reps`: the sessions' reports, in the comparison's order, for their twins)."""
     out: list[FigureSpec] = []
     labels = comp.labels
+    cache = _compare_cache(reps)
     for w in dict.fromkeys(c.workload for c in comp.cells):
         cells = [c for c in comp.cells if c.workload == w]
         closed = [c for c in cells if c.concurrency is not None]
@@ -579,7 +638,7 @@ def comparison_figures(comp: Comparison, reps: Sequence[SessionReport] = ()) -> 
                 continue
             series = []
             for i, lb in enumerate(labels):
-                pts, xs, lo, hi = [], [], [], []
+                pts, xs, lo, hi, ivs = [], [], [], [], []
                 for c in cells:
                     y = c.values[key][i]
                     x = float(c.concurrency) if c.concurrency is not None else c.rate
@@ -593,7 +652,7 @@ def comparison_figures(comp: Comparison, reps: Sequence[SessionReport] = ()) -> 
                     j = (c.judgements.get(key) or [None] * (i + 1))[i]
                     vs = ""
                     if i > 0 and d is not None:
-                        ci = f" [{j.ci[0]:+.1f}, {j.ci[1]:+.1f}]" if j is not None and j.ci is not None else ""
+                        ci = f" {interval_pct(j.ci)}" if j is not None and j.ci is not None else ""
                         vs = f"; vs {labels[0]}: {d:+.1f}%{ci} {c.verdict(key, i) or '(no interval)'}"
                     rng = (f"; repeats {fmt_num(min(got))}-{fmt_num(max(got))} ({len(got)})" if len(got) > 1 else "")
                     pts.append(Point(x, y, f"{lb}, {c.load}: {what} = {fmt_num(y)} {unit}{rng}{vs}"
@@ -603,8 +662,11 @@ def comparison_figures(comp: Comparison, reps: Sequence[SessionReport] = ()) -> 
                         xs.append(x)
                         lo.append(min(got))
                         hi.append(max(got))
+                    iv = _interval(c, key, i, x, labels, what, unit)
+                    if iv is not None and not bound:
+                        ivs.append(iv)
                 band = Band(xs, lo, hi, f"{lb}: the range of its repeats ({what})") if len(xs) >= 1 else None
-                series.append(Series(lb, pts, i, marker=MARKERS[i % len(MARKERS)], band=band))
+                series.append(Series(lb, pts, i, marker=MARKERS[i % len(MARKERS)], band=band, intervals=ivs))
             for i, r in enumerate(reps):
                 tw = twin_series(r, w, key, what, unit, i) if i < len(labels) else None
                 if tw is not None:
@@ -616,12 +678,28 @@ def comparison_figures(comp: Comparison, reps: Sequence[SessionReport] = ()) -> 
                                 log_x=_log_x([p.x for s in series for p in s.points])))
         if not panels:
             continue
+        first = labels[0]
         out.append(FigureSpec(f"{slug(w)}-compare", f"{w}: {' vs '.join(labels)}", (
             f"Each session's figures against load (the median of its repeats; shaded: the range of its repeats). "
-            f"A ring around a point of {', '.join(labels[1:])} is its verdict against {labels[0]}: green better, "
+            f"A ring around a point of {', '.join(labels[1:])} is its verdict against {first}: green better, "
             "red worse, grey within noise (the 95% interval of the delta includes 0, or the change is under the "
-            "minimum effect); hover a point for its delta and interval."
+            f"minimum effect). The bar through such a point is that 95% interval, drawn about {first}'s value "
+            f"({first}'s value x (1 + the interval)): a bar that reaches {first}'s point is a difference that may "
+            "be 0."
             + (" Hollow grey points: client bound, not drawn as data." if any(c.bound_in for c in cells) else "")),
-            panels, columns=2, workload=w,
-            kind="compare"))
+            panels, columns=2, workload=w, kind="compare", cache_dir=cache))
     return out
+
+
+def _interval(c: ComparedCell, key: str, i: int, x: float, labels: Sequence[str], what: str,
+              unit: str) -> Interval | None:
+    """Session i's 95% interval of its difference from the first session at this cell, on the figure's axis."""
+    j = (c.judgements.get(key) or [None] * (i + 1))[i] if i > 0 else None
+    base = c.values[key][0]
+    if j is None or j.ci is None or j.delta_pct is None or base is None or base <= 0:
+        return None
+    lo, hi = base * (1 + j.ci[0] / 100), base * (1 + j.ci[1] / 100)
+    return Interval(x, lo, hi, f"{labels[i]}, {c.load}: {what} vs {labels[0]}: {j.delta_pct:+.1f}% "
+                               f"{interval_pct(j.ci)} (the 95% interval of the difference), drawn as "
+                               f"{fmt_num(lo)}-{fmt_num(hi)} {unit}: {labels[0]}'s {fmt_num(base)} {unit} x (1 + "
+                               "the interval)")

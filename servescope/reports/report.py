@@ -1,5 +1,7 @@
-"""A session as a document: Markdown that GitHub renders (tables and Mermaid `xychart-beta` charts), or csv
-or json for scripts. `render_report(session, compare_with=[...])` adds the delta tables of a comparison."""
+"""A session as a document (servescope.reports.document): built once by `report_document()` and rendered as
+Markdown that GitHub renders (tables and Mermaid `xychart-beta` charts; servescope.reports.render_md), as HTML with
+its figures (servescope.reports.htmlreport), or as csv or json for scripts. `render_report(session,
+compare_with=[...])` adds the comparison's delta tables."""
 
 from __future__ import annotations
 
@@ -16,20 +18,25 @@ from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.results import CellResult, ServerWindow, finite, rate_limit_line
 from servescope.core.secrets import redact_command
-from servescope.core.textsafe import clean_text, md_escape
+from servescope.core.textsafe import clean_text
 from servescope.core.tls import reuse_problem, target_tls_text
+from servescope.reports.compare_doc import comparison_blocks, thinking_blocks
+from servescope.reports.document import Block, Code, Document, FigureGroup, bullets, heading, para
+from servescope.reports.figures import FigureSpec
+from servescope.reports.quality_doc import quality_blocks
+from servescope.reports.render_md import render_markdown as markdown_of
 from servescope.reports.report_sections import (
     CHARTS,
     EXTRA_DEFINITIONS,
     SessionReport,
-    _definitions,
     _plural,
-    _setup,
-    _workload_section,
-    _workloads,
-    xychart,
+    definitions_blocks,
+    setup_blocks,
+    workload_blocks,
+    workloads_blocks,
 )
-from servescope.reports.tunereport import tune_section
+from servescope.reports.tunereport import TUNE_FIGURE_KEY, tune_blocks
+from servescope.reports.twin_doc import twin_blocks
 from servescope.sessions.compare import (
     CellView,
     Comparison,
@@ -40,15 +47,14 @@ from servescope.sessions.compare import (
     derive,
     session_label,
     thinking_costs,
-    thinking_markdown,
 )
-from servescope.sessions.quality import quality_section, result_dict
+from servescope.sessions.quality import result_dict
 from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
 from servescope.sessions.store import Session, summary_columns
-from servescope.sessions.twin import twin_record, twin_section
+from servescope.sessions.twin import twin_record
 
 __all__ = ["CHARTS", "EXTRA_DEFINITIONS", "FORMATS", "SessionReport", "abnormal_notes", "build", "cells_frame",
-           "csv_rows", "render_csv", "render_markdown", "render_report", "stability_notes", "xychart"]
+           "csv_rows", "render_csv", "render_markdown", "render_report", "report_document", "stability_notes"]
 
 FORMATS = ("md", "csv", "json")
 
@@ -130,7 +136,7 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
         ttft = finite(sm.ttft_ms.mean)
         if q is not None and ttft and q > 100 and q > 0.5 * ttft:
             notes.append(f"{cell}: requests waited {q:,.0f} ms on average in the server's queue "
-                         f"({q / ttft:.0%} of TTFT): the server is saturated (KV cache or batch slots)")
+                         f"({q / ttft:.0%} of TTFT): {queue_cause(v, waiting_samples(s, v))}")
         mm = sm.input_tokens_mismatch
         req = finite(sm.input_tokens_requested)
         if sm.input_lengths == "calibrated" and req:  # no /tokenize: sized on the server's usage, a few tokens off each
@@ -144,7 +150,10 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                 notes.append(f"{cell}: prompts differ from the requested length by up to {worst:.0f} tokens "
                              f"(mean {finite(mm.mean) or 0:+.1f}); requested {req:,.0f} on average")
         oreq, omean = finite(sm.output_tokens_requested), finite(sm.output_tokens_mean)
-        if oreq and omean is not None and omean < 0.95 * oreq:
+        if sm.output_check is not None:  # usage against the stream, above max_tokens, short despite ignore_eos
+            notes += [f"{cell}: {clean_text(n)}" for n in sm.output_check.notes]
+        if (sm.output_check is None or not sm.output_check.short) and oreq and omean is not None \
+                and omean < 0.95 * oreq:
             notes.append(f"{cell}: outputs averaged {omean:,.0f} tokens of {oreq:,.0f} requested "
                          "(the model stopped early: EOS honoured, or the context ran out)")
         cq = finite(sm.client_queue_ms.p99)
@@ -171,6 +180,70 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
     return notes
 
 
+KV_FULL = 0.90  # a KV cache used this much at its peak is full: requests wait for room (or are preempted)
+PINNED = 0.80  # batch slots: running sat at its peak in this share of the samples that caught requests waiting
+RUNNING_HELD = 0.90  # without the samples: running averaged this share of its peak over the cell
+
+
+def waiting_samples(session: Session, v: CellView) -> list[tuple[float, float]] | None:
+    """(running, waiting) of each telemetry.parquet sample inside the cell's measured window (its first request
+    sent to its last answer, on the same clock) that caught a request waiting; None without the samples."""
+    path = session.path / "telemetry.parquet"
+    df = session.requests(v.index)
+    if not path.is_file() or df.height == 0 or not {"sent_ns", "end_ns"} <= set(df.columns):
+        return None
+    if "warmup" in df.columns:
+        df = df.filter(~pl.col("warmup"))
+    t0, t1 = df["sent_ns"].min(), df["end_ns"].max()
+    try:
+        tele = pl.read_parquet(path, columns=["t_ns", "num_requests_running", "num_requests_waiting"])
+    except Exception:  # noqa: BLE001 - a damaged or older telemetry file: the window's figures decide
+        return None
+    if not isinstance(t0, int) or not isinstance(t1, int):
+        return None
+    inside = tele.filter(pl.col("t_ns").is_between(t0, t1)).drop_nulls()
+    return [(float(r), float(w)) for r, w in zip(inside["num_requests_running"], inside["num_requests_waiting"],
+                                                 strict=True) if w > 0]
+
+
+def queue_cause(v: CellView, samples: Sequence[tuple[float, float]] | None = None) -> str:
+    """Why a cell's requests waited in the server's queue, as its /metrics telemetry over the cell shows it:
+    - the KV cache: it filled (peak at or over 90%) or the server preempted requests;
+    - batch slots: running held at its peak while requests waited (in the `samples` that caught one waiting:
+      waiting_samples; without them, running averaged near its peak over the cell), the KV cache not full: the
+      server's cap on running requests;
+    - prefill: running climbed while requests waited, the KV cache not full: the server admitted waiting
+      requests only as fast as it prefilled their prompts;
+    - unknown, saying what is missing (no telemetry, or no sample caught a request waiting)."""
+    sm = v.summary
+    t = sm.telemetry
+    server = sm.server or ServerWindow()
+    pre = finite(server.preemptions) or (finite(t.preemptions) if t is not None else None)
+    kv = finite(t.kv_cache_usage_peak) if t is not None else None
+    kv_text = f"KV cache peak {kv:.0%}" if kv is not None else "KV cache use not reported"
+    if (pre is not None and pre > 0) or (kv is not None and kv >= KV_FULL):
+        what = ", ".join(x for x in (f"peak {kv:.0%}" if kv is not None else "",
+                                     f"{pre:.0f} requests preempted" if pre else "") if x)
+        return f"the KV cache was full ({what}): requests waited for room in it"
+    running, waiting = (finite(t.running_max), finite(t.waiting_max)) if t is not None else (None, None)
+    if t is None or not t.available or running is None or waiting is None:
+        return ("the cause is unknown: no /metrics samples of running and waiting requests in this cell "
+                f"({kv_text})")
+    if waiting <= 0 or samples == []:
+        return (f"the cause is unknown: no /metrics sample caught a request waiting (running up to {running:.0f}, "
+                f"{kv_text}; sample more often with --telemetry-interval)")
+    if samples:
+        held = sum(1 for r, _ in samples if r >= running - 0.5) >= PINNED * len(samples)
+    else:
+        mean = finite(t.running_mean)
+        held = mean is not None and mean >= RUNNING_HELD * running
+    if held:
+        return (f"the server's batch slots were full: at most {running:.0f} requests ran at once while up to "
+                f"{waiting:.0f} waited, {kv_text} (its cap on running requests: vLLM's --max-num-seqs)")
+    return (f"prefill-bound: running requests climbed to {running:.0f} while up to {waiting:.0f} waited, "
+            f"{kv_text}: the server admitted waiting requests only as fast as it prefilled their prompts")
+
+
 def stability_notes(session: Session, v: CellView) -> list[str]:
     """Drift within a cell (first vs last third of its requests by send time, beyond noise and by more than
     10%) and a warm-up effect (its first 5% of requests much slower to the first token): servescope.sessions.stats."""
@@ -187,7 +260,8 @@ def stability_notes(session: Session, v: CellView) -> list[str]:
     for d in drift(pr, seed=seed_for(0, v.index)):
         what = "TTFT p50" if d.figure.startswith("ttft") else "per-request tok/s p50"
         j = d.judgement
-        ci = f"95% interval {j.ci[0]:+.0f}% to {j.ci[1]:+.0f}%" if j.ci is not None else "no interval"
+        ci = ("no interval" if j.ci is None else f"95% interval {j.ci[0]:+.0f}% to {j.ci[1]:+.0f}%"
+              if f"{j.ci[0]:+.0f}" != f"{j.ci[1]:+.0f}" else "no spread: deterministic server")
         moved = "rose" if (j.delta_pct or 0) > 0 else "fell"
         out.append(f"{cell}: drift within the cell: {what} {moved} {abs(j.delta_pct or 0):.0f}% ({ci}) from "
                    f"the first third of its requests to the last ({_plural(d.requests, 'request')} each, by send "
@@ -199,46 +273,74 @@ def stability_notes(session: Session, v: CellView) -> list[str]:
 def _tls_part(rep: SessionReport) -> str:
     """An https target's TLS handshake and connect time (measured apart from the TTFT) and how it was verified."""
     text = target_tls_text(rep.session.meta.get("target"))
-    return f" ({md_escape(clean_text(text))})" if text else ""
+    return f" ({clean_text(text)})" if text else ""
 
 
-def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
-                    comparison: Comparison | None = None) -> str:
+def report_document(rep: SessionReport, others: Sequence[SessionReport] = (), comparison: Comparison | None = None,
+                    figures: Sequence[FigureSpec] | None = None) -> Document:
+    """The report as a document. With `figures` (the specs servescope.reports.figures makes for it), each figure
+    is placed in the section it belongs to: a workload's at the end of its results, the search's in the tune
+    section, the comparison's after its delta tables, the others (context, telemetry) in a Figures section before
+    the notes."""
     m = rep.session.info
     model = clean_text(m.model).rstrip("/").split("/")[-1]
     speed = rep.speed and m.kind != "tune"  # a tune session's cells are sessions of their own (its section)
     what = (f"{_plural(len(rep.views), 'cell')} over {_plural(len({v.workload for v in rep.views}), 'workload')}"
             if speed else ("tune search" if m.kind == "tune" else "quality probe"))
-    out = [f"# servescope report: {md_escape(rep.label)}", "",
-           f"{md_escape(model)} on {md_escape(clean_text(m.target.url))}{_tls_part(rep)}: {what} "
-           f"(session `{md_escape(rep.session.path.name).replace('`', '')}`).", ""]
-    out += _setup(rep)
+    specs = list(figures or ())
+    workloads = list(dict.fromkeys(v.workload for v in rep.views)) if speed else []
+    by_section: dict[str, list[str]] = {}
+    rest: list[str] = []
+    compared: list[str] = []
+    for f in specs:
+        if f.kind == "compare":
+            (compared if comparison is not None else rest).append(f.name)
+        elif f.kind == "tune" and m.kind == "tune":
+            by_section.setdefault(TUNE_FIGURE_KEY, []).append(f.name)
+        elif f.workload is not None and f.workload in workloads:
+            by_section.setdefault(f.workload, []).append(f.name)
+        else:
+            rest.append(f.name)
+    blocks: list[Block] = [
+        heading(1, f"servescope report: {rep.label}"),
+        para(f"{model} on {clean_text(m.target.url)}{_tls_part(rep)}: {what} (session ", Code(rep.session.path.name),
+             ")."),
+        *setup_blocks(rep)]
     if speed:
-        out += _workloads(rep)
-        out += _definitions(with_client=any(v.summary.client is not None for v in rep.views))
-        for w in dict.fromkeys(v.workload for v in rep.views):
-            out += _workload_section(rep, w, comparison, others)
-        if rep.thinking:
-            out += thinking_markdown(rep.thinking, 2)
+        blocks += workloads_blocks(rep)
+        blocks += definitions_blocks(with_client=any(v.summary.client is not None for v in rep.views))
+        for w in workloads:
+            blocks += workload_blocks(rep, w, comparison, others, by_section.get(w, []))
+        blocks += thinking_blocks(rep.thinking, 2)
     if rep.quality is not None:
-        out += quality_section(rep.session, rep.quality, 2)
+        blocks += quality_blocks(rep.session, rep.quality, 2)
     if rep.twin is not None:
-        out += twin_section(rep.twin, 2)
+        blocks += twin_blocks(rep.twin, 2)
     if m.kind == "tune":
-        out += tune_section(rep.session.meta.get("tune"), 2)
-    out += ["## Notes", ""]
+        tune = tune_blocks(rep.session.meta.get("tune"), 2, by_section.get(TUNE_FIGURE_KEY, []))
+        blocks += tune
+        if not tune:
+            rest += by_section.get(TUNE_FIGURE_KEY, [])
+    if rest:
+        blocks.append(FigureGroup(2, "Figures", tuple(rest)))
+    blocks.append(heading(2, "Notes"))
     if rep.notes:
-        out += [f"- {md_escape(n)}" for n in rep.notes]
+        blocks.append(bullets(rep.notes))
     elif speed:
-        out.append("Nothing abnormal: no failed requests, preemptions, KV cache saturation, length mismatches "
-                   "or server restarts.")
+        blocks.append(para("Nothing abnormal: no failed requests, preemptions, KV cache saturation, length mismatches "
+                           "or server restarts."))
     else:
-        out.append("Nothing abnormal.")
-    out.append("")
+        blocks.append(para("Nothing abnormal."))
     if comparison is not None:
-        out.append(comparison.to_markdown(level=2))
-    out.append(f"Generated by servescope {__version__}.")
-    return "\n".join(out).rstrip() + "\n"
+        blocks += comparison_blocks(comparison, 2, compared)
+    blocks.append(para(f"Generated by servescope {__version__}."))
+    return Document(f"servescope report: {rep.label}", blocks)
+
+
+def render_markdown(rep: SessionReport, others: Sequence[SessionReport] = (),
+                    comparison: Comparison | None = None) -> str:
+    """The report as Markdown, its charts as Mermaid blocks (`servescope report`)."""
+    return markdown_of(report_document(rep, others, comparison))
 
 
 # ---- csv and json -----------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
-"""The sections of a session's Markdown report: setup, workloads, metric definitions, each workload's results
-table with its Mermaid charts. `servescope.reports.report` assembles them."""
+"""The sections of a session's report as document blocks (servescope.reports.document): setup, workloads, metric
+definitions, each workload's results table with its answers, its charts (Mermaid) and its figures.
+`servescope.reports.report` assembles them."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,10 +14,31 @@ from servescope.core.metrics import FORMULAS, SLO_ATTAINMENT
 from servescope.core.quality import QualityResult
 from servescope.core.results import CellResult, Dist, finite, metric_label
 from servescope.core.secrets import redact_command
-from servescope.core.textsafe import clean_text, md_escape
+from servescope.core.textsafe import clean_text
+from servescope.reports.document import (
+    Block,
+    Chart,
+    Code,
+    Column,
+    Content,
+    Figure,
+    Formula,
+    Formulas,
+    Mermaid,
+    Num,
+    Strong,
+    bullets,
+    content,
+    heading,
+    para,
+    right,
+    row,
+    table,
+)
+from servescope.reports.quality_doc import load_quality_blocks
 from servescope.sessions.answers import completed
 from servescope.sessions.compare import CellView, Comparison, ThinkingCost, WorkloadAnswers, fmt_num, slo_text
-from servescope.sessions.quality import load_quality_rows, synthetic_note
+from servescope.sessions.quality import synthetic_note
 from servescope.sessions.store import Session
 from servescope.sessions.twin import TwinRecord
 from servescope.sessions.views import planned_load
@@ -62,17 +83,9 @@ CLIENT_DEFINITION = (
 
 
 
-# ---- Markdown ---------------------------------------------------------------------------------------
+# ---- blocks ----------------------------------------------------------------------------------------
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(c if c else "-" for c in cells) + " |"
-
-
-def _sep(n: int, numeric_from: int = 99) -> str:
-    return "|" + "|".join("---:" if i >= numeric_from else "---" for i in range(n)) + "|"
 
 
 def _dist_text(d: object) -> str:
@@ -104,7 +117,7 @@ def _measured(session: Session, views: Sequence[CellView], workload: str, column
     return f"mean {fmt_num(sum(got) / len(got))} (no per-request data)" if got else "-"
 
 
-def _setup(rep: SessionReport) -> list[str]:
+def setup_blocks(rep: SessionReport) -> list[Block]:
     m = rep.session.info
     t = m.target
     server = m.server
@@ -114,7 +127,10 @@ def _setup(rep: SessionReport) -> list[str]:
         if sv is not None and finite(sv.kv_cache_tokens):
             kv = finite(sv.kv_cache_tokens)
             break
-    load_txt = planned_load(rep.session).text()
+    tune = m.kind == "tune" and rep.session.meta.get("tune")
+    loads = tune.get("loads") if isinstance(tune, Mapping) else None
+    load_txt = (f"searched: concurrency {', '.join(map(str, loads))} (the tune section's path says which cells ran)"
+                if isinstance(loads, list) and loads else planned_load(rep.session).text())
     tags = m.tags
     dates = clean_text(m.started_at if m.started_at is not None else "?")
     if m.ended_at:
@@ -146,9 +162,7 @@ def _setup(rep: SessionReport) -> list[str]:
     ]
     if not rep.speed:  # a quality probe alone: no load, no SLOs, no KV cache figures
         rows = [r for r in rows if r[0] not in ("KV cache", "load", "SLOs")]
-    out = ["## Setup", "", "| | |", "|---|---|"]
-    out += [f"| {k} | {md_escape(v)} |" for k, v in rows]
-    return out + [""]
+    return [heading(2, "Setup"), table((Column(""), Column("")), [row(k, v) for k, v in rows], headless=True)]
 
 
 def _no_args_text(kind: str | None, launched: bool) -> str:
@@ -169,13 +183,14 @@ def _kv_text(kv: float | None, budget: Mapping[str, object] | None) -> str:
     return f"{kv:,.0f} tokens (from /metrics)" if kv else "not reported"
 
 
-def _workloads(rep: SessionReport) -> list[str]:
-    out = ["## Workloads", "",
-           "A benchmark lies unless it states its length distributions: requested is what the workload asked "
-           "for, measured is what the server counted (`usage`).", "",
-           _row(["workload", "api", "thinking", "input requested", "input measured", "output requested",
-                 "output measured", "reasoning tokens (mean)"]),
-           _sep(8)]
+WORKLOAD_COLUMNS = (Column("workload"), Column("api"), Column("thinking"), Column("input requested", unit="tokens"),
+                    Column("input measured", unit="tokens"), Column("output requested", unit="tokens"),
+                    Column("output measured", unit="tokens"),
+                    Column("reasoning tokens (mean)", unit="tokens", stat="mean"))
+
+
+def workloads_blocks(rep: SessionReport) -> list[Block]:
+    rows = []
     present = {v.base for v in rep.views}
     for w in rep.session.info.workloads:
         if w.get("name") not in present:
@@ -189,142 +204,116 @@ def _workloads(rep: SessionReport) -> list[str]:
             inp += f", {w['prefix_tokens']} shared prefix"
         reas = [finite(v.summary.reasoning_tokens_mean) for v in rep.views if v.base == name]
         rs = [r for r in reas if r is not None]
-        out.append(_row([md_escape(name), md_escape(str(w.get("api", "?"))), think, md_escape(inp),
-                         md_escape(_measured(rep.session, rep.views, name, "prompt_tokens", "input_tokens_mean")),
-                         md_escape(_dist_text(w.get("output_tokens"))),
-                         md_escape(_measured(rep.session, rep.views, name, "output_tokens", "output_tokens_mean")),
-                         fmt_num(sum(rs) / len(rs)) if rs else "-"]))
-    return out + [""]
+        rows.append(row(name, str(w.get("api", "?")), think, inp,
+                        _measured(rep.session, rep.views, name, "prompt_tokens", "input_tokens_mean"),
+                        _dist_text(w.get("output_tokens")),
+                        _measured(rep.session, rep.views, name, "output_tokens", "output_tokens_mean"),
+                        Num(fmt_num(sum(rs) / len(rs)) if rs else "-")))
+    return [heading(2, "Workloads"),
+            para("A benchmark lies unless it states its length distributions: requested is what the workload asked "
+                 "for, measured is what the server counted (", Code("usage"), ")."),
+            table(WORKLOAD_COLUMNS, rows)]
 
 
-def _definitions(with_client: bool = False) -> list[str]:
-    out = ["## Metric definitions", "", "| metric | definition |", "|---|---|"]
-    for k, v in FORMULAS.items():
-        out.append(f"| `{k}` | {md_escape(v)} |")
-    for k, v in EXTRA_DEFINITIONS.items():
-        out.append(f"| {k} | {md_escape(v)} |")
+def definitions_blocks(with_client: bool = False) -> list[Block]:
+    rows = [Formula(k, v) for k, v in FORMULAS.items()]
+    rows += [Formula(k, v, code=False) for k, v in EXTRA_DEFINITIONS.items()]
     if with_client:
         limits = (f"strained / bound above: CPU {CPU_UTIL[0]:.0%} / {CPU_UTIL[1]:.0%}, loop lag p99 "
                   f"{LOOP_LAG_P99_MS[0]:g} / {LOOP_LAG_P99_MS[1]:g} ms, sends late p99 {SEND_LATE_P99_MS[0]:g} / "
                   f"{SEND_LATE_P99_MS[1]:g} ms, bunched tokens {BUNCHED_SHARE[0]:.0%} / {BUNCHED_SHARE[1]:.0%}")
-        out.append(f"| client | {md_escape(CLIENT_DEFINITION)}; {md_escape(limits)} |")
-    return out + [""]
+        rows.append(Formula("client", f"{clean_text(CLIENT_DEFINITION)}; {limits}", code=False))
+    return [heading(2, "Metric definitions"), Formulas(tuple(rows))]
 
 
-def _client_cell(sm: CellResult) -> str:
+def _client_cell(sm: CellResult) -> Content:
     """`ok 23% / 0.4 ms`, `**BOUND** 96% / 130 ms` (CPU share of a core, wait included; loop lag p99)."""
     c = sm.client
     if c is None:
-        return "-"
+        return (Num("-"),)
     cpu = finite(c.cpu_util)
     demand = None if cpu is None else cpu + (finite(c.cpu_wait_share) or 0.0)
     lag = finite(c.loop_lag_ms.p99)
     figs = f"{demand:.0%} / {fmt_num(lag)} ms" if demand is not None and lag is not None else ""
-    verdict = "**BOUND**" if c.verdict == "bound" else md_escape(c.verdict or "?")
-    return f"{verdict} {figs}".strip()
+    verdict: Content = (Strong("BOUND"),) if c.verdict == "bound" else (c.verdict or "?",)
+    return content(*verdict, (" ", Num(figs)) if figs else None)
 
 
-def _trio(d: Dist) -> str:
-    return " / ".join(fmt_num(d.stat(p)) for p in ("p50", "p90", "p99"))
+def _trio(d: Dist) -> Num:
+    return Num(" / ".join(fmt_num(d.stat(p)) for p in ("p50", "p90", "p99")))
 
 
-def _mermaid_text(s: str) -> str:
-    return clean_text(s).replace('"', "'").replace("`", "'")
-
-
-def xychart(title: str, x_label: str, categories: Sequence[str], y_label: str,
-            series: Sequence[Sequence[float]]) -> list[str]:
-    """A Mermaid xychart-beta block: one line per series, all as long as the categories."""
-    ymax = max((v for s in series for v in s), default=0.0)
-    top = _nice_ceiling(ymax)
-    cats = ", ".join(f'"{_mermaid_text(c)}"' for c in categories)
-    out = ["```mermaid", "xychart-beta", f'    title "{_mermaid_text(title)}"',
-           f'    x-axis "{_mermaid_text(x_label)}" [{cats}]', f'    y-axis "{_mermaid_text(y_label)}" 0 --> {top:g}']
-    for s in series:
-        out.append("    line [" + ", ".join(_chart_num(v) for v in s) + "]")
-    return out + ["```"]
-
-
-def _chart_num(v: float) -> str:
-    return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
-
-
-def _nice_ceiling(v: float) -> float:
-    if v <= 0 or math.isnan(v):
-        return 1.0
-    mag = 10.0 ** math.floor(math.log10(v))
-    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
-        if m * mag >= v * 1.05:
-            return m * mag
-    return 10 * mag
+def _chart_values(s: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(x) for x in s)
 
 
 CHARTS = (("output_tok_s", "aggregate output tok/s"), ("per_user_tok_s.mean", metric_label("per_user_tok_s.mean")),
           ("ttft_ms.p99", metric_label("ttft_ms.p99")))
 
 
-def _charts_for(workload: str, series: Mapping[str, Sequence[CellView]], x_kind: str) -> list[str]:
+def charts_block(workload: str, series: Mapping[str, Sequence[CellView]], x_kind: str) -> Mermaid | None:
     """series: label -> that session's cells of this workload (same x levels, in order)."""
     first = next(iter(series.values()))
     if len(first) < 2:
-        return []
-    cats = [str(v.concurrency) if x_kind == "concurrency" else f"{v.rate:g}" for v in first]
+        return None
+    cats = tuple(str(v.concurrency) if x_kind == "concurrency" else f"{v.rate:g}" for v in first)
     x_label = "concurrency (users)" if x_kind == "concurrency" else "request rate (req/s)"
-    out: list[str] = []
+    charts: list[Chart] = []
     for key, label in CHARTS:
-        lines: list[list[float]] = []
+        lines: list[tuple[float, ...]] = []
         for views in series.values():
             vals = [v.summary.value(key) for v in views]
             if any(x is None for x in vals):
                 lines = []
                 break
-            lines.append([float(x) for x in vals if x is not None])
-        if not lines:
-            continue
-        out += xychart(f"{workload}: {label} vs {x_kind}", x_label, cats, label, lines) + [""]
-    if out and len(series) > 1:
-        legend = ", ".join(f"line {i + 1}: {md_escape(lb)}" for i, lb in enumerate(series))
-        out.append(f"Lines in each chart, in order: {legend}.")
-        out.append("")
-    return out
+            lines.append(_chart_values([x for x in vals if x is not None]))
+        if lines:
+            charts.append(Chart(f"{workload}: {label} vs {x_kind}", x_label, cats, label, tuple(lines)))
+    if not charts:
+        return None
+    legend = ("Lines in each chart, in order: " + ", ".join(f"line {i + 1}: {lb}" for i, lb in enumerate(series))
+              + ".") if len(series) > 1 else ""
+    return Mermaid(tuple(charts), content(legend))
 
 
-def _turn_tables(views: Sequence[CellView]) -> list[str]:
+TURN_COLUMNS = (Column("turn"), right("ok / failed"), right("TTFT ms p50", "ms", "p50"),
+                right("TTFT ms p90", "ms", "p90"), right("input tokens (mean)", "tokens", "mean"), right("cached"))
+
+
+def _turn_blocks(views: Sequence[CellView]) -> list[Block]:
     """Per turn index of each conversation or agent cell: TTFT p50/p90, input tokens and the cached share."""
-    out: list[str] = []
+    out: list[Block] = []
     for v in views:
         turns = v.summary.turns
         if not turns:
             continue
-        out += [f"**{md_escape(v.load)}, per turn** (turn k resends turns 1..k-1 with the model's replies; cached from "
-                "the usage's cached tokens):", ""]
-        head = ["turn", "ok / failed", "TTFT ms p50", "TTFT ms p90", "input tokens (mean)", "cached"]
-        out += [_row(head), _sep(len(head), numeric_from=1)]
+        out.append(para(Strong(f"{clean_text(v.load)}, per turn"), " (turn k resends turns 1..k-1 with the model's "
+                        "replies; cached from the usage's cached tokens):"))
+        rows = []
         for t in turns:
             hit = finite(t.prefix_cache_hit_rate)
-            out.append(_row([str(t.turn), f"{t.requests_ok} / {t.requests_failed}", fmt_num(finite(t.ttft_ms_p50)),
-                             fmt_num(finite(t.ttft_ms_p90)), fmt_num(finite(t.input_tokens_mean)),
-                             f"{hit:.0%}" if hit is not None else "-"]))
+            rows.append(row(Num(str(t.turn)), Num(f"{t.requests_ok} / {t.requests_failed}"),
+                            Num(fmt_num(finite(t.ttft_ms_p50))), Num(fmt_num(finite(t.ttft_ms_p90))),
+                            Num(fmt_num(finite(t.input_tokens_mean))), Num(f"{hit:.0%}" if hit is not None else "-")))
+        out.append(table(TURN_COLUMNS, rows))
         cv = v.summary.conversations
         if cv is not None:
-            out.append("")
-            out.append(f"Conversations: {cv.started} started, {cv.complete} complete"
-                       + (f"; complete ones took p50 {fmt_num(finite(cv.duration_s.p50))} s, p90 "
-                          f"{fmt_num(finite(cv.duration_s.p90))} s (first turn sent to last reply, think time "
-                          "included)" if cv.complete else ""))
-        out.append("")
+            out.append(para(f"Conversations: {cv.started} started, {cv.complete} complete"
+                            + (f"; complete ones took p50 {fmt_num(finite(cv.duration_s.p50))} s, p90 "
+                               f"{fmt_num(finite(cv.duration_s.p90))} s (first turn sent to last reply, think time "
+                               "included)" if cv.complete else "")))
     return out
 
 
-def _cost_note(views: Sequence[CellView]) -> list[str]:
+def _cost_blocks(views: Sequence[CellView]) -> list[Block]:
     """What the cost column is, with each distinct basis (a GPU's names its throughput: one per cell)."""
     bases = list(dict.fromkeys(c.basis for v in views if (c := v.summary.cost) is not None))
     what = ("Cost: USD per 1M output tokens (all the cell's spend over its output tokens; the formulas are in "
             "docs/hosted.md). ")
     if len(bases) == 1:
-        return [md_escape(what + f"Basis: {bases[0]}."), ""]
-    return [md_escape(what + "Basis, by cell:"), "",
-            *[f"- {md_escape(v.load)}: {md_escape(c.basis)}" for v in views if (c := v.summary.cost) is not None], ""]
+        return [para(what + f"Basis: {bases[0]}.")]
+    return [para(what + "Basis, by cell:"),
+            bullets(f"{v.load}: {c.basis}" for v in views if (c := v.summary.cost) is not None)]
 
 
 def gpu_text(gpu: Mapping[str, object] | None) -> str:
@@ -341,79 +330,90 @@ def gpu_text(gpu: Mapping[str, object] | None) -> str:
     return sampled + (f" ({rest})" if rest else "")
 
 
-def _workload_section(rep: SessionReport, workload: str, comparison: Comparison | None,
-                      others: Sequence[SessionReport]) -> list[str]:
+def results_columns(limited: bool, cache: bool, client: bool, cost: bool) -> tuple[Column, ...]:
+    """The results table's columns: what each figure is, its unit and statistic."""
+    return (Column("load"), Column("ok / failed / 429" if limited else "ok / failed", unit="requests"),
+            Column("TTFT ms p50 / p90 / p99", unit="ms", stat="p50 / p90 / p99"),
+            Column("TPOT ms p50 / p90 / p99", unit="ms", stat="p50 / p90 / p99"),
+            Column("ITL ms p50 / p90 / p99", unit="ms", stat="p50 / p90 / p99"),
+            Column("E2E ms p50 / p90 / p99", unit="ms", stat="p50 / p90 / p99"),
+            right("output tok/s", "tok/s", "aggregate"), right("per-user tok/s (mean)", "tok/s", "mean"),
+            right("goodput req/s", "req/s"), right("SLO met", "share of requests"),
+            *([right("prefix cache hit", "share of prompt tokens")] if cache else []),
+            *([right("client", "CPU share / loop lag p99 ms")] if client else []),
+            *([right("cost $/1M out tok", "USD per 1M output tokens")] if cost else []))
+
+
+def workload_blocks(rep: SessionReport, workload: str, comparison: Comparison | None,
+                    others: Sequence[SessionReport], figures: Sequence[str] = ()) -> list[Block]:
+    """A workload's section: its results table and what the table's columns mean, its turns, its quality under
+    load, its answers, its charts, and `figures` (the keys of the figures that belong here)."""
     views = [v for v in rep.views if v.workload == workload]
-    out = [f"## Results: {md_escape(workload)}", ""]
+    out: list[Block] = [heading(2, f"Results: {workload}")]
     limited = any(v.summary.requests_rate_limited for v in views)
-    head = ["load", "ok / failed / 429" if limited else "ok / failed", "TTFT ms p50 / p90 / p99", "TPOT ms p50 / p90 / p99", "ITL ms p50 / p90 / p99",
-            "E2E ms p50 / p90 / p99", "output tok/s", "per-user tok/s (mean)", "goodput req/s", "SLO met"]
     cache = any(finite(v.summary.prefix_cache_hit_rate) is not None for v in views)
-    if cache:
-        head.append("prefix cache hit")
     client = any(v.summary.client is not None for v in views)
-    if client:
-        head.append("client")
     cost = any(v.summary.cost is not None for v in views)
-    if cost:
-        head.append("cost $/1M out tok")
-    out += [_row(head), _sep(len(head), numeric_from=6)]
+    rows = []
     for v in views:
         sm = v.summary
         frac = finite(sm.slo_met_fraction)
         hit = finite(sm.prefix_cache_hit_rate)
-        out.append(_row([
-            md_escape(v.load) + (f" **{md_escape(v.status)}**" if v.status not in ("done", "") else ""),
-            f"{sm.requests_ok} / {sm.requests_failed}" + (f" / {sm.requests_rate_limited or 0}" if limited else ""),
+        rows.append(row(
+            content(v.load, (" ", Strong(v.status)) if v.status not in ("done", "") else None),
+            Num(f"{sm.requests_ok} / {sm.requests_failed}" + (f" / {sm.requests_rate_limited or 0}" if limited else "")),
             _trio(sm.ttft_ms), _trio(sm.tpot_ms), _trio(sm.itl_ms), _trio(sm.e2e_ms),
-            fmt_num(finite(sm.output_tok_s)), fmt_num(finite(sm.per_user_tok_s.mean)),
-            fmt_num(finite(sm.goodput_req_s)), f"{frac:.0%}" if frac is not None else "-",
-            *([f"{hit:.1%}" if hit is not None else "-"] if cache else []),
+            Num(fmt_num(finite(sm.output_tok_s))), Num(fmt_num(finite(sm.per_user_tok_s.mean))),
+            Num(fmt_num(finite(sm.goodput_req_s))), Num(f"{frac:.0%}" if frac is not None else "-"),
+            *([Num(f"{hit:.1%}" if hit is not None else "-")] if cache else []),
             *([_client_cell(sm)] if client else []),
-            *([fmt_num(sm.value("cost", "usd_per_1m_output_tokens"))] if cost else []),
-        ]))
-    out.append("")
+            *([Num(fmt_num(sm.value("cost", "usd_per_1m_output_tokens")))] if cost else []),
+        ))
+    out.append(table(results_columns(limited, cache, client, cost), rows))
     if limited:
-        out += ["ok / failed / 429: the cell's requests that succeeded, that failed, and that the server refused by "
-                "its rate limit (HTTP 429: counted apart from the failed ones, and measured in no latency figure).", ""]
+        out.append(para("ok / failed / 429: the cell's requests that succeeded, that failed, and that the server "
+                        "refused by its rate limit (HTTP 429: counted apart from the failed ones, and measured in no "
+                        "latency figure)."))
     if client:
-        out += ["Client: the load generator's own health in the cell (see the definitions): `ok`, `strained`, or "
-                "**BOUND** when the client, not the server, limited the cell; CPU as a share of one core "
-                "(with its wait for a CPU), loop lag p99 in ms.", ""]
+        out.append(para("Client: the load generator's own health in the cell (see the definitions): ", Code("ok"),
+                        ", ", Code("strained"), ", or ", Strong("BOUND"), " when the client, not the server, limited "
+                        "the cell; CPU as a share of one core (with its wait for a CPU), loop lag p99 in ms."))
     if cache:
-        out += ["Prefix cache hit: cached / prompt tokens of the cell's successful requests, from the usage's "
-                "`prompt_tokens_details.cached_tokens` when the server sent it, else from its `/metrics` prefix-cache "
-                "counters over the cell.", ""]
+        out.append(para("Prefix cache hit: cached / prompt tokens of the cell's successful requests, from the usage's ",
+                        Code("prompt_tokens_details.cached_tokens"), " when the server sent it, else from its ",
+                        Code("/metrics"), " prefix-cache counters over the cell."))
     if cost:
-        out += _cost_note(views)
-    out += _turn_tables(views)
-    quality_rows = load_quality_rows(views)
-    if quality_rows and (synthetic := synthetic_note(rep.session.info.target.url)):
-        quality_rows = [f"**{md_escape(synthetic[0].upper() + synthetic[1:])}.**", "", *quality_rows]
-    out += quality_rows
+        out += _cost_blocks(views)
+    out += _turn_blocks(views)
+    quality = load_quality_blocks(views)
+    if quality and (synthetic := synthetic_note(rep.session.info.target.url)):
+        quality = [para(Strong(synthetic[0].upper() + synthetic[1:] + ".")), *quality]
+    out += quality
     ans = next((a for a in rep.answers if a.workload == workload), None)
     if ans:
-        out.append(f"- **Capacity at the SLOs:** {md_escape(ans.capacity.text())}")
-        out.append(f"- **Knee:** {md_escape(ans.knee.text())}")
+        items: list[Content] = [content(Strong("Capacity at the SLOs:"), " ", ans.capacity.text()),
+                                content(Strong("Knee:"), " ", ans.knee.text())]
         if ans.peak_output_tok_s is not None:
-            out.append(f"- **Peak aggregate throughput:** {fmt_num(ans.peak_output_tok_s)} output tok/s at "
-                       f"{md_escape(ans.peak_load)}")
+            items.append(content(Strong("Peak aggregate throughput:"), " ", Num(fmt_num(ans.peak_output_tok_s)),
+                                 f" output tok/s at {ans.peak_load}"))
         at = next((v for v in completed(views) if ans.capacity.level is not None and v.x == ans.capacity.level
                    and v.summary.cost is not None), None)
         if at is not None and at.summary.cost is not None:
             c = at.summary.cost
-            out.append(f"- **Cost at capacity:** ${fmt_num(finite(c.usd_per_1m_output_tokens))} per 1M output tokens "
-                       f"(${fmt_num(finite(c.usd_per_1m_total_tokens))} per 1M tokens in all) at "
-                       f"{md_escape(at.load)}: {md_escape(c.basis)}")
+            items.append(content(Strong("Cost at capacity:"), " ",
+                                 Num(f"${fmt_num(finite(c.usd_per_1m_output_tokens))}"), " per 1M output tokens (",
+                                 Num(f"${fmt_num(finite(c.usd_per_1m_total_tokens))}"),
+                                 f" per 1M tokens in all) at {at.load}: {c.basis}"))
         if ans.left_out:
-            out.append(f"- **Left out of these answers and the charts** (not completed): "
-                       f"{md_escape(', '.join(ans.left_out))}")
+            items.append(content(Strong("Left out of these answers and the charts"), " (not completed): ",
+                                 ", ".join(ans.left_out)))
         if ans.bound:
-            out.append(f"- **Left out of these answers** (client bound: the load generator, not the server, "
-                       f"limited them; `--include-bound` counts them): {md_escape(', '.join(ans.bound))}")
+            items.append(content(Strong("Left out of these answers"), " (client bound: the load generator, not the "
+                                 "server, limited them; ", Code("--include-bound"), " counts them): ",
+                                 ", ".join(ans.bound)))
         elif ans.include_bound and any(v.summary.client_bound for v in views):
-            out.append("- Client-bound cells are counted in these answers (`--include-bound`).")
-        out.append("")
+            items.append(content("Client-bound cells are counted in these answers (", Code("--include-bound"), ")."))
+        out.append(bullets(items))
     done = completed(views)  # the charts draw completed cells only, as the answers use
     closed = [v for v in done if v.concurrency is not None]
     x_kind = "concurrency" if closed else "rate"
@@ -428,5 +428,8 @@ def _workload_section(rep: SessionReport, workload: str, comparison: Comparison 
             series[lb] = [by[v.key] for v in keep]
         if len(keep) < 2:
             series = {rep.label: base}
-    out += _charts_for(workload, series, x_kind)
+    charts = charts_block(workload, series, x_kind)
+    if charts is not None:
+        out.append(charts)
+    out += [Figure(k) for k in figures]
     return out

@@ -1,20 +1,30 @@
 """The tune section of a report: a `kind = "tune"` session's [tune] table (written by servescope tune:
-servescope.engine.tunerun.tune_table) as Markdown: the recommendation, the runner-up and why it lost, the cost of
+servescope.engine.tunerun.tune_table) as document blocks: the recommendation, the runner-up and why it lost, the cost of
 the search and its path."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from servescope.core.textsafe import md_escape
+from servescope.reports.document import (
+    Block,
+    Code,
+    Column,
+    Content,
+    Figure,
+    Num,
+    bullets,
+    content,
+    heading,
+    para,
+    right,
+    row,
+)
+from servescope.reports.document import table as make_table
 from servescope.sessions.tunes import is_partial
 
-if TYPE_CHECKING:
-    pass
-
-TUNE_TITLE = "Tune: the best server setting"  # the section's heading (the HTML report places its figure there)
+TUNE_TITLE = "Tune: the best server setting"  # the section's heading
 TUNE_FIGURE_KEY = "(tune search)"  # the tune figure's FigureSpec.workload: the section it belongs in
 
 
@@ -37,61 +47,65 @@ def step_value(st: Mapping[str, object]) -> str:
     return "skipped" if st.get("skipped") else _f(st.get("objective"))
 
 
-def tune_section(table: object, level: int) -> list[str]:
-    """The tune section, or [] when the table is missing (a search that did not finish)."""
+def tune_blocks(table: object, level: int, figures: Sequence[str] = ()) -> list[Block]:
+    """The tune section, or [] when the table is missing (a search that did not finish); `figures` (the keys of
+    the search's figures) follow its answer, before the search path."""
     if not isinstance(table, Mapping):
         return []
-    h = "#" * level
     unit = str(table.get("unit", ""))
     objective = str(table.get("objective", ""))
     if is_partial(table):  # written while the search ran: what it measured before it ended
-        out = [f"{h} {TUNE_TITLE}", "", f"- {md_escape(progress_lines(table, 'interrupted')[0])}", ""]
-        return out + _md_path(table, h, unit, objective)
+        out: list[Block] = [heading(level, TUNE_TITLE), bullets([progress_lines(table, "interrupted")[0]])]
+        return out + [Figure(k) for k in figures] + _path_blocks(table, level, unit, objective)
     what = ("goodput: requests/s meeting every SLO" if objective == "goodput" else
             "capacity: the most concurrent users whose cell meets the SLOs (90% of requests within them)")
-    out = [f"{h} {TUNE_TITLE}", "", f"Objective: {md_escape(what)}.", ""]
+    out = [heading(level, TUNE_TITLE), para(f"Objective: {what}.")]
+    items: list[Content] = []
     best = table.get("best")
     if isinstance(best, Mapping):
         ci = best.get("ci")
         ci_text = (f" (95% interval {_f(ci[0])}-{_f(ci[1])} {unit})" if isinstance(ci, list) and len(ci) == 2
                    else "")
-        out += [f"- Best: `{md_escape(str(best.get('server_args') or 'as launched'))}` at "
-                f"c={best.get('concurrency')}: {objective} {_f(best.get('objective'))} {unit}{ci_text}"]
+        items.append(content("Best: ", Code(str(best.get("server_args") or "as launched")),
+                             f" at c={best.get('concurrency')}: {objective} {_f(best.get('objective'))} {unit}{ci_text}"))
         if best.get("serve"):
-            out += [f"- Serve it: `{str(best['serve']).replace('`', '')}`"]
+            items.append(content("Serve it: ", Code(str(best["serve"]))))
     else:
-        out += ["- Best: none (the search measured no cell)"]
+        items.append(content("Best: none (the search measured no cell)"))
     ru = table.get("runner_up")
     if isinstance(ru, Mapping):
-        out += [f"- Runner-up: `{md_escape(str(ru.get('server_args') or 'as launched'))}`: "
-                f"{md_escape(str(ru.get('why', '')))}"]
-    out += [f"- Cost: {table.get('cells_measured')} cells measured of {table.get('grid_cells')} in the grid "
-            f"(budget {table.get('budget')}), {_relaunches(table.get('relaunches'))}, {_f(table.get('seconds'))} s; "
-            f"confirmed: {'yes' if table.get('confirmed') else 'no'}; stopped: {md_escape(str(table.get('stop')))}",
-            ""]
-    return out + _md_path(table, h, unit, objective)
+        items.append(content("Runner-up: ", Code(str(ru.get("server_args") or "as launched")),
+                             f": {ru.get('why', '')}"))
+    items.append(content(f"Cost: {table.get('cells_measured')} cells measured of {table.get('grid_cells')} in the grid "
+                         f"(budget {table.get('budget')}), {_relaunches(table.get('relaunches'))}, "
+                         f"{_f(table.get('seconds'))} s; confirmed: {'yes' if table.get('confirmed') else 'no'}; "
+                         f"stopped: {table.get('stop')}"))
+    out.append(bullets(items))
+    return out + [Figure(k) for k in figures] + _path_blocks(table, level, unit, objective)
 
 
-def _md_path(table: Mapping[str, object], h: str, unit: str, objective: str) -> list[str]:
-    out: list[str] = []
+def _path_blocks(table: Mapping[str, object], level: int, unit: str, objective: str) -> list[Block]:
     path = table.get("path")
-    if isinstance(path, list) and path:
-        out += [f"{h}# Search path", "", f"| step | server args | users | {md_escape(objective)} {unit} | "
-                f"predicted before {unit} | why |", "|---:|---|---:|---:|---|---|"]
-        for st in path:
-            if not isinstance(st, Mapping):
-                continue
-            band = st.get("band")
-            pred = f"{_f(band[0])}-{_f(band[1])}" if isinstance(band, list) and len(band) == 2 else "-"
-            relaunch = " (relaunched)" if st.get("relaunch") else ""
-            out.append(f"| {st.get('step')} | `{md_escape(str(st.get('server_args') or 'as launched'))}`"
-                       f"{relaunch} | {st.get('concurrency')} | {step_value(st)} | {pred} | "
-                       f"{md_escape(str(st.get('why', '')))} |")
-        out += ["", "Each step's cell is a session of its own under `cells/` in this session's directory "
-                "(`servescope report` on it shows its figures). Its users started one by one, over the E2E of one "
-                "request sent alone at its setting (under `probes/`), not together, and sent three requests each "
-                "or more (docs/tune.md, How a cell is measured).", ""]
-    return out
+    if not isinstance(path, list) or not path:
+        return []
+    heads = [h.format(objective=objective, unit=unit) for h in PATH_HEADERS]
+    columns = (right(heads[0]), Column(heads[1]), right(heads[2], "users"), right(heads[3], unit),
+               Column(heads[4], unit=unit, stat="the twin's band"), Column(heads[5]))
+    rows = []
+    for st in path:
+        if not isinstance(st, Mapping):
+            continue
+        band = st.get("band")
+        pred = f"{_f(band[0])}-{_f(band[1])}" if isinstance(band, list) and len(band) == 2 else "-"
+        rows.append(row(str(st.get("step")),
+                        content(Code(str(st.get("server_args") or "as launched")),
+                                " (relaunched)" if st.get("relaunch") else None),
+                        str(st.get("concurrency")), Num(step_value(st)), Num(pred), str(st.get("why", ""))))
+    return [heading(level + 1, "Search path"), make_table(columns, rows),
+            para("Each step's cell is a session of its own under ", Code("cells/"), " in this session's directory (",
+                 Code("servescope report"), " on it shows its figures). Its users started one by one, over the E2E of "
+                 "one request sent alone at its setting (under ", Code("probes/"), "), not together, and sent three "
+                 "requests each or more (docs/tune.md, How a cell is measured).")]
 
 
 # ---- plain text: the app's session screen and the HTML report share these ---------------------------------

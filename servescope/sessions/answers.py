@@ -1,5 +1,6 @@
 """What a session answers on its own, per workload: capacity at the SLOs, the knee, the peak throughput, and
-the cost of thinking mode (definitions in servescope.sessions.compare and docs/compare.md); and their Markdown.
+the cost of thinking mode (definitions in servescope.sessions.compare and docs/compare.md);
+servescope.reports.compare_doc shows them.
 
 Only *completed* cells (status `done`) answer: a cell the user skipped or stopped, one that was interrupted or
 lost its server measured a partial load, so it is left out, and each answer says which cells it left out and
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from servescope.core.cost import is_api, is_gpu
 from servescope.core.metrics import SLO_ATTAINMENT
 from servescope.core.results import finite
-from servescope.core.textsafe import md_escape
 from servescope.sessions import series_name
 from servescope.sessions.store import Session
 from servescope.sessions.views import CellView, fmt_num, slo_text
@@ -273,52 +273,6 @@ def thinking_costs(label: str, session: Session, views: Sequence[CellView]) -> l
     return out
 
 
-def answers_markdown(answers: Sequence[WorkloadAnswers], thinking: Sequence[ThinkingCost], level: int,
-                     slos: Mapping[str, float], with_session: bool = True) -> list[str]:
-    h = "#" * level
-    out = [f"{h} Capacity, knee and peak", ""]
-    head = (["session"] if with_session else []) + ["workload", "capacity at the SLOs", "knee", "peak output tok/s"]
-    out += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
-    for a in answers:
-        cells = ([md_escape(a.session)] if with_session else []) + [
-            md_escape(a.workload), md_escape(a.capacity.text()), md_escape(a.knee.text()),
-            f"{fmt_num(a.peak_output_tok_s)} at {md_escape(a.peak_load)}" if a.peak_output_tok_s is not None else "-"]
-        out.append("| " + " | ".join(cells) + " |")
-    out += ["", f"Capacity: the highest load whose cell meets the SLOs ({md_escape(slo_text(slos))}). "
-                "Knee: the concurrency that maximises aggregate x per-user tok/s; past it, extra aggregate "
-                "throughput costs more per-user speed than it gains. Only completed cells count"
-                + (", client-bound ones included (--include-bound)." if any(a.include_bound for a in answers) else
-                   (", and not those whose client was bound." if any(a.bound for a in answers) else ".")), ""]
-    gaps = [(a, a.left_out_text()) for a in answers if a.left_out or a.bound]
-    if gaps:
-        out += [f"- {md_escape(a.session) + ', ' if with_session else ''}{md_escape(a.workload)}: "
-                f"{md_escape(t)}" for a, t in gaps] + [""]
-    return out + thinking_markdown(thinking, level)
-
-
-def thinking_markdown(thinking: Sequence[ThinkingCost], level: int) -> list[str]:
-    h = "#" * level
-    out: list[str] = []
-    if thinking:
-        out += [f"{h} Thinking mode cost", "",
-                "| session | thinking on | thinking off | E2E p50 on/off | TTFO p50 on/off | capacity on / off | "
-                "visible output tokens on / off | reasoning tokens |",
-                "|---|---|---|---:|---:|---|---|---:|"]
-        for t in thinking:
-            e2e = ", ".join(f"{md_escape(ld)}: {r:.2f}x" for ld, r in zip(t.loads, t.e2e_ratio, strict=True)
-                            if r is not None) or "-"
-            tt = ", ".join(f"{md_escape(ld)}: {r:.2f}x" for ld, r in zip(t.loads, t.ttfo_ratio, strict=True)
-                           if r is not None) or "-"
-            cr = t.capacity_ratio
-            cap = (f"{md_escape(t.capacity_on.text())} / {md_escape(t.capacity_off.text())}"
-                   + (f" ({cr:.2f}x)" if cr is not None else ""))
-            out.append(f"| {md_escape(t.session)} | {md_escape(t.thinking_on)} | {md_escape(t.thinking_off)} | "
-                       f"{e2e} | {tt} | {cap} | {fmt_num(t.visible_output_on)} / {fmt_num(t.visible_output_off)} | "
-                       f"{fmt_num(t.reasoning_tokens_on)} |")
-        out.append("")
-    return out
-
-
 # ---- cost at capacity: your GPU against a hosted API ---------------------------------------------------
 @dataclass
 class CostAtCapacity:
@@ -411,15 +365,3 @@ def cost_at_capacity(labels: Sequence[str], views: Sequence[Sequence[CellView]],
                     row.api_usd_total = statistics.median(tots) if tots else None
                 out.append(row)
     return out
-
-
-def cost_markdown(costs: Sequence[CostAtCapacity], level: int, slos: Mapping[str, float]) -> list[str]:
-    """The cost-at-capacity sentences, one per workload and pair of sessions ([] when none)."""
-    if not costs:
-        return []
-    h = "#" * level
-    out = [f"{h} Cost at capacity: GPU vs API", ""]
-    out += [f"- {md_escape(c.workload)}: {md_escape(c.text(slos))}" for c in costs]
-    return out + ["", "Cost per 1M output tokens: on the GPU, its hourly price over the cell's measured output "
-                      "tok/s (plus energy where measured); on the API, its list price over the cell's measured "
-                      "input and output tokens (docs/hosted.md).", ""]

@@ -1,7 +1,7 @@
 """Compare saved sessions side by side, and the derived answers a session gives on its own.
 
-Pure functions over `Session` objects: the CLI (`servescope compare`), the Markdown report and the TUI's
-Compare screen all call `compare_sessions()` / `derive()` and render the result their own way.
+Pure functions over `Session` objects: the CLI (`servescope compare`), the reports (servescope.reports.compare_doc)
+and the TUI's Compare screen all call `compare_sessions()` / `derive()` and render the result their own way.
 
 Definitions (also in docs/compare.md and in every report):
 
@@ -65,22 +65,19 @@ import polars as pl
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult, metric_better, metric_label
 from servescope.core.secrets import redact_command
-from servescope.core.textsafe import clean_text, md_escape
+from servescope.core.textsafe import clean_text
 from servescope.sessions.answers import (
     Capacity,
     CostAtCapacity,
     Knee,
     ThinkingCost,
     WorkloadAnswers,
-    answers_markdown,
     capacity,
     cost_at_capacity,
-    cost_markdown,
     derive,
     knee,
     peak,
     thinking_costs,
-    thinking_markdown,
 )
 from servescope.sessions.quality import QualityComparison, compare_quality
 from servescope.sessions.stats import (
@@ -120,9 +117,9 @@ CellKey = tuple[str, LoadPlan]  # a cell as comparisons join it: (workload with 
 __all__ = [
     "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "RATE_LIMITED_METRIC", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
     "ComparedCell", "Comparison", "CostAtCapacity", "Judgement", "Knee", "MetricSpec", "SessionRef", "ThinkingCost",
-    "WorkloadAnswers", "answers_markdown", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions",
+    "WorkloadAnswers", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions",
     "config_diff", "delta_pct", "delta_text", "derive", "interval_pct", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
-    "session_label", "session_slos", "slo_text", "thinking_costs", "thinking_markdown", "winner", "workload_order",
+    "session_label", "session_slos", "slo_text", "thinking_costs", "winner", "workload_order",
 ]
 
 TIE_REL = 0.001
@@ -183,7 +180,9 @@ def winner(values: Sequence[float | None], better: str, tie_rel: float = TIE_REL
 def delta_text(c: ComparedCell, m: MetricSpec, i: int) -> str:
     """A delta as tables show it, with its 95% interval as an interval (bootstrap intervals are seldom symmetric):
     `+6.4% [+5.5, +33.9] worse`, `-0.4% [-2.3, +1.5] within noise`, `+3.1% [+2.3, +3.9] not comparable (warmup)`;
-    a neutral metric's delta alone; `(no interval)` without per-request data."""
+    an interval of no width (every resample gave the same figure: a deterministic server, the simulator) says so,
+    `+42.3% (no spread: deterministic server) better`; a neutral metric's delta alone; `(no interval)` without
+    per-request data."""
     d = c.deltas[m.key][i]
     if d is None:
         return "-"
@@ -196,8 +195,12 @@ def delta_text(c: ComparedCell, m: MetricSpec, i: int) -> str:
 
 
 def interval_pct(ci: tuple[float, float]) -> str:
-    """An interval of percent deltas: `[+5.5, +33.9]`."""
-    return f"[{ci[0]:+.1f}, {ci[1]:+.1f}]"
+    """An interval of percent deltas: `[+5.5, +33.9]`; one of no width at this precision is no interval to show:
+    `(no spread: deterministic server)`."""
+    low, high = f"{ci[0]:+.1f}", f"{ci[1]:+.1f}"
+    if low == high:
+        return "(no spread: deterministic server)"
+    return f"[{low}, {high}]"
 
 
 def delta_pct(value: float | None, base: float | None) -> float | None:
@@ -399,19 +402,6 @@ class Comparison:
             **({"quality": self.quality.to_dict()} if self.quality is not None else {}),
         }
 
-    def config_markdown(self, level: int) -> list[str]:
-        """The server configuration that differs between the sessions (it heads every comparison)."""
-        h = "#" * level
-        out = [f"{h} Configuration diff", ""]
-        if not self.config:
-            return out + [md_escape(self.config_note or "The recorded configuration is the same."), ""]
-        out += ["| | " + " | ".join(md_escape(lb) for lb in self.labels) + " |",
-                "|" + "|".join(["---"] * (len(self.labels) + 1)) + "|"]
-        out += [f"| {md_escape(w)} | " + " | ".join(md_escape(x) for x in v) + " |" for w, v in self.config]
-        if self.config_note:
-            out += ["", md_escape(self.config_note)]
-        return out + [""]
-
     def _delta_dict(self, c: ComparedCell, m: MetricSpec, i: int) -> DeltaDict:
         """One delta of the JSON: against the first session, with its interval (percent) and verdict."""
         j = (c.judgements.get(m.key) or [None] * len(self.labels))[i]
@@ -420,124 +410,6 @@ class Comparison:
         return {"session": self.labels[i], "delta_pct": c.deltas[m.key][i],
                 "ci": [ci[0], ci[1]] if ci is not None else None,
                 "verdict": v, "comparable": not c.not_comparable, "not_comparable": c.not_comparable or None}
-
-    def headline(self) -> list[str]:
-        """'FP8 vs GPTQ-Int4: output tok/s -12.0%, TPOT p50 +9.1% (median over 4 common cells)', and when the
-        sessions hold quality results '...; quality: KL 0.031 vs 0.012, retrieval@16K 92% vs 100% (worse, beyond
-        noise)' (each quality figure as this session's vs the first's)."""
-        lines = []
-        base = self.labels[0]
-        keys = ("output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50", COST_METRIC.key)
-        specs = {m.key: m for m in self.metrics}
-        for i, lb in enumerate(self.labels[1:], start=1):
-            parts = []
-            for k in keys:
-                if k not in specs:
-                    continue
-                ds = [d for c in self.cells if (d := c.deltas[k][i]) is not None]
-                if ds:
-                    parts.append(f"{specs[k].label} {fmt_pct(statistics.median(ds))}")
-            speed = ", ".join(parts) + f" (median over {len(self.cells)} common cells)" if parts else ""
-            quality = self.quality.headline(i) if self.quality is not None else ""
-            if quality and not speed:
-                speed = "no speed cells in common" if not self.cells else ""
-            if speed or quality:
-                lines.append(f"{lb} vs {base}: " + "; ".join(x for x in (speed, quality) if x))
-        return lines
-
-    def to_markdown(self, level: int = 2) -> str:
-        h = "#" * level
-        L = self.labels
-        esc = [md_escape(lb) for lb in L]
-        out = [f"{h} Comparison: {' vs '.join(esc)}", ""]
-        out += ["| label | session | model | target | tags |", "|---|---|---|---|---|"]
-        for s in self.sessions:
-            tags = ", ".join(f"{k}={v}" for k, v in s.tags.items())
-            out.append(f"| {md_escape(s.label)} | {md_escape(s.path)} | {md_escape(s.model)} | "
-                       f"{md_escape(s.target)} | {md_escape(tags) or '-'} |")
-        out.append("")
-        out += self.config_markdown(level + 1)
-        if self.mismatches:
-            out += ["**Not comparable: no winner is called.** The sessions differ in what was measured:", ""]
-            out += [f"- {md_escape(x)}" for x in self.mismatches] + [""]
-        for line in self.headline():
-            out.append(f"- {md_escape(line)}")
-        if self.quality is not None:
-            block = self.quality.markdown(level + 1)
-            while block and not block[-1]:
-                block.pop()
-            out += ["", *block]
-        if self.no_common:
-            out += ["", f"{h}# Speed", "", md_escape(self.no_common), ""]
-        else:
-            out += self._speed_markdown(level)
-        if self.answers or self.thinking or not self.no_common:
-            out += answers_markdown(self.answers, self.thinking, level + 1, self.slos)
-        out += cost_markdown(self.costs, level + 1, self.slos)
-        for n in self.notes:
-            out.append(f"- {md_escape(n)}")
-        if self.notes:
-            out.append("")
-        return "\n".join(out).rstrip() + "\n"
-
-    def _speed_markdown(self, level: int) -> list[str]:
-        """The deltas' definition, one table per workload, the client-bound cells and the cells of some sessions."""
-        h = "#" * level
-        L = self.labels
-        esc = [md_escape(lb) for lb in L]
-        out = ["", f"Deltas are against **{esc[0]}**, each with its 95% bootstrap interval `[low, high]` (in percent; "
-                    f"{md_escape(self.interval or interval_label(1))}, "
-                    f"{self.resamples} resamples) and a verdict: better or worse beyond noise, or within noise "
-                    f"(the interval includes 0, or the change is under {self.min_effect:g}%). The best value of "
-                    f"a row is in bold only when it beats the runner-up beyond noise (lower is better for "
-                    f"latencies, higher for tok/s and goodput; token counts are not judged). "
-                    + ("Requests rate-limited (HTTP 429): the cell's requests the server refused by its rate limit "
-                       "(a count, the median over repeats; counted apart from the failed ones and not judged). "
-                       if any(m.key == RATE_LIMITED_METRIC.key for m in self.metrics) else "")
-                    + f"SLOs: {slo_text(self.slos)} ({md_escape(self.slos_source)}).", ""]
-        for w in dict.fromkeys(c.workload for c in self.cells):
-            out += [f"{h}# {md_escape(w)}", ""]
-            head = ["load", "metric", *esc, *[f"Δ {e}" for e in esc[1:]], "best"]
-            out.append("| " + " | ".join(head) + " |")
-            out.append("|" + "|".join(["---", "---", *["---:"] * (len(L) + len(L) - 1), "---"]) + "|")
-            for c in (c for c in self.cells if c.workload == w):
-                for j, m in enumerate(self.metrics):
-                    wi = c.winners[m.key]
-                    vals = [f"**{_value_text(m, v)}**" if i == wi else _value_text(m, v)
-                            for i, v in enumerate(c.values[m.key])]
-                    deltas = [delta_text(c, m, i) for i in range(1, len(L))]  # numbers and fixed words only
-                    load = (md_escape(c.load) + _bound_mark(c, esc)) if j == 0 else ""
-                    best = esc[wi] if wi is not None else md_escape(c.no_winner.get(m.key, "-"))
-                    out.append("| " + " | ".join([load, md_escape(m.label), *vals, *deltas, best]) + " |")
-            out.append("")
-        bound = [(c, [L[i] for i in c.bound_in]) for c in self.cells if c.bound_in]
-        if bound:
-            out += ["**Client bound** (marked ⚠ above): in these cells the load generator, not the server, limited "
-                    "the figures of the sessions named; no winner is called from them:", ""]
-            out += [f"- {md_escape(c.workload)} {md_escape(c.load)}: {', '.join(md_escape(x) for x in who)}"
-                    for c, who in bound] + [""]
-        if self.only_in:
-            out += [f"{h}# Cells present in only some sessions", "", "| workload | load | present in | missing from |",
-                    "|---|---|---|---|"]
-            for w, ld, have in self.only_in:
-                miss = [lb for lb in L if lb not in have]
-                out.append(f"| {md_escape(w)} | {md_escape(ld)} | {', '.join(md_escape(x) for x in have)} | "
-                           f"{', '.join(md_escape(x) for x in miss)} |")
-            out.append("")
-        return out
-
-
-def _value_text(m: MetricSpec, v: float | None) -> str:
-    """A compared figure as the tables show it; a count of requests as a whole number (a median over an even number
-    of repeats may end in .5)."""
-    if m.key == RATE_LIMITED_METRIC.key and v is not None:
-        return f"{v:g}"
-    return fmt_num(v)
-
-
-def _bound_mark(c: ComparedCell, esc: Sequence[str]) -> str:
-    return f" ⚠ client bound: {', '.join(esc[i] for i in c.bound_in)}" if c.bound_in else ""
-
 
 def _client_verdict(views: Sequence[CellView]) -> str | None:
     """The worst client verdict among a cell's repeats (None: not measured)."""

@@ -27,10 +27,10 @@ from typing import TypedDict
 import polars as pl
 
 from servescope import __version__
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
-from servescope.core.textsafe import clean_text, md_escape
-from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_num, fmt_pct
+from servescope.core.textsafe import clean_text
+from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct, interval_pct
 from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
 from servescope.sessions.store import Session, load_session, toml_clean
 
@@ -171,7 +171,7 @@ class GateRow:
     def text(self) -> str:
         """'output_tok_s at sharegpt c=4: -8.1% [-10.2, -6.0] worse (threshold -5%)'."""
         j = self.judgement
-        ci = f" [{j.ci[0]:+.1f}, {j.ci[1]:+.1f}]" if j.ci is not None else " (no interval)"
+        ci = f" {interval_pct(j.ci)}" if j.ci is not None else " (no interval)"
         return (f"{self.threshold.figure} at {self.workload} {self.load}: {fmt_pct(j.delta_pct)}{ci} "
                 f"{j.verdict or 'not judged'} (threshold {self.threshold.limit_pct:+g}%)")
 
@@ -213,30 +213,6 @@ class GateResult:
                 "confidence": CONFIDENCE, "min_effect_pct": self.min_effect, "interval": self.interval,
                 "mismatches_allowed": self.mismatches, "only_in": self.only_in,
                 "rows": [r.to_dict() for r in self.rows], "failures": [r.to_dict() for r in self.failures]}
-
-    def to_markdown(self) -> str:
-        head = "regression beyond noise" if self.failures else "no significant regression"
-        out = [f"### servescope gate: {'**FAIL**' if self.failures else 'pass'}, {head}", "",
-               f"Candidate **{md_escape(self.candidate)}** against baseline **{md_escape(self.baseline)}**; "
-               f"thresholds {', '.join(f'`{t.text}`' for t in self.thresholds)}. A figure fails when its change "
-               f"is beyond its threshold and its 95% bootstrap interval excludes 0 "
-               f"({md_escape(self.interval)}; minimum effect {self.min_effect:g}%).", ""]
-        out += [f"> {md_escape(self.line())}", ""]
-        out += ["| workload | load | figure | baseline | candidate | Δ | 95% interval | verdict | threshold | result |",
-                "|---|---|---|---:|---:|---:|---:|---|---:|---|"]
-        for r in sorted(self.rows, key=lambda r: (not r.failed, r.workload, r.threshold.figure)):
-            j = r.judgement
-            ci = f"{j.ci[0]:+.1f} .. {j.ci[1]:+.1f}%" if j.ci is not None else "-"
-            out.append(f"| {md_escape(r.workload)} | {md_escape(r.load)} | `{r.threshold.figure}` | "
-                       f"{fmt_num(r.baseline)} | {fmt_num(r.candidate)} | {fmt_pct(j.delta_pct)} | {ci} | "
-                       f"{j.verdict or 'not judged'} | {r.threshold.limit_pct:+g}% | "
-                       f"{'**FAIL**' if r.failed else 'ok'} |")
-        out.append("")
-        if self.mismatches:
-            out += ["Allowed to differ: " + md_escape("; ".join(self.mismatches)), ""]
-        if self.only_in:
-            out += ["Not gated (in one session only): " + md_escape(", ".join(self.only_in)), ""]
-        return "\n".join(out)
 
 
 def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
@@ -365,7 +341,7 @@ def load_baseline(path: Path, workdir: Path) -> Session:
     except ServescopeError:
         raise
     except Exception as e:  # noqa: BLE001 - any decoding problem of an outside file is one line
-        why = (clean_text(str(e)).splitlines() or [type(e).__name__])[0][:160]
+        why = (clean_text(str(e)).splitlines() or [error_text(e)])[0][:160]
         raise ServescopeError(f"{where}: the baseline file is damaged ({why}); write it again with "
                               "--save-baseline") from None
     return load_session(d)

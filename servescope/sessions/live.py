@@ -95,10 +95,7 @@ class RunnerLock:
             except BlockingIOError:
                 if attempt == 9:
                     os.close(fd)
-                    st = runner_state(session_dir)
-                    raise ServescopeError(
-                        f"{session_dir} is being written by a running sweep (pid {st.pid or '?'}); watch it with "
-                        f"`servescope attach {session_dir}` or `servescope watch {session_dir}`") from None
+                    raise ServescopeError(second_writer(session_dir, runner_state(session_dir))) from None
                 time.sleep(0.05)
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         os.ftruncate(fd, 0)
@@ -115,6 +112,21 @@ class RunnerLock:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+def second_writer(session_dir: Path, state: RunnerState) -> str:
+    """The one line refusing a second writer of a session whose runner is alive (`state`)."""
+    return (f"{session_dir} is being written by a running sweep (pid {state.pid or '?'}); watch it with "
+            f"`servescope attach {session_dir}` or `servescope watch {session_dir}`")
+
+
+def refuse_second_writer(session_dir: Path) -> None:
+    """Raise the one line of `second_writer` when a live runner writes `session_dir`: what a command that would
+    write there checks before it starts anything (RunnerLock.acquire finds it only once a sweep starts)."""
+    if (Path(session_dir) / LOCK).exists():
+        state = runner_state(Path(session_dir))
+        if state.running:
+            raise ServescopeError(second_writer(Path(session_dir), state))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
-"""Quality results in sessions: a session's Quality section, a cell's quality under load, and the quality of two or
-more sessions side by side. Pure functions over `Session` objects and `core.quality.QualityResult`s: `compare`,
-the report and the TUI's Compare screen render what `compare_quality()` returns, each their own way.
+"""Quality results in sessions: a cell's quality under load, and the quality of two or more sessions side by side.
+Pure functions over `Session` objects and `core.quality.QualityResult`s: `compare`, the report
+(servescope.reports.quality_doc) and the TUI's Compare screen render what `compare_quality()` returns, each their
+own way.
 
 Where the figures come from (core/quality.py computes them; engine/quality.py runs the probe):
     quality.json       a session's probe (`servescope quality`): perplexity, task accuracies, divergence from a
@@ -39,13 +40,13 @@ from servescope.core.quality import (
     wilson,
 )
 from servescope.core.results import CellResult, TaskTally, finite
-from servescope.core.textsafe import clean_text, md_escape
+from servescope.core.textsafe import clean_text
 from servescope.sessions.store import Session
 from servescope.sessions.views import CellView, fmt_num, fmt_pct
 
-__all__ = ["ACCURACY_DEFINITION", "LoadQuality", "QualityComparison", "QualityRow", "compare_quality",
-           "load_quality", "load_quality_rows", "pct", "quality_brief", "quality_section", "result_dict", "settings_text",
-           "split_task"]
+__all__ = ["ACCURACY_DEFINITION", "LoadQuality", "QualityComparison", "QualityRow", "compare_quality", "interval_text",
+           "kl_text", "load_quality", "load_text", "pct", "ppl_text", "quality_brief", "recorded_ci", "result_dict",
+           "row_name", "sane", "settings_text", "split_task"]
 
 ACCURACY_DEFINITION = ("correct / n of greedy (temperature 0) exact-answer questions, with a 95% Wilson score "
                        "interval")
@@ -78,14 +79,14 @@ def interval_text(lo: float, hi: float) -> str:
     return f"{lo * 100:.1f}-{hi * 100:.1f}%"
 
 
-def _kl(v: float | None) -> str:
+def kl_text(v: float | None) -> str:
     f = finite(v)
     if f is None:
         return "-"
     return "0" if abs(f) < 5e-7 else f"{f:.3g}"  # float noise of identical traces reads as 0
 
 
-def _ppl(v: float | None) -> str:
+def ppl_text(v: float | None) -> str:
     f = finite(v)
     return "-" if f is None else f"{f:,.3f}"
 
@@ -96,7 +97,7 @@ def split_task(name: str) -> tuple[str, str]:
     return (m.group("task"), m.group("ctx")) if m else (name, "")
 
 
-def _sane(s: TaskScore | None) -> TaskScore | None:
+def sane(s: TaskScore | None) -> TaskScore | None:
     """The score rebuilt from its counts (accuracy and interval recomputed), None when they are not counts
     (n <= 0, correct outside 0..n): a hand-edited or foreign quality.json never breaks a comparison."""
     if s is None or isinstance(s.n, bool) or not isinstance(s.n, int) or not isinstance(s.correct, int):
@@ -166,7 +167,7 @@ def load_quality(summary: CellResult) -> LoadQuality | None:
     return out if out.n or out.positions or out.failed else None
 
 
-def _load_text(lq: LoadQuality) -> str:
+def load_text(lq: LoadQuality) -> str:
     return f"{pct(lq.score.accuracy)} ({lq.correct}/{lq.n})" if lq.n else "-"
 
 
@@ -176,27 +177,6 @@ SYNTHETIC_QUALITY = "synthetic: the simulator (sim://) makes these quality figur
 def synthetic_note(url: str) -> str:
     """For a simulator target (`sim://`): the line that says its quality figures are synthetic; else ""."""
     return SYNTHETIC_QUALITY if url.startswith("sim://") else ""
-
-
-def load_quality_rows(views: Sequence[CellView]) -> list[str]:
-    """The report's short table of a workload's quality under load (empty when no cell had probe requests)."""
-    got = [(v, lq) for v in views if (lq := load_quality(v.summary)) is not None]
-    if not got:
-        return []
-    out = ["**Quality under load** (probe questions mixed into the cell's load with `--quality-share`, not counted "
-           "in its speed figures; accuracy = " + ACCURACY_DEFINITION + "; KL and top-1 agreement against the same "
-           "greedy prompts at idle before the first cell):", "",
-           "| load | accuracy under load | 95% interval | per task | KL vs idle, mean (nats) | top-1 agreement vs "
-           "idle | failed probes |",
-           "|---|---:|---:|---|---:|---:|---:|"]
-    for v, lq in got:
-        s = lq.score
-        per = ", ".join(f"{md_escape(k)} {t.correct}/{t.n}" for k, t in lq.tasks.items()) or "-"
-        interval = interval_text(s.lo, s.hi) if lq.n else "-"
-        kl = f"{_kl(lq.kl_mean)} over {lq.positions} positions" if lq.positions else "-"
-        out.append(f"| {md_escape(v.load)} | {_load_text(lq)} | {interval} | {per} | {kl} | "
-                   f"{pct(lq.top1_agreement) if lq.positions else '-'} | {lq.failed} |")
-    return out + [""]
 
 
 # ---- one session: the report's Quality section --------------------------------------------------------------
@@ -216,70 +196,9 @@ def settings_text(settings: Mapping[str, object] | None) -> str:
     return "; ".join(parts) or "not recorded"
 
 
-def quality_section(session: Session, result: QualityResult, level: int = 2) -> list[str]:
-    """The report's Quality section: perplexity, the task table, divergence from the reference: every figure
-    with its unit and how it was computed."""
-    h = "#" * level
-    out = [f"{h} Quality", ""]
-    if synthetic := synthetic_note(session.info.target.url):
-        out += [f"**{md_escape(synthetic[0].upper() + synthetic[1:])}.**", ""]
-    out += [f"Probe settings: {md_escape(settings_text(session.info.quality))}.", ""]
-    out += ["| figure | value | how it was computed |", "|---|---|---|"]
-    if result.perplexity is not None:
-        ci = _ci(result, "perplexity_ci")
-        within = f" (95% interval {_ppl(ci[0])}-{_ppl(ci[1])})" if ci is not None else ""
-        out.append(f"| perplexity | {_ppl(result.perplexity)}{within} over {result.perplexity_tokens:,} tokens | "
-                   f"{md_escape(PERPLEXITY_DEFINITION)} |")
-    else:
-        why = clean_text(result.perplexity_note) or "not run"
-        out.append(f"| perplexity | not measured | {md_escape(why)} |")
-    r = result.reference
-    if r is not None:
-        out += _divergence_rows(r, result.reference_session)
-    out.append("")
-    if result.tasks:
-        out += [f"{h}# Task accuracy", "", "| task | context | accuracy | n | 95% interval (Wilson) |",
-                "|---|---|---:|---:|---:|"]
-        for name, raw in result.tasks.items():
-            task, ctx = split_task(name)
-            s = _sane(raw)
-            figures = f"{pct(s.accuracy)} | {s.n} | {interval_text(s.lo, s.hi)}" if s is not None else \
-                f"- | {raw.n} | -"
-            out.append(f"| {md_escape(task)} | {f'{md_escape(ctx)} tokens' if ctx else '-'} | {figures} |")
-        out += ["", f"Accuracy: {ACCURACY_DEFINITION}; the context is the prompt's length (K = 1,024 tokens).", ""]
-    if r is None:
-        if result.traces:
-            out += [f"No reference was given: this session's {len(result.traces)} greedy traces can serve as one "
-                    "(`servescope quality --reference` with this session).", ""]
-        else:
-            out += ["No divergence was measured (the server returned no log-probabilities, or it was not run).", ""]
-    events = [clean_text(e.text) for e in session.info.events if e.kind == "quality"]
-    if events:
-        out += ["Probe notes:", ""] + [f"- {md_escape(e)}" for e in events if e] + [""]
-    return out
-
-
-def _divergence_rows(r: Divergence, ref: str | None) -> list[str]:
-    name = md_escape(clean_text(ref or "")) or "?"
-    ci = _ci(r, "kl_ci")
-    kl_ci = f" (95% interval {_kl(ci[0])}-{_kl(ci[1])} over prompts)" if ci is not None else ""
-    return [
-        f"| reference session | {name} | the session whose greedy traces (same prompts) are the reference |",
-        f"| KL mean | {_kl(r.kl_mean)} nats{kl_ci} | mean over the compared positions of "
-        f"{md_escape(KL_DEFINITION)} |",
-        f"| KL p99 | {_kl(r.kl_p99)} nats | 99th percentile of that per-position KL |",
-        f"| top-1 agreement | {pct(r.top1_agreement)} | share of compared positions where this run's most likely "
-        "token is the reference's |",
-        f"| first divergence | token {fmt_num(finite(r.first_divergence_mean))} (mean) | index of the first generated "
-        "token where the greedy outputs differ (the output's length when they never do), mean over prompts |",
-        f"| positions compared | {r.positions:,} of {r.prompts} prompts | positions where both generations share "
-        f"their context ({md_escape(clean_text(r.method))}) |",
-    ]
-
-
 def result_dict(r: QualityResult) -> dict[str, object]:
     """A session's quality results for JSON, without the traces and answers (their counts instead)."""
-    ci = _ci(r, "perplexity_ci")
+    ci = recorded_ci(r, "perplexity_ci")
     return {"perplexity": finite(r.perplexity), "perplexity_ci": list(ci) if ci is not None else None,
             "perplexity_tokens": r.perplexity_tokens,
             "perplexity_note": clean_text(r.perplexity_note) or None,
@@ -297,13 +216,13 @@ def quality_brief(result: QualityResult) -> str:
     if result.perplexity is not None:
         parts.append(f"ppl {fmt_num(finite(result.perplexity))}")
     if result.tasks:
-        sane = [x for s in result.tasks.values() if (x := _sane(s)) is not None]
-        n = sum(s.n for s in sane)
-        c = sum(s.correct for s in sane)
+        scores = [x for s in result.tasks.values() if (x := sane(s)) is not None]
+        n = sum(s.n for s in scores)
+        c = sum(s.correct for s in scores)
         parts.append(f"{len(result.tasks)} task{'s' if len(result.tasks) != 1 else ''} "
                      f"{pct(c / n) if n else '-'}")
     if result.reference is not None:
-        parts.append(f"KL {_kl(result.reference.kl_mean)}")
+        parts.append(f"KL {kl_text(result.reference.kl_mean)}")
     return ", ".join(parts) or "no figures"
 
 
@@ -381,27 +300,12 @@ class QualityComparison:
                   and r.values[0] is not None and r.values[i] is not None]
         ranked = sorted(shares, key=lambda r: r.verdicts[i] in (None, "within noise"))  # beyond noise first
         for r in ranked[:HEADLINE_TASKS]:
-            parts.append(f"{_row_name(r)} {pct(r.values[i])} vs {pct(r.values[0])}{_why(r.verdicts[i])}")
+            parts.append(f"{row_name(r)} {pct(r.values[i])} vs {pct(r.values[0])}{_why(r.verdicts[i])}")
         if len(ranked) > HEADLINE_TASKS:
             rest = ranked[HEADLINE_TASKS:]
             beyond = sum(1 for r in rest if r.verdicts[i] not in (None, "within noise"))
             parts.append(f"{len(rest)} more accuracies ({beyond} beyond noise)")
         return ("quality: " + ", ".join(parts)) if parts else ""
-
-    def definitions(self) -> str:
-        """How the block's figures were computed and judged, for the figures it holds."""
-        keys = {r.key.partition(":")[0] for r in self.rows}
-        parts = [f"Accuracy: {ACCURACY_DEFINITION}; {JUDGE_DEFINITION}."]
-        if "load" in keys:
-            parts.append("Accuracy under load: the probe questions mixed into that cell's load (--quality-share).")
-        if "perplexity" in keys:
-            parts.append(f"Perplexity: {PERPLEXITY_DEFINITION}.")
-        if keys & {"kl_mean", "baseline.kl_mean"}:
-            parts.append(f"KL: {KL_DEFINITION}; lower is closer (against the baseline's traces: the baseline's "
-                         "greedy generations of the same prompts are the reference).")
-        if keys & {"perplexity", "kl_mean", "kl_p99", "top1_agreement", "first_divergence_mean"}:
-            parts.append(f"Values are each session's; {NOT_JUDGED}.")
-        return " ".join(parts)
 
     def to_dict(self) -> dict[str, object]:
         sessions = [{"session": lb, "quality": result_dict(r) if r is not None else None}
@@ -416,29 +320,6 @@ class QualityComparison:
                                 "perplexity": PERPLEXITY_DEFINITION, "kl": KL_DEFINITION, "not_judged": NOT_JUDGED},
                 "notes": self.notes}
 
-    def markdown(self, level: int) -> list[str]:
-        h = "#" * level
-        esc = [md_escape(lb) for lb in self.labels]
-        out = [f"{h} Quality", ""]
-        if self.rows:
-            head = ["figure", *esc, *[f"Δ {e}" for e in esc[1:]], "best"]
-            out += ["| " + " | ".join(head) + " |",
-                    "|" + "|".join(["---", *["---:"] * (2 * len(esc) - 1), "---"]) + "|"]
-            for r in self.rows:
-                vals = [f"**{md_escape(t)}**" if i == r.best else md_escape(t) for i, t in enumerate(r.texts)]
-                deltas = [md_escape(r.delta_text(i)) for i in range(1, len(esc))]
-                best = esc[r.best] if r.best is not None else md_escape(r.no_best)
-                out.append("| " + " | ".join([md_escape(_row_name(r)), *vals, *deltas, best]) + " |")
-            out += ["", md_escape(self.definitions()), ""]
-        for lb in self.missing:
-            out.append(f"- {md_escape(lb)} holds no quality results: run `servescope quality --save` with its "
-                       "session directory against its server to add them.")
-        out += [f"- {md_escape(n)}" for n in self.notes]
-        if self.missing or self.notes:
-            out.append("")
-        return out
-
-
 def _why(verdict: str | None, judged_only: bool = False) -> str:
     """` (worse, beyond noise)`, ` (within noise)`; "" for a figure not judged when `judged_only`."""
     if verdict is None:
@@ -446,7 +327,7 @@ def _why(verdict: str | None, judged_only: bool = False) -> str:
     return " (within noise)" if verdict == "within noise" else f" ({verdict}, beyond noise)"
 
 
-def _row_name(r: QualityRow) -> str:
+def row_name(r: QualityRow) -> str:
     """`retrieval@16K`, `perplexity`, `chat c=4 accuracy under load`."""
     if r.section == "probe" and r.unit == "share":
         return f"{r.label.removesuffix(' accuracy')}@{r.where}" if r.where else r.label.removesuffix(" accuracy")
@@ -458,7 +339,7 @@ def _row_name(r: QualityRow) -> str:
 def _share_row(section: str, where: str, label: str, scores: Sequence[TaskScore | None]) -> QualityRow:
     """An accuracy row: deltas in points, each judged against the first session by the two-proportion test; the
     best session only when it beats the runner-up beyond noise. A score whose counts are not counts is left out."""
-    scores = [_sane(s) for s in scores]
+    scores = [sane(s) for s in scores]
     vals = [s.accuracy if s is not None else None for s in scores]
     base = scores[0]
     deltas: list[float | None] = [None]
@@ -524,7 +405,7 @@ def _plain_row(section: str, label: str, unit: str, better: str, vals: Sequence[
     return row
 
 
-def _ci(obj: object, name: str) -> Interval:
+def recorded_ci(obj: object, name: str) -> Interval:
     """A recorded 95% interval (`perplexity_ci`, `kl_ci`), None when absent or not two finite numbers."""
     v = getattr(obj, name, None) if obj is not None else None
     if not isinstance(v, (tuple, list)) or len(v) != 2:
@@ -558,10 +439,10 @@ def compare_quality(labels: Sequence[str], sessions: Sequence[Session],
     if present:
         ppl = [finite(r.perplexity) if r is not None else None for r in results]
         if any(v is not None for v in ppl):
-            texts = [_ppl(v) if v is not None else ("none" if r is None else "not measured")
+            texts = [ppl_text(v) if v is not None else ("none" if r is None else "not measured")
                      for v, r in zip(ppl, results, strict=True)]
             rows.append(_plain_row("probe", "perplexity", "perplexity", "lower", ppl, texts, relative=True,
-                                   intervals=[_ci(r, "perplexity_ci") for r in results]))
+                                   intervals=[recorded_ci(r, "perplexity_ci") for r in results]))
             rows[-1].key, rows[-1].short = "perplexity", "perplexity"
         names = list(dict.fromkeys(k for r in present for k in r.tasks))
         for name in names:
@@ -577,14 +458,14 @@ def compare_quality(labels: Sequence[str], sessions: Sequence[Session],
                                    names_ref, [None] * len(results), [None] * len(results), key="reference",
                                    short="reference"))
             for key, label, short, unit, better, fmt in (
-                    ("kl_mean", "KL vs reference, mean (nats)", "KL mean (nats)", "nats", "lower", _kl),
-                    ("kl_p99", "KL vs reference, p99 (nats)", "KL p99 (nats)", "nats", "lower", _kl),
+                    ("kl_mean", "KL vs reference, mean (nats)", "KL mean (nats)", "nats", "lower", kl_text),
+                    ("kl_p99", "KL vs reference, p99 (nats)", "KL p99 (nats)", "nats", "lower", kl_text),
                     ("top1_agreement", "top-1 agreement with the reference", "top-1 agreement", "share", "higher",
                      pct),
                     ("first_divergence_mean", "first divergence from the reference (token, mean)",
                      "1st divergence", "tokens", "higher", lambda v: fmt_num(finite(v)))):
                 vals = [finite(getattr(d, key)) if d is not None else None for d in refs]
-                ivs = [_ci(d, "kl_ci") for d in refs] if key == "kl_mean" else None
+                ivs = [recorded_ci(d, "kl_ci") for d in refs] if key == "kl_mean" else None
                 rows.append(_plain_row("reference", label, unit, better, vals, [fmt(v) for v in vals],
                                        intervals=ivs))
                 rows[-1].key, rows[-1].short = key, short
@@ -597,7 +478,7 @@ def compare_quality(labels: Sequence[str], sessions: Sequence[Session],
             base = labels[0]
             for key, label, short, unit, better, fmt in (
                     ("kl_mean", f"KL vs {base}'s greedy traces, mean (nats)", f"KL vs {base}", "nats", "lower",
-                     _kl),
+                     kl_text),
                     ("top1_agreement", f"top-1 agreement with {base}", f"top-1 vs {base}", "share", "higher", pct)):
                 vals = [finite(getattr(d, key)) if d is not None else None for d in direct]
                 texts = ["(reference)", *[fmt(v) for v in vals[1:]]]

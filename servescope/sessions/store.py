@@ -33,10 +33,11 @@ import tomli_w
 
 from servescope import __version__
 from servescope.core.cost import with_cost
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.prices import prices_of_meta
 from servescope.core.quality import QualityResult
 from servescope.core.results import CellResult
+from servescope.core.secrets import redact_meta
 from servescope.core.textsafe import clean_text, slug
 from servescope.sessions.live import BUS_FILES, RunnerState, runner_state, write_failed
 from servescope.sessions.meta import PLAN_COLUMNS, SessionMeta
@@ -262,7 +263,9 @@ class SessionWriter:
         self.save_meta()
 
     def save_meta(self) -> None:
-        atomic_write(self.path / "session.toml", tomli_w.dumps(toml_clean(self.meta)).encode())
+        # every string of the table through the one redaction (core.secrets.redact_meta): whatever filled it (a
+        # launch line, a tune's sweep table, a serve line, an event's text), no secret reaches the disk
+        atomic_write(self.path / "session.toml", tomli_w.dumps(toml_clean(redact_meta(self.meta))).encode())
 
     def _planned(self) -> list[dict[str, object]]:
         cells = self.meta.get("cells")
@@ -455,7 +458,7 @@ def check_parquet_ends(f: Path) -> None:
 
 def damaged(file: Path, e: BaseException) -> ServescopeError:
     """One line for a session file that cannot be decoded: which file, why, and what to do."""
-    reason = clean_text(str(e)).split("\n")[0][:160] or type(e).__name__
+    reason = clean_text(str(e)).split("\n")[0][:160] or error_text(e)
     return ServescopeError(f"{file}: cannot be read ({reason}); the file is damaged (truncated or overwritten): "
                            "restore it from a copy, or move its session directory out of the sessions folder")
 
@@ -614,7 +617,7 @@ def scan_sessions(base: Path, newest_first: bool = False) -> list[SessionEntry]:
         except ServescopeError as e:
             out.append(SessionEntry(d, None, e.message))
         except Exception as e:  # noqa: BLE001 - one unreadable session must not hide the others
-            out.append(SessionEntry(d, None, clean_text(f"{type(e).__name__}: {e}")[:300]))
+            out.append(SessionEntry(d, None, clean_text(error_text(e))[:300]))
     return out
 
 

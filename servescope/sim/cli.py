@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import math
 import os
@@ -15,7 +16,9 @@ import ssl
 import sys
 
 from servescope.sim.hosted import DEFAULT_JITTER_MS, DEFAULT_LATENCY_MS, DEFAULT_TPM, Hosted
+from servescope.sim.lora import LoraModulesError, parse_lora_modules
 from servescope.sim.profile import DEFAULT_PROFILE, ProfileError, describe, list_profiles, load_profile
+from servescope.sim.specdecode import SpecConfigError, parse_spec_config
 
 LISTENING = "servescope-sim listening on "
 
@@ -24,6 +27,13 @@ def _rate(text: str) -> float:
     v = float(text)
     if not 0.0 <= v <= 1.0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return v
+
+
+def _factor(text: str) -> float:
+    v = float(text)
+    if not 0.0 <= v <= 1000.0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1000, got {text}")
     return v
 
 
@@ -50,6 +60,13 @@ def check_args(args: argparse.Namespace) -> str | None:
     for flag, ms in (("--net-latency-ms", args.net_latency_ms), ("--net-jitter-ms", args.net_jitter_ms)):
         if ms is not None and not 0 <= ms < 600_000:  # NaN too
             return f"{flag} {ms:g}: must be 0 or more milliseconds (and under 10 minutes)"
+    for flag, v in (("--max-loras", args.max_loras), ("--max-lora-rank", args.max_lora_rank)):
+        if v is not None and v < 1:
+            return f"{flag} {v}: must be 1 or more"
+    if args.lora_modules and not args.enable_lora:
+        return "--lora-modules needs --enable-lora (as vLLM does)"
+    if args.spec_acceptance is not None and args.speculative_config is None:
+        return "--spec-acceptance needs --speculative-config (it is the acceptance of drafted tokens)"
     if args.api_key is not None and not args.api_key.strip():
         return "--api-key: empty; give the key clients must send (or leave it out to accept any)"
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -86,8 +103,11 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return ctx
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The simulator's flags. `servescope sim` passes servescope's own parser class, whose errors are one line naming
+    the closest flag (servescope/cli/args.py); the simulator imports nothing of servescope's, so `python -m
+    servescope.sim` alone keeps argparse's."""
+    p = parser_class(
         prog="servescope sim",
         description="Simulate a vLLM 0.32 server serving a model on a GPU, in real time (OpenAI-compatible API).",
         epilog="docs: docs/simulator.md; every flag: docs/reference/cli.md#sim",
@@ -103,6 +123,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-model-len", type=int)
     g.add_argument("--served-model-name")
     g.add_argument("--no-enable-prefix-caching", action="store_true")
+    sd = p.add_argument_group("speculative decoding and LoRA adapters (vLLM's own flags)")
+    sd.add_argument("--speculative-config", metavar="JSON", default=None,
+                    help="speculative decoding, as vLLM takes it: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' "
+                         "(methods: ngram, eagle, eagle3, medusa, mlp_speculator, mtp, draft_model, suffix); a "
+                         "drafted token is accepted with the request's vllm_xargs.spec_acceptance, else "
+                         "--spec-acceptance, else the method's typical rate")
+    sd.add_argument("--spec-acceptance", type=_rate, default=None, metavar="P",
+                    help="with --speculative-config: a drafted token's acceptance when the request does not say "
+                         "(default: 0.5 for ngram and suffix, 0.7 for a model-based method)")
+    sd.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (--lora-modules)")
+    sd.add_argument("--lora-modules", nargs="+", action="extend", default=None, metavar="NAME=PATH",
+                    help="adapters requests name as their model, as vLLM takes them (PATH is not read)")
+    sd.add_argument("--max-loras", type=int, default=None, metavar="N",
+                    help="adapters one batch may hold, each in a GPU slot; another is swapped in (default 1)")
+    sd.add_argument("--max-lora-rank", type=int, default=None, metavar="R",
+                    help="the adapters' rank: their size and cost (default 16)")
     f = p.add_argument_group("faults")
     f.add_argument("--exit-after-requests", type=int, default=0, metavar="N", help="exit abruptly after N completed requests")
     f.add_argument("--exit-at", type=float, default=0.0, metavar="SECONDS", help="exit abruptly SECONDS after start")
@@ -110,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--cut-stream-rate", type=_rate, default=0.0, metavar="P", help="cut this fraction of streams mid-way")
     f.add_argument("--slow-decode", type=_rate, default=0.0, metavar="F",
                    help="decode steps take (1 + F) times as long (0.08: 8%% slower), a regression to catch")
+    f.add_argument("--usage-factor", type=_factor, default=1.0, metavar="F",
+                   help="a streamed answer's final usage says F times the tokens it streamed (2: a server whose "
+                        "usage.completion_tokens doubles; default 1, the truth)")
     f.add_argument("--seed", type=int, default=0, help="seed of the fault draws (and of the network jitter)")
     h = p.add_argument_group("hosted API (--hosted), API key and TLS")
     h.add_argument("--hosted", action="store_true",
@@ -155,8 +194,8 @@ def exit_with_parent(pid: int, poll_s: float = 0.25) -> None:
     threading.Thread(target=watch, name="servescope-sim-parent-watch", daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> int:
+    args = build_parser(parser_class).parse_args(argv)
     bad = check_args(args)
     if bad is not None:
         print(f"servescope sim: error: {bad}", file=sys.stderr)
@@ -170,9 +209,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile = load_profile(args.profile)
     except ProfileError as e:
-        print(f"servescope sim: {e}", file=sys.stderr)
+        print(f"servescope sim: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        spec = parse_spec_config(args.speculative_config) if args.speculative_config is not None else None
+        adapters = parse_lora_modules(args.lora_modules or [])
+    except (SpecConfigError, LoraModulesError) as e:
+        print(f"servescope sim: error: {e}", file=sys.stderr)
         return 2
     engine_kw = {
+        "speculative_method": spec.method if spec is not None else None,
+        "num_speculative_tokens": spec.num_speculative_tokens if spec is not None else None,
+        "spec_acceptance": args.spec_acceptance,
+        "enable_lora": True if args.enable_lora else None,
+        "max_loras": args.max_loras,
+        "max_lora_rank": args.max_lora_rank,
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "max_model_len": args.max_model_len,
@@ -190,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     from servescope.sim.server import Faults
 
-    faults = Faults(args.exit_after_requests, args.exit_at, args.error_rate, args.cut_stream_rate, args.seed)
+    faults = Faults(args.exit_after_requests, args.exit_at, args.error_rate, args.cut_stream_rate, args.seed,
+                    args.usage_factor)
     try:
         tls = tls_context(args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None
     except ValueError as e:
@@ -203,22 +255,33 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     try:
-        asyncio.run(_serve(profile, faults, args.host, args.port, hosted_config(args), tls))
+        asyncio.run(_serve(profile, faults, args.host, args.port, hosted_config(args), tls, adapters))
     except KeyboardInterrupt:
         pass
-    except OSError as e:
-        print(f"servescope sim: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
-        return 1
+    except OSError as e:  # the address the flags name: bad input, exit 2 as every other flag's
+        print(f"servescope sim: error: {listen_error(args.host, args.port, e)}", file=sys.stderr)
+        return 2
     return 0
 
 
+def listen_error(host: str, port: int, e: OSError) -> str:
+    """Why the simulator cannot listen on --host/--port, as one line saying which flag to change."""
+    why = e.strerror if isinstance(e, socket.gaierror) or not e.errno else os.strerror(e.errno)
+    why = " ".join(str(why or e).split())
+    if isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL:
+        return f"--host {host}: not an address of this machine ({why}); give e.g. 127.0.0.1 or 0.0.0.0"
+    if e.errno == errno.EADDRINUSE:
+        return f"--port {port}: already in use on {host} ({why}); give another port (0 picks a free one)"
+    return f"cannot listen on {host}:{port} ({why}); check --host and --port"
+
+
 async def _serve(profile: object, faults: object, host: str, port: int, hosted: Hosted | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, adapters: dict[str, str] | None = None) -> None:
     from aiohttp import web
 
     from servescope.sim.server import SimServer, startup_log_lines
 
-    server = SimServer(profile, faults, hosted)  # type: ignore[arg-type]
+    server = SimServer(profile, faults, hosted, adapters)  # type: ignore[arg-type]
     log = logging.getLogger("servescope.sim")
     runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False)
     await runner.setup()

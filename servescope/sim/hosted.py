@@ -30,10 +30,10 @@ from aiohttp.typedefs import Handler, Middleware
 _json_encode = msgspec.json.encode
 
 # the paths a hosted API does not serve (a vLLM server does)
-SERVER_ONLY_PATHS = ("/tokenize", "/detokenize", "/metrics", "/health", "/ping", "/version")
+SERVER_ONLY_PATHS = ("/tokenize", "/detokenize", "/metrics", "/health", "/ping", "/version", "/reset_prefix_cache")
 # vLLM's own request fields, which OpenAI's API refuses ("Unrecognized request argument supplied: ...")
 VLLM_FIELDS = ("ignore_eos", "min_tokens", "add_special_tokens", "chat_template_kwargs", "return_token_ids",
-               "prompt_logprobs", "top_k", "min_p", "repetition_penalty", "skip_special_tokens")
+               "prompt_logprobs", "top_k", "min_p", "repetition_penalty", "skip_special_tokens", "vllm_xargs")
 DEFAULT_TPM = 100_000  # hosted mode's tokens-per-minute limit unless --tpm says otherwise
 DEFAULT_LATENCY_MS = 40.0  # hosted mode's added network latency per request
 DEFAULT_JITTER_MS = 10.0  # ... and the most its random share adds

@@ -19,6 +19,10 @@ What is modelled:
   only, at admission, as vLLM's `vllm:prefix_cache_queries/hits` do (resumed ones go to vLLM's separate
   preempted counters, which the simulator does not export).
 - Usage (`vllm:kv_cache_usage_perc`) counts blocks held by requests only: cached-free blocks count as free.
+- A LoRA request's blocks hash under its adapter (the chain starts from the adapter's own root), so the same
+  prompt through two adapters, or an adapter and the base model, shares nothing, as in vLLM.
+- `reset()` (vLLM's `POST /reset_prefix_cache`) empties the cache, and fails, as vLLM's does, while a running
+  request holds blocks.
 
 Not modelled:
 - vLLM keeps uncached and cached free blocks in one FIFO queue, so it can evict a cached block while an
@@ -30,14 +34,14 @@ Not modelled:
   only its full-attention layers; a hit on a linear-attention (Mamba, DeltaNet) model restores the recurrent
   state for free, where vLLM needs a state checkpoint at that block. A request whose `blocks_for` is below
   its full-block count (sliding window) caches only as many blocks as it holds.
-- Extra hash keys (LoRA, multimodal inputs, `cache_salt`), prompt logprobs skipping the cache, KV events,
-  `reset_prefix_cache`; hashes are Python's 64-bit tuple hashes (vLLM: SHA-256 or xxHash), so collisions
+- Extra hash keys (multimodal inputs, `cache_salt`), prompt logprobs skipping the cache, KV events; hashes are Python's 64-bit tuple hashes (vLLM: SHA-256 or xxHash), so collisions
   are possible in principle.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -56,6 +60,11 @@ def chain_hashes(ids: Sequence[int], block_size: int, parent: int = ROOT_HASH) -
         h = hash((h, tuple(ids[i:i + block_size])))
         hashes.append(h)
     return hashes, list(ids[end:])
+
+
+def _root(req: SimRequest) -> int:
+    """The parent of a request's first block: the base model's root, or its adapter's own."""
+    return ROOT_HASH if req.adapter is None else hash((ROOT_HASH, zlib.crc32(req.adapter.encode())))
 
 
 class KVPool:
@@ -89,11 +98,21 @@ class KVPool:
         """Blocks in the prefix cache, held or not."""
         return len(self.refs)
 
+    def reset(self, running: int) -> bool:
+        """Empty the prefix cache (vLLM's reset_prefix_cache): False, and nothing changed, while `running` requests
+        hold blocks (vLLM refuses then too)."""
+        if running:
+            return False
+        self.free += len(self.lru)
+        self.lru.clear()
+        self.refs.clear()
+        return True
+
     def prepare(self, req: SimRequest) -> None:
         """Hash a request's prompt as it enters the engine (once), then drop its token ids."""
         if req.prompt_ids is not None:
             if self.caching and req.hashes is None:
-                req.hashes, req.tail = chain_hashes(req.prompt_ids, self.block_size)
+                req.hashes, req.tail = chain_hashes(req.prompt_ids, self.block_size, _root(req))
             req.prompt_ids = None
         if req.hashes is None:
             req.reg_at = math.inf
@@ -135,7 +154,7 @@ class KVPool:
                 break
             tail.extend(take(need))
             req.out_pulled += need
-            hashes.append(hash((hashes[-1] if hashes else ROOT_HASH, tuple(tail))))
+            hashes.append(hash((hashes[-1] if hashes else _root(req), tuple(tail))))
             req.tail = []
         return len(hashes)
 

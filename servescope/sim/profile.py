@@ -90,6 +90,25 @@ class EngineSpec:
     activation_reserve_gib: float = 2.0  # non-KV runtime memory: activations, CUDA graphs, workspace
     kv_cache_tokens: int = 0  # 0: derive from memory; otherwise as vLLM logged it
     enable_prefix_caching: bool = True
+    # speculative decoding (servescope.sim.specdecode; `--speculative-config`): off when the method is ""
+    speculative_method: str = ""
+    num_speculative_tokens: int = 0
+    spec_acceptance: float = 0.0  # a drafted token's acceptance when the request does not say; 0: the method's
+    # LoRA adapters (servescope.sim.lora; `--enable-lora`, `--max-loras`, `--max-lora-rank`)
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+
+    def __post_init__(self) -> None:
+        a = self.spec_acceptance
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a <= 1:
+            raise TypeError(f"spec_acceptance must be a number from 0 to 1, got {a!r}")
+        for name in ("num_speculative_tokens", "max_loras", "max_lora_rank"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise TypeError(f"{name} must be a whole number >= 0, got {v!r}")
+        if self.speculative_method and self.num_speculative_tokens < 1:
+            raise TypeError("speculative_method needs num_speculative_tokens >= 1")
 
 
 @dataclass(frozen=True)
@@ -281,7 +300,8 @@ class CostModel:
         self.half_rows = eff.gemm_half_rows
         self.step_overhead = eff.step_overhead_ms / 1e3
         self.host_overhead = eff.host_overhead_ms / 1e3
-        self.async_scheduling = eff.async_scheduling
+        # vLLM 0.32 turns asynchronous scheduling off with a CPU proposer (n-gram, suffix: it says so in its log)
+        self.async_scheduling = eff.async_scheduling and e.speculative_method not in ("ngram", "suffix")
         self.per_seq_overhead = eff.per_seq_overhead_us / 1e6
         self.frontend_s = eff.frontend_ms / 1e3
         # KV pool
@@ -334,12 +354,14 @@ class CostModel:
                 self._touched_memo[num_tokens] = share
         return share
 
-    def step_time(self, num_tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float) -> float:
+    def step_time(self, num_tokens: int, num_seqs: int, kv_read_tokens: float, attn_pairs: float,
+                  verify_pairs: float = 0.0) -> float:
         """Seconds for one engine step.
 
-        num_tokens: tokens computed this step (decodes + prefill chunk tokens); num_seqs: sequences in
-        it; kv_read_tokens: KV entries read (sum of contexts, full-attention-token units);
-        attn_pairs: (query, key) pairs of prefill attention over full-attention layers.
+        num_tokens: tokens computed this step (decodes + prefill chunk tokens + drafted tokens verified); num_seqs:
+        sequences in it; kv_read_tokens: KV entries read (sum of contexts, full-attention-token units);
+        attn_pairs: (query, key) pairs of prefill attention over full-attention layers; verify_pairs: those of
+        speculative decoding's verification (computed as prefill's are, but the step is still a decode step).
         """
         if num_tokens <= 0:
             return 0.0
@@ -350,7 +372,7 @@ class CostModel:
             weight_bytes += self.expert_bytes * touched
             rows_per_expert = num_tokens * self.topk_frac / touched
             compute += self.expert_flops_tok * num_tokens / self._gemm_rate(rows_per_expert)
-        compute += self.attn_flops_pair * attn_pairs / self.attn_peak
+        compute += self.attn_flops_pair * (attn_pairs + verify_pairs) / self.attn_peak
         mem_bytes = weight_bytes + self.kv_bytes_per_token * kv_read_tokens + 2.0 * self.state_bytes * num_seqs
         memory = mem_bytes / self.bandwidth
         gpu = self.step_overhead + max(memory, compute)

@@ -4,6 +4,7 @@ both work on it."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 
 WAITING, RUNNING, FINISHED, ABORTED = 0, 1, 2, 3
@@ -22,6 +23,7 @@ class SimRequest:
         "num_computed", "num_output", "blocks", "first_token_t", "last_token_t", "first_scheduled_t",
         "num_preemptions", "on_tokens", "cached_tokens", "done_t",
         "prompt_ids", "out_ids", "hashes", "tail", "out_pulled", "held", "reg_at",
+        "adapter", "accept_p", "rng", "draft", "accept",
     )
 
     def __init__(
@@ -34,6 +36,8 @@ class SimRequest:
         on_tokens: Callable[[SimRequest, int, bool, float], None] | None = None,
         prompt_ids: Sequence[int] | None = None,
         out_ids: Callable[[int], list[int]] | None = None,
+        adapter: str | None = None,
+        accept_p: float | None = None,
     ) -> None:
         self.rid = rid
         self.prompt_len = prompt_len
@@ -60,6 +64,13 @@ class SimRequest:
         self.out_pulled = 0  # output ids taken from `out_ids`
         self.held = 0  # cached blocks it holds: the first `held` of `hashes`
         self.reg_at = 0.0  # computed tokens at which its next full block is cached
+        # LoRA: the adapter it runs with (None: the base model); speculative decoding (servescope.sim.specdecode):
+        # its drafts' acceptance (None: the engine's), the seeded draws, this step's drafted and accepted tokens
+        self.adapter = adapter
+        self.accept_p = accept_p
+        self.rng: random.Random | None = None
+        self.draft = 0
+        self.accept = 0
 
     @property
     def total_len(self) -> int:

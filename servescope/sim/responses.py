@@ -212,11 +212,13 @@ async def stream_response(
     cut_at: int,
     prompt_details: bool,
     piece: Callable[[int], tuple[bytes, bytes]] | None = None,
+    usage_factor: float = 1.0,
 ) -> web.StreamResponse:
     """Stream the request's tokens as server-sent events while the engine produces them (`chan`); cut the
     connection after `cut_at` tokens when it is not 0 (a fault). The final usage chunk says how many prompt
-    tokens were cached when `prompt_details` (the continuous ones do not, as in vLLM). `piece(i)`, when given,
-    is token i's JSON text and logprobs object (a planned output, `servescope.sim.quality`) instead of `gen`'s."""
+    tokens were cached when `prompt_details` (the continuous ones do not, as in vLLM), and `usage_factor` times the
+    tokens streamed (a fault: a server whose usage miscounts; 1 tells the truth). `piece(i)`, when given, is token
+    i's JSON text and logprobs object (a planned output, `servescope.sim.quality`) instead of `gen`'s."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     tok_text = tok.token_text
@@ -278,7 +280,8 @@ async def stream_response(
                     return resp
             if chan.finished and sent >= req.num_output:
                 if include_usage:
-                    usage = usage_stats(prompt_len, sent, reasoning, True, req.cached_tokens if prompt_details else None)
+                    usage = usage_stats(prompt_len, round(sent * usage_factor), reasoning, True,
+                                        req.cached_tokens if prompt_details else None)
                     parts.append(head + b'[],"usage":' + _json_encode(usage) + b"}\n\n")
                 parts.append(b"data: [DONE]\n\n")
                 await write(b"".join(parts))

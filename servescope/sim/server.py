@@ -48,6 +48,7 @@ from servescope.sim.quality import LogprobParamError, Plan, build_plan, logprob_
 from servescope.sim.quality import full_response as planned_response
 from servescope.sim.request import SimRequest
 from servescope.sim.responses import Channel, TokenSource, error_response, full_response, stream_response
+from servescope.sim.specdecode import default_acceptance
 from servescope.sim.tasks import Task, find_task
 from servescope.sim.tasks import answer as answer_task
 from servescope.sim.tokenizer import Tokenizer, render_chat
@@ -64,6 +65,7 @@ class Faults:
     error_rate: float = 0.0
     cut_stream_rate: float = 0.0
     seed: int = 0
+    usage_factor: float = 1.0  # the final usage says this many times the tokens streamed (a server that miscounts)
 
 
 def _int(v: object) -> int:
@@ -78,8 +80,10 @@ class _BadRequest(Exception):
 
 
 class SimServer:
-    def __init__(self, profile: Profile, faults: Faults | None = None, hosted: Hosted | None = None) -> None:
+    def __init__(self, profile: Profile, faults: Faults | None = None, hosted: Hosted | None = None,
+                 adapters: Mapping[str, str] | None = None) -> None:
         self.profile = profile
+        self.adapters = dict(adapters or {})  # LoRA adapters (--lora-modules): name -> path
         self.hosted = hosted or Hosted()
         self.bucket: TokenBucket | None = None  # the tokens-per-minute limit, from the engine's start
         self.cost = CostModel(profile)
@@ -122,6 +126,7 @@ class SimServer:
             app.router.add_get("/version", self.version)
             app.router.add_get("/metrics", self.metrics_endpoint)
             app.router.add_post("/tokenize", self.tokenize)
+            app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
             app.router.add_post("/detokenize", self.detokenize)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
@@ -173,7 +178,21 @@ class SimServer:
             "max_model_len": self.max_model_len,
             "permission": [],
         }
-        return web.Response(body=_json_encode({"object": "list", "data": [card]}), content_type="application/json")
+        cards: list[dict[str, object]] = [card]
+        for name, path in self.adapters.items():  # as vLLM lists its LoRA modules: the base model as parent
+            cards.append({**card, "id": name, "root": path, "parent": self.model_name, "max_model_len": None})
+        return web.Response(body=_json_encode({"object": "list", "data": cards}), content_type="application/json")
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's `POST /reset_prefix_cache` (served with VLLM_SERVER_DEV_MODE=1): {"success": bool}; it fails
+        while requests run, unless `reset_running_requests=true` (they are preempted first, as vLLM does)."""
+        log.info("Resetting prefix cache...")
+        if self.engine is None:
+            return web.json_response({"success": False})
+        sched = self.engine.sched
+        if request.query.get("reset_running_requests", "").lower() in ("1", "true", "yes"):
+            sched.preempt_all()
+        return web.json_response({"success": sched.pool.reset(len(sched.running))})
 
     def cache_info(self) -> dict[str, str]:
         e = self.profile.engine
@@ -200,6 +219,13 @@ class SimServer:
             prefix_hits=s.prefix_hits,
             cache_info=self.cache_info(),
         )
+        extra: list[str] = []
+        if s.spec_counters is not None:
+            s.spec_counters.render(self.metrics.labels, extra)
+        if s.lora_info is not None:
+            s.lora_info.render(extra)
+        if extra:
+            text += "\n".join(extra) + "\n"
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _json_body(self, request: web.Request) -> dict[str, object]:
@@ -245,8 +271,23 @@ class SimServer:
     # --- generation --------------------------------------------------------------------------------------
     def _check_model(self, body: Mapping[str, object]) -> web.Response | None:
         model = body.get("model")
-        if model is not None and model != self.model_name:
+        if model is not None and model != self.model_name and not (isinstance(model, str) and model in self.adapters):
             return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
+        return None
+
+    def _adapter(self, body: Mapping[str, object]) -> str | None:
+        """The LoRA adapter a request names as its model (None: the base model)."""
+        model = body.get("model")
+        return model if isinstance(model, str) and model != self.model_name and model in self.adapters else None
+
+    @staticmethod
+    def _acceptance(body: Mapping[str, object]) -> float | None:
+        """Speculative decoding: the acceptance of drafted tokens the request's traffic has (vllm_xargs's
+        spec_acceptance, 0..1), None when it does not say."""
+        xargs = body.get("vllm_xargs")
+        p = xargs.get("spec_acceptance") if isinstance(xargs, dict) else None
+        if isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0:
+            return float(p)
         return None
 
     def _prompt(self, body: Mapping[str, object], chat: bool) -> tuple[int, int, list[int] | None, str | None]:
@@ -406,7 +447,10 @@ class SimServer:
                 prompt_ids, prompt_text or "", task, chat, max_tokens, min_tokens, ignore_eos, thinking, target,
                 reasoning, top, prompt_top, temperature, gen_seed)
         out_ids = (plan.take if plan is not None else TokenSource(gen_seed).take) if self.prefix_caching else None
-        req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prompt_ids, out_ids)
+        adapter = self._adapter(body)
+        req = SimRequest(rid, prompt_len, max_tokens, target, arrival, on_tokens, prompt_ids, out_ids, adapter,
+                         self._acceptance(body))
+        model_name = adapter if adapter is not None else self.model_name  # the answer names what was asked
         if self.cost.frontend_s > 0:
             await asyncio.sleep(arrival + self.cost.frontend_s - loop.time())
         assert self.engine is not None
@@ -415,17 +459,20 @@ class SimServer:
         created = int(time.time())
         try:
             if stream:
-                return await stream_response(request, req, chan, gen, self.tokenizer, self._model_bytes, chat, created,
+                return await stream_response(request, req, chan, gen, self.tokenizer,
+                                             self._model_bytes if adapter is None else _json_encode(adapter), chat,
+                                             created,
                                              prompt_len, reasoning, include_usage, continuous, cut_at,
                                              self.prefix_caching,
-                                             None if plan is None else functools.partial(plan.piece, chat=chat))
+                                             None if plan is None else functools.partial(plan.piece, chat=chat),
+                                             self.faults.usage_factor)
             while not chan.finished:
                 await chan.event.wait()
                 chan.event.clear()
             if plan is not None:
-                return planned_response(req, plan, self.model_name, chat, created, prompt_len, reasoning,
+                return planned_response(req, plan, model_name, chat, created, prompt_len, reasoning,
                                         self.prefix_caching, prompt_ids if body.get("return_token_ids") else None)
-            return full_response(req, gen, self.tokenizer, self.model_name, chat, created, prompt_len, reasoning,
+            return full_response(req, gen, self.tokenizer, model_name, chat, created, prompt_len, reasoning,
                                  self.prefix_caching)
         finally:
             if req.done_t < 0:
@@ -477,8 +524,26 @@ def startup_log_lines(server: SimServer) -> list[str]:
         f"Model loading took {cost.weights_gib():.2f} GiB of weights",
         f"GPU KV cache size: {cost.kv_cache_tokens:,} tokens",
         f"Maximum concurrency for {mml:,} tokens per request: {cost.max_concurrency(mml):.2f}x",
+        *spec_lora_log_lines(server),
         *hosted_log_lines(server.hosted),
     ]
+
+
+def spec_lora_log_lines(server: SimServer) -> list[str]:
+    """What the simulator says about speculative decoding and LoRA at start, as vLLM does."""
+    e = server.profile.engine
+    out = []
+    if e.speculative_method:
+        acc = e.spec_acceptance or default_acceptance(e.speculative_method)
+        out.append(f"Speculative decoding: method {e.speculative_method}, {e.num_speculative_tokens} speculative "
+                   f"tokens (drafted tokens accepted at {acc:g} unless a request's vllm_xargs.spec_acceptance says)")
+        if e.speculative_method in ("ngram", "suffix"):
+            out.append(f"Async scheduling not supported with {e.speculative_method}-based speculative decoding and "
+                       "will be disabled.")
+    if e.enable_lora:
+        out.append(f"LoRA: max_loras {e.max_loras}, max_lora_rank {e.max_lora_rank}")
+        out += [f"Loaded new LoRA adapter: name '{n}', path '{p}'" for n, p in server.adapters.items()]
+    return out
 
 
 def hosted_log_lines(h: Hosted) -> list[str]:

@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
-from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
@@ -27,6 +26,7 @@ from servescope.engine import fields
 from servescope.engine.spec import SweepSpec
 from servescope.reports.tunereport import is_tune_session
 from servescope.tui import messages as m
+from servescope.tui.keyorder import KeysInOrderApp
 from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.dialogs import ChoiceScreen
 from servescope.tui.screens.help import HelpScreen
@@ -50,7 +50,7 @@ DEMO_SWEEP: DemoSweep = {"workload": "sharegpt", "concurrency": "1,4,16", "durat
 QUIT_WAIT_S = 0.8  # ctrl+q during a sweep: how long the app waits for the engine to save before it leaves
 
 
-class ServescopeApp(App[int]):
+class ServescopeApp(KeysInOrderApp[int]):
     CSS_PATH = "app.tcss"
     TITLE = "servescope"
     ENABLE_COMMAND_PALETTE = False

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Required, TypedDict
 
 from servescope.core.arrivals import parse_seconds
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
+from servescope.core.textsafe import clean_text
+from servescope.workloads.adapters import AdapterMix, parse_adapters
 
 
 class DistTable(TypedDict, total=False):
@@ -49,6 +51,10 @@ class WorkloadTable(TypedDict, total=False):
     trace: str
     format: str
     time_scale: float
+    adapters: dict[str, float | int | str]
+    spec_acceptance: float
+    temperature: float
+    prefix_cache_hit_rate: float
 
 
 @dataclass(frozen=True)
@@ -287,6 +293,14 @@ class Workload:
     trace_format: str = "auto"
     time_scale: float = 1.0  # multiplies the trace's times: 0.5 replays it twice as fast
     ramp_s: float | None = None  # this workload's cells ramp up over it (the sweep's --ramp wins)
+    # what GPU-box users change (servescope.workloads.adapters; docs/speculation.md): the LoRA adapters requests
+    # name, how predictable the text is for speculative decoding (the acceptance of drafted tokens, which the
+    # simulator models), the sampling temperature, and the prefix-cache hit rate aimed at (the shared prefix is
+    # sized to hit it: prefix_tokens = rate x the mean input length)
+    adapters: AdapterMix | None = None
+    spec_acceptance: float | None = None
+    temperature: float | None = None
+    prefix_cache_hit_rate: float | None = None
 
     @property
     def multi_turn(self) -> bool:
@@ -322,6 +336,14 @@ class Workload:
     def shape(self) -> str:
         think = {True: ", thinking on", False: ", thinking off", None: ""}[self.thinking]
         pre = f", {self.prefix_tokens} shared prefix" if self.prefix_tokens else ""
+        if self.prefix_cache_hit_rate is not None:
+            pre += f" (aiming at a {self.prefix_cache_hit_rate:.0%} prefix-cache hit rate)"
+        if self.adapters is not None:
+            pre += f", {self.adapters.describe()}"
+        if self.temperature is not None:
+            pre += f", temperature {self.temperature:g}"
+        if self.spec_acceptance is not None:
+            pre += f", drafts accepted at {self.spec_acceptance:g}"
         ds = f", dataset {Path(self.dataset).name}" if self.dataset else ""
         out = "as the dataset's replies" if self.output_from_dataset else self.output_tokens.describe()
         inp = "as the dataset's prompts" if self.dataset else self.input_tokens.describe()
@@ -352,6 +374,15 @@ class Workload:
             d["thinking"] = self.thinking
         if self.ramp_s:
             d["ramp"] = f"{self.ramp_s:g}s"
+        if self.adapters is not None:
+            d["adapters"] = self.adapters.to_table()
+        if self.spec_acceptance is not None:
+            d["spec_acceptance"] = self.spec_acceptance
+        if self.temperature is not None:
+            d["temperature"] = self.temperature
+        if self.prefix_cache_hit_rate is not None:  # the prefix is sized from it again when read
+            d["prefix_cache_hit_rate"] = self.prefix_cache_hit_rate
+            del d["prefix_tokens"]
         if self.kind == "conversation":
             d["kind"], d["turns"], d["think_time_s"] = self.kind, self.turns.to_dict(), self.think_time_s.to_dict()
         elif self.kind == "agent":
@@ -375,6 +406,9 @@ class Workload:
         name = d.get("name")
         if not isinstance(name, str) or not name.strip():
             raise ServescopeError(f"{where}: the workload needs a name = \"...\"")
+        if clean_text(name) != name.strip():  # a name is shown in every table and on the terminal: one printable line
+            raise ServescopeError(f"{where}: name {name!r} holds a line break, tab or control character (an escape "
+                                  "sequence); give a name of printable text on one line")
         kind = _kind(d, where)
         api = d.get("api", "chat" if kind in ("conversation", "agent") else "completions")
         if api not in ("completions", "chat"):
@@ -395,6 +429,19 @@ class Workload:
         inp = LengthDist.parse(d.get("input_tokens", 256), f"{where}: input_tokens")
         out = LengthDist.parse(d.get("output_tokens", 64), f"{where}: output_tokens")
         prefix = _tokens(d.get("prefix_tokens", 0), f"{where}: prefix_tokens", lo=0)
+        extra = _serving_keys(d, where)
+        hit = extra.get("prefix_cache_hit_rate")
+        if isinstance(hit, float):
+            if "prefix_tokens" in d:
+                raise ServescopeError(f"{where}: give prefix_tokens or prefix_cache_hit_rate (which sizes the shared "
+                                      "prefix), not both")
+            mean_in = inp.value if inp.dist == "fixed" else (inp.mean if inp.dist == "normal" else (inp.min + inp.max) / 2)
+            prefix = round(hit * mean_in)
+            lowest_in = inp.value if inp.dist == "fixed" else inp.min
+            if prefix >= lowest_in:
+                raise ServescopeError(f"{where}: prefix_cache_hit_rate {hit:g} needs a shared prefix of {prefix} "
+                                      f"tokens, not below the shortest input ({lowest_in}); aim lower or give "
+                                      "longer inputs")
         seed = d.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
             raise ServescopeError(f"{where}: seed must be an integer")
@@ -419,6 +466,7 @@ class Workload:
             output_from_dataset=bool(dataset) and "output_tokens" not in d,
             kind=kind,
             **multi,
+            **extra,
         )
 
 
@@ -458,7 +506,7 @@ def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[tup
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        why = f"{type(e).__name__}: {e}" if not isinstance(e, json.JSONDecodeError) else str(e)
+        why = error_text(e)
         raise ServescopeError(f"dataset {path}: not valid JSON ({why[:120]}); it must be a ShareGPT-format "
                               "JSON list") from None
     except OSError as e:
@@ -489,7 +537,8 @@ def _read_sharegpt_cached(path: str, size: int, mtime_ns: int) -> list[tuple[tup
 
 WORKLOAD_KEYS = {"name", "api", "input_tokens", "output_tokens", "prefix_tokens", "thinking", "dataset", "seed",
                  "description", "source", "kind", "turns", "think_time_s", "context_tokens", "calls",
-                 "tool_result_tokens", "trace", "format", "time_scale", "ramp"}
+                 "tool_result_tokens", "trace", "format", "time_scale", "ramp", "adapters", "spec_acceptance",
+                 "temperature", "prefix_cache_hit_rate"}
 KINDS = ("single", "conversation", "agent", "trace")
 TRACE_FORMATS = ("mooncake", "burstgpt", "azure", "session")  # read by servescope.workloads.traces
 # keys only some kinds take, and the kinds that take them
@@ -497,7 +546,8 @@ _KIND_KEYS = {"turns": ("conversation",), "think_time_s": ("conversation", "agen
               "calls": ("agent",), "tool_result_tokens": ("agent",), "prefix_tokens": ("single", "conversation"),
               "dataset": ("single", "conversation"), "trace": ("trace",), "format": ("trace",),
               "time_scale": ("trace",), "input_tokens": ("single", "conversation", "agent"),
-              "output_tokens": ("single", "conversation", "agent")}
+              "output_tokens": ("single", "conversation", "agent"), "adapters": ("single",),
+              "prefix_cache_hit_rate": ("single",)}
 AGENT_CONTEXT = 16384  # an agent's shared context when the TOML does not say
 
 
@@ -513,6 +563,41 @@ class _KindFields(TypedDict, total=False):
     context_tokens: int
     tool_result_tokens: LengthDist
     ramp_s: float
+
+
+class _ServingFields(TypedDict, total=False):
+    """The Workload fields of the serving keys (adapters, speculation, temperature, prefix-cache target)."""
+
+    adapters: AdapterMix
+    spec_acceptance: float
+    temperature: float
+    prefix_cache_hit_rate: float
+
+
+def _share_of(v: object, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+        raise ServescopeError(f"{where}: must be a number from 0 to 1")
+    return float(v)
+
+
+def _serving_keys(d: Mapping[str, object], where: str) -> _ServingFields:
+    out: _ServingFields = {}
+    if "adapters" in d:
+        out["adapters"] = parse_adapters(d["adapters"], where)
+    if "spec_acceptance" in d:
+        out["spec_acceptance"] = _share_of(d["spec_acceptance"], f"{where}: spec_acceptance")
+    if "temperature" in d:
+        t = d["temperature"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 100:
+            raise ServescopeError(f"{where}: temperature must be a number >= 0 (0: greedy)")
+        out["temperature"] = float(t)
+    if "prefix_cache_hit_rate" in d:
+        h = _share_of(d["prefix_cache_hit_rate"], f"{where}: prefix_cache_hit_rate")
+        if h >= 1:
+            raise ServescopeError(f"{where}: prefix_cache_hit_rate must be below 1 (every prompt keeps a part of "
+                                  "its own)")
+        out["prefix_cache_hit_rate"] = h
+    return out
 
 
 def _kind(d: Mapping[str, object], where: str) -> str:
@@ -638,7 +723,7 @@ def load_toml(path: str | Path) -> list[Workload]:
     if raw is None:
         raise ServescopeError(f"{p}: no [workload] table; see docs/measuring.md#workloads for the workload TOML schema")
     items = raw if isinstance(raw, list) else [raw]
-    out = []
+    out: list[Workload] = []
     for i, item in enumerate(items):
         where = f"{p}: workload {i + 1}" if len(items) > 1 else str(p)
         if not isinstance(item, dict):
@@ -648,6 +733,10 @@ def load_toml(path: str | Path) -> list[Workload]:
             w = replace(w, dataset=str((p.parent / w.dataset).resolve()))
         if w.trace and not Path(w.trace).is_absolute():  # a trace path is relative to its TOML file
             w = replace(w, trace=str((p.parent / w.trace).resolve()))
+        twin = next((j for j, o in enumerate(out) if o.name == w.name), None)
+        if twin is not None:
+            raise ServescopeError(f"{where}: named {w.name!r} as workload {twin + 1} is; give each "
+                                  "[[workload]] its own name (cells, reports and compare tell workloads apart by it)")
         out.append(w)
     return out
 

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from servescope.core.errors import ServescopeError
+from servescope.core.errors import ServescopeError, error_text
 from servescope.core.target import Tokenizer
 from servescope.workloads.prompts import Prompt, _corpus_ids
 from servescope.workloads.spec import MAX_TOKENS, TRACE_FORMATS, Workload
@@ -298,7 +298,7 @@ def _mooncake_rows(f: Any, err: _Where) -> Iterator[_Row]:
         try:
             obj = json.loads(raw)
         except (ValueError, RecursionError) as e:  # JSONDecodeError, an int of too many digits, deep nesting
-            why = e.msg if isinstance(e, json.JSONDecodeError) else type(e).__name__
+            why = e.msg if isinstance(e, json.JSONDecodeError) else error_text(e)
             raise err(line, f"not JSON ({why}); each line of a Mooncake trace is one JSON object") from None
         if not isinstance(obj, dict):
             raise err(line, "not a JSON object; each line of a Mooncake trace is one {...}")
@@ -388,7 +388,7 @@ def _read_session(d: Path, where: str | None) -> Trace:
         try:
             df = pl.read_parquet(f)
         except (Exception, pl.exceptions.PanicException) as e:
-            reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+            reason = error_text(e)[:160]
             raise ferr(None, f"cannot be read ({reason}); the file is damaged: restore it from a copy") from None
         missing = [c for c in _SESSION_COLUMNS if c not in df.columns]
         if missing:

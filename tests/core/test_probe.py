@@ -429,8 +429,9 @@ def test_a_connection_dropped_before_the_answer_is_asked_once_more() -> None:
     assert _asyncio.run(ask(1)) == (" 42", "", 2)
     text, err, n = _asyncio.run(ask(2))
     assert text is None and n == 2 and err.startswith(
-        "http://127.0.0.1:9/v1/completions dropped the connection (Server disconnected without sending a response., "
-        "RemoteProtocolError); is the server restarting or overloaded?"), err
+        "http://127.0.0.1:9/v1/completions dropped the connection (Server disconnected without sending a response.); "
+        "is the server restarting or overloaded?"), err
+    assert "RemoteProtocolError" not in err  # a Python class name is no reason a user reads
 
 
 def test_a_connection_dropped_mid_answer_says_so_not_check_the_url() -> None:
@@ -445,4 +446,4 @@ def test_a_connection_dropped_mid_answer_says_so_not_check_the_url() -> None:
         assert ": ;" not in msg and "check --url" not in msg, msg
         assert "dropped the connection (the connection was closed mid-answer" in msg and "\n" not in msg, msg
     other = request_failed("http://h:1/x", _httpx.UnsupportedProtocol("", request=req), "", "").message
-    assert other == "cannot talk to http://h:1/x: UnsupportedProtocol; check --url"
+    assert other == "cannot talk to http://h:1/x: unsupported protocol; check --url"

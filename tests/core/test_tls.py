@@ -137,15 +137,18 @@ def _args(*argv: str) -> argparse.Namespace:
     return p.parse_args(list(argv))
 
 
+HTTPS = "https://api.example:443"
+
+
 def test_spec_options(ca_pem: Path) -> None:
     default = SweepSpec.from_args(_args())
     assert default.ca_cert is None and default.tls_verify is None
     assert "ca_cert" not in default.to_table()["target"] and "tls_verify" not in default.to_table()["target"]  # type: ignore[operator]
     assert default.tls_settings() == TlsSettings()
-    off = SweepSpec.from_args(_args("--insecure"))
+    off = SweepSpec.from_args(_args("--url", HTTPS, "--insecure"))
     assert off.tls_verify is False and off.to_table()["target"]["tls_verify"] is False  # type: ignore[index]
     assert off.tls_settings() == TlsSettings(verify=False)
-    own = SweepSpec.from_args(_args("--ca-cert", str(ca_pem)))
+    own = SweepSpec.from_args(_args("--url", HTTPS, "--ca-cert", str(ca_pem)))
     assert own.to_table()["target"]["ca_cert"] == str(ca_pem.resolve())  # type: ignore[index]
     assert SweepSpec.from_table(own.to_table()) == own  # a session's [sweep] resumes with it
     assert own.tls_settings().ca_pem == ca_pem.read_text()
@@ -156,6 +159,12 @@ def test_spec_options(ca_pem: Path) -> None:
         SweepSpec.from_args(_args("--ca-cert", "/no/such.pem"))
     with pytest.raises(ServescopeError, match="sweep: \\[target\\] tls_verify"):
         SweepSpec.from_table({"target": {"tls_verify": "maybe"}})
+    for flags in (["--insecure"], ["--ca-cert", str(ca_pem)]):  # over plain HTTP (or the simulator) a mistake
+        for url in ("http://127.0.0.1:8000", "sim://tiny"):
+            with pytest.raises(SweepConflict, match=f"says how an https:// server's certificate is checked, but the "
+                                                    f"URL {url} has no TLS") as e:
+                SweepSpec.from_args(_args("--url", url, *flags))
+            assert e.value.fields[1] == "url"
 
 
 def test_session_meta_records_tls() -> None:
@@ -163,7 +172,7 @@ def test_session_meta_records_tls() -> None:
     from servescope.engine.plan import plan_cells
     from servescope.engine.sessionmeta import session_meta
 
-    spec = SweepSpec.from_args(_args("--insecure", "-n", "2", "-c", "1"))
+    spec = SweepSpec.from_args(_args("--url", HTTPS, "--insecure", "-n", "2", "-c", "1"))
     target = TargetInfo("https://api.example", [ModelInfo("m")], connect_ms=3.5, tls_handshake_ms=9.25,
                         tls_verify=False)
     meta = session_meta(spec, plan_cells(spec), name="n", label="https://api.example", target=target,

@@ -53,11 +53,11 @@ def test_one_bad_combination_one_message(flags: list[str], toml: str, form: dict
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVESCOPE_URL", raising=False)
     # the CLI's flags
-    assert cli_error(capsys, "run", "-n", "1", *flags) == f"servescope: error: flags: {rule}"
+    assert cli_error(capsys, "run", "-n", "1", *flags) == f"servescope run: error: flags: {rule}"
     # a sweep file, run as it is
     path = tmp_path / "bad.toml"
     path.write_text('workloads = ["sharegpt"]\n' + toml)
-    assert cli_error(capsys, "run", "--sweep", str(path)) == f"servescope: error: {path}: {rule}"
+    assert cli_error(capsys, "run", "--sweep", str(path)) == f"servescope run: error: {path}: {rule}"
     with pytest.raises(SweepConflict) as e:
         SweepSpec.from_toml(path)
     assert e.value.rule == rule
@@ -72,7 +72,7 @@ def test_a_file_and_a_flag_that_conflict_say_so_as_the_form_does(tmp_path: Path,
     path = tmp_path / "spike.toml"
     path.write_text('workloads = ["sharegpt"]\n[load]\nrates = [2.0]\npattern = "1x for 5s, 4x"\n')
     rule = "a pattern multiplies an open loop's rate; give rates (--rate 2,5) or drop the pattern"
-    assert cli_error(capsys, "run", "--sweep", str(path), "-c", "4") == f"servescope: error: flags: {rule}"
+    assert cli_error(capsys, "run", "--sweep", str(path), "-c", "4") == f"servescope run: error: flags: {rule}"
     spec, errors = SweepSpec.from_form({**FORM, "concurrency": "4", "workloads": SHAREGPT},
                                        base=SweepSpec.from_toml(path))
     assert spec is None and errors == {"rates": rule}

@@ -146,6 +146,23 @@ def test_flags_override_a_file(tmp_path: Path) -> None:
     assert spec.tags == {"a": "1", "b": "2"}
 
 
+def test_a_tag_or_slo_flag_overrides_only_the_keys_it_names(tmp_path: Path) -> None:
+    """`--sweep FILE --tag quant=FP8` kept quant=FP8 alone and dropped the file's gpu=RTXPro6000 (issue 44, item 7);
+    --slo is a table too. A price names both its keys, so its flag replaces the file's whole (it is complete)."""
+    p = tmp_path / "s.toml"
+    p.write_text('workloads = ["sharegpt"]\n[target]\nurl = "sim://tiny"\nprice = {input = 1, output = 2}\n'
+                 '[slo]\nttft_ms = 3000\ntpot_ms = 50\n[tags]\nquant = "GPTQ-Int4"\ngpu = "RTXPro6000"\n')
+    base = SweepSpec.from_toml(p)
+    spec = SweepSpec.from_args(_args("--tag", "quant=FP8", "--slo", "ttft_ms=1000"), base)
+    assert spec.tags == {"quant": "FP8", "gpu": "RTXPro6000"}
+    assert spec.slos == {"ttft_ms": 1000, "tpot_ms": 50}
+    assert SweepSpec.from_args(_args("--tag", "run=2"), base).tags == {"quant": "GPTQ-Int4", "gpu": "RTXPro6000",
+                                                                       "run": "2"}
+    priced = SweepSpec.from_args(_args("--price", "input=3,output=4"), base).price
+    assert priced is not None and (priced.input, priced.output) == (3, 4)
+    assert SweepSpec.from_args(_args("--tag", "quant=FP8")).tags == {"quant": "FP8"}  # no file: the flags alone
+
+
 def test_flags_alone_use_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVESCOPE_URL", raising=False)
     spec = SweepSpec.from_args(_args())

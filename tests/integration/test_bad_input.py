@@ -5,6 +5,7 @@ secrets never reach a session directory, a server log, stdout/stderr or a report
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,8 +21,9 @@ SMALL = '[workload]\nname = "small"\ninput_tokens = 32\noutput_tokens = 8\n'
 
 
 def one_error_line(stderr: str) -> str:
+    """The one line of stderr, "servescope COMMAND: error: ..." (the command named: `servescope run`, ...)."""
     lines = [x for x in stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("servescope: error: "), stderr
+    assert len(lines) == 1 and re.match(r"servescope( [a-z]+)+: error: ", lines[0]), stderr
     assert "Traceback" not in stderr
     return lines[0]
 
@@ -267,10 +269,10 @@ def test_every_command_reads_slos_alike(small_session: Path, slo: str) -> None:
     for name, argv in commands.items():
         p = servescope(*argv, "--slo", slo, timeout=120)
         assert p.returncode == 2, (name, p.stderr[-2000:])
-        lines[name] = one_error_line(p.stderr)
+        lines[name] = one_error_line(p.stderr).removeprefix(f"servescope {name}: error: ")
     assert len(set(lines.values())) == 1, lines
     line = lines["run"]
-    assert line.startswith("servescope: error: --slo: ")
+    assert line.startswith("--slo: ")
     assert (repr(slo) if "," in slo else slo.partition("=")[2] or "empty") in line, line
     assert "e.g." in line or "give a value" in line, line
     assert not (small_session / "twin").exists()

@@ -129,6 +129,7 @@ def test_a_detached_sweep_that_cannot_start_says_why_at_once(tmp_path: Path) -> 
 
 
 def test_watch_with_no_running_sweep_says_so(tmp_path: Path) -> None:
+    (tmp_path / "sessions").mkdir()  # a sessions directory that does not exist is a bad --sessions-dir instead
     p = servescope("watch", "--sessions-dir", str(tmp_path / "sessions"), timeout=30)
     assert p.returncode != 0 and "no running sweep" in p.stderr and "--detach" in p.stderr
 

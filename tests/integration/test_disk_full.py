@@ -37,8 +37,8 @@ def run(save: Path, home: Path, fsize: int | None = None) -> subprocess.Complete
 def check(p: subprocess.CompletedProcess[str], save: Path, why: str, todo: str) -> None:
     assert p.returncode == 1, p.stderr[-3000:]
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    [line] = [x for x in p.stderr.splitlines() if x.startswith("servescope: error:")]
-    assert line.startswith(f"servescope: error: cannot write {save}/"), line
+    [line] = [x for x in p.stderr.splitlines() if x.startswith("servescope run: error:")]
+    assert line.startswith(f"servescope run: error: cannot write {save}/"), line
     assert f"({why}); {todo}" in line, line
     assert f"the cells finished before are kept in {save}" in line and f"servescope resume {save}" in line, line
     s = load_session(save)  # whole: not `broken`

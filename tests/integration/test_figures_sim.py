@@ -91,6 +91,34 @@ def test_every_format_writes_its_files(reports: dict[str, Path]) -> None:
             assert not Path(link).is_absolute() and (reports[md].parent / link).stat().st_size > 1000, link
 
 
+def test_no_text_covers_another_text_or_a_data_point(sessions: Sessions) -> None:
+    """Every figure of the two-workload, five-load simulator session and of the GPTQ-Int4 against FP8 comparison,
+    drawn with the Agg renderer: no text's extent meets another text's, none (nor a legend) meets a data marker
+    (tests/support/figure_extents.py asks matplotlib for them)."""
+    from servescope.reports.figures import comparison_figures, session_figures
+    from servescope.reports.figures_svg import draw
+    from servescope.reports.htmlreport import compare_parts
+    from servescope.reports.report import build
+    from servescope.sessions.store import load_session
+    from tests.support.figure_extents import overlaps
+
+    specs = session_figures(build(load_session(sessions.two)))
+    comp, reps = compare_parts([load_session(sessions.gptq), load_session(sessions.fp8)], label_key="quant")
+    specs += comparison_figures(comp, reps)
+    assert {f.kind for f in specs} >= {"throughput", "tradeoff", "latency", "histograms", "context", "telemetry",
+                                       "compare"}
+    found = {f.name: overlaps(draw(f)) for f in specs}
+    assert not any(found.values()), {k: v[:5] for k, v in found.items() if v}
+
+
+def test_figure_pngs_are_at_least_1600_pixels_wide(reports: dict[str, Path]) -> None:
+    pngs = sorted((reports["report.md"].parent / "report-figures").glob("*.png"))
+    assert pngs
+    for png in pngs:
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(data[16:20], "big") >= 1600, png.name
+
+
 # ---- the browser --------------------------------------------------------------------------------------
 def chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -225,7 +225,7 @@ def test_garbage_tokenize_is_one_line_before_anything_starts(tmp_path: Path) -> 
         assert srv.n == 0  # no request was sent
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("servescope: error: ")
+    assert len(lines) == 1 and lines[0].startswith("servescope run: error: ")
     assert '/tokenize answered "many" where a token count belongs' in lines[0] and "--tokenizer PATH" in lines[0]
     assert not list(home.rglob("session.toml"))  # no session left behind as `running`
 
@@ -236,7 +236,7 @@ def test_unknown_sim_profile_says_so_at_once() -> None:
     took = time.monotonic() - t0
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("servescope: error: sim://nope: unknown profile 'nope'")
+    assert len(lines) == 1 and lines[0].startswith("servescope run: error: sim://nope: unknown profile 'nope'")
     assert "tiny" in lines[0]  # the profiles are listed
     assert "did not listen" not in lines[0]
     # at once: about as soon as a flag refused before anything starts (the same start-up, measured now on this

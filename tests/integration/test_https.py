@@ -192,12 +192,12 @@ def test_cli_run_without_the_ca_is_one_line(hosted: SimHandle, tmp_path: Path) -
     assert p.returncode != 0
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
-    assert lines[0].startswith(f"servescope: error: {hosted.url}: the server's TLS certificate is not trusted (")
+    assert lines[0].startswith(f"servescope run: error: {hosted.url}: the server's TLS certificate is not trusted (")
     assert "--ca-cert PATH" in lines[0] and "--insecure" in lines[0]
 
 
 def test_cli_bad_ca_cert_is_one_line(tmp_path: Path) -> None:
     p = servescope("run", "--url", "https://127.0.0.1:9", "--ca-cert", str(tmp_path / "nope.pem"), timeout=120)
     assert p.returncode == 2 and p.stderr.strip() == (
-        f"servescope: error: --ca-cert {tmp_path / 'nope.pem'}: no such file; give the PEM file of the CA that "
+        f"servescope run: error: --ca-cert {tmp_path / 'nope.pem'}: no such file; give the PEM file of the CA that "
         "signed the server's certificate")

@@ -70,7 +70,7 @@ def test_quality_without_the_ca_is_one_line_naming_both_flags(https: SimHandle, 
     p = servescope("quality", "--url", https.url, *FAST, "--save", str(tmp_path / "q"), timeout=120)
     assert p.returncode != 0 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
-        f"servescope: error: {https.url}: the server's TLS certificate is not trusted (unable to get local issuer "
+        f"servescope quality: error: {https.url}: the server's TLS certificate is not trusted (unable to get local issuer "
         "certificate); give its CA's certificate with --ca-cert PATH, or --insecure to skip verification"]
     assert not (tmp_path / "q").exists()
 
@@ -78,5 +78,5 @@ def test_quality_without_the_ca_is_one_line_naming_both_flags(https: SimHandle, 
 def test_quality_ca_cert_and_insecure_together_is_one_line(certs: tuple[Path, Path, Path]) -> None:
     p = servescope("quality", "--url", "https://127.0.0.1:9", "--ca-cert", str(certs[0]), "--insecure", timeout=60)
     assert p.returncode == 2
-    assert p.stderr.strip() == ("servescope: error: --ca-cert and --insecure: give --ca-cert PATH (verify the server "
+    assert p.stderr.strip() == ("servescope quality: error: --ca-cert and --insecure: give --ca-cert PATH (verify the server "
                                 "with this CA) or --insecure (verify nothing), not both")

@@ -20,6 +20,6 @@ def test_a_tokenize_that_always_answers_3_is_one_line_before_anything_starts(tmp
     assert time.monotonic() - t0 < 30
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
-    assert lines == ["servescope: error: the server's /tokenize answered 3 tokens for texts of 1 to 200 words: it is "
+    assert lines == ["servescope run: error: the server's /tokenize answered 3 tokens for texts of 1 to 200 words: it is "
                      "not counting this model's tokens; use --tokenizer PATH (a local tokenizer of the served model)"]
     assert not list(home.rglob("session.toml"))

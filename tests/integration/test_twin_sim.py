@@ -197,7 +197,7 @@ def test_whatif_bad_input_is_one_line(tmp_path: Path) -> None:
         p = servescope(*args)
         assert p.returncode != 0, args
         lines = p.stderr.strip().splitlines()
-        assert lines[-1].startswith("servescope: error: ") and want in lines[-1], (args, p.stderr)
+        assert lines[-1].startswith("servescope whatif: error: ") and want in lines[-1], (args, p.stderr)
         assert "Traceback" not in p.stderr
 
 

@@ -29,5 +29,5 @@ def test_whatif_with_a_huge_concurrency_is_one_line_and_bounded(tmp_path: Path) 
     assert p.returncode != 0
     last = p.stderr.strip().splitlines()[-1]
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert last.startswith("servescope: error: --concurrency 99,999,999,999,999: the twin's server runs at most "), last
+    assert last.startswith("servescope whatif: error: --concurrency 99,999,999,999,999: the twin's server runs at most "), last
     assert "give at most 256" in last  # the tiny profile: max_num_seqs 128

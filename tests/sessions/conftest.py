@@ -47,6 +47,7 @@ class CellSpec:
     skipped: str = ""
     stopped: str = ""  # the reason a measured cell was stopped early (its status then "stopped")
     client: dict[str, Any] | None = None  # the summary's `client` entry (core/health.py judge_client)
+    telemetry: dict[str, Any] | None = None  # the summary's `telemetry` entry (core/telemetry.py window_summary)
     quality: dict[str, Any] | None = None  # the summary's `quality` entry (--quality-share: probe questions)
 
 
@@ -119,6 +120,8 @@ def build_session(base: Path, spec: SessionSpec, dirname: str | None = None) -> 
             summary["server"] = c.server
         if c.client is not None:
             summary["client"] = c.client
+        if c.telemetry is not None:
+            summary["telemetry"] = c.telemetry
         if c.quality is not None:
             summary["quality"] = c.quality
         w.write_cell({**cell.row(), **ran, "status": "stopped" if c.stopped else "done", "reason": c.stopped}, df,

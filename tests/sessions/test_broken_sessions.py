@@ -117,7 +117,7 @@ def test_commands_refuse_a_broken_session_with_one_line(two: tuple[Path, Path], 
             "resume": ["resume", str(a)]}[cmd]
     assert main(argv) == 2
     err = one_line(capsys.readouterr().err)
-    assert err.startswith("servescope: error: ") and "cells.parquet: cannot be read" in err
+    assert err.startswith(f"servescope {argv[0]}: error: ") and "cells.parquet: cannot be read" in err
 
 
 def test_loading_never_changes_the_files(two: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from servescope.core.health import ClientPart, judge_client
 from servescope.core.results import LoopLag
+from servescope.reports.compare_doc import comparison_markdown
 from servescope.reports.report import render_report
 from servescope.sessions.answers import capacity, derive, knee, peak
 from servescope.sessions.compare import cell_views, compare_sessions
@@ -78,7 +79,7 @@ def test_no_winner_from_a_bound_cell(tmp_path: Path) -> None:
     cells = {c["load"]: c for c in d["cells"]}
     assert cells["c=16"]["client_bound"] == ["a"] and cells["c=16"]["client"] == {"a": "bound", "b": "ok"}
     assert cells["c=4"]["client_bound"] == []
-    md = comp.to_markdown()
+    md = comparison_markdown(comp, level=2)
     assert "c=16 ⚠ client bound: a" in md and "**Client bound**" in md
 
 

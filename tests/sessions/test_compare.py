@@ -8,6 +8,7 @@ import pytest
 
 from servescope.core.errors import ServescopeError
 from servescope.core.results import CellResult, Dist
+from servescope.reports.compare_doc import headline
 from servescope.sessions.compare import (
     COMPARE_METRICS,
     CellView,
@@ -88,7 +89,7 @@ def test_alignment_labels_and_only_in(fixed_pair) -> None:
         assert comp.labels[c.winners["tpot_ms.p50"]] == "GPTQ-Int4"
         assert c.deltas["tpot_ms.p50"][1] > 0  # FP8 slower: positive TPOT delta
         assert c.deltas["output_tok_s"][1] < 0
-    assert comp.headline()[0].startswith("FP8 vs GPTQ-Int4: output tok/s (aggregate) -")
+    assert headline(comp)[0].startswith("FP8 vs GPTQ-Int4: output tok/s (aggregate) -")
 
 
 def test_label_falls_back_to_name(fixed_pair) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.results import CellResult
+from servescope.reports.compare_doc import comparison_markdown
 from servescope.reports.report import render_report
 from servescope.sessions.answers import Capacity, CostAtCapacity
 from servescope.sessions.compare import COST_METRIC, compare_sessions
@@ -69,7 +70,7 @@ def test_gpu_against_api_at_the_gpus_capacity(tmp_path: Path) -> None:
     text = cost.text(comp.slos)
     assert text.startswith("at these SLOs (ttft_ms <= 600 for at least 90% of requests), 4 users cost $")
     assert f"on this GPU (gpu) vs ${want_api:,.2f} on the API (api), which meets them at this load" in text
-    md = comp.to_markdown()
+    md = comparison_markdown(comp, level=2)
     assert "\n### Cost at capacity: GPU vs API\n" in md  # beside capacity, knee and peak
     assert "| cost $/1M out tok |" in md
     assert comp.to_dict()["cost_at_capacity"][0]["api_usd_per_1m_output_tokens"] == pytest.approx(want_api)
@@ -93,7 +94,7 @@ def test_no_price_no_cost(tmp_path: Path) -> None:
     comp = compare_sessions([a, b])
     assert COST_METRIC not in comp.metrics and not comp.costs and "cost_at_capacity" not in comp.to_dict()
     assert all("cost" not in v.summary.to_dict() for v in cell_views(a))
-    assert "Cost at capacity" not in comp.to_markdown() and "cost $/1M" not in render_report(a)
+    assert "Cost at capacity" not in comparison_markdown(comp, level=2) and "cost $/1M" not in render_report(a)
     # two API sessions (or two GPUs): a cost row, but no GPU-vs-API sentence
     comp = compare_sessions([_session(tmp_path, "x", API, _cells()), _session(tmp_path, "y", API, _cells())])
     assert COST_METRIC in comp.metrics and not comp.costs

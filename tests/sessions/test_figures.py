@@ -20,7 +20,6 @@ from servescope.reports.htmlreport import (
     CSP,
     compare_html,
     compare_parts,
-    md_to_html,
     report_html,
     report_markdown,
     report_parts,
@@ -171,15 +170,37 @@ def test_compare_html_has_the_comparison_and_its_figures(tmp_path: Path) -> None
     assert '<table>' in doc and CSP in doc
 
 
-def test_markdown_to_html_keeps_tables_escapes_and_code() -> None:
-    md = ("# T\n\nText with `a|b` and **bold** and \\<b\\> and a \\| pipe.\n\n| h1 | h2 |\n|---|---:|\n"
-          "| x \\| y | 1.5 |\n\n- one\n- two\n  more\n\n```mermaid\nxychart-beta\n```\n")
-    out = md_to_html(md)
+def test_the_html_renderer_escapes_once_and_keeps_tables_code_and_lists() -> None:
+    """The page is rendered from the document's blocks, not from Markdown: text is escaped once (a name holding
+    Markdown or HTML is shown as typed), figures align right, a Mermaid block is left out."""
+    from servescope.reports.document import (
+        Chart,
+        Code,
+        Document,
+        Mermaid,
+        Num,
+        Strong,
+        bullets,
+        heading,
+        para,
+        right,
+        row,
+        table,
+    )
+    from servescope.reports.render_html import render_html
+
+    doc = Document("T", [heading(1, "T"), para("Text with ", Code("a|b"), " and ", Strong("bold"), " and <b> and a | "
+                                               "pipe and a \\* star."),
+                         table((right("h1"), right("h2", "ms", "p50")), [row("x | y", Num("1.5"))]),
+                         bullets(["one", "two more"]), Mermaid((Chart("c", "x", ("1",), "y", ((1.0,),)),))])
+    out = render_html(doc)
     assert '<h1 id="t">T</h1>' in out
     assert "<code>a|b</code>" in out and "<strong>bold</strong>" in out and "&lt;b&gt;" in out
-    assert '<td class="nw">x | y</td><td class="num nw">1.5</td>' in out
-    assert "<li>one</li><li>two more</li>" in out.replace("\n", "")
-    assert "xychart" not in out
+    assert "a \\* star" in out  # as typed: no Markdown escape was added, none was read
+    assert '<th class="num" title="ms, p50">h2</th>' in out
+    assert '<td class="num nw">x | y</td><td class="num nw">1.5</td>' in out
+    assert "<li>one</li><li>two more</li>" in out
+    assert "xychart" not in out and "mermaid" not in out
 
 
 @pytest.mark.slow

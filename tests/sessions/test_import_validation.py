@@ -75,7 +75,7 @@ def test_bad_values_one_line(tmp_path: Path, case: str, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if x.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith(f"servescope: error: {f}: ") and needle in lines[0], lines[0]
+    assert lines[0].startswith(f"servescope import: error: {f}: ") and needle in lines[0], lines[0]
     assert not sessions.exists() or not any(sessions.iterdir())  # nothing written
 
 

@@ -20,6 +20,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.quality import Divergence, QualityResult, TaskScore, Trace, wilson
 from servescope.core.results import CellQuality, CellResult, TaskTally
 from servescope.core.textsafe import md_escape
+from servescope.reports.compare_doc import comparison_markdown, headline
 from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import gate, parse_fail_on
@@ -241,9 +242,9 @@ def test_compare_accuracy_under_load(tmp_path: Path) -> None:
     rows = {r.key: r for r in comp.quality.rows}
     assert rows["load:sharegpt:c=1"].verdicts == [None, "within noise"]
     assert rows["load:sharegpt:c=4"].verdicts == [None, "worse"] and rows["load:sharegpt:c=4"].best == 0
-    md = comp.to_markdown(level=1)
+    md = comparison_markdown(comp)
     assert "| sharegpt c=4 accuracy under load | **98% (49/50)** | 60% (30/50) | -38.0 pts worse | BF16 |" in md
-    assert "sharegpt c=4 accuracy under load 60% vs 98% (worse, beyond noise)" in comp.headline()[0]
+    assert "sharegpt c=4 accuracy under load 60% vs 98% (worse, beyond noise)" in headline(comp)[0]
     tables(md)
 
 
@@ -280,10 +281,10 @@ def test_compare_significant_and_within_noise(tmp_path: Path) -> None:
     ar = rows["task:arithmetic"]
     assert ar.verdicts == [None, "within noise"] and ar.best is None and ar.no_best == "within noise"
     assert ar.delta_text(1) == "-10.0 pts within noise"
-    head = comp.headline()
+    head = headline(comp)
     assert head == ["FP8 vs GPTQ: no speed cells in common; quality: KL 0.031 vs 0.012, perplexity 6.300 vs 6.300, "
                     "retrieval@16K 92% vs 100% (worse, beyond noise), arithmetic 90% vs 100% (within noise)"]
-    md = comp.to_markdown(level=1)
+    md = comparison_markdown(comp)
     assert "| retrieval@16K | **100% (100/100)** | 92% (92/100) | -8.0 pts worse | GPTQ |" in md
     assert "| arithmetic | 100% (10/10) | 90% (9/10) | -10.0 pts within noise | within noise |" in md
     assert "| KL vs reference, mean (nats) | 0.012 | 0.031 | +0.019 nats (no interval) | no interval |" in md
@@ -292,7 +293,7 @@ def test_compare_significant_and_within_noise(tmp_path: Path) -> None:
     tables(md)
     # the other way round: better, beyond noise
     back = compare_sessions([b, a], label_key="quant")
-    assert "retrieval@16K 100% vs 92% (better, beyond noise)" in back.headline()[0]
+    assert "retrieval@16K 100% vs 92% (better, beyond noise)" in headline(back)[0]
 
 
 def test_compare_judges_perplexity_and_kl_by_their_intervals(tmp_path: Path) -> None:
@@ -304,7 +305,7 @@ def test_compare_judges_perplexity_and_kl_by_their_intervals(tmp_path: Path) -> 
     assert rows["kl_mean"].verdicts == [None, "worse"] and rows["kl_mean"].best == 0
     assert rows["perplexity"].verdicts == [None, "within noise"] and rows["perplexity"].no_best == "within noise"
     assert rows["kl_p99"].verdicts == [None, None] and rows["kl_p99"].no_best == "no interval"
-    assert "KL 0.031 vs 0.01 (worse, beyond noise), perplexity 6.330 vs 6.300 (within noise)" in comp.headline()[0]
+    assert "KL 0.031 vs 0.01 (worse, beyond noise), perplexity 6.330 vs 6.300 (within noise)" in headline(comp)[0]
 
 
 def test_compare_json_gains_quality_only_when_held(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -334,8 +335,8 @@ def test_quality_session_vs_sweep_without_quality(tmp_path: Path) -> None:
     sweep = load_session(build_session(tmp_path, fp8_spec()))
     comp = compare_sessions([sweep, q])
     assert comp.quality is not None and comp.quality.missing == ["fp8"]
-    assert comp.headline() == ["q vs fp8: no speed cells in common; quality: only q holds quality results"]
-    md = comp.to_markdown(level=1)
+    assert headline(comp) == ["q vs fp8: no speed cells in common; quality: only q holds quality results"]
+    md = comparison_markdown(comp)
     assert "- fp8 holds no quality results: run `servescope quality --save`" in md
     assert "| arithmetic | - | 90% (9/10) | - | - |" in md
     tables(md)
@@ -348,11 +349,11 @@ def test_sweeps_holding_quality_put_it_next_to_speed(tmp_path: Path) -> None:
     add_quality(b, result({"retrieval@16K": ts(92, 100)}, kl=0.031))
     comp = compare_sessions([load_session(b), load_session(a)], label_key="quant")
     assert comp.cells and comp.no_common == ""
-    line = comp.headline()[0]
+    line = headline(comp)[0]
     assert line.startswith("GPTQ-Int4 vs FP8: output tok/s ")
     assert line.endswith("(median over 2 common cells); quality: KL 0.012 vs 0.031, perplexity 6.300 vs 6.300, "
                          "retrieval@16K 100% vs 92% (better, beyond noise)")
-    md = comp.to_markdown(level=1)
+    md = comparison_markdown(comp)
     assert md.index("## Quality") < md.index("Deltas are against") < md.index("## sharegpt")
     assert "\n\n\n" not in md
     tables(md)
@@ -366,7 +367,7 @@ def test_model_and_task_names_do_not_break_the_tables(tmp_path: Path) -> None:
                        result({"x|y`z": ts(4, 4)}), model_a="a|b", model_b="<b>*c*</b>")
     a.meta["name"] = "ses|sion"
     comp = compare_sessions([a, b])
-    md = comp.to_markdown(level=1)
+    md = comparison_markdown(comp)
     for t in tables(md):
         if t.header[0] == "figure":
             assert t.header[1] == "ses|sion"
@@ -393,7 +394,7 @@ def test_goldens_untouched_by_quality_code(fixed_pair: Any) -> None:
     a, b = fixed_pair
     comp = compare_sessions([a, b], label_key="quant")
     assert comp.quality is None and "quality" not in comp.to_dict()
-    assert comp.to_markdown(level=1) == (GOLDEN / "compare-gptq-vs-fp8.md").read_text(encoding="utf-8")
+    assert comparison_markdown(comp) == (GOLDEN / "compare-gptq-vs-fp8.md").read_text(encoding="utf-8")
 
 
 def test_formats() -> None:

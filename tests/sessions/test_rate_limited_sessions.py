@@ -11,6 +11,7 @@ from typing import Any
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
+from servescope.reports.compare_doc import comparison_markdown
 from servescope.reports.report import render_report
 from servescope.sessions.compare import RATE_LIMITED_METRIC, compare_sessions
 from servescope.sessions.store import load_session
@@ -90,7 +91,7 @@ def test_compare_gains_a_rate_limited_row_when_a_compared_cell_has_429s(tmp_path
     assert by_load["c=16"].values[RATE_LIMITED_METRIC.key] == [0, 12]
     assert by_load["c=1"].values[RATE_LIMITED_METRIC.key] == [0, 0]
     assert by_load["c=16"].winners[RATE_LIMITED_METRIC.key] is None  # a count of refusals: not judged
-    md = comp.to_markdown()
+    md = comparison_markdown(comp, level=2)
     assert "|  | requests rate-limited (HTTP 429) | 0 | 12 | - | - |" in md  # no delta from 0, no winner
     assert "Requests rate-limited (HTTP 429): the cell's requests the server refused by its rate limit" in md
     cell16 = next(c for c in comp.to_dict()["cells"] if c["load"] == "c=16")  # type: ignore[union-attr]
@@ -102,6 +103,6 @@ def test_compare_gains_a_rate_limited_row_when_a_compared_cell_has_429s(tmp_path
 def test_compare_has_no_rate_limited_row_without_429s(tmp_path: Path) -> None:
     comp = compare_sessions([_session(tmp_path, "a", {}), _session(tmp_path, "b", {})])
     assert RATE_LIMITED_METRIC not in comp.metrics
-    md = comp.to_markdown()
+    md = comparison_markdown(comp, level=2)
     assert "rate-limited" not in md and "429" not in md
     assert "requests_rate_limited" not in comp.to_dict()["cells"][0]["metrics"]  # type: ignore[index]

@@ -12,6 +12,7 @@ import pytest
 
 from servescope import __version__
 from servescope.core.errors import ServescopeError
+from servescope.reports.compare_doc import comparison_markdown
 from servescope.reports.report import render_report
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.store import load_session
@@ -46,7 +47,7 @@ def test_report_with_compare_golden(fixed_pair) -> None:
 
 def test_comparison_golden(fixed_pair) -> None:
     a, b = fixed_pair
-    golden("compare-gptq-vs-fp8.md", compare_sessions([a, b], label_key="quant").to_markdown(level=1))
+    golden("compare-gptq-vs-fp8.md", comparison_markdown(compare_sessions([a, b], label_key="quant")))
 
 
 def test_report_markdown_is_well_formed(fixed_pair) -> None:

@@ -31,5 +31,5 @@ def test_an_empty_or_malformed_flag_is_one_line(interrupted: Path, flags: list[s
     rc = main(["resume", str(interrupted), *flags])
     err = capsys.readouterr().err.strip()
     assert rc == 2, err
-    assert len(err.splitlines()) == 1 and err.startswith("servescope: error: ") and needle in err, err
+    assert len(err.splitlines()) == 1 and err.startswith("servescope resume: error: ") and needle in err, err
     assert "Traceback" not in err

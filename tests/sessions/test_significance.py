@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from servescope.__main__ import main
 from servescope.core.errors import ServescopeError
+from servescope.reports.compare_doc import comparison_markdown
 from servescope.reports.report import build
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import load_baseline, parse_fail_on
@@ -146,7 +147,7 @@ def test_faster_is_better_and_same_is_within_noise(home: Path) -> None:
         assert c.verdict("e2e_ms.p50", 1) == "better"
         assert comp.labels[c.winners["output_tok_s"]] == "faster"
     same = compare_sessions([base, load_session(home / "same")])
-    md = same.to_markdown()
+    md = comparison_markdown(same, level=2)
     for c in same.cells:
         assert c.verdict("output_tok_s", 1) == "within noise"
         assert c.winners["output_tok_s"] is None and c.no_winner["output_tok_s"] == "within noise"
@@ -161,8 +162,8 @@ def test_deltas_show_their_interval_and_the_verdict_agrees_with_it(home: Path) -
     """A bootstrap interval is seldom symmetric: shown as `± half its width`, `+6.4% ±14.2 worse` read as a
     contradiction (the interval was [+5.45, +33.9]). Every delta shows its interval, and the verdict beside it
     follows from it: beyond noise only when the interval excludes 0."""
-    md = compare_sessions([load_session(home / "base"), load_session(home / "slower")]).to_markdown()
-    md += compare_sessions([load_session(home / "base"), load_session(home / "same")]).to_markdown()
+    md = comparison_markdown(compare_sessions([load_session(home / "base"), load_session(home / "slower")]), level=2)
+    md += comparison_markdown(compare_sessions([load_session(home / "base"), load_session(home / "same")]), level=2)
     found = [m.groupdict() for m in INTERVAL.finditer(md)]
     assert len(found) > 10 and "±" not in md
     assert {f["v"] for f in found} >= {"worse", "within noise"}
@@ -193,7 +194,7 @@ def test_mismatched_sessions_get_no_winner_and_say_why(home: Path) -> None:
         assert c.not_comparable == "warmup"
         assert all(w is None for w in c.winners.values())
         assert c.verdict("output_tok_s", 1) == "not comparable (warmup)"
-    md = comp.to_markdown()
+    md = comparison_markdown(comp, level=2)
     assert "Not comparable: no winner is called" in md and "not comparable (warmup)" in md
     assert md.index("Configuration diff") < md.index("Not comparable") < md.index("## chat")
     longer = compare_sessions([load_session(home / "base"), load_session(home / "longer")])
@@ -209,7 +210,7 @@ def test_config_diff_heads_the_comparison(tmp_path: Path) -> None:
     comp = compare_sessions([load_session(a), load_session(b)])
     assert ("--max-num-seqs", ["16", "32"]) in comp.config
     assert ("--enforce-eager", ["(set)", "(not set)"]) in comp.config
-    md = comp.to_markdown()
+    md = comparison_markdown(comp, level=2)
     assert md.index("Configuration diff") < md.index("| --max-num-seqs | 16 | 32 |") < md.index("## chat")
 
 
@@ -346,7 +347,7 @@ def test_no_per_request_data_no_interval_no_winner(tmp_path: Path) -> None:
     (c,) = comp.cells
     assert c.repeats == [1, 0] and c.winners["output_tok_s"] is None and c.no_winner["output_tok_s"] == "no interval"
     assert c.verdict("output_tok_s", 1) is None
-    assert "(no interval)" in comp.to_markdown() and any("no per-request data" in n for n in comp.notes)
+    assert "(no interval)" in comparison_markdown(comp, level=2) and any("no per-request data" in n for n in comp.notes)
     d = comp.to_dict()["cells"][0]["metrics"]["output_tok_s"]["deltas"][0]
     assert d["ci"] is None and d["verdict"] is None and d["delta_pct"] < 0
 

@@ -56,9 +56,10 @@ def test_lists_count_a_tunes_cells_measured_of_its_budget(tmp_path: Path) -> Non
 
 
 def test_one_relaunch_is_singular() -> None:
-    from servescope.reports.tunereport import tune_section, tune_summary
+    from servescope.reports.render_md import render_blocks
+    from servescope.reports.tunereport import tune_blocks, tune_summary
 
     table = tune_table()
     table["relaunches"] = 1
     assert any("1 relaunch," in x for x in tune_summary(table)), tune_summary(table)
-    assert any("1 relaunch," in x for x in tune_section(table, 2))
+    assert "1 relaunch," in render_blocks(tune_blocks(table, 2))

@@ -75,7 +75,9 @@ def serve_args(venv: Path, model_dir: Path, port: int, extra: list[str] | None =
 
 
 def start(model: str = "dense", extra: list[str] | None = None, scratch: Path | None = None,
-          timeout_s: float = 300) -> VLLMServer:
+          timeout_s: float = 300, env: dict[str, str] | None = None) -> VLLMServer:
+    """The real CPU vLLM serving `model` with `extra` arguments and, beside vllm_env's, the environment `env`
+    (e.g. VLLM_SERVER_DEV_MODE=1 for POST /reset_prefix_cache); healthy when it returns."""
     venv, models = setup()
     model_dir = models / model
     port = free_port()
@@ -84,7 +86,7 @@ def start(model: str = "dense", extra: list[str] | None = None, scratch: Path | 
     scratch.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "wb")  # noqa: SIM115
     proc = subprocess.Popen(serve_args(venv, model_dir, port, extra), stdout=log, stderr=subprocess.STDOUT,
-                            env=vllm_env(scratch), start_new_session=True)
+                            env={**vllm_env(scratch), **(env or {})}, start_new_session=True)
     srv = VLLMServer(proc, f"http://127.0.0.1:{port}", str(model_dir), log_path, venv)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -29,11 +29,11 @@ def preview(app: object) -> str:
 
 
 def cli_rule(capsys: pytest.CaptureFixture[str], *flags: str) -> str:
-    """The rule `servescope run FLAGS` refuses them with (its line without `servescope: error: flags: `)."""
+    """The rule `servescope run FLAGS` refuses them with (its line without `servescope run: error: flags: `)."""
     assert main(["run", "-n", "1", *flags]) == 2
     line = capsys.readouterr().err.strip()
-    assert line.startswith("servescope: error: flags: "), line
-    return line.removeprefix("servescope: error: flags: ")
+    assert line.startswith("servescope run: error: flags: "), line
+    return line.removeprefix("servescope run: error: flags: ")
 
 
 async def test_concurrency_with_rates_reads_as_the_cli_says_it(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 """Keys that reach the app together (a paste over SSH, tmux send-keys, a fast typist) act in the order they were
-typed in Compose's fields: a backspace or an arrow is never overtaken by the characters after it. The same
-burst through a real terminal is tests/tui/test_tmux_compose_typing.py."""
+typed in Compose's fields: a backspace or an arrow is never overtaken by the characters after it, and the keys
+after a Tab, shift+Tab or Enter go where that key moved the focus (the next field, the dialog it opened). The
+same bursts through a real terminal are tests/tui/test_tmux_compose_typing.py."""
 
 from __future__ import annotations
 
@@ -10,18 +11,20 @@ from textual import events
 from textual.widgets import Input
 
 from servescope.tui.app import make_app
+from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.dialogs import AskScreen
 
 from .helpers import wait_until
 
-NAMES = {",": "comma", ".": "full_stop", "/": "slash", " ": "space", "=": "equals_sign"}
+NAMES = {",": "comma", ".": "full_stop", "/": "slash", " ": "space", "=": "equals_sign", "_": "underscore",
+         "-": "minus"}
 
 
 def key(k: str) -> events.Key:
     """The event the terminal driver posts for one key: a character, or a named key ("backspace", "end")."""
     if len(k) == 1:
         return events.Key(NAMES.get(k, k), k)
-    return events.Key(k, None)
+    return events.Key(k, "\r" if k == "enter" else None)
 
 
 def typed(keys: list[str], value: str = "") -> str:
@@ -77,3 +80,48 @@ async def test_a_burst_of_keys_acts_in_order_in_the_save_dialog(home: Path) -> N
         for k in keys:
             app.post_message(key(k))
         await wait_until(pilot, lambda: inp.value == want, 10, f"{want!r} in the field (it holds {inp.value!r})")
+
+
+# The Load pane filled in one go: fields, Tab and shift+Tab between them, Enter on "Save sweep" and in its dialog,
+# then shift+Tab back into the form. A field takes focus with its whole value selected, so the first character
+# typed there replaces it, as for a user.
+FORM = [
+    "end", *["backspace"] * 6, *"2,8",  # concurrency: 1,4,16 -> 2,8
+    "tab", "tab", *"40",  # past rates, requests: 100 -> 40
+    "tab", "tab", "1",  # past duration, warmup: 0 -> 1
+    "shift+tab", *"5s",  # back to duration
+    "tab", "tab", "2",  # repeat: 1 -> 2
+    "tab", *"ttft_ms=3000,tpot_ms=50",  # SLOs
+    "tab", *"quant=GPTQ-Int4,gpu=RTXPro6000",  # tags
+    "tab", *"burst",  # name
+    "tab", *"burst.toml",  # sweep file
+    "shift+tab", "shift+tab", "end", *",node=a",  # back to tags, add one
+    "tab", "tab", "tab", "enter",  # to "Save sweep (ctrl+s)", press it: the dialog opens on the sweep file
+    "end", *["backspace"] * len("burst.toml"), *"saved.toml", "enter",  # save as saved.toml
+    "shift+tab", *"last.toml",  # from the button back to the sweep file field
+]
+FILLED = {"concurrency": "2,8", "rates": "", "requests": "40", "duration": "5s", "warmup": "1", "repeat": "2",
+          "slos": "ttft_ms=3000,tpot_ms=50", "tags": "quant=GPTQ-Int4,gpu=RTXPro6000,node=a", "name": "burst",
+          "sweep-file": "last.toml"}
+SAVED = ("concurrency = [\n    2,\n    8,\n]", "requests = 40", 'duration = "5s"', "warmup = 1", "repeat = 2",
+         "ttft_ms = 3000", "tpot_ms = 50", 'quant = "GPTQ-Int4"', 'gpu = "RTXPro6000"', 'node = "a"', 'name = "burst"')
+
+
+async def test_a_burst_with_tab_shift_tab_and_enter_fills_every_field_of_the_form(home: Path) -> None:
+    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f8")
+        assert app.focused is app.screen.query_one("#concurrency", Input)
+        for k in FORM:  # all queued before the app handles the first, as keys read in one go from the terminal
+            app.post_message(key(k))
+
+        def values() -> dict[str, str]:
+            return {fid: app.screen.query_one(f"#{fid}", Input).value for fid in FILLED}
+
+        await wait_until(pilot, lambda: isinstance(app.screen, ComposeScreen) and values().get("sweep-file") == "last.toml", 20,
+                         "the last key typed into the sweep file field")
+        await pilot.pause()
+        assert values() == FILLED
+        saved = (home / "saved.toml").read_text()
+        assert all(line in saved for line in SAVED), saved
+        assert not (home / "burst.toml").exists()

@@ -14,6 +14,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Input, Static, Tabs
 
 from servescope.engine import wire as w
+from servescope.reports.compare_doc import headline
 from servescope.tui import messages as m
 from servescope.tui.app import make_app
 from servescope.tui.screens.compare import CompareScreen
@@ -237,7 +238,7 @@ async def test_compare_charts_are_titled_with_units(home: Path) -> None:
         await pilot.pause()
         scr = app.screen
         assert isinstance(scr, CompareScreen)
-        for wid, unit in (("#cmp-aggregate", "output tok/s"), ("#cmp-per-user", "per-user tok/s")):
+        for wid, unit in (("#cmp-aggregate", "output tok/s"), ("#cmp-per-user", "mean tok/s/user")):
             lines = [ln.lstrip("▊ ") for ln in drawn(scr.query_one(wid, OverlayCurve))]
             assert lines[0].startswith(unit), lines  # the title names the metric and its unit
             assert "■" in lines[1] and "◆" in lines[1]  # the legend: one marker per session
@@ -362,8 +363,8 @@ async def test_compare_headline_is_whole_at_80x24(home: Path) -> None:
         scr = app.screen
         assert isinstance(scr, CompareScreen)
         head = " ".join(ln.strip() for ln in drawn(scr.query_one("#compare-head", Static)))
-        headline = scr.comparison.headline()[0]
-        assert " ".join(headline.split()) in " ".join(head.split()), (headline, head)
+        first = headline(scr.comparison)[0]
+        assert " ".join(first.split()) in " ".join(head.split()), (first, head)
 
 
 # ---- discoverability -----------------------------------------------------------------------------------

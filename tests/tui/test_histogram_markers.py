@@ -1,7 +1,9 @@
 """The histogram's p50/p99 markers sit in the bins that hold p50 and p99 (issue: markers pushed left by the
 labels, `3218   ▲50 ▲99 5029 ms` with p50 = 4953 in the last column): whatever the labels, each `▲` is in
-its bin's column, a label that would touch a marker moves or shortens, and the axis line is never wider
-than the widget. Checked on the axis line alone over generated samples and widths (Hypothesis), on the
+its bin's column, and the axis line is never wider than the widget. The labels read in axis order (issue:
+`101  max 225 ms ▲50  99▲` put the maximum before the p50 marker): the minimum at the left edge before every
+marker, the maximum at the right edge after every marker, the bars giving up the columns beside them where a
+marker takes an edge. Checked on the axis line alone over generated samples and widths (Hypothesis), on the
 drawn widget (the ▲ under the bar drawn in the marker colour), and on the run and session screens."""
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from textual.app import App, ComposeResult
 from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionScreen
-from servescope.tui.widgets.histogram import LatencyHistogram, _fmt, axis_tokens, percentile
+from servescope.tui.widgets.histogram import LatencyHistogram, _fmt, axis_layout, percentile
 
 from .fixtures import live_sweep_messages, write_session
 from .helpers import wait_until
@@ -47,16 +49,20 @@ def holds(lo: float, hi: float, nbins: int, i: int, v: float) -> bool:
     return low_edge - tol <= v <= high_edge + tol
 
 
-def read_axis(tokens: list[tuple[str, bool]], width: int) -> tuple[str, dict[str, int], list[tuple[int, str]]]:
-    """The axis line, each marker's column by its name ("50", "99") and the labels with their columns, read
-    back from the (text, is_marker) pieces; fails on a piece that is not a marker or label as drawn."""
+def read_axis(tokens: list[tuple[str, bool]], width: int
+              ) -> tuple[str, dict[str, int], list[tuple[int, str]], tuple[int, int]]:
+    """The axis line, each marker's column by its name ("50", "99"), the labels with their columns and the
+    columns the markers with their numbers span, read back from the (text, is_marker) pieces; fails on a piece
+    that is not a marker or label as drawn."""
     line = "".join(t for t, _ in tokens)
     assert len(line) == width, (width, line)
     marks: dict[str, int] = {}
     labels: list[tuple[int, str]] = []
+    span = (width, 0)
     pos = 0
     for text, is_mark in tokens:
         if is_mark:
+            span = (min(span[0], pos), max(span[1], pos + len(text)))
             m = MARKER.match(text)
             assert m, f"not a marker: {text!r} in {line!r}"
             names = (m.group(1) or m.group(4)).split(",")
@@ -70,31 +76,35 @@ def read_axis(tokens: list[tuple[str, bool]], width: int) -> tuple[str, dict[str
             labels.append((pos, text))
         pos += len(text)
     assert sorted(marks) == ["50", "99"], line
-    return line, marks, labels
+    return line, marks, labels, span
 
 
 def check_axis(width: int, lo: float, hi: float, nbins: int, vals: list[float], unit: str = "ms") -> str:
     p50, p99 = percentile(vals, 50), percentile(vals, 99)
-    tokens = axis_tokens(width, lo, hi, p50, p99, vals[-1], unit, nbins=nbins) if nbins != width else \
-        axis_tokens(width, lo, hi, p50, p99, vals[-1], unit)
-    line, marks, labels = read_axis(tokens, width)
-    # each ▲ in a column of the bin holding its percentile
+    axis = axis_layout(width, lo, hi, p50, p99, vals[-1], unit, nbins=nbins) if nbins != width else \
+        axis_layout(width, lo, hi, p50, p99, vals[-1], unit)
+    line, marks, labels, (first, last) = read_axis(axis.tokens, width)
+    # the bars: the whole width, or all but a gutter beside them for a label, at least 10 columns
+    geo = axis.geometry(lo, hi, nbins, width)
+    assert axis.left + geo.width + axis.right == width and (geo.width >= 10 or not (axis.left or axis.right))
+    # each ▲ in a column of the bin holding its percentile, under the bars
     for name, p in (("50", p50), ("99", p99)):
         c = marks[name]
-        assert 0 <= c < width and line[c] == "▲", (name, c, line)
-        assert holds(lo, hi, nbins, c * nbins // width, p), (name, p, c, line)
-    # no ▲ but the markers'; a blank between a label and anything else; labels are the min and the max
+        assert axis.left <= c < width - axis.right and line[c] == "▲", (name, c, line)
+        assert holds(lo, hi, geo.nbins, (c - axis.left) * geo.nbins // geo.width, p), (name, p, c, line)
+    assert axis.left <= first and last <= width - axis.right, line
+    # no ▲ but the markers'; a blank between a label and anything else; labels are the min and the max, in axis
+    # order: the minimum at the left edge before every marker, the maximum at the right edge after them all
     assert line.count("▲") == len(set(marks.values())), line
     u = f" {unit}" if unit else ""
     low, high = _fmt(lo), _fmt(vals[-1])
     for start, text in labels:
         end = start + len(text)
         assert (start == 0 or line[start - 1] == " ") and (end == width or line[end] == " "), (text, line)
-        # a label in its usual place, or moved and saying what it is
-        assert (text in (low, low + u) and start == 0) or (text in (high, high + u) and end == width) \
-            or text in ("min " + low, "min " + low + u, "max " + high, "max " + high + u), (text, line)
-    if len(labels) == 2:  # the minimum left of the maximum
-        assert labels[0][1] in (low, low + u, "min " + low, "min " + low + u), line
+        assert (text in (low, low + u) and start == 0 and end < first) \
+            or (text in (high, high + u) and end == width and start > last), (text, line)
+    assert axis.low_shown == any(s == 0 for s, _ in labels), line
+    assert axis.high_shown == any(s + len(t) == width for s, t in labels), line
     if u:  # the unit on the axis once (narrow, it may be left to the title)
         shown = sum(t.endswith(u) for _, t in labels)
         assert shown == 1 if width >= 40 else shown <= 1, line
@@ -165,7 +175,12 @@ def test_the_issues_e2e_line_marks_p50_in_its_bin_by_the_max_label() -> None:
     lo, hi = widget_range(E2E)
     line = check_axis(38, lo, hi, 38, E2E)
     marks = [k for k, ch in enumerate(line) if ch == "▲"]
-    assert marks == [proportional(percentile(E2E, 50), lo, hi, 38), 37], line  # p99 (5028 ms): the last column
+    # p99 (5028 ms) in the last column of the bars, which leave the maximum its place after it
+    axis = axis_layout(38, lo, hi, percentile(E2E, 50), percentile(E2E, 99), E2E[-1], "ms")
+    bars = 38 - axis.left - axis.right
+    assert marks == [axis.left + proportional(percentile(E2E, 50), lo, hi, bars), axis.left + bars - 1], line
+    # in axis order (the issue: `101  max 225 ms ▲50  99▲`): the minimum, the markers, the maximum
+    assert re.fullmatch(r"3218 +50,99▲▲ 5029 ms", line), line
 
 
 def test_the_issues_session_line_marks_p50_in_its_bin() -> None:
@@ -173,7 +188,9 @@ def test_the_issues_session_line_marks_p50_in_its_bin() -> None:
     lo, hi = widget_range(SESSION)
     for width in (28, 38, 76):
         line = check_axis(width, lo, hi, width, SESSION)
-        assert line.index("▲") == proportional(percentile(SESSION, 50), lo, hi, width), line
+        axis = axis_layout(width, lo, hi, percentile(SESSION, 50), percentile(SESSION, 99), SESSION[-1], "ms")
+        bars = width - axis.left - axis.right
+        assert line.index("▲") == axis.left + proportional(percentile(SESSION, 50), lo, hi, bars), line
 
 
 class HistApp(App[None]):
@@ -214,10 +231,17 @@ def check_drawn(h: LatencyHistogram) -> None:
     assert f"p50 {_fmt(p50)}" in title and f"p99 {_fmt(p99)}" in title, title
     assert f" {h.unit}" in axis or title.startswith(f"{h.title} {h.unit}"), (title, axis)  # the unit, once at least
     assert marks == sorted(set(bold)), (marks, bold, axis)  # the ▲s under the bars in the marker colour
-    bins = {c * nbins // width for c in marks}
+    layout = axis_layout(width, lo, hi, p50, p99, vals[-1], h.unit, nbins=nbins)
+    assert "".join(t for t, _ in layout.tokens) == axis
+    geo = layout.geometry(lo, hi, nbins, width)  # the bars beside a label's gutter
+    bins = {(c - layout.left) * geo.nbins // geo.width for c in marks}
     for p in (p50, p99):
-        assert any(holds(lo, hi, nbins, i, p) for i in bins), (p, marks, axis)
+        assert any(holds(lo, hi, geo.nbins, i, p) for i in bins), (p, marks, axis)
     assert len(axis.rstrip()) <= width
+    # a label the axis leaves out is named in the title where it has room; the title is never cut
+    for shown, name, v in ((layout.low_shown, "min", vals[0]), (layout.high_shown, "max", vals[-1])):
+        assert shown or f"{name} {_fmt(v)}" in title or len(title) + len(f"  {name} {_fmt(v)}") > width, title
+    assert not title.endswith("…"), title
 
 
 @pytest.mark.parametrize("width", [30, 40, 80, 160])

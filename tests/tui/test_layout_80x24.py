@@ -4,6 +4,7 @@ never cuts a figure (zoomed or not: a figure is whole or left out). Read from ea
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -230,10 +231,18 @@ async def test_compare_never_cuts_a_value_or_its_metric_at_80x24(sessions: Path,
                 await pilot.press("z")
                 await wait_until(pilot, lambda: table.zoomed, what="the table zoomed")
                 await pilot.pause()
-            text = "\n".join(drawn(table))
+            rows = drawn(table)
+            text = "\n".join(rows)
             assert "output tok/s (aggregate)" in text and "184.6" in text, text
-            assert "…" not in text, text
+            # only the workload's name may be cut (each group's first row names it; `w` shows it whole in the
+            # curves' titles): never a figure, a metric or a load
+            first = table.shown[0]
+            assert first.key == "workload", [c.key for c in table.shown]
+            name_w = table.columns[first.key].width + 2 * table.cell_padding
+            assert all(ln.find("…") < name_w for ln in rows), text
             assert not _figures_whole(table)
-            # the Δ column (`+6.4% [+5.5, +33.9] worse`) is left out whole at 80 columns, never cut (the table is as
-            # wide as the screen, so zoom shows no more of it)
-            assert str(table.border_subtitle) == "+1 column left out (Δ GPTQ-Int4)", table.border_subtitle
+            # the Δ column is there with its interval, in its short form (`-33% [-39,-27]`: the verdict is the ★);
+            # the best column, which repeats the ★, is the one left out (once `+1 column left out (Δ GPTQ-Int4)`)
+            assert [c.key for c in table.shown][-1] == "d1", [c.key for c in table.shown]
+            assert str(table.border_subtitle) == "+1 column left out (best)", table.border_subtitle
+            assert re.search(r"[+-]\d+(\.\d)?% \[[+-]\d+(\.\d)?,[+-]\d+(\.\d)?\]", text), text

@@ -125,7 +125,7 @@ def test_sweep_skip_stop_open_compare_export_at_80x24(tmp_path: Path) -> None:
         # compare the demo with the baseline session
         term.wait_for(["saved sessions"], timeout=30)
         term.keys("Home", "space", "Down", "space", "c")
-        screen = term.wait_for(["vs", "output tok/s vs load", "per-user tok/s vs load"], timeout=30)
+        screen = term.wait_for(["vs", "output tok/s vs load", "mean tok/s/user vs load"], timeout=30)
         check_readable(screen)
         # export the report (the default path in the sessions folder)
         term.keys("e")

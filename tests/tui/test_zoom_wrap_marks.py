@@ -1,4 +1,5 @@
-"""Display fixes: `t` on a zoomed panel hands the zoom to the panel shown in its place; the event log wraps
+"""Display fixes: `t` on a zoomed panel hands the zoom to the panel shown in its place, and is not offered while
+another pane is zoomed (it would swap the panels behind it); the event log wraps
 again when zoomed or resized; under NO_COLOR every chart mark is told apart by its glyph; Compare's client-bound
 points are hollow and not joined to the line; a simulator's quality figures are said to be synthetic."""
 
@@ -16,6 +17,7 @@ from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionScreen
 from servescope.tui.widgets.curve import CLIENT_BOUND, CurvePoint, OverlayCurve, ThroughputCurve
+from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import CellTable, EventLog, ServerPanel, TelemetryPanel
 from servescope.tui.widgets.quality import QualityPanel
 
@@ -93,6 +95,43 @@ async def test_t_on_the_zoomed_run_panel_zooms_the_panel_shown_instead(home: Pat
         await pilot.press("t")
         await wait_until(pilot, lambda: run.maximized is other, what="the zoom handed to the other panel")
         assert app.focused is other and "╱" not in screen_text(app)
+
+
+def footer_keys(app: Any) -> set[str]:
+    """The keys the footer offers now (the bindings shown, as Textual's Footer lists them)."""
+    return {key for key, b in app.screen.active_bindings.items() if b.binding.show and b.enabled}
+
+
+@pytest.mark.parametrize("where", ["run", "session"])
+async def test_t_is_not_offered_while_another_pane_is_zoomed(home: Path, where: str) -> None:
+    """`z` on a histogram, then `t`: the swap would happen behind the zoomed pane, nothing visible (the footer
+    offered `t Panel`): it is neither offered nor run; unzoomed, it is again."""
+    write_session(home / "sessions", "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"}, telemetry=True)
+    app = make_app(sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        if where == "run":
+            await app.switch_mode("run")
+            scr: Any = app.get_screen("run", RunScreen)
+            scr.reset("sim://tiny: 1 workload")
+            for msg in live_sweep_messages(home / "sessions" / "20261202-100000-demo"):
+                scr.post_message(msg)
+            await pilot.pause()
+        else:
+            scr = await open_session(pilot)
+        live, server = scr.query_one(TelemetryPanel), scr.query_one(ServerPanel)
+        before = (live.display, server.display)
+        assert "t" in footer_keys(app)
+        hist = scr.query(LatencyHistogram).first()
+        hist.focus()
+        await pilot.press("z")
+        await wait_until(pilot, lambda: scr.maximized is hist, what="the histogram zoomed")
+        assert "t" not in footer_keys(app) and "z" in footer_keys(app)
+        await pilot.press("t")
+        await pilot.pause()
+        assert (live.display, server.display) == before and scr.maximized is hist
+        await pilot.press("z")
+        await wait_until(pilot, lambda: scr.maximized is None, what="unzoomed")
+        assert "t" in footer_keys(app)
 
 
 async def test_q_on_the_zoomed_cells_table_zooms_the_quality_shown_instead(home: Path) -> None:
@@ -180,7 +219,7 @@ async def test_without_colour_the_chart_tells_its_marks_apart_by_glyph(home: Pat
     lines, text = await curve_lines(monkeypatch, home, no_color=True)
     legend, plot = lines[1], lines[2:-1]
     # each series' key is its marker and its line's glyph; knee ┊ and SLO capacity ┃ differ
-    assert "■· tok/s (left)" in legend and "◆- tok/s/user (right)" in legend, legend
+    assert "■· tok/s (left)" in legend and "◆- mean tok/s/user (right)" in legend, legend
     assert "┊ knee c=4" in legend and "┃ SLO capacity c=8" in legend, legend
     assert "□◇ running" in legend
     body = "".join(plot)
@@ -194,7 +233,7 @@ async def test_without_colour_the_chart_tells_its_marks_apart_by_glyph(home: Pat
 async def test_in_colour_the_chart_is_unchanged(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lines, text = await curve_lines(monkeypatch, home, no_color=False)
     legend = lines[1]
-    assert "■ tok/s (left)" in legend and "◆ tok/s/user (right)" in legend and "┊ SLO capacity c=8" in legend
+    assert "■ tok/s (left)" in legend and "◆ mean tok/s/user (right)" in legend and "┊ SLO capacity c=8" in legend
     assert "-" not in "".join(lines[2:-1]) and "┃" not in "".join(lines)
     assert any("magenta" in str(sp.style) for sp in text.spans)
 

@@ -100,6 +100,7 @@ KEY_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "window": st.sampled_from(["steady", "whole"]) | TEXT, "stop_after_saturation": st.booleans(),
     "precision": st.sampled_from(["5%", "0.02", "output_tok_s:2%,ttft_ms.p50:5%", "ttft_ms.p5:1%", "150%"]) | TEXT,
     "probe_rate": st.floats(0, 200) | st.sampled_from(["0.5", "off"]),
+    "reset_prefix_cache": st.booleans(), "lora_dir": TEXT,
 }
 
 

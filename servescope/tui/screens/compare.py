@@ -9,6 +9,7 @@ selector (a tag such as `quant`), and Export, which writes the Markdown report. 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from textual.widgets import Footer, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import clean_text, slug
+from servescope.reports.compare_doc import headline
 from servescope.reports.report import render_report
 from servescope.sessions.answers import is_completed
 from servescope.sessions.compare import cell_views, compare_sessions, delta_text, fmt_num
@@ -35,15 +37,44 @@ NAME_LABEL = "(session name)"
 
 
 def COMPARE_COLS(labels: list[str]) -> list[Col]:  # noqa: N802 (a declaration, built per set of labels)
-    """The delta table's columns: the pane exists for the values and their deltas (figures: whole or left out),
-    read by their metric and load (whole: `output tok/s (a…` reads as nothing); the workload is cut or left out
-    before any of them (each group's first row names it, `w` picks the curves' one), the best session (★ marks it
-    in the values) goes first."""
+    """The delta table's columns: the pane exists for the values and their deltas with their intervals (figures:
+    whole or left out; a delta in its short form where the whole does not fit, `-4.5% [-9.0,+0.2]`: the verdict is
+    then the ★ beside a value), read by their metric and load (whole: `output tok/s (a…` reads as nothing); the
+    workload is cut or left out before any of them (each group's first row names it, `w` picks the curves' one),
+    the best session (★ marks it in the values) goes first."""
     return [Col("workload", "workload", 2, min_width=6, max_width=24), Col("load", "load", 0),
             Col("metric", "metric", 0, max_width=40),
             *[Col(f"v{i}", lb, 1, right=True, keep=i == 0) for i, lb in enumerate(labels)],
-            *[Col(f"d{i}", f"Δ {lb}", 1, right=True) for i, lb in enumerate(labels[1:], 1)],
-            Col("best", "best", 3, min_width=4, max_width=20)]
+            *[Col(f"d{i}", f"Δ {lb}", 1, right=True, short=compact_delta) for i, lb in enumerate(labels[1:], 1)],
+            Col("best", "best", 3, max_width=20)]
+
+
+_DELTA = re.compile(r"^(?P<d>[+-]\d+\.\d)(?P<unit>%| pts)(?: \[(?P<lo>[+-]\d+\.\d), (?P<hi>[+-]\d+\.\d)\]"
+                    r"| (?P<none>\((?:no spread|no interval)))?")
+
+
+def _short_num(x: str) -> str:
+    """A signed figure in fewer digits: one decimal under 10, whole from 10 up (`+11.1` -> `+11`)."""
+    v = float(x)
+    return f"{v:+.0f}" if abs(v) >= 10 else x
+
+
+def compact_delta(text: str) -> str:
+    """A delta as delta_text writes it, in fewer characters for a narrow table: one decimal under 10, whole from
+    10 up, the interval without spaces, without the verdict (★ marks the better value beyond noise):
+    `+13.2% [+11.1, +15.3] better` -> `+13% [+11,+15]`, `-0.4% [-2.3, +1.5] within noise` -> `-0.4% [-2.3,+1.5]`,
+    `+42.3% (no spread: deterministic server) better` -> `+42% (no spread)`; anything else as it is."""
+    m = _DELTA.match(text)
+    if m is None or m.group(0) == text:
+        return text
+    d = _short_num(m.group("d")) + m.group("unit")
+    if m.group("lo") is not None:
+        return f"{d} [{_short_num(m.group('lo'))},{_short_num(m.group('hi'))}]"
+    if m.group("none") is not None:
+        return f"{d} {m.group('none')})"
+    return d
+
+
 WIN = " ★"
 
 
@@ -208,7 +239,7 @@ class CompareScreen(Screen[None]):
                 f" baseline {esc(labels[0])} (B changes it); ★ best beyond noise)"]
         if cmp_.mismatches:
             head.append("[b]not comparable[/b], no winner: " + esc("; ".join(cmp_.mismatches)))
-        head += [esc(h) for h in cmp_.headline()[:1]]  # whole: the header grows rather than cut a sentence
+        head += [esc(h) for h in headline(cmp_)[:1]]  # whole: the header grows rather than cut a sentence
         self.query_one("#compare-head", Static).update("\n".join(head))
         t = self.query_one("#compare-table", FitTable)
         t.clear(columns=True)
@@ -237,9 +268,10 @@ class CompareScreen(Screen[None]):
         more = f" (w: next of {len(self.workloads)})" if len(self.workloads) > 1 else ""
         kind = load_kind(self.sessions, self.workload)
         for wid, metric, what in (("#cmp-aggregate", "output_tok_s", "output tok/s"),
-                                  ("#cmp-per-user", "per_user_tok_s.mean", "per-user tok/s")):
+                                  ("#cmp-per-user", "per_user_tok_s.mean", "mean tok/s/user")):
             c = self.query_one(wid, OverlayCurve)
             c.title = f"{what} vs load: {self.workload}{more}"
+            c.title_short = f"{what} vs load: {self.workload}"  # the hint is in the footer too (w Workload)
             c.x_kind = kind
             c.series = tuple((lb, session_curve(s, self.workload, metric))
                              for lb, s in zip(self.comparison.labels, self.sessions, strict=True))

@@ -13,6 +13,7 @@ docs/developer.md's Layout gives the figures)."""
 from __future__ import annotations
 
 import os
+import textwrap
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import (
     Button,
@@ -54,6 +56,7 @@ from servescope.tui.screens.workloadform import (
 from servescope.tui.sweepworker import probe_target, sim_profiles
 from servescope.tui.widgets.marklist import MarkedSelectionList
 from servescope.tui.widgets.panels import short_path
+from servescope.tui.widgets.table import ellipsize
 from servescope.workloads.spec import COMPOSITE, PRESETS, Workload, context_sweep, load_toml
 
 __all__ = ["ComposeScreen", "WorkloadFormScreen", "field_row", "parse_length", "preview_text", "rough_cell_s"]
@@ -99,6 +102,50 @@ def describe_profile(name: str) -> str:
     except Exception:
         return ""
     return "" if d == "(unreadable)" else d
+
+
+PREVIEW_ROWS = 4  # the preview's rows at most (80x24: the grid in one or two, the target, its SLOs and tags)
+
+
+def preview_rows(text: str, width: int, rows: int = PREVIEW_ROWS) -> list[str]:
+    """The preview's lines laid out in `width` columns: each line's parts (split at `, `) packed onto rows whole,
+    a part wider than a row broken at its spaces; at most `rows` rows, the last ending in `…` when more was left
+    (never a part cut silently)."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        parts = line.split(", ")
+        cur = ""
+        for i, part in enumerate(parts):
+            piece = part + ("," if i < len(parts) - 1 else "")
+            if cur and len(cur) + 1 + len(piece) <= width:
+                cur += " " + piece
+                continue
+            if cur:
+                out.append(cur)
+            pieces = textwrap.wrap(piece, width, break_on_hyphens=False) or [""]
+            out += pieces[:-1]
+            cur = pieces[-1]
+        out.append(cur)
+    if len(out) > rows:
+        last = out[rows - 1]
+        out = [*out[: rows - 1], last + " …" if len(last) + 2 <= width else ellipsize(last + " …", width)]
+    return out
+
+
+class PreviewText(Static):
+    """The preview under the form: its lines packed into the width it has (`preview_rows`), as many rows as they
+    take up to PREVIEW_ROWS, what does not fit cut with `…`."""
+
+    def update(self, content: Any = "", *, layout: bool = True) -> None:
+        self.text = str(content)
+        super().update(content, layout=layout)
+
+    def render(self) -> Any:
+        text = getattr(self, "text", "")
+        return "\n".join(preview_rows(text, self.content_size.width or 10_000))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(preview_rows(getattr(self, "text", ""), width or 10_000))
 
 
 class ComposeScreen(Screen[None]):
@@ -176,7 +223,7 @@ class ComposeScreen(Screen[None]):
                              classes="hint", markup=False)
                 yield QualityProbePane(self.quality_target)
         with Horizontal(id="preview-bar"):
-            yield Static("", id="preview", markup=False)
+            yield PreviewText("", id="preview", markup=False)
             yield Button("Run (ctrl+r)", id="run", variant="success")
         yield Footer(compact=True)
 

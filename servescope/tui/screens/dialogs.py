@@ -10,8 +10,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Label, Static
 
+from servescope.tui.keyorder import FormInput
 from servescope.tui.safe import plain
-from servescope.tui.screens.workloadform import FormInput
 
 
 class ConfirmScreen(ModalScreen[bool]):

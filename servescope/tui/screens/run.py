@@ -24,6 +24,7 @@ from servescope.core.health import client_text
 from servescope.core.results import CellResult, ServerWindow, rate_limit_line
 from servescope.engine.wire import GpuReading
 from servescope.tui import messages as m
+from servescope.tui.eta import Measured, sweep_eta
 from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
 from servescope.tui.widgets.histogram import LatencyHistogram
 from servescope.tui.widgets.panels import (
@@ -40,6 +41,7 @@ from servescope.tui.widgets.panels import (
     short_path,
 )
 from servescope.tui.widgets.turns import TurnChart, live_turn_rows
+from servescope.tui.widgets.zoom import zoomed_elsewhere
 
 LIVE_SAMPLES = 240  # telemetry samples kept for the sparklines (a minute or more)
 
@@ -202,6 +204,10 @@ class RunScreen(Screen[None]):
         self.engine_pid = 0  # the process the engine runs in (the app's own when it runs in a thread)
         self._quit_cell: m.CellInfo | None = None  # the cell running when ctrl+q was pressed
         self._quit_finished = 0  # cells finished then
+        self._counts = (0, 0, 0)  # the running cell's requests done, failed, rate-limited (shown with the charts)
+        self._cell_t0: float | None = None  # our clock when the running cell started
+        self._measured: list[Measured] = []  # finished cells: their wall time and E2E p50 (the ETA's basis)
+        self._ended: set[int] = set()  # cells finished or skipped
 
     def compose(self) -> ComposeResult:
         yield SweepProgress(id="progress")
@@ -247,6 +253,7 @@ class RunScreen(Screen[None]):
         self.session_dir = None
         self._cur = None
         self._stops, self._done_cells, self._completed, self._left_out = 0, 0, 0, {}
+        self._measured, self._ended, self._cell_t0 = [], set(), None
         self._points.clear()
         self._servers.clear()
         self._client_ttft.clear()
@@ -271,6 +278,7 @@ class RunScreen(Screen[None]):
 
     def _clear_cell(self) -> None:
         self._ttft, self._tpot, self._e2e, self._per_user = [], [], [], []
+        self._counts = (0, 0, 0)
         self._turns, self._cached = [], []
         self._out_tok, self._cell_elapsed = 0, 0.0
         for h in self.query(LatencyHistogram):
@@ -299,19 +307,29 @@ class RunScreen(Screen[None]):
         self._update_eta()
 
     def _update_eta(self) -> None:
+        """The sweep's time gone and left (servescope.tui.eta: each cell still to run from its plan and the time a
+        request takes at its load), and the bar: the share of the sweep's time gone once that is known, else of its
+        cells done."""
         p = self.progress
         if self.sweep_t0 is not None:
             p.sweep_elapsed = self.clock() - self.sweep_t0
+        cur = self._cur if self._cur is not None and not self._cur_ended else None
+        done = self._counts[0]
         frac_cell = 0.0
-        cur = self._cur
-        if cur is not None and not self._cur_ended:  # a finished or skipped cell is already in `finished`
+        if cur is not None:  # a finished or skipped cell is already in `finished`
             if cur.requests:
-                frac_cell = min(1.0, p.done / cur.requests) if p.done else 0.0
+                frac_cell = min(1.0, done / cur.requests) if done else 0.0
             elif cur.duration_s:
                 frac_cell = min(1.0, self._cell_elapsed / cur.duration_s)
-        f = min(1.0, (self.finished + frac_cell) / self.total) if self.total else 0.0
-        p.fraction = f
-        p.eta_s = p.sweep_elapsed * (1 - f) / f if f > 0.02 else None
+        e2e = sorted(self._e2e)
+        left = sweep_eta(self.cells, self._measured, cur,
+                         self.clock() - self._cell_t0 if cur is not None and self._cell_t0 is not None else 0.0,
+                         done, e2e[len(e2e) // 2] / 1000 if e2e else None, self._ended) if self.cells else None
+        p.eta_s = left
+        if left is not None and p.sweep_elapsed + left > 0:
+            p.fraction = min(1.0, p.sweep_elapsed / (p.sweep_elapsed + left))
+        else:
+            p.fraction = min(1.0, (self.finished + frac_cell) / self.total) if self.total else 0.0
 
     def _live_curve(self) -> None:
         cur = self._cur
@@ -361,7 +379,7 @@ class RunScreen(Screen[None]):
         p.done = p.failed = p.rate_limited = 0
         p.planned = msg.cell.requests
         p.cell_elapsed = 0.0
-        self._cell_seen = self.clock()
+        self._cell_seen = self._cell_t0 = self.clock()
         self._show_turns(multi_turn_kind(msg.cell))
         if is_trace(msg.cell):
             self.log_view.event("info", f"cell {msg.cell.index + 1} replays a trace: how late its sends were against "
@@ -384,9 +402,8 @@ class RunScreen(Screen[None]):
         self._cell_elapsed = msg.elapsed_s
         self._cell_seen = self.clock()
         self._dirty = True
-        p = self.progress
-        p.done, p.failed, p.cell_elapsed = msg.done, msg.failed, msg.elapsed_s
-        p.rate_limited = msg.rate_limited
+        self._counts = (msg.done, msg.failed, msg.rate_limited)  # shown with the charts, so that they agree
+        self.progress.cell_elapsed = msg.elapsed_s
         if msg.errors:
             self.log_view.request_errors(msg.cell.index + 1, msg.errors)
         self._update_eta()
@@ -429,9 +446,11 @@ class RunScreen(Screen[None]):
         if not self._dirty:
             return
         self._dirty = False
-        self.query_one("#hist-ttft", LatencyHistogram).values = tuple(self._ttft)
-        self.query_one("#hist-tpot", LatencyHistogram).values = tuple(self._tpot)
-        self.query_one("#hist-e2e", LatencyHistogram).values = tuple(self._e2e)
+        p = self.progress
+        p.done, p.failed, p.rate_limited = self._counts
+        for hid, vals in (("#hist-ttft", self._ttft), ("#hist-tpot", self._tpot), ("#hist-e2e", self._e2e)):
+            h = self.query_one(hid, LatencyHistogram)
+            h.values, h.requests = tuple(vals), self._counts[0]
         if self._turn_kind:
             self.query_one(TurnChart).rows = live_turn_rows(self._turns, self._ttft, self._cached)
         self._live_curve()
@@ -442,6 +461,10 @@ class RunScreen(Screen[None]):
         s, c = msg.summary, msg.cell
         self.finished += 1
         self._cur_ended = True
+        self._ended.add(c.index)
+        if msg.status == "done" and self._cell_t0 is not None and self._cur is not None and self._cur.index == c.index:
+            e2e = s.e2e_ms.stat("p50")
+            self._measured.append(Measured(c, self.clock() - self._cell_t0, e2e / 1000 if e2e is not None else None))
         client = s.client
         bound = s.client_bound
         if msg.status == "done":
@@ -499,11 +522,11 @@ class RunScreen(Screen[None]):
     @on(m.CellSkipped)
     def _cell_skipped(self, msg: m.CellSkipped) -> None:
         self.finished += 1
+        self._ended.add(msg.cell.index)
         if self._cur is not None and self._cur.index == msg.cell.index:  # the running cell, skipped by the user
             self._cur_ended = True
             self._clear_cell()
             self._dirty = True
-            self.progress.done = self.progress.failed = self.progress.rate_limited = 0
         self.query_one(CellTable).set_cell(msg.cell.index, msg.cell.series, msg.cell.load_label, "skipped", {})
         self.log_view.event("warning", f"cell {msg.cell.index + 1}/{self.total} {msg.cell.label} skipped: {msg.reason}")
         self._update_eta()
@@ -586,8 +609,13 @@ class RunScreen(Screen[None]):
             self.notify("no sweep running: compose one with F2, then ctrl+r runs it (F4: saved sessions)",
                         severity="information", timeout=4, markup=False)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_server":  # zoomed on another pane, the swap would not show: not offered
+            return not zoomed_elsewhere(self, TelemetryPanel, ServerPanel)
+        return True
+
     def action_toggle_server(self) -> None:
-        """Swap the live server/GPU panel and the per-cell /metrics panel."""
+        """Swap the live server/GPU panel and the per-cell /metrics panel (zoomed on one: the other, zoomed)."""
         live, cells = self.query_one(TelemetryPanel), self.query_one(ServerPanel)
         live.display, cells.display = not live.display, live.display
 

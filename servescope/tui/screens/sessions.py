@@ -52,6 +52,7 @@ from servescope.tui.widgets.panels import (
 from servescope.tui.widgets.quality import QualityFigures, QualityPanel, QualityView, quality_view
 from servescope.tui.widgets.table import Col, FitTable
 from servescope.tui.widgets.turns import TurnChart, summary_turn_rows
+from servescope.tui.widgets.zoom import zoomed_elsewhere
 
 # per-cell telemetry rows of a saved session: (label, key in the cell's `telemetry` summary, scale, format)
 STORED_ROWS = (("KV peak", "kv_cache_usage_peak", 100.0, "{:.1f}%"), ("running max", "running_max", 1.0, "{:.0f}"),
@@ -748,8 +749,8 @@ class SessionScreen(Screen[None]):
             return False  # a tune session has its path here, not cells with panels a twin could be fitted to
         if action == "toggle_quality":  # only where there is quality to show beside cells
             return self.quality is not None and not self.probe_only
-        if action == "toggle_server":  # panels of the cells' view
-            return not self.showing_quality
+        if action == "toggle_server":  # panels of the cells' view, not behind another pane zoomed
+            return not self.showing_quality and not zoomed_elsewhere(self, TelemetryPanel, ServerPanel)
         return True
 
     def action_export(self) -> None:

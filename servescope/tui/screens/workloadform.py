@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -22,6 +22,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from servescope.core.errors import ServescopeError
 from servescope.core.textsafe import slug
+from servescope.tui.keyorder import FormInput
 from servescope.tui.widgets.panels import short_path
 from servescope.workloads.spec import DistTable, Workload, WorkloadTable, fixed
 
@@ -64,26 +65,6 @@ def show_field_error(node: Any, fid: str, text: str) -> None:
         return  # as shown: no repaint (the form checks its fields on every key)
     w.update(text)
     w.set_class(bool(text), "-visible")
-
-
-class FormInput(Input):
-    """An Input that applies its own keys (backspace, delete, the arrows, home/end, enter) as soon as each
-    reaches it, so every key acts in the order it was typed.
-
-    Textual inserts a typed character in the Input at once, but runs a binding such as backspace only once
-    the key has bubbled back up to the App through each container's message queue. Keys that arrive
-    together (a paste over SSH, a fast typist, a busy repaint) then overtake it: End, 8 backspaces and
-    `1,2,4,8` came out as `1,1,2,`. Here a key the Input itself binds runs its action on arrival and goes no
-    further; priority bindings (the App's) are still checked before the key gets here, and every other key
-    bubbles as before."""
-
-    async def _on_key(self, event: events.Key) -> None:
-        active = self.screen.active_bindings.get(event.key)
-        if active is None or active.node is not self or not active.enabled or active.binding.priority:
-            return  # Input._on_key (next in the MRO) inserts a character; anything else bubbles
-        event.prevent_default()  # Input._on_key: nothing to insert
-        event.stop()  # the App does not run the binding a second time
-        await self.run_action(active.binding.action)
 
 
 def field_row(label: str, input_id: str, value: str = "", placeholder: str = "", password: bool = False,

@@ -133,6 +133,7 @@ class Series:
     line: bool = True  # join the points with dots
     legend: bool = True
     short: str = ""  # the legend's text when the full one does not fit
+    tiny: str = ""  # shorter still, where the short ones do not fit on the chart's lines (`tok/s` for `tok/s (l)`)
     dashed: bool = False  # joined with a lighter dashed line (╌): a predicted curve beside a measured one
     band: tuple[tuple[int, float, float], ...] = ()  # (x category index, lo, hi): shaded ░ between lo and hi
     band_label: str = "band"  # the band's legend text (its own item, ░ and this)
@@ -159,6 +160,7 @@ class ChartSpec:
     notes: tuple[tuple[str, str], ...] = ()  # (text, style) after the legend: knee, SLO capacity
     vlines: tuple[tuple[int, str, str], ...] = ()  # (x category index, style, glyph: ┊), where no data is
     empty: str = "waiting for the first finished cell…"
+    title_short: str = ""  # the title where the whole one does not fit (it leaves out a hint, never the metric)
 
 
 MARKERS = set("■□◆◇●○▼▽×x+∔")
@@ -188,28 +190,33 @@ def draw_chart(spec: ChartSpec, width: int, height: int, mono: bool = False) -> 
 def _draw_chart(spec: ChartSpec, width: int, height: int, mono: bool) -> Text:
     width = max(20, width)
     out = Text()
-    out.append(ellipsize(spec.title, width), style="bold")
+    title = spec.title if len(spec.title) <= width or not spec.title_short else spec.title_short
+    out.append(ellipsize(title, width), style="bold")
     # legend items: marker + label, then the notes; wrapped onto two lines (a short chart: one, the series' short
     # labels if that makes them fit), and one line more rather than leave an item out
     max_lines = 2 if height >= 10 else 1  # a short chart keeps its rows for the data
 
-    def legend_items(short: bool) -> list[list[tuple[str, str]]]:
+    def legend_items(form: int) -> list[list[tuple[str, str]]]:
+        """The legend's items with each series' label (0), short label (1) or tiny one (2)."""
         items = []
         for s in spec.series:
             if s.legend:
                 key = s.mono_key() if mono else s.legend_key
-                items.append([(key, s.style), (" " + (s.short if short and s.short else s.label), "")])
+                text = [s.label, s.short or s.label, s.tiny or s.short or s.label][form]
+                items.append([(key, s.style), (" " + text, "")])
             if s.band and s.band_label:
                 items.append([(SHADE, band_style(s)), (" " + s.band_label, "")])
         return items + [[(text, style)] for text, style in spec.notes]
 
-    def pack(items: list[list[tuple[str, str]]], limit: int) -> tuple[list[list[tuple[str, str]]], bool]:
+    def pack(items: list[list[tuple[str, str]]], limit: int) -> tuple[list[list[tuple[str, str]]], bool, bool]:
         """The items on lines of `width`, each on the first line with room for it (in order), at most `limit`
-        lines; whether an item was left out."""
+        lines; whether an item was left out, and whether the series' items are all on the first line."""
         lines: list[list[tuple[str, str]]] = [[]]
         used = [0]
         dropped = False
-        for it in items:
+        first = True
+        n_series = sum(1 for s in spec.series if s.legend) + sum(1 for s in spec.series if s.band and s.band_label)
+        for i, it in enumerate(items):
             n = sum(len(t) for t, _ in it)
             k = next((k for k in range(len(lines)) if not used[k] or used[k] + 2 + n <= width), None)
             if k is None and len(lines) < limit:
@@ -219,21 +226,21 @@ def _draw_chart(spec: ChartSpec, width: int, height: int, mono: bool) -> Text:
             if k is None:
                 dropped = True
                 continue
+            if i < n_series and k:
+                first = False
             if used[k]:
                 lines[k].append(("  ", ""))
                 used[k] += 2
             lines[k].extend(it)
             used[k] += n
-        return lines, dropped
+        return lines, dropped, first
 
-    # the series' short labels when the whole ones take more lines than the chart's share; one line more than that
-    # rather than leave an item out, so that a mark drawn on the plot (┊ knee, ┃ SLO capacity, a hollow point) is
-    # always explained
-    lines, dropped = pack(legend_items(False), max_lines + 1)
-    if len(lines) > max_lines or dropped:
-        short_lines, short_dropped = pack(legend_items(True), max_lines + 1)
-        if (short_dropped, len(short_lines)) < (dropped, len(lines)):
-            lines, dropped = short_lines, short_dropped
+    # the longest labels whose legend takes no more than the chart's share of lines with the series side by side
+    # on the first; else the fewest lines, one more than the chart's share rather than leave an item out, so that
+    # a mark drawn on the plot (┊ knee, ┃ SLO capacity, a hollow point) is always explained
+    forms = [pack(legend_items(f), max_lines + 1) for f in range(3)]
+    lines, dropped, _ = next((p for p in forms if not p[1] and p[2] and len(p[0]) <= max_lines),
+                             min(forms, key=lambda p: (p[1], len(p[0]))))
     for k, ln in enumerate(lines):
         t = Text()
         for txt, style in ln:
@@ -403,9 +410,9 @@ class ThroughputCurve(Chart):
         live = [p for p in pts if p.live]
         series = (
             Series("tok/s (left)", tuple((pos[p.x], p.aggregate_tok_s) for p in done), AGGREGATE[0], AGGREGATE[2],
-                   short="tok/s"),
-            Series("tok/s/user (right)", tuple((pos[p.x], p.per_user_tok_s) for p in done), PER_USER[0],
-                   PER_USER[2], right=True, short="tok/s/user (r)", dot=PER_USER_DOT if mono else DOT),
+                   short="tok/s (l)", tiny="tok/s"),
+            Series("mean tok/s/user (right)", tuple((pos[p.x], p.per_user_tok_s) for p in done), PER_USER[0],
+                   PER_USER[2], right=True, short="mean/user (r)", dot=PER_USER_DOT if mono else DOT),
             Series("running", tuple((pos[p.x], p.aggregate_tok_s) for p in live), AGGREGATE[1], AGGREGATE[2],
                    line=False, legend=False),
             Series("running", tuple((pos[p.x], p.per_user_tok_s) for p in live), PER_USER[1], PER_USER[2],
@@ -437,6 +444,7 @@ class OverlayCurve(Chart):
 
     series: reactive[tuple[tuple[str, tuple[OverlayPoint, ...]], ...]] = reactive(tuple)
     title: reactive[str] = reactive("")
+    title_short: reactive[str] = reactive("")  # where the title does not fit: the metric and the workload
     x_kind: reactive[str] = reactive("users")  # "users" (concurrency) or "req/s" (rate)
 
     def spec(self) -> ChartSpec:
@@ -456,7 +464,8 @@ class OverlayCurve(Chart):
         notes = ((self._bound_note(hollow, out), ""),) if hollow else ()
         rate = self.x_kind == "req/s"
         labels = tuple((f"{x:g}/s" if rate else f"c={x:g}") for x in xs)
-        return ChartSpec(self.title, labels, self.x_kind, tuple(out), notes, empty="no finished cells of this workload")
+        return ChartSpec(self.title, labels, self.x_kind, tuple(out), notes, empty="no finished cells of this workload",
+                         title_short=self.title_short)
 
     def _bound_note(self, hollow: str, series: Sequence[Series]) -> str:
         """The legend's word for the hollow points: whole where it fits beside the sessions' names (one legend line
@@ -503,19 +512,19 @@ def prediction_spec(measured: Sequence[CurvePoint], predicted: Sequence[Predicte
             Series("predicted (dashed)", agg, PREDICTED[0], AGGREGATE[2], dashed=True, band=band,
                    band_label="band (tok/s)", key=PREDICTED[0] + PREDICTED[1] + DASH, short="predicted",
                    legend=bool(pred)),
-            Series("predicted tok/s/user", per_user, PREDICTED[1], PER_USER[2], right=True, dashed=True,
+            Series("predicted mean tok/s/user", per_user, PREDICTED[1], PER_USER[2], right=True, dashed=True,
                    legend=False))
     else:  # nothing measured of this workload: the predicted series name the axes
         shown = (
             Series("predicted tok/s (left)", agg, PREDICTED[0], AGGREGATE[2], dashed=True, band=band,
-                   band_label="band (tok/s)", short="tok/s", legend=bool(pred)),
-            Series("predicted tok/s/user (right)", per_user, PREDICTED[1], PER_USER[2], right=True, dashed=True,
-                   short="tok/s/user (r)", legend=bool(pred)))
+                   band_label="band (tok/s)", short="tok/s (l)", tiny="tok/s", legend=bool(pred)),
+            Series("predicted mean tok/s/user (right)", per_user, PREDICTED[1], PER_USER[2], right=True, dashed=True,
+                   short="mean/user (r)", legend=bool(pred)))
     series = (
         Series("tok/s (left)", tuple((pos[p.x], p.aggregate_tok_s) for p in meas), AGGREGATE[0], AGGREGATE[2],
-               short="tok/s", legend=bool(meas)),
-        Series("tok/s/user (right)", tuple((pos[p.x], p.per_user_tok_s) for p in meas), PER_USER[0],
-               PER_USER[2], right=True, short="tok/s/user (r)", legend=bool(meas), dot=PER_USER_DOT if mono else DOT),
+               short="tok/s (l)", tiny="tok/s", legend=bool(meas)),
+        Series("mean tok/s/user (right)", tuple((pos[p.x], p.per_user_tok_s) for p in meas), PER_USER[0],
+               PER_USER[2], right=True, short="mean/user (r)", legend=bool(meas), dot=PER_USER_DOT if mono else DOT),
         *shown,
     )
     notes: tuple[tuple[str, str], ...] = ()

@@ -132,84 +132,101 @@ def _marker_layouts(width: int, marks: list[tuple[int, str]]) -> list[tuple[int,
     return [(cost, pieces) for cost, pieces in out if ok(pieces)]
 
 
-def _free(width: int, taken: list[Piece], start: int, length: int) -> bool:
-    """Whether [start, start+length) is inside the line with a blank on each side towards anything taken."""
-    if start < 0 or start + length > width:
-        return False
-    return all(start + length < s or start > s + len(t) for s, t, _ in taken)
+@dataclass(frozen=True)
+class Axis:
+    """The axis line as (text, is_marker) pieces, `width` characters in all, and the bars' place above it: the
+    bars take the columns [left, width - right), a label outside them having the columns beside."""
+
+    tokens: list[tuple[str, bool]]
+    left: int = 0
+    right: int = 0
+    low_shown: bool = True  # the minimum is on the line (else the title may name it)
+    high_shown: bool = True
+
+    def geometry(self, lo: float, hi: float, nbins: int, width: int) -> Bins:
+        """The bins the bars above this axis draw (`nbins` of them over the whole width, fewer if the bars are
+        narrower)."""
+        bars = width - self.left - self.right
+        return Bins(lo, hi, max(1, min(bars, nbins)), bars)
 
 
-def _label_layout(width: int, taken: list[Piece], low: str, high: str, unit: str) -> tuple[int, list[Piece]]:
-    """Place the minimum and maximum labels around the markers already `taken`: the cheapest way, and its cost.
+GUTTER_COST = 0.25  # per column the bars give up to a label beside them (a label left out costs 10)
 
-    The minimum's place is the left edge, the maximum's the right edge with the unit. A label that a marker
-    keeps from its place moves, the minimum to the first free place, the maximum to the last one, and is
-    named (`min 3218`, `max 5029 ms`) so that it is read neither as a marker's value nor as an end of the
-    axis. The unit is on the axis once, with the maximum, else with the minimum (`3218 ms`); only where
-    neither can carry it is it left to the title. A label with nowhere to go is left out. Costs: a label in
-    its place 0, moved 3, left out 10, each 1 more while the unit is on the minimum rather than the
-    maximum; no unit on the axis 5."""
+
+def _labels(width: int, taken: list[Piece], low: str, high: str, unit: str, left: int, right: int
+            ) -> tuple[float, list[Piece]]:
+    """Place the minimum and the maximum in axis order around the markers `taken` (inside the bars' columns
+    [left, width - right)): the cheapest way and its cost. The minimum is at the left edge, before every
+    marker, the maximum at the right edge, after every marker, a blank between; a label that cannot be there
+    is left out (10), never moved past a marker. The unit is on the axis once, with the maximum, else with the
+    minimum; not on the axis costs 5, on the minimum 1."""
     u = f" {unit}" if unit else ""
-    lows = [(0, low, False), (1, low + u, False), (3, "min " + low, True), (4, "min " + low + u, True)]
-    highs = [(0, high + u, False), (1, high, False), (3, "max " + high + u, True), (4, "max " + high, True)]
-
-    def place(pieces: list[Piece], text: str, moved: bool, right: bool, after: int) -> int | None:
-        if not moved:
-            starts: Sequence[int] = [width - len(text) if right else 0]
-        else:
-            starts = range(width - len(text), after, -1) if right else range(after + 1, width)
-        return next((s for s in starts if s > after and _free(width, pieces, s, len(text))), None)
-
-    best: tuple[int, list[Piece]] = (10 + 10 + 5 * bool(unit), list(taken))
-    for lcost, ltext, lmoved in [*lows, (10, "", False)]:
-        if lcost >= best[0]:
+    first = min(s for s, _, _ in taken) if taken else width
+    last = max(s + len(t) for s, t, _ in taken) if taken else 0
+    lows = [(0, low), (1, low + u), (10, "")] if u else [(0, low), (10, "")]
+    highs = [(0, high + u), (1, high), (10, "")] if u else [(0, high), (10, "")]
+    best: tuple[float, list[Piece]] = (float("inf"), list(taken))
+    for lcost, ltext in lows:
+        # in a gutter of its own (as wide as the label and a blank), or at the edge, before the first marker
+        if ltext and not (len(ltext) + 1 <= (left or first)):
             continue
-        pieces = list(taken)
-        low_end = -1
-        if ltext:
-            at = place(pieces, ltext, lmoved, False, -1)
-            if at is None:
+        for hcost, htext in highs:
+            start = width - len(htext)
+            if htext and not (start - 1 >= (width - right if right else last)):
                 continue
-            pieces.append((at, ltext, False))
-            low_end = at + len(ltext)
-        for hcost, htext, hmoved in [*highs, (10, "", False)]:
-            shown = (bool(ltext) and lcost in (1, 4)) or hcost in (0, 3)  # the unit is on the axis
-            cost = lcost + hcost + (0 if shown or not u else 5)
-            if cost >= best[0]:
+            if ltext and htext and len(ltext) + 1 > start:
                 continue
-            if not htext:
-                best = (cost, pieces)
-                continue
-            at = place(pieces, htext, hmoved, True, low_end)
-            if at is not None:
-                best = (cost, [*pieces, (at, htext, False)])
+            low_u, high_u = bool(u) and lcost == 1, bool(u) and hcost == 0 and bool(htext)
+            if low_u and high_u:
+                continue  # the unit once
+            cost = lcost + hcost + (0 if low_u or high_u or not u else 5)
+            if cost < best[0]:
+                best = (cost, [*taken, *([(0, ltext, False)] if ltext else []),
+                               *([(start, htext, False)] if htext else [])])
     return best
 
 
-def axis_tokens(width: int, lo: float, hi: float, p50: float, p99: float, maxv: float,
-                unit: str = "", *, nbins: int | None = None) -> list[tuple[str, bool]]:
-    """The histogram's axis line as (text, is_marker) pieces, exactly `width` characters in all.
+def axis_layout(width: int, lo: float, hi: float, p50: float, p99: float, maxv: float, unit: str = "", *,
+                nbins: int | None = None) -> Axis:
+    """The histogram's axis line and where the bars go: `▲50` and `▲99` in the columns of the bins that hold p50
+    and p99 (`nbins` bins over [lo, hi] across the bars' columns), however close they are to each other or to
+    the edges (see `_marker_layouts` for how their numbers are written when there is little room: `▲50,99`,
+    `▲ ▲50,99`, `99▲`). Labels read in axis order: the minimum at the left edge before every marker, the
+    maximum with its unit at the right edge after every marker. Where a marker takes an edge (p99 in the last
+    bin, p50 in the first), the bars give up the columns that label needs (a gutter beside them) rather than
+    the label move past the marker; where the bars cannot spare them (under 10 columns left), the label is
+    left out (the title names it). Of the ways to draw the line, the cheapest is drawn (markers' layout, a label
+    left out 10, the unit not on the axis 5, a gutter GUTTER_COST a column). A blank separates every two
+    pieces."""
+    low, high = _fmt(lo), _fmt(maxv)
+    u = f" {unit}" if unit else ""
+    gutters = {(0, 0)}
+    for lt in (low, low + u):
+        for ht in (high, high + u):
+            gutters |= {(len(lt) + 1, 0), (0, len(ht) + 1), (len(lt) + 1, len(ht) + 1)}
+    best: tuple[tuple[float, int], Axis] | None = None
+    for left, right in sorted(gutters):
+        bars = width - left - right
+        if (left or right) and bars < 10:
+            continue
+        geo = Bins(lo, hi, max(1, min(bars, nbins or width)), bars)
+        marks = [(geo.column_of(p50), "50"), (geo.column_of(p99), "99")]
+        for mcost, pieces in _marker_layouts(bars, marks):
+            taken = [(s + left, t, m) for s, t, m in pieces]
+            lcost, placed = _labels(width, taken, low, high, unit, left, right)
+            key = (mcost + lcost + GUTTER_COST * (left + right), mcost)
+            if best is None or key < best[0]:
+                labels = [(st, t) for st, t, m in placed if not m]
+                best = (key, Axis(_tokens(width, placed), left, right, any(st == 0 for st, _ in labels),
+                                  any(st + len(t) == width for st, t in labels)))
+    assert best is not None  # the bare ▲s fit any width of 10 and more
+    return best[1]
 
-    `▲50` and `▲99` sit in the columns of the bins that hold p50 and p99 (`nbins` bins over [lo, hi], one per
-    column unless given), however close they are to each other or to the edges: see `_marker_layouts` for how
-    their numbers are written when there is little room (`▲50,99`, `▲ ▲50,99`, `99▲`). The minimum is at the
-    left edge and the maximum with its unit at the right edge; a label that would touch a marker gives way
-    (`_label_layout`): it moves and is named (`min 3218`, `max 5029 ms`), the unit moves to the minimum, or,
-    with nowhere to go, the label is left out. Of the ways to draw the line, the one with the lowest cost
-    (markers' and labels' together) is drawn. A blank separates every two pieces. At widths of 10 and more
-    the markers always fit with their numbers."""
-    geo = Bins(lo, hi, max(1, min(width, nbins or width)), width)
-    marks = [(geo.column_of(p50), "50"), (geo.column_of(p99), "99")]
-    best: tuple[tuple[int, int], list[Piece]] | None = None
-    for mcost, taken in _marker_layouts(width, marks):
-        lcost, pieces = _label_layout(width, taken, _fmt(lo), _fmt(maxv), unit)
-        key = (mcost + lcost, mcost)
-        if best is None or key < best[0]:
-            best = (key, pieces)
-    pieces = sorted(best[1]) if best is not None else []
+
+def _tokens(width: int, pieces: list[Piece]) -> list[tuple[str, bool]]:
     out: list[tuple[str, bool]] = []
     pos = 0
-    for start, text, mark in pieces:
+    for start, text, mark in sorted(pieces):
         if start > pos:
             out.append((" " * (start - pos), False))
         out.append((text, mark))
@@ -217,6 +234,12 @@ def axis_tokens(width: int, lo: float, hi: float, p50: float, p99: float, maxv: 
     if pos < width:
         out.append((" " * (width - pos), False))
     return out
+
+
+def axis_tokens(width: int, lo: float, hi: float, p50: float, p99: float, maxv: float,
+                unit: str = "", *, nbins: int | None = None) -> list[tuple[str, bool]]:
+    """The axis line of `axis_layout` as (text, is_marker) pieces, exactly `width` characters in all."""
+    return axis_layout(width, lo, hi, p50, p99, maxv, unit, nbins=nbins).tokens
 
 
 class LatencyHistogram(Zoomable):
@@ -238,6 +261,9 @@ class LatencyHistogram(Zoomable):
 
     values: reactive[tuple[float, ...]] = reactive(tuple, layout=False)
     empty: reactive[str] = reactive("waiting for requests…")  # what it says without a value
+    # the requests finished ok that the values come from (the Run screen's `requests N done`): the title says
+    # `n=3 of 4` when fewer of them hold this figure (a TPOT needs two tokens); None: not said
+    requests: reactive[int | None] = reactive(None, layout=False)
 
     def __init__(self, title: str, unit: str = "ms", *, name: str | None = None, id: str | None = None,
                  classes: str | None = None) -> None:
@@ -255,9 +281,18 @@ class LatencyHistogram(Zoomable):
             head.truncate(width, overflow="ellipsis")
             return head
         p50, p99 = percentile(vals, 50), percentile(vals, 99)
-        geo = Bins.for_values(vals, width)
-        axis = axis_tokens(width, geo.lo, geo.hi, p50, p99, vals[-1], self.unit, nbins=geo.nbins)
-        head.append(f"  p50 {_fmt(p50)}  p99 {_fmt(p99)}  n={len(vals)}")
+        full = Bins.for_values(vals, width)
+        axis_line = axis_layout(width, full.lo, full.hi, p50, p99, vals[-1], self.unit, nbins=full.nbins)
+        axis = axis_line.tokens
+        geo = axis_line.geometry(full.lo, full.hi, full.nbins, width)  # the bars: the axis may keep a gutter
+        # the labels the axis has no room for go to the title, where there is room for them
+        left_out = ([] if axis_line.high_shown else [f"max {_fmt(vals[-1])}"]) + (
+            [] if axis_line.low_shown else [f"min {_fmt(vals[0])}"])
+        of = f" of {self.requests}" if self.requests is not None and self.requests != len(vals) else ""
+        stats = f"  p50 {_fmt(p50)}  p99 {_fmt(p99)}  n={len(vals)}{of}"
+        while left_out and head.cell_len + len(stats) + sum(2 + len(x) for x in left_out) > width:
+            left_out.pop()
+        head.append(stats + "".join(f"  {x}" for x in left_out))
         if head.cell_len > width:  # narrow: the count can go, and the unit if the axis shows it
             unit_shown = any(not mark and text.endswith(f" {self.unit}") for text, mark in axis)
             head = Text(f"{self.title}" if unit_shown or not self.unit else f"{self.title} {self.unit}", style="bold")
@@ -265,7 +300,7 @@ class LatencyHistogram(Zoomable):
         head.truncate(width, overflow="ellipsis")
         bar_rows = height - 2
         counts = geo.counts(vals)
-        bins = [counts[geo.bin_at(c)] for c in range(width)]
+        bins = [counts[geo.bin_at(c)] for c in range(geo.width)]
         top = max(bins)
         marked = {geo.column_of(p50), geo.column_of(p99)}  # the same columns as the axis's ▲s
         bar_style = self.get_component_rich_style("hist--bar")
@@ -273,7 +308,7 @@ class LatencyHistogram(Zoomable):
         out = Text()
         out.append_text(head)
         for row in range(bar_rows - 1, -1, -1):
-            out.append("\n")
+            out.append("\n" + " " * axis_line.left)
             for i, b in enumerate(bins):
                 level = b / top * bar_rows - row  # how much of this row the bar fills, in rows
                 ch = BLOCKS[8] if level >= 1 else (BLOCKS[max(0, int(level * 8))] if level > 0 else " ")

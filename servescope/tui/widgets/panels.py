@@ -4,6 +4,7 @@ cell table."""
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -20,7 +21,7 @@ from textual.widgets import RichLog
 
 from servescope.core.kvbudget import fmt_concurrency
 from servescope.core.results import CellResult, GpuWindow, ServerWindow
-from servescope.tui.widgets.table import Col, FitTable
+from servescope.tui.widgets.table import Col, FitTable, ellipsize
 from servescope.tui.widgets.zoom import Zoomable
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -72,6 +73,20 @@ def fnum(v: Any, nd: int = 1) -> str:
             return "-"
         return f"{v:,.{nd}f}"
     return str(v)
+
+
+def shorter_forms(line: str) -> list[str]:
+    """A line of prose and shorter forms of it, longest first, for a pane too narrow for it whole: without its
+    closing advice (`; no NVIDIA driver or GPU here?`), then without its parentheses, then one `: ` part fewer at a time:
+    `GPU: NVML is not available: nvmlInit failed (NVMLError_LibraryNotFound: ...); no NVIDIA driver or GPU here?`
+    -> ... -> `GPU: NVML is not available: nvmlInit failed` -> `GPU: NVML is not available`."""
+    forms = [line]
+    for f in (line.split("; ")[0], re.sub(r" \([^()]*(\([^()]*\)[^()]*)*\)", "", line.split("; ")[0])):
+        if f not in forms:
+            forms.append(f)
+    head = forms[-1].split(": ")
+    forms += [": ".join(head[:k]) for k in range(len(head) - 1, 1, -1)]
+    return forms
 
 
 def fit_lines(t: Text, width: int, height: int) -> Text:
@@ -560,7 +575,7 @@ class TelemetryPanel(Zoomable):
         if not self.series and not self.note:
             t.append("\nwaiting for the first sample…", style="dim")
         for line in self.gpu_lines:
-            t.append("\n" + (line if len(line) <= width else line[: width - 1] + "…"),
+            t.append("\n" + next((f for f in shorter_forms(line) if len(f) <= width), ellipsize(line, width)),
                      style="dim" if "NVML" in line or "not" in line else "")
         if self.budget:
             forms = (self.budget, *self.budget_short) if compact else (self.budget,)

@@ -1,13 +1,13 @@
 """A saved session's quality results in panes: the probe's figures (perplexity, divergence from the reference),
 its task table, and its cells' accuracy under load.
 
-The words and numbers are the report's: servescope.sessions.quality renders the Quality section (each figure with
-its unit and how it was computed) and the table of quality under load as Markdown, and `quality_view` reads
-those tables and lines back into rows, so the app and `servescope report` cannot disagree and no formula or
-format is written twice. Everything in them is data (model names, task names, notes): shown verbatim.
+The words and numbers are the report's: servescope.reports.quality_doc makes the rows of the Quality section (each
+figure with its unit and how it was computed) and of the table of quality under load, for the report's document
+and for these panes alike, so the app and `servescope report` cannot disagree and no formula or format is written
+twice. Everything in them is data (model names, task names, notes): shown verbatim.
 
-Imported inside functions, to keep polars off the app's start-up: sessions.quality, sessions.views
-(benchmarks/import_cost.py; docs/developer.md's Layout gives the figures)."""
+Imported inside functions, to keep polars off the app's start-up: reports.quality_doc, sessions.quality,
+sessions.views (benchmarks/import_cost.py; docs/developer.md's Layout gives the figures)."""
 
 from __future__ import annotations
 
@@ -45,73 +45,6 @@ LOAD_COLUMNS = (Col("workload", "workload", 3, min_width=8, max_width=24), Col("
 WIDE = 110  # from this width (or zoomed) the figures show how each was computed beside them
 
 
-# ---- the report's Markdown, read back --------------------------------------------------------------------------
-def unmd(text: str) -> str:
-    """Markdown table text as plain text: `\\|` -> `|` (any backslash escape of md_escape), code marks dropped."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            out.append(text[i + 1])
-            i += 2
-            continue
-        if ch == "`":
-            i += 1
-            continue
-        out.append(ch)
-        i += 1
-    return clean_text("".join(out))
-
-
-def md_cells(line: str) -> list[str]:
-    """A Markdown table row's cells (split at unescaped pipes), each as plain text."""
-    cells: list[str] = []
-    cur: list[str] = []
-    i = 0
-    body = line.strip()
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            cur.append(body[i:i + 2])
-            i += 2
-            continue
-        if ch == "|":
-            cells.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    cells.append("".join(cur))
-    if body.startswith("|"):
-        cells = cells[1:]
-    if body.endswith("|") and not body.endswith("\\|"):
-        cells = cells[:-1]
-    return [unmd(c.strip()) for c in cells]
-
-
-def md_tables(lines: list[str]) -> tuple[list[tuple[Row, list[Row]]], list[str]]:
-    """The tables ((header, rows)) and the other non-empty lines (headings left out) of a Markdown section."""
-    tables: list[tuple[Row, list[Row]]] = []
-    text: list[str] = []
-    in_table = False
-    for line in lines:
-        if not line.startswith("|"):
-            in_table = False
-            if line.strip() and not line.startswith("#"):
-                text.append(line)
-            continue
-        cells = tuple(md_cells(line))
-        if all(c and set(c) <= set(":-") for c in cells):  # the |---|---:| line
-            continue
-        if not in_table:
-            tables.append((cells, []))
-            in_table = True
-        else:
-            tables[-1][1].append(cells)
-    return tables, text
-
-
 # ---- what the panes show ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class QualityView:
@@ -131,34 +64,19 @@ class QualityView:
 
 
 def probe_view(session: Any, result: QualityResult) -> QualityView:
-    """The probe's results (quality.json) from the report's Quality section (sessions.quality.quality_section)."""
-    from servescope.sessions.quality import quality_section
+    """The probe's results (quality.json) as the report's Quality section shows them
+    (reports.quality_doc.probe_table)."""
+    from servescope.reports.quality_doc import probe_table
 
-    tables, text = md_tables(quality_section(session, result))
-    figures: tuple[tuple[str, str, str], ...] = ()
-    tasks: tuple[Row, ...] = ()
-    for header, rows in tables:
-        if header[:1] == ("figure",):
-            figures = tuple((r[0], r[1], r[2] if len(r) > 2 else "") for r in rows if len(r) >= 2)
-        elif header[:1] == ("task",):
-            tasks = tuple(rows)
-    settings = ""
-    notes: list[str] = []
-    for line in text:
-        if line.startswith("Probe settings: "):
-            settings = unmd(line.removeprefix("Probe settings: ")).rstrip(".")
-        elif line.startswith("- "):
-            notes.append("· " + unmd(line[2:]))
-        else:
-            notes.append(unmd(line))
-    return QualityView(settings=settings, figures=figures, tasks=tasks, notes=tuple(notes))
+    p = probe_table(session, result)
+    return QualityView(settings=p.settings, figures=p.figures, tasks=p.tasks, notes=p.notes)
 
 
 def load_rows(session: Any) -> tuple[Row, ...]:
-    """Each cell's accuracy under load (`--quality-share`), from the report's table of it
-    (sessions.quality.load_quality_rows), per workload: (workload, load, accuracy, interval, KL, top-1, failed,
+    """Each cell's accuracy under load (`--quality-share`), as the report's table of it shows it
+    (reports.quality_doc.load_table), per workload: (workload, load, accuracy, interval, KL, top-1, failed,
     per task)."""
-    from servescope.sessions.quality import load_quality_rows
+    from servescope.reports.quality_doc import load_table
     from servescope.sessions.views import cell_views
 
     if not session.cells.height:
@@ -168,11 +86,8 @@ def load_rows(session: Any) -> tuple[Row, ...]:
         by.setdefault(v.workload, []).append(v)
     out: list[Row] = []
     for workload, views in by.items():
-        tables, _ = md_tables(load_quality_rows(views))
-        for _, rows in tables:
-            for r in rows:
-                if len(r) >= 7:  # load | accuracy | interval | per task | KL | top-1 | failed
-                    out.append((clean_text(workload), r[0], r[1], r[2], r[4], r[5], r[6], r[3]))
+        for load, acc, interval, per, kl, top1, failed in load_table(views):
+            out.append((clean_text(workload), load, acc, interval, kl, top1, failed, per))
     return tuple(out)
 
 

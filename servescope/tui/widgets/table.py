@@ -3,7 +3,9 @@ and the columns that do not fit are left out by it, least important first, and c
 (`+2 columns: z zooms`; zoom the table with `z` to see more). A figure (a right-aligned column) is never cut: it
 is shown whole or left out; a label column is cut down to its min_width first (its text ends in `…`). The figure
 the pane exists for (`keep`) is never left out. Never a horizontal scrollbar. Sortable by column (`o` next column,
-`O` reverse, or click a header)."""
+`O` reverse, or click a header). A figure column with a `short` form (Compare's deltas: `-4.5% [-9.0,+0.2]` for
+`-4.5% [-9.0, +0.2] within noise`) is placed at its short form's width when the whole does not fit, and then shows
+every value in that form."""
 
 from __future__ import annotations
 
@@ -34,12 +36,14 @@ class Col:
     # when zoomed, `done…` in a narrow pane); None: only once every column that fits is placed (more columns, cut)
     grow_at: int | None = None
     # a shorter form of a value, shown when the whole value does not fit (`done, client BOUND` -> `bound`); the
-    # table keeps the whole value (sorting, filtering, full_row) and shows it whenever it fits
+    # table keeps the whole value (sorting, filtering, full_row) and shows it whenever it fits. A figure column
+    # with a short form shows every value whole, or every value short (never cut).
     short: Callable[[str], str] | None = None
 
-    def shown_value(self, value: str, width: int) -> str:
-        """`value` as this column shows it at `width`: whole, else its short form, cut with `…` if need be."""
-        if len(value) > width and self.short is not None:
+    def shown_value(self, value: str, width: int, compact: bool = False) -> str:
+        """`value` as this column shows it at `width`: whole, else its short form (`compact`: the short form
+        whatever its width), cut with `…` if need be."""
+        if (compact or len(value) > width) and self.short is not None:
             value = self.short(value)
         return ellipsize(value, width)
 
@@ -95,11 +99,13 @@ def sort_value(text: str) -> tuple[int, Any]:
     return (1, t.lower())
 
 
-def fit_widths(cols: Sequence[Col], natural: Sequence[int], avail: int, pad: int = 2) -> dict[str, int]:
+def fit_widths(cols: Sequence[Col], natural: Sequence[int], avail: int, pad: int = 2,
+               least: Sequence[int] | None = None) -> dict[str, int]:
     """Which columns are shown and how wide: the kept figure first, then by priority, each at its minimum (a
-    label column cut to its min_width, a figure always whole: figures are never cut), a column that does not
-    fit left out; a label with `grow_at` widens back towards whole at that priority, the other cut labels once
-    every column is placed, by priority, with the space left."""
+    label column cut to its min_width, a figure whole: figures are never cut, but one with a short form starts at
+    `least`, its short values' width), a column that does not fit left out; a label with `grow_at` widens back
+    towards whole at that priority, the other cut labels once every column is placed, by priority, with the space
+    left; a figure in its short form widens to whole only where the whole fits."""
     order = sorted(range(len(cols)), key=lambda i: (not cols[i].keep, cols[i].priority))
     # (kept first, priority, place before grow, column): placing each column, and the early widening of some labels
     steps = sorted([(not cols[i].keep, cols[i].priority, 0, i) for i in order]
@@ -112,6 +118,8 @@ def fit_widths(cols: Sequence[Col], natural: Sequence[int], avail: int, pad: int
         c, nat = cols[i], natural[i]
         if c.key in widths and widths[c.key] < nat:
             extra = min(nat - widths[c.key], avail - used)
+            if c.figure and extra < nat - widths[c.key]:
+                return  # a figure in its short form: whole, or as it is
             widths[c.key] += extra
             used += extra
 
@@ -120,7 +128,10 @@ def fit_widths(cols: Sequence[Col], natural: Sequence[int], avail: int, pad: int
         if growing:
             grow(i)
             continue
-        w = min(nat, c.min_width) if c.min_width and not c.figure else nat
+        if c.figure:
+            w = min(nat, least[i]) if least is not None and c.short is not None else nat
+        else:
+            w = min(nat, c.min_width) if c.min_width else nat
         if used + w + pad <= avail or (c.keep and not widths):
             widths[c.key] = w
             used += w + pad
@@ -236,6 +247,15 @@ class FitTable(DataTable[Text], Zoomable):
         scroll = self.styles.scrollbar_size_vertical if len(self.ordered_keys()) > rows_h else 0
         return w - scroll
 
+    def _short_width(self, c: Col, i: int, keys: Sequence[str]) -> int:
+        """A figure column's width in its short form: its widest short value, its label not cut below 8
+        (`Δ GPTQ-I…`); its whole width when it has no short form."""
+        short = c.short
+        whole = max([len(c.label), *(len(self.data[k][i]) for k in keys)])
+        if short is None:
+            return whole
+        return min(whole, max([min(len(c.label), 8), *(len(short(self.data[k][i])) for k in keys)]))
+
     def relayout(self, force: bool = False, keep: str | None = None) -> None:
         avail = self._avail()
         if not self.cols or avail <= 0 or (not force and avail == self._layout_width):
@@ -245,7 +265,9 @@ class FitTable(DataTable[Text], Zoomable):
         # a figure's natural width is its widest value whole (max_width caps labels only: figures are never cut)
         natural = [min(10_000 if c.figure else c.max_width, max([len(c.label), *(len(self.data[k][i]) for k in keys)]))
                    for i, c in enumerate(self.cols)]
-        widths = fit_widths(self.cols, natural, avail, pad=2 * self.cell_padding)
+        least = [self._short_width(c, i, keys) if c.figure else n for i, (c, n) in enumerate(zip(self.cols, natural,
+                                                                                                  strict=True))]
+        widths = fit_widths(self.cols, natural, avail, pad=2 * self.cell_padding, least=least)
         self.shown = [c for c in self.cols if c.key in widths]
         cur = keep if keep is not None else self._shown_key()
         scroll_y = self.scroll_y
@@ -255,9 +277,11 @@ class FitTable(DataTable[Text], Zoomable):
             label = ellipsize(c.label, widths[c.key] - len(mark)) + mark if mark else ellipsize(c.label, widths[c.key])
             self.add_column(Text(label, justify="right" if c.right else "left"), key=c.key, width=widths[c.key])
         idx = [self.cols.index(c) for c in self.shown]
+        compact = {c.key for i, c in zip(idx, self.shown, strict=True) if c.figure and widths[c.key] < natural[i]}
         for k in keys:
             vals = self.data[k]
-            self.add_row(*(Text(c.shown_value(vals[i], widths[c.key]), justify="right" if c.right else "left", end="")
+            self.add_row(*(Text(c.shown_value(vals[i], widths[c.key], c.key in compact),
+                                justify="right" if c.right else "left", end="")
                            for i, c in zip(idx, self.shown, strict=True)), key=k)
         hidden = len(self.cols) - len(self.shown)
         more = f"+{hidden} column{'s' if hidden != 1 else ''}"

@@ -9,6 +9,8 @@ a pane it hides, and `esc` then unzooms onto the pane that was on screen."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual import events
 from textual.actions import SkipAction
 from textual.binding import Binding
@@ -83,6 +85,13 @@ def zoom_to(target: Widget) -> None:
     target.screen.maximize(target, container=False)
     target.focus()
     target.screen.refresh_bindings()  # the footer: esc unzooms now
+
+
+def zoomed_elsewhere(screen: Screen[Any], *panes: type[Widget]) -> bool:
+    """Whether a pane other than `panes` is zoomed: a key that swaps those panes (`t`) would change nothing on
+    screen, so the screen neither offers it in the footer nor runs it."""
+    zoomed = screen.maximized
+    return zoomed is not None and not isinstance(zoomed, panes)
 
 
 def unzoom(screen: Screen[object]) -> None:
