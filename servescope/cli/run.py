@@ -21,7 +21,7 @@ from servescope.cli.serving import serving_json, serving_lines
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
-from servescope.core.results import METRICS, CellCost, CellProbes, CellQuality, Dist, rate_limit_line
+from servescope.core.results import METRICS, CellCost, CellQuality, Dist, rate_limit_line
 from servescope.core.secrets import is_redacted
 from servescope.core.textsafe import clean_text
 from servescope.engine import fields
@@ -46,6 +46,7 @@ from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.sessions import stats
 from servescope.sessions.live import BUS_FILES, refuse_second_writer
+from servescope.sessions.measurement import precision_text, probes_text
 from servescope.sessions.store import load_session
 from servescope.sessions.views import fmt_num
 
@@ -413,13 +414,8 @@ def measurement_lines(s: CellResult) -> list[str]:
                  for iv in s.intervals]
         k = max(iv.batches for iv in s.intervals)
         out.append(f"  95% intervals (batch means over {k} spans of time): " + ", ".join(parts))
-    p = s.precision
-    if p is not None:
-        got = f"+-{p.reached * 100:.1f}%" if p.reached is not None else "no interval"
-        head = "imprecise" if p.imprecise else "precise"
-        tail = f": the ceiling ({p.ceiling}) came first" if p.imprecise else ""
-        out.append(f"  precision: {head}, {got} on {p.figure} (target {(p.target or 0) * 100:g}%) over "
-                   f"{p.requests:,} requests{tail}")
+    if s.precision is not None:
+        out.append(f"  precision: {precision_text(s.precision)}")
     sat = s.saturation
     if sat is not None and sat.saturated:
         out.append(f"  {clean_text(sat.reason)}")
@@ -429,14 +425,6 @@ def measurement_lines(s: CellResult) -> list[str]:
 def _interval_label(figure: str) -> str:
     head, _, stat = figure.partition(".")
     return f"{_label(head)} {stat}".strip() if head in METRICS else figure
-
-
-def probes_text(p: CellProbes) -> str:
-    """--probe-rate's probes in one line."""
-    failed = f", {p.failed} failed" if p.failed else ""
-    return (f"interference probes ({p.rate:g}/s, {p.input_tokens} in / {p.output_tokens} out): {p.sent} sent{failed}; "
-            f"TTFT p50 {_f(p.ttft_ms.p50, 2)} ms, p90 {_f(p.ttft_ms.p90, 2)} ms; E2E p50 {_f(p.e2e_ms.p50, 2)} ms, "
-            f"p90 {_f(p.e2e_ms.p90, 2)} ms")
 
 
 def cost_line(c: CellCost) -> str:

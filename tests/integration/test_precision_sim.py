@@ -12,6 +12,8 @@ import pytest
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.tune import Setting
 from servescope.engine.tunerun import LiveMeasurer
+from servescope.reports.report import render_report
+from servescope.sessions.store import load_session
 from servescope.workloads.spec import Workload, fixed
 from tests.integration.helpers import run_json
 
@@ -113,6 +115,11 @@ def test_the_kv_limited_profile_saturates_and_the_sweep_stops_one_load_past_it(t
     assert by[32]["saturation"]["waiting_min"] >= 1 and by[32]["saturation"]["elasticity"] < 0.5
     assert by[64]["status"] == "done"
     assert by[128]["status"] == "skipped" and "saturated" in by[128]["reason"] and "32 users" in by[128]["reason"]
+    # the report says it: the saturated cell marked, the skipped load with why, the knee at the saturation mark
+    md = render_report(load_session(Path(out["session"])))
+    assert "| c=32 **saturated** |" in md or "| c=32 **imprecise** **saturated** |" in md
+    assert "| c=128 **skipped** | skipped after saturation (--stop-after-saturation): the load 32 users was" in md
+    assert "the server saturated at c=32" in md
 
 
 @pytest.mark.slow  # about 90 s: two launches of the dense profile, tune's measurement and run's

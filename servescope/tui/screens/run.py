@@ -23,6 +23,7 @@ from textual.widgets import Footer, Static
 from servescope.core.health import client_text
 from servescope.core.results import CellResult, ServerWindow, rate_limit_line
 from servescope.engine.wire import GpuReading
+from servescope.sessions.measurement import measure_lines
 from servescope.tui import messages as m
 from servescope.tui.eta import Measured, sweep_eta
 from servescope.tui.widgets.curve import ChartSpec, CurvePoint, ThroughputCurve
@@ -497,6 +498,8 @@ class RunScreen(Screen[None]):
             + f"{fnum(s.output_tok_s)} tok/s, TTFT p50 "
             f"{fnum(s.ttft_ms.stat('p50'))} ms, p99 {fnum(s.ttft_ms.stat('p99'))} ms",
         )
+        for level, line in measure_lines(s):  # its window, precision, saturation, probes (sessions/measurement.py)
+            self.log_view.event(level, f"cell {c.index + 1} {line}")
         if s.mostly_rate_limited:
             self.log_view.event("warning", f"cell {c.index + 1} {rate_limit_line(s)}")
         if is_trace(c):
