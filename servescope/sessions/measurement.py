@@ -87,10 +87,11 @@ def marks(s: CellResult) -> list[str]:
     return out
 
 
-def measure_lines(s: CellResult) -> list[tuple[str, str]]:
+def measure_lines(s: CellResult, before_windows: bool = True) -> list[tuple[str, str]]:
     """(level, line) for each thing said about how the cell was measured: its window, its precision (a `warning`
-    when imprecise), its saturation mark (a `warning`), its probes; what the app's Run log and Results pane show."""
-    out = [("info", window_text(s.window))]
+    when imprecise), its saturation mark (a `warning`), its probes; what the app's Run log and Results pane show.
+    `before_windows` False: nothing is said of the window of a cell that has none (measured before windows)."""
+    out = [("info", window_text(s.window))] if s.window is not None or before_windows else []
     if s.precision is not None:
         out.append(("warning" if s.precision.imprecise else "info", precision_text(s.precision)))
     if sat := saturation_text(s):

@@ -498,7 +498,8 @@ class RunScreen(Screen[None]):
             + f"{fnum(s.output_tok_s)} tok/s, TTFT p50 "
             f"{fnum(s.ttft_ms.stat('p50'))} ms, p99 {fnum(s.ttft_ms.stat('p99'))} ms",
         )
-        for level, line in measure_lines(s):  # its window, precision, saturation, probes (sessions/measurement.py)
+        # its window, precision, saturation, probes (sessions/measurement.py); a cell the engine measured has a window
+        for level, line in measure_lines(s, before_windows=False):
             self.log_view.event(level, f"cell {c.index + 1} {line}")
         if s.mostly_rate_limited:
             self.log_view.event("warning", f"cell {c.index + 1} {rate_limit_line(s)}")
