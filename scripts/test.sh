@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need (a venv with servescope and its
-# test tools, tmux, Chromium, the vLLM CPU build, llama.cpp's server and the tiny test models, all cached outside the
-# clone), then runs ruff, mypy and pytest (real vLLM, real llama.cpp, tmux, Ray and simulator tests included),
+# test tools, tmux, Chromium, the vLLM CPU build, llama.cpp's server, GuideLLM, AIPerf and inference-perf, and the
+# tiny test models, all cached outside the clone), then runs ruff, mypy and pytest (real vLLM, real llama.cpp,
+# GuideLLM, AIPerf, inference-perf, tmux, Ray and simulator tests included),
 # printing the 30 slowest tests.
 #   ./scripts/test.sh              everything (what CI's .ci/run calls)
 #   ./scripts/test.sh --fast       the inner loop: everything but the tests marked vllm, llamacpp, tmux, ray or
@@ -37,12 +38,17 @@ if [ "$FAST" = 0 ]; then
   if [ "${SERVESCOPE_SKIP_LLAMACPP:-}" != 1 ]; then
     bash .ci/setup_llamacpp.sh >/dev/null & LLAMA_SETUP=$!  # llama-server and GGUF models
   fi
+  PEERS_SETUP=
+  if [ "${SERVESCOPE_SKIP_PEERS:-}" != 1 ]; then
+    bash .ci/setup_peers.sh >/dev/null & PEERS_SETUP=$!  # GuideLLM, AIPerf and inference-perf, for the import tests
+  fi
 fi
 .venv/bin/ruff check servescope tests benchmarks
 .venv/bin/mypy
 if [ "$FAST" = 0 ]; then
   wait "$VLLM_SETUP"
   if [ -n "$LLAMA_SETUP" ]; then wait "$LLAMA_SETUP"; fi
+  if [ -n "$PEERS_SETUP" ]; then wait "$PEERS_SETUP"; fi
 fi
 # three for --fast: its tests mostly wait on simulators that run in real time (benchmarks/suite_procs.py: 2 vs 3
 # processes, median 191 s vs 151 s here); two for everything, where the real servers' own threads want the cores

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from servescope import __version__
@@ -37,7 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                                    "(for CI)"))
     a.add_report_args(sub.add_parser("report", help="a report of a session: Markdown, HTML with its figures, CSV or "
                                                     "JSON"))
-    a.add_import_args(sub.add_parser("import", help="import `vllm bench serve --save-result` JSON as a session"))
+    a.add_import_args(sub.add_parser("import", help="import another tool's results as a session (vllm bench serve, "
+                                     "GuideLLM, AIPerf, inference-perf, llm-d benchmark reports)"))
+    a.add_export_args(sub.add_parser("export", help="write a session as llm-d benchmark reports (one per cell)"))
     a.add_quality_args(sub.add_parser("quality", help="probe answer quality (tasks, perplexity, divergence from a "
                                       "reference) and save it as a session"))
     a.add_twin_args(sub.add_parser("twin", help="fit the simulator to a measured session (the capacity twin)"))
@@ -73,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     except ServescopeError as e:
         print(f"{prog}: error: {clean_text(e.message)}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:
+        # the reader left (`servescope sim --list | head`): stop quietly as a command killed by SIGPIPE does, and
+        # keep Python's exit-time flush of stdout from failing again on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + int(signal.SIGPIPE)
 
 
 def command_prog(args: argparse.Namespace) -> str:
@@ -92,11 +100,11 @@ def _command(args: argparse.Namespace) -> int:
         return run.run_command(args) if cmd == "run" else run.resume_command(args)
     if cmd == "workloads":
         return _workloads(args.files)
-    if cmd in ("sessions", "compare", "gate", "report", "import"):
+    if cmd in ("sessions", "compare", "gate", "report", "import", "export"):
         from servescope.cli import compare as cc
 
         fn = {"sessions": cc.sessions_command, "compare": cc.compare_command, "gate": cc.gate_command,
-              "report": cc.report_command, "import": cc.import_command}[cmd]
+              "report": cc.report_command, "import": cc.import_command, "export": cc.export_command}[cmd]
         return int(fn(args))
     if cmd == "quality":
         from servescope.cli.quality import quality_command

@@ -34,10 +34,11 @@ FIXTURE_MARKERS = {
     "vllm_server_perturbed": "vllm",
     "vllm_bench_files": "vllm",
     "llamacpp_f16": "llamacpp",
+    "peer_runs": "slow",  # GuideLLM and AIPerf, run once per test session
 }
 # fixture -> the group of processes' tests that share its server (the first that applies)
 FIXTURE_GROUPS = {"vllm_server": "vllm-pool", "vllm_server_perturbed": "vllm-pool", "vllm_bench_files": "vllm-pool",
-                  "llamacpp_f16": "llamacpp-pool"}
+                  "llamacpp_f16": "llamacpp-pool", "peer_runs": "peers-pool"}
 # module name prefix -> marker
 MODULE_MARKERS = {"test_tmux_": "tmux", "test_llamacpp_": "llamacpp", "test_ray_": "ray"}
 # module name prefix -> one group of processes' tests: two Ray clusters on one host at once refuse each other's
@@ -125,3 +126,15 @@ def llamacpp_f16(server_pool: ServerPool) -> object:
     """A real llama.cpp server with the tiny model as f16 GGUF: 4 slots of 1,024 tokens (-c 4096)."""
     _skip_llamacpp()
     return server_pool.llamacpp("tiny-f16.gguf", ctx=4096, parallel=4)
+
+
+@pytest.fixture(scope="session")
+def peer_runs(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """One servescope session, one GuideLLM run and one AIPerf run of the same fixed-length workload and concurrencies
+    against one simulator, made once per test session and shared by the tests that import them
+    (tests/support/peers.py; the tools' venvs come from .ci/setup_peers.sh). SERVESCOPE_SKIP_PEERS=1 skips them."""
+    if os.environ.get("SERVESCOPE_SKIP_PEERS") == "1":
+        pytest.skip("SERVESCOPE_SKIP_PEERS=1: the GuideLLM and AIPerf tests skipped on purpose")
+    from tests.support import peers
+
+    return peers.same_load_runs(tmp_path_factory.mktemp("peers"))

@@ -40,6 +40,9 @@ CASES: dict[str, tuple[list[str], list[str], tuple[list[str], str]]] = {
                (["report", S, "--fromat", "md"], "--format")),
     "import": (["import", "x.json", "--no-such-flag"], ["import", "x.json", "--tag", "novalue"],
                (["import", "x.json", "--worklaod", "w"], "--workload")),
+    "export": (["export", S, "--format", "llmd-report", "-o", "x", "--no-such-flag"],
+               ["export", S, "--format", "csv", "-o", "x"],
+               (["export", S, "--fromat", "llmd-report", "-o", "x"], "--format")),
     "quality": (["quality", "--no-such-flag"], ["quality", "--top-k", "50"],
                 (["quality", "--contxt", "1024"], "--context")),
     "twin": (["twin", "fit", S, "--no-such-flag"], ["twin", "fit", S, "--server-max-num-seqs", "0"],
@@ -256,3 +259,14 @@ def test_the_top_level_help_says_compare_and_report_write_html() -> None:
     compare = text.split(" compare ", 1)[1].split(" gate ", 1)[0]
     report = text.split(" report ", 1)[1].split(" import ", 1)[0]
     assert "HTML" in compare and "HTML" in report, (compare, report)
+
+
+@pytest.mark.parametrize("argv", [["sim", "--list"], ["workloads"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(argv: list[str]) -> None:
+    """`servescope sim --list | head -1`: the reader has gone when the listing is written; the command stops as one
+    killed by SIGPIPE does (exit 141), with nothing on stderr (it printed a BrokenPipeError traceback)."""
+    p = subprocess.Popen([sys.executable, "-m", "servescope", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # no reader is left: the command's first write to stdout meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and err == "", err

@@ -17,7 +17,8 @@ from servescope.engine.spec import add_flags, add_workload_flag, seed_value, val
 _SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or the user data dir)"
 MIN_EFFECT_PCT = 2.0
 FAIL_ON_EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
-MISMATCH_NAMES = ("servescope_version", "warmup", "max_model_len", "tokenizer", "host", "lengths")
+MISMATCH_NAMES = ("servescope_version", "warmup", "max_model_len", "tokenizer", "host", "lengths", "token_basis",
+                  "ttft", "itl", "tpot", "e2e", "percentiles", "throughput", "streaming", "ignore_eos")
 
 
 class UsageError(ServescopeError):
@@ -118,7 +119,8 @@ DOCS_PAGES = {
     "workloads": "docs/measuring.md#workloads", "sim": "docs/simulator.md", "demo": "docs/getting-started.md",
     "sessions": "docs/sessions.md", "compare": "docs/compare.md",
     "gate": "docs/compare.md#gate-a-pull-request-servescope-gate", "report": "docs/compare.md#reports",
-    "import": "docs/sessions.md#import-vllm-bench-serve-results", "quality": "docs/quality.md",
+    "import": "docs/imports.md", "export": "docs/imports.md#export-an-llm-d-benchmark-report",
+    "quality": "docs/quality.md",
     "twin": "docs/twin.md", "whatif": "docs/twin.md", "tune": "docs/tune.md",
     "watch": "docs/measuring.md#sweeps-that-outlive-the-terminal-detach-watch-attach",
     "attach": "docs/measuring.md#sweeps-that-outlive-the-terminal-detach-watch-attach", "tui": "docs/app.md",
@@ -303,15 +305,36 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
 # ---- import -----------------------------------------------------------------------------------------
 
 
+IMPORT_FORMATS = ("vllm-bench", "guidellm", "aiperf", "inference-perf", "llmd-report")  # sessions.provenance's
+
+
 def add_import_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="`vllm bench serve --save-result` JSON files "
-                   "(one cell each; several files of one model become one session)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="result files of one tool, or their folders: "
+                   "`vllm bench serve --save-result` JSON (one cell each), GuideLLM's benchmarks JSON (each "
+                   "benchmark a cell), AIPerf's profile_export.jsonl or profile_export_aiperf.json (each run a cell), "
+                   "inference-perf's lifecycle reports (each stage a cell), llm-d benchmark reports (one cell each)")
+    p.add_argument("--from", dest="from_", choices=IMPORT_FORMATS, metavar="TOOL",
+                   help=f"the tool that wrote the files: {', '.join(IMPORT_FORMATS)} (default: recognised from the "
+                        "files)")
     p.add_argument("--workload", help="workload name for the cells, e.g. sharegpt, to align them with a "
-                   "servescope session (default vllm-bench-inN-outM)")
+                   "servescope session's cells of the same load (default TOOL-inN-outM)")
     p.add_argument("--name", default="", help="session name")
     docs_epilog(p, "import")
     p.add_argument("--tag", action="append", default=[], help="KEY=VALUE label for the session, repeatable")
     p.add_argument("--save", help="session directory (default: a new one under the sessions directory)")
+    p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
+
+
+EXPORT_FORMATS = ("llmd-report",)
+
+
+def add_export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION", help="session directory or id (see `servescope sessions`)")
+    p.add_argument("--format", choices=EXPORT_FORMATS, default="llmd-report",
+                   help="llmd-report (the default): one llm-d benchmark report (schema 0.2, JSON) per cell")
+    p.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder the files go to (created; "
+                   "files of the same names in it are replaced)")
+    docs_epilog(p, "export")
     p.add_argument("--sessions-dir", help=_SESSIONS_DIR_HELP)
 
 

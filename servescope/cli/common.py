@@ -60,7 +60,10 @@ def check_paths(args: argparse.Namespace) -> None:
             raise ServescopeError(f"{p} already exists and is not empty; choose another --save directory")
     for flag, attr in _FILE_FLAGS:
         if getattr(args, attr, None):
-            _file_path(flag, getattr(args, attr))
+            if cmd == "export" and attr == "output":  # export writes a folder of files
+                _dir_path(flag, args.output, writable=True)
+            else:
+                _file_path(flag, getattr(args, attr))
 
 
 def check_writable_session(path: Path, what: str) -> None:

@@ -1,4 +1,4 @@
-"""`servescope sessions | compare | report | import`: argparse wiring over servescope.sessions.
+"""`servescope sessions | compare | report | import | export`: argparse wiring over servescope.sessions.
 
 Each `add_*_args(p)` fills a subparser; each `*_command(args) -> int` runs it. Setup problems raise
 ServescopeError (the CLI prints its one line and exits 2)."""
@@ -35,7 +35,9 @@ from servescope.sessions.gate import (
     parse_fail_on,
     save_baseline,
 )
-from servescope.sessions.importers import import_files, lacks
+from servescope.sessions.importers import import_files
+from servescope.sessions.llmd import export_reports
+from servescope.sessions.provenance import measured_by
 from servescope.sessions.quality import quality_brief
 from servescope.sessions.store import load_session, scan_sessions, sessions_home
 from servescope.sessions.views import cell_counts, status_text
@@ -378,13 +380,29 @@ def report_command(args: argparse.Namespace) -> int:
 def import_command(args: argparse.Namespace) -> int:
     path = import_files(args.files, sessions_dir=Path(args.sessions_dir).expanduser() if args.sessions_dir else None,
                         save=Path(args.save).expanduser() if args.save else None, name=args.name,
-                        workload=args.workload, tags=parse_tags(args.tag))
+                        workload=args.workload, tags=parse_tags(args.tag), fmt=args.from_)
     s = load_session(path)
-    detailed = bool((s.info.import_ or {}).get("detailed"))
-    print(f"imported {s.cells.height} cell(s) as session {path}")
-    print("per-request data: " + ("yes (every metric recomputed with servescope's formulas)" if detailed else
-                                  "no (vllm's aggregates only; rerun vllm bench serve with --save-detailed)"))
+    src = measured_by(s.info)
+    print(f"imported {s.cells.height} cell(s) from {clean_text(src.tool_name)} as session {path}")
+    print("per-request data: " + ("yes (every metric recomputed with servescope's formulas)" if src.rebuilt else
+                                  "no (the tool's aggregates only" + ("; rerun vllm bench serve with --save-detailed)"
+                                                                      if src.tool == "vllm-bench" else ")")))
+    print(f"token counts: {clean_text(src.token_basis)}")
     print("this import lacks:")
-    for k, v in lacks(detailed).items():
-        print(f"  {k}: {v}")
+    for k, v in src.lacks.items():
+        print(f"  {k}: {clean_text(v)}")
+    return 0
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """`servescope export SESSION --format llmd-report -o DIR`: one report per cell, every file built before any is
+    written."""
+    base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
+    s = resolve_session(args.session, base)
+    if not args.output.strip():
+        raise ServescopeError("-o: empty; give the folder the reports go to")
+    written = export_reports(s, Path(args.output).expanduser())
+    for p in written:
+        print(p)
+    print(f"{len(written)} llm-d benchmark report(s) written to {Path(args.output).expanduser()}", file=sys.stderr)
     return 0

@@ -49,7 +49,7 @@ def runner_main() -> int:
                 ctx = replace(ctx, url=url, target_label=label)
             return run_loop_for(spec, ctx, sys.stdout, sys.stdout, False)
     except ServescopeError as e:
-        print(f"servescope: error: {clean_text(e.message)}", flush=True)
+        print(f"servescope run: error: {clean_text(e.message)}", flush=True)  # as the command would say it
         return e.exit_code
 
 

@@ -131,7 +131,7 @@ def wait_started(path: Path, proc: subprocess.Popen[bytes], wait_s: float = STAR
                     return None  # a very short sweep: already done
                 _runner_log_written(proc)
                 tail = runner_log_tail(path, 1)
-                return tail.removeprefix("servescope: error: ") or f"the runner exited with code {rc}; see {path}/runner.log"
+                return tail.removeprefix("servescope run: error: ") or f"the runner exited with code {rc}; see {path}/runner.log"
             time.sleep(0.05)
         return None
     finally:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from servescope.core.errors import ServescopeError
 from servescope.core.kvbudget import KVBudget
 from servescope.core.launchspec import ArgValue
 from servescope.core.metrics import HIGHER_IS_BETTER, SLO_ATTAINMENT
@@ -25,7 +26,7 @@ from servescope.core.secrets import redact_command
 from servescope.core.steady import ramp_from_probe
 from servescope.engine.aio import run_loop
 from servescope.engine.background import Background
-from servescope.engine.events import Event, SweepControl
+from servescope.engine.events import Event, SweepControl, SweepFinished
 from servescope.engine.runner import run_sweep
 from servescope.engine.server import Servers
 from servescope.engine.spec import RunContext, SweepSpec
@@ -201,11 +202,13 @@ class LiveMeasurer:
 
     def _sweep(self, spec: SweepSpec, save: Path) -> None:
         """Run the one-cell sweep `spec` into `save` on the setting's server (launched when another one runs);
-        KeyboardInterrupt when Ctrl-C, SIGTERM or the app stopped it."""
+        KeyboardInterrupt when Ctrl-C, SIGTERM or the app stopped it; ServescopeError when the sweep failed (a server
+        lost for good also stops the sweep, and is not an interrupt)."""
         ctx = replace(self.ctx, save_dir=save)
         if self.servers is not None:
             self.servers.want(spec)
         control = self.control or SweepControl()
+        failed: list[str] = []
 
         async def go() -> None:
             loop = asyncio.get_running_loop()
@@ -218,6 +221,8 @@ class LiveMeasurer:
                     pass
             try:
                 async for ev in run_sweep(spec, ctx, control, servers=self.servers):
+                    if isinstance(ev, SweepFinished) and ev.status == "failed":
+                        failed.append(ev.message)
                     if self.on_event is not None:
                         self.on_event(ev)
             finally:
@@ -225,6 +230,8 @@ class LiveMeasurer:
                     loop.remove_signal_handler(sig)
 
         run_loop(go())
+        if failed:
+            raise ServescopeError(failed[0])
         if control.stopping:
             raise KeyboardInterrupt
 

@@ -1,5 +1,6 @@
 """A comparison (servescope.sessions.compare.Comparison) as document blocks: the sessions, the configuration that
-differs, what was measured differently, the headline, the quality block, one delta table per workload (each delta
+differs, how sessions measured by other tools were measured (the comparability table), what was measured
+differently, the headline, the quality block, one delta table per workload (each delta
 with its interval and verdict), the cells only some sessions have, capacity, knee and peak per session, the cost of
 thinking mode, the cost at capacity of a GPU against an API, and the notes.
 
@@ -31,9 +32,12 @@ from servescope.reports.document import (
 )
 from servescope.reports.quality_doc import quality_comparison_blocks
 from servescope.reports.render_md import render_markdown
+from servescope.reports.serving_doc import speculation_compare_blocks
 from servescope.sessions.answers import CostAtCapacity, ThinkingCost, WorkloadAnswers
+from servescope.sessions.comparability import Comparability
 from servescope.sessions.compare import (
     COST_METRIC,
+    ENERGY_METRIC,
     RATE_LIMITED_METRIC,
     ComparedCell,
     Comparison,
@@ -43,8 +47,8 @@ from servescope.sessions.compare import (
 from servescope.sessions.stats import interval_label
 from servescope.sessions.views import fmt_num, fmt_pct, slo_text
 
-__all__ = ["answers_blocks", "comparison_blocks", "comparison_document", "comparison_markdown", "config_blocks",
-           "cost_blocks", "headline", "thinking_blocks"]
+__all__ = ["answers_blocks", "comparability_blocks", "comparison_blocks", "comparison_document", "comparison_markdown",
+           "config_blocks", "cost_blocks", "headline", "thinking_blocks"]
 
 
 # ---- the headline -------------------------------------------------------------------------------------------
@@ -54,7 +58,7 @@ def headline(comp: Comparison) -> list[str]:
     noise)' (each quality figure as this session's vs the first's)."""
     lines = []
     base = comp.labels[0]
-    keys = ("output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50", COST_METRIC.key)
+    keys = ("output_tok_s", "per_user_tok_s.mean", "ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50", COST_METRIC.key, ENERGY_METRIC.key)
     specs = {m.key: m for m in comp.metrics}
     for i, lb in enumerate(comp.labels[1:], start=1):
         parts = []
@@ -65,6 +69,8 @@ def headline(comp: Comparison) -> list[str]:
             if ds:
                 parts.append(f"{specs[k].label} {fmt_pct(statistics.median(ds))}")
         speed = ", ".join(parts) + f" (median over {len(comp.cells)} common cells)" if parts else ""
+        if speed and comp.comparability is not None and (unjudged := _unjudged(comp)):
+            speed += f"; measured differently, so not judged: {unjudged}"
         quality = comp.quality.headline(i) if comp.quality is not None else ""
         if quality and not speed:
             speed = "no speed cells in common" if not comp.cells else ""
@@ -73,7 +79,48 @@ def headline(comp: Comparison) -> list[str]:
     return lines
 
 
+def _unjudged(comp: Comparison) -> str:
+    """The compared figures a differing definition leaves unjudged, by their labels, each with the definitions that
+    differ: `ITL p99 ms (ITL definition)` ("" when none)."""
+    c = comp.comparability
+    if c is None:
+        return ""
+    return ", ".join(f"{m.label} ({c.why(m.key)})" for m in comp.metrics if c.why(m.key))
+
+
 # ---- sections -----------------------------------------------------------------------------------------------
+def comparability_blocks(comp: Comparison, level: int) -> list[Block]:
+    """How the sessions were measured, when another tool measured some of them: each session's tool, where its
+    figures come from, the facts that differ and the figures each difference changes ([] when all were measured
+    alike by servescope)."""
+    c: Comparability | None = comp.comparability
+    if c is None or not c.shown:
+        return []
+    labels = comp.labels
+    names = {m.key: m.label for m in comp.metrics}
+    rows = [row("figures from", *("per-request records (servescope's formulas)" if r else "the tool's aggregates"
+                                  for r in c.rebuilt), "-")]
+    for r in c.rows:
+        figs = ", ".join(names.get(f, f) for f in r.figures)
+        rows.append(row(r.fact.label, *(v or "not stated" for v in r.values),
+                        figs or r.fact.note or ("nothing" if not r.fact.figures and not r.fact.percentiles else "-")))
+    out: list[Block] = [
+        heading(level, "How the sessions were measured"),
+        table((Column("measured with"), *cols(*labels), Column("changes the meaning of")), rows),
+    ]
+    unjudged = _unjudged(comp)
+    if unjudged:
+        out.append(para(Strong("Measured differently:"), f" these figures are shown but not judged (no verdict, no "
+                        f"winner): {unjudged}."))
+    else:
+        out.append(para("Every definition the compared figures depend on agrees: each figure is judged."))
+    out.append(para("Where records were rebuilt, every figure is computed with servescope's formulas from the tool's "
+                    "own timestamps; a definition still differs where the tool stamped another event or kept no "
+                    "per-chunk times (docs/imports.md)."))
+    return out
+
+
+
 def config_blocks(comp: Comparison, level: int) -> list[Block]:
     """The server configuration that differs between the sessions (it heads every comparison)."""
     out: list[Block] = [heading(level, "Configuration diff")]
@@ -196,10 +243,17 @@ def comparison_blocks(comp: Comparison, level: int = 2, figures: Sequence[str] =
     their own after the delta tables."""
     labels = comp.labels
     out: list[Block] = [heading(level, f"Comparison: {' vs '.join(labels)}")]
-    out.append(table(cols("label", "session", "model", "target", "tags"),
-                     [row(s.label, s.path, s.model, s.target, ", ".join(f"{k}={v}" for k, v in s.tags.items()))
-                      for s in comp.sessions]))
+    c = comp.comparability
+    if c is not None and c.shown:  # sessions of other tools: each session's tool named
+        out.append(table(cols("label", "session", "tool", "model", "target", "tags"),
+                         [row(s.label, s.path, tool, s.model, s.target, ", ".join(f"{k}={v}" for k, v in s.tags.items()))
+                          for s, tool in zip(comp.sessions, c.tools, strict=True)]))
+    else:
+        out.append(table(cols("label", "session", "model", "target", "tags"),
+                         [row(s.label, s.path, s.model, s.target, ", ".join(f"{k}={v}" for k, v in s.tags.items()))
+                          for s in comp.sessions]))
     out += config_blocks(comp, level + 1)
+    out += comparability_blocks(comp, level + 1)
     if comp.mismatches:
         out += [para(Strong("Not comparable: no winner is called."), " The sessions differ in what was measured:"),
                 bullets(comp.mismatches)]
@@ -211,6 +265,7 @@ def comparison_blocks(comp: Comparison, level: int = 2, figures: Sequence[str] =
         out += [heading(level + 1, "Speed"), para(comp.no_common)]
     else:
         out += _speed_blocks(comp, level)
+        out += speculation_compare_blocks(labels, [(c.workload, c.cells) for c in comp.cells], level + 1)
     if figures:
         out.append(FigureGroup(level + 1, "Figures", tuple(figures)))
     if comp.answers or comp.thinking or not comp.no_common:

@@ -699,7 +699,8 @@ def _interval(c: ComparedCell, key: str, i: int, x: float, labels: Sequence[str]
     if j is None or j.ci is None or j.delta_pct is None or base is None or base <= 0:
         return None
     lo, hi = base * (1 + j.ci[0] / 100), base * (1 + j.ci[1] / 100)
-    return Interval(x, lo, hi, f"{labels[i]}, {c.load}: {what} vs {labels[0]}: {j.delta_pct:+.1f}% "
-                               f"{interval_pct(j.ci)} (the 95% interval of the difference), drawn as "
-                               f"{fmt_num(lo)}-{fmt_num(hi)} {unit}: {labels[0]}'s {fmt_num(base)} {unit} x (1 + "
-                               "the interval)")
+    head = f"{labels[i]}, {c.load}: {what} vs {labels[0]}: {j.delta_pct:+.1f}% {interval_pct(j.ci)}"
+    if f"{j.ci[0]:+.1f}" == f"{j.ci[1]:+.1f}":  # no spread (a deterministic server): nothing to draw but the point
+        return Interval(x, lo, hi, head)
+    return Interval(x, lo, hi, f"{head} (the 95% interval of the difference), drawn as {fmt_num(lo)}-{fmt_num(hi)} "
+                               f"{unit}: {labels[0]}'s {fmt_num(base)} {unit} x (1 + the interval)")

@@ -35,6 +35,7 @@ from servescope.reports.report_sections import (
     workload_blocks,
     workloads_blocks,
 )
+from servescope.reports.serving_doc import session_serving_blocks
 from servescope.reports.tunereport import TUNE_FIGURE_KEY, tune_blocks
 from servescope.reports.twin_doc import twin_blocks
 from servescope.sessions.compare import (
@@ -48,6 +49,7 @@ from servescope.sessions.compare import (
     session_label,
     thinking_costs,
 )
+from servescope.sessions.provenance import measured_by
 from servescope.sessions.quality import result_dict
 from servescope.sessions.stats import DRIFT_MIN_PCT, WARMUP_RATIO, drift, measured, seed_for, warm_up
 from servescope.sessions.store import Session, summary_columns
@@ -169,14 +171,13 @@ def abnormal_notes(rep: SessionReport) -> list[str]:
                 "--include-bound; run the load from more cores or a stronger host)" if ch.verdict == "bound" else
                 ": its timestamps may be late by up to the loop lag"))
         notes += stability_notes(s, v)
-    imp = s.info.import_
-    if imp is not None:
-        fmt = clean_text(str(imp.get("format", "?")))
-        lacks = imp.get("lacks")
-        lacks = lacks if isinstance(lacks, Mapping) else {}
-        notes.append(f"imported from {fmt}" + (" with per-request data" if imp.get("detailed") else
-                                               " without per-request data (--save-detailed was not used)")
-                     + "; it lacks: " + "; ".join(f"{k} ({clean_text(str(v))})" for k, v in lacks.items()))
+    src = measured_by(s.info)
+    if src.imported:
+        how = (" with per-request data (every figure computed with servescope's formulas from its timestamps)"
+               if src.rebuilt else " without per-request data (the tool's aggregates"
+               + (": --save-detailed was not used)" if src.tool == "vllm-bench" else ")"))
+        notes.append(f"imported from {clean_text(src.tool_name)}{how}; it lacks: "
+                     + "; ".join(f"{k} ({clean_text(str(v))})" for k, v in src.lacks.items()))
     return notes
 
 
@@ -311,6 +312,7 @@ def report_document(rep: SessionReport, others: Sequence[SessionReport] = (), co
         blocks += definitions_blocks(with_client=any(v.summary.client is not None for v in rep.views))
         for w in workloads:
             blocks += workload_blocks(rep, w, comparison, others, by_section.get(w, []))
+        blocks += session_serving_blocks(rep.views, 2)  # speculation on vs off, the servers' start-up
         blocks += thinking_blocks(rep.thinking, 2)
     if rep.quality is not None:
         blocks += quality_blocks(rep.session, rep.quality, 2)
@@ -417,6 +419,16 @@ def render_csv(reps: Sequence[SessionReport]) -> str:
     return buf.getvalue()
 
 
+def _import_table(session: Session) -> dict[str, object] | None:
+    """The report JSON's `import` (as sessions imported before the [source] table stored it): None when servescope
+    measured the session."""
+    src = measured_by(session.info)
+    if not src.imported:
+        return None
+    return {"format": src.tool if src.tool != "vllm-bench" else "vllm-bench-serve", "files": src.files,
+            "detailed": src.rebuilt, "dates": src.dates, "lacks": src.lacks}
+
+
 def _rep_dict(r: SessionReport) -> dict[str, object]:
     m = r.session.meta  # as stored: the json report passes these tables through unchanged
     return {
@@ -429,7 +441,8 @@ def _rep_dict(r: SessionReport) -> dict[str, object]:
         "status": r.session.status,
         "started_at": m.get("started_at"),
         "workloads": m.get("workloads"),
-        "import": m.get("import"),
+        "import": _import_table(r.session),
+        "source": measured_by(r.session.info).to_dict() if measured_by(r.session.info).imported else None,
         "slos": r.slos,
         "slos_source": r.slos_source,
         "cells": [{"index": v.index, "workload": v.workload, "load": v.load, "concurrency": v.concurrency,

@@ -37,6 +37,7 @@ from servescope.reports.document import (
 )
 from servescope.reports.measure_doc import mark_parts, measurement_blocks
 from servescope.reports.quality_doc import load_quality_blocks
+from servescope.reports.serving_doc import energy_cells, energy_columns, serving_blocks
 from servescope.sessions.answers import completed
 from servescope.sessions.compare import CellView, Comparison, ThinkingCost, WorkloadAnswers, fmt_num, slo_text
 from servescope.sessions.quality import synthetic_note
@@ -355,6 +356,7 @@ def workload_blocks(rep: SessionReport, workload: str, comparison: Comparison | 
     cache = any(finite(v.summary.prefix_cache_hit_rate) is not None for v in views)
     client = any(v.summary.client is not None for v in views)
     cost = any(v.summary.cost is not None for v in views)
+    energy = energy_columns(views)  # beside the cost, only where NVML measured it
     rows = []
     for v in views:
         sm = v.summary
@@ -369,8 +371,9 @@ def workload_blocks(rep: SessionReport, workload: str, comparison: Comparison | 
             *([Num(f"{hit:.1%}" if hit is not None else "-")] if cache else []),
             *([_client_cell(sm)] if client else []),
             *([Num(fmt_num(sm.value("cost", "usd_per_1m_output_tokens")))] if cost else []),
+            *energy_cells(sm, energy),
         ))
-    out.append(table(results_columns(limited, cache, client, cost), rows))
+    out.append(table((*results_columns(limited, cache, client, cost), *energy), rows))
     if limited:
         out.append(para("ok / failed / 429: the cell's requests that succeeded, that failed, and that the server "
                         "refused by its rate limit (HTTP 429: counted apart from the failed ones, and measured in no "
@@ -386,6 +389,7 @@ def workload_blocks(rep: SessionReport, workload: str, comparison: Comparison | 
     out += measurement_blocks(views, [v for v in rep.skipped if v.workload == workload])  # reports/measure_doc.py
     if cost:
         out += _cost_blocks(views)
+    out += serving_blocks(views)
     out += _turn_blocks(views)
     quality = load_quality_blocks(views)
     if quality and (synthetic := synthetic_note(rep.session.info.target.url)):

@@ -24,6 +24,12 @@ Definitions (also in docs/compare.md and in every report):
   session whose input lengths were calibrated on its server's usage (a hosted API, without /tokenize) is
   not held to the tokenizer: its measured lengths are compared instead, so a GPU session and an API session
   of the same workload compare as they are (their models and servers differ: the configuration diff says so).
+- Measured by another tool (servescope.sessions.comparability): a session imported from GuideLLM, AIPerf,
+  inference-perf, an llm-d report or `vllm bench serve` may define some figures differently (its token counts, its
+  TTFT, ITL, TPOT, E2E, percentile and throughput definitions, streaming, ignore_eos). Each difference names the
+  figures it touches; those are shown but not judged (`ComparedCell.figure_why`, their verdict `not comparable
+  (...)`), the others are judged as usual. An imported session's servescope version, tokenizer and client host are
+  its tool's, not facts above; its warmup is what its files say.
 - Cost (core/cost.py): the cells' USD per 1M output tokens, a row when some session was given a price
   (`--price` for an API, `--gpu-hour` for a GPU); no interval, so no winner is called from it. With a GPU
   session and an API session, "Cost at capacity" puts the GPU's cost at its capacity at the SLOs beside the
@@ -79,6 +85,8 @@ from servescope.sessions.answers import (
     peak,
     thinking_costs,
 )
+from servescope.sessions.comparability import Comparability, comparability
+from servescope.sessions.provenance import measured_by
 from servescope.sessions.quality import QualityComparison, compare_quality
 from servescope.sessions.stats import (
     CONFIDENCE,
@@ -115,7 +123,7 @@ from servescope.sessions.views import (
 CellKey = tuple[str, LoadPlan]  # a cell as comparisons join it: (workload with its variant, planned load)
 
 __all__ = [
-    "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "RATE_LIMITED_METRIC", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
+    "COMPARE_METRICS", "COST_METRIC", "DEFAULT_SLOS", "ENERGY_METRIC", "RATE_LIMITED_METRIC", "MIN_EFFECT_PCT", "TIE_REL", "Capacity", "CellView",
     "ComparedCell", "Comparison", "CostAtCapacity", "Judgement", "Knee", "MetricSpec", "SessionRef", "ThinkingCost",
     "WorkloadAnswers", "apply_slos", "capacity", "cell_views", "choose_slos", "compare_sessions",
     "config_diff", "delta_pct", "delta_text", "derive", "interval_pct", "fmt_num", "fmt_pct", "knee", "mismatches", "peak",
@@ -157,6 +165,8 @@ COMPARE_METRICS: tuple[MetricSpec, ...] = tuple(MetricSpec.of(k) for k in (
 ))
 # what a million output tokens cost (core/cost.py): with the default figures, a row when some session has it
 COST_METRIC = MetricSpec("cost.usd_per_1m_output_tokens", "cost $/1M out tok", "lower")
+# the GPUs' energy per output token (NVML; core/energy.py), beside the cost: a row only when some session measured it
+ENERGY_METRIC = MetricSpec("energy.j_per_output_token", "energy J/out tok", "lower")
 # the requests a server refused by its rate limit (HTTP 429; a count per cell, the median over its repeats): a row
 # only when some compared cell has any, not judged (a count of refusals, no interval)
 RATE_LIMITED_METRIC = MetricSpec("requests_rate_limited", "requests rate-limited (HTTP 429)", "neutral")
@@ -243,6 +253,9 @@ class ComparedCell(ReadsPlan):
     no_winner: dict[str, str] = field(default_factory=dict)  # metric key -> why no winner ("within noise")
     repeats: list[int] = field(default_factory=list)  # repeats per session (0: no per-request data)
     not_comparable: str = ""  # why no verdict is called for this cell ("" when comparable)
+    # metric key -> why that figure gets no verdict beyond the cell's reason: a definition that differs between the
+    # sessions' tools (sessions.comparability); absent when the figure is judged
+    figure_why: dict[str, str] = field(default_factory=dict)
 
     @property
     def workload(self) -> str:
@@ -267,12 +280,17 @@ class ComparedCell(ReadsPlan):
         """The sessions whose client was bound in this cell (their figures measure the load generator)."""
         return [i for i, v in enumerate(self.client) if v == "bound"]
 
+    def why(self, key: str) -> str:
+        """Why figure `key` of this cell gets no verdict: the cell's reason and the figure's ("" when judged)."""
+        return ", ".join(x for x in (self.not_comparable, self.figure_why.get(key, "")) if x)
+
     def verdict(self, key: str, i: int) -> str | None:
         """`better` / `worse` / `within noise`, `not comparable (...)`, or None (not judged, no interval)."""
         j = (self.judgements.get(key) or [None] * (i + 1))[i]
         if j is None or j.verdict is None:
             return None
-        return f"not comparable ({self.not_comparable})" if self.not_comparable else j.verdict
+        why = self.why(key)
+        return f"not comparable ({why})" if why else j.verdict
 
 
 @dataclass
@@ -295,6 +313,8 @@ class Comparison:
     quality: QualityComparison | None = None  # when some session holds quality results
     no_common: str = ""  # why there is no speed table: the sessions share no cell (compared for quality only)
     costs: list[CostAtCapacity] = field(default_factory=list)  # a GPU session's cost at capacity vs an API's
+    # each session's tool and the definitions that differ between them (sessions.comparability)
+    comparability: Comparability | None = None
 
     @property
     def labels(self) -> list[str]:
@@ -357,6 +377,8 @@ class Comparison:
             "significance": {"confidence": CONFIDENCE, "resamples": self.resamples, "min_effect_pct": self.min_effect,
                              "interval": self.interval},
             "mismatches": self.mismatches,
+            "comparability": (self.comparability.to_dict(self.labels) if self.comparability is not None else
+                              {"tools": [], "shown": False, "differences": [], "not_judged": {}}),
             "config_diff": [{"what": w, "values": v} for w, v in self.config],
             "cells": [
                 {"workload": c.workload, "load": c.load, "concurrency": c.concurrency, "rate": c.rate,
@@ -409,7 +431,7 @@ class Comparison:
         v = j.verdict if j is not None else None
         return {"session": self.labels[i], "delta_pct": c.deltas[m.key][i],
                 "ci": [ci[0], ci[1]] if ci is not None else None,
-                "verdict": v, "comparable": not c.not_comparable, "not_comparable": c.not_comparable or None}
+                "verdict": v, "comparable": not c.why(m.key), "not_comparable": c.why(m.key) or None}
 
 def _client_verdict(views: Sequence[CellView]) -> str | None:
     """The worst client verdict among a cell's repeats (None: not measured)."""
@@ -423,6 +445,11 @@ def _client_verdict(views: Sequence[CellView]) -> str | None:
 def _facts(session: Session) -> dict[str, str]:
     """What a session measured with, beyond its workloads: the facts two sessions must share to be judged."""
     i = session.info
+    src = measured_by(i)
+    if src.imported:  # another tool measured it: its tool, token counts and definitions are sessions.comparability's
+        warm = {"none": "0", "unknown": ""}.get(src.warmup, src.warmup.removesuffix(" requests"))
+        return {"servescope version": "", "warmup": clean_text(warm), "max model length":
+                str(i.max_model_len) if i.max_model_len is not None else "", "tokenizer": "", "client host": ""}
     tokenizer = clean_text(i.target.tokenizer or "")
     if tokenizer.startswith(CALIBRATED):
         # sized on its own server's counts (a hosted API: no /tokenize), its prompts hit the lengths asked in that
@@ -604,18 +631,19 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                      "Only their quality is compared.")
     lines, every, per_wl = mismatches(sessions, labels, groups, common) if common else ([], {}, {})
     if metrics == COMPARE_METRICS:
-        metrics = (*metrics, COST_METRIC, RATE_LIMITED_METRIC)
+        metrics = (*metrics, COST_METRIC, ENERGY_METRIC, RATE_LIMITED_METRIC)
     # a descriptive figure no session measured (the prefix-cache hit rate of a server without it) is left out, and
     # so is the cost when no session was given a price, and the 429s when no compared cell got any
     def shown(m: MetricSpec) -> bool:
         got = [m.value(rv.summary) for g in groups for k in common for rv in g[k]]
         if m.key == RATE_LIMITED_METRIC.key:
             return any(got)
-        return ((m.better != "neutral" and not m.key.startswith("cost.")) or m.key.endswith("tokens_mean")
+        return ((m.better != "neutral" and not m.key.startswith(("cost.", "energy."))) or m.key.endswith("tokens_mean")
                 or any(x is not None for x in got))
 
     metrics = tuple(m for m in metrics if shown(m))
     judged = tuple(m.key for m in metrics if figure_problem(m.key) is None)
+    measured_with = comparability(sessions, [m.key for m in metrics])
     cells = []
     max_repeats = 1
     for k in common:
@@ -645,7 +673,7 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                                 key=lambda i: vals[i] or 0.0, reverse=(m.better == "higher"))
                 r = ranked[0]
                 pair = judge(boots[r], boots[w], m.key, m.better, min_effect, observed=(vals[r], vals[w]))
-                if why:
+                if why or measured_with.why(m.key):
                     w, no_win[m.key] = None, "not comparable"
                 elif "bound" in client:
                     w, no_win[m.key] = None, "client bound"
@@ -655,7 +683,8 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                     w, no_win[m.key] = None, "within noise"
             wins[m.key] = w
         cells.append(ComparedCell(reps, values, deltas, wins, judgements, no_win,
-                                  [b.repeats if b is not None else 0 for b in boots], why))
+                                  [b.repeats if b is not None else 0 for b in boots], why,
+                                  {m.key: fw for m in metrics if (fw := measured_with.why(m.key))}))
     only = [(k[0], load_of[k], [lb for lb, m in zip(labels, groups, strict=True) if k in m])
             for k in order if k not in common]
     answers = []
@@ -667,12 +696,13 @@ def compare_sessions(sessions: Sequence[Session], label_key: str | None = None,
                        {str(k): clean_text(str(x)) for k, x in i.tags.items()})
             for s, i, lb in zip(sessions, infos, labels, strict=True)]
     if any(r == 0 for c in cells for r in c.repeats):
-        notes.append("some cells have no per-request data (an import without --save-detailed): their deltas "
+        notes.append("some cells have no per-request data (an import of another tool's aggregates): their deltas "
                      "have no interval and no winner")
     config, config_note = config_diff(sessions)
     costs = cost_at_capacity(labels, views, include_bound) if common else []
     return Comparison(refs, metrics, cells, only, answers, thinking, used, source, notes, min_effect, resamples,
-                      interval_label(max_repeats), lines, config, config_note, quality, no_common, costs)
+                      interval_label(max_repeats), lines, config, config_note, quality, no_common, costs,
+                      measured_with)
 
 
 # a session, its request files' (name, mtime, size), the SLOs, the figures, resamples, seed, closed-loop users

@@ -7,8 +7,9 @@ regression is beyond noise.
 - A cell (matched by workload and load, as `compare` matches them) fails a threshold when its delta is beyond
   it and the delta's 95% bootstrap interval lies wholly on that side of 0 (and |delta| is at least the
   minimum effect): servescope.sessions.stats.
-- Sessions that measured differently (servescope.sessions.compare.mismatches) are not gated: bad input,
-  unless `--allow-mismatch` names what may differ.
+- Sessions that measured differently (servescope.sessions.compare.mismatches, for every figure; and, for the
+  figures they touch, the definitions of another tool's session: servescope.sessions.comparability) are not gated:
+  bad input, unless `--allow-mismatch` names what may differ.
 - A baseline is a session (directory or id) or a baseline file written by `--save-baseline FILE`
   (`BASELINE_FORMAT`, below): the session's metadata, its cell table and its measured requests, so every
   interval is computed as from the session itself.
@@ -30,6 +31,7 @@ from servescope import __version__
 from servescope.core.errors import ServescopeError, error_text
 from servescope.core.metrics import REQUEST_SCHEMA
 from servescope.core.textsafe import clean_text
+from servescope.sessions.comparability import FACTS
 from servescope.sessions.compare import Comparison, MetricSpec, compare_sessions, fmt_pct, interval_pct
 from servescope.sessions.stats import CONFIDENCE, MIN_EFFECT_PCT, Judgement, Verdict, figure_problem
 from servescope.sessions.store import Session, load_session, toml_clean
@@ -41,10 +43,12 @@ EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
 BASELINE_FORMAT = 1
 _ITEM = re.compile(r"^(?P<figure>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?):(?P<limit>[+-]\d+(?:\.\d+)?)%$")
 
-# what --allow-mismatch accepts -> the fact names compare reports
+# what --allow-mismatch accepts -> the fact names compare reports (cli/args.py's help lists the keys)
 MISMATCH_NAMES: dict[str, tuple[str, ...]] = {
     "servescope_version": ("servescope version",), "warmup": ("warmup",), "max_model_len": ("max model length",),
     "tokenizer": ("tokenizer",), "host": ("client host",), "lengths": ("input tokens", "output tokens"),
+    # another tool's session (sessions/comparability.py's facts)
+    **{f.key: (f.label,) for f in FACTS if f.figures or f.percentiles},  # the facts that leave figures unjudged
 }
 
 
@@ -92,6 +96,16 @@ def parse_fail_on(text: str | None) -> list[Threshold]:
     if not out:
         raise ServescopeError(f'--fail-on names no figure; e.g. --fail-on "{EXAMPLE}"')
     return out
+
+
+def _mismatch_fact(line: str) -> set[str]:
+    """The fact names (compare's) a line of Comparison.mismatches is about: `warmup: a 8, b 0` -> {"warmup"};
+    `chat: mean measured input tokens differ ...` -> {"input tokens"}."""
+    head, _, rest = line.partition(": ")
+    for what in ("input", "output"):
+        if rest.startswith(f"mean measured {what} tokens"):
+            return {f"{what} tokens"}
+    return {head}
 
 
 def parse_allow_mismatch(text: str | None) -> set[str]:
@@ -229,15 +243,22 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
         raise ServescopeError(comp.no_common.replace("Only their quality is compared.", "").strip()
                               + " Gate sessions that ran the same workloads and concurrencies.")
     allow = allow or set()
-    refused = []
+    refused: dict[str, None] = {}  # the facts that differ and were not allowed
+    lines: dict[str, None] = {}  # a figure's own reasons, refused: "itl_ms.p99: not comparable (ITL definition)"
+    allowed_figures: dict[str, None] = {}  # and allowed
     for c in comp.cells:
-        why = {x.strip() for x in c.not_comparable.split(",") if x.strip()}
-        if why - allow:
-            refused.append(f"{c.workload} {c.load}: {', '.join(sorted(why - allow))}")
+        refused.update((x, None) for x in (x.strip() for x in c.not_comparable.split(",")) if x and x not in allow)
+        for t in thresholds:  # another tool's definitions: the figures they touch only (sessions.comparability)
+            for x in (x.strip() for x in c.figure_why.get(t.figure, "").split(",") if x.strip()):
+                (allowed_figures if x in allow else lines)[f"{t.figure}: not comparable ({x})"] = None
+                if x not in allow:
+                    refused[x] = None
     if refused:
+        allow_names = [n for n, labels in MISMATCH_NAMES.items() if set(refused) & set(labels)]
+        details = [m for m in comp.mismatches if _mismatch_fact(m) & set(refused)]
         raise ServescopeError("the sessions measured differently, no gate is called: "
-                              + "; ".join(comp.mismatches or refused)
-                              + "; pass --allow-mismatch NAMES (e.g. host,servescope_version) if that is intended")
+                              + "; ".join([*details, *lines])
+                              + f"; pass --allow-mismatch {','.join(allow_names)} if that is intended")
     rows = []
     for c in comp.cells:
         for t in thresholds:
@@ -252,7 +273,7 @@ def gate(baseline: Session, candidate: Session, thresholds: Sequence[Threshold],
                                   "give it an interval (an import without --save-detailed?)")
     base, cand = names or (comp.labels[0], comp.labels[1])
     return GateResult(base, cand, list(thresholds), rows, min_effect, comp.interval,
-                      [m for m in comp.mismatches], [f"{w} {ld}" for w, ld, _ in comp.only_in])
+                      [*comp.mismatches, *allowed_figures], [f"{w} {ld}" for w, ld, _ in comp.only_in])
 
 
 # ---- baseline files -------------------------------------------------------------------------------------

@@ -1,11 +1,17 @@
 """Import results made elsewhere as servescope sessions, so they can be compared and reported.
 
-Supported: the JSON that `vllm bench serve --save-result` writes (one file per run = one cell). With
-`--save-detailed` the file also holds per-request data (ttfts, itls, latencies, start_times, input/output
-lengths, errors): servescope then rebuilds request records and computes every metric with its own formulas
-(`servescope.core.metrics`), so the numbers are directly comparable with a servescope session. Without it,
-only vLLM's aggregates are kept (mean/median/std/p99 and any --metric-percentiles), and the metrics listed
-in `lacks` are missing.
+`import_files()` recognises each file's format (or takes the one `--from` names), reads it with that format's reader,
+and writes one session: one cell per run of a load, the `[source]` table (sessions/provenance.py) saying what measured
+it and how. The formats (docs/imports.md):
+
+- `vllm bench serve --save-result` JSON (this module): one file per run = one cell. With `--save-detailed` the file
+  also holds per-request data (ttfts, itls, latencies, start_times, input/output lengths, errors): servescope then
+  rebuilds request records and computes every metric with its own formulas (`servescope.core.metrics`), so the
+  numbers are directly comparable with a servescope session. Without it, only vLLM's aggregates are kept
+  (mean/median/std/p99 and any --metric-percentiles), and the metrics listed in `lacks` are missing.
+- GuideLLM's benchmarks JSON (sessions/import_guidellm.py), AIPerf's profile export (sessions/import_aiperf.py),
+  inference-perf's lifecycle reports (sessions/import_inferenceperf.py) and llm-d benchmark reports
+  (sessions/llmd.py). A folder given is searched for those files.
 """
 
 from __future__ import annotations
@@ -14,17 +20,24 @@ import json
 import math
 from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import DIST_METRICS, records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
 from servescope.core.textsafe import clean_text
+from servescope.sessions import import_aiperf, import_guidellm, import_inferenceperf, llmd
+from servescope.sessions.importcommon import ImportedCell, ReadResult, read_json, read_yaml
+from servescope.sessions.provenance import (
+    IMPORT_FORMATS,
+    SERVER_USAGE,
+    SERVESCOPE_DEFINITIONS,
+    TOOL_NAMES,
+    SourceMeta,
+)
 from servescope.sessions.store import SessionWriter, new_session_dir
 from servescope.workloads.spec import DistTable, WorkloadTable
 
@@ -48,29 +61,6 @@ LACKS_AGGREGATE = {
 }
 
 _VLLM_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2e_ms"}
-
-
-@dataclass
-class ImportedCell:
-    workload: WorkloadTable
-    concurrency: int | None
-    rate: float | None
-    max_concurrency: int | None
-    arrival: str | None
-    summary: CellResult
-    requests: pl.DataFrame | None  # None: the file holds aggregates only
-    source: str
-    detailed: bool
-    vllm_reported: dict[str, float] = field(default_factory=dict)
-    model: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def load_label(self) -> str:
-        if self.rate is not None:
-            cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
-            return f"rate {self.rate:g}/s {self.arrival}{cap}"
-        return f"c={self.concurrency}"
 
 
 def detect_format(data: object) -> str | None:
@@ -365,7 +355,8 @@ def vllm_cell(d: Mapping[str, object], source: str, workload_name: str | None = 
         if k not in known and isinstance(v, (str, int, float)) and not isinstance(v, bool) and len(str(v)) < 200:
             extra[clean_text(str(k))] = clean_text(str(v))
     return ImportedCell(workload, conc, rate, max_conc if rate is not None else None, arrival, summary, df, source,
-                        detailed, _vllm_reported(d), clean_text(str(d.get("model_id") or "")), extra)
+                        detailed, _vllm_reported(d), clean_text(str(d.get("model_id") or "")), extra,
+                        label=f"max concurrency {max_conc}" if rate is None else f"rate {rate:g}/s")
 
 
 _STANDARD_KEYS = {
@@ -388,32 +379,207 @@ def lacks(detailed: bool) -> dict[str, str]:
     return {**LACKS_DETAILED, **({} if detailed else LACKS_AGGREGATE)}
 
 
-def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, save: Path | None = None,
-                 name: str = "", workload: str | None = None, tags: Mapping[str, str] | None = None) -> Path:
-    """Import one or more `vllm bench serve` result files (one cell each) as one session; return its path."""
-    if not files:
-        raise ServescopeError("import needs at least one result file")
-    if workload is not None and not workload.strip():  # "" named the cells vllm-bench-inN-outM, silently
-        raise ServescopeError("--workload: empty; give a workload name such as sharegpt (or leave the flag out "
-                              "for vllm-bench-inN-outM)")
+def _vllm(paths: Sequence[Path], workload_name: str | None) -> ReadResult:
     cells: list[ImportedCell] = []
-    dates = []
-    for f in files:
-        _fmt, data = read_result(f)
-        cells.append(vllm_cell(data, str(f), workload))
+    dates: list[str] = []
+    for p in paths:
+        _fmt, data = read_result(p)
+        cells.append(vllm_cell(data, str(p), workload_name))
         if data.get("date"):
             dates.append(clean_text(str(data["date"])))
+    detailed = all(c.detailed for c in cells)
+    return ReadResult(tool="vllm-bench", cells=cells, format="vllm bench serve --save-result JSON"
+                      + (" (--save-detailed)" if detailed else ""), token_basis=SERVER_USAGE,
+                      tool_token_basis=SERVER_USAGE, warmup="none", ramp="none", streaming=True,
+                      definitions=dict(SERVESCOPE_DEFINITIONS), lacks=lacks(detailed), dates=dates)
+
+
+# ---- recognising the files ------------------------------------------------------------------------------
+MAX_DEPTH = 4  # how deep a folder given is searched
+_CONFIG = "inference-perf-config"  # inference-perf's config.yaml: read beside its reports, never a cell itself
+
+
+def sniff(path: Path) -> str | None:
+    """The import format of one file (a key of TOOL_NAMES, or _CONFIG), None when it is none of them."""
+    if path.suffix == ".jsonl":
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        return "aiperf" if import_aiperf.detect_record(json.loads(line)) else None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return None
+        return None
+    if path.suffix in (".yaml", ".yml"):
+        data = read_yaml(path)
+        if llmd.detect(data):
+            return "llmd-report"
+        if isinstance(data, Mapping) and "load" in data and ("server" in data or "api" in data):
+            return _CONFIG
+        return None
+    data = read_json(path)
+    if detect_format(data) is not None:
+        return "vllm-bench"
+    if import_guidellm.detect(data):
+        return "guidellm"
+    if import_aiperf.detect_aggregate(data):
+        return "aiperf"
+    if import_inferenceperf.detect_lifecycle(data) or import_inferenceperf.detect_per_request(data):
+        return "inference-perf"
+    if llmd.detect(data):
+        return "llmd-report"
+    return None
+
+
+def _walk(folder: Path, depth: int = 0) -> list[Path]:
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as e:
+        raise ServescopeError(f"{folder}: cannot list it ({clean_text(e.strerror or str(e))}); check the path") from None
+    out: list[Path] = []
+    for entry in entries:
+        if entry.name.startswith(".") or entry.is_symlink():
+            continue
+        if entry.is_dir() and depth < MAX_DEPTH and entry.name not in ("logs", "aggregate", "sweep_aggregate"):
+            out += _walk(entry, depth + 1)
+        elif entry.is_file() and entry.suffix in (".json", ".jsonl", ".yaml", ".yml"):
+            out.append(entry)
+    return out
+
+
+def recognise(files: Sequence[str | Path], fmt: str | None = None) -> tuple[str, list[Path]]:
+    """The format of the files given and the data files to read (a folder: the files in it that are of a known
+    format). One format per import: files of two tools are two sessions."""
+    if fmt is not None and fmt not in IMPORT_FORMATS:
+        raise ServescopeError(f"--from {clean_text(fmt)}: not a format servescope imports; use one of "
+                              f"{', '.join(IMPORT_FORMATS)}")
+    found: dict[Path, str] = {}
+    for f in files:
+        p = Path(f).expanduser()
+        if p.is_dir():
+            inside = {q: k for q in _walk(p) if (k := sniff(q)) is not None}
+            if not any(k != _CONFIG for k in inside.values()):
+                raise ServescopeError(f"{p}: no result file of a known format in it; servescope imports "
+                                      + _KNOWN)
+            found.update(inside)
+            continue
+        if not p.is_file():
+            raise ServescopeError(f"{p}: no such file; give the result files (or their folder): " + _KNOWN)
+        kind = sniff(p)
+        if kind is None:
+            why = _unknown_why(p)
+            raise ServescopeError(f"{p}: {why or 'unknown import format'}; " + (
+                _HINTS[fmt] if fmt is not None else
+                ("the file is damaged or not a result file; " if why else "") + "servescope imports " + _KNOWN))
+        if p.resolve() in found:
+            raise ServescopeError(f"{p} is given twice; give each file once")
+        found[p.resolve()] = kind
+    kinds = {k for k in found.values() if k != _CONFIG}
+    if fmt is None and kinds == {"inference-perf", "llmd-report"}:
+        # inference-perf (0.7) writes partial llm-d reports of its stages beside its own reports: its own are read
+        # there (the per-request file), as --from inference-perf would
+        theirs = {p.parent for p, k in found.items() if k == "inference-perf"}
+        found = {p: k for p, k in found.items() if not (k == "llmd-report" and p.parent in theirs)}
+        kinds = {k for k in found.values() if k != _CONFIG}
+    if fmt is not None:
+        wrong = {p: k for p, k in found.items() if k not in (fmt, _CONFIG)}
+        if wrong and all(p.parent in {f.parent for f in found if found[f] == fmt} for p in wrong) and \
+                any(k == fmt for k in found.values()):
+            found = {p: k for p, k in found.items() if p not in wrong}  # other tools' files in its folder
+        elif wrong:
+            p, k = next(iter(wrong.items()))
+            raise ServescopeError(f"{p}: not a {TOOL_NAMES[fmt]} file (it looks like {TOOL_NAMES.get(k, k)}'s); "
+                                  f"leave --from out, or give {TOOL_NAMES[fmt]}'s files")
+        kinds = {fmt}
+    if len(kinds) > 1:
+        raise ServescopeError("the files come from different tools (" + ", ".join(sorted(TOOL_NAMES[k] for k in kinds))
+                              + "): import each tool's files as a session of its own")
+    if not kinds:
+        raise ServescopeError("no result file among the files given; servescope imports " + _KNOWN)
+    kind = kinds.pop()
+    return kind, [p for p, k in found.items() if k == kind]
+
+
+_HINTS = {"vllm-bench": _HINT, "guidellm": import_guidellm.HINT, "aiperf": import_aiperf.HINT,
+          "inference-perf": import_inferenceperf.HINT, "llmd-report": llmd.HINT}
+
+
+def _unknown_why(path: Path) -> str:
+    """Why a file is of no known format, in a few words: it is not JSON (or YAML, or JSON Lines) and where it
+    breaks; "" when it reads (as no tool's result file)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return "not text (not UTF-8)"
+    except OSError as e:
+        return f"cannot read it ({clean_text(e.strerror or str(e))})"
+    if path.suffix in (".yaml", ".yml"):
+        return "not YAML" if read_yaml(path) is None else ""
+    if path.suffix == ".jsonl":
+        text = next((ln for ln in text.splitlines() if ln.strip()), "")
+        what = "JSON Lines (its first record)"
+    else:
+        what = "JSON"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"not {what}: {clean_text(e.msg)} at line {e.lineno}, column {e.colno}"
+    except (ValueError, RecursionError):
+        return f"not {what}"
+    return ""
+
+
+_KNOWN = ("`vllm bench serve --save-result` JSON, GuideLLM's benchmarks JSON, AIPerf's profile_export.jsonl or "
+          "profile_export_aiperf.json, inference-perf's lifecycle reports and llm-d benchmark reports "
+          "(docs/imports.md)")
+
+
+def read_files(kind: str, paths: Sequence[Path], workload: str | None) -> ReadResult:
+    if kind == "vllm-bench":
+        return _vllm(paths, workload)
+    if kind == "guidellm":
+        out: ReadResult | None = None
+        for p in paths:
+            data = read_json(p)
+            if not isinstance(data, Mapping):
+                raise ServescopeError(f"{p}: not GuideLLM's benchmarks JSON; {import_guidellm.HINT}")
+            r = import_guidellm.read(p, {str(k): x for k, x in data.items()}, workload)
+            if out is not None and r.tool_version != out.tool_version:
+                raise ServescopeError(f"the files are from different GuideLLM versions ({out.tool_version}, "
+                                      f"{r.tool_version}); import them as separate sessions")
+            if out is None:
+                out = r
+            else:
+                out.cells += r.cells
+        assert out is not None
+        return out
+    if kind == "aiperf":
+        return import_aiperf.read(paths, workload)
+    if kind == "inference-perf":
+        return import_inferenceperf.read(paths, workload)
+    return llmd.read(paths, workload)
+
+
+# ---- writing the session --------------------------------------------------------------------------------
+def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, save: Path | None = None,
+                 name: str = "", workload: str | None = None, tags: Mapping[str, str] | None = None,
+                 fmt: str | None = None) -> Path:
+    """Import result files of one tool (`fmt`, else recognised from the files) as one session; return its path.
+    Every file is read and checked before anything is written."""
+    if not files:
+        raise ServescopeError("import needs at least one result file")
+    if workload is not None and not workload.strip():  # "" named the cells TOOL-inN-outM, silently
+        raise ServescopeError("--workload: empty; give a workload name such as sharegpt (or leave the flag out "
+                              "for TOOL-inN-outM)")
+    kind, paths = recognise(files, fmt)
+    res = read_files(kind, paths, workload)
+    cells = res.cells
+    if not cells:
+        raise ServescopeError("the files hold no run to import")
     models = {c.model for c in cells if c.model}
     if len(models) > 1:
         raise ServescopeError(f"the files are from different models ({', '.join(sorted(models))}); "
                               "import them as separate sessions")
-    seen: dict[tuple[str, str], str] = {}
-    for c in cells:
-        key = (c.workload["name"], c.load_label)
-        if key in seen:
-            raise ServescopeError(f"{c.source} and {seen[key]} are both {key[0]} {key[1]}; import them as separate "
-                                  "sessions or give different --workload names")
-        seen[key] = c.source
     workloads: dict[str, WorkloadTable] = {}
     for c in cells:
         w = workloads.setdefault(c.workload["name"], c.workload.copy())
@@ -422,46 +588,78 @@ def import_files(files: Sequence[str | Path], sessions_dir: Path | None = None, 
         w["output_tokens"] = _widen(w["output_tokens"], c.workload["output_tokens"])
     order = sorted(range(len(cells)), key=lambda i: (list(workloads).index(cells[i].workload["name"]),
                                                      cells[i].rate is not None,
-                                                     cells[i].concurrency or cells[i].rate or 0))
+                                                     cells[i].concurrency or cells[i].rate or 0, i))
     cells = [cells[i] for i in order]
+    repeats = _repeats(cells, kind)
     model = next(iter(models), "unknown")
     detailed = all(c.detailed for c in cells)
-    name = name or f"vllm-bench-{model.rstrip('/').split('/')[-1]}"
+    tool = TOOL_NAMES[kind]
+    name = name or f"{kind}-{model.rstrip('/').split('/')[-1]}"
     path = save or new_session_dir(sessions_dir, name)
-    all_tags = {**{k: v for c in cells for k, v in c.extra.items()}, **dict(tags or {}), "source": "vllm bench serve"}
+    all_tags = {**{k: v for c in cells for k, v in c.extra.items()}, **dict(tags or {}), "source": tool}
     plan_rows: list[dict[str, object]] = []
-    for i, c in enumerate(cells):
+    for i, (c, (rep, of)) in enumerate(zip(cells, repeats, strict=True)):
         plan_rows.append({
             "index": i, "workload": c.workload["name"], "api": c.workload["api"], "concurrency": c.concurrency,
-            "rate": c.rate, "arrival": c.arrival, "max_concurrency": c.max_concurrency,
-            "requests_planned": c.summary.requests,
-            "duration_s_planned": None, "warmup": 0, "load_label": c.load_label,
+            "rate": c.rate, "arrival": c.arrival, "max_concurrency": c.max_concurrency, "ramp_s": c.ramp_s,
+            "requests_planned": c.summary.requests, "duration_s_planned": None, "warmup": c.warmup,
+            "load_label": c.load_label, **({"repeat": rep} if of > 1 else {}),
         })
+    loops = {"open" if c.rate is not None else "closed" for c in cells}
+    source = SourceMeta(
+        tool=kind, tool_version=res.tool_version, harness=res.harness, format=res.format,
+        files=[str(p.resolve()) for p in paths], dates=res.dates, rebuilt=detailed, token_basis=res.token_basis,
+        tool_token_basis=res.tool_token_basis, tokenizer=res.tokenizer,
+        loop=" and ".join(sorted(loops)), load=_load_text(cells), warmup=res.warmup, ramp=res.ramp,
+        streaming=res.streaming, ignore_eos=res.ignore_eos, requests=[c.summary.requests for c in cells],
+        definitions=res.definitions, lacks=res.lacks,
+        reported=[{"cell": float(i), **c.reported} for i, c in enumerate(cells)], notes=res.notes)
     meta: dict[str, object] = {
         "name": name,
-        "target": {"url": "unknown (imported from vllm bench serve)", "version": None, "metrics": False,
-                   "tokenizer": "vllm bench serve"},
+        "target": {"url": f"unknown (imported from {tool})", "version": None, "metrics": False,
+                   "tokenizer": res.tokenizer or tool},
         "model": model,
         "workloads": list(workloads.values()),
-        "load": {"requests": None, "warmup": 0},
         "slos": {},
         "tags": all_tags,
         "cells": [{**r, "status": "planned"} for r in plan_rows],
-        "import": {
-            "format": FORMAT_VLLM,
-            "files": [str(Path(f).resolve()) for f in files],
-            "detailed": detailed,
-            "dates": dates,
-            "lacks": lacks(detailed),
-            "vllm_reported": [{"cell": i, **c.vllm_reported} for i, c in enumerate(cells)],
-        },
+        "source": source.to_dict(),
     }
     writer = SessionWriter.create(Path(path), meta)
+    summary_source = FORMAT_VLLM if kind == "vllm-bench" else kind
     for row, c in zip(plan_rows, cells, strict=True):
         writer.write_cell({**row, "status": "done", "reason": ""}, c.requests,
-                          msgspec.structs.replace(c.summary, source=FORMAT_VLLM))
-    writer.finish("completed", f"imported from {len(files)} vllm bench serve file(s)")
+                          msgspec.structs.replace(c.summary, source=summary_source))
+    writer.finish("completed", f"imported from {len(paths)} {tool} file(s)")
     return Path(path)
+
+
+def _repeats(cells: Sequence[ImportedCell], kind: str) -> list[tuple[int, int]]:
+    """Each cell's repeat number and how many cells share its workload and load: cells of one load from different
+    files (runs) are repeats of it; one file given twice is refused."""
+    by: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(cells):
+        by.setdefault((c.workload["name"], c.load_label), []).append(i)
+    out = [(1, 1)] * len(cells)
+    for key, idx in by.items():
+        files = [cells[i].source for i in idx]
+        if len(set(files)) < len(files) and kind != "guidellm":
+            dup = next(f for f in files if files.count(f) > 1)
+            raise ServescopeError(f"{dup} is given twice (both {key[0]} {key[1]}); give each file once")
+        for n, i in enumerate(idx, start=1):
+            out[i] = (n, len(idx))
+    return out
+
+
+def _load_text(cells: Sequence[ImportedCell]) -> str:
+    conc = sorted({c.concurrency for c in cells if c.concurrency is not None})
+    rates = sorted({c.rate for c in cells if c.rate is not None})
+    parts = []
+    if conc:
+        parts.append("concurrency " + ", ".join(map(str, conc)))
+    if rates:
+        parts.append("rate " + ", ".join(f"{r:g}" for r in rates) + "/s")
+    return "; ".join(parts)
 
 
 def _widen(a: DistTable, b: DistTable) -> DistTable:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import msgspec
 
 from servescope.core.errors import ServescopeError
+from servescope.sessions.provenance import SourceMeta
 
 
 class TargetMeta(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,7 +103,8 @@ class SessionMeta(msgspec.Struct, frozen=True, kw_only=True):
     kv_budget: dict[str, object] | None = None
     gpu: dict[str, object] | None = None
     electricity_usd_per_kwh: float | None = None
-    import_: dict[str, object] | None = msgspec.field(default=None, name="import")
+    import_: dict[str, object] | None = msgspec.field(default=None, name="import")  # older imports (vllm bench)
+    source: SourceMeta | None = None  # an imported session's tool, files and definitions (sessions/provenance.py)
     sweep: dict[str, object] | None = None  # the sweep-file table; SweepSpec.from_table validates it
     kind: str = "sweep"  # "sweep" | "quality" (a quality probe alone: no cells, quality.json) | "tune" (a search:
     # its cells are sessions under cells/, its answer the [tune] table); older: "sweep"

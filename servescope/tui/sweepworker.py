@@ -101,24 +101,29 @@ class Simulator(Protocol):
 
 
 class SimPool:
-    """Simulators started for `sim://PROFILE` targets; one per profile, reused by probes and sweeps,
-    all stopped when the app exits."""
+    """Simulators started for `sim://PROFILE` targets, one per profile and set of flags (a sweep's LoRA adapters:
+    engine/serving.py sim_serving_args), reused by probes and sweeps, all stopped when the app exits."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._handles: dict[str, Simulator] = {}
+        self._handles: dict[tuple[str, tuple[str, ...]], Simulator] = {}
 
-    def resolve(self, url: str) -> tuple[str, str | None]:
-        """The base URL to talk to and the label to store (`sim://PROFILE` for simulators, else None)."""
+    def resolve(self, url: str, args: Sequence[str] | None = None) -> tuple[str, str | None]:
+        """The base URL to talk to and the label to store (`sim://PROFILE` for simulators, else None). `args`: the
+        simulator's flags the caller needs (a sweep's: the adapters its workloads name), a simulator started with
+        other flags is not reused for them; None (a probe): any simulator of the profile that runs will do."""
         from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
 
         profile = sim_profile(url)
         if profile is None:
             return url.strip(), None
         with self._lock:
-            h = self._handles.get(profile)
+            key = (profile, tuple(args or ()))
+            h = self._handles.get(key)
+            if args is None and (h is None or h.proc.poll() is not None):
+                h = next((x for (p, _), x in self._handles.items() if p == profile and x.proc.poll() is None), None)
             if h is None or h.proc.poll() is not None:
-                h = self._handles[profile] = start_simulator(profile)
+                h = self._handles[key] = start_simulator(profile, key[1])
             return str(h.url), sim_label(profile)
 
     def stop_all(self) -> None:
@@ -265,8 +270,8 @@ class SweepDriver:
         return status
 
     def _run(self, spec: SweepSpec, pool: SimPool, sessions_dir: Path | None) -> str:
-        from servescope.engine.runner import SweepControl
-        self.control = SweepControl()
+        from servescope.engine import runner, serving  # one import: the house keeps few inside functions
+        self.control = runner.SweepControl()
         try:
             ctx = RunContext(api_key=os.environ.get(spec.api_key_env) or None, sessions_dir=sessions_dir)
             if self.mode == "detached":
@@ -275,7 +280,7 @@ class SweepDriver:
                     return status
                 self.mode = "thread"  # the runner did not start: fall back
             # a launched server is started by the engine itself ([server] launch); its URL comes from its command
-            url, label = ("", None) if spec.launch else pool.resolve(spec.url)
+            url, label = ("", None) if spec.launch else pool.resolve(spec.url, serving.sim_serving_args(spec.workloads))
             result: str = run_loop(self._main(spec, replace(ctx, url=url, target_label=label)))
             return result
         except ServescopeError as e:

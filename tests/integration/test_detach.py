@@ -125,6 +125,7 @@ def test_a_detached_sweep_that_cannot_start_says_why_at_once(tmp_path: Path) -> 
     p = servescope("run", "--url", "http://127.0.0.1:9", "-w", "sharegpt", "-c", "1", "-n", "2", "--detach",
                    "--sessions-dir", str(tmp_path / "sessions"), timeout=60)
     assert p.returncode != 0 and "127.0.0.1:9" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith("servescope run: error: ") and p.stderr.count("error:") == 1, p.stderr  # said once
     assert not any((tmp_path / "sessions").iterdir())  # nothing half-made is left behind
 
 

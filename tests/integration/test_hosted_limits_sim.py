@@ -96,11 +96,11 @@ def test_calibrated_input_lengths_land_within_3_percent(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_refused_ignore_eos_is_dropped_once_and_said_once(tmp_path: Path) -> None:
-    wl = _workload(tmp_path, "in64", 64)
+    wl, wl2 = _workload(tmp_path, "in64", 64), _workload(tmp_path, "in64b", 64)  # two cells, each its own name
     for url in ("sim://tiny?hosted=1&tpm=0&reject_vllm_fields=1", "sim://tiny?reject_vllm_fields=1"):
         # hosted: found on the calibration's probe; with /tokenize: on the first requests (4 at once)
         save = tmp_path / url.split("?")[1].replace("&", "-")
-        out, _, stderr = _run("--url", url, "-w", f"{wl},{wl}", "-c", "4", "-n", "8", "--save", str(save))
+        out, _, stderr = _run("--url", url, "-w", f"{wl},{wl2}", "-c", "4", "-n", "8", "--save", str(save))
         cells = out["cells"]
         assert [(c["requests_ok"], c["requests_failed"]) for c in cells] == [(8, 0), (8, 0)], cells  # type: ignore[attr-defined]
         assert stderr.count("refused ignore_eos") == 1, stderr

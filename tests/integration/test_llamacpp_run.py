@@ -144,8 +144,11 @@ def test_launch_two_variants_and_survive_a_kill_9(tmp_path: Path) -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not killed:
             try:
+                # the second cell's requests are in the server (the relaunch's own probes, before its CellStarted,
+                # are not the cell: a server killed then fails the relaunch, not a cell)
                 ready = ((save / "cells.parquet").exists() and pl.read_parquet(save / "cells.parquet").height >= 1
-                         and _processing(port) > 0)  # the second cell's requests are in the server
+                         and (save / "events.jsonl").read_text().count('"kind":"CellStarted"') >= 2
+                         and _processing(port) > 0)
             except Exception:  # noqa: BLE001 - a file being replaced: look again
                 ready = False
             if ready:

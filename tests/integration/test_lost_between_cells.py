@@ -145,8 +145,9 @@ def test_a_server_lost_between_cells_is_waited_for_and_the_next_cell_runs(tmp_pa
 @pytest.mark.slow
 def test_tune_relaunches_a_launched_server_that_died_between_cells(tmp_path: Path) -> None:
     (tmp_path / "w.toml").write_text('[workload]\nname = "short"\ninput_tokens = 64\noutput_tokens = 8\n')
-    # each cell sends exactly 4 requests, and the server exits after 4: every cell after the first needs it back
-    p = servescope("tune", "--launch", "servescope sim --profile tiny --exit-after-requests 4", "-w",
+    # each launch answers start-up's first-token probe, then each cell sends exactly 4 requests, and the server
+    # exits after those 5: every cell after the first needs it back
+    p = servescope("tune", "--launch", "servescope sim --profile tiny --exit-after-requests 5", "-w",
                    str(tmp_path / "w.toml"), "-c", "1", "-n", "4", "--budget", "2",
                    "--sessions-dir", str(tmp_path / "sessions"), "--json", timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -161,3 +162,17 @@ def test_tune_relaunches_a_launched_server_that_died_between_cells(tmp_path: Pat
     launches = sorted(p.name for p in (session / "servers").iterdir())
     kinds = [e["kind"] for e in second.meta.get("events") or []]  # type: ignore[union-attr]
     assert len(launches) == 2 or "server_back" in kinds, (launches, kinds)
+
+
+@pytest.mark.slow
+def test_tune_whose_server_is_lost_for_good_fails_and_is_not_interrupted(tmp_path: Path) -> None:
+    """A server that dies within every cell (the start-up probe plus 3 of its 4 requests) is lost for good: tune
+    fails with the runner's one line (exit 2), not as if Ctrl-C had stopped it (exit 130, 'interrupted')."""
+    (tmp_path / "w.toml").write_text('[workload]\nname = "short"\ninput_tokens = 64\noutput_tokens = 8\n')
+    p = servescope("tune", "--launch", "servescope sim --profile tiny --exit-after-requests 4", "-w",
+                   str(tmp_path / "w.toml"), "-c", "1", "-n", "4", "--budget", "2",
+                   "--sessions-dir", str(tmp_path / "sessions"), timeout=240)
+    assert p.returncode == 2, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("servescope tune: error: ") and "was lost 3 times" in last, p.stderr
+    assert "interrupted" not in p.stderr

@@ -1,5 +1,6 @@
-"""servescope launches the real CPU vLLM itself: KV budget from log and /metrics, two server variants,
-and a kill -9 of the server mid-sweep that servescope survives by relaunching it."""
+"""servescope launches the real CPU vLLM itself: KV budget from log and /metrics, two server variants (the first
+with n-gram speculation, whose cells carry its acceptance), each launch's cold start, and a kill -9 of the server
+mid-sweep that servescope survives by relaunching it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from tests.support import vllm_server
 
 pytestmark = pytest.mark.vllm
 N_REQUESTS = 24  # per cell
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+V2 = f"--max-num-seqs 2 --speculative-config '{NGRAM}'"  # the first variant speculates (n-gram), the second not
+V8 = "--max-num-seqs 8"
 
 
 def _second_cell(save: Path) -> tuple[bool, bool, bool]:
@@ -76,7 +80,8 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
     launch = f"{env_words} {venv}/bin/vllm serve {models}/dense --max-model-len 2048 --enforce-eager --port {port}"
     wl = tmp_path / "w.toml"
     # 128 output tokens: the second cell lasts seconds, so the kill lands inside it, not in the variant switch
-    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 128\n')
+    # greedy: a random-weight model's text repeats itself, so the n-gram proposer drafts and vLLM accepts
+    wl.write_text('[workload]\nname = "short"\ninput_tokens = 128\noutput_tokens = 128\ntemperature = 0\n')
     save = tmp_path / "s"
     killed = threading.Event()
 
@@ -124,7 +129,7 @@ def test_launch_variants_and_kill_9(tmp_path: Path) -> None:
 
 
 def _run(launch: str, wl: Path, save: Path) -> dict[str, Any]:
-    return run_json("--launch", launch, "--server-variant", "--max-num-seqs 2", "--server-variant", "--max-num-seqs 8",
+    return run_json("--launch", launch, "--server-variant", V2, "--server-variant", V8,
                     "-w", str(wl), "-c", "4,8", "-n", str(N_REQUESTS), "--save", str(save), "--recover-timeout", "300s",
                     "--telemetry-interval", "0.5s", timeout=1500)
 
@@ -135,7 +140,21 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     s = load_session(save)
     cells = s.cells.sort("index")
     assert cells["status"].to_list() == ["done"] * 4  # the lost cell was re-run; no finished cell lost
-    assert cells["server_variant"].to_list() == ["--max-num-seqs 2"] * 2 + ["--max-num-seqs 8"] * 2
+    assert cells["server_variant"].to_list() == [V2] * 2 + [V8] * 2
+    # each launch's cold start (the first, the restart after the kill, the second variant's): healthy, first token
+    # and the phases vLLM's log names; the speculating variant's cells carry its acceptance, the other's none
+    variant_of = dict(zip(cells["index"].to_list(), cells["server_variant"].to_list(), strict=True))
+    for c in out["cells"]:
+        st = c["startup"]
+        assert 0 < st["healthy_s"] <= st["first_token_s"], st
+        assert {"weights_s", "engine_init_s"} <= set(st["phases"]), st  # the CPU build logs these two
+        assert (variant_of[c["index"]] == V2) or c["spec_decode"] is None, c["spec_decode"]
+    # a cell's figures need both its boundary scrapes of /metrics, which a busy 2-core box's CPU vLLM may answer
+    # only after the cell ended (then the cell has none): one speculating cell with its acceptance will do
+    spec = {c["index"]: c["spec_decode"] for c in out["cells"]}
+    assert any(sd is not None and 0 < (sd["acceptance_rate"] or 0) <= 1 and (sd["mean_accepted_tokens"] or 0) > 0
+               for i, sd in spec.items() if variant_of[i] == V2), spec
+    assert out["cells"][0]["startup"] != out["cells"][-1]["startup"]  # two launches, two records
     kinds = [e["kind"] for e in s.meta["events"]]
     assert "server_lost" in kinds and "server_back" in kinds and "server_launched" in kinds
     assert s.requests().height == 4 * N_REQUESTS
@@ -151,15 +170,15 @@ def _check(out: dict[str, Any], save: Path, port: int, killed: threading.Event) 
     # sampled running gauge is not reliable: a busy CPU vLLM may answer a scrape only after the cell ended.)
     queue = {(r["server_variant"], r["concurrency"]): summary.value("server", "queue_ms_mean")
              for r, summary in zip(s.cells.to_dicts(), s.summaries(), strict=True) if summary is not None}
-    two, eight = queue[("--max-num-seqs 2", 8)], queue[("--max-num-seqs 8", 8)]
+    two, eight = queue[(V2, 8)], queue[(V8, 8)]
     running = {(r["server_variant"], r["concurrency"]): r["telemetry_running_max"] or 0 for r in cells.to_dicts()}
     # The client shares 2 cores with CPU vLLM and its loop lags by seconds here (its health says `bound`, before
     # this change too): a stall can deliver a c=8 cell's requests to max-num-seqs 2 a few at a time, with no queue.
     # Then the running gauge shows the other variant's higher limit at work: either server-side sign will do.
     assert two is not None and eight is not None, (two, eight)
-    assert two > 3 * eight or max(running[("--max-num-seqs 8", 4)], running[("--max-num-seqs 8", 8)]) > 2, (
+    assert two > 3 * eight or max(running[(V8, 4)], running[(V8, 8)]) > 2, (
         two, eight, running)
     for cell in cells.to_dicts():  # a gauge sample, when one landed in the cell, never above the variant's limit
-        limit = 2 if cell["server_variant"] == "--max-num-seqs 2" else 8
+        limit = 2 if cell["server_variant"] == V2 else 8
         assert (cell["telemetry_running_max"] or 0) <= limit
     assert not _pids_listening_on(port)  # servescope stopped what it launched

@@ -1,9 +1,8 @@
 """Speculative decoding, LoRA adapters, the prefix cache under control and cold starts on the real CPU vLLM 0.32
 with the tiny model: its n-gram speculator, two LoRA adapters this module makes (tests/support/build_tiny_lora.py),
-`POST /reset_prefix_cache` (served with VLLM_SERVER_DEV_MODE=1) and two launches by servescope.
-
-One server of its own serves the module's first tests (speculation, two adapters, the dev-mode endpoints); the
-cold-start test launches two more through `servescope run --launch` (two variants). A random-weight model's text
+`POST /reset_prefix_cache` (served with VLLM_SERVER_DEV_MODE=1). One server of its own serves the module's tests
+(speculation, two adapters, the dev-mode endpoints); cold starts and an n-gram server variant are tested where
+servescope launches vLLM itself (tests/integration/test_vllm_launch.py), so CI starts vLLM no more often. A random-weight model's text
 repeats itself only when decoded greedily: the workloads ask for temperature 0, so the n-gram proposer finds
 matches and drafts are accepted."""
 
@@ -12,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -131,30 +129,3 @@ def test_a_server_without_the_dev_endpoints_is_said_once(vllm_server: vs.VLLMSer
     assert p.stderr.count("does not offer POST /reset_prefix_cache (HTTP 404") == 1, p.stderr
     assert "VLLM_SERVER_DEV_MODE=1" in p.stderr
     assert [c["prefix_cache_reset"] for c in json.loads(p.stdout.strip().splitlines()[-1])["cells"]] == [False, False]
-
-
-def test_two_launches_record_their_cold_start_and_the_ngram_variant_its_acceptance(tmp_path: Path) -> None:
-    """servescope launches vLLM twice (two server variants: n-gram speculation, then none) and records each start:
-    healthy, first token and the phases vLLM's log names; the speculating variant's cells carry acceptance."""
-    _skip()
-    venv, models = vs.setup()
-    scratch = Path(tempfile.mkdtemp(prefix="ssv-"))  # vLLM's ipc socket paths must stay short
-    env = vs.vllm_env(scratch)
-    words = " ".join(f"{k}={env[k]}" for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT",
-                                               "TMPDIR", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE"))
-    launch = f"{words} {venv}/bin/vllm serve {models}/dense --max-model-len 1024 --enforce-eager"
-    w = _workload(tmp_path, "greedy", "input_tokens = 64\noutput_tokens = 48\ntemperature = 0")
-    try:
-        out = run_json("--launch", launch, "--server-variant", f"--speculative-config '{NGRAM}'",
-                       "--server-variant", "--max-num-seqs 8", "-w", str(w), "-c", "2", "-n", "6",
-                       "--save", str(tmp_path / "s"))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    a, b = out["cells"]
-    assert a["spec_decode"] is not None and a["spec_decode"]["acceptance_rate"] > 0
-    assert b["spec_decode"] is None
-    for c in (a, b):
-        st = c["startup"]
-        assert 0 < st["healthy_s"] <= st["first_token_s"], st
-        assert {"weights_s", "engine_init_s"} <= set(st["phases"]), st  # the CPU build logs these two
-    assert a["startup"] != b["startup"]

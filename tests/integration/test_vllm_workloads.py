@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,9 @@ def test_repeat_3_against_vllm(vllm_server: Any, tmp_path: Path) -> None:
         assert p["repeats"] == 3 and len(f["repeats"]) == 3 and f["min"] <= f["median"] <= f["max"]
         lo, hi = f["ci"]
         assert 0 < lo < hi
-    cmp = servescope("compare", out["session"], out["session"], "--json", timeout=120)
+    twin = tmp_path / "copy"  # the same measurements under another name (compare refuses one session given twice)
+    shutil.copytree(out["session"], twin)
+    cmp = servescope("compare", out["session"], str(twin), "--json", timeout=120)
     assert cmp.returncode == 0, cmp.stderr
     doc = json.loads(cmp.stdout)
     assert "3 repeats" in doc["significance"]["interval"]

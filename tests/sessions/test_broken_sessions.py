@@ -229,7 +229,7 @@ def test_an_aggregate_import_needs_no_requests_file(tmp_path: Path) -> None:
     f = tmp_path / "agg.json"
     f.write_text(json.dumps(data))
     s = load_session(import_files([str(f)], save=tmp_path / "imp"))
-    assert s.meta["import"]["detailed"] is False and s.cells.height == 1
+    assert s.info.source is not None and s.info.source.rebuilt is False and s.cells.height == 1
     assert not list((s.path / "requests").glob("*.parquet"))
 
 

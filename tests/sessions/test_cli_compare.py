@@ -96,7 +96,8 @@ def test_import_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert run(["import", str(DATA / "vllm-bench-c1-detailed.json"), "--sessions-dir", str(tmp_path),
                 "--tag", "run=old"]) == 0
     out = capsys.readouterr().out
-    assert "imported 1 cell(s) as session" in out and "this import lacks:" in out and "ttfo_ms" in out
+    assert "imported 1 cell(s) from vllm bench serve as session" in out and "this import lacks:" in out
+    assert "ttfo_ms" in out
     (d,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert load_session(d).meta["tags"]["run"] == "old"
 

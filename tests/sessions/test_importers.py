@@ -45,13 +45,14 @@ def test_import_detailed(tmp_path: Path) -> None:
     path = import_files(DETAILED, sessions_dir=tmp_path)
     _agrees_with_vllm(path, DETAILED)
     s = load_session(path)
-    assert s.meta["import"]["detailed"] is True
+    assert s.info.source is not None and s.info.source.rebuilt is True and s.info.source.tool == "vllm-bench"
     assert s.cells["load_label"].to_list() == ["c=1", "c=4"]
     assert s.requests(0).height == 12
     md = render_report(s)
     tables(md)
     assert len(mermaid_charts(md)) == 3
-    assert "imported from vllm-bench-serve with per-request data; it lacks: ttfo\\_ms" in md
+    assert "imported from vllm bench serve with per-request data (every figure computed with servescope's formulas " \
+        "from its timestamps); it lacks: ttfo\\_ms" in md
 
 
 def test_import_aggregate_only(tmp_path: Path) -> None:
@@ -67,12 +68,12 @@ def test_import_aggregate_only(tmp_path: Path) -> None:
     assert summ.ttft_ms.mean == pytest.approx(d["mean_ttft_ms"])
     assert summ.ttft_ms.p99 == pytest.approx(d["p99_ttft_ms"])
     assert summ.ttft_ms.min is None and summ.per_user_tok_s.mean is None
-    assert s.meta["import"]["detailed"] is False
-    assert "per_user_tok_s" in s.meta["import"]["lacks"]
+    assert s.info.source is not None and s.info.source.rebuilt is False
+    assert "per_user_tok_s" in s.info.source.lacks
     assert s.cells["workload"].to_list() == ["random128"]
     md = render_report(s)
     tables(md)
-    assert "without per-request data (--save-detailed was not used)" in md
+    assert "without per-request data (the tool's aggregates: --save-detailed was not used)" in md
     assert "unknown (no per-request data for these SLOs)" in md
 
 
@@ -86,7 +87,7 @@ def test_imported_compares_with_imported(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "needle"), [
     (None, "no such file"),
-    ("not json at all", "unknown import format"),
+    ("not json at all", "not JSON: Expecting value at line 1, column 1"),
     ('{"foo": 1}', "unknown import format"),
     ("[1, 2, 3]", "unknown import format"),
 ])
@@ -101,7 +102,7 @@ def test_bad_import_files(tmp_path: Path, content: str | None, needle: str) -> N
 
 
 def test_duplicate_cells_refused(tmp_path: Path) -> None:
-    with pytest.raises(ServescopeError, match="both vllm-bench-in128-out32 c=1"):
+    with pytest.raises(ServescopeError, match="vllm-bench-c1-detailed.json is given twice"):
         import_files([DETAILED[0], DETAILED[0]], sessions_dir=tmp_path)
 
 

@@ -326,8 +326,8 @@ def test_compare_json_gains_quality_only_when_held(tmp_path: Path, capsys: pytes
     pa, pb = build_session(base, gptq_spec()), build_session(base, fp8_spec())
     assert run(["compare", str(pa), str(pb), "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert list(plain) == ["sessions", "slos", "slos_source", "metrics", "significance", "mismatches", "config_diff",
-                           "cells", "only_in", "answers", "thinking", "notes"]
+    assert list(plain) == ["sessions", "slos", "slos_source", "metrics", "significance", "mismatches",
+                           "comparability", "config_diff", "cells", "only_in", "answers", "thinking", "notes"]
 
 
 def test_quality_session_vs_sweep_without_quality(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ then, when the sessions hold quality results, their quality rows in the same tab
 accuracy with its delta in points and verdict, KL from the reference, accuracy under load: `quality_rows`),
 the aggregate and per-user tok/s curves of every session overlaid, the capacity/knee answers, a label-key
 selector (a tag such as `quant`), and Export, which writes the Markdown report. All numbers come from
-`servescope.sessions.compare.compare_sessions`; this screen only lays them out."""
+`servescope.sessions.compare.compare_sessions`; this screen only lays them out. Sessions another tool measured
+(`servescope import`) head the pane with each session's tool and the definitions that differ, naming the figures
+left unjudged (`comparability_lines`)."""
 
 from __future__ import annotations
 
@@ -143,6 +145,21 @@ def quality_rows(comparison: Any) -> list[tuple[str, ...]]:
     return rows
 
 
+def comparability_lines(comparison: Any) -> list[str]:
+    """When another tool measured some session (servescope.sessions.comparability): each session's tool and each
+    definition that differs with the figures it leaves unjudged, `measured with: gl GuideLLM 0.8.1, ap AIPerf
+    0.13.0` and `ITL definition differs: ITL p99 ms not judged`; [] for sessions servescope measured."""
+    c = getattr(comparison, "comparability", None)
+    if c is None or not c.shown:
+        return []
+    names = {m.key: m.label for m in comparison.metrics}
+    out = ["measured with: " + ", ".join(f"{lb} {t}" for lb, t in zip(comparison.labels, c.tools, strict=True))]
+    for r in c.rows:
+        if r.figures:
+            out.append(f"{r.fact.label} differs: {', '.join(names.get(f, f) for f in r.figures)} not judged")
+    return out
+
+
 def config_line(comparison: Any) -> str:
     """'config: --max-num-seqs 16 | 32; model a | b': what the sessions' recorded configuration differs in."""
     return "config: " + "; ".join(f"{what} {' | '.join(vals)}" for what, vals in comparison.config)
@@ -239,6 +256,7 @@ class CompareScreen(Screen[None]):
                 f" baseline {esc(labels[0])} (B changes it); ★ best beyond noise)"]
         if cmp_.mismatches:
             head.append("[b]not comparable[/b], no winner: " + esc("; ".join(cmp_.mismatches)))
+        head += [esc(h) for h in comparability_lines(cmp_)]
         head += [esc(h) for h in headline(cmp_)[:1]]  # whole: the header grows rather than cut a sentence
         self.query_one("#compare-head", Static).update("\n".join(head))
         t = self.query_one("#compare-table", FitTable)

@@ -41,6 +41,7 @@ from servescope.tui.widgets.panels import (
     gpu_reading,
     short_path,
 )
+from servescope.tui.widgets.serving import serving_lines
 from servescope.tui.widgets.turns import TurnChart, live_turn_rows
 from servescope.tui.widgets.zoom import zoomed_elsewhere
 
@@ -503,6 +504,8 @@ class RunScreen(Screen[None]):
             self.log_view.event(level, f"cell {c.index + 1} {line}")
         if s.mostly_rate_limited:
             self.log_view.event("warning", f"cell {c.index + 1} {rate_limit_line(s)}")
+        for line in serving_lines(s):  # speculation, adapters, the prefix cache's aim and reset, energy
+            self.log_view.event("warning" if "NOT reset" in line else "info", f"cell {c.index + 1} {line}")
         if is_trace(c):
             late = lateness_text(s)
             p99 = s.client_queue_ms.stat("p99")

@@ -32,6 +32,7 @@ from servescope.reports.tunereport import (
 from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
 from servescope.sessions.measurement import measure_lines
+from servescope.sessions.provenance import measured_by
 from servescope.sessions.tunes import is_partial
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
 from servescope.tui.screens.export import ExportScreen
@@ -51,6 +52,7 @@ from servescope.tui.widgets.panels import (
     short_path,
 )
 from servescope.tui.widgets.quality import QualityFigures, QualityPanel, QualityView, quality_view
+from servescope.tui.widgets.serving import serving_lines
 from servescope.tui.widgets.table import Col, FitTable
 from servescope.tui.widgets.turns import TurnChart, summary_turn_rows
 from servescope.tui.widgets.zoom import zoomed_elsewhere
@@ -92,13 +94,15 @@ def session_row(path: Path) -> tuple[str, ...]:
 
     s = load_session(path)
     info = s.info
+    src = measured_by(info)  # an imported session's target is its tool: the server it measured is not known
     started = (info.started_at or "")[5:16].replace("T", " ")
     model = clean_text(info.model).rstrip("/").split("/")[-1]
     tags = ",".join(f"{k}={v}" for k, v in info.tags.items())
     wls = sorted({str(w.get("name", "?")).split("/")[0] for w in info.workloads})
     done, planned = cell_counts(s)  # completed of planned (a tune: measured of its budget), as `servescope sessions`
+    target = f"imported from {src.tool_name}" if src.imported else info.target.url
     return ("", started, clean_text(info.name if info.name is not None else path.name), s.status,
-            clean_text(info.target.url), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
+            clean_text(target), model, f"{done}/{planned}", clean_text(tags), ",".join(wls))
 
 
 def sessions_folder(sessions_dir: Path | None) -> Path:
@@ -488,6 +492,7 @@ class SessionScreen(Screen[None]):
         live.title = "server per cell (/metrics)"
         live.series = stored_series(tele)
         has_tele = bool(tele) or bool(self.info.kv_budget) or bool(self.info.gpu)
+        has_tele = has_tele or any(serving_lines(s) for s in self.summaries.values())  # their lines are there
         if not tele:
             live.note = "no /metrics telemetry in this session"
         live.display, sp.display = has_tele, not has_tele
@@ -700,6 +705,7 @@ class SessionScreen(Screen[None]):
         if tele is not None and tele.ttft_ms_mean is not None:
             lines.append(f"cell {idx + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "
                          f"{fnum(tele.itl_ms_mean, 2)} ms; client TTFT {fnum(s.ttft_ms.mean)} ms")
+        lines += [f"cell {idx + 1} {line}" for line in serving_lines(s)]  # speculation, adapters, energy...
         if idx in self.summaries:  # how it was measured: window, precision, saturation, probes
             lines += [f"cell {idx + 1} {line}" for _, line in measure_lines(s)]
         live.gpu_lines = tuple(lines)
