@@ -1,13 +1,15 @@
 """The benchmark client's CPU per 1,000 streamed tokens *during the load*: servescope vs `vllm bench serve`.
 
     .venv/bin/python benchmarks/client_cpu.py [--rounds 3] [--concurrency 8,32,128] [--requests 200] [--shared]
-                                              [--servescope-args "--transport httpx"] [--variant "--transport aiohttp"]
+                                              [--telemetry on,off] [--servescope-args "--transport httpx"]
+                                              [--variant "--transport aiohttp"]
     .venv/bin/python benchmarks/client_cpu.py --sim [--streams 512,1024,2048,4096] [--rounds 3] [--client-alone]
 
 Default mode starts the real CPU vLLM (tiny dense model, prefix caching off, via tests/support/vllm_server.py),
-then for each concurrency and round runs both tools on 256 in / 64 out random prompts (ignore_eos, a fresh
-seed per run), alternating which tool goes first. servescope runs with `--telemetry-interval off` (vllm bench
-samples nothing during a run, so neither tool pays for telemetry); `--servescope-args` is appended after it.
+then for each concurrency and round runs the tools on 256 in / 64 out random prompts (ignore_eos, a fresh seed per
+run), each going first in turn: vllm bench, servescope with its default telemetry (/metrics sampled every second:
+what a user runs) and servescope with `--telemetry-interval off` (vllm bench samples nothing during a run);
+`--telemetry on` or `off` keeps one of the two. `--servescope-args` is appended to servescope's flags.
 `--variant FLAGS` adds servescope with those flags as a third tool in the rotation (an A/B of a setting);
 `--variant-checkout DIR` makes that third tool another checkout's servescope (an A/B of a change).
 
@@ -32,8 +34,12 @@ the server's generation_tokens_total delta over the whole run (checked against r
 a 1-request, 1-output-token run of each tool) and the preparation CPU per request (the client's CPU before
 the busy window starts, minus the start-up CPU, over the requests).
 
-Prints per-run lines on stderr, then one table: per concurrency the median over rounds of CPU ms per 1k
-tokens for each tool and the ratio servescope / vllm bench; then the start-up CPU (s), the time and CPU from
+Prints per-run lines on stderr, then one table: per concurrency and tool the median over rounds of CPU ms per 1k
+tokens and its ratio to vllm bench, CPU ms per second of the load window (what a client costs while a slow server
+runs), what servescope's /metrics scrapes cost it (ms CPU/s, as its client line says), output tok/s as each tool
+reports it (and its ratio to vllm bench's), mean TTFT and the TTFT gap over vLLM's own server-side TTFT (its
+histogram's mean over the run, from /metrics before and after; ratio to vllm bench's); then the start-up CPU
+(s), the time and CPU from
 exec to the first request reaching the server (the start of the engine's first busy interval in the 1-request
 runs), and the preparation CPU per request (ms) of each tool. Figures are medians of N interleaved rounds on a noisy machine.
 
@@ -74,7 +80,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servescope.core.servermetrics import parse  # noqa: E402
+from servescope.core.telemetry import parse_metrics  # noqa: E402
 from tests.support import vllm_server  # noqa: E402
 
 IN_LEN, OUT_LEN = 256, 64
@@ -85,9 +91,11 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 TICK_NS = 1_000_000_000 // CLK_TCK
 ENGINE_BUSY_NS = 1_000_000  # engine CPU in one 5 ms interval that makes it busy (idle: 0)
 ENGINE_GAP_S = 1.0  # an idle gap longer than this ends a busy stretch
-# parse() sums each sample over its label sets (engine=, model_name=), so these keys are plain names
+# parse_metrics() sums each sample over its label sets (engine=, model_name=), so these keys are plain names
 RUNNING, WAITING, GEN = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"
 VLLM_BENCH, SERVESCOPE, VARIANT = "vllm bench", "servescope", "variant"
+SERVESCOPE_OFF = "servescope, telemetry off"
+TTFT = "vllm:time_to_first_token_seconds"
 PREP_NOTE = ("(the start-up run's CPU also holds its work after the load, results and exit, which a run's CPU before "
              "the window does not: preparation can come out a little low, even below 0)")
 
@@ -268,7 +276,10 @@ class Metrics:
                 self.conn.request("GET", "/metrics")
                 r = self.conn.getresponse()
                 body = r.read()
-                return parse(wanted_lines(body.decode())) if r.status == 200 else None
+                if r.status != 200:
+                    return None
+                got = parse_metrics(body)  # servescope's scrape: only the families it shows, the rest unread
+                return {k: v for k, v in got.items() if isinstance(v, float)}
             except (OSError, http.client.HTTPException):
                 self.close()
         return None
@@ -277,14 +288,6 @@ class Metrics:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-
-
-def wanted_lines(text: str) -> str:
-    """Only the sample lines of the three metrics read here: vLLM's whole /metrics is ~60 kB of histograms whose
-    parse costs this process ~10 ms a scrape (far more when the two cores are busy), which would starve the
-    sampler. Sample lines alone parse as untyped samples under the same names, summed over labels the same."""
-    heads = tuple(name + c for name in (RUNNING, WAITING, GEN) for c in ("{", " "))
-    return "".join(line + "\n" for line in text.splitlines() if line.startswith(heads))
 
 
 def busy(m: dict[str, float]) -> float:
@@ -412,6 +415,16 @@ class Run:
     def ms_per_1k(self) -> float:
         return self.load_s * 1e6 / self.tokens if self.tokens else float("nan")
 
+    @property
+    def ms_per_s(self) -> float:
+        """The client's CPU per second of the load window (ms/s): what it costs while a slow server runs."""
+        return self.load_s * 1e3 / self.window_s if self.window_s > 0 else float("nan")
+
+    @property
+    def ttft_gap_ms(self) -> float:
+        """The tool's mean TTFT minus the server's own (vLLM's TTFT histogram over the run): the client's share."""
+        return self.extra.get("ttft_ms", float("nan")) - self.extra.get("server_ttft_ms", float("nan"))
+
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
@@ -478,6 +491,9 @@ def run_client(tool: str, cmd: list[str], env: dict[str, str] | None, url: str, 
     total = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) + sampler.tree.outside / 1e9
     run = Run(tool, requests, total, tokens=after.get(GEN, 0.0) - before.get(GEN, 0.0),
               stdout=out_path.read_text(errors="replace"))
+    n_ttft = after.get(TTFT + "_count", 0.0) - before.get(TTFT + "_count", 0.0)
+    if n_ttft > 0:
+        run.extra["server_ttft_ms"] = (after.get(TTFT + "_sum", 0.0) - before.get(TTFT + "_sum", 0.0)) / n_ttft * 1e3
     expected = requests * out_len
     if abs(run.tokens - expected) > max(out_len, 0.01 * expected):
         print(f"  WARNING: {tool} {tag}: the server generated {run.tokens:.0f} tokens, expected {expected} "
@@ -520,12 +536,12 @@ def vllm_bench_cmd(srv: vllm_server.VLLMServer, conc: int, n: int, out_len: int,
 
 
 def servescope_cmd(url: str, conc: int, n: int, out_len: int, seed: int, out_dir: Path,
-                   extra: list[str]) -> list[str]:
+                   extra: list[str], telemetry: bool = False) -> list[str]:
     wl = out_dir / f"w-{seed}-{out_len}.toml"
     wl.write_text(f'[workload]\nname = "bench"\napi = "completions"\ninput_tokens = {IN_LEN}\n'
                   f"output_tokens = {out_len}\nseed = {seed}\n")
     return [sys.executable, "-m", "servescope", "run", "--url", url, "-w", str(wl), "-c", str(conc),
-            "-n", str(n), "--seed", str(seed), "--telemetry-interval", "off", "--json",
+            "-n", str(n), "--seed", str(seed), *([] if telemetry else ["--telemetry-interval", "off"]), "--json",
             "--sessions-dir", str(out_dir / "sessions"), *extra]
 
 
@@ -533,11 +549,26 @@ def check_servescope(run: Run) -> None:
     try:
         cells = json.loads(run.stdout.strip().splitlines()[-1])["cells"]
         ok = sum(int(c["requests_ok"]) for c in cells)
+        run.extra["out_tok_s"] = float(cells[-1]["output_tok_s"])
+        run.extra["ttft_ms"] = float(cells[-1]["ttft_ms"]["mean"])
+        tele = (cells[-1].get("client") or {}).get("telemetry_cpu_ms_per_s")
+        if tele is not None:
+            run.extra["scrape_ms_per_s"] = float(tele)
     except (ValueError, KeyError, IndexError, TypeError):
         print("  WARNING: servescope printed no readable JSON result", file=sys.stderr)
         return
     if ok != run.requests:
         print(f"  WARNING: servescope: {ok} of {run.requests} requests succeeded", file=sys.stderr)
+
+
+def read_vllm_bench(run: Run) -> None:
+    """vllm bench serve's own output tok/s and mean TTFT, from the result it prints."""
+    import re
+
+    for key, label in (("out_tok_s", r"Output token throughput \(tok/s\):"), ("ttft_ms", r"Mean TTFT \(ms\):")):
+        m = re.search(label + r"\s+([\d.]+)", run.stdout)
+        if m:
+            run.extra[key] = float(m.group(1))
 
 
 Runner = Callable[[int, int, int, int, str], Run]  # (concurrency, requests, output tokens, seed, tag) -> Run
@@ -597,11 +628,26 @@ def show_first(first: dict[str, tuple[float, float]]) -> None:
         f"{name} {w:.2f} s, {c:.2f} s CPU" for name, (w, c) in first.items()))
 
 
+def cpu_model() -> str:
+    """lscpu's model name, and whether the CPU has AVX-512 (the CPU vLLM's speed depends on it)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    name = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
+    return f"{name}, {'with' if 'avx512f' in out else 'no'} AVX-512"
+
+
+LOAD_AT_START = os.getloadavg()
+
+
 def header(args: argparse.Namespace, extra: list[str], alternating: str) -> None:
     print(f"\nclient CPU during the load, {IN_LEN} in / {OUT_LEN} out, ignore_eos; medians of {args.rounds} "
           f"interleaved rounds ({alternating}); {time.strftime('%Y-%m-%d %H:%M')}, "
-          f"{os.cpu_count()} cores. This machine is noisy (shared): read medians and ratios, not single figures.")
-    print(f"servescope flags: --telemetry-interval off {shlex.join(extra)}".rstrip())
+          f"{os.cpu_count()} cores ({cpu_model()}); load average (1, 5, 15 min) at the start "
+          f"{', '.join(f'{x:.2f}' for x in LOAD_AT_START)}, at the end {', '.join(f'{x:.2f}' for x in os.getloadavg())}. "
+          "This machine is noisy (shared): read medians and ratios, not single figures.")
+    print(f"servescope flags: {shlex.join(extra)}" if extra else "servescope flags: (none beyond those said)")
 
 
 def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
@@ -628,14 +674,23 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
         server_apart(srv.proc.pid)
         os.sched_setaffinity(0, {0})
     print(f"engine processes (the busy window): {engine}", file=sys.stderr)
+    telemetry = [t.strip() for t in args.telemetry.split(",") if t.strip()]
     try:
         def vb(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
-            return run_client(VLLM_BENCH, vllm_bench_cmd(srv, conc, n, out_len, seed), env, srv.url, n, out_len,
-                              tmp, f"vb-{tag}", engine)
+            r = run_client(VLLM_BENCH, vllm_bench_cmd(srv, conc, n, out_len, seed), env, srv.url, n, out_len,
+                           tmp, f"vb-{tag}", engine)
+            read_vllm_bench(r)
+            return r
 
         def ss(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
-            r = run_client(SERVESCOPE, servescope_cmd(srv.url, conc, n, out_len, seed, tmp, extra), None, srv.url,
-                           n, out_len, tmp, f"ss-{tag}", engine)
+            r = run_client(SERVESCOPE, servescope_cmd(srv.url, conc, n, out_len, seed, tmp, extra, telemetry=True),
+                           None, srv.url, n, out_len, tmp, f"ss-{tag}", engine)
+            check_servescope(r)
+            return r
+
+        def so(conc: int, n: int, out_len: int, seed: int, tag: str) -> Run:
+            r = run_client(SERVESCOPE_OFF, servescope_cmd(srv.url, conc, n, out_len, seed, tmp, extra), None,
+                           srv.url, n, out_len, tmp, f"so-{tag}", engine)
             check_servescope(r)
             return r
 
@@ -645,13 +700,15 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
             check_servescope(r)
             return r
 
-        tools: dict[str, Runner] = {VLLM_BENCH: vb, SERVESCOPE: ss, **({VARIANT: sv} if third else {})}
+        tools: dict[str, Runner] = {VLLM_BENCH: vb, **({SERVESCOPE: ss} if "on" in telemetry else {}),
+                                    **({SERVESCOPE_OFF: so} if "off" in telemetry else {}),
+                                    **({VARIANT: sv} if third else {})}
         startup, first = startup_runs(tools, args.rounds)
         results: dict[tuple[str, int], list[Run]] = {}
         seed = 1
         for conc in concs:
-            # one untimed warm run so neither tool pays for the server's first-shape compile
-            ss(conc, max(conc, 8), OUT_LEN, 10_000 + conc, f"warm-{conc}")
+            # one untimed warm run so no tool pays for the server's first-shape compile
+            so(conc, max(conc, 8), OUT_LEN, 10_000 + conc, f"warm-{conc}")
             for rnd in range(args.rounds):
                 order = rotated(list(tools.items()), rnd)
                 for name, fn in order:
@@ -671,25 +728,32 @@ def main_vllm(args: argparse.Namespace, extra: list[str], tmp: Path) -> None:
     header(args, extra, "each tool going first in turn")
     what = f"servescope from {variant_root}" if args.variant_checkout else "servescope"
     flags = f" with {shlex.join(variant)}" if variant else ""
-    print(f"{args.requests} requests per run" + (f"; variant: {what}{flags}" if third else ""))
-    more = " variant CPU ms / 1k tok | ratio variant / vllm bench |" if third else ""
-    print(f"| c | vllm bench CPU ms / 1k tok | servescope CPU ms / 1k tok | ratio servescope / vllm bench |{more}")
-    print("|---|---|---|---|" + ("---|---|" if third else ""))
+    print(f"{args.requests} requests per run; `servescope` samples /metrics every second (its default), `{SERVESCOPE_OFF}` "
+          "runs with --telemetry-interval off" + (f"; variant: {what}{flags}" if third else ""))
+    print("| c | tool | CPU ms / 1k tok | ratio to vllm bench | CPU ms per s of the window | /metrics scrapes ms CPU/s "
+          "| output tok/s (ratio) | mean TTFT ms | TTFT gap over vLLM's own ms (ratio) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for conc in concs:
-        a = med([r.ms_per_1k for r in results[(VLLM_BENCH, conc)]])
-        b = med([r.ms_per_1k for r in results[(SERVESCOPE, conc)]])
-        row = f"| {conc} | {a:,.1f} | {b:,.1f} | {b / a if a else float('nan'):.2f} |"
-        if third:
-            v = med([r.ms_per_1k for r in results[(VARIANT, conc)]])
-            row += f" {v:,.1f} | {v / a if a else float('nan'):.2f} |"
-        print(row)
-    print(f"start-up CPU (whole 1-request, 1-output-token run): vllm bench {startup[VLLM_BENCH]:.2f} s, "
-          f"servescope {startup[SERVESCOPE]:.2f} s" + (f", variant {startup[VARIANT]:.2f} s" if third else ""))
+        base = results[(VLLM_BENCH, conc)]
+        a = med([r.ms_per_1k for r in base])
+        tok_a = med([r.extra.get("out_tok_s", float("nan")) for r in base])
+        gap_a = med([r.ttft_gap_ms for r in base])
+        for name in tools:
+            runs = results[(name, conc)]
+            b = med([r.ms_per_1k for r in runs])
+            tok = med([r.extra.get("out_tok_s", float("nan")) for r in runs])
+            gap = med([r.ttft_gap_ms for r in runs])
+            scrape = med([r.extra.get("scrape_ms_per_s", float("nan")) for r in runs])
+            print(f"| {conc} | {name} | {b:,.1f} | {b / a if a else float('nan'):.2f} | "
+                  f"{med([r.ms_per_s for r in runs]):,.1f} | {scrape:.2f} | {tok:,.1f} ({tok / tok_a:.2f}) | "
+                  f"{med([r.extra.get('ttft_ms', float('nan')) for r in runs]):,.2f} | {gap:,.2f} ({gap / gap_a:.2f}) |")
+    print("start-up CPU (whole 1-request, 1-output-token run): " + ", ".join(
+        f"{name} {startup[name]:.2f} s" for name in tools))
     show_first(first)
     prep = {name: med([(r.before_s - startup[name]) / r.requests * 1000 for (n, _), runs in results.items()
                        if n == name for r in runs]) for name in tools}
-    print(f"preparation CPU per request (CPU before the busy window minus start-up, over the requests; median of "
-          f"all runs): vllm bench {prep[VLLM_BENCH]:.2f} ms, servescope {prep[SERVESCOPE]:.2f} ms")
+    print("preparation CPU per request (CPU before the busy window minus start-up, over the requests; median of "
+          "all runs): " + ", ".join(f"{name} {v:.2f} ms" for name, v in prep.items()))
     print(PREP_NOTE)
 
 
@@ -767,6 +831,9 @@ def main() -> None:
                     help="each client on the last core alone, the server (vLLM's engine and API server, or the "
                          "simulator) and this script on core 0: a client with an idle core of its own, as on a large "
                          "GPU host")
+    ap.add_argument("--telemetry", default="on,off",
+                    help="vLLM mode: run servescope with its default /metrics sampling (on), with --telemetry-interval "
+                         "off (off), or both as two tools in the rotation (on,off: the default)")
     ap.add_argument("--sim", action="store_true", help="servescope alone on its simulator at --streams")
     ap.add_argument("--streams", default="512,1024,2048,4096")
     args = ap.parse_args()

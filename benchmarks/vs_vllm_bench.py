@@ -8,7 +8,11 @@ with a fresh prompt seed; servescope in vllm bench's regime (`--window whole --r
 figures over the whole run). Prints, per concurrency, the medians of output tok/s, mean TTFT, mean TPOT, the
 client's TTFT gap over vLLM's own server-side TTFT (from /metrics deltas around each run) and the client's
 CPU per 1,000 streamed tokens (child CPU time minus a 1-request run's start-up CPU), with the ratio
-servescope / vllm bench. These machines are noisy: read the ratios and medians, not single figures.
+servescope / vllm bench. These machines are noisy: read the ratios and medians, not single figures; the table's
+header says the date, the CPU's model (lscpu) and the load average at the start and the end, and each run's line on
+stderr the 1-minute load average when it ended. servescope runs with its default telemetry (/metrics every second)
+unless `--servescope-args "--telemetry-interval off"`. For the client's CPU during the load alone, use
+benchmarks/client_cpu.py: this script's CPU column counts each tool's whole run minus a 1-request run's CPU.
 """
 
 from __future__ import annotations
@@ -99,6 +103,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--servescope-args", default="", help='extra flags for servescope, e.g. "--telemetry-interval off"')
     args = ap.parse_args()
+    from benchmarks.client_cpu import cpu_model
+
+    load_start = os.getloadavg()
     SERVESCOPE_ARGS.extend(args.servescope_args.split())
     concs = [int(x) for x in args.concurrency.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="servescope-bench-"))
@@ -122,15 +129,21 @@ def main() -> None:
                     results.setdefault((name, conc), []).append(r)
                     print(f"  c={conc} round {rnd + 1} {name:<10} {r['output_tok_s']:8.1f} tok/s  "
                           f"TTFT {r['ttft_ms']:7.1f} ms (server {r['server_ttft_ms']:6.1f})  "
-                          f"TPOT {r['tpot_ms']:6.2f} ms  CPU {r['cpu_ms_per_1k']:6.0f} ms/1k tok", file=sys.stderr)
+                          f"TPOT {r['tpot_ms']:6.2f} ms  CPU {r['cpu_ms_per_1k']:6.0f} ms/1k tok  "
+                          f"load {os.getloadavg()[0]:.2f}", file=sys.stderr)
     finally:
         srv.stop()
 
     def med(name: str, conc: int, key: str) -> float:
         return statistics.median(r[key] for r in results[(name, conc)])
 
+    def loads(xs: tuple[float, float, float]) -> str:
+        return ", ".join(f"{x:.2f}" for x in xs)
+
     print(f"\nservescope vs vllm bench serve: {IN_LEN} in / {OUT_LEN} out, {args.requests} requests, "
-          f"{args.rounds} rounds alternating, medians; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
+          f"{args.rounds} rounds alternating, medians; {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores "
+          f"({cpu_model()}); load average (1, 5, 15 min) at the start {loads(load_start)}, at the end "
+          f"{loads(os.getloadavg())}")
     print(f"servescope flags: {' '.join(SERVESCOPE_ARGS) or '(defaults)'}")
     print(f"start-up CPU: vllm bench {startup['vllm bench']:.2f} s, servescope {startup['servescope']:.2f} s")
     print("| c | metric | vllm bench | servescope | ratio |")

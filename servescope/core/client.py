@@ -19,7 +19,7 @@ import ssl
 import sys
 import time
 import zlib
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -163,6 +163,41 @@ def build_body(spec: RequestSpec, opts: ClientOptions) -> bytes:
     if opts.extra_body:
         body.update(opts.extra_body)
     return _encode(body)
+
+
+BODIES_BUDGET = 64 * 2**20  # bytes of request bodies a cell encodes before it starts; later ones at their send
+
+
+class Bodies:
+    """Request bodies encoded before a cell starts (one per distinct request spec, up to `budget` bytes: a long
+    trace's are encoded as they go), so that a send does no JSON encoding: `body(spec)` is the prepared one while
+    `opts` still has the settings it was encoded with (a server that refused `ignore_eos` or continuous usage makes
+    the rest be encoded afresh without them)."""
+
+    __slots__ = ("opts", "flags", "by_id", "specs")
+
+    def __init__(self, specs: Sequence[RequestSpec], opts: ClientOptions, budget: int = BODIES_BUDGET) -> None:
+        self.opts = opts
+        self.flags = (opts.ignore_eos, opts.continuous_usage)
+        self.by_id: dict[int, bytes] = {}
+        self.specs: list[RequestSpec] = []  # held: the ids above stay theirs
+        size = 0
+        for s in specs:
+            if id(s) in self.by_id:
+                continue
+            if size >= budget:
+                break
+            body = self.by_id[id(s)] = build_body(s, opts)
+            self.specs.append(s)
+            size += len(body)
+
+    def body(self, spec: RequestSpec) -> bytes:
+        opts = self.opts
+        if (opts.ignore_eos, opts.continuous_usage) == self.flags:
+            got = self.by_id.get(id(spec))
+            if got is not None:
+                return got
+        return build_body(spec, opts)
 
 
 def endpoint(api: str) -> str:
@@ -588,6 +623,42 @@ class _Stream:
         except msgspec.DecodeError:  # not JSON, or a field of an unexpected type: decode it leniently
             self._loose(data, now)
             return
+        # the usual token (one choice with text or content, no reasoning, a usage of two plausible counts and no
+        # details) is recorded right here, as `_chunk` would record it, without its general steps: nearly every
+        # streamed token takes this path, and each step saved is saved per token
+        choices, u = ch.choices, ch.usage
+        if (u is not None and choices is not None and len(choices) == 1 and ch.error is None and ch.timings is None
+                and self.reply is None and not self.bad and u.completion_tokens_details is None
+                and u.prompt_tokens_details is None):
+            c = choices[0]
+            d = c.delta
+            prompt, completion = u.prompt_tokens, u.completion_tokens
+            b = self.bound
+            if ((d is None or not (d.reasoning_content or d.reasoning)) and type(prompt) is int
+                    and type(completion) is int and 0 <= prompt <= b and 0 <= completion <= b):
+                content = bool(c.text) if d is None else bool(d.content)
+                rec = self.rec
+                grew = completion - self.last_completion
+                if grew > 0:  # continuous usage says the count grew: a token, even one that reads "" for now
+                    self.last_completion = completion
+                    content = True
+                if content:
+                    ntok = grew if grew > 0 else 1
+                    self.counted += ntok
+                    if not rec.chunk_ns:
+                        rec.first_token_ns = now
+                    if not rec.first_content_ns:
+                        rec.first_content_ns = now
+                    rec.chunk_ns.append(now)
+                    rec.chunk_tokens.append(ntok)
+                rec.prompt_tokens = prompt
+                rec.output_tokens = completion
+                rec.usage_reported = True
+                return
+        self._chunk(ch, now)
+
+    def _chunk(self, ch: _Chunk, now: int) -> None:
+        """A decoded chunk: its error, its tokens and its usage into the record."""
         if ch.error is not None:
             e = ch.error
             self._error(e if isinstance(e, str) else (e.message or "error"))
@@ -763,12 +834,14 @@ async def stream_request(
     rec: RequestRecord,
     reply: list[str] | None = None,
     _retries: int = 0,
+    bodies: Bodies | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill `rec` in place. Never raises (except CancelledError).
     `http` is one of `make_http_client`'s: core/rawhttp.py's RawClient (the default), an aiohttp.ClientSession
     or an httpx.AsyncClient. With `reply` (a list),
-    the reply's content text is appended to it piece by piece (a conversation resends it next turn)."""
-    body = build_body(spec, opts)
+    the reply's content text is appended to it piece by piece (a conversation resends it next turn). `bodies`: the
+    cell's prepared request bodies (else the body is encoded here)."""
+    body = bodies.body(spec) if bodies is not None else build_body(spec, opts)
     sent_eos, sent_usage = opts.ignore_eos, opts.continuous_usage  # what this body carries (another request may
     # drop a field from `opts` while this one is in flight: its 400 is then sent again all the same)
     secret = opts.api_key
@@ -854,7 +927,7 @@ async def stream_request(
             fresh = RequestRecord(rec.index, rec.user, rec.warmup, rec.input_tokens_requested,
                                   rec.output_tokens_requested, rec.scheduled_ns,
                                   conversation=rec.conversation, turn=rec.turn, turns=rec.turns)
-            return _copy_into(rec, await stream_request(http, opts, spec, fresh, reply, _retries + 1))
+            return _copy_into(rec, await stream_request(http, opts, spec, fresh, reply, _retries + 1, bodies))
         rec.status = "cut" if rec.chunk_ns else "error"
         rec.error = clean_secret_text(_hint(error_text(e)), secret)
     except OSError as e:

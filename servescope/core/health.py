@@ -229,7 +229,8 @@ class RateShortfall(msgspec.Struct, frozen=True):
 
 
 def judge_client(part: ClientPart | None, send_late_p99_ms: float | None = None,
-                 bunched_share: float | None = None, shortfall: RateShortfall | None = None) -> ClientHealth | None:
+                 bunched_share: float | None = None, shortfall: RateShortfall | None = None,
+                 scrapes: int = 0, scrape_cpu_s: float | None = None) -> ClientHealth | None:
     """The cell's `client` entry from its merged probe part (`merge_client`) and two figures from its records:
     `send_late_p99_ms` (an uncapped open loop's sends after their schedule, p99; None for a closed loop or a
     capped one, whose sends wait for a slot by design) and `bunched_share` (tokens stamped at the same
@@ -237,9 +238,16 @@ def judge_client(part: ClientPart | None, send_late_p99_ms: float | None = None,
     the first, `bound` past the second); the verdict is the worst grade, and each figure past a threshold
     gives one reason naming it and the threshold. An open loop that did not reach its rate (`shortfall`, its
     schedule behind past the send-late bound when the duration ended) is `bound`, saying so first. None when
-    there is no part (a cell that did not run)."""
+    there is no part (a cell that did not run). `scrapes` and `scrape_cpu_s`: the /metrics scrapes in the cell and
+    their CPU (the telemetry's own cost, `core.telemetry.MetricsSampler.scrape_cost`), said per second of the cell
+    and per scrape; not judged (it is no load)."""
     if part is None:
         return None
+    tele_s = tele_scrape = None
+    if scrapes and scrape_cpu_s is not None:
+        tele_scrape = scrape_cpu_s / scrapes * 1000.0
+        wall = _num(part.wall_s)
+        tele_s = scrape_cpu_s / wall * 1000.0 if wall else None
     lag = part.loop_lag_ms or LoopLag()
     lag_ms = LoopLag(p50=_num(lag.p50), p99=_num(lag.p99), max=_num(lag.max))
     cpu = _num(part.cpu_util)
@@ -288,6 +296,8 @@ def judge_client(part: ClientPart | None, send_late_p99_ms: float | None = None,
         clock_error_ms=_num(part.clock_error_ms),
         start_skew_ms=_num(part.start_skew_ms),  # several workers: the last one's start after the common t0
         rate_behind_s=_num(shortfall.behind_s) if shortfall is not None and not shortfall.reached else None,
+        telemetry_cpu_ms_per_s=_num(tele_s),
+        telemetry_ms_per_scrape=_num(tele_scrape),
     )
 
 
@@ -311,6 +321,10 @@ def client_text(client: ClientHealth | None) -> str:
         figures.append(f"sends late p99 {client.send_late_p99_ms:.1f} ms")
     if client.bunched_share is not None:
         figures.append(f"{client.bunched_share * 100:.0f}% tokens bunched")
+    if client.telemetry_cpu_ms_per_s is not None:
+        per = client.telemetry_ms_per_scrape
+        figures.append(f"/metrics scrapes {client.telemetry_cpu_ms_per_s:.2f} ms CPU/s"
+                       + (f" ({per:.2f} ms each)" if per is not None else ""))
     reasons = client.reasons
     if verdict == "ok":
         return f"ok ({', '.join(figures)})"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from servescope.core.arrivals import RateShape, Step, pattern_label, send_times
-from servescope.core.client import ClientOptions, RequestSpec, make_http_client, stream_request
+from servescope.core.client import Bodies, ClientOptions, RequestSpec, make_http_client, stream_request
 from servescope.core.conversation import Conversation, Pool, conversations, converse, is_multi_turn
 from servescope.core.errors import ServescopeError
 from servescope.core.health import SEND_LATE_P99_MS, ClientPart, ClientProbe
@@ -132,6 +132,8 @@ class CellRun:
     behind_s: float = 0.0
     sent: int = 0  # requests (an open loop of conversations: conversations) sent
     warmup_note: str = ""  # the warmup was cut short by the cell's duration: how much of it was sent
+    workers_note: str = ""  # what --workers auto decided, when there is something to say (core.workers.auto_note)
+    workers_short: bool = False  # ... and it is that the load asks for more processes than this machine allows
 
 
 WARM_POOL = 1024  # distinct warmup prompts a cell has at most: a longer warmup cycles through them
@@ -334,13 +336,16 @@ RETRY_DEFAULT_S = 1.0  # the wait after a 429 that named none (no Retry-After)
 
 
 async def _stream_retrying(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec, rec: RequestRecord,
-                           control: CellControl | None, reply: list[str] | None) -> None:
+                           control: CellControl | None, reply: list[str] | None, bodies: Bodies | None = None) -> None:
     """Send the request; with --retry-after (`opts.retry_after_max_s`), a 429 is sent again after the server's
     Retry-After (at most `retry_after_max_s`; `RETRY_DEFAULT_S` when it named none), up to `RETRY_LIMIT` times,
     unless the cell ends meanwhile. The record then holds the last attempt (its send stamp: TTFT and E2E are the
     served attempt's) with `retries` and `retry_wait_s`; its client queueing (sent - scheduled) includes the waits."""
     cap = opts.retry_after_max_s
-    await (stream_request(http, opts, spec, rec) if reply is None else stream_request(http, opts, spec, rec, reply))
+    if bodies is None:
+        await (stream_request(http, opts, spec, rec) if reply is None else stream_request(http, opts, spec, rec, reply))
+    else:
+        await stream_request(http, opts, spec, rec, reply=reply, bodies=bodies)
     waited, tries = 0.0, 0
     while rec.status == "rate_limited" and cap is not None and tries < RETRY_LIMIT and control is not None:
         wait = min(cap, rec.retry_after_s if rec.retry_after_s is not None else RETRY_DEFAULT_S)
@@ -366,10 +371,10 @@ async def _stream_retrying(http: httpx.AsyncClient, opts: ClientOptions, spec: R
 
 
 async def _send(http: httpx.AsyncClient, opts: ClientOptions, spec: RequestSpec, rec: RequestRecord,
-                tracker: _Tracker | None, reply: list[str] | None = None) -> None:
+                tracker: _Tracker | None, reply: list[str] | None = None, bodies: Bodies | None = None) -> None:
     rec.adapter = spec.model or ""
     try:
-        await _stream_retrying(http, opts, spec, rec, tracker.control if tracker is not None else None, reply)
+        await _stream_retrying(http, opts, spec, rec, tracker.control if tracker is not None else None, reply, bodies)
     except asyncio.CancelledError:
         rec.end_ns = _perf()
         rec.status = "cancelled"
@@ -393,6 +398,7 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
     if limits.duration_s is not None:
         deadline = start + int(limits.duration_s * 1e9)
     ramp_ns = int(load.ramp_s * 1e9) if load.ramp_s and not warmup else 0
+    bodies = Bodies(specs, opts)  # encoded before the cell starts, as the open loop's
 
     async def user(u: int) -> None:
         nonlocal next_index
@@ -414,7 +420,7 @@ async def _closed(http, opts, specs, load, limits, on_record, control, warmup=Fa
                 scheduled_ns=planned or now,  # a ramped user's first request: when the ramp meant it to go
             )
             planned = 0
-            await _send(http, opts, spec, rec, tracker)
+            await _send(http, opts, spec, rec, tracker, bodies=bodies)
 
     tasks = [asyncio.create_task(user(u)) for u in range(n_users)]
     await _wait_or_stop(tasks, control)
@@ -516,44 +522,94 @@ async def _finish_open(outstanding: _Outstanding, tracker: _Tracker, control: Ce
             raise t.exception()  # type: ignore[misc]
 
 
+class _Alarm:
+    """The open loop's sleep: until a perf_counter_ns time or the cell's drain, on one timer and one future per
+    wake-up (the drain is watched by one task for the whole cell). No task per send: `asyncio.wait_for`, which
+    `_until` sleeps with, makes one on every call."""
+
+    def __init__(self, control: CellControl) -> None:
+        self.control = control
+        self.loop = asyncio.get_running_loop()
+        self._fut: asyncio.Future[None] | None = None
+        self._drained = asyncio.ensure_future(control.drain.wait())
+        self._drained.add_done_callback(self._ring)
+        self.sleeps = 0  # wake-ups it slept for (sends due in the same one go out together)
+
+    def _ring(self, _: object = None) -> None:
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def until(self, when_ns: int) -> bool:
+        """True once `when_ns` has come, never before it (uvloop's millisecond timers may fire up to one early: the
+        rest is waited again); False when the cell was drained meanwhile. A time already past returns at once,
+        without yielding to the loop."""
+        while not self.control.ended:
+            delay = when_ns - _perf()
+            if delay <= 0:
+                return True
+            self.sleeps += 1
+            self._fut = fut = self.loop.create_future()
+            handle = self.loop.call_later(delay / 1e9, self._ring)
+            try:
+                await fut
+            finally:
+                handle.cancel()
+                self._fut = None
+        return False
+
+    def close(self) -> None:
+        self._drained.cancel()
+
+
 async def _open(http, opts, specs, load, limits, on_record, control, seed) -> CellRun:  # type: ignore[no-untyped-def]
+    """The open loop's sender: one coroutine walks the arrival schedule against perf_counter_ns (a monotonic
+    clock), sleeping on `_Alarm` until the next send is due and then sending every request due by then at once
+    (at thousands a second several fall in one millisecond); each send is one task, its request, with its body
+    encoded before the cell started (`Bodies`)."""
     rate = float(load.rate or 1.0)
     times = (iter(load.times) if load.arrival == "trace" else
              send_times(load.arrival, rate, load.burstiness, load.shape, random.Random(f"servescope-arrivals:{seed}")))
     tracker = _Tracker(load, control, on_record)
     sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
     total = limits.requests
+    bodies = Bodies(specs, opts)
+    n_specs = len(specs)
     start = _perf()
     deadline = start + int(limits.duration_s * 1e9) if limits.duration_s is not None else None
     outstanding = _Outstanding(pending_cap(load))
+    alarm = _Alarm(control)
     nxt = next(times, None)
     sched = start + int(nxt * 1e9) if nxt is not None else 0
 
-    async def fire(i: int, spec: RequestSpec, scheduled: int) -> None:
-        rec = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=spec.input_tokens,
-                            output_tokens_requested=spec.output_tokens, scheduled_ns=scheduled)
-        if sem is None:
-            await _send(http, opts, spec, rec, tracker)
-        else:
-            async with sem:
-                if control.ended or (deadline is not None and _perf() >= deadline):
-                    return  # it waited for a slot while the cell was drained or past its duration: never sent
-                await _send(http, opts, spec, rec, tracker)
+    async def capped(spec: RequestSpec, rec: RequestRecord) -> None:
+        assert sem is not None
+        async with sem:
+            if control.ended or (deadline is not None and _perf() >= deadline):
+                return  # it waited for a slot while the cell was drained or past its duration: never sent
+            await _send(http, opts, spec, rec, tracker, bodies=bodies)
 
     i = 0
     behind = 0  # how far the schedule was behind when the duration ended (ns)
-    while not control.ended and nxt is not None:
-        if total is not None and i >= total:
-            break
-        if not _sending_until(deadline, sched) or not await outstanding.room(control, deadline) \
-                or not await _until(sched, control) or not _sending_until(deadline, sched):
-            if deadline is not None and not control.ended and sched < deadline:
-                behind = deadline - sched
-            break
-        outstanding.add(asyncio.create_task(fire(i, specs[i % len(specs)], sched)))
-        i += 1
-        nxt = next(times, None)  # a trace ends
-        sched = start + int(nxt * 1e9) if nxt is not None else 0
+    try:
+        while not control.ended and nxt is not None:
+            if total is not None and i >= total:
+                break
+            if not _sending_until(deadline, sched) or not await outstanding.room(control, deadline) \
+                    or not await alarm.until(sched) or not _sending_until(deadline, sched):
+                if deadline is not None and not control.ended and sched < deadline:
+                    behind = deadline - sched
+                break
+            spec = specs[i % n_specs]
+            rec = RequestRecord(index=i, user=-1, warmup=False, input_tokens_requested=spec.input_tokens,
+                                output_tokens_requested=spec.output_tokens, scheduled_ns=sched)
+            outstanding.add(asyncio.create_task(_send(http, opts, spec, rec, tracker, bodies=bodies) if sem is None
+                                                else capped(spec, rec)))
+            i += 1
+            nxt = next(times, None)  # a trace ends
+            sched = start + int(nxt * 1e9) if nxt is not None else 0
+    finally:
+        alarm.close()
     await _finish_open(outstanding, tracker, control, deadline, behind, limits.duration_s)
     end = max((r.end_ns for r in tracker.records), default=_perf())
     ramp_end = start + int(load.ramp_s * 1e9) if load.ramp_s else 0

@@ -3,7 +3,7 @@
 aiohttp wakes a coroutine for every piece a stream delivers (its reader's future, the async iterator, the
 task step). Here the bytes are handled in the protocol's `data_received` callback itself: chunked transfer
 coding is undone in one pass over what arrived, and the whole read goes to the SSE consumer at once, stamped
-with one `perf_counter_ns()`. The awaiting request wakes twice: when the head arrives and when the body ends.
+with one `perf_counter_ns()`. The awaiting request wakes once, when the body ends (or the exchange fails).
 
 It speaks only what an OpenAI-compatible server answers a streaming POST with: a status line, headers, and a
 chunked, Content-Length or close-delimited body; keep-alive connections are pooled per client (closed by us
@@ -25,6 +25,7 @@ from servescope.core.tls import CONNECTIONS, ConnSample
 
 _perf = time.perf_counter_ns
 MAX_HEAD = 64 * 1024  # bytes of status line and headers before the response is refused
+ERROR_LIMIT = 64 * 1024  # bytes of a GET's error body kept
 
 
 class RawHTTPError(Exception):
@@ -297,7 +298,8 @@ class RawClient:
     """A pool of up to `limit` keep-alive HTTP/1.1 connections to one server, for streaming POSTs."""
 
     def __init__(self, base_url: str, headers: dict[str, str], limit: int, idle_s: float = 4.0,
-                 connect_timeout_s: float = 15.0, ssl_context: Callable[[], ssl.SSLContext] | None = None) -> None:
+                 connect_timeout_s: float = 15.0, ssl_context: Callable[[], ssl.SSLContext] | None = None,
+                 log_connections: bool = True) -> None:
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"bad base URL {base_url!r}")
@@ -312,6 +314,7 @@ class RawClient:
         self.limit = max(1, limit)
         self.idle_s = idle_s
         self.connect_timeout_s = connect_timeout_s
+        self.log_connections = log_connections  # the load's connections are timed (tls.CONNECTIONS); a scrape's not
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
         self._slots = asyncio.Semaphore(self.limit)
@@ -355,7 +358,8 @@ class RawClient:
         except TimeoutError:
             raise RawHTTPError(f"could not connect to {self.host}:{self.port} within {self.connect_timeout_s:g} s") from None
         t2 = _perf()
-        CONNECTIONS.add(ConnSample((t1 - t0) / 1e6, (t2 - t1) / 1e6 if self.ssl is not None else None))
+        if self.log_connections:
+            CONNECTIONS.add(ConnSample((t1 - t0) / 1e6, (t2 - t1) / 1e6 if self.ssl is not None else None))
         self.opened += 1
         self._all.add(proto)
         return proto
@@ -375,6 +379,32 @@ class RawClient:
         """POST `body`; a 200 body goes to `sink` read by read; returns (status, content type, error body).
         `headers_out`, when given, gets the response's headers (names in lower case), e.g. a 429's Retry-After.
         `fresh`: on a new connection, never a pooled one (a request sent again after a stale one)."""
+        head = (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head_lines}"
+                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+        return await self._exchange(head + body, sink, error_limit, headers_out, fresh)
+
+    async def get(self, path: str, limit: int, headers_out: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """GET `path` (e.g. /metrics) on a pooled keep-alive connection: (status, body). A body of more than `limit`
+        bytes raises RawHTTPError. A pooled connection the server had closed is tried again once on a new one (a GET
+        may be sent twice)."""
+        head = f"GET {self.prefix}{path.lstrip('/')} HTTP/1.1\r\n{self._head_lines}\r\n".encode("latin-1")
+        for fresh in (False, True):
+            body = _Collect(limit)
+            try:
+                status, _, error = await self._exchange(head, body, ERROR_LIMIT, headers_out, fresh)
+            except StaleConnection:
+                if fresh:
+                    raise
+                continue
+            if body.overflow:
+                raise RawHTTPError(f"the answer to GET {path} is over {limit // 1024:,} KiB")
+            return status, bytes(body.data) if status == 200 else error
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _exchange(self, request: bytes, sink: Sink, error_limit: int, headers_out: dict[str, str] | None,
+                        fresh: bool) -> tuple[int, str, bytes]:
+        """Write `request` (its head and body) on a connection and read the answer: a 200 body to `sink`, another
+        status's to an error sink of `error_limit` bytes; (status, content type, error body)."""
         async with self._slots:
             conn = (None if fresh or not self.pool else self._take_idle()) or await self._connect()
             ok = False
@@ -383,19 +413,18 @@ class RawClient:
                 conn._reset()
                 conn.sink = sink
                 errors = conn.error_sink = _Collect(error_limit)
-                conn.head_fut = loop.create_future()
+                # one future for the whole answer (no second wake-up at its head): a failure before the head, a
+                # stale pooled connection's among them, arrives on it too
                 conn.done_fut = loop.create_future()
                 assert conn.transport is not None
-                conn.transport.write(f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head_lines}"
-                                     f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
+                conn.transport.write(request)
                 try:
-                    await conn.head_fut
+                    await conn.done_fut
                 except StaleConnection:
                     self.stale += 1
                     if self.stale >= 2 and not self.reused:
                         self.pool = False
                     raise
-                await conn.done_fut
                 conn.used += 1
                 if conn.used > 1:
                     self.reused += 1

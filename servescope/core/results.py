@@ -321,6 +321,10 @@ class ClientHealth(_Base, frozen=True):
     # an open loop that did not reach its rate: its send schedule was this far behind when its duration ended (s;
     # left out when None: it kept up, or it is no such cell)
     rate_behind_s: float | None = None
+    # what sampling the server's /metrics cost the client over the cell: CPU ms per second of the cell, and per
+    # scrape (left out when None: no scrape in the cell; with --telemetry-interval off, the scrapes at its ends)
+    telemetry_cpu_ms_per_s: float | None = None
+    telemetry_ms_per_scrape: float | None = None
 
     @property
     def bound(self) -> bool:
@@ -328,7 +332,8 @@ class ClientHealth(_Base, frozen=True):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for k in ("nodes", "clock_error_ms", "start_skew_ms", "rate_behind_s"):
+        for k in ("nodes", "clock_error_ms", "start_skew_ms", "rate_behind_s", "telemetry_cpu_ms_per_s",
+                  "telemetry_ms_per_scrape"):
             if out.get(k) is None:
                 out.pop(k, None)
         return out

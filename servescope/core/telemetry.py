@@ -13,21 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import time
+import zlib
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from servescope.core.errors import error_text
 from servescope.core.gpu import GPU_COLUMNS, GpuInfo, GpuSampler, describe_gpus, list_gpus
 from servescope.core.kvbudget import KVBudget, kv_budget_from_log, kv_budget_from_parsed
+from servescope.core.rawhttp import RawClient
 from servescope.core.results import ServerWindow, TelemetryWindow
+from servescope.core.servermetrics import MetricsReader, labels_of
 from servescope.core.specdecode import LORA_INFO, SPEC_COUNTERS, lora_keys
 from servescope.core.textsafe import clean_text
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
     import polars as pl
 
@@ -38,6 +44,8 @@ __all__ = [
     "GpuSampler",
     "KVBudget",
     "MetricsSampler",
+    "MetricsSource",
+    "RawMetrics",
     "describe_gpus",
     "kv_budget_from_log",
     "kv_budget_from_metrics",
@@ -83,76 +91,48 @@ COLUMNS: tuple[str, ...] = (
     *(f"{h}_seconds_{part}" for h in HISTOGRAMS for part in ("sum", "count")),
 )
 
-_WANTED: frozenset[str] = frozenset(
+# Every /metrics sample name a scrape reads, in one list: the columns above (each with its older names), the KV
+# budget's labels, and EXTRA. A scrape reads these and skips the rest of the text unread (core/servermetrics.py's
+# MetricsReader): to read another figure, add its sample name to EXTRA (or a column above).
+READ: frozenset[str] = frozenset(
     [n for names in (*GAUGES.values(), *COUNTERS.values()) for n in names]
     + [f"{n}_{part}" for names in HISTOGRAMS.values() for n in names for part in ("sum", "count")]
     + [CACHE_INFO, *EXTRA]
 )
 _MAX_OVER_LABELS = frozenset(GAUGES["kv_cache_usage_perc"])  # a fraction: take the fullest engine
+_READER = MetricsReader(READ)
 
 
-def _family_names(name: str) -> set[str]:
-    out = {name}
-    for suffix in ("_total", "_sum", "_count", "_bucket", "_created", "_info"):
-        if name.endswith(suffix):
-            out.add(name[: -len(suffix)])
+@functools.lru_cache(maxsize=16)
+def _cache_config(labels: bytes) -> dict[str, float | str]:
+    """`vllm:cache_config_info`'s labels as `cache_config.<label>` (numbers as float): the same at every scrape."""
+    out: dict[str, float | str] = {}
+    for k, v in labels_of(labels).items():
+        try:
+            out[f"cache_config.{k}"] = float(v)
+        except ValueError:
+            out[f"cache_config.{k}"] = v
     return out
 
 
-_WANTED_FAMILIES: frozenset[str] = frozenset(f for n in _WANTED for f in _family_names(n))
-
-
-def _prefilter(text: str) -> str:
-    """Keep only the lines of the families we read (vLLM's /metrics is mostly histogram buckets we skip):
-    prometheus_client's parser then has a tenth of the text to read."""
-    keep: list[str] = []
-    for line in text.splitlines():
-        if not line:
-            continue
-        if line[0] == "#":
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2] in _WANTED_FAMILIES:
-                keep.append(line)
-            continue
-        end = len(line)
-        for ch in "{ ":
-            i = line.find(ch)
-            if 0 <= i < end:
-                end = i
-        if line[:end] in _WANTED:
-            keep.append(line)
-    keep.append("")
-    return "\n".join(keep)
-
-
-def parse_metrics(text: str) -> dict[str, float | str]:
+def parse_metrics(text: str | bytes) -> dict[str, float | str]:
     """vLLM's /metrics text -> {sample name: value summed over label sets} for the samples servescope reads
-    (KV usage: the highest over label sets), plus `cache_config.<label>` for every label of
+    (`READ`; KV usage: the highest over label sets), plus `cache_config.<label>` for every label of
     `vllm:cache_config_info` (numbers as float, others as str) and, from `vllm:lora_requests_info`, each running
-    adapter's newest time (`lora.running.<name>`, core/specdecode.py). Uses prometheus_client's parser."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+    adapter's newest time (`lora.running.<name>`, core/specdecode.py). Every other family is skipped unread."""
+    data = text.encode("utf-8", "replace") if isinstance(text, str) else text
     out: dict[str, float | str] = {}
-    for fam in text_string_to_metric_families(_prefilter(text)):
-        for s in fam.samples:
-            name = s.name
-            if name not in _WANTED:
-                continue
-            if name == CACHE_INFO:
-                for k, v in s.labels.items():
-                    try:
-                        out[f"cache_config.{k}"] = float(v)
-                    except ValueError:
-                        out[f"cache_config.{k}"] = v
-                continue
-            if name == LORA_INFO:
-                lora_keys(s.labels, float(s.value), out)
-                continue
-            value = float(s.value)
-            prev = out.get(name)
-            if isinstance(prev, float):
-                value = max(prev, value) if name in _MAX_OVER_LABELS else prev + value
-            out[name] = value
+    for name, labels, value in _READER.samples(data):
+        if name == CACHE_INFO:
+            out.update(_cache_config(labels))
+            continue
+        if name == LORA_INFO:
+            lora_keys(labels_of(labels), value, out)
+            continue
+        prev = out.get(name)
+        if isinstance(prev, float):
+            value = max(prev, value) if name in _MAX_OVER_LABELS else prev + value
+        out[name] = value
     return out
 
 
@@ -196,6 +176,50 @@ def _increase(values: Sequence[float]) -> float | None:
     return total
 
 
+class MetricsSource(Protocol):
+    """Where a sampler's scrapes go: `fetch(path, timeout_s)` -> (HTTP status, body). `metrics_client` makes the
+    real one (one kept-alive connection); an httpx.AsyncClient is taken too (tests)."""
+
+    async def fetch(self, path: str, timeout_s: float) -> tuple[int, bytes]: ...
+
+
+MAX_METRICS_BYTES = 32 * 2**20  # a /metrics answer larger than this is a failed scrape (vLLM's is ~70 kB)
+
+
+class RawMetrics:
+    """GET /metrics over core/rawhttp.py's transport on one kept-alive connection (re-opened only when the server
+    closed it, or after `KEEPALIVE_S` idle), the body kept as bytes: no client library's per-request machinery."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str] | None = None,
+                 ssl_context: Callable[[], ssl.SSLContext] | None = None, idle_s: float = 4.0) -> None:
+        self.http = RawClient(base_url, dict(headers or {}), 1, idle_s, connect_timeout_s=10.0,
+                              ssl_context=ssl_context, log_connections=False)
+
+    async def fetch(self, path: str, timeout_s: float) -> tuple[int, bytes]:
+        heads: dict[str, str] = {}
+        async with asyncio.timeout(timeout_s):
+            status, body = await self.http.get(path, MAX_METRICS_BYTES, heads)
+        enc = heads.get("content-encoding", "").strip().lower()
+        if status == 200 and enc in ("gzip", "x-gzip", "deflate"):  # never asked for; undone if sent all the same
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS if enc != "deflate" else zlib.MAX_WBITS)
+            body = d.decompress(body, MAX_METRICS_BYTES)
+        return status, body
+
+    async def aclose(self) -> None:
+        await self.http.close()
+
+
+class _HttpxSource:
+    """An httpx.AsyncClient as a MetricsSource."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def fetch(self, path: str, timeout_s: float) -> tuple[int, bytes]:
+        r = await self.http.get(path, timeout=timeout_s)
+        return r.status_code, r.content
+
+
 class MetricsSampler:
     """Scrapes `/metrics` every `interval_s` in a background task (on the caller's event loop) and keeps the
     samples as columns stamped with `time.perf_counter_ns()` (the middle of each scrape).
@@ -203,11 +227,16 @@ class MetricsSampler:
     `await start()` scrapes once before it returns, so `available` is known at once (False: the first
     scrape failed, e.g. the server has no /metrics; the task then stops). `await sample_now()` adds a
     sample at once (call it at cell boundaries for exact per-cell deltas).
+
+    Each scrape measures its own cost: the CPU time of the thread it runs on from its start to its end (the request,
+    the reads, the parse; `scrape_cost` sums them over a window). Run it on a loop of its own (engine/background.py)
+    and that is the scrape's alone.
     """
 
-    def __init__(self, http: httpx.AsyncClient, interval_s: float = 1.0, path: str = "/metrics",
+    def __init__(self, http: MetricsSource | httpx.AsyncClient, interval_s: float = 1.0, path: str = "/metrics",
                  timeout_s: float = 5.0) -> None:
         self.http = http
+        self.source: MetricsSource = http if hasattr(http, "fetch") else _HttpxSource(http)
         self.interval_s = float(interval_s)
         self.path = path
         self.timeout_s = timeout_s
@@ -215,6 +244,9 @@ class MetricsSampler:
         self.cols: dict[str, array[float]] = {c: array("d") for c in COLUMNS}
         self.failures = 0
         self.failure_t_ns: array[int] = array("q")
+        # every scrape's end (perf_counter_ns) and its CPU time (ns), failed ones too
+        self.cost_t_ns: array[int] = array("q")
+        self.cost_cpu_ns: array[int] = array("q")
         self.available: bool | None = None  # None until the first scrape
         self.reason = ""
         self.last_error = ""
@@ -266,13 +298,14 @@ class MetricsSampler:
         """`sample_now()` that also returns that very sample, parsed (as `parse_metrics`), or None when the
         scrape failed: the cell boundaries' samples, from which `server_delta` gives a cell's counts."""
         async with self._lock:
+            cpu0 = time.thread_time_ns()
             t_a = time.perf_counter_ns()
             try:
-                r = await self.http.get(self.path, timeout=self.timeout_s)
+                status, body = await self.source.fetch(self.path, self.timeout_s)
                 t_b = time.perf_counter_ns()
-                if r.status_code != 200:
-                    raise ValueError(f"HTTP {r.status_code}")
-                parsed = parse_metrics(r.text)
+                if status != 200:
+                    raise ValueError(f"HTTP {status}")
+                parsed = parse_metrics(body)
                 row = _row_from_parsed(parsed)
                 if all(math.isnan(v) for v in row):
                     raise ValueError("no vLLM or llama.cpp metrics in the answer")
@@ -280,6 +313,7 @@ class MetricsSampler:
                 self.failures += 1
                 self.failure_t_ns.append(time.perf_counter_ns())
                 self.last_error = clean_text(error_text(e))[:200]
+                self._cost(cpu0)
                 return None
             self.t_ns.append((t_a + t_b) // 2)
             for c, v in zip(COLUMNS, row, strict=True):
@@ -288,7 +322,17 @@ class MetricsSampler:
             if info:
                 self.cache_info = info
             self.last = parsed
+            self._cost(cpu0)
             return parsed
+
+    def _cost(self, cpu0: int) -> None:
+        self.cost_cpu_ns.append(time.thread_time_ns() - cpu0)
+        self.cost_t_ns.append(time.perf_counter_ns())
+
+    def scrape_cost(self, t0_ns: int, t1_ns: int) -> tuple[int, float]:
+        """The scrapes that ended between t0 and t1 (perf_counter_ns; failed ones too) and their CPU time (s)."""
+        lo, hi = bisect_left(self.cost_t_ns, t0_ns), bisect_right(self.cost_t_ns, t1_ns)
+        return hi - lo, sum(self.cost_cpu_ns[lo:hi]) / 1e9
 
     def kv_budget(self, max_model_len: int | None = None) -> KVBudget | None:
         """The KV budget from the last `vllm:cache_config_info` seen (None when the server has none)."""

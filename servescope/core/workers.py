@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext
     from multiprocessing.process import BaseProcess
 
-__all__ = ["Share", "auto_workers", "drive", "local_workers", "open_schedule", "resolve_workers", "run_cell_workers",
+__all__ = ["Share", "auto_note", "auto_workers", "wanted_workers", "drive", "local_workers", "open_schedule", "resolve_workers", "run_cell_workers",
            "split_cell"]
 
 _perf = time.perf_counter_ns
@@ -65,23 +65,68 @@ BATCH_S = 0.1  # how often a worker sends the records it finished
 START_MARGIN_S = 0.05  # t0 is this far after the moment every worker said it is ready (local processes)
 MAX_SCHEDULE = 20_000_000  # an open loop's schedule longer than this is not drawn up front: one process runs it
 
-# the `auto` rule: one worker per this many concurrent streams, or per this many expected streamed tokens/s
+# the `auto` rule: one worker per this many concurrent streams, per this many expected streamed tokens/s, or per
+# this many requests/s an open loop sends (each request costs a process ~0.3 ms of CPU besides its tokens: its
+# send, its connection's head and end, its record; benchmarks/open_loop.py)
 STREAMS_PER_WORKER = 256
 TOK_S_PER_WORKER = 8000.0
+REQ_S_PER_WORKER = 1500.0
+
+
+def wanted_workers(load: Load, output_tokens: float | None = None) -> int:
+    """The processes a cell's load asks for by the `auto` rule, before this machine's cores cap them: one per
+    `STREAMS_PER_WORKER` concurrent streams (a closed loop's users, an open loop's cap), per `TOK_S_PER_WORKER`
+    expected streamed tokens/s (an open loop's peak rate x the cell's mean output tokens) or per
+    `REQ_S_PER_WORKER` requests/s (an open loop's peak rate), whichever asks for more; at least 1."""
+    streams = float(load.concurrency or 0) if load.rate is None else float(load.max_concurrency or 0)
+    rate = float(load.peak_rate or 0.0)
+    tok_s = rate * float(output_tokens or 0.0)
+    return max(math.ceil(streams / STREAMS_PER_WORKER), math.ceil(tok_s / TOK_S_PER_WORKER),
+               math.ceil(rate / REQ_S_PER_WORKER), 1)
 
 
 def auto_workers(load: Load, cores: int | None = None, output_tokens: float | None = None) -> int:
-    """How many worker processes `--workers auto` runs a cell with. Conservative: one Python process with the
-    raw transport keeps up with a few hundred streams and well over ten thousand streamed tokens/s, so a worker
-    is added per `STREAMS_PER_WORKER` concurrent streams (a closed loop's users, an open loop's cap) or per
-    `TOK_S_PER_WORKER` expected streamed tokens/s (an open loop's peak rate x the cell's mean output tokens),
-    whichever asks for more; never more than the cores less one (the parent: the UI, telemetry), never fewer
-    than 1. c=64, or 20 requests/s of 300 tokens, stays at 1."""
+    """How many worker processes `--workers auto` runs a cell with: `wanted_workers`, never more than the cores
+    less one (the parent: the UI, telemetry), never fewer than 1. Conservative: one Python process with the raw
+    transport keeps up with a few hundred streams, well over ten thousand streamed tokens/s and a couple of
+    thousand requests/s. c=64, or 20 requests/s of 300 tokens, stays at 1."""
     cores = cores if cores is not None else _cores()
-    streams = float(load.concurrency or 0) if load.rate is None else float(load.max_concurrency or 0)
-    tok_s = float(load.peak_rate or 0.0) * float(output_tokens or 0.0)
-    want = max(math.ceil(streams / STREAMS_PER_WORKER), math.ceil(tok_s / TOK_S_PER_WORKER), 1)
-    return max(1, min(want, cores - 1))
+    return max(1, min(wanted_workers(load, output_tokens), cores - 1))
+
+
+def auto_note(load: Load, specs: Sequence[RequestSpec], warmup: int = 0,
+              cores: int | None = None) -> tuple[str, bool]:
+    """What `--workers auto` decided for a cell, in one line, when there is something to say (else ""): that it
+    spread the load over several processes and why, or that one process cannot keep the load and this machine's
+    cores allowed fewer than it asks for (then True: a warning)."""
+    mean_out = _mean_output(specs, warmup)
+    want = wanted_workers(load, mean_out)
+    if want <= 1:
+        return "", False
+    cores = cores if cores is not None else _cores()
+    got = auto_workers(load, cores, mean_out)
+    why = _load_text(load, mean_out)
+    if got >= want:
+        return f"--workers auto: {got} load processes for {why} (one keeps about {_capacity_text()})", False
+    return (f"--workers auto: {why} asks for {want} load processes (one keeps about {_capacity_text()}), but this "
+            f"machine's {cores} core{'s' if cores != 1 else ''} allow {got}: the client may limit this cell (its "
+            "client line says)"), True
+
+
+def _mean_output(specs: Sequence[RequestSpec], warmup: int) -> float:
+    measured = list(specs[warm_prompts(warmup):]) or list(specs)
+    return sum(s.output_tokens for s in measured) / len(measured) if measured else 0.0
+
+
+def _load_text(load: Load, mean_out: float) -> str:
+    if load.rate is None:
+        return f"{int(load.concurrency or 0):,} concurrent streams"
+    rate = float(load.peak_rate or 0.0)
+    return f"{rate:,.6g} requests/s (~{rate * mean_out:,.0f} streamed tokens/s)"
+
+
+def _capacity_text() -> str:
+    return (f"{STREAMS_PER_WORKER} streams, {TOK_S_PER_WORKER:,.0f} tokens/s or {REQ_S_PER_WORKER:,.0f} requests/s")
 
 
 def _cores() -> int:
@@ -92,9 +137,7 @@ def resolve_workers(workers: Workers, load: Load, specs: Sequence[RequestSpec], 
     """`--workers N|auto` (as `engine.fields.workers` read it, the one place it is parsed) for one cell: N as
     given, or `auto_workers` from the cell's load and the mean output tokens of its measured requests."""
     if workers == "auto":
-        measured = list(specs[warm_prompts(warmup):]) or list(specs)
-        mean_out = sum(s.output_tokens for s in measured) / len(measured) if measured else 0.0
-        return auto_workers(load, output_tokens=mean_out)
+        return auto_workers(load, output_tokens=_mean_output(specs, warmup))
     if workers < 1:  # a caller that skipped the parser
         raise ServescopeError(f"--workers: must be at least 1 (got {workers})")
     return workers

@@ -196,6 +196,10 @@ class CellAttempt:
         if run.warmup_note:  # a duration-only cell's warmup lasts at most its duration
             self.sink.add_event("warmup_cut", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {run.warmup_note}")
+        if run.workers_note:  # --workers auto spread the load, or could not (core/workers.py auto_note)
+            self.sink.add_event("workers", f"cell {cell.index + 1} ({cell.label}): {run.workers_note}")
+            yield Notice("warning" if run.workers_short else "info",
+                         f"cell {cell.index + 1} ({cell.label}): {run.workers_note}")
         sent = self.ok + self.failed + self.rate_limited
         if cell.requests is not None and cell.requests > (pool := pool_size(cell)) and sent > pool:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): {sent:,} requests cycled "
@@ -264,7 +268,8 @@ class CellAttempt:
             figs = client_figures(df, open_loop=load.rate is not None and not load.max_concurrency)
             short = (RateShortfall(run.behind_s, cell.duration_s, run.sent, load.rate)
                      if load.rate is not None and cell.duration_s and run.behind_s > 0 else None)
-            client = judge_client(run.client, **figs, shortfall=short)
+            win = windows or CellWindows()
+            client = judge_client(run.client, **figs, shortfall=short, scrapes=win.scrapes, scrape_cpu_s=win.scrape_cpu_s)
         windows = windows or CellWindows()
         tokenizer = self.ran_with.get("tokenizer", "")
         lengths = "calibrated" if tokenizer.startswith("calibrated") else "estimated" if tokenizer.startswith(

@@ -28,7 +28,7 @@ from servescope.core.target import (
 )
 from servescope.core.tls import CONNECTIONS, TlsSettings, current, handshake_figures
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
-from servescope.core.workers import resolve_workers, run_cell_workers
+from servescope.core.workers import auto_note, resolve_workers, run_cell_workers
 
 __all__ = ["HttpTarget", "Target"]
 
@@ -130,10 +130,14 @@ class HttpTarget:
                                       nodes=tuple(self.ray_nodes), workers=n)
         n = resolve_workers(self.workers, load, specs, limits.warmup)
         if n > 1:
-            return await run_cell_workers(opts, specs, load, limits, on_record, control, seed=seed,
-                                          before_measured=before_measured, workers=n)
-        return await run_cell(opts, specs, load, limits, on_record, control, seed=seed,
-                              before_measured=before_measured)
+            run = await run_cell_workers(opts, specs, load, limits, on_record, control, seed=seed,
+                                         before_measured=before_measured, workers=n)
+        else:
+            run = await run_cell(opts, specs, load, limits, on_record, control, seed=seed,
+                                 before_measured=before_measured)
+        if self.workers == "auto":  # decided before the cell started; said with its result
+            run.workers_note, run.workers_short = auto_note(load, specs, limits.warmup)
+        return run
 
     async def close(self) -> None:
         if self.http is not None:

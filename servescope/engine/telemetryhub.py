@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, Protocol, TypedDict
 
-from servescope.core.client import async_client
+from servescope.core.client import KEEPALIVE_S, ssl_context
 from servescope.core.gpu import GpuSampler, Nvml
 from servescope.core.kvbudget import KVBudget, KvBudgetMeta, fmt_concurrency
 from servescope.core.results import GpuWindow, TelemetryWindow
-from servescope.core.telemetry import MetricsSampler
+from servescope.core.telemetry import MetricsSampler, RawMetrics
 from servescope.engine.background import Background
 from servescope.engine.events import TelemetrySample
 from servescope.sessions.store import write_parquet_atomic
@@ -21,7 +21,6 @@ from servescope.workloads.spec import Workload
 from servescope.workloads.traces import workload_trace
 
 if TYPE_CHECKING:
-    import httpx
     import polars as pl
 
     from servescope.core.gpu import GpuSampler, Nvml
@@ -39,6 +38,8 @@ class CellWindows:
 
     telemetry: TelemetryWindow | None = None
     gpu: GpuWindow | None = None
+    scrapes: int = 0  # /metrics scrapes in the window, and their client CPU (s): what telemetry cost the client
+    scrape_cpu_s: float | None = None
 
 
 class TelemetryTable(TypedDict):
@@ -128,7 +129,7 @@ class TelemetryHub:
         self.api_key = api_key
         self.price = electricity_price
         self.sampler: MetricsSampler | None = None
-        self.http: httpx.AsyncClient | None = None
+        self.http: RawMetrics | None = None
         self.frames: list[pl.DataFrame] = []  # samples of earlier servers (before a relaunch)
         self.gpu: GpuSampler | None = None
         self.seen_metrics = 0
@@ -142,8 +143,8 @@ class TelemetryHub:
         await self._stop_metrics(None)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
 
-        async def make() -> tuple[httpx.AsyncClient, MetricsSampler]:
-            http = async_client(base_url=url, timeout=10.0, headers=headers)
+        async def make() -> tuple[RawMetrics, MetricsSampler]:
+            http = RawMetrics(url, headers, ssl_context=ssl_context, idle_s=KEEPALIVE_S)
             sampler = MetricsSampler(http, self.interval_s or 1e9)
             await sampler.start()
             return http, sampler
@@ -192,11 +193,13 @@ class TelemetryHub:
 
     async def window(self, t0_ns: int, t1_ns: int, output_tokens: int) -> CellWindows:
         tele = gpu = None
+        scrapes, cpu = 0, None
         if self.sampler is not None and self.sampler.available:
             tele = await self.bg.sync(self.sampler.window_summary, t0_ns, t1_ns)
+            scrapes, cpu = await self.bg.sync(self.sampler.scrape_cost, t0_ns, t1_ns)
         if self.gpu is not None:
             gpu = self.gpu.window_summary(t0_ns, t1_ns, output_tokens, self.price)
-        return CellWindows(tele, gpu)
+        return CellWindows(tele, gpu, scrapes, cpu)
 
     def save(self, session_dir: Path) -> None:
         """telemetry.parquet (server /metrics samples) and gpu.parquet, rewritten after each cell."""

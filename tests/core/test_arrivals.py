@@ -165,7 +165,7 @@ def fake_stream(monkeypatch: pytest.MonkeyPatch) -> list[RequestRecord]:
     """The HTTP boundary faked: each request is 'sent' when called and takes 50 ms."""
     sent: list[RequestRecord] = []
 
-    async def stream_request(http: object, opts: object, spec: object, rec: RequestRecord) -> None:
+    async def stream_request(http: object, opts: object, spec: object, rec: RequestRecord, **_: object) -> None:
         rec.sent_ns = time.perf_counter_ns()
         sent.append(rec)
         await asyncio.sleep(0.05)

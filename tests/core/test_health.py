@@ -309,3 +309,18 @@ def test_summary_round_trip_with_the_client() -> None:
     del s["client"]
     cs = CellResult.from_dict(s)
     assert cs.client is None and not cs.client_bound and "client" not in cs.to_dict()
+
+
+def test_the_telemetry_cost_is_in_the_client_line_and_the_summary() -> None:
+    """The /metrics scrapes' own CPU is said per second of the cell and per scrape; it never changes the verdict."""
+    c = judge_client(part(p99=0.4, cpu=0.23), scrapes=20, scrape_cpu_s=0.012)
+    assert c is not None and c.verdict == "ok"
+    assert c.telemetry_cpu_ms_per_s == pytest.approx(1.2) and c.telemetry_ms_per_scrape == pytest.approx(0.6)
+    assert client_text(c) == ("ok (loop lag p99 0.4 ms, CPU 23% of one core, 1 worker, /metrics scrapes 1.20 ms CPU/s "
+                              "(0.60 ms each))")
+    d = c.to_dict()
+    assert d["telemetry_cpu_ms_per_s"] == pytest.approx(1.2)
+    assert ClientHealth.from_dict(d) == c
+    off = judge_client(part())  # no scrape in the cell: nothing said, and nothing saved
+    assert off is not None and "/metrics" not in client_text(off)
+    assert "telemetry_cpu_ms_per_s" not in off.to_dict()

@@ -152,6 +152,22 @@ def test_auto_keeps_small_loads_in_one_process() -> None:
     assert auto_workers(Load(concurrency=5000), cores=1) == 1
 
 
+def test_auto_spreads_a_request_rate_one_process_cannot_send_and_says_so() -> None:
+    """Short answers at a high rate: few tokens, but every request costs its send, head and end: 5,000 requests/s
+    of 1 token is 5k tok/s (one worker by tokens) yet asks for 4 processes by requests."""
+    from servescope.core.workers import REQ_S_PER_WORKER, auto_note
+
+    one = [RequestSpec("completions", "p", 32, 1)]
+    assert auto_workers(Load(rate=5000.0), cores=16, output_tokens=1) == 4
+    assert auto_workers(Load(rate=REQ_S_PER_WORKER), cores=16, output_tokens=1) == 1
+    text, short = auto_note(Load(rate=5000.0), one, cores=16)
+    assert not short and text.startswith("--workers auto: 4 load processes for 5,000 requests/s (~5,000 streamed")
+    text, short = auto_note(Load(rate=5000.0), one, cores=2)  # the cores less one: 1
+    assert short and "asks for 4 load processes" in text and "2 cores allow 1" in text
+    assert auto_note(Load(rate=20.0), one, cores=16) == ("", False)  # nothing to say
+    assert auto_note(Load(concurrency=600), one, cores=16)[0].startswith("--workers auto: 3 load processes for 600 concurrent")
+
+
 def test_workers_are_parsed_once_with_one_default_and_resolved_per_cell() -> None:
     from servescope.core.workercount import DEFAULT_WORKERS
     from servescope.engine import fields

@@ -64,7 +64,8 @@ async def test_a_warmup_longer_than_its_prompts_cycles_them(monkeypatch: pytest.
     monkeypatch.setattr(load_mod, "WARM_POOL", 3)
     sent: list[tuple[str, bool]] = []
 
-    async def fake_stream(http: Any, opts: Any, spec: RequestSpec, rec: RequestRecord, reply: Any = None) -> None:
+    async def fake_stream(http: Any, opts: Any, spec: RequestSpec, rec: RequestRecord, reply: Any = None,
+                          **_: Any) -> None:
         sent.append((spec.prompt, rec.warmup))
         await asyncio.sleep(0)
         rec.status, rec.end_ns = "ok", load_mod._perf()
