@@ -4,7 +4,8 @@
 
 Starts the real CPU vLLM (tiny dense model, prefix caching off, via tests/support/vllm_server.py), then
 for each concurrency and round runs both tools on 256 in / 64 out, alternating which goes first, each
-with a fresh prompt seed. Prints, per concurrency, the medians of output tok/s, mean TTFT, mean TPOT, the
+with a fresh prompt seed; servescope in vllm bench's regime (`--window whole --ramp 0`: users started together,
+figures over the whole run). Prints, per concurrency, the medians of output tok/s, mean TTFT, mean TPOT, the
 client's TTFT gap over vLLM's own server-side TTFT (from /metrics deltas around each run) and the client's
 CPU per 1,000 streamed tokens (child CPU time minus a 1-request run's start-up CPU), with the ratio
 servescope / vllm bench. These machines are noisy: read the ratios and medians, not single figures; the table's
@@ -76,7 +77,8 @@ def run_vllm_bench(srv: vllm_server.VLLMServer, conc: int, n: int, seed: int, ou
             "server_ttft_ms": server_ttft_ms(before, after), "cpu_s": cpu, "tokens": toks}
 
 
-SERVESCOPE_ARGS: list[str] = []
+# vllm bench serve's regime: its users start together and its figures are over the whole run (ramp and drain in)
+SERVESCOPE_ARGS: list[str] = ["--window", "whole", "--ramp", "0"]
 
 
 def run_servescope(srv: vllm_server.VLLMServer, conc: int, n: int, seed: int, out_dir: Path) -> dict[str, float]:

@@ -426,7 +426,7 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
     docs_epilog(p, "tune")
     add_workload_flag(p)
     add_flags(p, only=("url", "model", "api_key_env", "launch", "launch_timeout_s", "slos", "requests", "repeat",
-                       "seed", "warmup", "tags", "name", "timeout_s"))
+                       "seed", "warmup", "tags", "name", "timeout_s", "precision", "window"))
     p._option_string_actions["--requests"].help = ("a cell's requests: at least N (default 32) and 3 x its users, who "
                                                    "start one by one over one request's E2E (docs/tune.md)")
     p.add_argument("--search", action="append", default=[], metavar="FLAG=LOW..HIGH|A|B",

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Required, TextIO, TypedDict
+from typing import TYPE_CHECKING, Any, Required, TextIO, TypedDict, cast
 
 from servescope.cli.common import api_key_from, check_writable_session, resolve_session
 from servescope.cli.serving import serving_json, serving_lines
 from servescope.core.errors import ServescopeError
 from servescope.core.health import client_text
-from servescope.core.jsontypes import JsonObject
+from servescope.core.jsontypes import Json, JsonObject
 from servescope.core.load import cell_connections, ensure_open_files, open_file_room
 from servescope.core.results import METRICS, CellCost, CellQuality, Dist, figure, rate_limit_line
 from servescope.core.secrets import is_redacted
@@ -28,6 +28,7 @@ from servescope.core.textsafe import clean_text
 from servescope.engine import fields
 from servescope.engine.aio import run_loop
 from servescope.engine.detached import discard_unstarted, start_runner, wait_started
+from servescope.engine.measurefields import legacy_regime
 from servescope.engine.plan import plan_cells
 from servescope.engine.runner import (
     CellFinished,
@@ -46,6 +47,7 @@ from servescope.engine.simtarget import sim_label, sim_profile, start_simulator
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.sessions import stats
 from servescope.sessions.live import BUS_FILES, refuse_second_writer
+from servescope.sessions.measurement import precision_text, probes_text
 from servescope.sessions.store import load_session
 from servescope.sessions.views import fmt_num
 
@@ -100,6 +102,15 @@ class CellRow(TypedDict, total=False):
     turns: list[JsonObject]
     conversations: JsonObject
     quality: JsonObject
+    # how the cell was measured (engine/measure.py): its window, the whole cell's figures beside a steady window's,
+    # the figures' 95% intervals, --precision's outcome, the saturation mark, --probe-rate's probes
+    window: JsonObject
+    whole: JsonObject
+    intervals: dict[str, list[float | None]]  # figure -> [low, high]
+    precision: JsonObject  # exactly {"target", "reached", "requests", "figure"}
+    saturated: bool
+    saturation: JsonObject
+    probes: JsonObject
     # the serving figures (cli/serving.py ServingJson): spec_decode and adapters null without them, prefix_cache_reset
     # always, prefix_cache_target when the workload aims at a hit rate, startup for a launched server, energy with NVML
     spec_decode: dict[str, float | None] | None
@@ -164,8 +175,32 @@ def cell_json(cell: Any, s: CellResult, status: str, reason: str) -> CellRow:
         row["quality"] = s.quality.to_dict()
     if s.cost is not None:
         row["cost"] = s.cost.to_dict()
+    add_measurement(row, s)
     row.update(serving_json(s))  # type: ignore[typeddict-item]  # ServingJson's keys are CellRow's
     return row
+
+
+def add_measurement(row: CellRow, s: CellResult) -> None:
+    """How the cell was measured, in `--json`'s shape (docs/measuring.md): scripts rely on `precision`'s four keys
+    and on `saturated`."""
+    if s.window is not None:
+        row["window"] = s.window.to_dict()
+    if s.whole is not None:
+        whole: CellRow = {"index": row["index"], "workload": row["workload"], "concurrency": row["concurrency"],
+                          "rate": row["rate"], "status": row["status"], "reason": row["reason"]}
+        add_figures(whole, s.whole)
+        row["whole"] = {k: cast(Json, v) for k, v in whole.items()  # a CellRow's values are JSON's
+                        if k not in ("index", "workload", "concurrency", "rate", "status", "reason")}
+    if s.intervals:
+        row["intervals"] = {iv.figure: [iv.low, iv.high] for iv in s.intervals}
+    if s.precision is not None:
+        p = s.precision
+        row["precision"] = {"target": p.target, "reached": p.reached, "requests": p.requests, "figure": p.figure}
+    if s.saturation is not None:
+        row["saturated"] = s.saturation.saturated
+        row["saturation"] = s.saturation.to_dict()
+    if s.probes is not None:
+        row["probes"] = s.probes.to_dict()
 
 
 def add_figures(row: CellRow, s: CellResult) -> None:
@@ -299,9 +334,10 @@ def format_cell(ev: Any, total: int) -> str:
         f"{s.requests_failed} failed"
         + (f" ({s.requests_bad_usage} with bad usage)" if s.requests_bad_usage else "")
         + (f", {s.requests_rate_limited} rate-limited (HTTP 429)" if s.requests_rate_limited else "")
-        + f", wall {_f(s.wall_s, 2)} s"
+        + f", wall {_f((s.whole or s).wall_s, 2)} s"
         + (f"  ({clean_text(ev.reason)})" if ev.reason else ""),
         *([f"  {rate_limit_line(s)}"] if s.mostly_rate_limited else []),
+        *measurement_lines(s),
         f"  aggregate: output {_f(s.output_tok_s)} tok/s, total {_f(s.total_tok_s)} tok/s, "
         f"{_f(s.request_s, 2)} req/s, goodput {_f(s.goodput_req_s, 2)} req/s",
         *([cost_line(s.cost)] if s.cost is not None else []),
@@ -352,10 +388,44 @@ def format_cell(ev: Any, total: int) -> str:
                      f"complete ones took p50 {_f(cv.duration_s.p50, 2)} s, p90 {_f(cv.duration_s.p90, 2)} s")
     if s.quality is not None:
         lines.append(f"  quality under load: {quality_text(s.quality)}")
+    if s.probes is not None:
+        lines.append(f"  {probes_text(s.probes)}")
     lines.extend(serving_lines(s))
     for e in s.errors[:3]:
         lines.append(f"  errors: {e.len} x {e.status}: {clean_text(str(e.error))[:160]}")
     return "\n".join(lines)
+
+
+def measurement_lines(s: CellResult) -> list[str]:
+    """How the cell was measured, said in every table: its window (and the whole cell's figures beside a steady
+    window's), its figures' 95% intervals, --precision's outcome and the saturation mark."""
+    out = []
+    w = s.window
+    if w is not None and w.kind == "steady":
+        whole = s.whole or s
+        out.append(f"  window: steady, {_f(w.start_s, 1)}-{_f(w.end_s, 1)} s of the cell ({clean_text(w.basis)}"
+                   f"): {w.requests} of {w.requests + w.ramp_requests + w.drain_requests} requests "
+                   f"({w.ramp_requests} in the ramp, {w.drain_requests} in the drain left out)")
+        out.append(f"  whole cell (ramp and drain in): output {_f(whole.output_tok_s)} tok/s, {_f(whole.request_s, 2)}"
+                   f" req/s, goodput {_f(whole.goodput_req_s, 2)} req/s, TTFT p50 {_f(whole.ttft_ms.p50, 2)} ms")
+    elif w is not None:
+        out.append(f"  window: whole cell ({clean_text(w.basis)})")
+    if s.intervals:
+        parts = [f"{_interval_label(iv.figure)} {_f(iv.estimate, 2)} [{_f(iv.low, 2)}, {_f(iv.high, 2)}]"
+                 for iv in s.intervals]
+        k = max(iv.batches for iv in s.intervals)
+        out.append(f"  95% intervals (batch means over {k} spans of time): " + ", ".join(parts))
+    if s.precision is not None:
+        out.append(f"  precision: {precision_text(s.precision)}")
+    sat = s.saturation
+    if sat is not None and sat.saturated:
+        out.append(f"  {clean_text(sat.reason)}")
+    return out
+
+
+def _interval_label(figure: str) -> str:
+    head, _, stat = figure.partition(".")
+    return f"{_label(head)} {stat}".strip() if head in METRICS else figure
 
 
 def cost_line(c: CellCost) -> str:
@@ -605,7 +675,7 @@ def resume_command(args: argparse.Namespace) -> int:
         target = sweep["target"] if isinstance(sweep.get("target"), dict) else {}
         sweep = {**sweep, "server": {**server, "launch": args.launch.strip()},
                  "target": {k: v for k, v in target.items() if k != "url"}}
-    spec = SweepSpec.from_table(sweep, f"{s.path / 'session.toml'}: [sweep]", s.path)
+    spec = SweepSpec.from_table(legacy_regime(sweep), f"{s.path / 'session.toml'}: [sweep]", s.path)
     if recover is not None:
         spec = spec.replace(recover_timeout_s=recover)
     if args.api_key_env is not None:

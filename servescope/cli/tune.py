@@ -22,6 +22,7 @@ from servescope.core.errors import ServescopeError
 from servescope.core.launchspec import INTERESTING, parse_launch
 from servescope.core.slo import slo_terms
 from servescope.core.textsafe import clean_text
+from servescope.engine.plan import PRECISION_CEILING
 from servescope.engine.runner import discard_unmeasured
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.specsearch import SPEC_TOKENS_FLAG, check_spec_search
@@ -120,8 +121,8 @@ def tune_command(args: argparse.Namespace) -> int:
     loads = parse_loads(args.tune_loads)
     if not spec.slos:
         spec = spec.replace(slos=dict(DEFAULT_SLOS))
-    if spec.requests is None:
-        spec = spec.replace(requests=DEFAULT_REQUESTS)
+    if spec.requests is None:  # with --precision, the cells' ceiling (each stops once its figures are precise)
+        spec = spec.replace(requests=DEFAULT_REQUESTS if spec.precision is None else PRECISION_CEILING)
     space = Space(tuple(dims), loads)
     first = design(space)
     budget = args.budget if args.budget is not None else max(len(first) + 2, math.ceil(space.cells / 3))
@@ -174,7 +175,8 @@ def _search(args: argparse.Namespace, spec: SweepSpec, space: Space, first: list
         mins = int(spec.requests or DEFAULT_REQUESTS)
         measurer = LiveMeasurer(spec, ctx, root, objective, mins)
         stack.callback(measurer.close)
-        model = TwinModel(space, w, spec.slos, requests_for(mins), spec.seed, ramp_s=spec.ramp_s,
+        model = TwinModel(space, w, spec.slos, requests_for(mins if spec.precision is None else DEFAULT_REQUESTS),
+                          spec.seed, ramp_s=spec.ramp_s, steady=spec.window == "steady",
                           progress=lambda t: print(f"  model: {t}", file=out, flush=True))
         unit = "req/s" if objective == "goodput" else "users"
         steps: list[Step] = []

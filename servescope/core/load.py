@@ -106,6 +106,11 @@ class CellControl:
             self.reason = reason
         self.drain.set()
 
+    def request_finish(self) -> None:
+        """End the cell as complete (its figures are precise enough: core/precision.py): no more requests are sent,
+        the ones in flight finish, and the cell is not `stopped` (no reason is set)."""
+        self.drain.set()
+
     @property
     def ended(self) -> bool:
         """No more requests are sent (drained or stopped)."""

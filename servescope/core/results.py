@@ -221,6 +221,11 @@ class TelemetryWindow(_Base, frozen=True):
     itl_ms_mean: float | None = None
     e2e_ms_mean: float | None = None
     queue_ms_mean: float | None = None
+    # the waiting queue over the window: its smallest sample, and its least-squares slope (requests per second) with
+    # that slope's t statistic (None with fewer than 3 samples); engine/saturation.py reads them
+    waiting_min: float | None = None
+    waiting_slope_per_s: float | None = None
+    waiting_slope_t: float | None = None
 
 
 class GpuStat(_Base, frozen=True):
@@ -388,6 +393,82 @@ class CellConnections(_Base, frozen=True):
     tls_handshake_ms_p50: float | None = None
 
 
+class CellWindow(_Base, frozen=True):
+    """Which of a cell's requests its figures are over (core/steady.py): `kind` "steady" (sent while the load was at
+    its target: a closed loop's users all in flight, an open loop past its ramp, before the last send) or "whole"
+    (every measured request, the cell's wall time). Times are seconds from the cell's first send; `requests` were
+    sent inside it, `ramp_requests` before it and `drain_requests` after it (in the whole cell's figures only);
+    `ramp_s` the ramp the load started with; `basis` one line saying where the window starts and ends."""
+
+    kind: str = "whole"
+    start_s: float | None = None
+    end_s: float | None = None
+    requests: int = 0
+    requests_ok: int = 0
+    ramp_requests: int = 0
+    drain_requests: int = 0
+    ramp_s: float | None = None
+    basis: str = ""
+
+
+class FigureInterval(_Base, frozen=True):
+    """One figure's 95% interval over the cell's window (core/precision.py: batch means over `batches` spans of
+    time, requests by the span they were sent in), and with --precision the share it was held to."""
+
+    figure: str = ""
+    estimate: float | None = None  # the figure over the window (as the summary holds it)
+    low: float | None = None
+    high: float | None = None
+    reached: float | None = None  # half the interval's width over the value (None: no interval)
+    target: float | None = None  # --precision's share for this figure (None: not a stop figure)
+    batches: int = 0
+
+
+class CellPrecision(_Base, frozen=True):
+    """`--precision`: the cell ran until every named figure's interval was within its share (`imprecise` False), or
+    until its ceiling (`-n`/`--duration`) came first (`imprecise` True). `figure` is the named figure furthest from its
+    share, `target` its share and `reached` its half-width over its value (shares as fractions: 0.05 for 5%);
+    `requests` the measured requests the cell sent; `method` how the intervals were made."""
+
+    target: float | None = None
+    reached: float | None = None
+    requests: int = 0
+    figure: str = ""
+    imprecise: bool = False
+    ceiling: str = ""  # "48 requests", "60 s"
+    method: str = ""
+
+
+class Saturation(_Base, frozen=True):
+    """Whether the server was past saturation during the cell's steady window (engine/saturation.py): its queue
+    stood or grew the whole window (`queue`: what showed it) and its throughput no longer rose with the load
+    (`elasticity`: ln(throughput ratio) / ln(load ratio) against the next lower load, None without one)."""
+
+    saturated: bool = False
+    reason: str = ""
+    basis: str = ""  # "server waiting" | "TTFT trend" | "" (nothing to judge by)
+    waiting_mean: float | None = None
+    waiting_min: float | None = None
+    waiting_slope_per_s: float | None = None
+    ttft_slope_ms_per_s: float | None = None
+    elasticity: float | None = None
+
+
+class CellProbes(_Base, frozen=True):
+    """Interference probes (`--probe-rate`): small requests sent on their own Poisson schedule during the cell's
+    measured part; their TTFT and E2E show what the main load does to a newcomer. Not in the cell's own figures."""
+
+    rate: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    sent: int = 0
+    ok: int = 0
+    failed: int = 0
+    ttft_ms: Dist = msgspec.field(default_factory=Dist)
+    e2e_ms: Dist = msgspec.field(default_factory=Dist)
+    errors: list[str] = msgspec.field(default_factory=list)
+
+
 class SpecDecode(_Base, frozen=True):
     """Speculative decoding over a cell, from the server's /metrics counters (core/specdecode.py spec_decode_delta):
     acceptance_rate = accepted / drafted tokens; mean_accepted_tokens = accepted tokens per draft (vLLM's logged
@@ -446,7 +527,7 @@ class Energy(_Base, frozen=True):
 _OPTIONAL = ("server", "telemetry", "gpu", "client", "source", "prefix_cache_hit_rate", "prefix_cache_source",
              "prompt_tokens_cached", "prompt_tokens_uncached", "conversations", "quality", "cost", "connections",
              "output_check", "spec_decode", "adapters", "lora_server", "prefix_cache_reset", "prefix_cache_target",
-             "startup", "energy")
+             "startup", "energy", "window", "whole", "precision", "saturation", "probes")
 
 
 class CellResult(_Base, frozen=True):
@@ -508,6 +589,15 @@ class CellResult(_Base, frozen=True):
     quality: CellQuality | None = None  # --quality-share (None: no probe request, left out of to_dict())
     cost: CellCost | None = None  # per 1M tokens, with --price/--gpu-hour/--electricity-price (core/cost.py)
     connections: CellConnections | None = None  # the connections its load opened (None: not counted, left out)
+    # the window its figures are over (steady state by default; None: written before windows, the whole cell); with a
+    # steady window, `whole` holds the whole cell's figures beside them. The request counts (requests_ok, _failed,
+    # _rate_limited, errors) are always the whole cell's: every request it measured
+    window: CellWindow | None = None
+    whole: CellResult | None = None
+    intervals: list[FigureInterval] = msgspec.field(default_factory=list)  # 95%, batch means (left out when empty)
+    precision: CellPrecision | None = None  # --precision (None: not asked, left out)
+    saturation: Saturation | None = None  # the saturation mark (None: not judged, left out)
+    probes: CellProbes | None = None  # --probe-rate (None: none sent, left out)
     # output counts that do not hold up: usage against the stream, above max_tokens, short despite ignore_eos (None:
     # all held up, or written before servescope checked; left out of to_dict())
     output_check: OutputCheck | None = None
@@ -543,6 +633,10 @@ class CellResult(_Base, frozen=True):
             out["client"] = self.client.to_dict()
         if self.quality is not None:
             out["quality"] = self.quality.to_dict()
+        if self.whole is not None:
+            out["whole"] = self.whole.to_dict()
+        if not out.get("intervals"):
+            out.pop("intervals", None)
         if self.startup is not None:
             out["startup"] = self.startup.to_dict()
         for k in (*_OPTIONAL, "requests_bad_usage", "requests_rate_limited", *LEFT_OUT_WHEN_NONE):
@@ -602,7 +696,7 @@ def rate_limit_line(s: CellResult) -> str:
 
 
 _SCALARS = frozenset(f for f in CellResult.__struct_fields__
-                     if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch", "turns")) | {
+                     if f not in (*DIST_KEYS, *_OPTIONAL, "errors", "input_tokens_mismatch", "turns", "intervals")) | {
     "prefix_cache_hit_rate", "prompt_tokens_cached", "prompt_tokens_uncached", "prefix_cache_target"}
 
 
@@ -770,5 +864,7 @@ def summary_columns(summary: Mapping[str, object], lists: bool = False) -> dict[
             elif v is None or isinstance(v, (str, int, float, bool)):
                 out[f"{prefix}{k}"] = v
 
-    walk(summary, "")
+    # the whole cell's figures beside a steady window's (`whole`: a second summary) stay in summary_json, read
+    # through CellResult: cells.parquet's columns are the figures a cell is judged by
+    walk({k: v for k, v in summary.items() if k != "whole"}, "")
     return out

@@ -382,6 +382,9 @@ class MetricsSampler:
         kv = inside("kv_cache_usage_perc")
         running = inside("num_requests_running")
         waiting = inside("num_requests_waiting")
+        stamps = [ts for ts, v in zip(t[lo:hi], self.cols["num_requests_waiting"][lo:hi], strict=True)
+                  if not math.isnan(v)]
+        slope, slope_t = _slope([ts / 1e9 for ts in stamps], waiting)
         q = inc("prefix_cache_queries_total")
         h = inc("prefix_cache_hits_total")
         return TelemetryWindow(
@@ -406,7 +409,28 @@ class MetricsSampler:
             itl_ms_mean=hist_ms("itl"),
             e2e_ms_mean=hist_ms("e2e"),
             queue_ms_mean=hist_ms("queue"),
+            waiting_min=min(waiting) if waiting else None,
+            waiting_slope_per_s=slope,
+            waiting_slope_t=slope_t,
         )
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> tuple[float | None, float | None]:
+    """The least-squares slope of ys over xs and its t statistic (1e9 for a perfect line with a slope, 0 for a flat
+    one: kept finite, for JSON); (None, None) with fewer than 3 points or no spread in xs."""
+    n = len(xs)
+    if n < 3 or n != len(ys):
+        return None, None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return None, None
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    resid = sum((y - my - b * (x - mx)) ** 2 for x, y in zip(xs, ys, strict=True))
+    se = math.sqrt(resid / (n - 2) / sxx)
+    if se == 0:
+        return b, (1e9 if b > 0 else -1e9 if b < 0 else 0.0)
+    return b, b / se
 
 
 # --------------------------------------------------------------------------------------------------------

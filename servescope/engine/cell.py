@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
+import polars as pl
 
 from servescope.core.client import ClientOptions, RequestSpec, reads
 from servescope.core.cost import with_cost
@@ -16,11 +17,14 @@ from servescope.core.load import CellControl, CellRun, Limits
 from servescope.core.metrics import client_figures, records_frame, summarize
 from servescope.core.prices import Prices
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellQuality, CellResult, ServerWindow, Startup
+from servescope.core.results import CellQuality, CellResult, ServerWindow, Startup, TelemetryWindow
+from servescope.core.steady import WindowSpan, steady_span
 from servescope.core.telemetry import server_delta
 from servescope.core.textsafe import clean_text
 from servescope.engine.connection import Target
 from servescope.engine.events import CellFinished, CellSkipped, Event, Notice, RequestsDone, SweepControl
+from servescope.engine.interference import InterferenceProbes
+from servescope.engine.measure import CellMeasure, Stopper, cell_figures, imprecise_reason
 from servescope.engine.plan import Cell, pool_size
 from servescope.engine.quality import QualityMixer
 from servescope.engine.server import ServerManager, watchdog
@@ -49,8 +53,8 @@ class CellAttempt:
                  slos: dict[str, float], control: SweepControl, sink: SessionSink, target: Target,
                  servers: ServerManager, telemetry: Telemetry, health_interval_s: float, label: str,
                  ran_with: Mapping[str, str] | None = None, mixer: QualityMixer | None = None,
-                 prices: Prices | None = None, prefix_reset: bool | None = None,
-                 startup: Startup | None = None) -> None:
+                 prices: Prices | None = None, measure: CellMeasure | None = None,
+                 prefix_reset: bool | None = None, startup: Startup | None = None) -> None:
         self.cell = cell
         self.prefix_reset = prefix_reset  # --reset-prefix-cache: whether the server's cache was reset before it
         self.startup = startup  # the launched server's cold start (engine/startup.py)
@@ -79,9 +83,16 @@ class CellAttempt:
         self.server_after: Metrics | None = None
         self.wake = asyncio.Event()
         self.mixer = mixer  # --quality-share: probe questions beside the load
+        # the window, --precision's stop rule, --probe-rate's probes, the saturation mark (engine/measure.py)
+        self.measure = measure or CellMeasure(slos=dict(slos))
+        self.stopper = Stopper(self.measure, cell) if self.measure.targets else None
+        self.probes = (InterferenceProbes(opts, self.measure.probe_specs, self.measure.probe_rate, cell.seed)
+                       if self.measure.probe_rate and self.measure.probe_specs else None)
 
     def _on_record(self, r: RequestRecord) -> None:
         self.pending.append(r)
+        if self.stopper is not None:
+            self.stopper.add(r)
         if r.status == "ok":
             self.ok += 1
         elif r.status == "rate_limited":
@@ -107,19 +118,23 @@ class CellAttempt:
         self.telemetry.begin_cell()
         t0 = time.monotonic()
         task = asyncio.create_task(self.target.run_cell(
-            self.opts, self.specs, cell.load, Limits(cell.requests, cell.duration_s, cell.warmup), self._on_record,
+            self.opts, self.specs, self.measure.load(cell), Limits(cell.requests, cell.duration_s, cell.warmup),
+            self._on_record,
             self.cc, seed=cell.seed, before_measured=self._before_measured))
         task.add_done_callback(lambda _t: self.wake.set())
         dog = asyncio.create_task(watchdog(self.servers, self.health_interval_s, self.cc.stop, self._on_lost,
                                            progress=lambda: self.ok + reads()))
         mix = (asyncio.create_task(self.mixer.during(lambda: self.ok + self.failed + self.rate_limited))
                if self.mixer else None)
+        probing = asyncio.create_task(self.probes.during()) if self.probes is not None else None
         try:
             while not task.done():
                 try:
                     await asyncio.wait_for(self.wake.wait(), timeout=LIVE_BATCH_S)
                 except TimeoutError:
                     pass
+                if self.stopper is not None and self.stopper.look():
+                    self.cc.request_finish()  # precise enough: no more requests; the ones in flight finish
                 if self.pending and control.skipped is not self.cc:  # a skipped cell's cancelled requests: not shown
                     yield self._batch(t0)
                 sample = self.telemetry.latest()
@@ -130,7 +145,9 @@ class CellAttempt:
             dog.cancel()
             if mix is not None:
                 mix.cancel()
-            await asyncio.gather(task, dog, *([mix] if mix is not None else []), return_exceptions=True)
+            if probing is not None:
+                probing.cancel()
+            await asyncio.gather(task, dog, *(t for t in (mix, probing) if t is not None), return_exceptions=True)
             control.cell = None
             self._save(task, interrupted=True)
             raise
@@ -139,6 +156,8 @@ class CellAttempt:
             await self.mixer.finish(mix)  # the probe out when the load ended is the cell's: it may finish
         await asyncio.gather(dog, return_exceptions=True)
         quality = self.mixer.take() if self.mixer is not None else None
+        if probing is not None and self.probes is not None:
+            await self.probes.finish(probing)
         run = task.result()
         if control.skipped is self.cc and not self.lost:
             control.cell = None
@@ -163,12 +182,13 @@ class CellAttempt:
         if self.t0_ns:
             out_tok = sum(r.output_tokens for r in run.records if r.status == "ok")
             windows = await self.telemetry.window(self.t0_ns, self.t1_ns, out_tok)
+        span, steady_tele = await self._span(run, windows)
         summary = self._save(task, status=status, suffix=f"-lost{self.attempt}" if self.lost else "",
-                             windows=windows, quality=quality)
+                             windows=windows, quality=quality, span=span, steady_tele=steady_tele)
         self.telemetry.save(self.sink.path)
         control.cell = None
         yield CellFinished(cell, summary or CellResult(), status or ("stopped" if run.stopped else "done"),
-                           run.stopped)
+                           run.stopped or imprecise_reason(summary))
         if summary is not None and summary.output_check is not None:  # output counts that do not hold up
             for note in summary.output_check.notes:
                 self.sink.add_event("output_counts", f"cell {cell.index + 1} ({cell.label}): {note}")
@@ -205,9 +225,20 @@ class CellAttempt:
             yield Notice("warning", f"cell {cell.index + 1} ({cell.label}): input tokens differ from the request by "
                                     f"up to {mm.max_abs} (mean {mm.mean or 0:+.1f})")
 
+    async def _span(self, run: CellRun, windows: CellWindows) -> tuple[WindowSpan | None, TelemetryWindow | None]:
+        """The cell's steady window (None with `--window whole`, or none to be had), and the server's /metrics over
+        it (over the measured part with `--window whole`): what the saturation mark reads."""
+        if self.measure.window != "steady":
+            return None, windows.telemetry
+        end = self.stopper.end_ns if self.stopper is not None and self.stopper.fired else None
+        span = steady_span(run.records, self.measure.load(self.cell), self.cell.requests, end)
+        if span is None or windows.telemetry is None:
+            return span, windows.telemetry
+        return span, (await self.telemetry.window(span.start_ns, span.end_ns, 0)).telemetry
+
     def _save(self, task: asyncio.Task[CellRun], interrupted: bool = False, status: str | None = None,
-              suffix: str = "", windows: CellWindows | None = None,
-              quality: CellQuality | None = None) -> CellResult | None:
+              suffix: str = "", windows: CellWindows | None = None, quality: CellQuality | None = None,
+              span: WindowSpan | None = None, steady_tele: TelemetryWindow | None = None) -> CellResult | None:
         """Write the cell to the session; its summary as saved (None when the load itself failed)."""
         cell = self.cell
         if task.cancelled() or interrupted and not task.done():
@@ -226,9 +257,11 @@ class CellAttempt:
         if own and (server is None or server.ttft_ms_mean is None):
             # llama.cpp times each request's prompt itself (`timings`): the server's TTFT beside the client's
             server = msgspec.structs.replace(server or ServerWindow(), ttft_ms_mean=sum(own) / len(own))
-        figures = summarize(df, wall, self.slos,
-                            server_prefix_hit_rate=server.prefix_cache_hit_rate if server is not None else None,
-                            ignore_eos=self.opts.ignore_eos)
+        hit = server.prefix_cache_hit_rate if server is not None else None
+        figures = summarize(df, wall, self.slos, server_prefix_hit_rate=hit, ignore_eos=self.opts.ignore_eos)
+        # the window's figures with the whole cell's beside them, intervals, precision, saturation (engine/measure.py)
+        figures, df = cell_figures(figures, df, run, cell, self.measure, self.slos, hit, self.stopper, steady_tele,
+                                   span)
         client = None
         if run.client:  # is the client the bottleneck? (core/health.py)
             load = cell.load
@@ -244,11 +277,15 @@ class CellAttempt:
         summary = msgspec.structs.replace(  # the one shape from here on: saved, sent, shown
             figures, server=server, telemetry=windows.telemetry, gpu=windows.gpu, client=client, quality=quality,
             input_lengths=lengths, connections=self.target.cell_connections)
-        summary = serving_figures(summary, df, self.server_before, self.server_after, windows.gpu, cell.workload,
-                                  self.prefix_reset, self.startup)  # engine/serving.py
+        if self.probes is not None:
+            summary = msgspec.structs.replace(summary, probes=self.probes.take())
+        # engine/serving.py; the adapters' figures over the window's requests, as the cell's own
+        summary = serving_figures(summary, df.filter(pl.col("in_window")), self.server_before, self.server_after,
+                                  windows.gpu, cell.workload, self.prefix_reset, self.startup)
         summary = with_cost(summary, self.prices)  # what its tokens cost (core/cost.py), sent with the summary
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
-        reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped
+        reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped or imprecise_reason(
+            summary)
         self.sink.write_cell({**cell.row(), **self.ran_with, "status": status, "reason": clean_text(reason)},
                              df, summary, suffix=suffix)
         return summary

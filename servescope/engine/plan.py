@@ -9,14 +9,14 @@ from typing import TypedDict
 from servescope.core.arrivals import pattern_text
 from servescope.core.load import Load, warm_prompts
 from servescope.core.secrets import redact_command
-from servescope.engine.spec import DEFAULT_REQUESTS, SweepSpec
+from servescope.engine.spec import DEFAULT_REQUESTS, PRECISION_CEILING, SweepSpec
 from servescope.workloads.spec import Workload
 from servescope.workloads.traces import workload_trace
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 16)  # when neither the sweep nor the workload says
 
-__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "POOL_MAX", "Cell", "CellRow", "fits", "plan_cells", "pool_cap",
-           "pool_size", "prompts_to_build"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "POOL_MAX", "PRECISION_CEILING", "Cell", "CellRow", "fits",
+           "plan_cells", "pool_cap", "pool_size", "prompts_to_build"]
 
 
 class CellRow(TypedDict):
@@ -124,7 +124,7 @@ def _workload_cells(spec: SweepSpec, first: int, variant: int, vargs: str) -> li
         for ld in loads:
             req = spec.requests
             if req is None and spec.duration_s is None:
-                req = w.default_requests or DEFAULT_REQUESTS
+                req = PRECISION_CEILING if spec.precision is not None else w.default_requests or DEFAULT_REQUESTS
             cells.append(Cell(first + len(cells), w, ld, req, spec.duration_s, spec.warmup, variant, vargs,
                               spec.seed))
     return cells
@@ -143,8 +143,10 @@ def _trace_cell(spec: SweepSpec, w: Workload, index: int, variant: int, vargs: s
 
 
 def _ramp(spec: SweepSpec, w: Workload) -> float | None:
-    """The cell's ramp: the sweep's (`--ramp`, `[load] ramp`), else the workload's own `ramp`, if it has one."""
-    if spec.ramp_s is not None:
+    """The cell's ramp: the sweep's (`--ramp 10s`, `[load] ramp`), else the workload's own `ramp`, if it has one;
+    else none (`--ramp 0`), or, with `--ramp auto` (the default), one the runner measures before a closed loop's
+    first cell (engine/runner.py `_auto_ramp`)."""
+    if spec.ramp_s:
         return spec.ramp_s
     return w.ramp_s  # the workload's own `ramp`, if it has one
 

@@ -24,6 +24,7 @@ from servescope.core.load import CellControl, Limits, Load, warm_prompts
 from servescope.core.prices import Prices
 from servescope.core.records import RequestRecord
 from servescope.core.secrets import redact_command
+from servescope.core.steady import ramp_from_probe
 from servescope.core.target import ModelInfo, TargetInfo, Tokenizer
 from servescope.core.textsafe import clean_text
 from servescope.core.tls import configure as configure_tls
@@ -44,6 +45,8 @@ from servescope.engine.events import (
     SweepStarted,
     TelemetrySample,
 )
+from servescope.engine.interference import PROBE_INPUT, PROBE_OUTPUT
+from servescope.engine.measure import CellMeasure, ceiling_text
 from servescope.engine.plan import (
     DEFAULT_CONCURRENCY,
     DEFAULT_REQUESTS,
@@ -53,6 +56,7 @@ from servescope.engine.plan import (
     prompts_to_build,
 )
 from servescope.engine.quality import QualityMixer
+from servescope.engine.series import SweepSeries
 from servescope.engine.server import ServerManager, Servers, launched_startup
 from servescope.engine.serving import PrefixReset, block_sized, serving_specs, startup_text
 from servescope.engine.sessionmeta import ran_with, session_meta
@@ -70,6 +74,7 @@ from servescope.sessions.live import SessionWriteError
 from servescope.sessions.meta import InputLengths, SessionMeta
 from servescope.sessions.store import SessionWriter, new_session_dir
 from servescope.workloads.prompts import CalibratedTokenizer, build_prompts, calibration_texts
+from servescope.workloads.spec import Workload, fixed
 from servescope.workloads.traces import trace_prompts, workload_trace
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_REQUESTS", "FINISHED", "Cell", "CellFinished", "CellSkipped",
@@ -181,6 +186,8 @@ class _Sweep:
         self.calibration_note = ""  # what the calibration found (or why it could not calibrate)
         self.eos_refused = ""  # the server refused ignore_eos (its 400's text): dropped for the rest of the sweep
         self.no_usage_stats = False  # the server refused continuous_usage_stats: not sent again
+        self.series = SweepSeries(spec.stop_after_saturation)  # across a series' loads: saturation, the auto ramp
+        self.probe_specs: dict[str, list[RequestSpec]] = {}  # --probe-rate: the probes' prompts, per API
         self.made: Path | None = None  # the session folder this run made (None: it was there, a resumed one)
         self.prefix_reset = PrefixReset(ctx.api_key) if spec.reset_prefix_cache else None
 
@@ -303,6 +310,11 @@ class _Sweep:
                 if spec.launch and cell.variant != self.servers.variant:
                     async for ev in self._relaunch(cell, path):
                         yield ev
+                why = self.series.skip_reason(cell)  # --stop-after-saturation: above the load run past a saturated one
+                if why:
+                    sink.write_cell({**cell.row(), "status": "skipped", "reason": why}, None, None)
+                    yield CellSkipped(cell, why)
+                    continue
                 reason = fits(cell.workload, self.minfo.max_model_len)
                 if reason:
                     sink.write_cell({**cell.row(), "status": "skipped", "reason": reason}, None, None)
@@ -399,6 +411,9 @@ class _Sweep:
             specs = serving_specs(cell.workload, cell.prompt_key, [
                 RequestSpec(cell.workload.api, p.text, p.input_tokens, p.output_tokens, cell.workload.thinking)
                 for p in prompts])
+            ramp, notes = await self._auto_ramp(cell)  # --ramp auto: a closed loop's users start over one E2E
+            for note in notes:
+                yield note
             reset = None
             if self.prefix_reset is not None:  # --reset-prefix-cache: the cell starts from an empty prefix cache
                 reset = await self.prefix_reset.before_cell(self.servers.url)
@@ -413,7 +428,8 @@ class _Sweep:
                               health_interval_s=self.ctx.health_interval_s, label=self.label,
                               ran_with=self._ran_with(), mixer=self.mixer,
                               prices=Prices(spec.price, spec.gpu_hour, spec.electricity_price),
-                              prefix_reset=reset, startup=launched_startup(self.servers) if spec.launch else None)
+                              measure=await self._measure(cell, ramp), prefix_reset=reset,
+                              startup=launched_startup(self.servers) if spec.launch else None)
             lost = False
             measured = specs[warm_prompts(cell.warmup):] or specs
             async for ev in run.events():
@@ -423,6 +439,9 @@ class _Sweep:
                     yield self._eos_dropped(opts.ignore_eos_refused)
                 self.no_usage_stats = self.no_usage_stats or not opts.continuous_usage
                 yield ev
+                if isinstance(ev, CellFinished):
+                    for note in self._saturation_notes(cell, ev):
+                        yield note
                 if isinstance(ev, CellFinished) and ev.status in ("stopped", "server_lost"):
                     lost = ev.status == "server_lost" or (not self.control.stopping
                                                           and not await self.servers.healthy())
@@ -481,6 +500,87 @@ class _Sweep:
         yield Notice("error", message)
         self.control.stopping = True
         outcome.append(message)
+
+    # ---- how a cell is measured: its ramp, window, precision, probes, saturation (engine/measure.py) -----------
+    async def _measure(self, cell: Cell, ramp: float | None) -> CellMeasure:
+        spec = self.spec
+        targets = spec.precision.targets(spec.slos) if spec.precision is not None else ()
+        return CellMeasure(window=spec.window, targets=targets, slos=dict(spec.slos),
+                           ceiling=ceiling_text(cell.requests, cell.duration_s), probe_rate=spec.probe_rate,
+                           probe_specs=await self._probe_specs(cell) if spec.probe_rate else (),
+                           lower=self.series.lower(cell), auto_ramp_s=ramp)
+
+    async def _probe_specs(self, cell: Cell) -> list[RequestSpec]:
+        """--probe-rate: the probes' prompts (PROBE_INPUT tokens in, PROBE_OUTPUT out), built once per API."""
+        api = cell.workload.api
+        if api not in self.probe_specs:
+            assert self.tok is not None
+            w = Workload(name="interference-probe", api=api, input_tokens=fixed(PROBE_INPUT),
+                         output_tokens=fixed(PROBE_OUTPUT), seed=self.spec.seed)
+            prompts = await build_prompts(w, 16, "interference-probes", self.tok)
+            self.probe_specs[api] = [RequestSpec(api, p.text, p.input_tokens, p.output_tokens) for p in prompts]
+        return self.probe_specs[api]
+
+    async def _auto_ramp(self, cell: Cell) -> tuple[float | None, list[Event]]:
+        """`--ramp auto` (the default) on a closed loop of several users with no ramp of its own: its users start
+        one by one over one request's E2E measured alone, as `servescope tune` starts them: the E2E p50 of this
+        workload's one-user cell when one ran before, else one probe request sent alone now (not a cell's). The
+        ramp (s, None: none), and the notices saying so (once per workload and server variant). The cell's planned
+        load is left as it is: its summary's window says the ramp it ran with."""
+        load = cell.load
+        if (self.spec.ramp_s is not None or load.ramp_s or load.rate is not None or (load.concurrency or 1) <= 1
+                or cell.workload.kind == "trace" or (cell.requests is not None and cell.requests <= 1)):
+            return None, []
+        key = (cell.variant, cell.workload.name)
+        out: list[Event] = []
+        ramp = self.series.ramps.get(key)
+        if ramp is None:
+            e2e, how = self.series.known_e2e(cell), "the E2E p50 of its c=1 cell"
+            if e2e is None:
+                e2e, how = await self._probe_e2e(cell), "one request sent alone first"
+                await self.telemetry.boundary()  # a /metrics sample after it: no cell's counters count it
+            if e2e is None:
+                ramp = self.series.ramps[key] = 0.0
+                out.append(Notice("warning", f"{cell.workload.name}: the request sent alone to time the ramp failed; "
+                                             "its cells start their users together (--ramp 0)"))
+            else:
+                ramp = self.series.ramps[key] = ramp_from_probe(e2e)
+                line = (f"{cell.workload.name}: closed-loop users start one by one over {ramp:g} s ({how}: "
+                        f"{e2e:.2f} s), as tune starts them; --ramp 0 starts them together")
+                if self.sink is not None:
+                    self.sink.add_event("ramp", line)
+                out.append(Notice("info", line))
+        return ramp or None, out
+
+    async def _probe_e2e(self, cell: Cell) -> float | None:
+        """One request of the cell's workload sent alone (its own prompt, not one of the cell's): its E2E (s)."""
+        assert self.tok is not None
+        try:
+            prompts = await build_prompts(cell.workload, 1, f"{cell.prompt_key}-ramp", self.tok)
+        except (httpx.HTTPError, ServescopeError):
+            return None
+        if not prompts:
+            return None
+        p = prompts[0]
+        got: list[RequestRecord] = []
+        await self.target.run_cell(self._options(), [RequestSpec(cell.workload.api, p.text, p.input_tokens,
+                                                                 p.output_tokens, cell.workload.thinking)],
+                                   Load(concurrency=1), Limits(requests=1), got.append, CellControl(), cell.seed,
+                                   _nothing)
+        rec = next((r for r in got if r.status == "ok" and r.end_ns > r.sent_ns > 0), None)
+        return (rec.end_ns - rec.sent_ns) / 1e9 if rec is not None else None
+
+    def _saturation_notes(self, cell: Cell, ev: CellFinished) -> list[Event]:
+        """Record the finished cell in its series; a saturated cell says so (and, with --stop-after-saturation,
+        which loads the sweep will skip)."""
+        before = self.series.saturated.copy()
+        self.series.record(cell, ev.summary)
+        sat = ev.summary.saturation
+        if sat is None or not sat.saturated or before.keys() == self.series.saturated.keys():
+            return []
+        then = (" (--stop-after-saturation: the next load runs, the ones above it are skipped)"
+                if self.spec.stop_after_saturation else "")
+        return [Notice("info", f"cell {cell.index + 1} ({cell.label}): {sat.reason}{then}")]
 
     def _options(self, retry_after_s: float | None = None) -> ClientOptions:
         """The load's client options: the sweep's, ignore_eos dropped once the server refused it."""

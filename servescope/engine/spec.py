@@ -33,16 +33,20 @@ from typing import Generic, NamedTuple, TypeVar, overload
 
 from servescope.core.arrivals import Step
 from servescope.core.errors import ServescopeError
+from servescope.core.precision import Precision, dump_precision
 from servescope.core.prices import ApiPrice, dump_price, parse_gpu_hour, parse_price
 from servescope.core.secrets import is_redacted, redact_command
 from servescope.core.textsafe import clean_text
 from servescope.core.tls import TlsSettings, ca_cert_path
 from servescope.core.workercount import DEFAULT_WORKERS, Workers
 from servescope.engine import fields as f
+from servescope.engine import measurefields as mf
+from servescope.engine.measurefields import legacy_regime
 from servescope.engine.spectoml import SectionLines, check_keys, table_workloads, workload_refs
 from servescope.workloads.spec import Workload, parse_toml, resolve
 
 DEFAULT_REQUESTS = 100  # measured requests per cell, when neither the sweep nor the workload says (and no duration)
+PRECISION_CEILING = 2000  # with --precision and neither --requests nor --duration: each cell's ceiling
 
 SWEEP_VERSION = 1
 DEFAULT_URL = "sim://"
@@ -89,7 +93,7 @@ class Option(Generic[T]):
     repeat: bool = False  # the flag may be given several times (a list)
     negate: bool = False  # a store_true flag that sets the field to False (--no-ignore-eos)
     form: FormField | None = None  # the Compose form's field that holds it (None: not on the form)
-    switch: bool = False  # a store_true flag that sets the field to True (--reset-prefix-cache)
+    switch: bool = False  # a store_true flag that sets the field to True (--stop-after-saturation, --reset-prefix-cache)
 
 
 @overload
@@ -184,10 +188,35 @@ class SweepSpec:
              "requests, as `vllm bench serve --burstiness`; the mean rate stays --rate; 1 (default) is Poisson, "
              "below 1 burstier, above 1 more regular")
     ramp_s: float | None = option(
-        None, "load", "ramp", ["--ramp"], parse=f.opt_duration, dump=f.fmt_duration, metavar="DURATION",
-        help="ramp up within each cell over this long, e.g. 10s: an open loop's rate rises linearly from 0 to "
-             "its target, a closed loop starts its users one by one (user u of N at u/N x ramp); requests sent "
-             "during the ramp are measured too")
+        None, "load", "ramp", ["--ramp"], parse=mf.opt_ramp, dump=mf.dump_ramp, metavar="auto|0|DURATION",
+        help="ramp up within each cell: auto (default) starts a closed loop's users one by one over one request's "
+             "E2E measured alone (the c=1 cell's, else one probe request), as tune starts them; 0 starts them "
+             "together (in lockstep; a workload's own ramp still applies); a DURATION, e.g. 10s: an open loop's rate "
+             "rises linearly from 0 to its target over it, a closed loop starts user u of N at u/N x ramp. Requests "
+             "sent during the ramp are measured, outside the steady window")
+    window: str = option("steady", "load", "window", ["--window"], parse=f.choice(mf.WINDOWS), metavar="steady|whole",
+                         help="the requests a cell's figures are over: steady (default: sent while the load was at "
+                              "its target, after the ramp and before the drain; the whole cell's figures are kept "
+                              "beside them) or whole (every measured request over the cell's wall time; with "
+                              "--ramp 0, the figures servescope gave before windows)")
+    precision: Precision | None = option(
+        None, "load", "precision", ["--precision"], parse=mf.opt_precision, dump=dump_precision,
+        metavar="SHARE|FIGURE:SHARE,...",
+        help="run each cell until the 95%% interval of its figures is within this share of them, e.g. 2%% (output "
+             "tok/s and the median of each SLO's metric, TTFT's without SLOs) or output_tok_s:2%%,ttft_ms.p50:5%%; "
+             "--requests/--duration stay the ceiling (default with --precision: 2,000 requests), and a cell that "
+             "reaches it first is marked imprecise. The interval counts that requests share batches (batch means "
+             "over spans of time: docs/metrics.md)")
+    stop_after_saturation: bool = option(
+        False, "load", "stop_after_saturation", ["--stop-after-saturation"], parse=f.boolean, switch=True,
+        help="once a cell is saturated (its server queue stood or grew through its steady window and its throughput "
+             "no longer rose with the load), run the next load and skip the ones above it (recorded as skipped, "
+             "saying why)")
+    probe_rate: float | None = option(
+        None, "load", "probe_rate", ["--probe-rate"], parse=mf.opt_probe_rate, metavar="R",
+        help="send small interference probes (64 tokens in, 16 out) at R per second (Poisson) during each cell, "
+             "beside its load: their TTFT and E2E show what the load does to a newcomer (reported per cell, not in "
+             "its figures)")
     pattern: tuple[Step, ...] | None = option(
         None, "load", "pattern", ["--pattern"], parse=f.opt_pattern, dump=f.dump_pattern,
         metavar='"1x for 20s, 4x for 5s, 1x"',
@@ -354,7 +383,7 @@ class SweepSpec:
             for w in self.workloads:
                 req = self.requests
                 if req is None and self.duration_s is None:
-                    req = w.default_requests or DEFAULT_REQUESTS
+                    req = PRECISION_CEILING if self.precision is not None else w.default_requests or DEFAULT_REQUESTS
                 if w.kind != "trace" and req is not None and self.warmup > req:
                     raise SweepConflict(where, f"warmup {self.warmup:,} is more than the {req:,} measured requests of "
                                         f"a cell of {clean_text(w.name)!r}, and a warmup only readies the server; give "
@@ -406,7 +435,7 @@ class SweepSpec:
             if not isinstance(sweep, dict):
                 raise ServescopeError(f"{p}: this session has no [sweep] table (written by servescope 0.1?); "
                                       "open it once with `servescope resume` or re-create the sweep in the app")
-            return cls.from_table(sweep, str(p), p.parent, SectionLines(text, prefix="sweep."))
+            return cls.from_table(legacy_regime(sweep), str(p), p.parent, SectionLines(text, prefix="sweep."))
         return cls.from_table(data, str(p), p.parent, SectionLines(text))
 
     @classmethod
@@ -507,7 +536,7 @@ class SweepSpec:
             if raw is None or raw is False or raw == []:
                 continue
             given.add(fd.name)
-            values[fd.name] = False if opt.negate else opt.parse(raw, opt.flags[0])
+            values[fd.name] = False if opt.negate else True if opt.switch else opt.parse(raw, opt.flags[0])
         for flag, v in (("--workload", getattr(args, "workloads", None)),
                         ("--api-key", getattr(args, "api_key", None))):
             if v is not None and not v.strip():  # an empty flag is a mistake, never "the default"

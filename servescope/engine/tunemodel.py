@@ -31,6 +31,7 @@ import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.core.metrics import per_request
+from servescope.core.steady import ramp_from_probe
 from servescope.engine.specsearch import SPEC_TOKENS_FLAG
 from servescope.engine.tune import (
     CellPred,
@@ -50,6 +51,7 @@ from servescope.engine.twin import (
     measured_cells,
     nelder_mead,
     run_virtual,
+    steady_part,
 )
 from servescope.engine.twinpredict import sample_lengths
 from servescope.engine.twinshape import NOMINAL_GPU, Knobs, apply_knobs, session_shape
@@ -66,19 +68,6 @@ LENGTH = 0.35  # kernel length over the space's 0..1 coordinates
 PRIOR_W = 2.0  # weight of "the twin is right" (mu = 0) against the measured residuals
 MODELLED = {"--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-tokens", "--num-gpu-blocks-override",
             "--gpu-memory-utilization", "--kv-cache-dtype", "--max-model-len"}
-
-
-def ramp_from_probe(e2e_s: float) -> float:
-    """A cell's ramp from its setting's probe (one request alone, its E2E in s), rounded as the session shows it.
-
-    A cell's users start one by one over about one request's time, not all at once: users started together stay
-    in lockstep round after round (every request of a round is admitted, prefilled and decoded with the others),
-    so where an SLO cuts through a round, whether a round's last requests meet it decides many at once, and the
-    same cell measured again gave 28, 60 and 56 of 64 requests within the SLOs (the KV-limited profile of
-    docs/tune.md, 16 users); started apart, their requests find the server in every state of a round, and the
-    same cell gave 5 of 64 three times of three. Over the unloaded E2E, since it is known before the cell: a
-    loaded request takes longer, so the users start in the first part of a round, still apart."""
-    return max(0.1, round(e2e_s, 1))
 
 
 def apply_setting(p: Profile, setting: Setting, memory_known: bool = True) -> tuple[Profile, list[str]]:
@@ -128,8 +117,11 @@ def request_rows(session_path: str, cell: int | None = None) -> tuple[pl.DataFra
         df = s.requests(int(row["index"]))
         if df.is_empty():
             continue
-        pr = per_request(df.filter(~df["warmup"]))
-        frames.append(pr.filter(pr["status"] != "cancelled").select(*FIGURES))
+        df = df.filter(~df["warmup"])
+        if "in_window" in df.columns:  # the requests its figures are over (engine/measure.py): the steady window's
+            df = df.filter(df["in_window"])
+        pr = per_request(df)
+        frames.append(pr.filter(pr["status"] != "cancelled").select(*FIGURES))  # a cancelled request is not judged
     rows = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=FIGURE_SCHEMA)
     return rows, (sum(walls) / len(walls) if walls else 0.0)
 
@@ -154,7 +146,7 @@ class TwinModel:
 
     def __init__(self, space: Space, workload: Workload, slos: Mapping[str, float], requests: Callable[[int], int],
                  seed: int = 0, progress: Callable[[str], None] | None = None, objective: Objective = "goodput",
-                 ramp_s: float | None = None) -> None:
+                 ramp_s: float | None = None, steady: bool = True) -> None:
         if workload.kind != "single" or workload.dataset:
             raise ServescopeError(f"workload {workload.name!r}: tune's model predicts single-request workloads with "
                                   "token-length distributions (no dataset, conversation, agent or trace workloads)")
@@ -174,6 +166,7 @@ class TwinModel:
         self.residuals: dict[tuple[int, int], float] = {}
         self.unknown: dict[int, list[str]] = {}
         self.ramp_s = ramp_s  # the search's own --ramp, for every cell
+        self.steady = steady  # the cells' figures are over their steady windows (--window steady): predicted so too
         self.ramps: dict[int, float] = {}  # setting -> the ramp its measured cells ran with (from its probe)
         self.ramp_read: set[str] = set()
 
@@ -265,8 +258,10 @@ class TwinModel:
         else:
             ramp = self._ramp(s, cost, prompts[0], outputs[0]) if c > 1 else 0.0
             v = run_virtual(cost, prompts, outputs, c, ramp_s=ramp)
+            if self.steady:
+                v = steady_part(v, c, ramp)
             rows: list[tuple[str, float, float, float | None, float, float | None, int]] = []
-            for i, o in enumerate(outputs):  # the virtual requests stream no reasoning: TTFO is their TTFT
+            for i, o in enumerate(v.outputs):  # the virtual requests stream no reasoning: TTFO is their TTFT
                 ttft = (v.first[i] - v.sent[i]) * 1e3
                 e2e = (v.done[i] - v.sent[i]) * 1e3
                 rows.append(("ok", ttft, ttft, (e2e - ttft) / (o - 1) if o > 1 else None, e2e,
@@ -307,12 +302,17 @@ class TwinModel:
 
 
 def _cell_ramp(session_path: str) -> float | None:
-    """The ramp (s) a measured cell's users started over, as its session recorded it."""
+    """The ramp (s) a measured cell's users started over, as its session recorded it (its planned ramp, else the
+    one --ramp auto gave it: its summary's window)."""
     try:
-        rows = load_session(session_path).cells.to_dicts()
+        s = load_session(session_path)
+        rows = s.cells.to_dicts()
+        summaries = s.summaries()
     except (ServescopeError, OSError):
         return None
     ramp = rows[0].get("ramp_s") if rows else None
+    if not ramp and summaries and summaries[0] is not None and summaries[0].window is not None:
+        ramp = summaries[0].window.ramp_s
     return float(ramp) if isinstance(ramp, (int, float)) and ramp > 0 else None
 
 

@@ -26,6 +26,7 @@ from servescope.core.kvbudget import KVBudget
 from servescope.core.launchspec import ArgValue
 from servescope.core.secrets import redact_command
 from servescope.core.slo import attains
+from servescope.core.steady import ramp_from_probe
 from servescope.engine.aio import run_loop
 from servescope.engine.background import Background
 from servescope.engine.events import Event, SweepControl, SweepFinished
@@ -44,7 +45,7 @@ from servescope.engine.tune import (
     margins_of,
     pooled_value,
 )
-from servescope.engine.tunemodel import ramp_from_probe, request_rows
+from servescope.engine.tunemodel import request_rows
 from servescope.sessions.live import HEARTBEAT_S, RunnerLock
 from servescope.sessions.meta import (
     TuneBest,

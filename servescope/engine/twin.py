@@ -38,9 +38,13 @@ import polars as pl
 
 from servescope.core.errors import ServescopeError
 from servescope.core.jsontypes import JsonObject
+from servescope.core.load import CellRun, Load
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
+from servescope.core.steady import steady_span
+from servescope.engine.measure import CellMeasure, cell_figures
+from servescope.engine.plan import Cell
 from servescope.engine.twinshape import (
     NOMINAL_GPU,
     Shape,
@@ -52,6 +56,7 @@ from servescope.sessions.twin import PROFILE_FILE, TWIN_DIR
 from servescope.sim.engine import VirtualRunner
 from servescope.sim.profile import CostModel, Profile, ProfileError, profile_from_dict
 from servescope.sim.request import SimRequest
+from servescope.workloads.spec import Workload
 
 FIGURES = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")  # what the fit and the bands are about
 # server.ttft_ms_mean: the server's own mean TTFT (its /metrics, over the cell), which starts when the engine got
@@ -120,6 +125,7 @@ class MeasuredCell:
     figures: dict[str, float]
     client_bound: bool = False  # the client, not the server, limited the cell (core.health)
     ramp_s: float = 0.0  # a closed loop's users started one by one over this long (`--ramp`)
+    steady: bool = False  # its figures are over its steady window (core/steady.py): the replay's are too
 
     @property
     def label(self) -> str:
@@ -153,10 +159,11 @@ def measured_cells(session: Session) -> list[MeasuredCell]:
         figs = {k: v for k, _ in FIT_FIGURES if (v := _figure(s, k)) is not None}
         conc = row.get("concurrency")
         rate = row.get("rate")
-        ramp = row.get("ramp_s")
+        ramp = row.get("ramp_s") or (s.window.ramp_s if s.window is not None else None)  # planned, else --ramp auto
         out.append(MeasuredCell(int(row["index"]), str(row.get("workload")), int(conc) if conc else None,
                                 float(rate) if rate else None, prompts, outputs, sends, figs, s.client_bound,
-                                float(ramp) if isinstance(ramp, (int, float)) and ramp > 0 else 0.0))
+                                float(ramp) if isinstance(ramp, (int, float)) and ramp > 0 else 0.0,
+                                s.window is not None and s.window.kind == "steady"))
     if not out:
         raise ServescopeError(f"{session.path}: no completed cell with measured requests to fit the twin to; run a "
                               "sweep first (e.g. -c 1,4,16)")
@@ -173,6 +180,7 @@ class VirtualCell:
     sent: list[float]
     token_t: list[list[float]]
     wall: float
+    window_tokens: float | None = None  # a steady window's (steady_part): the output tokens that arrived inside it
 
 
 def _filler(n: int) -> list[int]:
@@ -227,6 +235,44 @@ def run_virtual(cost: CostModel, prompts: Sequence[int], outputs: Sequence[int],
     return VirtualCell(list(prompts), list(outputs), first, done, sent, token_t, runner.now)
 
 
+def steady_part(v: VirtualCell, concurrency: int | None, ramp_s: float = 0.0) -> VirtualCell:
+    """The virtual cell's steady window, as core/steady.py cuts a measured one: the requests sent from the moment the
+    last user started (a closed loop: user u of N at u/N x ramp; an open loop: after its ramp) to the last send, their
+    times shifted so the window starts at 0, `wall` its length and `window_tokens` the output tokens that arrived in
+    it (a token's time from `token_t`, else spread evenly from the first token to the end). The whole cell when the
+    window is no steady state (fewer than two requests, or shorter than their median E2E: core.steady.long_enough)."""
+    if not v.sent:
+        return v
+    first = min(v.sent)
+    if concurrency:
+        users = min(concurrency, len(v.sent))
+        start = first + (ramp_s * (users - 1) / users if users > 1 else 0.0)
+    else:
+        start = first + ramp_s
+    end = max(v.sent)
+    keep = [i for i, t in enumerate(v.sent) if start <= t <= end]
+    e2e = sorted(v.done[i] - v.sent[i] for i in keep)
+    if end <= start or len(keep) < 2 or end - start < e2e[len(e2e) // 2]:
+        return v
+    arrived = 0.0
+    for i, o in enumerate(v.outputs):
+        stamps = v.token_t[i] if v.token_t else [v.first[i] + (v.done[i] - v.first[i]) * k / max(o - 1, 1)
+                                                 for k in range(o)]
+        arrived += sum(1 for t in stamps if start <= t < end)
+    return VirtualCell([v.prompts[i] for i in keep], [v.outputs[i] for i in keep],
+                       [v.first[i] - start for i in keep], [v.done[i] - start for i in keep],
+                       [v.sent[i] - start for i in keep],
+                       [[t - start for t in v.token_t[i]] for i in keep] if v.token_t else [], end - start, arrived)
+
+
+def steady_regime(twin: Twin) -> bool:
+    """Whether the twin's session measured its cells over steady windows (a `run` of the default regime: a closed
+    loop's users started over one request's E2E, figures over the steady window): its predictions are then of that
+    regime too. Twins fitted before windows, and sessions measured with `--window whole`: the whole cell."""
+    rows = twin.fit_info.get("cells")
+    return any(isinstance(r, dict) and r.get("window") == "steady" for r in rows) if isinstance(rows, list) else False
+
+
 def _quantile(xs: list[float], q: float) -> float:
     s = sorted(xs)
     if not s:
@@ -243,7 +289,8 @@ def quick_figures(v: VirtualCell, frontend_ms: float = 0.0) -> dict[str, float]:
     ttft = [(f - s) * 1e3 for f, s in zip(v.first, v.sent, strict=True)]
     tpot = [(d - f) * 1e3 / (o - 1) for d, f, o in zip(v.done, v.first, v.outputs, strict=True) if o > 1]
     mean = statistics.fmean(ttft)
-    out = {"output_tok_s": sum(v.outputs) / max(v.wall, 1e-9), "ttft_ms.p50": _quantile(ttft, 0.5),
+    tokens = v.window_tokens if v.window_tokens is not None else sum(v.outputs)
+    out = {"output_tok_s": tokens / max(v.wall, 1e-9), "ttft_ms.p50": _quantile(ttft, 0.5),
            "ttft_ms.mean": mean, "ttft_ms.p90": _quantile(ttft, 0.9), "server.ttft_ms_mean": mean - frontend_ms}
     if tpot:
         out["tpot_ms.p50"] = _quantile(tpot, 0.5)
@@ -251,8 +298,11 @@ def quick_figures(v: VirtualCell, frontend_ms: float = 0.0) -> dict[str, float]:
     return out
 
 
-def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None) -> CellResult:
-    """The cell's summary exactly as `servescope run` computes it, from request records built from the run."""
+def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None, steady: Load | None = None
+                    ) -> CellResult:
+    """The cell's summary exactly as `servescope run` computes it, from request records built from the run: over
+    the whole cell, or with `steady` (the load it ran: users and ramp) over its steady window, the whole cell's
+    figures and counts beside, by the very function `run` saves a cell with (engine.measure.cell_figures)."""
     recs = []
     for i, (p, o) in enumerate(zip(v.prompts, v.outputs, strict=True)):
         ns = [int(t * 1e9) for t in v.token_t[i]] if v.token_t else [int(v.first[i] * 1e9), int(v.done[i] * 1e9)]
@@ -260,10 +310,18 @@ def virtual_summary(v: VirtualCell, slos: Mapping[str, float] | None = None) -> 
             index=i, user=-1, warmup=False, input_tokens_requested=p, output_tokens_requested=o,
             scheduled_ns=int(v.sent[i] * 1e9), sent_ns=int(v.sent[i] * 1e9), first_token_ns=int(v.first[i] * 1e9),
             first_content_ns=int(v.first[i] * 1e9), end_ns=int(v.done[i] * 1e9), prompt_tokens=p, output_tokens=o,
-            usage_reported=True, chunk_ns=array("q", ns), chunk_tokens=array("i", [1] * len(ns)),
-        ))
+            usage_reported=True, chunk_ns=array("q", ns),
+            chunk_tokens=array("i", [1] * len(ns))))
     start = min(v.sent) if v.sent else 0.0
-    return summarize(records_frame(recs), v.wall - start, slos)
+    df = records_frame(recs)
+    whole = summarize(df, v.wall - start, slos)
+    if steady is None or not recs:
+        return whole
+    cell = Cell(0, Workload("twin", source="inline"), steady, len(recs), None, 0)
+    run = CellRun(recs, int(start * 1e9), int(v.wall * 1e9))
+    measure = CellMeasure(window="steady", slos=dict(slos or {}))
+    span = steady_span(recs, steady, len(recs))
+    return cell_figures(whole, df, run, cell, measure, dict(slos or {}), None, None, None, span)[0]
 
 
 # --- the fit --------------------------------------------------------------------------------------------------
@@ -412,11 +470,15 @@ class FitLoss:
         return v
 
     def figures(self, prof: Profile) -> list[dict[str, float]]:
+        """Each cell replayed (with the ramp it ran with), its figures over the window its own are over."""
         cost = CostModel(prof)
-        return [quick_figures(run_virtual(cost, c.prompts, c.outputs, c.concurrency,
-                                          None if c.concurrency else c.send_s, ramp_s=c.ramp_s),
-                              prof.efficiency.frontend_ms)
-                for c in self.trimmed]
+        out = []
+        for c in self.trimmed:
+            v = run_virtual(cost, c.prompts, c.outputs, c.concurrency, None if c.concurrency else c.send_s,
+                            ramp_s=c.ramp_s)
+            out.append(quick_figures(steady_part(v, c.concurrency, c.ramp_s) if c.steady else v,
+                                     prof.efficiency.frontend_ms))
+        return out
 
     def __call__(self, x: list[float]) -> float:
         try:
@@ -534,6 +596,9 @@ def _fit_efficiencies(shape: Shape, cells: Sequence[MeasuredCell], max_requests:
             row["concurrency"] = c.concurrency
         if c.rate:
             row["rate"] = c.rate
+        row["window"] = "steady" if c.steady else "whole"
+        if c.ramp_s:
+            row["ramp_s"] = c.ramp_s
         for key, _ in FIT_FIGURES:
             m, s = c.figures.get(key), sim.get(key)
             if m and s is not None and math.isfinite(s):

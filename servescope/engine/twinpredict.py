@@ -17,8 +17,20 @@ from dataclasses import dataclass
 
 from servescope.core.errors import ServescopeError
 from servescope.core.jsontypes import JsonObject
+from servescope.core.load import Load as LoadShape
 from servescope.core.results import CellResult
-from servescope.engine.twin import FIGURES, MIN_BAND, Twin, quick_figures, run_virtual, virtual_summary
+from servescope.core.steady import ramp_from_probe
+from servescope.engine.twin import (
+    FIGURES,
+    MIN_BAND,
+    Twin,
+    VirtualCell,
+    quick_figures,
+    run_virtual,
+    steady_part,
+    steady_regime,
+    virtual_summary,
+)
 from servescope.engine.twinshape import AS_MEASURED, Knobs, apply_knobs
 from servescope.sessions.store import Session
 from servescope.sim.profile import CostModel
@@ -160,8 +172,11 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
             raise ServescopeError(f"workload {workload.name!r}: a request of {longest:,} tokens is larger than the "
                                   f"whole KV cache ({cost.kv_cache_tokens:,} tokens)")
         sends = None if load.concurrency else poisson_sends(float(load.rate or 1.0), n, seed)
-        v = run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=True)
-        summary = virtual_summary(v, slos)
+        steady = steady_regime(twin)
+        ramp = _ramp(cost, prompts, outputs, load) if steady else 0.0
+        v = run_virtual(cost, prompts, outputs, load.concurrency, sends, tokens=True, ramp_s=ramp)
+        summary = virtual_summary(v, slos, LoadShape(concurrency=load.concurrency, rate=load.rate,
+                                                     ramp_s=ramp or None) if steady else None)
         why = []
         dist = 0.0
         for key, vals in (("prompt_tokens", prompts), ("output_tokens", outputs)):
@@ -187,7 +202,7 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
         if knobs.any:
             why.append(f"server settings changed ({knobs.label()})")
             dist += 1.0
-        spread = _spreads(cost, workload, load, n, seed, summary) if bands else {}
+        spread = _spreads(cost, workload, load, n, seed, summary, steady) if bands else {}
         band = {}
         for key in FIGURES:
             name = key.partition(".")[0]
@@ -202,7 +217,29 @@ def predict(twin: Twin, workload: Workload, loads: Sequence[Load], knobs: Knobs 
     return out
 
 
-def _spreads(cost: CostModel, workload: Workload, load: Load, n: int, seed: int, first: CellResult) -> dict[str, float]:
+def _ramp(cost: CostModel, prompts: list[int], outputs: list[int], load: Load) -> float:
+    """A predicted cell's ramp as `run` starts it (--ramp auto): a closed loop of several users over the E2E of one
+    request alone; none for one user or an open loop."""
+    if not load.concurrency or load.concurrency <= 1:
+        return 0.0
+    alone = run_virtual(cost, prompts[:1], outputs[:1], 1)
+    return ramp_from_probe(alone.done[0] - alone.sent[0])
+
+
+def _regime(cost: CostModel, prompts: list[int], outputs: list[int], load: Load, sends: list[float] | None,
+            steady: bool) -> VirtualCell:
+    """A predicted cell as `run` measures it: in the steady regime (`steady`), a closed loop's users start one by one
+    over the E2E of one request alone (--ramp auto) and the figures are over its steady window; else all at once,
+    over the whole cell."""
+    if not steady:
+        return run_virtual(cost, prompts, outputs, load.concurrency, sends)
+    ramp = _ramp(cost, prompts, outputs, load)
+    return steady_part(run_virtual(cost, prompts, outputs, load.concurrency, sends, ramp_s=ramp), load.concurrency,
+                       ramp)
+
+
+def _spreads(cost: CostModel, workload: Workload, load: Load, n: int, seed: int, first: CellResult,
+             steady: bool = False) -> dict[str, float]:
     """The prediction's own sampling spread per figure: the standard deviation of ln(figure) over the predicted
     cell and SPREAD_RUNS more runs of it with other draws of its requests (lengths, and an open loop's sends)."""
     runs: dict[str, list[float]] = {}
@@ -213,7 +250,7 @@ def _spreads(cost: CostModel, workload: Workload, load: Load, n: int, seed: int,
         other = seed + 7919 * i
         prompts, outputs = sample_lengths(workload, n, other)
         sends = None if load.concurrency else poisson_sends(float(load.rate or 1.0), n, other)
-        figs = quick_figures(run_virtual(cost, prompts, outputs, load.concurrency, sends), cost.profile.efficiency.frontend_ms)
+        figs = quick_figures(_regime(cost, prompts, outputs, load, sends, steady), cost.profile.efficiency.frontend_ms)
         for k in FIGURES:
             if k in figs:
                 runs[k].append(figs[k])

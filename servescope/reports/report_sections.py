@@ -35,6 +35,7 @@ from servescope.reports.document import (
     row,
     table,
 )
+from servescope.reports.measure_doc import mark_parts, measurement_blocks
 from servescope.reports.quality_doc import load_quality_blocks
 from servescope.reports.serving_doc import energy_cells, energy_columns, serving_blocks
 from servescope.sessions.answers import completed
@@ -361,7 +362,7 @@ def workload_blocks(rep: SessionReport, workload: str, comparison: Comparison | 
         frac = finite(sm.slo_met_fraction)
         hit = finite(sm.prefix_cache_hit_rate)
         rows.append(row(
-            content(v.load, (" ", Strong(v.status)) if v.status not in ("done", "") else None),
+            content(v.load, (" ", Strong(v.status)) if v.status not in ("done", "") else None, mark_parts(sm)),
             Num(f"{sm.requests_ok} / {sm.requests_failed}" + (f" / {sm.requests_rate_limited or 0}" if limited else "")),
             _trio(sm.ttft_ms), _trio(sm.tpot_ms), _trio(sm.itl_ms), _trio(sm.e2e_ms),
             Num(fmt_num(finite(sm.output_tok_s))), Num(fmt_num(finite(sm.per_user_tok_s.mean))),
@@ -384,6 +385,7 @@ def workload_blocks(rep: SessionReport, workload: str, comparison: Comparison | 
         out.append(para("Prefix cache hit: cached / prompt tokens of the cell's successful requests, from the usage's ",
                         Code("prompt_tokens_details.cached_tokens"), " when the server sent it, else from its ",
                         Code("/metrics"), " prefix-cache counters over the cell."))
+    out += measurement_blocks(views, [v for v in rep.skipped if v.workload == workload])  # reports/measure_doc.py
     if cost:
         out += _cost_blocks(views)
     out += serving_blocks(views)

@@ -79,6 +79,7 @@ class Capacity:
     not_reached: bool  # the highest measured level still meets the SLOs
     unknown: bool = False  # no cell could be judged
     why_unknown: str = "no per-request data for these SLOs"
+    saturated_at: str = ""  # the lowest completed load marked saturated ("c=32"; "" when none was)
 
     def text(self) -> str:
         if self.unknown:
@@ -86,6 +87,11 @@ class Capacity:
         if self.level is None:
             return "none: even the lowest load misses the SLOs"
         lv = _level_text(self.level, self.unit)
+        if self.saturated_at:  # past saturation more load only queues: the SLOs, not the server's room, decide here
+            if self.not_reached:
+                return (f"{lv} (the highest level measured still meets them; the server saturated at "
+                        f"{self.saturated_at}, so more load adds queueing, not throughput)")
+            return f"{lv} (the server saturated at {self.saturated_at})"
         return f"{lv} (not reached: the highest level measured still meets them)" if self.not_reached else lv
 
 
@@ -96,6 +102,7 @@ class Knee:
     aggregate_tok_s: float | None = None
     per_user_tok_s: float | None = None
     levels: int = 0  # completed concurrency levels it was found from
+    saturated_at: str = ""  # the lowest completed concurrency marked saturated ("c=32"; "" when none was)
 
     def text(self) -> str:
         if self.concurrency is None:
@@ -104,6 +111,9 @@ class Knee:
             return "needs at least two completed concurrency levels"
         s = (f"c={self.concurrency} ({fmt_num(self.aggregate_tok_s)} tok/s aggregate, "
              f"{fmt_num(self.per_user_tok_s)} tok/s per user)")
+        if self.saturated_at:
+            return s + f"; the server saturated at {self.saturated_at} (its queue stood or grew, its throughput no " \
+                       "longer rose with the load)"
         return s + ", not reached: the highest concurrency measured" if self.not_reached else s
 
 
@@ -165,6 +175,14 @@ def _level_text(level: float, unit: str) -> str:
     return f"c={int(level)}" if unit == "concurrency" else f"{level:g} req/s"
 
 
+def saturated_at(views: Sequence[CellView], closed: bool | None = None) -> str:
+    """The lowest load of the completed cells marked saturated (`c=32`, `8 req/s`; engine/saturation.py), among the
+    closed-loop cells (`closed` True), the open-loop ones (False) or either (None); "" when none was."""
+    marked = [v for v in completed(views) if v.summary.saturation is not None and v.summary.saturation.saturated
+              and v.x is not None and (closed is None or (v.concurrency is not None) == closed)]
+    return min(marked, key=lambda v: v.x or 0.0).load if marked else ""
+
+
 def capacity(views: Sequence[CellView], include_bound: bool = False) -> Capacity:
     """The highest load whose completed cell meets the SLOs (cells not completed, and client-bound ones unless
     `include_bound`, are left out)."""
@@ -184,7 +202,7 @@ def capacity(views: Sequence[CellView], include_bound: bool = False) -> Capacity
     if not ok:
         return Capacity(None, unit, False)
     best = max(ok)
-    return Capacity(best, unit, best == max(x for x, _ in known))
+    return Capacity(best, unit, best == max(x for x, _ in known), saturated_at=saturated_at(pts, bool(closed)))
 
 
 def knee(views: Sequence[CellView], include_bound: bool = False) -> Knee:
@@ -201,7 +219,9 @@ def knee(views: Sequence[CellView], include_bound: bool = False) -> Knee:
     if len(pts) < 2:
         return Knee(None, False, levels=len(pts))
     best = max(pts, key=lambda p: (p[1] * p[2], -p[0]))
-    return Knee(best[0], best[0] == pts[-1][0], best[1], best[2], levels=len(pts))
+    sat = saturated_at(answering(views, include_bound), closed=True)
+    # the highest concurrency is a knee "not reached" only while nothing says the server saturated
+    return Knee(best[0], best[0] == pts[-1][0] and not sat, best[1], best[2], levels=len(pts), saturated_at=sat)
 
 
 def peak(views: Sequence[CellView], include_bound: bool = False) -> tuple[float | None, str]:

@@ -100,6 +100,8 @@ def measured(frame: pl.DataFrame, slos: Mapping[str, float] | None = None) -> pl
     if frame.height == 0 or "sent_ns" not in frame.columns or "status" not in frame.columns:
         return None
     df = frame.filter(~pl.col("warmup")) if "warmup" in frame.columns else frame
+    if "in_window" in df.columns:  # the requests the cell's figures are over: its steady window's (engine/measure.py)
+        df = df.filter(pl.col("in_window"))
     if df.height == 0:
         return None
     for c in ("prompt_tokens", "output_tokens", "scheduled_ns", "first_content_ns"):

@@ -286,9 +286,11 @@ def apply_slos(session: Session, views: list[CellView], slos: Mapping[str, float
             continue
         if "warmup" in df.columns:
             df = df.filter(~pl.col("warmup"))
+        if "in_window" in df.columns:  # the requests the figures are over: the cell's steady window's
+            df = df.filter(pl.col("in_window"))
         pr = per_request(df)
         good = pr.filter(slo_met(slos)).height
-        wall = v.summary.value("wall_s") or 0.0
+        wall = v.summary.value("wall_s") or 0.0  # the window's length
         judged = pr.filter(pl.col("status") != "cancelled").height  # a cancelled request is never judged
         v.summary = msgspec.structs.replace(v.summary, slo_met_fraction=good / judged if judged else None,
                                             goodput_req_s=good / wall if wall > 0 else None)

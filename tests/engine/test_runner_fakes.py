@@ -20,7 +20,8 @@ from servescope.core.errors import ServescopeError
 from servescope.core.kvbudget import KVBudget
 from servescope.core.load import CellControl, CellRun, Limits, Load
 from servescope.core.records import RequestRecord
-from servescope.core.results import CellResult
+from servescope.core.results import CellResult, Saturation
+from servescope.core.steady import ramp_from_probe
 from servescope.core.target import EstimateTokenizer, ModelInfo, TargetInfo, Tokenizer
 from servescope.engine.events import (
     CellFinished,
@@ -32,7 +33,10 @@ from servescope.engine.events import (
     SweepFinished,
     SweepStarted,
 )
+from servescope.engine.measurefields import legacy_regime
+from servescope.engine.plan import plan_cells
 from servescope.engine.runner import run_sweep
+from servescope.engine.series import SweepSeries
 from servescope.engine.spec import RunContext, SweepSpec
 from servescope.engine.telemetryhub import NoTelemetry
 from servescope.sessions.store import load_session
@@ -130,8 +134,10 @@ class FakeTarget:
 
 
 def _spec(**kw: Any) -> SweepSpec:
+    # users start together (--ramp 0): these tests count the requests each cell sends, and --ramp auto sends one
+    # alone before a closed loop's first cell when no c=1 cell ran before it (test_auto_ramp_* below)
     base: dict[str, Any] = {"url": "http://fake-0", "workloads": (WL,), "concurrency": (1, 2), "requests": 6,
-                            "telemetry_interval_s": None}
+                            "telemetry_interval_s": None, "ramp_s": 0.0}
     return SweepSpec(**(base | kw))
 
 
@@ -363,3 +369,70 @@ async def test_the_runner_builds_prompts_bounded_by_the_load_not_the_warmup(tmp_
         await _run(spec, _ctx(tmp_path / "s"), server, FakeTarget(server))
     [cell] = plan_cells(spec)
     assert asked and asked[0] == prompts_to_build(cell) <= WARM_POOL + 2, asked
+
+
+# ---- --ramp auto: a closed loop's users start over one request's E2E -------------------------------------------
+async def test_auto_ramp_times_the_users_start_by_the_c1_cell_or_one_request_sent_alone(tmp_path: Path) -> None:
+    """The default (--ramp auto): a closed loop of several users starts them one by one over one request's E2E
+    measured alone, as tune does: the E2E p50 of the workload's c=1 cell when one ran before (no extra request), else
+    one request sent alone first (not a cell's: its load runs before the cell's). The planned load stays as it was
+    (its label and row: what comparisons join on); the cell's window says the ramp it ran with."""
+    server = FakeServer()
+    target = FakeTarget(server)
+    events = await _run(_spec(ramp_s=None, concurrency=(1, 4)), _ctx(tmp_path / "a"), server, target)
+    assert [s for s, _ in target.runs] == [0, 1]  # no request besides the cells' own: the c=1 cell timed the ramp
+    c1, c4 = (f.summary for f in _finished(events))
+    e2e = (c1.whole or c1).e2e_ms.p50
+    assert e2e is not None and c4.window is not None and c4.window.ramp_s == ramp_from_probe(e2e / 1e3)
+    assert _finished(events)[1].cell.label == "tiny c=4"  # the plan's label: no ramp in it
+    assert any(isinstance(e, Notice) and "start one by one over" in e.text and "c=1 cell" in e.text for e in events)
+    assert load_session(tmp_path / "a").cells["ramp_s"].to_list() == [None, None]
+
+    server = FakeServer()
+    target = FakeTarget(server)
+    events = await _run(_spec(ramp_s=None, concurrency=(4, 8)), _ctx(tmp_path / "b"), server, target)
+    assert [s for s, _ in target.runs] == [0, 0, 1]  # one request alone before the first cell, then the two cells
+    assert any(isinstance(e, Notice) and "one request sent alone first" in e.text for e in events)
+    assert [f.summary.window.ramp_s for f in _finished(events) if f.summary.window is not None] == [0.1, 0.1]
+
+    server = FakeServer()  # --ramp 0: together, as before windows
+    target = FakeTarget(server)
+    events = await _run(_spec(ramp_s=0.0, concurrency=(4,)), _ctx(tmp_path / "c"), server, target)
+    assert [s for s, _ in target.runs] == [0]
+    [w] = [f.summary.window for f in _finished(events)]
+    assert w is not None and w.ramp_s is None  # (the fake's requests take no time: its window is the whole cell)
+
+
+def test_a_session_measured_before_windows_resumes_in_its_own_regime(tmp_path: Path) -> None:
+    """A session.toml whose [sweep] has no `window` was measured over whole cells with users started together:
+    `resume` and `run --sweep SESSION` go on the same way; a sweep of today keeps what it says."""
+    old = Path(__file__).parents[1] / "sessions" / "old" / "v2" / "gptq" / "session.toml"
+    spec = SweepSpec.from_toml(old)
+    assert (spec.window, spec.ramp_s) == ("whole", 0.0)
+    new = SweepSpec(workloads=(WL,), concurrency=(4,))
+    assert (new.window, new.ramp_s) == ("steady", None)
+    assert SweepSpec.from_table(legacy_regime(new.to_table())) == new
+
+
+def test_stop_after_saturation_runs_one_load_past_the_first_saturated_one_and_skips_the_rest() -> None:
+    """The series' record: saturated at c=8, so c=16 runs (it shows the plateau) and c=32, c=64 are skipped, saying
+    why; another workload's series, and the sweep without the flag, run everything."""
+    cells = plan_cells(SweepSpec(workloads=(WL, Workload("other", source="inline")), concurrency=(4, 8, 16, 32, 64)))
+    sat = CellResult(saturation=Saturation(True, "saturated: the server's queue never emptied"), requests_ok=5)
+    ok = CellResult(saturation=Saturation(False), requests_ok=5)
+    for flag in (True, False):
+        series = SweepSeries(stop_after_saturation=flag)
+        skipped = []
+        for cell in cells:
+            why = series.skip_reason(cell)
+            if why:
+                skipped.append((cell.workload.name, cell.load.concurrency, why))
+                continue
+            series.record(cell, sat if cell.workload.name == "tiny" and cell.load.concurrency == 8 else ok)
+        if not flag:
+            assert skipped == []
+            continue
+        assert [(w, c) for w, c, _ in skipped] == [("tiny", 32), ("tiny", 64)]
+        assert "the load 8 users was saturated (the server's queue never emptied) and 16 users was run past it" in \
+            skipped[0][2]
+    assert series.lower(cells[2]) == (8.0, sat)  # c=16's next lower load, for its saturation mark

@@ -421,8 +421,9 @@ def test_odd_stream_ends_in_a_run_count_only_what_came_before_done(tmp_path: Pat
     plan = [x for k in ODD_ENDS for x in (k, "ok")]
     save = tmp_path / "s"
     with HostileServer(plan) as srv:
+        # --window whole: the rates over the cell's wall time, as request_s = requests_ok / wall_s below reads them
         p = servescope("run", "--url", srv.url, "--model", MODEL, "-w", "sharegpt", "-c", "1", "-n", str(len(plan)),
-                       "--telemetry-interval", "off", "--save", str(save), "--json", timeout=120)
+                       "--telemetry-interval", "off", "--window", "whole", "--save", str(save), "--json", timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     (cell,) = json.loads(p.stdout.strip().splitlines()[-1])["cells"]
     assert cell["requests_ok"] == len(plan) - 1 and cell["requests_failed"] == 1  # only_done is the one failure

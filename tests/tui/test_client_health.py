@@ -14,7 +14,7 @@ from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import EventLog
 from servescope.tui.widgets.curve import ThroughputCurve
-from servescope.tui.widgets.panels import CellTable
+from servescope.tui.widgets.panels import CELL_COLUMNS, CellTable
 
 
 def _summary(cpu: float) -> CellResult:
@@ -53,7 +53,8 @@ async def test_run_screen_shows_the_verdict_and_leaves_bound_cells_off_the_curve
         assert "cell 2 (sharegpt c=4) is left out of the curve, knee and capacity: its client was bound" in log
         table = run.query_one(CellTable)
         assert table.data["1"][3] == "done, client BOUND" and table.data["0"][3] == "done"
-        assert table.data["0"][-1] == "ok" and table.data["1"][-1] == "BOUND"
+        client = CELL_COLUMNS.index("client")
+        assert table.data["0"][client] == "ok" and table.data["1"][client] == "BOUND"
         assert [p.label for p in run._points["sharegpt"]] == ["c=1"]
 
 

@@ -85,7 +85,8 @@ KEY_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "ray": TEXT, "engine": st.sampled_from(ENGINES), "transport": st.sampled_from(TRANSPORTS),
     "arrival": st.sampled_from(ARRIVALS), "workers": st.just("auto") | st.integers(1, 64),
     "ray_nodes": st.lists(TEXT, max_size=3) | TEXT, "concurrency": st.lists(COUNTS, min_size=1, max_size=3),
-    "rates": st.lists(st.floats(1e-6, 1e9), min_size=1, max_size=3), "ramp": DURATIONS, "duration": DURATIONS,
+    "rates": st.lists(st.floats(1e-6, 1e9), min_size=1, max_size=3), "ramp": DURATIONS | st.sampled_from(["auto", "0s", 0]),
+    "duration": DURATIONS,
     "timeout": DURATIONS, "launch_timeout": DURATIONS, "recover_timeout": DURATIONS,
     "interval": DURATIONS | st.just("off"), "max_concurrency": COUNTS, "requests": COUNTS,
     "warmup": st.integers(0, 2**40), "repeat": st.integers(1, 100), "seed": st.integers(-(2**63), 2**63 - 1),
@@ -96,6 +97,9 @@ KEY_VALUES: dict[str, st.SearchStrategy[Any]] = {
     | TEXT | st.sampled_from(["input=2.5,output=10", "input=x"]),
     "burstiness": st.floats(0.01, 100), "pattern": st.sampled_from(["1x for 2s, 3x", "0x for 1ms, 2.5x"]),
     "variants": st.lists(st.fixed_dictionaries({"args": TEXT}), max_size=2),
+    "window": st.sampled_from(["steady", "whole"]) | TEXT, "stop_after_saturation": st.booleans(),
+    "precision": st.sampled_from(["5%", "0.02", "output_tok_s:2%,ttft_ms.p50:5%", "ttft_ms.p5:1%", "150%"]) | TEXT,
+    "probe_rate": st.floats(0, 200) | st.sampled_from(["0.5", "off"]),
     "reset_prefix_cache": st.booleans(), "lora_dir": TEXT,
 }
 

@@ -333,7 +333,9 @@ class ComposeScreen(Screen[None]):
         # a launched server's URL comes from its command: the URL field is not read then
         form["url"] = "sim://" if self._val("launch") else vals["url"]
         form["workloads"] = self.selected_workloads()  # the exact objects (file workloads: only the selected ones)
-        spec, by_name = SweepSpec.from_form(form, self.loaded_spec)
+        # the app's sweeps stop climbing once past saturation (headless runs ask for it: --stop-after-saturation);
+        # a loaded sweep file says for itself (stop_after_saturation = false runs every load)
+        spec, by_name = SweepSpec.from_form(form, self.loaded_spec or APP_DEFAULTS)
         if spec is None:
             return None, {("workloads" if name == "workloads" else self.IDS.get(name, "preview")): text
                           for name, text in by_name.items()}
@@ -672,6 +674,9 @@ def rough_cell_s(w: Any, conc: int | None, rate: float | None, requests: int | N
     else:
         est = n / rate + e2e if rate else n / max(1, conc or 1) * e2e
     return min(est, duration_s + e2e) if duration_s else est
+
+
+APP_DEFAULTS = SweepSpec().replace(stop_after_saturation=True)  # where the app's Compose differs from `run`
 
 
 def preview_text(spec: Any, speed: dict[str, float] | None = None) -> str:

@@ -24,6 +24,7 @@ from servescope.core.health import client_text
 from servescope.core.kvbudget import KvBudgetMeta
 from servescope.core.results import CellResult, ServerWindow, rate_limit_line
 from servescope.engine.wire import GpuReading
+from servescope.sessions.measurement import measure_lines
 from servescope.sessions.meta import GpuTable
 from servescope.tui import messages as m
 from servescope.tui.eta import Measured, sweep_eta
@@ -500,6 +501,9 @@ class RunScreen(Screen[None]):
             + f"{fnum(s.output_tok_s)} tok/s, TTFT p50 "
             f"{fnum(s.ttft_ms.stat('p50'))} ms, p99 {fnum(s.ttft_ms.stat('p99'))} ms",
         )
+        # its window, precision, saturation, probes (sessions/measurement.py); a cell the engine measured has a window
+        for level, line in measure_lines(s, before_windows=False):
+            self.log_view.event(level, f"cell {c.index + 1} {line}")
         if s.mostly_rate_limited:
             self.log_view.event("warning", f"cell {c.index + 1} {rate_limit_line(s)}")
         for line in serving_lines(s):  # speculation, adapters, the prefix cache's aim and reset, energy

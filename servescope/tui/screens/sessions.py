@@ -31,6 +31,7 @@ from servescope.reports.tunereport import (
 )
 from servescope.sessions import series_name
 from servescope.sessions.live import runner_state
+from servescope.sessions.measurement import measure_lines
 from servescope.sessions.meta import TuneMeta
 from servescope.sessions.provenance import measured_by
 from servescope.tui.screens.dialogs import AskScreen, ConfirmScreen
@@ -697,6 +698,8 @@ class SessionScreen(Screen[None]):
             lines.append(f"cell {idx + 1} server TTFT {fnum(tele.ttft_ms_mean)} ms, ITL "
                          f"{fnum(tele.itl_ms_mean, 2)} ms; client TTFT {fnum(s.ttft_ms.mean)} ms")
         lines += [f"cell {idx + 1} {line}" for line in serving_lines(s)]  # speculation, adapters, energy...
+        if idx in self.summaries:  # how it was measured: window, precision, saturation, probes
+            lines += [f"cell {idx + 1} {line}" for _, line in measure_lines(s)]
         live.gpu_lines = tuple(lines)
         # the per-cell panels' value column: this cell's figures (its sparkline point among the others)
         name = f"cell {idx + 1}"

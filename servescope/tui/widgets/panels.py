@@ -21,6 +21,7 @@ from textual.widgets import RichLog
 
 from servescope.core.kvbudget import fmt_concurrency
 from servescope.core.results import CellResult, GpuWindow, ServerWindow
+from servescope.sessions.measurement import MARKS, marks, precision_short, window_label
 from servescope.tui.widgets.table import Col, FitTable, ellipsize
 from servescope.tui.widgets.zoom import Zoomable
 
@@ -304,8 +305,19 @@ class ServerPanel(Zoomable):
         return t
 
 
+# How a cell was measured (sessions/measurement.py), the cell table's last columns: the window its figures are over,
+# the precision it reached (--precision), its probes' TTFT and E2E p50 (--probe-rate)
+MEASURE_COLUMNS = ("window", "precision", "probe TTFT p50", "probe E2E p50")
+
+
+def measure_values(s: CellResult) -> tuple[str, ...]:
+    p = s.probes
+    return (window_label(s), precision_short(s.precision) or "-", fnum(p.ttft_ms.p50) if p is not None else "-",
+            fnum(p.e2e_ms.p50, 0) if p is not None else "-")
+
+
 CELL_COLUMNS = ("#", "workload", "load", "status", "ok/fail", "out tok/s", "per-user tok/s (mean)", "TTFT p50",
-                "TTFT p99", "TPOT p50", "E2E p50", "client")
+                "TTFT p99", "TPOT p50", "E2E p50", "client", *MEASURE_COLUMNS)
 CLIENT_BOUND_STATUS = "client BOUND"  # the end of a cell's status when the load generator, not the server, was the limit
 
 
@@ -322,14 +334,17 @@ def cell_row(index: int, workload: str, load: str, status: str,
     s = _summary(summary)
     if not isinstance(s, CellResult):
         return (str(index + 1), workload, load, status, *["-"] * (len(CELL_COLUMNS) - 4))
+    status = ", ".join([status, *marks(s)])  # imprecise, saturated (sessions/measurement.py)
     if s.client_bound:  # the load generator, not the server, limited it (core/health.py)
         status = f"{status}, {CLIENT_BOUND_STATUS}"
     return (
         str(index + 1), workload, load, status,
         f"{s.requests_ok}/{s.requests_failed}" + (f"/{s.requests_rate_limited or 0}" if rate_limited else ""),
         fnum(s.output_tok_s, 1), fnum(s.per_user_tok_s.mean), fnum(s.ttft_ms.p50), fnum(s.ttft_ms.p99),
-        fnum(s.tpot_ms.p50, 2), fnum(s.e2e_ms.p50, 0), _verdict(s),
+        fnum(s.tpot_ms.p50, 2), fnum(s.e2e_ms.p50, 0), _verdict(s), *measure_values(s),
     )
+
+
 
 
 def _summary(summary: CellResult | Mapping[str, Any] | None) -> CellResult | None:
@@ -342,9 +357,19 @@ def short_status(status: str) -> str:
     `bound` (the pane's title explains it; zoomed, `done, client BOUND`), not `done,…`; any other cell keeps its
     own status (`stopped, client BOUND` reads `stopped`: that it ended early matters more)."""
     if not status.endswith(CLIENT_BOUND_STATUS):
-        return status
-    own = status[: -len(CLIENT_BOUND_STATUS)].rstrip(", ")
+        own, marked = _marked(status)
+        return marked if own == "done" and marked else status  # `saturated` says more than `done…`
+    own, _ = _marked(status[: -len(CLIENT_BOUND_STATUS)].rstrip(", "))
     return "bound" if own == "done" else own
+
+
+def _marked(status: str) -> tuple[str, str]:
+    """`done, imprecise, saturated` -> (`done`, `imprecise, saturated`): a status and its measurement marks."""
+    parts = status.split(", ")
+    n = len(parts)
+    while n > 1 and parts[n - 1] in MARKS:
+        n -= 1
+    return ", ".join(parts[:n]), ", ".join(parts[n:])
 
 
 def _verdict(s: CellResult) -> str:
@@ -368,6 +393,8 @@ CELL_COLS = (
     Col("per-user tok/s (mean)", "per-user tok/s (mean)", 7, right=True), Col("TTFT p50", "TTFT p50 ms", 3, right=True),
     Col("TTFT p99", "TTFT p99 ms", 8, right=True), Col("TPOT p50", "TPOT p50 ms", 9, right=True),
     Col("E2E p50", "E2E p50 ms", 10, right=True), Col("client", "client", 11),
+    Col("window", "window", 12), Col("precision", "precision", 13, right=True),
+    Col("probe TTFT p50", "probe TTFT p50 ms", 14, right=True), Col("probe E2E p50", "probe E2E p50 ms", 15, right=True),
 )
 # A saved session of several workloads: which workload a cell ran comes right after its figure (a cut name
 # widens back to whole once TTFT p50 is placed), and the cell number last.
