@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
-import polars as pl
 
 from servescope.core.client import ClientOptions, RequestSpec, reads
 from servescope.core.cost import with_cost
@@ -279,9 +278,10 @@ class CellAttempt:
             input_lengths=lengths, connections=self.target.cell_connections)
         if self.probes is not None:
             summary = msgspec.structs.replace(summary, probes=self.probes.take())
-        # engine/serving.py; the adapters' figures over the window's requests, as the cell's own
-        summary = serving_figures(summary, df.filter(pl.col("in_window")), self.server_before, self.server_after,
-                                  windows.gpu, cell.workload, self.prefix_reset, self.startup)
+        # engine/serving.py; the adapters' figures over the whole cell's requests, as the server's own counts and
+        # /metrics samples (at the cell's two ends) are
+        summary = serving_figures(summary, df, self.server_before, self.server_after, windows.gpu, cell.workload,
+                                  self.prefix_reset, self.startup)
         summary = with_cost(summary, self.prices)  # what its tokens cost (core/cost.py), sent with the summary
         status = status or ("interrupted" if interrupted else "stopped" if run.stopped else "done")
         reason = "interrupted: the sweep was aborted mid-cell" if interrupted else run.stopped or imprecise_reason(

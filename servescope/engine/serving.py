@@ -120,13 +120,14 @@ def serving_figures(summary: CellResult, df: pl.DataFrame, before: Metrics | Non
                     gpu: GpuWindow | None, workload: Workload, reset: bool | None,
                     startup: Startup | None) -> CellResult:
     """The cell's summary with its serving figures: speculative decoding (from the /metrics boundary samples),
-    each adapter's figures and the adapters the server ran, the prefix-cache target and reset, the launched
+    each adapter's figures (over the whole cell's requests `df`, beside a steady window's) and the adapters the
+    server ran, the prefix-cache target and reset, the launched
     server's start and the energy per output token (NVML)."""
     lw = lora_window(before, after)
     return msgspec.structs.replace(
         summary, spec_decode=spec_decode_delta(before, after),
         lora_server=LoraServer(adapters_running=lw[0], max_loras=lw[1]) if lw is not None else None,
-        adapters=adapter_figures(df, summary.wall_s or 0.0), prefix_cache_reset=reset,
+        adapters=adapter_figures(df, (summary.whole or summary).wall_s or 0.0), prefix_cache_reset=reset,
         prefix_cache_target=workload.prefix_cache_hit_rate, startup=startup, energy=cell_energy(gpu))
 
 

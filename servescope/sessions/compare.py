@@ -347,7 +347,7 @@ class Comparison:
             "sessions": [s.__dict__ for s in self.sessions],
             "slos": self.slos,
             "slos_source": self.slos_source,
-            "metrics": [m.__dict__ for m in self.metrics],
+            "metrics": [{"key": m.key, "label": m.label, "better": m.better, "unit": m.unit} for m in self.metrics],
             "significance": {"confidence": CONFIDENCE, "resamples": self.resamples, "min_effect_pct": self.min_effect,
                              "interval": self.interval},
             "mismatches": self.mismatches,

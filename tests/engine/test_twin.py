@@ -58,8 +58,9 @@ def test_fit_recovers_a_profile_from_its_own_cells_and_predicts_beyond_them() ->
     got = predict(twin, w, [Load(48)], requests=96)[0]
     want = predict(true_twin, w, [Load(48)], requests=96)[0]
     for name, stat in (("output_tok_s", None), ("ttft_ms", "p50"), ("tpot_ms", "p50")):
-        g = got.summary.value(name, stat)
-        t = want.summary.value(name, stat)
+        key = f"{name}.{stat}" if stat else name
+        g = got.summary.value(key)
+        t = want.summary.value(key)
         assert g == pytest.approx(t, rel=0.10), name
     assert got.extrapolated and "c=48 outside the measured c=1..16" in got.why
     # the band holds the prediction and is wider than the fit's residual (48 is 1.6 doublings past 16)

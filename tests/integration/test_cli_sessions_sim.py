@@ -5,6 +5,7 @@ commands (`servescope run`, `servescope quality`), in-process."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -57,7 +58,9 @@ def test_run_prints_each_cells_cost_as_report_does(made: Path, capsys: pytest.Ca
     run_costs = re.findall(r"^  cost \$/1M out tok: ([\d.,]+) \(\$[\d.,]+ per 1M tokens in all; gpu-hour \$2\.50 at ",
                            capsys.readouterr().out, re.M)
     assert main(["report", str(made.parent / "again" / "s")]) == 0
-    table = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| c=")]
+    lines = capsys.readouterr().out.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("| c="))  # the results table (others follow it)
+    table = list(itertools.takewhile(lambda ln: ln.startswith("| c="), lines[first:]))
     report_costs = [ln.rstrip(" |").rsplit("|", 1)[1].strip() for ln in table]
     assert len(run_costs) == 2 and run_costs == report_costs, (run_costs, report_costs)
 

@@ -52,7 +52,10 @@ def test_chat_multiturn_resends_the_growing_history(tmp_path: Path) -> None:
     assert 0 < s.prefix_cache_hit_rate < 1
     assert s.turns[-1].prefix_cache_hit_rate is not None and s.turns[-1].prefix_cache_hit_rate > 0.5
     assert s.prompt_tokens_cached is not None and s.prompt_tokens_uncached is not None
-    assert s.prompt_tokens_cached + s.prompt_tokens_uncached == s.input_tokens_total
+    # over the same requests: the whole cell's (a steady window's input_tokens_total counts the tokens in its span)
+    w = s.whole or s
+    assert w.prompt_tokens_cached is not None and w.prompt_tokens_uncached is not None
+    assert w.prompt_tokens_cached + w.prompt_tokens_uncached == w.input_tokens_total
 
 
 AGENT = """

@@ -36,6 +36,8 @@ Figure = tuple[str, str, str | None]  # (load, metric, statistic)
 def metric_of(name: str) -> str | None:
     """The metric a name names; None: not a compared figure."""
     low = name.lower()
+    if "probe" in low:  # the interference probes' own figures (--probe-rate), not the cell's
+        return None
     return next((key for key, words in NAMES if any(w in low for w in words)), None)
 
 

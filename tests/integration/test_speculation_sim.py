@@ -150,7 +150,9 @@ def test_energy_per_token_from_a_fake_nvml_is_the_integral_of_its_power(sim: Sim
     covered = (s.gpu.duration_s or 0) * (s.gpu.energy_coverage or 0)
     assert covered > 0.5 * (s.wall_s or 0)
     # 250 W held over the seconds the samples cover: joules / output tokens
-    assert s.energy.j_per_output_token == pytest.approx(250.0 * covered / s.output_tokens_total, rel=1e-6)
+    # (the GPU window's own output tokens: its samples span the whole cell, as the joules do, beside a steady
+    # window's figures)
+    assert s.energy.j_per_output_token == pytest.approx(250.0 * covered / s.gpu.output_tokens, rel=1e-6)
     assert s.energy.mean_w == pytest.approx(250.0, rel=1e-9)
     stored: dict[str, Any] = json.loads(load_session(tmp_path / "s").cells["summary_json"][0])
     assert stored["energy"] == s.energy.to_dict()

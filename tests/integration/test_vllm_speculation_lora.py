@@ -115,7 +115,9 @@ def test_reset_prefix_cache_drops_a_repeat_to_the_workloads_own_hit_rate(
     again = run_json(*args)["cells"][0]
     reset = run_json(*args, "--reset-prefix-cache")["cells"][0]
     assert first["prefix_cache_target"] == 0.5
-    assert first["prefix_cache_hit_rate"] == pytest.approx(0.5 * 11 / 12, abs=0.02)  # the first request misses
+    # the first request sent misses the shared prefix too: 11 of 12 hit over the whole cell, more over its steady
+    # window (which may start after it)
+    assert 0.5 * 11 / 12 - 0.02 <= first["prefix_cache_hit_rate"] <= 0.5 + 0.02
     assert again["prefix_cache_hit_rate"] == pytest.approx(7 / 8, abs=0.02) and again["prefix_cache_reset"] is False
     assert reset["prefix_cache_reset"] is True
     assert reset["prefix_cache_hit_rate"] == pytest.approx(first["prefix_cache_hit_rate"], abs=0.05)

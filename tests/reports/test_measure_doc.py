@@ -14,6 +14,7 @@ from servescope.reports.render_html import render_html
 from servescope.reports.report import build, render_report, report_document
 from servescope.sessions.store import SessionWriter, load_session
 from servescope.workloads.spec import PRESETS
+from tests.support.meta import meta_of
 from tests.tui.fixtures import summary_for
 
 LOADS = (1, 4, 16, 32)
@@ -42,7 +43,7 @@ def _session(base: Path, skip_32: bool) -> Path:
             "model": "tiny", "workloads": [PRESETS["sharegpt"].to_dict()], "slos": {"ttft_ms": 5000.0}, "tags": {},
             "cells": [{"index": i, "workload": "sharegpt", "concurrency": c, "load_label": f"c={c}",
                        "status": "planned"} for i, c in enumerate(LOADS)]}
-    w = SessionWriter.create(path, meta)
+    w = SessionWriter.create(path, meta_of(**meta))
     for i, c in enumerate(LOADS):
         row = {"index": i, "workload": "sharegpt", "api": "chat", "concurrency": c, "rate": None, "arrival": None,
                "max_concurrency": None, "requests_planned": 60, "duration_s_planned": None, "warmup": 0,

@@ -92,6 +92,17 @@ def test_alignment_labels_and_only_in(fixed_pair) -> None:
     assert headline(comp)[0].startswith("FP8 vs GPTQ-Int4: output tok/s (aggregate) -")
 
 
+def test_the_json_is_plain_json_and_names_each_figure_as_before(fixed_pair) -> None:
+    """`compare --format json`: every value is JSON's own (a figure's declaration object once reached it, and only
+    `default=str` hid it), and each compared figure keeps its key, label and direction."""
+    import json
+
+    doc = compare_sessions(list(fixed_pair), label_key="quant").to_dict()
+    json.dumps(doc)  # no default: raises on anything that is not JSON
+    first = doc["metrics"][0]  # type: ignore[index]
+    assert first == {"key": "output_tok_s", "label": "output tok/s (aggregate)", "better": "higher", "unit": "tok/s"}
+
+
 def test_label_falls_back_to_name(fixed_pair) -> None:
     a, b = fixed_pair
     comp = compare_sessions([a, b], label_key="nosuchtag")

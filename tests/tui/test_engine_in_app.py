@@ -131,7 +131,7 @@ async def test_skip_saves_skipped_and_stop_lets_in_flight_requests_finish(home: 
         assert "left out of the curve" in log
         assert isinstance(run, RunScreen) and run._points == {}  # neither cell completed: no curve point
     s = load_session(next(sessions.iterdir()))
-    assert [(c["status"], c.get("reason")) for c in stored(s)["cells"]] == [
+    assert [(c["status"], c.get("reason") or None) for c in stored(s)["cells"]] == [
         ("skipped", "skipped by the user"), ("stopped", "stopped by the user"), ("planned", None)]
     assert "cancelled" not in s.requests(1)["status"].to_list()  # the in-flight requests finished
 

@@ -15,6 +15,7 @@ from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.screens.sessions import SessionScreen
 from servescope.tui.widgets.panels import CELL_COLUMNS, CellTable, TelemetryPanel, short_status
+from tests.support.meta import meta_of
 
 from .fixtures import summary_for
 
@@ -94,7 +95,7 @@ def measured_session(base: Path) -> Path:
             "workloads": [PRESETS["sharegpt"].to_dict()], "slos": {}, "tags": {},
             "cells": [{"index": i, "workload": "sharegpt", "concurrency": c, "load_label": f"c={c}",
                        "status": "planned"} for i, c in enumerate((16, 32))]}
-    w = SessionWriter.create(path, meta)
+    w = SessionWriter.create(path, meta_of(**meta))
     for i, c in enumerate((16, 32)):
         df, s = summary_for(c)
         if i == 1:
