@@ -144,7 +144,9 @@ def same_load_runs(out: Path) -> SameLoad:
     # no prefix cache: each tool's prompts would otherwise find the earlier tool's in it
     with start_sim("tiny", ["--no-enable-prefix-caching"]) as h:
         r = subprocess.run([sys.executable, "-m", "servescope", "run", "--url", h.url, "-w", str(wl), "-c",
-                            ",".join(map(str, CONCURRENCY)), "-n", str(REQUESTS), "--warmup", "0", "--tokenizer",
+                            ",".join(map(str, CONCURRENCY)), "-n", str(REQUESTS), "--warmup", "0",
+                            # the peers' regime: users started together, figures over the whole run
+                            "--ramp", "0", "--window", "whole", "--tokenizer",
                             str(TOKENIZER), "--save", str(out / "servescope"), "--json"],
                            capture_output=True, text=True, timeout=600, cwd=ROOT)
         assert r.returncode == 0, r.stderr[-3000:]
