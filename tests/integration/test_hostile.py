@@ -28,6 +28,7 @@ from aiohttp import web
 from servescope.core.launchspec import free_port
 from servescope.sessions.store import load_session
 from tests.integration.helpers import ROOT, metrics, servescope
+from tests.support.loopthread import LoopThread
 
 KEY = "sk-hostile-test-key-6f1e2d3c4b5a"
 MODEL = "hostile\x1b[31m-model\x1b]0;pwned\x07"  # escape sequences in the served model id
@@ -50,7 +51,7 @@ def _chunk(chat: bool, i: int, usage: str) -> bytes:
     return f'data: {{"choices": [{choice}], "usage": {usage}}}\n\n'.encode()
 
 
-class HostileServer:
+class HostileServer(LoopThread):
     """Runs in a thread with its own event loop. `plan` is the behaviour of each completion request, in order
     (requests past its end are ok); `tokenize` is what POST /tokenize answers (None: 404)."""
 
@@ -60,39 +61,16 @@ class HostileServer:
         self.model = model
         self.n = 0
         self.url = ""
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> HostileServer:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._serve())
+        super().__init__()
 
     async def _serve(self) -> None:
-        self._stop = asyncio.Event()
         app = web.Application()
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_post("/tokenize", self.tok)
         app.router.add_post("/v1/completions", self.complete)
         app.router.add_post("/v1/chat/completions", self.complete)
-        runner = web.AppRunner(app, shutdown_timeout=0.2)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
+        await self._serve_app(app)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -11,7 +11,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import Running, servescope, wait_for
+from tests.support.loopthread import LoopThread
 from tests.support.meta import stored
 from tests.support.vllm_server import free_port
 
@@ -26,7 +26,7 @@ MARK = b"data: [DONE]"
 END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked body: the answer is whole
 
 
-class KillingProxy:
+class KillingProxy(LoopThread):
     """A TCP proxy in a thread: forwards 127.0.0.1:`port` to `upstream`; before it forwards the `nth` [DONE] of the
     answers, it calls `at_nth()`. A connection whose upstream cannot be reached is closed at once."""
 
@@ -34,25 +34,9 @@ class KillingProxy:
         self.upstream, self.nth, self.at_nth = upstream, nth, at_nth
         self.seen = 0
         self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> KillingProxy:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._serve())
+        super().__init__()
 
     async def _serve(self) -> None:
-        self._stop = asyncio.Event()
         server = await asyncio.start_server(self._client, "127.0.0.1", 0)
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()

@@ -5,9 +5,7 @@ ignore_eos was sent. Each is counted against the stream and said: a warning on t
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +14,14 @@ from aiohttp import web
 
 from servescope.sessions.store import load_session
 from tests.integration.helpers import servescope
+from tests.support.loopthread import LoopThread
 from tests.support.meta import stored
 
 OUT = 8  # the workload's output tokens (max_tokens)
 WORKLOAD = f'[workload]\nname = "tiny-out"\napi = "completions"\ninput_tokens = 24\noutput_tokens = {OUT}\n'
 
 
-class LyingServer:
+class LyingServer(LoopThread):
     """An OpenAI-shaped server in a thread. `lie`: "double" streams OUT tokens and says 2 x OUT in its final usage
     (no running usage); "short" streams 2 tokens, then [DONE], whatever ignore_eos asked. `tokenize`: a /tokenize and
     /detokenize that count words (each word a token), else 404."""
@@ -33,39 +32,16 @@ class LyingServer:
         self.words: list[str] = []
         self.url = ""
         self.eos_sent: list[bool] = []
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> LyingServer:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._serve())
+        super().__init__()
 
     async def _serve(self) -> None:
-        self._stop = asyncio.Event()
         app = web.Application()
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_post("/tokenize", self.tok)
         app.router.add_post("/detokenize", self.detok)
         app.router.add_post("/v1/completions", self.complete)
-        runner = web.AppRunner(app, shutdown_timeout=0.2)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
+        await self._serve_app(app)
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "liar", "max_model_len": 4096}]})
