@@ -120,11 +120,14 @@ def zoom_every_pane(name: str, where: str, at_least: int, max_tabs: int = 12) ->
         if "z Zoom" in footer(before):
             keys(name, "z")
             shape = layout(before)
-            zoomed = settled(name, lambda t, b=shape: layout(t) != b, 30, f"{where}: the pane zoomed")
+            # zoomed: the footer offers `esc Unzoom` (and only then), and the layout changed
+            zoomed = settled(name, lambda t, b=shape: "esc Unzoom" in footer(t) and layout(t) != b, 30,
+                             f"{where}: the pane zoomed")
             title = zoomed.split("\n")[0].strip() + "|" + zoomed.split("\n")[1].strip()
             keys(name, "z")
             shape = layout(zoomed)
-            settled(name, lambda t, z=shape: layout(t) != z, 30, f"{where}: the pane back in its place")
+            settled(name, lambda t, z=shape: "esc Unzoom" not in footer(t) and layout(t) != z, 30,
+                    f"{where}: the pane back in its place")
             if title in seen:
                 break
             seen.add(title)

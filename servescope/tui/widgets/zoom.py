@@ -22,7 +22,7 @@ class Zoomable(Widget):
     """Mix in after the widget class (`class FitTable(DataTable, Zoomable)`: Textual takes CSS from the first
     base only); or subclass it directly. The pane must be focusable."""
 
-    BINDINGS = [Binding("z", "zoom", "Zoom"), Binding("escape", "unzoom", "Unzoom", show=False)]
+    BINDINGS = [Binding("z", "zoom", "Zoom"), Binding("escape", "unzoom", "Unzoom")]
     _hidden_at_zoom: tuple[Widget, ...] = ()  # its sibling panes hidden when it was zoomed (zoom_to)
 
     @property
