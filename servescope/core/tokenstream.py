@@ -178,7 +178,7 @@ class _Stream:
     and timing are still measured (a chunk that msgspec's typed decoder refuses is decoded again leniently)."""
 
     __slots__ = ("rec", "parser", "last_completion", "counted", "reasoning_counted", "done", "done_ns", "after_done",
-                 "bound", "secret", "bad", "events", "head", "heading", "overflow", "reply")
+                 "bound", "secret", "bad", "events", "head", "heading", "overflow", "reply", "quick")
 
     def __init__(self, rec: RequestRecord, bound: int = USAGE_BOUND, secret: str | None = None,
                  reply: list[str] | None = None) -> None:
@@ -198,6 +198,9 @@ class _Stream:
         self.heading = True  # len(head) < _HEAD: the reads go through `feed` until the head is kept
         self.overflow = False  # the server sent a line too long to hold: stop reading
         self.reply = reply  # when a list: the reply's content pieces are appended to it (a conversation's history)
+        # `whole` may take its one-step path: the head is kept, the parser holds nothing, no [DONE] yet, the usage
+        # still plausible and no reply kept (set after each `feed`; cleared at [DONE] and bad usage)
+        self.quick = False
 
     def feed(self, piece: bytes, now: int) -> None:
         global _reads
@@ -205,16 +208,74 @@ class _Stream:
         if self.heading:
             self.head += piece[: _HEAD - len(self.head)]
             self.heading = len(self.head) < _HEAD
-        for data in self.parser.feed(piece):
+        parser = self.parser
+        for data in parser.feed(piece):
             self._event(data, now)
-        if self.parser.pending > MAX_LINE:
-            self.parser.reset()
+        if parser.pending > MAX_LINE:
+            parser.reset()
             self.overflow = True
             self._error(f"the server sent more than {MAX_LINE // 2**20} MiB without a line end (not an event stream)")
+        self.quick = (not self.heading and parser.idle and not self.done and not self.bad and self.reply is None)
 
     def whole(self, piece: bytes, now: int) -> bool:
         """A piece that is exactly one event with one data line (a server's usual write: one token) is handled at
-        once, without the general parse; False when it is anything else (nothing consumed: then `feed`)."""
+        once, without the general parse; False when it is anything else (nothing consumed: then `feed`).
+
+        The usual token (`quick`: nothing pending, the head kept, no reply kept, usage still plausible; a
+        `data: ` line with one choice of text or content and no reasoning, a usage of two plausible counts and no
+        details) is decoded and recorded here in one step, as `_event` and `_chunk` would record it: nearly every
+        streamed token takes this path, and each step saved is saved per token."""
+        global _reads
+        if not self.quick:
+            return self._whole(piece, now)
+        last = len(piece) - 2
+        if not piece.startswith(b"data: ") or piece.find(b"\n") != last or piece[-1] != 10 or b"\r" in piece:
+            return self._whole(piece, now)  # another spelling or framing: the parser's rules decide
+        _reads += 1
+        data = piece[6:last]
+        try:
+            ch = _decode_chunk(data)
+        except msgspec.DecodeError:  # [DONE], not JSON, or a field of an unexpected type
+            self._event(data, now)
+            return True
+        self.events += 1
+        choices, u = ch.choices, ch.usage
+        if (u is None or choices is None or len(choices) != 1 or ch.error is not None or ch.timings is not None
+                or u.completion_tokens_details is not None or u.prompt_tokens_details is not None):
+            self._chunk(ch, now)
+            return True
+        c = choices[0]
+        d = c.delta
+        prompt, completion = u.prompt_tokens, u.completion_tokens
+        b = self.bound
+        if ((d is not None and (d.reasoning_content or d.reasoning)) or type(prompt) is not int
+                or type(completion) is not int or not 0 <= prompt <= b or not 0 <= completion <= b):
+            self._chunk(ch, now)
+            return True
+        rec = self.rec
+        grew = completion - self.last_completion
+        if grew > 0:  # continuous usage says the count grew: a token, even one that reads "" for now
+            self.last_completion = completion
+            ntok = grew
+        elif c.text if d is None else d.content:
+            ntok = 1
+        else:
+            ntok = 0
+        if ntok:
+            if not self.counted:  # no token recorded yet (each one adds at least 1)
+                rec.first_token_ns = now
+            if not rec.first_content_ns:
+                rec.first_content_ns = now
+            self.counted += ntok
+            rec.chunk_ns.append(now)
+            rec.chunk_tokens.append(ntok)
+        rec.prompt_tokens = prompt
+        rec.output_tokens = completion
+        rec.usage_reported = True
+        return True
+
+    def _whole(self, piece: bytes, now: int) -> bool:
+        """`whole` by the parser's rules (any `data:` spelling, a stream past [DONE], a kept reply, bad usage)."""
         global _reads
         if self.heading:
             return False
@@ -235,6 +296,7 @@ class _Stream:
 
     def _bad(self, what: str) -> None:
         self.bad = True
+        self.quick = False
         if self.rec.status == "ok":
             self.rec.status = "bad_usage"
             self.rec.error = clean_secret_text(
@@ -268,6 +330,7 @@ class _Stream:
         self.events += 1
         if data == b"[DONE]":
             self.done = True
+            self.quick = False
             self.done_ns = now
             return
         try:
