@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -32,7 +33,7 @@ def token(i: int, text: str = " tok", chat: bool = False) -> dict[str, object]:
 
 
 # what a stream may hold, event by event (`i`: the completion count so far)
-KINDS = {
+KINDS: dict[str, Callable[[int], object]] = {
     "token": lambda i: token(i),
     "non_ascii": lambda i: token(i, " dé🙂\u2028x"),
     "chat": lambda i: token(i, "ü", chat=True),
