@@ -205,6 +205,20 @@ class _Stream:
     def feed(self, piece: bytes, now: int) -> None:
         global _reads
         _reads += 1
+        if self.quick and piece.endswith(b"\n\n") and b"\r" not in piece:
+            # several whole events in one read (a client that read late, a server that wrote them together), each
+            # one `data: ` line: split at once, each event recorded in one step (all stamped with this read's time)
+            events = piece[:-2].split(b"\n\n")
+            n = len(events)
+            # no line end but the events' own (each event one line), and each line a `data: ` one
+            if (piece.count(b"\n") == 2 * n and piece.startswith(b"data: ")
+                    and piece.count(b"\n\ndata: ") == n - 1):
+                for e in events:
+                    if self.quick:
+                        self._quick(e[6:], now)
+                    else:  # past [DONE], or the usage no longer plausible: the general steps
+                        self._event(e[6:], now)
+                return
         if self.heading:
             self.head += piece[: _HEAD - len(self.head)]
             self.heading = len(self.head) < _HEAD
@@ -232,18 +246,22 @@ class _Stream:
         if not piece.startswith(b"data: ") or piece.find(b"\n") != last or piece[-1] != 10 or b"\r" in piece:
             return self._whole(piece, now)  # another spelling or framing: the parser's rules decide
         _reads += 1
-        data = piece[6:last]
+        self._quick(piece[6:last], now)
+        return True
+
+    def _quick(self, data: bytes, now: int) -> None:
+        """One event's data, while `quick`: the usual token recorded in one step, anything else the general way."""
         try:
             ch = _decode_chunk(data)
         except msgspec.DecodeError:  # [DONE], not JSON, or a field of an unexpected type
             self._event(data, now)
-            return True
+            return
         self.events += 1
         choices, u = ch.choices, ch.usage
         if (u is None or choices is None or len(choices) != 1 or ch.error is not None or ch.timings is not None
                 or u.completion_tokens_details is not None or u.prompt_tokens_details is not None):
             self._chunk(ch, now)
-            return True
+            return
         c = choices[0]
         d = c.delta
         prompt, completion = u.prompt_tokens, u.completion_tokens
@@ -251,7 +269,7 @@ class _Stream:
         if ((d is not None and (d.reasoning_content or d.reasoning)) or type(prompt) is not int
                 or type(completion) is not int or not 0 <= prompt <= b or not 0 <= completion <= b):
             self._chunk(ch, now)
-            return True
+            return
         rec = self.rec
         grew = completion - self.last_completion
         if grew > 0:  # continuous usage says the count grew: a token, even one that reads "" for now
@@ -272,7 +290,6 @@ class _Stream:
         rec.prompt_tokens = prompt
         rec.output_tokens = completion
         rec.usage_reported = True
-        return True
 
     def _whole(self, piece: bytes, now: int) -> bool:
         """`whole` by the parser's rules (any `data:` spelling, a stream past [DONE], a kept reply, bad usage)."""

@@ -99,6 +99,11 @@ def read(reads: list[bytes], monkeypatch: pytest.MonkeyPatch, quick: bool = True
             taken -= self.quick  # the one-step path handed the read to the parser's rules
             return super()._whole(piece, now)
 
+        def feed(self, piece: bytes, now: int) -> None:
+            if not quick:
+                self.quick = False
+            super().feed(piece, now)
+
     loop = asyncio.new_event_loop()
     conn = _Conn(loop)
     rec = RequestRecord(0, 0, False, 256, 64, scheduled_ns=0)
@@ -122,12 +127,25 @@ def record(rec: RequestRecord) -> dict[str, object]:
 kinds_st = st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=12)
 
 
+def grouped_reads(events: list[bytes], groups: list[int]) -> list[bytes]:
+    """The events' chunks, `groups[k]` whole chunks in the k-th read (1 each once the groups run out)."""
+    chunks = one_chunk_reads(events)
+    out, pos = [], 0
+    for g in groups:
+        if pos < len(chunks):
+            out.append(b"".join(chunks[pos:pos + g]))
+            pos += g
+    return out + chunks[pos:]
+
+
 @settings(max_examples=300, deadline=None)
-@given(kinds=kinds_st, done=st.booleans(), after_done=st.integers(0, 2))
-def test_the_one_step_path_records_what_the_general_path_records(kinds: list[str], done: bool, after_done: int) -> None:
-    """The same reads, one whole chunk of one event each: with the one-step path and without it, every field of the
-    record is the same (stamps, counts, status, error text)."""
-    reads = [HEAD, *one_chunk_reads(stream_events(kinds, done, after_done))]
+@given(kinds=kinds_st, done=st.booleans(), after_done=st.integers(0, 2),
+       groups=st.lists(st.integers(1, 4), max_size=8))
+def test_the_one_step_path_records_what_the_general_path_records(kinds: list[str], done: bool, after_done: int,
+                                                                 groups: list[int]) -> None:
+    """The same reads, each one or several whole chunks of one event each: with the one-step path and without it,
+    every field of the record is the same (stamps, counts, status, error text)."""
+    reads = [HEAD, *grouped_reads(stream_events(kinds, done, after_done), groups)]
     with pytest.MonkeyPatch.context() as mp:
         fast, _, _ = read(reads, mp)
         slow, _, taken = read(reads, mp, quick=False)
@@ -172,6 +190,16 @@ def test_the_usual_stream_takes_the_one_step_path_and_keeps_each_read_s_stamp(mo
     assert rec.first_token_ns == rec.first_content_ns == 2_000
     assert taken >= n - 1 - n // 5  # the `data:` spelled without its space goes the parser's way
     assert st_.done and not st_.quick
+
+
+def test_several_events_in_one_read_are_recorded_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of several whole token events (a client that read late): each token counted, all stamped with that
+    read's time, without the SSE parser (nothing held in it)."""
+    events = stream_events(["token"] * 9, True, 0)
+    rec, st_, _ = read([HEAD, *grouped_reads(events, [1, 3, 5, 1])], monkeypatch)
+    assert rec.output_tokens == 9 and list(rec.chunk_tokens) == [1] * 9
+    assert list(rec.chunk_ns) == [2_000, 3_000, 3_000, 3_000, 4_000, 4_000, 4_000, 4_000, 4_000]
+    assert st_.done and st_.parser.idle and st_.events == 10
 
 
 def test_after_done_the_one_step_path_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
