@@ -3,7 +3,8 @@
 Real servers are expensive on 2 cores (a CPU vLLM takes 20-40 s to start), so each distinct server is started
 once per test session, the first time a test asks for it, and stopped when the session ends
 (tests/support/pool.py). Tiers are pytest markers: `vllm`, `llamacpp`, `tmux`, `ray` (tests that need that real
-program) and `slow` (a test that takes over ~15 s on this 2-core machine). `./scripts/test.sh --fast` runs the
+program) and `slow` (a test over ~2.5 s on this 2-core machine,
+or a module whose tests average over 1 s: docs/developer.md). `./scripts/test.sh --fast` runs the
 rest; `.ci/run` runs everything. Markers come from a test's own decorators, and also from here: a test that uses a
 real-server fixture gets that server's marker, and a module named `test_tmux_*`, `test_llamacpp_*` or
 `test_ray_*` marks its tests so.

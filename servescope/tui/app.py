@@ -54,6 +54,9 @@ class ServescopeApp(KeysInOrderApp[int]):
     CSS_PATH = "app.tcss"
     TITLE = "servescope"
     ENABLE_COMMAND_PALETTE = False
+    # esc unzooms through the zoomed pane's own binding (widgets/zoom.py), which also redraws the footer; Textual's
+    # own esc-to-minimize left the footer offering `esc Unzoom` after the pane was back in its place
+    ESCAPE_TO_MINIMIZE = False
     BINDINGS = [
         Binding("f1,question_mark", "help", "Help"),
         Binding("f2", "switch_mode('compose')", "Compose"),

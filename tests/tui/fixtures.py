@@ -8,6 +8,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
 from servescope.core.results import CellResult
@@ -57,9 +59,11 @@ def summary_for(conc: int, n: int = 60, slos: dict[str, float] | None = None,
 
 def write_session(base: Path, name: str, started: str, tags: dict[str, str], status: str = "completed",
                   loads: tuple[int, ...] = LOADS, slow: float = 1.0,
-                  telemetry: bool = False) -> Path:
+                  telemetry: bool = False, ramp: int = 0) -> Path:
     """A completed (or `status`) session; `slow` scales TTFT/TPOT (a slower variant for comparisons),
-    `telemetry` adds the KV budget, GPU meta and per-cell telemetry/GPU summaries the engine stores."""
+    `telemetry` adds the KV budget, GPU meta and per-cell telemetry/GPU summaries the engine stores; `ramp` > 0:
+    each cell's first `ramp` requests are outside its steady window (`in_window` false, as engine/measure.py
+    writes it) and its figures are over the rest."""
     from servescope.sessions.store import SessionWriter
     from servescope.workloads.spec import PRESETS
 
@@ -76,6 +80,12 @@ def write_session(base: Path, name: str, started: str, tags: dict[str, str], sta
     w = SessionWriter.create(path, meta_of(**meta))
     for i, c in enumerate(loads):
         df, s = summary_for(c, slos=slos, slow=slow)
+        if ramp:
+            df = df.with_columns(in_window=pl.col("index") >= ramp)
+            steady = df.filter(pl.col("in_window"))
+            wall = (steady["end_ns"].max() - steady["scheduled_ns"].min()) / 1e9  # type: ignore[operator]
+            s = {**s, **summarize(steady, wall, slos).to_dict(),
+                 "window": {"kind": "steady", "requests": steady.height, "ramp_requests": ramp}}
         if telemetry:
             s["telemetry"] = telemetry_summary(c)
             s["gpu"] = {"available": False, "reason": "NVML not available: no NVIDIA driver on this machine"}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from servescope.core.results import CellPrecision, CellProbes, CellResult, CellWindow, Dist, Saturation
 from servescope.engine import wire as w
 from servescope.tui import messages as m
@@ -18,6 +20,10 @@ from servescope.tui.widgets.panels import CELL_COLUMNS, CellTable, TelemetryPane
 from tests.support.meta import meta_of
 
 from .fixtures import summary_for
+from .helpers import wait_until
+
+# the --fast lane leaves this module out: 3 tests, ~3 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 CELLS = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 40, None, "in 200-512 (uniform) / out 256 (chat)")
          for i, c in enumerate((16, 32, 64))]
@@ -140,3 +146,31 @@ async def test_the_apps_sweeps_stop_after_saturation_and_a_loaded_sweep_file_say
         await pilot.pause()
         again = screen.collect()
         assert again is not None and again.stop_after_saturation is False
+
+
+async def test_the_results_panes_histograms_are_over_the_cells_steady_window(home: Path) -> None:
+    """The cell table's TTFT p50 is the steady window's; the histograms beside it drew every measured request of
+    the cell (the ramp's too), so their p50 read another figure under the same name. They draw the window's."""
+    from servescope.sessions.store import load_session
+    from servescope.tui.widgets.histogram import LatencyHistogram, percentile
+
+    from .fixtures import write_session
+
+    path = write_session(home / "sessions", "ramped", "2026-12-01T10:00:00+0000", {}, loads=(4,), ramp=20)
+    session = load_session(path)
+    df = session.requests(0)
+    inside = df.filter(df["in_window"] & (df["status"] == "ok"))
+    assert 0 < inside.height < df.filter(df["status"] == "ok").height
+    [summary] = session.summaries()
+    assert summary is not None
+    stored_p50 = summary.ttft_ms.stat("p50")
+    app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"), workloads_dir=home / "workloads")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, SessionScreen), 30, "the session screen")
+        h = app.screen.query_one("#s-hist-ttft", LatencyHistogram)
+        await wait_until(pilot, lambda: bool(h.values), 30, "the TTFT histogram")
+        assert len(h.values) == inside.height
+        assert percentile(sorted(h.values), 50) == pytest.approx(stored_p50, rel=1e-6)

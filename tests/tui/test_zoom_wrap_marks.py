@@ -25,6 +25,9 @@ from tests.support.meta import meta_of, quality_settings
 from .fixtures import live_sweep_messages, write_session
 from .helpers import drawn, wait_until
 
+# the --fast lane leaves this module out: 13 tests, ~31 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 QUALITY_SETTINGS = {"tasks": ["arithmetic"], "contexts": [1024], "n": 20, "top_k": 5, "seed": 0, "reference": None,
                     "user_sets": []}
 
@@ -289,3 +292,21 @@ async def test_a_simulators_quality_figures_are_said_to_be_synthetic(home: Path,
         shown = " ".join(screen_text(app).split())
         assert "50,804.8" in shown or "50804.8" in shown, shown
         assert "! synthetic: the simulator (sim://) makes these quality figures up; they measure no model" in shown, shown
+
+
+@pytest.mark.parametrize("key", ["z", "escape"])
+async def test_the_footer_offers_esc_unzoom_only_while_zoomed(home: Path, key: str) -> None:
+    """Zoomed, the footer says how out (`esc Unzoom`); back in place by `z` or by `esc`, it no longer does. Textual's
+    own esc-to-minimize left the footer drawn as it was, offering an unzoom with nothing zoomed."""
+    app = make_app(sessions_dir=str(home / "sessions"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.switch_mode("run")
+        run = app.get_screen("run", RunScreen)
+        hist = run.query_one("#hist-tpot", LatencyHistogram)
+        hist.focus()
+        await pilot.press("z")
+        await wait_until(pilot, lambda: run.maximized is hist and "esc Unzoom" in screen_text(app).split("\n")[-1],
+                         what="the pane zoomed, its footer offering esc Unzoom")
+        await pilot.press(key)
+        await wait_until(pilot, lambda: run.maximized is None and "esc Unzoom" not in screen_text(app).split("\n")[-1]
+                         and "z Zoom" in screen_text(app).split("\n")[-1], what="the pane back, the footer without esc")

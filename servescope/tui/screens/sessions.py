@@ -660,7 +660,10 @@ class SessionScreen(Screen[None]):
         df = self.session.requests(idx)
         vals: dict[str, tuple[float, ...]] = {"ttft_ms": (), "tpot_ms": (), "e2e_ms": ()}
         if df.height:
-            pr = per_request(df.filter(~df["warmup"]))
+            # the requests the cell's figures are over (its steady window where it has one), so the histograms'
+            # p50 and p99 are the table's
+            kept = df.filter(df["in_window"]) if "in_window" in df.columns else df.filter(~df["warmup"])
+            pr = per_request(kept)
             ok = pr.filter(pr["status"] == "ok")
             vals = {k: tuple(ok[k].drop_nulls().to_list()) for k in vals}
         self.query_one("#s-hist-ttft", LatencyHistogram).values = vals["ttft_ms"]
