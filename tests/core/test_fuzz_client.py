@@ -18,6 +18,9 @@ from servescope.core.records import STATUSES, RequestRecord
 from servescope.core.results import DIST_KEYS, STATS
 from servescope.core.sse import SSEParser
 
+# the --fast lane leaves this module out: 3 tests, ~3 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # JSON values a hostile server might send: huge and negative integers, floats (NaN and infinity as Python's

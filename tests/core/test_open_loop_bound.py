@@ -17,6 +17,9 @@ from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.health import ClientPart, RateShortfall, judge_client
 from servescope.core.load import Limits, Load, drain_grace_s, pending_cap, run_cell
 
+# the --fast lane leaves this module out: 1 tests, ~7 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SPEC = RequestSpec("completions", "hello", 7, 5)
 
 

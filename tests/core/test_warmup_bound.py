@@ -14,6 +14,9 @@ from aiohttp import web
 from servescope.core.client import ClientOptions, RequestSpec
 from servescope.core.load import Limits, Load, run_cell
 
+# the --fast lane leaves this module out: 3 tests, ~10 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SPEC = RequestSpec("completions", "hello", 7, 2)
 
 

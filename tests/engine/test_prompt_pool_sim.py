@@ -15,6 +15,9 @@ from servescope.sim.launcher import start_sim
 from servescope.workloads import prompts as prompts_mod
 from servescope.workloads.spec import Workload, fixed
 
+# the --fast lane leaves this module out: 1 tests, ~3 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 WL = Workload("tiny", "completions", fixed(32), fixed(3), source="inline")
 
 

@@ -19,6 +19,9 @@ from servescope.sim.launcher import SimHandle, start_sim
 from servescope.workloads.spec import Workload, fixed
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 2 tests, ~7 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 WL = Workload("tiny", "completions", fixed(32), fixed(5), source="inline")
 
 

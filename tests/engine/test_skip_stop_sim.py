@@ -31,6 +31,9 @@ from servescope.sim.launcher import SimHandle, start_sim
 from servescope.workloads.spec import Workload, fixed
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 1 tests, ~4 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 # long enough outputs that requests are still in flight when the first batch of finished ones arrives
 WL = Workload("slow", "completions", fixed(32), fixed(150), source="inline")
 

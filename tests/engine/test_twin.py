@@ -240,6 +240,7 @@ def test_a_band_holds_the_predictions_own_spread_and_the_measured_cells_error() 
     assert other.requests == 64
 
 
+@pytest.mark.slow  # ~3.4 s of the --fast lane on 2 busy cores (2026-12-08)
 def test_the_fits_starts_side_by_side_give_the_same_fit() -> None:
     truth = load_profile("tiny")
     cells = _cells(CostModel(truth), 256, 8, [(1, 4), (4, 8)])

@@ -18,6 +18,9 @@ from servescope.sessions.store import load_session
 from tests.integration.helpers import servescope
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 46 tests, ~49 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SMALL = '[workload]\nname = "small"\ninput_tokens = 32\noutput_tokens = 8\n'
 
 

@@ -13,6 +13,9 @@ import pytest
 
 from servescope.__main__ import main
 
+# the --fast lane leaves this module out: 8 tests, ~12 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SMALL = '[workload]\nname = "small"\ninput_tokens = 32\noutput_tokens = 8\n'
 
 

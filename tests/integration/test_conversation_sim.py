@@ -12,6 +12,9 @@ import pytest
 from servescope.core.results import CellResult
 from tests.integration.helpers import run_json
 
+# the --fast lane leaves this module out: 1 tests, ~3 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 TEMPLATE_SLACK = 8  # tokens of the chat template around a resent reply (ChatML: `<|im_end|>\n`)
 
 

@@ -20,6 +20,9 @@ from servescope.sessions.store import load_session
 from tests.integration.helpers import ROOT, events, measured, servescope, wait_for
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 6 tests, ~18 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 FAST = """
 [workload]
 name = "fast"

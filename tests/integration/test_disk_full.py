@@ -19,6 +19,9 @@ from servescope.sessions.store import load_session
 from tests.integration.helpers import ROOT
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 1 tests, ~31 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 # cell 1 (sharegpt) writes ~20 KB of requests and a ~60 KB cells.parquet; cell 2 (longout: 2048 tokens each)
 # ~97 KB of requests, past the limits below
 ARGS = ("run", "--url", "sim://tiny", "-w", "sharegpt,longout", "-c", "16", "-n", "16")

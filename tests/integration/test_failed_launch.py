@@ -15,6 +15,9 @@ import pytest
 
 from tests.integration.helpers import servescope
 
+# the --fast lane leaves this module out: 7 tests, ~9 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SHORT = '[workload]\nname = "short"\ninput_tokens = 32\noutput_tokens = 4\n'
 # a `vllm` that says why it cannot serve, then exits before /health answers
 FAILING_VLLM = """#!{python}

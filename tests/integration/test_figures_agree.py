@@ -20,6 +20,9 @@ from servescope.tui.app import make_app
 from servescope.tui.screens.sessions import SessionScreen
 from servescope.tui.widgets import CellTable
 
+# the --fast lane leaves this module out: 1 tests, ~10 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = '[workload]\nname = "short"\napi = "completions"\ninput_tokens = 64\noutput_tokens = 24\n'
 LOADS = ("c=1", "c=2")

@@ -16,6 +16,9 @@ import pytest
 from servescope.sessions.store import load_session
 from tests.integration.helpers import servescope
 
+# the --fast lane leaves this module out: 1 tests, ~3 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 OFF = ("--telemetry-interval", "off")
 
 

@@ -255,6 +255,7 @@ def _children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+@pytest.mark.slow  # ~4.7 s of the --fast lane on 2 busy cores (2026-12-08)
 def test_a_hundred_million_users_for_two_requests(tmp_path: Path) -> None:
     cpu0 = _children_cpu_s()
     p = servescope("run", "--url", "sim://tiny", "-w", "sharegpt", "-c", "100000000", "-n", "2",
@@ -344,6 +345,7 @@ def test_kill_9_during_a_sim_run_stops_the_simulator(tmp_path: Path) -> None:
     assert _wait(lambda: _refused(url), 60), f"the simulator still answers at {url}"
 
 
+@pytest.mark.slow  # ~2.6 s of the --fast lane on 2 busy cores (2026-12-08)
 def test_kill_9_during_a_launched_run_stops_the_launched_server(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -10,7 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.helpers import ROOT
+
+# the --fast lane leaves this module out: 1 tests, ~8 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 MAX_RSS_MB = 500
 

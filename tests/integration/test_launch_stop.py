@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.helpers import wait_for
+
+# the --fast lane leaves this module out: 1 tests, ~1 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 
 def test_ctrl_c_while_the_server_loads_ends_the_run(tmp_path: Path) -> None:

@@ -16,6 +16,9 @@ from servescope.core.secrets import REDACTED
 from tests.integration.helpers import servescope, wait_for
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 1 tests, ~2 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SMALL = '[workload]\nname = "small"\ninput_tokens = 32\noutput_tokens = 8\n'
 KEY = "sk-launch-Zq81xPw3"  # given to the server's --api-key
 ENV_KEY = "sk-envvar-Jr52cLm7"  # VLLM_API_KEY= in the launch command

@@ -17,6 +17,9 @@ from tests.integration.helpers import servescope
 from tests.support.loopthread import LoopThread
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 3 tests, ~5 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 OUT = 8  # the workload's output tokens (max_tokens)
 WORKLOAD = f'[workload]\nname = "tiny-out"\napi = "completions"\ninput_tokens = 24\noutput_tokens = {OUT}\n'
 

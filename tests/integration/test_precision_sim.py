@@ -17,6 +17,9 @@ from servescope.sessions.store import load_session
 from servescope.workloads.spec import Workload, fixed
 from tests.integration.helpers import run_json
 
+# the --fast lane leaves this module out: 3 tests, ~31 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SHORT = '[workload]\nname = "short"\ninput_tokens = 64\noutput_tokens = 32\n'
 CONTRACT = {"target", "reached", "requests", "figure"}
 

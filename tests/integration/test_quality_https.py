@@ -16,7 +16,8 @@ from servescope.sim.launcher import SimHandle, start_sim
 from tests.integration.helpers import servescope
 from tests.support.tlscerts import make_certs
 
-pytestmark = pytest.mark.timeout(600)
+# the --fast lane leaves this module out: 4 tests, ~5 s on 2 busy cores (2026-12-08)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 FAST = ("--tasks", "arithmetic,json", "-n", "3", "--json")
 

@@ -15,7 +15,8 @@ from servescope.core.quality import TASKS, TaskItem, score
 from servescope.sessions.store import load_session
 from tests.integration.helpers import run_json, servescope
 
-pytestmark = pytest.mark.timeout(600)
+# the --fast lane leaves this module out: 12 tests, ~32 s on 2 busy cores (2026-12-08)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 TINY = (Path(__file__).resolve().parents[2] / "servescope/sim/profiles/tiny.toml").read_text()
 

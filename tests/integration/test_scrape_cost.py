@@ -14,6 +14,9 @@ from servescope.core.telemetry import parse_metrics
 from tests.core.test_scrape import _reference
 from tests.integration.helpers import servescope
 
+# the --fast lane leaves this module out: 1 tests, ~8 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 
 def _run(tmp_path: Path, url: str, *flags: str) -> tuple[dict[str, object], str]:
     """One cell of 2 users for 2.5 s: its JSON and its client line."""

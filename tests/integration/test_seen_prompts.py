@@ -7,8 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from servescope.sim.launcher import start_sim
 from tests.integration.helpers import servescope
+
+# the --fast lane leaves this module out: 1 tests, ~5 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 WARNING = "the server has seen these prompts before (a run with the same --seed against it)"
 

@@ -16,6 +16,9 @@ from servescope.sim.launcher import start_sim
 from tests.integration.helpers import ROOT, Running, events, measured, run_json, servescope, wait_for
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 5 tests, ~28 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 CELL_KEYS = {"workload", "concurrency", "rate", "requests_ok", "requests_failed", "input_tokens_requested",
              "input_tokens_mean", "output_tokens_mean", "request_s", "output_tok_s", "total_tok_s",
              "goodput_req_s", "ttft_ms", "ttfo_ms", "tpot_ms", "itl_ms", "e2e_ms", "per_user_tok_s",

@@ -11,6 +11,9 @@ from servescope.sessions.store import load_session
 from tests.integration.helpers import run_json, servescope
 from tests.support.meta import stored
 
+# the --fast lane leaves this module out: 3 tests, ~15 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 
 def test_telemetry_is_sampled_and_summarised(tmp_path: Path) -> None:
     (tmp_path / "w.toml").write_text('[workload]\nname = "long512"\ninput_tokens = 128\noutput_tokens = 512\n')

@@ -14,6 +14,9 @@ import pytest
 from servescope.sessions.store import load_session
 from tests.integration.helpers import run_json, servescope
 
+# the --fast lane leaves this module out: 4 tests, ~11 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 
 def _mooncake(path: Path, n: int = 30) -> tuple[list[float], int, int]:
     """n requests 20-120 ms apart; even ones share blocks [1, 2], odd ones [3]; each has one block of its own.

@@ -14,6 +14,9 @@ import pytest
 from servescope.engine.tunerun import measured_from
 from tests.integration.helpers import servescope
 
+# the --fast lane leaves this module out: 8 tests, ~18 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 
 def _workload(d: Path) -> str:
     p = d / "short.toml"

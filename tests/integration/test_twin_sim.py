@@ -15,6 +15,9 @@ import pytest
 from servescope.sessions.store import load_session
 from tests.integration.helpers import metrics, run_json, servescope
 
+# the --fast lane leaves this module out: 2 tests, ~22 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 TINY = Path(__file__).resolve().parents[2] / "servescope/sim/profiles/tiny.toml"
 DENSE = "rtx-pro-6000/qwen3.5-27b-gptq-int4"  # dense (tiny's steps are so short that its own CPU per 8K prompt shows)
 MOE = "rtx-pro-6000/qwen3.5-35b-a3b-gptq-int4"  # 256 experts, top-8

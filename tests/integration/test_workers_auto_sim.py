@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from servescope.core.workercount import cores
 from servescope.core.workers import REQ_S_PER_WORKER
 from tests.integration.helpers import events, servescope
+
+# the --fast lane leaves this module out: 1 tests, ~7 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 
 def test_auto_says_what_it_decided_for_a_rate(tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ from servescope.core.records import RequestRecord
 from servescope.core.workers import run_cell_workers
 from servescope.engine.connection import HttpTarget
 
+# the --fast lane leaves this module out: 6 tests, ~9 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SPECS = [RequestSpec("completions", f"request {i}: " + "lorem ipsum dolor " * 40, 128, 32) for i in range(170)]
 # two runs of one load on a busy 2-core host (the simulator, the load and the test share the cores) differ by
 # up to about 15% in median TTFT/TPOT from one run to the next; 25% leaves room for that noise and would still

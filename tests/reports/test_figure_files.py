@@ -15,6 +15,9 @@ from markdown_it import MarkdownIt
 from tests.integration.helpers import servescope
 from tests.sessions.test_figures import two_workloads
 
+# the --fast lane leaves this module out: 2 tests, ~5 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("matplotlib")
 
 PROGRESS = re.compile(r"^servescope (report|compare): drawing figure (\d+) of (\d+): .+$")

@@ -187,6 +187,7 @@ PROMISED = {
 }
 
 
+@pytest.mark.slow  # ~2.6 s of the --fast lane on 2 busy cores (2026-12-08)
 @pytest.mark.parametrize("damage", list(PROMISED))
 def test_a_missing_or_foreign_file_is_broken_everywhere(two: tuple[Path, Path], damage: str,
                                                         capsys: pytest.CaptureFixture[str]) -> None:

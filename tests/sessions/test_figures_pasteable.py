@@ -53,6 +53,7 @@ def _compare(tmp_path: Path, loads: tuple[int, ...] = (1, 2, 4, 8, 16)) -> tuple
     return comparison_figures(comp, reps), a
 
 
+@pytest.mark.slow  # ~4.7 s of the --fast lane on 2 busy cores (2026-12-08)
 def test_no_text_covers_another_text_or_a_data_point(tmp_path: Path) -> None:
     """Every figure of a two-workload, five-load session (with its telemetry) and of a comparison of two
     sessions, drawn: no text's extent meets another text's, and none (nor a legend) meets a data marker."""

@@ -25,6 +25,9 @@ from servescope.sessions.importers import import_files
 from servescope.sessions.llmd import export_reports
 from servescope.sessions.store import load_session
 
+# the --fast lane leaves this module out: 4 tests, ~19 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 DATA = Path(__file__).parent / "data"
 PEERS = DATA / "peers"
 

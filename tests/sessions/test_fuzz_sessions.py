@@ -19,6 +19,9 @@ from servescope.sessions.compare import compare_sessions
 from servescope.sessions.store import load_session, scan_sessions
 from tests.sessions.conftest import CellSpec, SessionSpec, build_session
 
+# the --fast lane leaves this module out: 1 tests, ~2 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 EXAMPLES = 40
 
 

@@ -26,6 +26,9 @@ from servescope.sessions.live import (
     send_command,
 )
 
+# the --fast lane leaves this module out: 7 tests, ~8 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 
 def test_the_lock_is_held_while_the_runner_lives_and_dropped_when_it_is_killed(tmp_path: Path) -> None:
     # the child holds the lock until it is killed (it blocks reading its stdin: closed on the way out, that ends it)

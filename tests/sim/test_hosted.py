@@ -61,6 +61,7 @@ def test_normal_mode_keeps_the_server_paths(sim: SimHandle) -> None:
         assert "max_model_len" in c.get("/v1/models").json()["data"][0]
 
 
+@pytest.mark.slow  # ~3.8 s of the --fast lane on 2 busy cores (2026-12-08)
 def test_tokens_per_minute_limit_answers_429_with_retry_after() -> None:
     # a minute holds 1,200 tokens: the first request (prompt + max_tokens ~1,003) is paid, the second waits
     # for ~800 tokens at 20 a second (~40 s)

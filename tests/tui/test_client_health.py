@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from servescope.core.health import ClientPart, judge_client
 from servescope.core.results import CellResult, Dist, LoopLag
 from servescope.engine import wire as w
@@ -15,6 +17,9 @@ from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import EventLog
 from servescope.tui.widgets.curve import ThroughputCurve
 from servescope.tui.widgets.panels import CELL_COLUMNS, CellTable
+
+# the --fast lane leaves this module out: 2 tests, ~5 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 
 def _summary(cpu: float) -> CellResult:

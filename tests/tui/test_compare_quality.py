@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Static
 
 from servescope.core.quality import Divergence, QualityResult, TaskScore, wilson
@@ -14,6 +15,9 @@ from tests.support.meta import meta_of, quality_settings
 
 from .fixtures import write_session
 from .helpers import drawn, open_compare, row_text, text_of
+
+# the --fast lane leaves this module out: 2 tests, ~9 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 SIZE = (100, 30)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.widgets import DataTable, Select, Static
 
 from servescope.engine import wire as w
@@ -20,6 +21,9 @@ from servescope.tui.widgets import CellTable, OverlayCurve, ServerPanel, Telemet
 from .conftest import FAST_WORKLOAD
 from .fixtures import LOADS, telemetry_samples, write_session
 from .helpers import open_compare, row_text, set_input, text_of
+
+# the --fast lane leaves this module out: 7 tests, ~24 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 SIZE = (100, 30)
 

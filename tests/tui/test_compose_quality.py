@@ -15,6 +15,9 @@ from servescope.tui.widgets.table import FitTable
 
 from .helpers import full_row, set_input, text_of, wait_until
 
+# the --fast lane leaves this module out: 3 tests, ~15 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SIZE = (100, 30)
 
 

@@ -17,6 +17,9 @@ from servescope.tui.screens.dialogs import AskScreen
 
 from .helpers import set_input, text_of, wait_until
 
+# the --fast lane leaves this module out: 5 tests, ~19 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SIZE = (100, 30)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual import events
 from textual.widgets import Input
 
@@ -15,6 +16,9 @@ from servescope.tui.screens.compose import ComposeScreen
 from servescope.tui.screens.dialogs import AskScreen
 
 from .helpers import wait_until
+
+# the --fast lane leaves this module out: 3 tests, ~5 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 NAMES = {",": "comma", ".": "full_stop", "/": "slash", " ": "space", "=": "equals_sign", "_": "underscore",
          "-": "minus"}

@@ -9,10 +9,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 
 from .test_snapshots import _feed_run
+
+# the --fast lane leaves this module out: 1 tests, ~1 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 APP_PAGE = Path(__file__).resolve().parents[2] / "docs" / "app.md"
 

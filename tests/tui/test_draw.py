@@ -28,6 +28,9 @@ from servescope.tui.widgets import CellTable, LatencyHistogram, OverlayCurve, Th
 from .fixtures import live_sweep_messages, write_session
 from .helpers import drawn, set_input, text_of
 
+# the --fast lane leaves this module out: 34 tests, ~43 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 # a word of the axis line with a ▲ is a marker and its own numbers, nothing else: `▲50`, `99▲`, `▲50,99`, `50,99▲`,
 # `50▲▲99` (two markers side by side at an edge), or a bare `▲` whose number is in its neighbour's `▲50,99`
 MARKER_WORD = re.compile(r"(?:50|99|50,99)?▲+(?:50|99|50,99)?")

@@ -26,6 +26,9 @@ from tests.support.meta import meta_of, stored
 
 from .helpers import cell_status, poll_until, set_input, text_of, wait_until
 
+# the --fast lane leaves this module out: 8 tests, ~27 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SIZE = (100, 30)
 FAST = Workload("fast", "completions", fixed(32), fixed(16), source="inline")
 SLOW = Workload("slow", "completions", fixed(32), fixed(400), source="inline")  # requests stay in flight a while

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from servescope.core.results import CellResult, Dist
 from servescope.engine import wire as w
 from servescope.tui import messages as m
@@ -18,6 +20,9 @@ from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import SweepProgress
 
 from .helpers import wait_until
+
+# the --fast lane leaves this module out: 1 tests, ~2 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 N = 64  # requests per cell
 LOADS = (1, 4, 16, 32)

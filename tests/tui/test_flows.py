@@ -19,6 +19,9 @@ from tests.support.meta import stored
 
 from .helpers import cell_status, row_text, set_input, text_of, wait_until
 
+# the --fast lane leaves this module out: 6 tests, ~12 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SIZE = (100, 30)
 
 

@@ -272,6 +272,7 @@ async def test_run_screen_histograms_mark_their_bins(home: Path, size: tuple[int
             check_drawn(h)
 
 
+@pytest.mark.slow  # ~3 s of the --fast lane on 2 busy cores (2026-12-08)
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
 async def test_session_screen_histograms_mark_their_bins(home: Path, size: tuple[int, int]) -> None:
     write_session(home / "sessions", "qwen-fp8", "2026-12-01T10:00:00+0000", {"quant": "FP8"})

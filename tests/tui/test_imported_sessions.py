@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Static
 
 from servescope.sessions.importers import import_files
@@ -13,6 +14,9 @@ from servescope.tui.app import make_app
 from servescope.tui.screens.sessions import SessionsScreen
 
 from .helpers import drawn, open_compare, row_text
+
+# the --fast lane leaves this module out: 1 tests, ~2 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 PEERS = Path(__file__).resolve().parents[1] / "sessions" / "data" / "peers"
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from servescope.core.results import CellPrecision, CellProbes, CellResult, CellWindow, Dist, Saturation
 from servescope.engine import wire as w
 from servescope.tui import messages as m
@@ -18,6 +20,9 @@ from servescope.tui.widgets.panels import CELL_COLUMNS, CellTable, TelemetryPane
 from tests.support.meta import meta_of
 
 from .fixtures import summary_for
+
+# the --fast lane leaves this module out: 3 tests, ~3 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 CELLS = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 40, None, "in 200-512 (uniform) / out 256 (chat)")
          for i, c in enumerate((16, 32, 64))]

@@ -30,6 +30,9 @@ from servescope.workloads.traces import cached_trace
 
 from .helpers import set_input, text_of, wait_until
 
+# the --fast lane leaves this module out: 7 tests, ~15 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SIZE = (100, 30)
 MOONCAKE = "".join(f'{{"timestamp": {t}, "input_length": {i}, "output_length": {o}, "hash_ids": {h}}}\n' for t, i, o, h in (
     (0, 612, 16, [1, 2]), (120, 1100, 32, [1, 2, 3]), (900, 300, 8, [4]), (2500, 700, 16, [1, 2])))

@@ -14,6 +14,9 @@ from servescope.tui.screens.run import RunScreen
 
 from .fixtures import live_sweep_messages
 
+# the --fast lane leaves this module out: 1 tests, ~2 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 
 def test_run_curve_no_color_80x24(home: Path, snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from servescope.core.results import CellResult, Dist
 from servescope.engine import wire as w
 from servescope.tui import messages as m
@@ -12,6 +14,9 @@ from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import EventLog
 from servescope.tui.widgets.panels import CellTable
+
+# the --fast lane leaves this module out: 1 tests, ~2 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 CELLS = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 20, None, "in 200-512 (uniform) / out 256 (chat)")
          for i, c in enumerate((1, 4))]

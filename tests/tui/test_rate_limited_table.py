@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from servescope.core.results import CellResult, Dist
 from servescope.engine import wire as w
 from servescope.tui import messages as m
@@ -13,6 +15,9 @@ from servescope.tui.app import make_app
 from servescope.tui.screens.run import RunScreen
 from servescope.tui.widgets import SweepProgress
 from servescope.tui.widgets.panels import OK_FAIL_429, CellTable
+
+# the --fast lane leaves this module out: 2 tests, ~6 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 CELLS = [m.CellInfo(i, "sharegpt", f"c={c}", c, None, 20, None, "in 200-512 (uniform) / out 256 (chat)")
          for i, c in enumerate((1, 4, 8))]

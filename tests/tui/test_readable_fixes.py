@@ -31,6 +31,9 @@ from .fixtures import summary_for, write_session
 from .helpers import open_compare, text_of, wait_until
 from .test_zoom_wrap_marks import knee_and_capacity
 
+# the --fast lane leaves this module out: 5 tests, ~9 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 KV = {"kv_cache_tokens": 6_506_660, "source": "metrics", "max_concurrency_by_workload": {"sharegpt": 8472.2}}
 
 

@@ -26,6 +26,9 @@ from servescope.tui.widgets.panels import TelemetryPanel
 from .fixtures import live_sweep_messages, write_session
 from .helpers import drawn, open_compare, text_of, wait_until
 
+# the --fast lane leaves this module out: 7 tests, ~18 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 NVML = ("NVML is not available: nvmlInit failed (NVMLError_LibraryNotFound: NVML Shared Library Not Found); no "
         "NVIDIA driver or GPU here?")
 

@@ -17,6 +17,9 @@ from tests.support.meta import quality_settings
 
 from .fixtures import write_session
 
+# the --fast lane leaves this module out: 3 tests, ~11 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SIZE = (80, 24)
 
 

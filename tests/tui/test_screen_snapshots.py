@@ -20,6 +20,9 @@ from servescope.tui.screens.run import RunScreen
 from .fixtures import live_sweep_messages, telemetry_samples, write_session
 from .helpers import wait_until
 
+# the --fast lane leaves this module out: 36 tests, ~96 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 Before = Callable[[Any], Awaitable[None]]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from servescope.core.results import CellResult
 from servescope.engine import wire as w
@@ -23,6 +24,9 @@ from tests.support.meta import meta_of, set_meta
 
 from .fixtures import summary_for
 from .test_session_quality import open_session, screen_text
+
+# the --fast lane leaves this module out: 3 tests, ~10 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
 
 SERVING: dict[str, Any] = {
     "spec_decode": {"acceptance_rate": 0.385, "mean_accepted_tokens": 1.15, "drafts_per_step": 0.58},

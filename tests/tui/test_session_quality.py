@@ -25,6 +25,9 @@ from tests.support.meta import meta_of, quality_settings
 from .fixtures import summary_for, write_session
 from .helpers import full_row, text_of
 
+# the --fast lane leaves this module out: 10 tests, ~22 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 SETTINGS = {"tasks": ["arithmetic", "retrieval"], "contexts": [1024, 16384], "n": 100, "top_k": 5, "seed": 0,
             "reference": "/data/sessions/bf16", "user_sets": []}
 

@@ -17,6 +17,9 @@ from servescope.tui.screens.run import RunScreen
 
 from .fixtures import live_sweep_messages, telemetry_samples, write_session
 
+# the --fast lane leaves this module out: 12 tests, ~26 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 
 def fixed_clock() -> float:
     return 1000.0

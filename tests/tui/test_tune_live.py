@@ -25,6 +25,9 @@ from servescope.tui.screens.sessions import SessionScreen, SessionsScreen
 
 from .helpers import poll_until, text_of, wait_until
 
+# the --fast lane leaves this module out: 5 tests, ~42 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 # long enough answers that a cell takes a few seconds on the tiny simulator: the view can see one running
 SLOW = '[workload]\nname = "s32"\ninput_tokens = 128\noutput_tokens = 256\n'

@@ -29,6 +29,9 @@ from servescope.workloads.spec import from_saved
 
 from .helpers import drawn, full_row, set_input, text_of, wait_until
 
+# the --fast lane leaves this module out: 8 tests, ~41 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ('[workload]\nname = "short"\napi = "completions"\n'
             'input_tokens = { dist = "uniform", min = 100, max = 300 }\noutput_tokens = 24\n')

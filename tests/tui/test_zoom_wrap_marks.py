@@ -25,6 +25,9 @@ from tests.support.meta import meta_of, quality_settings
 from .fixtures import live_sweep_messages, write_session
 from .helpers import drawn, wait_until
 
+# the --fast lane leaves this module out: 13 tests, ~31 s on 2 busy cores (2026-12-08)
+pytestmark = pytest.mark.slow
+
 QUALITY_SETTINGS = {"tasks": ["arithmetic"], "contexts": [1024], "n": 20, "top_k": 5, "seed": 0, "reference": None,
                     "user_sets": []}
 
