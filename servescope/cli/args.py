@@ -18,7 +18,7 @@ _SESSIONS_DIR_HELP = "sessions directory (default $SERVESCOPE_HOME/sessions or t
 MIN_EFFECT_PCT = 2.0
 FAIL_ON_EXAMPLE = "output_tok_s:-5%,ttft_ms.p99:+10%"
 MISMATCH_NAMES = ("servescope_version", "warmup", "max_model_len", "tokenizer", "host", "lengths", "token_basis",
-                  "ttft", "itl", "tpot", "e2e", "percentiles", "throughput", "streaming", "ignore_eos")
+                  "ttft", "itl", "tpot", "e2e", "percentiles", "throughput", "streaming", "ignore_eos", "window")
 
 
 class UsageError(ServescopeError):
@@ -326,12 +326,16 @@ def add_import_args(p: argparse.ArgumentParser) -> None:
 
 
 EXPORT_FORMATS = ("llmd-report",)
+LLMD_SCHEMAS = ("0.1", "0.2")  # sessions.llmd.SCHEMA_VERSIONS
 
 
 def add_export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", metavar="SESSION", help="session directory or id (see `servescope sessions`)")
     p.add_argument("--format", choices=EXPORT_FORMATS, default="llmd-report",
-                   help="llmd-report (the default): one llm-d benchmark report (schema 0.2, JSON) per cell")
+                   help="llmd-report (the default): one llm-d benchmark report (JSON) per cell")
+    p.add_argument("--llmd-schema", choices=LLMD_SCHEMAS, default=None, metavar="0.1|0.2",
+                   help="the llm-d benchmark report schema (--format llmd-report only): 0.1 (the default: top-level "
+                        "version, scenario, metrics) or 0.2 (version, run, scenario, results)")
     p.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder the files go to (created; "
                    "files of the same names in it are replaced)")
     docs_epilog(p, "export")

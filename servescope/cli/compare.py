@@ -36,7 +36,7 @@ from servescope.sessions.gate import (
     save_baseline,
 )
 from servescope.sessions.importers import import_files
-from servescope.sessions.llmd import export_reports
+from servescope.sessions.llmd import DEFAULT_SCHEMA, export_reports
 from servescope.sessions.provenance import measured_by
 from servescope.sessions.quality import quality_brief
 from servescope.sessions.store import load_session, scan_sessions, sessions_home
@@ -395,14 +395,17 @@ def import_command(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    """`servescope export SESSION --format llmd-report -o DIR`: one report per cell, every file built before any is
-    written."""
-    base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
-    s = resolve_session(args.session, base)
+    """`servescope export SESSION --format llmd-report [--llmd-schema 0.1|0.2] -o DIR`: one report per cell (schema
+    0.1 by default), every file built before any is written."""
+    if args.llmd_schema is not None and args.format != "llmd-report":
+        raise ServescopeError(f"--llmd-schema applies only to --format llmd-report, not {args.format}; leave it out")
     if not args.output.strip():
         raise ServescopeError("-o: empty; give the folder the reports go to")
-    written = export_reports(s, Path(args.output).expanduser())
+    base = Path(args.sessions_dir).expanduser() if args.sessions_dir else None
+    s = resolve_session(args.session, base)
+    written = export_reports(s, Path(args.output).expanduser(), args.llmd_schema or DEFAULT_SCHEMA)
     for p in written:
         print(p)
-    print(f"{len(written)} llm-d benchmark report(s) written to {Path(args.output).expanduser()}", file=sys.stderr)
+    print(f"{len(written)} llm-d benchmark report(s) written to {Path(args.output).expanduser()} (schema "
+          f"{args.llmd_schema or DEFAULT_SCHEMA})", file=sys.stderr)
     return 0

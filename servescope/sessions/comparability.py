@@ -11,9 +11,18 @@ the fact), the others are judged as usual. A ramp and an open or closed loop are
 different loads are never set side by side.
 
 Sessions all measured by servescope show nothing new (the table is for sessions some tool other than servescope
-measured, `Comparability.shown`). Warmup, ramp and closed or open loop are rows of the table when they differ, for
-what they are: a warmup that differs leaves no cell judged (compare's mismatch), a ramp or a loop that differs makes
-different loads, whose cells are not set side by side.
+measured, `Comparability.shown`), unless their windows differ (below). Warmup, ramp and closed or open loop are rows
+of the table when they differ, for what they are: a warmup that differs leaves no cell judged (compare's mismatch), a
+ramp or a loop that differs makes different loads, whose cells are not set side by side.
+
+The measurement window: servescope's figures are over each cell's steady window by default (`--window steady`: sent
+once the load was at its target, to the last send; its rates over that span, the ramp and the drain after the last
+send left out; sessions.measurement), the other tools' (and `--window whole`'s) over the whole run. A rate is then
+divided by another span of time and counts other tokens: the rates are not judged. The per-request figures (TTFT,
+TPOT, ITL, E2E, their means and percentiles) are judged: each is one request's own time, defined alike; the window
+only chooses which requests are in the sample, and without a ramp (the peers' regime, `--ramp 0`) every request was
+sent while the load was at its target, so both samples are the same requests; a ramp that differs is its own row,
+and makes cells of different loads.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from dataclasses import dataclass, field
 
 from servescope.core.jsontypes import JsonObject
 from servescope.core.textsafe import clean_text
+from servescope.sessions.measurement import window_label
 from servescope.sessions.provenance import SourceMeta, measured_by
 from servescope.sessions.store import Session
 from servescope.sessions.views import cell_views, planned_load
@@ -31,6 +41,11 @@ from servescope.sessions.views import cell_views, planned_load
 _TOKEN_FIGURES = ("output_tok_s", "total_tok_s", "input_tokens_mean", "output_tokens_mean", "tpot_ms", "itl_token_ms",
                   "per_user_tok_s", "prefill_tok_s", "cost", "goodput_req_s")
 _PERCENTILES = ("p50", "p90", "p95", "p99")
+_RATE_FIGURES = ("output_tok_s", "total_tok_s", "request_s", "goodput_req_s", "cost")
+# the windows a session's figures are over, as the window row says them
+WINDOW_STEADY = "steady window (load at its target, to the last send)"
+WINDOW_WHOLE = "whole run"
+_WHOLE_RUN_TOOLS = ("vllm-bench", "guidellm", "aiperf", "inference-perf")  # they report over their whole run
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,9 @@ FACTS: tuple[Fact, ...] = (
                                       "request_s", "goodput_req_s", "cost"),
          "outputs may stop early on one side: output lengths and what depends on them differ"),
     Fact("requests", "requests per cell", (), "nothing: each delta's interval accounts for the sample size"),
+    Fact("window", "measurement window", _RATE_FIGURES,
+         "rates are over another span of time (the steady window leaves the ramp and the drain out); per-request "
+         "figures are not touched"),
     # whole-cell facts: a warmup that differs is compare's mismatch (no cell judged); a ramp or a loop that differs
     # makes cells of different loads, never set side by side. The rows say how each session stands.
     Fact("warmup", "warmup", (), "every figure: no cell is judged (the mismatch below)",
@@ -137,6 +155,7 @@ def facts_of(session: Session) -> tuple[SourceMeta, dict[str, str]]:
         "streaming": "" if src.streaming is None else ("on" if src.streaming else "off"),
         "ignore_eos": "" if eos is None else ("on" if eos else "off"),
         "requests": "" if lo is None else (str(lo) if lo == hi else f"{lo}-{hi}"),
+        "window": _window(src, session),
         "warmup": _warmup(src, load.warmups),
         "ramp": _ramp(src, session),
         "loop": ("" if src.loop == "unknown" else clean_text(src.loop)) if src.imported else
@@ -152,6 +171,19 @@ def _warmup(src: SourceMeta, warmups: Sequence[int]) -> str:
         return "" if src.warmup == "unknown" else clean_text(src.warmup)
     ws = [w for w in warmups if w]
     return ", ".join(f"{w} requests" for w in ws) if ws else "none"
+
+
+def _window(src: SourceMeta, session: Session) -> str:
+    """What the session's figures are over: WINDOW_STEADY, WINDOW_WHOLE, both joined when its cells differ ("" where
+    the files do not say: an llm-d report of an unknown harness)."""
+    kinds = {window_label(v.summary) for v in cell_views(session) if v.has_summary and v.summary.window is not None}
+    if src.imported and not kinds:  # the tools report over their whole run; an llm-d report over its harness's
+        harness = (src.harness or "").split(" ")[0].lower() if src.tool == "llmd-report" else src.tool
+        known = _WHOLE_RUN_TOOLS + ("inference_perf", "vllm-benchmark", "vllm_benchmark")
+        return WINDOW_WHOLE if harness in known else ""
+    if not kinds:  # servescope's cells measured before windows: the whole cell
+        kinds = {"whole"}
+    return " and ".join(WINDOW_STEADY if k == "steady" else WINDOW_WHOLE for k in sorted(kinds, reverse=True))
 
 
 def _ramp(src: SourceMeta, session: Session) -> str:
@@ -182,9 +214,11 @@ def comparability(sessions: Sequence[Session], metrics: Sequence[str]) -> Compar
         rows.append(FactRow(fact, vals, figs))
         for m in figs:
             not_judged.setdefault(m, []).append(fact.label)
-    # servescope's own sessions show nothing new (their differences are compare's mismatches), nor do sessions of
-    # one tool that measured alike
-    shown = any(s.imported for s in sources) and (len(tools) > 1 or len(rows) > 1)
+    # servescope's own sessions show nothing new (their differences are compare's mismatches) unless their windows
+    # differ, nor do sessions of one tool that measured alike
+    # the window is the exception: servescope sessions over different windows are measured differently too
+    shown = any(s.imported for s in sources) and (len(tools) > 1 or len(rows) > 1) or \
+        any(r.fact.key == "window" for r in rows)
     if not shown:
         rows, not_judged = [], {}
     return Comparability([clean_text(s.tool_name) for s in sources], [s.rebuilt for s in sources], rows, not_judged,

@@ -5,11 +5,14 @@ A report is one run of one load: `scenario` (the stack serving the model, and th
 sequence lengths, its rate or concurrency) and its results (schema 0.2: `results.request_performance.aggregate`;
 0.1: `metrics`): request counts, latency and throughput statistics with their units. Reports hold aggregates only:
 an import keeps them and lists what they lack; the definitions of its figures are its harness's (a report servescope
-wrote has servescope's).
+wrote has servescope's). Units are taken at their word: an ITL in `ms/token` or `s/token` is servescope's ITL per
+token (`itl_token_ms`), one in `ms` or `s` its ITL per chunk gap (`itl_ms`).
 
-`export_reports()` writes schema 0.2 (the schema file and its source are in tests/sessions/data/llmd/): every figure
-servescope has a place for in the schema, in the schema's units, and in `scenario.load.native.config.servescope` the
-workload and load as servescope names them, so a report servescope wrote imports back to the same cells.
+`export_reports()` writes schema 0.1 by default (top-level `version`, `scenario`, `metrics`: the names scripts rely
+on) or 0.2 (`version`, `run`, `scenario`, `results`); both schema files and their source are in
+tests/sessions/data/llmd/. Every figure servescope has a place for in the schema goes in, in the schema's units, and
+the workload, load, window and definitions as servescope names them (0.2: `scenario.load.native.config.servescope`;
+0.1: `scenario.load.metadata.servescope`), so a report servescope wrote imports back to the same cells.
 """
 
 from __future__ import annotations
@@ -20,12 +23,16 @@ import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+
+import msgspec
 
 from servescope import __version__
 from servescope.core.errors import ServescopeError
 from servescope.core.jsontypes import JsonObject
-from servescope.core.results import CellResult, Dist
+from servescope.core.results import CellResult, CellWindow, Dist
 from servescope.core.textsafe import clean_text
 from servescope.sessions.importcommon import (
     MAX_TOKENS,
@@ -37,6 +44,7 @@ from servescope.sessions.importcommon import (
     read_json,
     read_yaml,
 )
+from servescope.sessions.measurement import window_label
 from servescope.sessions.provenance import (
     SERVER_USAGE,
     SERVESCOPE_DEFINITIONS,
@@ -45,11 +53,12 @@ from servescope.sessions.provenance import (
     measured_by,
 )
 from servescope.sessions.store import Session, atomic_write
-from servescope.sessions.views import cell_views
+from servescope.sessions.views import CellView, cell_views
 from servescope.workloads.spec import DistTable, WorkloadTable
 
 FORMAT = "llmd-report"
-SCHEMA_VERSION = "0.2"
+SCHEMA_VERSIONS = ("0.1", "0.2")  # what export writes; 0.1 by default (its top-level keys are the contract's)
+DEFAULT_SCHEMA = "0.1"
 HINT = "the file is damaged or not an llm-d benchmark report (schema 0.1 or 0.2)"
 LACKS = {
     "per_request": "a benchmark report holds aggregates only: no interval and no SLO judgement",
@@ -63,6 +72,11 @@ LACKS = {
 _LATENCY = {"time_to_first_token": "ttft_ms", "time_per_output_token": "tpot_ms", "inter_token_latency": "itl_ms",
             "request_latency": "e2e_ms"}
 _SCALE = {"s": 1000.0, "ms": 1.0, "s/token": 1000.0, "ms/token": 1.0}
+_PER_TOKEN = ("s/token", "ms/token")
+# schema 0.1's load generators (its WorkloadGenerator enum) by the import formats whose tools they are; a tool the
+# enum has no name for (servescope, AIPerf) writes vllm-benchmark, whose definitions servescope's figures share, and
+# names itself in scenario.load.metadata.tool
+_GENERATOR_01 = {"guidellm": "guidellm", "inference-perf": "inference-perf", "vllm-bench": "vllm-benchmark"}
 # the harness names a report gives its load tool -> the import formats whose definitions they used
 _HARNESS = {"guidellm": "guidellm", "aiperf": "aiperf", "inference-perf": "inference-perf",
             "inference_perf": "inference-perf", "vllm-benchmark": "vllm-bench", "vllm_benchmark": "vllm-bench",
@@ -114,9 +128,18 @@ def read(paths: Sequence[Path], workload_name: str | None) -> ReadResult:
     if stated and all(s == stated[0] and s[0] for s in stated):  # a report servescope wrote: its own definitions
         defs, basis = dict(stated[0][0]), stated[0][1] or basis
     measured = ", ".join(f"{t} {v}" if v else t for t, v in tools.items())
+    lacks = dict(LACKS)
+    has_gap = any(c.summary.itl_ms.mean is not None for c in cells)
+    has_token = any(c.summary.itl_token_ms.mean is not None for c in cells)
+    if not has_gap:
+        lacks["itl_ms"] = "the report's ITL is per token (itl_token_ms), not per chunk gap" if has_token else \
+            "not in the report"
+    if not has_token:
+        lacks["itl_token_ms"] = "the report's ITL is per chunk gap (itl_ms), not per token" if has_gap else \
+            "not in the report"
     return ReadResult(tool=FORMAT, cells=cells, tool_version=None, harness=clean_text(measured)[:120] or None,
                       format=f"llm-d benchmark report (schema {', '.join(sorted(versions))})", token_basis=basis,
-                      tool_token_basis=basis, warmup="unknown", ramp="unknown", definitions=defs, lacks=dict(LACKS),
+                      tool_token_basis=basis, warmup="unknown", ramp="unknown", definitions=defs, lacks=lacks,
                       dates=dates)
 
 
@@ -200,22 +223,32 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
         in_seq, out_seq = (_seq(v, "scenario.load.standardized.input_seq_len", std.get("input_seq_len")),
                            _seq(v, "scenario.load.standardized.output_seq_len", std.get("output_seq_len")))
         model = _model(v, scenario)
-    else:  # 0.1
-        tool = v.text("scenario.load.name", load.get("name")) or "unknown"
-        tool_version = None
+    else:  # 0.1: its load generator is an enum; a report servescope wrote names the real tool in load.metadata
+        meta = load.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        tool = v.text("scenario.load.metadata.tool", meta.get("tool")) or \
+            v.text("scenario.load.name", load.get("name")) or "unknown"
+        tool_version = v.text("scenario.load.metadata.tool_version", meta.get("tool_version")) or None
+        ours = v.table("scenario.load.metadata.servescope", meta.get("servescope"))
         agg = v.table("metrics", data.get("metrics"))
         base = "metrics"
         time = v.table("metrics.time", agg.get("time"))
-        wall = v.num("metrics.time.duration", time.get("duration"))
-        date = ""
+        wall = v.num("metrics.time.duration", time.get("duration"))  # seconds (schema 0.1's Time)
+        start = v.num("metrics.time.start", time.get("start"), hi=1e11)  # seconds from the Unix epoch
+        date = datetime.fromtimestamp(start, UTC).isoformat() if start else ""
         args = v.table("scenario.load.args", load.get("args"))
-        rate = v.num("scenario.load.args.qps_values", args.get("qps_values"), hi=1e9) \
-            if not isinstance(args.get("qps_values"), list) else None
+        # the rate: inference-perf's qps_values (one number: one stage), vllm-benchmark's request_rate ("inf" for none)
+        rate = None
+        for key in ("qps_values", "request_rate"):
+            raw = args.get(key)
+            if isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(raw):
+                rate = v.num(f"scenario.load.args.{key}", raw, hi=1e9)
+                break
         conc = v.count("scenario.load.args.max_concurrency", args.get("max_concurrency"), lo=1)
         in_seq = out_seq = None
         native_arrival = None
         model = v.text("scenario.model.name", v.table("scenario.model", scenario.get("model")).get("name"))
-        ours = {}
+    ours_at = _OURS_AT["0.2" if version.startswith("0.2") else "0.1"]
     reqs = v.table(f"{base}.requests", agg.get("requests"))
     total = v.count(f"{base}.requests.total", reqs.get("total")) or 0
     failures = v.count(f"{base}.requests.failures", reqs.get("failures")) or 0
@@ -227,18 +260,28 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
     thr = v.table(f"{base}.throughput", agg.get("throughput"))
     dists = {ours_key: _stats(v, f"{base}.latency.{theirs}", lat.get(theirs), "ms")
              for theirs, ours_key in _LATENCY.items()}
+    itl = lat.get("inter_token_latency")
+    if isinstance(itl, Mapping) and itl.get("units") in _PER_TOKEN:  # per token, not per chunk gap
+        dists["itl_token_ms"] = dists.pop("itl_ms")
     in_len = _stats(v, f"{base}.requests.input_length", reqs.get("input_length"), "count")
     out_len = _stats(v, f"{base}.requests.output_length", reqs.get("output_length"), "count")
 
     def rate_of(key: str) -> float | None:
-        return _stats(v, f"{base}.throughput.{key}", thr.get(key), "rate").get("mean")
+        if version.startswith("0.2"):  # a Statistics: its mean
+            return _stats(v, f"{base}.throughput.{key}", thr.get(key), "rate").get("mean")
+        key01 = {"request_rate": "requests_per_sec", "output_token_rate": "output_tokens_per_sec",
+                 "total_token_rate": "total_tokens_per_sec"}[key]  # 0.1: a number, tokens or requests per second
+        return v.num(f"{base}.throughput.{key01}", thr.get(key01), hi=1e15)
 
     summary = aggregate_summary(ok=ok, failed=failures, wall_s=wall, input_mean=in_len.get("mean"),
                                 output_mean=out_len.get("mean"), request_s=rate_of("request_rate"),
                                 output_tok_s=rate_of("output_token_rate"), total_tok_s=rate_of("total_token_rate"),
                                 dists=dists)
+    window = v.text(f"{ours_at}.window", ours.get("window"))  # the window a report servescope wrote was over
+    if window in ("steady", "whole"):
+        summary = msgspec.structs.replace(summary, window=CellWindow(kind=window, basis="as the report states"))
     if conc is None and rate is None:
-        c = v.count("scenario.load.native.config.servescope.concurrency", ours.get("concurrency"), lo=1)
+        c = v.count(f"{ours_at}.concurrency", ours.get("concurrency"), lo=1)
         if c is None and "scenario" not in data:  # inference-perf writes these beside its own reports
             raise ServescopeError(f"{v.where}: a partial report (no scenario: no load, no model), as inference-perf "
                                   "writes beside its own reports; import that reports folder instead "
@@ -248,13 +291,13 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
         conc = c
     if rate is not None:
         conc = None
-    arrival = v.text("scenario.load.native.config.servescope.arrival", ours.get("arrival")) or \
+    arrival = v.text(f"{ours_at}.arrival", ours.get("arrival")) or \
         (native_arrival or "poisson" if rate is not None else None)
-    cap = v.count("scenario.load.native.config.servescope.max_concurrency", ours.get("max_concurrency"), lo=1)
-    ramp = v.num("scenario.load.native.config.servescope.ramp_s", ours.get("ramp_s"), hi=1e7)
-    name = workload_name or v.text("scenario.load.native.config.servescope.workload", ours.get("workload")) or \
+    cap = v.count(f"{ours_at}.max_concurrency", ours.get("max_concurrency"), lo=1)
+    ramp = v.num(f"{ours_at}.ramp_s", ours.get("ramp_s"), hi=1e7)
+    name = workload_name or v.text(f"{ours_at}.workload", ours.get("workload")) or \
         f"{clean_text(tool)[:40]}-in{round(in_len.get('mean') or 0)}-out{round(out_len.get('mean') or 0)}"
-    api = v.text("scenario.load.native.config.servescope.api", ours.get("api")) or "completions"
+    api = v.text(f"{ours_at}.api", ours.get("api")) or "completions"
     wl: WorkloadTable = {"name": name, "api": "chat" if api == "chat" else "completions",
                          "input_tokens": in_seq or dist_table([in_len.get("mean") or 0.0]),
                          "output_tokens": out_seq or dist_table([out_len.get("mean") or 0.0]),
@@ -267,15 +310,27 @@ def _cell(v: Values, path: Path, data: Mapping[str, object], workload_name: str 
     return cell, tool, tool_version, date
 
 
+# where a report servescope wrote keeps servescope's own names for its workload, load, window and definitions
+_OURS_AT = {"0.2": "scenario.load.native.config.servescope", "0.1": "scenario.load.metadata.servescope"}
+
+
+def _ours(v: Values, data: Mapping[str, object]) -> Mapping[str, object]:
+    """The servescope block of a report servescope wrote ({} otherwise)."""
+    load = v.table("scenario.load", v.table("scenario", data.get("scenario")).get("load"))
+    if str(data.get("version", "")).startswith("0.2"):
+        cfg = v.table("scenario.load.native", load.get("native")).get("config")
+        return v.table(_OURS_AT["0.2"], cfg.get("servescope")) if isinstance(cfg, Mapping) else {}
+    meta = load.get("metadata")
+    return v.table(_OURS_AT["0.1"], meta.get("servescope")) if isinstance(meta, Mapping) else {}
+
+
 def _stated(v: Values, data: Mapping[str, object]) -> tuple[dict[str, str], str]:
     """The definitions and token basis a report servescope wrote states for its figures (({}, "") otherwise)."""
-    load = v.table("scenario.load", v.table("scenario", data.get("scenario")).get("load"))
-    cfg = v.table("scenario.load.native", load.get("native")).get("config")
-    ours = v.table("scenario.load.native.config.servescope", cfg.get("servescope")) if isinstance(cfg, Mapping) else {}
-    raw = v.table("scenario.load.native.config.servescope.definitions", ours.get("definitions"))
-    defs = {k: v.text(f"scenario.load.native.config.servescope.definitions.{k}", x) for k, x in raw.items()
-            if k in SERVESCOPE_DEFINITIONS}
-    return defs, v.text("scenario.load.native.config.servescope.token_basis", ours.get("token_basis"))
+    at = _OURS_AT["0.2" if str(data.get("version", "")).startswith("0.2") else "0.1"]
+    ours = _ours(v, data)
+    raw = v.table(f"{at}.definitions", ours.get("definitions"))
+    defs = {k: v.text(f"{at}.definitions.{k}", x) for k, x in raw.items() if k in SERVESCOPE_DEFINITIONS}
+    return defs, v.text(f"{at}.token_basis", ours.get("token_basis"))
 
 
 def _model(v: Values, scenario: Mapping[str, object]) -> str:
@@ -332,8 +387,23 @@ def _iso_duration(seconds: float | None) -> str | None:
     return f"PT{seconds!r}S" if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
-def report_of(session: Session, index: int) -> JsonObject:
-    """Cell `index` of the session as a benchmark report (schema 0.2), as a JSON-ready dict."""
+@dataclass(frozen=True)
+class _Cell:
+    """What both schema versions say of one cell."""
+
+    cv: CellView
+    s: CellResult
+    src: SourceMeta
+    ours: JsonObject  # the workload, load, window and definitions as servescope names them
+    engine: str
+    model: str
+    tool: str
+    tool_version: str
+    uid: str
+    description: str
+
+
+def _cell_of(session: Session, index: int) -> _Cell:
     views = {cv.index: cv for cv in cell_views(session)}
     cv = views.get(index)
     if cv is None or not cv.has_summary:
@@ -342,13 +412,95 @@ def report_of(session: Session, index: int) -> JsonObject:
     src: SourceMeta = measured_by(info)
     s: CellResult = cv.summary
     wl: Mapping[str, object] = next((w for w in info.workloads if str(w.get("name")) == cv.base), {})
-    engine = clean_text(info.target.engine or ("imported" if src.imported else "unknown"))
-    model = clean_text(info.model)
-    stack_cfg = hashlib.sha1(f"{engine}|{model}|{info.target.version}".encode(), usedforsecurity=False).hexdigest()
+    plan = cv.plan
+    ours: JsonObject = {
+        "workload": cv.workload, "api": str(wl.get("api") or "completions"), "load": cv.load,
+        "concurrency": plan.concurrency, "rate": plan.rate, "arrival": plan.arrival,
+        "max_concurrency": plan.max_concurrency, "ramp_s": plan.ramp_s, "window": window_label(s),
+        "session": session.path.name, "cell": cv.index, "measured_by": src.tool_name,
+        "definitions": dict(src.definitions), "token_basis": src.token_basis}
+    ours = {k: x for k, x in ours.items() if x is not None}
+    return _Cell(
+        cv, s, src, ours, clean_text(info.target.engine or ("imported" if src.imported else "unknown")),
+        clean_text(info.model), "servescope" if not src.imported else src.tool,
+        __version__ if not src.imported else src.tool_version or "unknown",
+        uuid.uuid5(uuid.NAMESPACE_URL, f"servescope:{session.path.name}:{cv.index}").hex,
+        clean_text(f"servescope session {info.name or session.path.name}, cell {cv.index}: {cv.workload} {cv.load}"))
+
+
+def report_of(session: Session, index: int, schema: str = DEFAULT_SCHEMA) -> JsonObject:
+    """Cell `index` of the session as a benchmark report of schema `schema` ("0.1" or "0.2"), a JSON-ready dict."""
+    if schema not in SCHEMA_VERSIONS:
+        raise ServescopeError(f"llm-d benchmark report schema {clean_text(schema)!r}: use one of "
+                              f"{', '.join(SCHEMA_VERSIONS)}")
+    c = _cell_of(session, index)
+    return _report_v01(session, c) if schema == "0.1" else _report_v02(session, c)
+
+
+def _report_v01(session: Session, c: _Cell) -> JsonObject:
+    """Schema 0.1 (llm-d-benchmark's schema_v0_1.py): `scenario` (platform, model, load) and `metrics`: `time`
+    (duration in seconds), `requests` (counts; input and output lengths, tokens), `latency` (TTFT and request latency
+    in ms, TPOT and ITL in ms/token: ITL per token, servescope's itl_token_ms) and `throughput` (tokens and requests
+    per second, plain numbers)."""
+    s, cv, info = c.s, c.cv, session.info
+    missing = [what for what, x in (("measured input lengths", s.input_tokens_mean),
+                                    ("measured output lengths", s.output_tokens_mean), ("a TTFT", s.ttft_ms.mean),
+                                    ("a total token throughput", s.total_tok_s), ("a wall time", s.wall_s))
+               if x is None]
+    if missing:  # fields schema 0.1 requires
+        raise ServescopeError(f"{session.path.name}: cell {cv.index} lacks {', '.join(missing)}, which llm-d "
+                              "benchmark report schema 0.1 requires; export it with --llmd-schema 0.2")
+    latency: JsonObject = {theirs: st for theirs, st in (
+        ("time_to_first_token", _statistics(s.ttft_ms, "ms")),
+        ("time_per_output_token", _statistics(s.tpot_ms, "ms/token")),
+        ("inter_token_latency", _statistics(s.itl_token_ms, "ms/token")),
+        ("request_latency", _statistics(s.e2e_ms, "ms"))) if st is not None}
+    throughput: JsonObject = {"total_tokens_per_sec": s.total_tok_s}
+    if s.output_tok_s is not None:
+        throughput["output_tokens_per_sec"] = s.output_tok_s
+        throughput["input_tokens_per_sec"] = max((s.total_tok_s or 0.0) - s.output_tok_s, 0.0)
+    if s.request_s is not None:
+        throughput["requests_per_sec"] = s.request_s
+    plan = cv.plan
+    args: JsonObject = {"num_prompts": s.requests_ok + s.requests_failed}  # as llm-d-benchmark's vllm-benchmark
+    if plan.rate is not None:
+        args["request_rate"] = plan.rate
+    if (cap := plan.concurrency if plan.concurrency is not None else plan.max_concurrency) is not None:
+        args["max_concurrency"] = cap
+    harness = c.src.harness.split()[0].lower() if c.src.tool == FORMAT and c.src.harness else ""
+    generator = _GENERATOR_01.get(_HARNESS.get(harness, c.tool), "vllm-benchmark")
+    return {
+        "version": "0.1",
+        "scenario": {
+            "description": c.description,
+            "platform": {"engine": [{"name": c.engine, "version": clean_text(info.target.version or "unknown"),
+                                     "args": _args(info.server.args if info.server else None)}]},
+            "model": {"name": c.model},
+            "load": {"name": generator, "type": clean_text(cv.workload)[:200], "args": args,
+                     "metadata": {"tool": c.tool, "tool_version": c.tool_version, "servescope": c.ours}},
+        },
+        "metrics": {
+            "time": {"duration": s.wall_s},
+            "requests": {"total": s.requests_ok + s.requests_failed, "failures": s.requests_failed,
+                         "input_length": {"units": "count", "mean": s.input_tokens_mean},
+                         "output_length": {"units": "count", "mean": s.output_tokens_mean}},
+            "latency": latency,
+            "throughput": throughput,
+        },
+        "metadata": {"uid": c.uid, "eid": clean_text(session.path.name)},
+    }
+
+
+def _report_v02(session: Session, c: _Cell) -> JsonObject:
+    """Schema 0.2: `run`, `scenario` (stack, load) and `results.request_performance.aggregate`."""
+    s, cv, info = c.s, c.cv, session.info
+    wl: Mapping[str, object] = next((w for w in info.workloads if str(w.get("name")) == cv.base), {})
+    stack_cfg = hashlib.sha1(f"{c.engine}|{c.model}|{info.target.version}".encode(),
+                             usedforsecurity=False).hexdigest()
     plan = cv.plan
     load_std: JsonObject = {
-        "tool": "servescope" if not src.imported else src.tool,
-        "tool_version": (__version__ if not src.imported else src.tool_version or "unknown"),
+        "tool": c.tool,
+        "tool_version": c.tool_version,
         "source": "sampled" if wl.get("dataset") else "random",
         "stage": cv.index,
         "input_seq_len": _seq_len(wl.get("input_tokens"), s.input_tokens_mean),
@@ -360,13 +512,7 @@ def report_of(session: Session, index: int) -> JsonObject:
         load_std["concurrency"] = plan.concurrency
     elif plan.max_concurrency is not None:
         load_std["concurrency"] = plan.max_concurrency
-    ours: JsonObject = {
-        "workload": cv.workload, "api": str(wl.get("api") or "completions"), "load": cv.load,
-        "concurrency": plan.concurrency, "rate": plan.rate, "arrival": plan.arrival,
-        "max_concurrency": plan.max_concurrency, "ramp_s": plan.ramp_s, "session": session.path.name,
-        "cell": cv.index, "measured_by": src.tool_name, "definitions": dict(src.definitions),
-        "token_basis": src.token_basis}
-    ours = {k: x for k, x in ours.items() if x is not None}
+    ours = c.ours
     # requests the server refused by its rate limit (HTTP 429) are neither sent-and-answered nor failed there: left out
     requests: JsonObject = {"total": s.requests_ok + s.requests_failed, "failures": s.requests_failed}
     if s.input_tokens_mean is not None:
@@ -391,19 +537,17 @@ def report_of(session: Session, index: int) -> JsonObject:
     run_time: JsonObject = {}
     if (dur := _iso_duration(s.wall_s)) is not None:
         run_time["duration"] = dur
-    uid = uuid.uuid5(uuid.NAMESPACE_URL, f"servescope:{session.path.name}:{cv.index}").hex
     return {
-        "version": SCHEMA_VERSION,
-        "run": {"uid": uid, "eid": clean_text(session.path.name), **({"time": run_time} if run_time else {}),
-                "description": clean_text(f"servescope session {info.name or session.path.name}, cell {cv.index}: "
-                                          f"{cv.workload} {cv.load}"),
+        "version": "0.2",
+        "run": {"uid": c.uid, "eid": clean_text(session.path.name), **({"time": run_time} if run_time else {}),
+                "description": c.description,
                 "keywords": ["servescope", clean_text(cv.workload)[:80], clean_text(cv.load)[:80]]},
         "scenario": {
             "stack": [{
                 "metadata": {"schema_version": "0.0.1", "label": "server-0", "cfg_id": stack_cfg,
                              "description": clean_text(info.target.url)[:200]},
-                "standardized": {"kind": "generic", "tool": engine,
-                                 "tool_version": clean_text(info.target.version or "unknown"), "model": model},
+                "standardized": {"kind": "generic", "tool": c.engine,
+                                 "tool_version": clean_text(info.target.version or "unknown"), "model": c.model},
                 "native": {"args": _args(info.server.args if info.server else None)}}],
             "load": {
                 "metadata": {"schema_version": "0.0.1", "cfg_id": hashlib.sha1(
@@ -428,12 +572,13 @@ def _args(args: object) -> JsonObject:
     return {}
 
 
-def export_reports(session: Session, out: Path) -> list[Path]:
-    """One report per cell with figures, as `cell-NNNN.json` in `out` (created); the paths written."""
+def export_reports(session: Session, out: Path, schema: str = DEFAULT_SCHEMA) -> list[Path]:
+    """One report of schema `schema` per cell with figures, as `cell-NNNN.json` in `out` (created); the paths
+    written."""
     indices = [cv.index for cv in cell_views(session) if cv.has_summary]
     if not indices:
         raise ServescopeError(f"{session.path.name}: no cell has figures to export")
-    reports = [(i, report_of(session, i)) for i in indices]  # all built before anything is written
+    reports = [(i, report_of(session, i, schema)) for i in indices]  # all built before anything is written
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

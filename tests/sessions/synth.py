@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from servescope.core.load import Load
 from servescope.core.metrics import records_frame, summarize
 from servescope.core.records import RequestRecord
+from servescope.core.results import CellWindow
 from servescope.core.target import ModelInfo, TargetInfo
 from servescope.engine.plan import Cell
 from servescope.engine.sessionmeta import ran_with, session_meta
@@ -95,16 +97,22 @@ def cell_frame(seed: int, n: int = 100, c: int = 4, ttft_ms: float = 100.0, tpot
 
 
 def write_session(base: Path, name: str, cells: list[dict[str, Any]], meta: dict[str, Any] | None = None,
-                  warmup: int = 0) -> Path:
+                  warmup: int = 0, window: str | None = None) -> Path:
     """A session of workload `chat` with one cell per entry of `cells` (cell_frame's keyword arguments, plus
-    `c`), each planned with `warmup` warm-up requests; `meta` overrides session.toml keys (host, tokenizer...)."""
+    `c`), each planned with `warmup` warm-up requests; `meta` overrides session.toml keys (host, tokenizer...);
+    `window` ("steady" or "whole") the window each cell's figures say they are over (None: written before windows)."""
     planned = plan([(WORKLOAD, cl.get("c", 4), cl.get("n", 100)) for cl in cells])
     for cell in planned:
         cell.warmup = warmup
     w, ran = sweep_session(base / name, name, planned, model="m", max_model_len=4096, tokenizer="server")
     for cell, cl in zip(planned, cells, strict=True):
         df, wall = cell_frame(**cl)
-        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, summarize(df, wall))
+        summ = summarize(df, wall)
+        if window is not None:
+            summ = msgspec.structs.replace(summ, window=CellWindow(kind=window, start_s=0.0, end_s=wall,
+                                                                  requests=summ.requests_ok + summ.requests_failed,
+                                                                  requests_ok=summ.requests_ok))
+        w.write_cell({**cell.row(), **ran, "status": "done", "reason": ""}, df, summ)
     w.finish("completed")
     set_meta(w, host="gpu-box", servescope_version="0.1.0", **(meta or {}))
     return base / name

@@ -101,7 +101,11 @@ def _check_import(files: list[Path], tmp: Path) -> None:
             # never a negative or non-finite figure (the prompt's measured minus requested tokens is signed)
             assert math.isfinite(v) and (v >= 0 or where == ".input_tokens_mismatch.mean"), (where, v)
     render_report(s, fmt="md")
-    export_reports(s, tmp / "x")
+    export_reports(s, tmp / "x", "0.2")
+    try:  # schema 0.1 requires figures a tool's file may lack: refused in one line naming the way out
+        export_reports(s, tmp / "x01", "0.1")
+    except ServescopeError as e:
+        assert "\n" not in e.message and e.message.endswith("export it with --llmd-schema 0.2"), e.message
 
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

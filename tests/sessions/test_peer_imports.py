@@ -2,8 +2,8 @@
 the stored files of data/peers/ and data/llmd/ (each folder's SOURCE.md says what wrote them): the cells and requests
 each file holds, every rebuilt figure equal to the tool's own per-request numbers, what an aggregates-only file keeps
 and lacks, the comparability table between tools, the gate's refusal of a figure defined differently, and the llm-d
-export: valid against the published schema for a sweep, a repeat and an import, and an import's export importing back
-to the same figures."""
+export: valid against the published schema (0.1 by default, and 0.2) for a sweep, a repeat and an import, its figures
+in the schema's fields and units, and an import's export importing back to the same figures."""
 
 from __future__ import annotations
 
@@ -13,16 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
 import polars as pl
 import pytest
 
 from servescope.__main__ import main
 from servescope.core.errors import ServescopeError
 from servescope.reports.compare_doc import comparison_markdown
+from servescope.sessions.comparability import WINDOW_STEADY, WINDOW_WHOLE
 from servescope.sessions.compare import compare_sessions
 from servescope.sessions.gate import gate, parse_fail_on
 from servescope.sessions.importers import import_files
 from servescope.sessions.llmd import export_reports
+from servescope.sessions.measurement import window_label
 from servescope.sessions.provenance import ITL_MEAN_GAP, ITL_POOLED, SERVER_USAGE, TTFT_CONTENT
 from servescope.sessions.store import Session, load_session
 
@@ -35,7 +38,9 @@ GUIDELLM = PEERS / "guidellm-0.8.1" / "benchmarks.json"
 AIPERF = PEERS / "aiperf-0.13.0"
 INFPERF = PEERS / "inference-perf"
 LLMD = DATA / "llmd"
-SCHEMA = json.loads((LLMD / "br_v0_2_json_schema.json").read_text())
+SCHEMAS = {v: json.loads((LLMD / f"br_v{v.replace('.', '_')}_json_schema.json").read_text()) for v in ("0.1", "0.2")}
+# the top-level keys of each schema version (0.1's are the export contract's: version, scenario, metrics)
+TOP = {"0.1": {"version", "scenario", "metrics"}, "0.2": {"version", "run", "scenario", "results"}}
 
 
 def _imp(tmp_path: Path, *files: Path | str, **kw: Any) -> Session:
@@ -153,6 +158,38 @@ def test_llmd_example_report_imports_as_its_harness_measured_it(tmp_path: Path) 
     assert summ.output_tok_s == pytest.approx(2262.448) and s.info.model == "Qwen/Qwen3-0.6B"
 
 
+def test_llmd_v0_1_example_report_imports_in_its_units(tmp_path: Path) -> None:
+    """Schema 0.1 (top-level `metrics`): its throughput is plain numbers per second (`*_per_sec`, read as None
+    before), its duration seconds, its ITL in ms/token servescope's ITL per token; the load is its harness's
+    (inference-perf's qps_values)."""
+    s = _imp(tmp_path, LLMD / "br_v0_1_example.yaml")
+    src = s.info.source
+    assert src is not None and src.tool == "llmd-report" and src.harness == "inference-perf"
+    assert src.format == "llm-d benchmark report (schema 0.1)" and not src.rebuilt
+    assert s.cells["load_label"].to_list() == ["rate 1.34/s poisson"] and s.info.model == "deepseek-ai/DeepSeek-R1-0528"
+    (summ,) = s.summaries()
+    assert summ is not None and summ.requests_ok == 31 and summ.requests_failed == 0  # 32 total, 1 incomplete
+    assert summ.output_tok_s == pytest.approx(32.544923821416) and summ.total_tok_s == pytest.approx(676.121568007739)
+    assert summ.request_s == pytest.approx(1.0238155253639) and summ.wall_s == pytest.approx(16.531641244888306)
+    assert summ.ttft_ms.p50 == pytest.approx(0.203539535985328) and summ.tpot_ms.p90 == pytest.approx(0.152292036800645)
+    assert summ.itl_token_ms.mean == pytest.approx(0.0836929455635872) and summ.itl_ms.mean is None
+    assert summ.e2e_ms.max == pytest.approx(6.30658466403838)
+    assert src.lacks["itl_ms"].startswith("the report's ITL is per token")
+    assert src.dates == ["2025-06-10T15:49:43.571451+00:00"]  # metrics.time.start, seconds from the epoch
+
+
+@pytest.mark.parametrize("version", ["0.1", "0.2"])
+@pytest.mark.parametrize("fmt", [None, "llmd-report"])
+def test_llmd_reports_of_both_versions_are_recognised_and_forced(tmp_path: Path, version: str,
+                                                                 fmt: str | None) -> None:
+    f = LLMD / f"br_v{version.replace('.', '_')}_example.yaml"
+    s = _imp(tmp_path, f, fmt=fmt)
+    assert s.info.source is not None and s.info.source.tool == "llmd-report"
+    assert s.info.source.format == f"llm-d benchmark report (schema {version})"
+    (summ,) = s.summaries()
+    assert summ is not None and summ.output_tok_s is not None and summ.ttft_ms.mean is not None
+
+
 def test_inference_perf_and_llmd_reports_compare(tmp_path: Path) -> None:
     """The same load (constant 10/s) measured by inference-perf (rebuilt records) and reported by an llm-d report
     of an inference-perf run (aggregates): the table names each tool and every definition that differs."""
@@ -252,6 +289,83 @@ def test_gate_names_every_refusal_and_the_names_that_allow_them(tmp_path: Path,
                                                            "itl_ms.p99: not comparable (ITL definition)"]
 
 
+# ---- the measurement window ----------------------------------------------------------------------------------
+RATES = {"output_tok_s", "total_tok_s", "request_s", "goodput_req_s"}
+
+
+def test_a_steady_window_beside_a_peers_whole_run_leaves_the_rates_unjudged(tmp_path: Path) -> None:
+    """servescope's default window (steady: the ramp and the drain left out) beside GuideLLM's whole run: the table
+    has a window row naming each, the rates are shown but not judged, the per-request figures are not touched by it."""
+    ours = load_session(write_session(tmp_path, "ours", [{"seed": 1, "c": 1}, {"seed": 2, "c": 2}], window="steady"))
+    theirs = _imp(tmp_path, GUIDELLM, workload="chat")
+    comp = compare_sessions([ours, theirs])
+    assert comp.comparability is not None and comp.comparability.shown
+    rows = {r.fact.key: r for r in comp.comparability.rows}
+    assert rows["window"].values == [WINDOW_STEADY, WINDOW_WHOLE]
+    # the rates among the figures compared, and nothing else
+    assert {"output_tok_s", "goodput_req_s"} <= set(rows["window"].figures) <= RATES
+    for c in comp.cells:
+        assert "measurement window" in c.why("output_tok_s") and "measurement window" in c.why("goodput_req_s")
+        assert "measurement window" not in c.why("ttft_ms.p50") and "measurement window" not in c.why("e2e_ms.p99")
+    doc = comp.to_dict()["comparability"]
+    assert isinstance(doc, dict)
+    assert {d["fact"]: d["values"] for d in doc["differences"]}["window"] == {
+        comp.labels[0]: WINDOW_STEADY, comp.labels[1]: WINDOW_WHOLE}
+    md = comparison_markdown(comp)
+    tables(md)
+    assert f"| measurement window | {WINDOW_STEADY} | {WINDOW_WHOLE} |" in md
+
+
+def test_servescope_sessions_over_different_windows_show_the_window(tmp_path: Path) -> None:
+    """Two servescope sessions, one over steady windows and one over the whole cells (`--window whole`): the table
+    shows (it showed nothing: servescope's own sessions), the rates are not judged and the verdict line says so;
+    TTFT, over the same kind of requests, is judged; gate refuses a rate unless --allow-mismatch window."""
+    a = load_session(write_session(tmp_path, "a", [{"seed": 1, "c": 4}], window="steady"))
+    b = load_session(write_session(tmp_path, "b", [{"seed": 2, "c": 4}], window="whole"))
+    comp = compare_sessions([a, b])
+    assert comp.comparability is not None and comp.comparability.shown
+    assert [r.fact.key for r in comp.comparability.rows] == ["tool", "window"]
+    (c,) = comp.cells
+    assert c.not_comparable == "" and c.verdict("output_tok_s", 1) == "not comparable (measurement window)"
+    assert c.winners["output_tok_s"] is None
+    assert c.why("ttft_ms.p50") == "" and c.verdict("ttft_ms.p50", 1) in ("better", "worse", "within noise")
+    md = comparison_markdown(comp)
+    tables(md)
+    assert "## How the sessions were measured" in md and "measured differently, so not judged: " in md
+    with pytest.raises(ServescopeError, match="measurement window"):
+        gate(a, b, parse_fail_on("output_tok_s:-50%"))
+    assert gate(a, b, parse_fail_on("output_tok_s:-50%"), allow={"measurement window"}).exit_code == 0
+    assert gate(a, b, parse_fail_on("ttft_ms.p50:+500%")).exit_code == 0  # a per-request figure: judged
+    assert main(["gate", str(a.path), str(b.path), "--fail-on", "output_tok_s:-50%", "--allow-mismatch",
+                 "window"]) == 0
+
+
+@pytest.mark.parametrize("window", ["steady", "whole", None])
+def test_sessions_over_the_same_window_show_nothing_new(tmp_path: Path, window: str | None) -> None:
+    """servescope beside servescope over the same window (None: cells written before windows, the whole cell), and
+    a `--window whole` session beside a peer's whole run: no window row."""
+    a = load_session(write_session(tmp_path, "a", [{"seed": 1, "c": 1}, {"seed": 2, "c": 2}], window=window))
+    b = load_session(write_session(tmp_path, "b", [{"seed": 3, "c": 1}, {"seed": 4, "c": 2}], window=window))
+    comp = compare_sessions([a, b]).comparability
+    assert comp is not None and not comp.shown and not comp.rows
+    if window != "steady":
+        peer = compare_sessions([a, _imp(tmp_path, GUIDELLM, workload="chat")]).comparability
+        assert peer is not None and peer.shown and "window" not in {r.fact.key for r in peer.rows}
+
+
+def test_the_window_of_an_import_is_its_tools_whole_run_or_unknown(tmp_path: Path) -> None:
+    """Each peer reports over its whole run; an llm-d report over its harness's (inference-perf here); a report of a
+    harness servescope does not know says nothing, so no difference is claimed."""
+    from servescope.sessions.comparability import facts_of
+
+    assert facts_of(_imp(tmp_path, AIPERF))[1]["window"] == WINDOW_WHOLE
+    assert facts_of(_imp(tmp_path, INFPERF))[1]["window"] == WINDOW_WHOLE
+    assert facts_of(_imp(tmp_path, LLMD / "br_v0_2_example.yaml"))[1]["window"] == WINDOW_WHOLE
+    odd = tmp_path / "odd.yaml"
+    odd.write_text((LLMD / "br_v0_1_example.yaml").read_text().replace("name: inference-perf", "name: nop"))
+    assert facts_of(_imp(tmp_path, odd))[1]["window"] == ""
+
+
 def test_servescope_sessions_show_nothing_new(tmp_path: Path) -> None:
     a = load_session(write_session(tmp_path, "a", [{"seed": 1}]))
     b = load_session(write_session(tmp_path, "b", [{"seed": 2}]))
@@ -262,60 +376,112 @@ def test_servescope_sessions_show_nothing_new(tmp_path: Path) -> None:
 
 
 # ---- llm-d export -------------------------------------------------------------------------------------------
-def _valid(files: list[Path]) -> list[dict[str, Any]]:
-    v = jsonschema.Draft202012Validator(SCHEMA)
+def _valid(files: list[Path], version: str) -> list[dict[str, Any]]:
+    v = jsonschema.Draft202012Validator(SCHEMAS[version])
     out = []
     for f in files:
         doc = json.loads(f.read_text())
         errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in v.iter_errors(doc)]
         assert not errors, f"{f.name}: {errors}"
-        assert {"version", "scenario", "results"} <= set(doc) and doc["version"] == "0.2"
+        assert TOP[version] <= set(doc) and doc["version"] == version
+        other = "0.2" if version == "0.1" else "0.1"
+        assert any(jsonschema.Draft202012Validator(SCHEMAS[other]).iter_errors(doc))  # the versions differ
         out.append(doc)
     return out
 
 
+def _stats(d: Any, units: str) -> dict[str, Any]:
+    return {"units": units, "mean": d.mean, "stddev": d.std, "min": d.min, "p50": d.p50, "p90": d.p90, "p95": d.p95,
+            "p99": d.p99, "max": d.max}
+
+
+@pytest.mark.parametrize("version", ["0.1", "0.2"])
 @pytest.mark.parametrize("kind", ["sweep", "repeat", "import"])
-def test_export_validates_against_the_published_schema(tmp_path: Path, kind: str) -> None:
+def test_export_validates_against_the_published_schema(tmp_path: Path, kind: str, version: str) -> None:
     if kind == "sweep":
         s = load_session(write_session(tmp_path, "sweep", [{"seed": 1, "c": 1}, {"seed": 2, "c": 4}]))
     elif kind == "repeat":
         s = load_session(write_session(tmp_path, "rep", [{"seed": 1, "c": 4}, {"seed": 2, "c": 4}]))
     else:
         s = _imp(tmp_path, GUIDELLM)
-    files = export_reports(s, tmp_path / "out")
-    docs = _valid(files)
+    files = export_reports(s, tmp_path / "out", version)
+    docs = _valid(files, version)
     assert [f.name for f in files] == [f"cell-{i:04d}.json" for i in range(s.cells.height)]
     for doc, summ in zip(docs, s.summaries(), strict=True):
         assert summ is not None
-        agg = doc["results"]["request_performance"]["aggregate"]
-        assert agg["throughput"]["output_token_rate"]["mean"] == summ.output_tok_s
-        assert agg["latency"]["time_to_first_token"] == {
-            "units": "ms", "mean": summ.ttft_ms.mean, "stddev": summ.ttft_ms.std, "min": summ.ttft_ms.min,
-            "p50": summ.ttft_ms.p50, "p90": summ.ttft_ms.p90, "p95": summ.ttft_ms.p95, "p99": summ.ttft_ms.p99,
-            "max": summ.ttft_ms.max}
+        if version == "0.2":
+            agg = doc["results"]["request_performance"]["aggregate"]
+            assert agg["throughput"]["output_token_rate"] == {"units": "tokens/s", "mean": summ.output_tok_s}
+            assert agg["latency"]["time_to_first_token"] == _stats(summ.ttft_ms, "ms")
+            assert agg["latency"]["inter_token_latency"] == _stats(summ.itl_ms, "ms")
+            continue
+        m = doc["metrics"]
+        assert m["throughput"] == {"output_tokens_per_sec": summ.output_tok_s, "total_tokens_per_sec": summ.total_tok_s,
+                                   "input_tokens_per_sec": pytest.approx(summ.total_tok_s - summ.output_tok_s),
+                                   "requests_per_sec": summ.request_s}
+        assert m["time"] == {"duration": summ.wall_s}
+        assert m["requests"] == {"total": summ.requests_ok + summ.requests_failed, "failures": summ.requests_failed,
+                                 "input_length": {"units": "count", "mean": summ.input_tokens_mean},
+                                 "output_length": {"units": "count", "mean": summ.output_tokens_mean}}
+        assert m["latency"] == {"time_to_first_token": _stats(summ.ttft_ms, "ms"),
+                                "time_per_output_token": _stats(summ.tpot_ms, "ms/token"),
+                                "inter_token_latency": _stats(summ.itl_token_ms, "ms/token"),  # per token
+                                "request_latency": _stats(summ.e2e_ms, "ms")}
+        load = doc["scenario"]["load"]
+        assert load["name"] == ("guidellm" if kind == "import" else "vllm-benchmark")  # the schema's enum
+        assert load["metadata"]["tool"] == ("guidellm" if kind == "import" else "servescope")
 
 
+def test_v0_1_export_puts_known_figures_in_their_fields_and_units(tmp_path: Path) -> None:
+    """GuideLLM's own stamps, exported as schema 0.1: TTFT and request latency p50 are GuideLLM's per-request
+    figures' medians in ms, the duration is the cell's wall time in seconds and output tokens/s its output tokens
+    over it (a rate per second, not per ms; not a Statistics as in 0.2)."""
+    s = _imp(tmp_path, GUIDELLM)
+    files = export_reports(s, tmp_path / "out")  # the default: schema 0.1
+    doc = json.loads(GUIDELLM.read_text())
+    for f, bench, i in zip(_valid(files, "0.1"), doc["benchmarks"], range(2), strict=True):
+        reqs = bench["requests"]["successful"]
+        lat, m = f["metrics"]["latency"], f["metrics"]
+        assert lat["time_to_first_token"]["units"] == "ms"
+        assert lat["time_to_first_token"]["p50"] == pytest.approx(
+            float(np.percentile([r["time_to_first_token_ms"] for r in reqs], 50)), abs=1e-5)
+        assert lat["request_latency"]["units"] == "ms"
+        assert lat["request_latency"]["p50"] == pytest.approx(
+            float(np.percentile([r["request_latency"] * 1000 for r in reqs], 50)), abs=1e-5)
+        df = s.requests(i)
+        wall = (df["end_ns"].max() - df["scheduled_ns"].min()) / 1e9  # the cell's span, seconds
+        assert m["time"]["duration"] == pytest.approx(wall, rel=1e-6)
+        out_tokens = sum(r["output_tokens"] for r in reqs)
+        assert m["throughput"]["output_tokens_per_sec"] == pytest.approx(out_tokens / wall, rel=1e-6)
+        assert m["requests"]["output_length"] == {"units": "count", "mean": out_tokens / len(reqs)}
+
+
+@pytest.mark.parametrize("version", ["0.1", "0.2"])
 @pytest.mark.parametrize("source", ["guidellm", "repeat"])
-def test_an_export_imports_back_to_the_same_figures(tmp_path: Path, source: str) -> None:
+def test_an_export_imports_back_to_the_same_figures(tmp_path: Path, source: str, version: str) -> None:
     s = _imp(tmp_path, GUIDELLM) if source == "guidellm" else \
-        load_session(write_session(tmp_path, "rep", [{"seed": 1, "c": 4}, {"seed": 2, "c": 4}]))
+        load_session(write_session(tmp_path, "rep", [{"seed": 1, "c": 4}, {"seed": 2, "c": 4}], window="steady"))
     out = tmp_path / "out"
-    assert main(["export", str(s.path), "--format", "llmd-report", "-o", str(out)]) == 0
+    assert main(["export", str(s.path), "--format", "llmd-report", "--llmd-schema", version, "-o", str(out)]) == 0
     back = _imp(tmp_path, out)
     src = back.info.source
-    assert src is not None and src.tool == "llmd-report"
+    assert src is not None and src.tool == "llmd-report" and src.format == f"llm-d benchmark report (schema {version})"
     assert src.definitions == measured_definitions(s)  # the definitions the figures were made with travel along
     assert back.cells["workload"].to_list() == s.cells["workload"].to_list()
     assert back.cells["load_label"].to_list() == s.cells["load_label"].to_list()
+    itl = "itl_ms" if version == "0.2" else "itl_token_ms"  # 0.1's ITL is per token
     keys = ("output_tok_s", "total_tok_s", "request_s", "input_tokens_mean", "output_tokens_mean", "requests_ok",
-            "requests_failed", "wall_s", *(f"{d}.{st}" for d in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+            "requests_failed", "wall_s", *(f"{d}.{st}" for d in ("ttft_ms", "tpot_ms", itl, "e2e_ms")
                                            for st in ("mean", "std", "min", "max", "p50", "p90", "p95", "p99")))
     for ours, theirs in zip(s.summaries(), back.summaries(), strict=True):
         assert ours is not None and theirs is not None
         for k in keys:
             assert theirs.value(k) == pytest.approx(ours.value(k), rel=1e-12), k
+        assert window_label(theirs) == window_label(ours)  # the window the figures are over travels too
     if source == "repeat":
         assert [c.repeat for c in back.info.cells] == [1, 2]
+    comp = compare_sessions([s, back]).comparability
+    assert comp is not None and "window" not in {r.fact.key for r in comp.rows}  # measured alike: no window row
 
 
 def measured_definitions(s: Session) -> dict[str, str]:
@@ -402,10 +568,34 @@ def test_cli_import_from_and_export(tmp_path: Path, capsys: pytest.CaptureFixtur
                  str(tmp_path / "x")]) == 0
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["cell-0000.json", "cell-0001.json"]
     assert "2 llm-d benchmark report(s) written to" in capsys.readouterr().err
+    # the contract: by default each file has the report's top-level version, scenario and metrics (schema 0.1)
+    for f in (tmp_path / "x").iterdir():
+        doc = json.loads(f.read_text())
+        assert set(doc) == {"version", "scenario", "metrics", "metadata"} and doc["version"] == "0.1"
     assert main(["import", str(AIPERF), "--from", "guidellm", "--sessions-dir", str(tmp_path / "s2")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("servescope import: error: ") and err.count("\n") == 1
     assert not (tmp_path / "s2").exists()
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--llmd-schema", "0.3"], "servescope export: error: --llmd-schema '0.3': not one of 0.1, 0.2"),
+    (["--format", "other", "--llmd-schema", "0.2"],
+     "servescope export: error: --llmd-schema applies only to --format llmd-report, not other; leave it out"),
+])
+def test_export_refuses_a_bad_llmd_schema_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                      says: str) -> None:
+    """A schema that is not 0.1 or 0.2, or --llmd-schema with another format (a second format stands in for the
+    day there is one): one line, exit 2, nothing written."""
+    from servescope.cli import args as cli_args
+
+    monkeypatch.setattr(cli_args, "EXPORT_FORMATS", (*cli_args.EXPORT_FORMATS, "other"))
+    s = load_session(write_session(tmp_path, "s", [{"seed": 1, "c": 1}]))
+    assert main(["export", str(s.path), *argv, "-o", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith(says), err
+    assert not (tmp_path / "out").exists()
 
 
 def test_imported_sessions_in_sessions_report_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
