@@ -55,12 +55,14 @@ def run(data: bytes, piece: int) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def run_transport(events: list[bytes]) -> float:
-    """One HTTP chunk per event, each its own read (as vLLM streams them), through the raw transport."""
+def run_transport(events: list[bytes], per_read: int = 1) -> float:
+    """One HTTP chunk per event, `per_read` chunks in each read (1: as vLLM streams them; more: a client that read
+    late), through the raw transport."""
     conn = _Conn(asyncio.new_event_loop())
     conn.sink = _Stream(RequestRecord(0, 0, False, 256, len(events), scheduled_ns=0))  # before the head, as a request
     conn.data_received(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-    reads = [b"%x\r\n" % len(e) + e + b"\r\n" for e in events]
+    chunks = [b"%x\r\n" % len(e) + e + b"\r\n" for e in events]
+    reads = [b"".join(chunks[i:i + per_read]) for i in range(0, len(chunks), per_read)]
     reads.append(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")  # the last event and the body's end
     t0 = time.perf_counter()
     for r in reads:
@@ -105,6 +107,8 @@ def main() -> None:
     events = [e + b"\n\n" for e in data.split(b"\n\n") if e and e != b"data: [DONE]"]
     us = statistics.median(run_transport(events) for _ in range(5))
     print(f"one chunk per read: {us:6.2f} us per token (raw transport + SSE + decode + record)")
+    us = statistics.median(run_transport(events, 4) for _ in range(5))
+    print(f"four chunks per read: {us:6.2f} us per token (the same, a client reading late)")
     if args.streams:
         rng = random.Random(1)
         counts = [int(x) for x in args.streams.split(",")]

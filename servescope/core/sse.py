@@ -65,6 +65,11 @@ class SSEParser:
         return piece[6 if piece[5] == 32 else 5:-2]
 
     @property
+    def idle(self) -> bool:
+        """Nothing held: no unfinished line, no CR whose LF may start the next piece (`one` would look at a piece)."""
+        return not self._buf and not self._held_len and not self._after_cr
+
+    @property
     def pending(self) -> int:
         """Bytes of an unfinished line held until its end arrives."""
         return len(self._buf) + self._held_len

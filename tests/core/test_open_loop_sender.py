@@ -101,6 +101,48 @@ def test_sends_due_together_go_out_in_one_wake_up() -> None:
     assert min(seen) >= 0
 
 
+def test_a_wait_shorter_than_a_timer_tick_is_no_busy_wait() -> None:
+    """uvloop's timers count whole milliseconds from the loop's cached clock: a wait of 0.3 ms on one fired at once,
+    again and again until the time came (at 2,000 sends a second, 48 wake-ups per send and most of a core). A short
+    wait now takes a wake-up or two (three at most, for timers that fired a little early), and is never early."""
+    early: list[int] = []
+
+    async def go() -> int:
+        alarm = _Alarm(CellControl())
+        for _ in range(20):
+            when = time.perf_counter_ns() + 300_000
+            assert await alarm.until(when)
+            early.append(when - time.perf_counter_ns())
+        alarm.close()
+        return alarm.sleeps
+
+    sleeps = _run(go)
+    assert max(early) <= 0
+    assert sleeps <= 3 * 20, sleeps
+
+
+def test_an_open_loop_at_2000_per_s_wakes_less_than_once_per_send(
+        fake_stream: list[tuple[RequestRecord, object]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sends due within a millisecond go out in one wake-up: at 2,000 requests/s (one due every 0.5 ms) the sender
+    sleeps at most about once per send, not dozens of times."""
+    alarms: list[_Alarm] = []
+    real = load_mod._Alarm
+
+    def keep(control: CellControl) -> _Alarm:
+        alarms.append(real(control))
+        return alarms[-1]
+
+    monkeypatch.setattr(load_mod, "_Alarm", keep)
+
+    async def go() -> int:
+        run = await run_cell(OPTS, [RequestSpec("completions", "p", 4, 1)] * 10,
+                             Load(rate=2000.0, arrival="constant"), Limits(requests=400), seed=1)
+        return len(run.records)
+
+    assert _run(go) == 400
+    assert alarms and alarms[0].sleeps <= 400, alarms[0].sleeps
+
+
 def test_a_drain_wakes_a_sleeping_sender() -> None:
     async def go() -> bool:
         control = CellControl()
