@@ -60,9 +60,15 @@ def test_duration_limited_cell(tmp_path: Path) -> None:
     assert last - first < 2e9  # no request started after the cell's 2 s
     # each user sends until the 2 s are over, then the cell waits for what is in flight, and no longer (the whole
     # cell's wall time: the figures' own, `wall_s`, are over its steady window)
-    wall = c["whole"]["wall_s"]
+    # a busy machine can leave a 2 s cell no steady window worth the name (too few requests sent in it): its
+    # figures are then the whole cell's, and say so
+    steady = c["window"]["kind"] == "steady"
+    wall = c["whole"]["wall_s"] if steady else c["wall_s"]
     assert 2.0 <= wall <= (int(req["end_ns"].max()) - first) / 1e9 + 0.05, wall
-    assert c["wall_s"] == pytest.approx(c["window"]["end_s"] - c["window"]["start_s"]) and c["wall_s"] < wall
+    if steady:
+        assert c["wall_s"] == pytest.approx(c["window"]["end_s"] - c["window"]["start_s"]) and c["wall_s"] < wall
+    else:
+        assert c.get("whole") is None and c["window"]["basis"].startswith("every measured request")
 
 
 @pytest.mark.slow  # 5 s of the --fast lane on 2 cores
