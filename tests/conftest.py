@@ -40,9 +40,6 @@ FIXTURE_MARKERS = {
 # fixture -> the group of processes' tests that share its server (the first that applies)
 FIXTURE_GROUPS = {"vllm_server": "vllm-pool", "vllm_server_perturbed": "vllm-pool", "vllm_bench_files": "vllm-pool",
                   "llamacpp_f16": "llamacpp-pool", "peer_runs": "peers-pool"}
-# the tests that run first, in this order (pytest_collection_modifyitems): a real server's or terminal's, then the
-# slow ones, then the rest
-LONG_MARKERS = (("vllm", "llamacpp", "tmux", "ray"), ("slow",))
 # module name prefix -> marker
 MODULE_MARKERS = {"test_tmux_": "tmux", "test_llamacpp_": "llamacpp", "test_ray_": "ray"}
 # module name prefix -> one group of processes' tests: two Ray clusters on one host at once refuse each other's
@@ -77,12 +74,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         pool = next((FIXTURE_GROUPS[f] for f in FIXTURE_GROUPS if f in names), None)
         pool = pool or next((g for prefix, g in MODULE_GROUPS.items() if module.startswith(prefix)), None)
         item.add_marker(pytest.mark.xdist_group(pool or item.nodeid.split("::", 1)[0]))
-    # The long tests first (a real server's, the app in a terminal, then the slow ones), the quick ones after: pytest-xdist
-    # hands each process its next group in this order, so the quick groups fill the end of the run instead of one
-    # process finishing a minutes-long sweep alone while the others wait (a stable sort: each module's own order
-    # stays).
-    items.sort(key=lambda it: next((i for i, marks in enumerate(LONG_MARKERS)
-                                    if any(it.get_closest_marker(m) for m in marks)), len(LONG_MARKERS)))
 
 
 @pytest.fixture(autouse=True)
