@@ -53,15 +53,15 @@ def _late_steps(url: str) -> float:
 
 
 def _run_until(url: str, *args: str, ok: Callable[[dict[str, Any]], list[str]], save: Path | None = None,
-               seed: int = 0, undisturbed_first: bool = False) -> dict[str, Any]:
-    """`servescope run` against the simulator until `ok(result)` finds nothing wrong, three runs at most (the last
+               seed: int = 0, undisturbed_first: bool = False, attempts: int = 3) -> dict[str, Any]:
+    """`servescope run` against the simulator until `ok(result)` finds nothing wrong, `attempts` runs at most (the last
     is returned either way: the caller's assertion says what is off). On a busy 2-core test machine a run is
     disturbed now and then: steps of the simulator end late (its CPU lags behind the modelled time), the client
     is bound, or a stall neither shows (a slow request intake) moves a short run by 20%; a twin gone wrong misses
     every run. With `undisturbed_first` (an `ok` that costs more than a run: a fit) a run with late steps or a
     client-bound cell is run again without asking `ok`, unless it is the last. Each attempt sends other prompts
     (its own --seed): the simulator's prefix cache holds the earlier ones."""
-    for attempt in range(3):
+    for attempt in range(attempts):
         before = _late_steps(url)
         if save is not None:
             shutil.rmtree(save, ignore_errors=True)
@@ -71,7 +71,7 @@ def _run_until(url: str, *args: str, ok: Callable[[dict[str, Any]], list[str]], 
         late = _late_steps(url) - before
         bound = [c for c in out["cells"] if (c.get("client") or {}).get("verdict") == "bound"]
         how = f"late steps {late:g}, client-bound cells {len(bound)}"
-        if undisturbed_first and (late > 2 or bound) and attempt < 2:
+        if undisturbed_first and (late > 2 or bound) and attempt < attempts - 1:
             print(f"run {args} #{attempt + 1}: disturbed ({how})")
             continue
         wrong = ok(out)
@@ -104,7 +104,10 @@ def test_twin_predicts_unseen_cells_of_the_simulator(profile: str, long_in: int,
 
     with start_sim(profile) as sim:  # one server: its late-step counter tells a disturbed run
         url = sim.url
-        _run_until(url, "-w", w1k, "-c", "1,4,16", "-n", "16", ok=fitted, save=fit_dir, undisturbed_first=True)
+        # up to five fits: a twin fitted on a disturbed run (late steps) misses every run after it, and in a suite
+        # of three processes on 2 cores the first runs can all be disturbed
+        _run_until(url, "-w", w1k, "-c", "1,4,16", "-n", "16", ok=fitted, save=fit_dir, undisturbed_first=True,
+                   attempts=5)
         # a simulator started apart is recognised by its served model name
         assert info["shape_from"] == f"simulator profile {profile}"
         assert (fit_dir / "twin" / "profile.toml").is_file()
