@@ -44,7 +44,10 @@ if [ "$FAST" = 0 ]; then
   fi
 fi
 .venv/bin/ruff check servescope tests benchmarks
-.venv/bin/mypy
+# mypy checks while the tests run (about 30 s from a clean clone here, else spent before them); its verdict is
+# printed, and fails the run, at the end
+MYPY_LOG=$(mktemp)
+.venv/bin/mypy >"$MYPY_LOG" 2>&1 & MYPY=$!
 if [ "$FAST" = 0 ]; then
   wait "$VLLM_SETUP"
   if [ -n "$LLAMA_SETUP" ]; then wait "$LLAMA_SETUP"; fi
@@ -56,8 +59,16 @@ fi
 PROCS=${SERVESCOPE_TEST_PROCS:-3}
 PAR=()
 if [ "$PROCS" != 1 ]; then PAR=(-n "$PROCS" --dist loadgroup); fi
+set +e
 if [ "$FAST" = 1 ]; then
-  exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=10 "${PAR[@]}" \
+  .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=10 "${PAR[@]}" \
     -m "not (vllm or llamacpp or tmux or ray or slow)" "$@"
+else
+  .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=30 "${PAR[@]}" "$@"
 fi
-exec .venv/bin/python -m pytest -p no:cacheprovider -q -ra --durations=30 "${PAR[@]}" "$@"
+RC=$?
+wait "$MYPY"; MYPY_RC=$?
+set -e
+cat "$MYPY_LOG"; rm -f "$MYPY_LOG"
+if [ "$MYPY_RC" != 0 ]; then echo "test.sh: mypy found the errors above" >&2; exit 1; fi
+exit "$RC"
