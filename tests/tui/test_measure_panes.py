@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.widgets import DataTable
 
 from servescope.core.results import CellPrecision, CellProbes, CellResult, CellWindow, Dist, Saturation
 from servescope.engine import wire as w
@@ -167,7 +168,8 @@ async def test_the_results_panes_histograms_are_over_the_cells_steady_window(hom
     app = make_app(url="sim://tiny", sessions_dir=str(home / "sessions"), workloads_dir=home / "workloads")
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("f4")
-        await pilot.pause()
+        await wait_until(pilot, lambda: bool(app.screen.query("#sessions"))
+                         and app.screen.query_one("#sessions", DataTable).row_count == 1, 30, "the sessions list")
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, SessionScreen), 30, "the session screen")
         h = app.screen.query_one("#s-hist-ttft", LatencyHistogram)
